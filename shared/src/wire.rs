@@ -1,0 +1,4 @@
+//! PAP messages on the wire, one module per message, each parsing next to its type.
+
+pub(crate) mod browser_assertion;
+pub(crate) mod ids;
