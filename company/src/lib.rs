@@ -1,1 +1,48 @@
+//! The company side of the PAP browser-session bridge (PAP §5).
+//!
+//! A personal agent's own browser form-POSTs a 60-second `poppy-browser+jwt` to the company's
+//! `web.browser_session_endpoint`. This crate verifies it and turns it into the company's own
+//! cookie, bound to the live PAP Session:
+//!
+//! ```text
+//!  POST /poppy/browser-session  assertion=<jws>
+//!     -> parse, alg, typ, claims, aud, time, return_to      (cheap, local)
+//!     -> client_id -> metadata -> JWKS, signature           (ClientKeys)
+//!     -> Session live and the same client and user          (SessionDirectory)
+//!     -> (client_id, jti) marked once until exp             (ReplayGuard)
+//!  303 Location: return_to
+//!  Set-Cookie: __Host-poppy_session=<32 random bytes>; Path=/; Secure; HttpOnly; SameSite=Lax
+//!
+//!  later requests: WebSession extractor -> cookie hash -> Session, live and signed in? (or 401)
+//! ```
+//!
+//! Everything that stores state is a trait ([`SessionDirectory`], [`ReplayGuard`],
+//! [`CookieBindings`], [`ClientKeys`]) with an embedded implementation, so a distributed store
+//! can replace it. Time and randomness are injected.
 
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod browser_session;
+mod client;
+mod expiry;
+mod page;
+mod replay;
+mod session;
+mod tls;
+mod verify;
+mod web_cookie;
+mod web_session;
+
+// The public interface is:
+pub use browser_session::{
+    BROWSER_SESSION_PATH, BrowserSession, JoinRefusal, MAX_FORM_BYTES, RequestError, browser_session_router,
+};
+pub use client::{ClientKeys, ClientMetadata, HttpClientResolver, ResolveError, ResolverConfig, StaticClientKeys};
+pub use page::escape_html;
+pub use replay::{MokaReplayGuard, ReplayGuard, ReplayKey};
+pub use session::{MemorySessionDirectory, SessionDirectory, SessionRecord};
+pub use tls::{TlsError, load_server_config, serve_tls};
+pub use verify::{IAT_SKEW_SECONDS, VerifiedAssertion, Verifier, VerifierParts, VerifyError};
+pub use web_cookie::{CookieBindings, CookieHash, MemoryCookieBindings, SESSION_COOKIE_NAME, SessionCookie};
+pub use web_session::{WebSession, WebSessionRejection};

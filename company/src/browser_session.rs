@@ -1,0 +1,202 @@
+//! The browser-session endpoint, `POST /poppy/browser-session` (PAP §5, company side), as a
+//! router any axum app can mount.
+//!
+//! ```no_run
+//! use axum::{Router, extract::FromRef};
+//! use pap_company::BrowserSession;
+//!
+//! #[derive(Clone)]
+//! struct App {
+//!     browser_session: BrowserSession,
+//! }
+//!
+//! impl FromRef<App> for BrowserSession {
+//!     fn from_ref(app: &App) -> Self {
+//!         app.browser_session.clone()
+//!     }
+//! }
+//!
+//! fn app(state: App) -> Router {
+//!     Router::new().merge(pap_company::browser_session_router()).with_state(state)
+//! }
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{FromRef, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use pap_shared::{CompactJws, Rng};
+
+use crate::page::message_page;
+use crate::verify::{Verifier, VerifyError};
+use crate::web_cookie::{CookieBindings, SessionCookie};
+
+/// Where the route is mounted.
+pub const BROWSER_SESSION_PATH: &str = "/poppy/browser-session";
+
+/// Largest form body accepted, in bytes: an assertion is under 2 KiB; a form several times that
+/// is not a join.
+pub const MAX_FORM_BYTES: usize = 16 * 1024;
+
+/// What the browser-session route and the [`crate::WebSession`] extractor need: the verifier,
+/// the cookie bindings and randomness for cookie values. Cheap to clone.
+#[derive(Clone)]
+pub struct BrowserSession {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    verifier: Verifier,
+    cookies: Arc<dyn CookieBindings>,
+    rng: Arc<dyn Rng>,
+}
+
+impl BrowserSession {
+    /// The state from its parts.
+    pub fn new(verifier: Verifier, cookies: Arc<dyn CookieBindings>, rng: Arc<dyn Rng>) -> Self {
+        Self { inner: Arc::new(Inner { verifier, cookies, rng }) }
+    }
+
+    /// The verifier.
+    pub fn verifier(&self) -> &Verifier {
+        &self.inner.verifier
+    }
+
+    /// The cookie bindings.
+    pub fn cookies(&self) -> &Arc<dyn CookieBindings> {
+        &self.inner.cookies
+    }
+
+    /// Verifies `assertion` and, on success, issues a cookie bound to its Session. Returns the
+    /// 303 response to send.
+    pub async fn join(&self, assertion: &CompactJws) -> Result<Response, JoinRefusal> {
+        let verified = self.inner.verifier.verify(assertion).await.map_err(JoinRefusal::Verify)?;
+        let cookie = SessionCookie::generate(self.inner.rng.as_ref());
+        self.inner.cookies.bind(cookie.hash(), verified.session_id().clone(), verified.session_expires_at()).await;
+        // The normalised serialisation is ASCII and cannot break the header; it names the same
+        // page as the `return_to` that was checked.
+        let location =
+            HeaderValue::try_from(verified.return_to().url().as_str()).map_err(|_| JoinRefusal::Request(RequestError::Location))?;
+        tracing::info!(client_id = %verified.client_id(), "browser joined its Session");
+        let mut response = StatusCode::SEE_OTHER.into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::LOCATION, location);
+        headers.insert(header::SET_COOKIE, cookie.set_cookie_header());
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        Ok(response)
+    }
+}
+
+impl fmt::Debug for BrowserSession {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BrowserSession").field("verifier", &self.inner.verifier).finish_non_exhaustive()
+    }
+}
+
+/// The router with `POST /poppy/browser-session`, for any app state `S` from which a
+/// [`BrowserSession`] can be taken. Other methods on the path answer 405.
+pub fn browser_session_router<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    BrowserSession: FromRef<S>,
+{
+    Router::new().route(BROWSER_SESSION_PATH, post(join))
+}
+
+async fn join(State(state): State<BrowserSession>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
+    let result = async {
+        let assertion = read_form(&uri, &headers, body).await.map_err(JoinRefusal::Request)?;
+        state.join(&assertion).await
+    };
+    result.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Reads the one `assertion` field from an `application/x-www-form-urlencoded` body of at most
+/// [`MAX_FORM_BYTES`], with no query string at all (PAP-5-03: never in a URL).
+async fn read_form(uri: &Uri, headers: &HeaderMap, body: Body) -> Result<CompactJws, RequestError> {
+    if uri.query().is_some() {
+        return Err(RequestError::QueryString);
+    }
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let essence = content_type.split(';').next().unwrap_or_default().trim();
+    if !essence.eq_ignore_ascii_case("application/x-www-form-urlencoded") {
+        return Err(RequestError::NotAForm);
+    }
+    let bytes = axum::body::to_bytes(body, MAX_FORM_BYTES).await.map_err(|_| RequestError::TooLarge)?;
+    let mut assertion = None;
+    for (name, value) in form_urlencoded_pairs(&bytes) {
+        if name == "assertion" {
+            if assertion.is_some() {
+                return Err(RequestError::RepeatedAssertion);
+            }
+            assertion = Some(CompactJws::new(value));
+        }
+    }
+    assertion.ok_or(RequestError::MissingAssertion)
+}
+
+fn form_urlencoded_pairs(bytes: &[u8]) -> impl Iterator<Item = (String, String)> + '_ {
+    url::form_urlencoded::parse(bytes).map(|(n, v)| (n.into_owned(), v.into_owned()))
+}
+
+/// Why a join request was refused before any verification.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// The redirect target could not be written as a header (not reachable for a checked URL).
+    #[error("the return_to cannot be sent as a Location")]
+    Location,
+    /// The body has no `assertion` field.
+    #[error("the form has no assertion")]
+    MissingAssertion,
+    /// The body is not `application/x-www-form-urlencoded` (a JSON body, say).
+    #[error("the body is not a form")]
+    NotAForm,
+    /// The request URL has a query string: an assertion must never travel in a URL.
+    #[error("the request has a query string")]
+    QueryString,
+    /// The form gives `assertion` more than once.
+    #[error("the form repeats the assertion")]
+    RepeatedAssertion,
+    /// The body is larger than [`MAX_FORM_BYTES`].
+    #[error("the body is too large")]
+    TooLarge,
+}
+
+/// Why a join was refused: every refusal is answered the same way, 400 with a short page and
+/// no `Set-Cookie`, and logged by its code only.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum JoinRefusal {
+    /// The request itself was wrong.
+    #[error("the join request was refused")]
+    Request(#[source] RequestError),
+    /// The assertion failed a check of PAP §5.
+    #[error("the browser assertion was refused")]
+    Verify(#[source] VerifyError),
+}
+
+impl JoinRefusal {
+    /// A stable, token-free code for logs and counters.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Request(RequestError::Location) => "bad_location",
+            Self::Request(RequestError::MissingAssertion) => "missing_assertion",
+            Self::Request(RequestError::NotAForm) => "not_a_form",
+            Self::Request(RequestError::QueryString) => "query_string",
+            Self::Request(RequestError::RepeatedAssertion) => "repeated_assertion",
+            Self::Request(RequestError::TooLarge) => "too_large",
+            Self::Verify(e) => e.code(),
+        }
+    }
+}
+
+impl IntoResponse for JoinRefusal {
+    fn into_response(self) -> Response {
+        tracing::warn!(reason = self.code(), "browser join refused");
+        message_page(StatusCode::BAD_REQUEST, "Sign in", "This browser could not join the session.")
+    }
+}

@@ -1,0 +1,77 @@
+//! Resolving the agent behind an assertion's `iss`: `client_id` -> Client ID Metadata Document
+//! -> JWKS (PAP §4.1; wire doc §2.3).
+
+mod http;
+mod metadata;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use pap_shared::{ClientId, Jwks};
+
+pub use self::http::{HttpClientResolver, ResolverConfig};
+pub use self::metadata::ClientMetadata;
+
+/// Where the verifier gets an agent's public keys.
+#[async_trait]
+pub trait ClientKeys: Send + Sync + fmt::Debug {
+    /// The current key set of `client_id`. `kid` is the assertion header's `kid`: a resolver
+    /// that caches may refetch once when the cached set lacks it.
+    async fn keys(&self, client_id: &ClientId, kid: Option<&str>) -> Result<Arc<Jwks>, ResolveError>;
+}
+
+/// Why an agent's keys could not be had.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// The metadata document breaks a rule: `client_id` differs from the URL fetched, no
+    /// `client_name`, `jwks_uri` or a redirect URI on another host, another auth method.
+    #[error("the client metadata is invalid: {0}")]
+    InvalidMetadata(&'static str),
+    /// The JWKS was refused (private members, other curves, no usable key, ...).
+    #[error("the client's key set is invalid")]
+    InvalidKeys(#[source] pap_shared::JwkError),
+    /// A fetch failed: transport, TLS, status, content type, size or time limit.
+    #[error("fetching {what} failed: {why}")]
+    Fetch {
+        /// Which document.
+        what: &'static str,
+        /// What went wrong, without response bodies.
+        why: String,
+    },
+    /// The `client_id` (or `jwks_uri`) is not a URL this company may fetch: not HTTPS, an IP
+    /// literal, or a name resolving to a non-public address outside the test allow-list.
+    #[error("the client's URL may not be fetched: {0}")]
+    Forbidden(&'static str),
+    /// The client is not known to a static resolver, or recently failed to resolve.
+    #[error("unknown client")]
+    UnknownClient,
+}
+
+/// A fixed map of `client_id` to key set: for unit tests and for companies that register their
+/// agents' keys out of band.
+#[derive(Clone, Debug, Default)]
+pub struct StaticClientKeys {
+    clients: HashMap<ClientId, Arc<Jwks>>,
+}
+
+impl StaticClientKeys {
+    /// An empty map.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds (or replaces) `client_id`'s key set.
+    pub fn with_client(mut self, client_id: ClientId, keys: Jwks) -> Self {
+        self.clients.insert(client_id, Arc::new(keys));
+        self
+    }
+}
+
+#[async_trait]
+impl ClientKeys for StaticClientKeys {
+    async fn keys(&self, client_id: &ClientId, _kid: Option<&str>) -> Result<Arc<Jwks>, ResolveError> {
+        self.clients.get(client_id).cloned().ok_or(ResolveError::UnknownClient)
+    }
+}

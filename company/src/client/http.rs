@@ -1,0 +1,387 @@
+//! The real resolver: fetches the Client ID Metadata Document and the JWKS over HTTPS, with the
+//! wire doc's rules (§2.3) and caching.
+//!
+//! - The metadata is fetched with no redirect; the JWKS may redirect up to three times, never
+//!   off the `client_id`'s host.
+//! - HTTPS only, to names only (no IP literals), resolving to public addresses only, unless the
+//!   test allow-list ([`ResolverConfig::overrides`]) maps the name (PAP-3-10).
+//! - Each document at most [`ResolverConfig::max_bytes`], within [`ResolverConfig::timeout`].
+//! - Cached by `Cache-Control` (`max-age` clamped to 60 s..1 day, 60 s when absent, never with
+//!   `no-store`/`no-cache`); an unknown `kid` refetches the JWKS at most once per 60 s; a failed
+//!   `client_id` is remembered for 30 s.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pap_shared::{ClientId, Clock, HttpsUrl, Jwks, UnixTime};
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use rustls::pki_types::CertificateDer;
+
+use super::metadata::ClientMetadata;
+use super::{ClientKeys, ResolveError};
+
+/// Shortest time a fetched document is cached, in seconds.
+const MIN_CACHE_SECONDS: i64 = 60;
+/// Longest time a fetched document is cached, in seconds.
+const MAX_CACHE_SECONDS: i64 = 86_400;
+/// Least time between two refetches of one JWKS for an unknown `kid`, in seconds.
+const KID_REFETCH_SECONDS: i64 = 60;
+/// How long a failed `client_id` is answered from memory, in seconds.
+const FAILURE_SECONDS: i64 = 30;
+/// Most redirects followed for a JWKS.
+const MAX_JWKS_REDIRECTS: usize = 3;
+
+/// How the resolver reaches the network.
+#[derive(Clone, Debug)]
+pub struct ResolverConfig {
+    /// Extra trusted roots, added to the web PKI roots (a test CA).
+    pub extra_roots: Vec<CertificateDer<'static>>,
+    /// Test allow-list: these names connect to these addresses (which may be loopback), like
+    /// curl's `--resolve`. Every other name must resolve to public addresses.
+    pub overrides: HashMap<String, SocketAddr>,
+    /// Time limit for one fetch, body included.
+    pub timeout: Duration,
+    /// Size limit for one document.
+    pub max_bytes: usize,
+}
+
+impl Default for ResolverConfig {
+    fn default() -> Self {
+        Self { extra_roots: Vec::new(), overrides: HashMap::new(), timeout: Duration::from_secs(5), max_bytes: 100 * 1024 }
+    }
+}
+
+struct Entry {
+    metadata: Arc<ClientMetadata>,
+    metadata_until: UnixTime,
+    keys: Arc<Jwks>,
+    keys_until: UnixTime,
+    last_kid_refetch: Option<UnixTime>,
+}
+
+/// Resolves `client_id` -> metadata -> JWKS over HTTPS, with caching.
+#[derive(Clone)]
+pub struct HttpClientResolver {
+    http: reqwest::Client,
+    clock: Arc<dyn Clock>,
+    max_bytes: usize,
+    cache: Arc<Mutex<HashMap<ClientId, Entry>>>,
+    failures: Arc<Mutex<HashMap<ClientId, (UnixTime, ResolveError)>>>,
+}
+
+impl HttpClientResolver {
+    /// A resolver with its own HTTPS client.
+    pub fn new(config: ResolverConfig, clock: Arc<dyn Clock>) -> Result<Self, ResolverBuildError> {
+        let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+        for root in config.extra_roots {
+            roots.add(root).map_err(|_| ResolverBuildError::BadRoot)?;
+        }
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|_| ResolverBuildError::Tls)?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let http = reqwest::Client::builder()
+            .use_preconfigured_tls(tls)
+            .https_only(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(config.timeout)
+            .connect_timeout(config.timeout)
+            .no_proxy()
+            .dns_resolver(Arc::new(PublicOnly { overrides: Arc::new(config.overrides) }))
+            .build()
+            .map_err(|_| ResolverBuildError::Tls)?;
+        Ok(Self { http, clock, max_bytes: config.max_bytes, cache: Arc::default(), failures: Arc::default() })
+    }
+
+    /// The validated metadata of `client_id` (fetched or cached).
+    pub async fn metadata(&self, client_id: &ClientId) -> Result<Arc<ClientMetadata>, ResolveError> {
+        self.resolve(client_id, None).await.map(|(metadata, _)| metadata)
+    }
+
+    async fn resolve(&self, client_id: &ClientId, kid: Option<&str>) -> Result<(Arc<ClientMetadata>, Arc<Jwks>), ResolveError> {
+        let now = self.clock.now();
+        if let Some((until, error)) = lock(&self.failures).get(client_id) {
+            if now < *until {
+                return Err(error.clone());
+            }
+        }
+        let result = self.resolve_uncached_failures(client_id, kid, now).await;
+        if let Err(error) = &result {
+            lock(&self.failures).insert(client_id.clone(), (now.plus(FAILURE_SECONDS), error.clone()));
+        }
+        result
+    }
+
+    async fn resolve_uncached_failures(
+        &self,
+        client_id: &ClientId,
+        kid: Option<&str>,
+        now: UnixTime,
+    ) -> Result<(Arc<ClientMetadata>, Arc<Jwks>), ResolveError> {
+        enum Plan {
+            Cached(Arc<ClientMetadata>, Arc<Jwks>),
+            RefetchKeys(Arc<ClientMetadata>, UnixTime),
+            Full,
+        }
+        let plan = match lock(&self.cache).get(client_id) {
+            Some(e) if now < e.metadata_until && now < e.keys_until => {
+                let wants_kid = kid.is_some_and(|kid| !e.keys.has_kid(kid));
+                let may_refetch = e.last_kid_refetch.is_none_or(|t| now.since(t) >= KID_REFETCH_SECONDS);
+                if wants_kid && may_refetch {
+                    Plan::RefetchKeys(e.metadata.clone(), e.metadata_until)
+                } else {
+                    Plan::Cached(e.metadata.clone(), e.keys.clone())
+                }
+            }
+            _ => Plan::Full,
+        };
+        let (metadata, metadata_until, kid_refetch) = match plan {
+            Plan::Cached(metadata, keys) => return Ok((metadata, keys)),
+            Plan::RefetchKeys(metadata, until) => (metadata, until, Some(now)),
+            Plan::Full => {
+                let (body, lifetime) = self.fetch(&client_id.url(), "client metadata", None).await?;
+                let metadata = Arc::new(ClientMetadata::parse(&body, client_id)?);
+                (metadata, now.plus(lifetime), None)
+            }
+        };
+        let host = client_id.url().domain().map(str::to_owned);
+        let (body, lifetime) = self.fetch(metadata.jwks_uri(), "client JWKS", host.as_deref()).await?;
+        let keys = Arc::new(Jwks::parse(&body).map_err(ResolveError::InvalidKeys)?);
+        lock(&self.cache).insert(
+            client_id.clone(),
+            Entry {
+                metadata: metadata.clone(),
+                metadata_until,
+                keys: keys.clone(),
+                keys_until: now.plus(lifetime),
+                last_kid_refetch: kid_refetch,
+            },
+        );
+        Ok((metadata, keys))
+    }
+
+    /// GETs `url`; follows up to three redirects only when `redirect_host` names the one host
+    /// they may stay on. Returns the body and its cache lifetime in seconds (0: do not cache).
+    async fn fetch(&self, url: &HttpsUrl, what: &'static str, redirect_host: Option<&str>) -> Result<(Vec<u8>, i64), ResolveError> {
+        let fail = |why: String| ResolveError::Fetch { what, why };
+        let mut url = url.clone();
+        for _ in 0..=MAX_JWKS_REDIRECTS {
+            if url.domain().is_none() {
+                return Err(ResolveError::Forbidden("the URL names an IP address"));
+            }
+            let response = self
+                .http
+                .get(url.url().clone())
+                .header(http::header::ACCEPT, "application/json")
+                .send()
+                .await
+                .map_err(|e| fail(transport_reason(&e)))?;
+            let status = response.status();
+            if status.is_redirection() {
+                let Some(host) = redirect_host else { return Err(fail("a redirect was refused".into())) };
+                let location = response.headers().get(http::header::LOCATION).and_then(|l| l.to_str().ok());
+                let next = location.and_then(|l| url.url().join(l).ok()).and_then(|u| HttpsUrl::parse(u.as_str()).ok());
+                match next {
+                    Some(next) if next.domain() == Some(host) => url = next,
+                    _ => return Err(fail("a redirect left the client's host".into())),
+                }
+                continue;
+            }
+            if status != reqwest::StatusCode::OK {
+                return Err(fail(format!("status {}", status.as_u16())));
+            }
+            if !json_content_type(response.headers()) {
+                return Err(fail("the content type is not JSON".into()));
+            }
+            let lifetime = cache_lifetime(response.headers());
+            let body = read_limited(response, self.max_bytes).await.map_err(fail)?;
+            return Ok((body, lifetime));
+        }
+        Err(fail("too many redirects".into()))
+    }
+}
+
+#[async_trait]
+impl ClientKeys for HttpClientResolver {
+    async fn keys(&self, client_id: &ClientId, kid: Option<&str>) -> Result<Arc<Jwks>, ResolveError> {
+        self.resolve(client_id, kid).await.map(|(_, keys)| keys)
+    }
+}
+
+impl fmt::Debug for HttpClientResolver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpClientResolver").field("max_bytes", &self.max_bytes).finish_non_exhaustive()
+    }
+}
+
+/// Why the resolver could not be built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ResolverBuildError {
+    /// An extra root certificate could not be parsed.
+    #[error("an extra root certificate is invalid")]
+    BadRoot,
+    /// The TLS client could not be configured.
+    #[error("the HTTPS client could not be configured")]
+    Tls,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every critical section is a single map operation; a poisoned map is still consistent.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn transport_reason(error: &reqwest::Error) -> String {
+    if error.is_timeout() {
+        "timed out".into()
+    } else if error.is_connect() {
+        "could not connect (or the name has no public address)".into()
+    } else {
+        "transport error".into()
+    }
+}
+
+fn json_content_type(headers: &http::HeaderMap) -> bool {
+    let Some(value) = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else { return false };
+    let essence = value.split(';').next().unwrap_or_default().trim();
+    essence.eq_ignore_ascii_case("application/json") || essence.eq_ignore_ascii_case("application/jwk-set+json")
+}
+
+/// The cache lifetime `Cache-Control` allows, clamped to 60 s..1 day; 0 for `no-store`/`no-cache`.
+fn cache_lifetime(headers: &http::HeaderMap) -> i64 {
+    let mut max_age = None;
+    for directive in headers.get_all(http::header::CACHE_CONTROL).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(','))
+    {
+        let directive = directive.trim().to_ascii_lowercase();
+        if directive == "no-store" || directive == "no-cache" {
+            return 0;
+        }
+        if let Some(seconds) = directive.strip_prefix("max-age=") {
+            max_age = seconds.trim_matches('"').parse::<i64>().ok();
+        }
+    }
+    max_age.unwrap_or(MIN_CACHE_SECONDS).clamp(MIN_CACHE_SECONDS, MAX_CACHE_SECONDS)
+}
+
+async fn read_limited(mut response: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
+    if response.content_length().is_some_and(|n| n > max as u64) {
+        return Err("the document is too large".into());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| transport_reason(&e))? {
+        if body.len() + chunk.len() > max {
+            return Err("the document is too large".into());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// A DNS resolver that answers only public addresses, except for allow-listed test names.
+struct PublicOnly {
+    overrides: Arc<HashMap<String, SocketAddr>>,
+}
+
+impl Resolve for PublicOnly {
+    fn resolve(&self, name: Name) -> Resolving {
+        let overrides = self.overrides.clone();
+        Box::pin(async move {
+            if let Some(addr) = overrides.get(name.as_str()) {
+                return Ok(Box::new(std::iter::once(*addr)) as Addrs);
+            }
+            let public: Vec<SocketAddr> =
+                tokio::net::lookup_host((name.as_str(), 0)).await?.filter(|a| is_public(a.ip())).collect();
+            if public.is_empty() {
+                return Err("the name has no public address".into());
+            }
+            Ok(Box::new(public.into_iter()) as Addrs)
+        })
+    }
+}
+
+/// Whether `ip` is a globally routable unicast address (not loopback, private, link-local,
+/// shared, documentation, benchmarking, multicast or reserved).
+pub(crate) fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            !(v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_documentation()
+                || v4.is_multicast()
+                || a == 0
+                || a >= 240
+                || (a == 100 && (64..128).contains(&b))
+                || (a == 192 && b == 0 && v4.octets()[2] == 0)
+                || (a == 198 && (18..20).contains(&b)))
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_public(IpAddr::V4(v4));
+            }
+            let first = v6.segments()[0];
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+                || first == 0x2001 && v6.segments()[1] == 0x0db8
+                || first == 0x0064)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_address_policy() {
+        for private in ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.1.1", "100.64.0.1", "0.0.0.0",
+            "255.255.255.255", "224.0.0.1", "192.0.2.1", "198.18.0.1", "::1", "fe80::1", "fd00::1", "::ffff:127.0.0.1", "2001:db8::1", "::"]
+        {
+            assert!(!is_public(private.parse().unwrap()), "{private}");
+        }
+        for public in ["93.184.216.34", "1.1.1.1", "2606:4700::1111", "::ffff:8.8.8.8"] {
+            assert!(is_public(public.parse().unwrap()), "{public}");
+        }
+    }
+
+    #[test]
+    fn cache_lifetime_is_clamped() {
+        let with = |v: &'static str| {
+            let mut h = http::HeaderMap::new();
+            h.insert(http::header::CACHE_CONTROL, http::HeaderValue::from_static(v));
+            cache_lifetime(&h)
+        };
+        assert_eq!(cache_lifetime(&http::HeaderMap::new()), 60);
+        assert_eq!(with("max-age=5"), 60);
+        assert_eq!(with("public, max-age=600"), 600);
+        assert_eq!(with("max-age=999999"), 86_400);
+        assert_eq!(with("no-store"), 0);
+        assert_eq!(with("max-age=600, no-cache"), 0);
+    }
+
+    #[test]
+    fn json_content_types() {
+        let with = |v: &'static str| {
+            let mut h = http::HeaderMap::new();
+            h.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(v));
+            json_content_type(&h)
+        };
+        assert!(with("application/json"));
+        assert!(with("application/json; charset=utf-8"));
+        assert!(with("application/jwk-set+json"));
+        assert!(!with("text/html"));
+        assert!(!json_content_type(&http::HeaderMap::new()));
+    }
+}

@@ -1,0 +1,250 @@
+//! PAP §5, the company's checks of a browser assertion, in the order they run.
+//!
+//! Cheap, local checks come first (shape, `alg`, `typ`, claims, audience, time, `return_to`),
+//! so a bad assertion costs neither a network fetch nor a signature verification. Then the
+//! agent's keys and the signature, then the Session, and last the one-time use of
+//! `(client_id, jti)`: an assertion refused for any other reason is not consumed, and one
+//! that is consumed has passed every other check.
+
+use std::fmt;
+use std::sync::Arc;
+
+use pap_shared::{
+    Algorithm, BROWSER_ASSERTION_TYP, BrowserAssertionClaims, ClaimsError, ClientId, Clock, CompactJws, CompanyDomain,
+    HttpsUrl, JoseError, PairwiseUserId, SessionId, UnixTime, UnverifiedJws,
+};
+
+use crate::client::{ClientKeys, ResolveError};
+use crate::replay::{ReplayGuard, ReplayKey};
+use crate::session::SessionDirectory;
+
+/// How far in the future an assertion's `iat` may be, in seconds, to absorb clock drift between
+/// the agent and the company. The Python reference allows none; five seconds refuses nothing an
+/// honest agent sends and still leaves every assertion at most 65 seconds of validity.
+pub const IAT_SKEW_SECONDS: i64 = 5;
+
+/// The verifier of one company's browser-session endpoint.
+#[derive(Clone)]
+pub struct Verifier {
+    endpoint: HttpsUrl,
+    domain: CompanyDomain,
+    clock: Arc<dyn Clock>,
+    clients: Arc<dyn ClientKeys>,
+    sessions: Arc<dyn SessionDirectory>,
+    replay: Arc<dyn ReplayGuard>,
+}
+
+/// What a [`Verifier`] is made of.
+#[derive(Debug)]
+pub struct VerifierParts {
+    /// The published `web.browser_session_endpoint`, exactly as in discovery: the only `aud`.
+    pub endpoint: HttpsUrl,
+    /// The company's `organization.domain`: `return_to` must be on it or a subdomain.
+    pub domain: CompanyDomain,
+    /// Now.
+    pub clock: Arc<dyn Clock>,
+    /// The agents' keys.
+    pub clients: Arc<dyn ClientKeys>,
+    /// The company's Sessions.
+    pub sessions: Arc<dyn SessionDirectory>,
+    /// One-time use of `(client_id, jti)`.
+    pub replay: Arc<dyn ReplayGuard>,
+}
+
+impl Verifier {
+    /// A verifier from its parts.
+    pub fn new(parts: VerifierParts) -> Self {
+        let VerifierParts { endpoint, domain, clock, clients, sessions, replay } = parts;
+        Self { endpoint, domain, clock, clients, sessions, replay }
+    }
+
+    /// The endpoint this verifier accepts as `aud`.
+    pub fn endpoint(&self) -> &HttpsUrl {
+        &self.endpoint
+    }
+
+    /// The company's domain.
+    pub fn domain(&self) -> &CompanyDomain {
+        &self.domain
+    }
+
+    /// The clock the verifier reads.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The Session directory the verifier consults.
+    pub fn sessions(&self) -> &Arc<dyn SessionDirectory> {
+        &self.sessions
+    }
+
+    /// Runs every check of PAP §5 on `assertion`. Only this function makes a
+    /// [`VerifiedAssertion`].
+    pub async fn verify(&self, assertion: &CompactJws) -> Result<VerifiedAssertion, VerifyError> {
+        // 1. Shape: three unpadded base64url segments, a JSON header without `crit`.
+        let jws = UnverifiedJws::parse(assertion.secret()).map_err(VerifyError::Malformed)?;
+        // 2. `alg`: ES256 or RS256 only (never `none`, never HMAC).
+        let alg = Algorithm::from_name(&jws.header().alg).ok_or(VerifyError::UnsupportedAlgorithm)?;
+        // 3. `typ`: exactly `poppy-browser+jwt`, so a Session assertion (`JWT`) is refused here.
+        if jws.header().typ.as_deref() != Some(BROWSER_ASSERTION_TYP) {
+            return Err(VerifyError::WrongType);
+        }
+        // 4. Claims: all present, integer times, formats, `0 < exp - iat <= 60`.
+        let claims = BrowserAssertionClaims::from_payload(jws.payload()).map_err(VerifyError::Claims)?;
+        // 5. Audience: exactly the published endpoint, character for character.
+        if claims.aud().as_str() != self.endpoint.as_str() {
+            return Err(VerifyError::WrongAudience);
+        }
+        // 6. Time: `exp` strictly after now; `iat` not later than now + skew.
+        let now = self.clock.now();
+        if claims.exp() <= now {
+            return Err(VerifyError::Expired);
+        }
+        if claims.iat() > now.plus(IAT_SKEW_SECONDS) {
+            return Err(VerifyError::IssuedInFuture);
+        }
+        // 7. `return_to`: HTTPS on the company's domain or a subdomain.
+        if !claims.return_to().is_on(&self.domain) {
+            return Err(VerifyError::ForeignReturnTo);
+        }
+        // 8. Signature, with a key from the `iss` client's JWKS.
+        let kid = jws.header().kid.as_deref();
+        let keys = self.clients.keys(claims.iss(), kid).await.map_err(VerifyError::Client)?;
+        let mut candidates = keys.candidates(alg, kid).peekable();
+        if candidates.peek().is_none() {
+            return Err(VerifyError::NoMatchingKey);
+        }
+        if !candidates.any(|key| jws.verify_with(alg, key)) {
+            return Err(VerifyError::BadSignature);
+        }
+        // 9. The Session: live, and the same client and user.
+        let session = self.sessions.session(claims.session_id()).await.ok_or(VerifyError::SessionNotLive)?;
+        if !session.is_live(now) {
+            return Err(VerifyError::SessionNotLive);
+        }
+        if &session.client_id != claims.iss() || &session.user != claims.sub() {
+            return Err(VerifyError::SessionOwnerMismatch);
+        }
+        // 10. Last: `(client_id, jti)` used once, atomically, until `exp`.
+        if !self.replay.mark_once(ReplayKey::browser_assertion(claims.iss(), claims.jti()), claims.exp()).await {
+            return Err(VerifyError::Replayed);
+        }
+        Ok(VerifiedAssertion {
+            client_id: claims.iss().clone(),
+            user: claims.sub().clone(),
+            session_id: claims.session_id().clone(),
+            return_to: claims.return_to().clone(),
+            session_expires_at: session.expires_at,
+        })
+    }
+}
+
+impl fmt::Debug for Verifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Verifier").field("endpoint", &self.endpoint).field("domain", &self.domain).finish_non_exhaustive()
+    }
+}
+
+/// Proof that a browser assertion passed every check of PAP §5, replay included. Its fields are
+/// private and only [`Verifier::verify`] builds one.
+#[derive(Debug)]
+pub struct VerifiedAssertion {
+    client_id: ClientId,
+    user: PairwiseUserId,
+    session_id: SessionId,
+    return_to: HttpsUrl,
+    session_expires_at: UnixTime,
+}
+
+impl VerifiedAssertion {
+    /// The agent (`iss`).
+    pub fn client_id(&self) -> &ClientId {
+        &self.client_id
+    }
+    /// The pairwise User ID (`sub`).
+    pub fn user(&self) -> &PairwiseUserId {
+        &self.user
+    }
+    /// The live Session joined.
+    pub fn session_id(&self) -> &SessionId {
+        &self.session_id
+    }
+    /// Where to send the browser: on the company's domain.
+    pub fn return_to(&self) -> &HttpsUrl {
+        &self.return_to
+    }
+    /// When the Session expires, as it stood at verification.
+    pub fn session_expires_at(&self) -> UnixTime {
+        self.session_expires_at
+    }
+}
+
+/// Why a browser assertion was refused. Each variant is one check of PAP §5; none carries the
+/// assertion or any part of it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    /// The signature verifies with none of the candidate keys (PAP-5-05).
+    #[error("the signature does not verify")]
+    BadSignature,
+    /// A claim is missing, mistyped, malformed, or the lifetime is not `1..=60` s (PAP-5-06).
+    #[error("the claims are invalid")]
+    Claims(#[source] ClaimsError),
+    /// The agent's keys could not be resolved (PAP-5-05).
+    #[error("the client could not be resolved")]
+    Client(#[source] ResolveError),
+    /// `exp` is now or past (PAP-5-06).
+    #[error("the assertion has expired")]
+    Expired,
+    /// `return_to` is not on the company's domain or a subdomain (PAP-5-09).
+    #[error("return_to is not on the company's domain")]
+    ForeignReturnTo,
+    /// `iat` is later than now plus [`IAT_SKEW_SECONDS`].
+    #[error("the assertion is issued in the future")]
+    IssuedInFuture,
+    /// Not a compact JWS with a readable header (PAP-5-05).
+    #[error("the assertion is malformed")]
+    Malformed(#[source] JoseError),
+    /// The key set has no key for the header's `alg` and `kid` (PAP-5-05).
+    #[error("no key matches the header's alg and kid")]
+    NoMatchingKey,
+    /// `(client_id, jti)` was accepted before (PAP-5-07).
+    #[error("the assertion was already used")]
+    Replayed,
+    /// The Session belongs to another client or user (PAP-5-08).
+    #[error("the Session belongs to another client or user")]
+    SessionOwnerMismatch,
+    /// The Session is unknown, ended or expired (PAP-5-08).
+    #[error("the Session is not live")]
+    SessionNotLive,
+    /// `alg` is not ES256 or RS256 (PAP-5-05).
+    #[error("the algorithm is not ES256 or RS256")]
+    UnsupportedAlgorithm,
+    /// `aud` is not exactly this endpoint (PAP-5-06).
+    #[error("the audience is not this endpoint")]
+    WrongAudience,
+    /// `typ` is not exactly `poppy-browser+jwt` (PAP-5-05).
+    #[error("the type is not poppy-browser+jwt")]
+    WrongType,
+}
+
+impl VerifyError {
+    /// A stable, token-free code for logs and counters.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::BadSignature => "bad_signature",
+            Self::Claims(_) => "invalid_claims",
+            Self::Client(_) => "client_unresolved",
+            Self::Expired => "expired",
+            Self::ForeignReturnTo => "foreign_return_to",
+            Self::IssuedInFuture => "issued_in_future",
+            Self::Malformed(_) => "malformed",
+            Self::NoMatchingKey => "no_matching_key",
+            Self::Replayed => "replayed",
+            Self::SessionOwnerMismatch => "session_owner_mismatch",
+            Self::SessionNotLive => "session_not_live",
+            Self::UnsupportedAlgorithm => "unsupported_algorithm",
+            Self::WrongAudience => "wrong_audience",
+            Self::WrongType => "wrong_type",
+        }
+    }
+}

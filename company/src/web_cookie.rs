@@ -1,0 +1,211 @@
+//! The company's own cookie for a joined browser (PAP-5-10..12).
+//!
+//! The value is 32 random bytes (base64url, 43 characters); the company stores only its
+//! SHA-256, bound to the Session id, and looks the Session up on every request.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use http::HeaderValue;
+use moka::sync::Cache;
+use pap_shared::{Clock, Rng, SessionId, UnixTime};
+use sha2::{Digest, Sha256};
+use zeroize::Zeroizing;
+
+use crate::expiry::{ExpireAt, Expiring};
+
+/// The cookie's name. The `__Host-` prefix makes browsers insist on `Secure`, `Path=/` and no
+/// `Domain`, so no subdomain can set or shadow it.
+pub const SESSION_COOKIE_NAME: &str = "__Host-poppy_session";
+
+/// The attributes, in the order the project documents them. No `Max-Age`, `Expires` or
+/// `Domain`: the cookie has no lifetime of its own, it stands for the Session while it is live.
+const SESSION_COOKIE_ATTRIBUTES: &str = "; Path=/; Secure; HttpOnly; SameSite=Lax";
+
+/// Length of a cookie value: 32 bytes in unpadded base64url.
+const VALUE_LEN: usize = 43;
+
+/// A `__Host-poppy_session` value. A bearer credential for the website: redacted `Debug`, no
+/// `Display`, `Clone` or `PartialEq`, zeroized on drop.
+pub struct SessionCookie(Zeroizing<String>);
+
+impl SessionCookie {
+    /// A fresh value of 32 random bytes.
+    pub fn generate(rng: &dyn Rng) -> Self {
+        let mut bytes = Zeroizing::new([0u8; 32]);
+        rng.fill(bytes.as_mut());
+        Self(Zeroizing::new(URL_SAFE_NO_PAD.encode(bytes.as_ref())))
+    }
+
+    /// A value read from a `Cookie` header, if it has the shape of one this company issued.
+    pub fn from_value(value: &str) -> Option<Self> {
+        let shaped = value.len() == VALUE_LEN && value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        shaped.then(|| Self(Zeroizing::new(value.to_owned())))
+    }
+
+    /// The hash the company stores instead of the value.
+    pub fn hash(&self) -> CookieHash {
+        CookieHash(Sha256::digest(self.0.as_bytes()).into())
+    }
+
+    /// The `Set-Cookie` header value: exactly
+    /// `__Host-poppy_session=<value>; Path=/; Secure; HttpOnly; SameSite=Lax`.
+    pub fn set_cookie_header(&self) -> HeaderValue {
+        let mut header = String::with_capacity(SESSION_COOKIE_NAME.len() + 1 + VALUE_LEN + SESSION_COOKIE_ATTRIBUTES.len());
+        header.push_str(SESSION_COOKIE_NAME);
+        header.push('=');
+        header.push_str(&self.0);
+        header.push_str(SESSION_COOKIE_ATTRIBUTES);
+        let mut value = HeaderValue::try_from(header).expect("a base64url value and fixed attributes are visible ASCII");
+        value.set_sensitive(true);
+        value
+    }
+
+    /// Reads every `__Host-poppy_session` value from a request's `Cookie` headers (HTTP/2
+    /// clients such as Chromium send one header per cookie).
+    pub fn from_headers(headers: &http::HeaderMap) -> Vec<Self> {
+        headers
+            .get_all(http::header::COOKIE)
+            .iter()
+            .filter_map(|h| h.to_str().ok())
+            .flat_map(|h| h.split(';'))
+            .filter_map(|pair| pair.trim().split_once('='))
+            .filter(|(name, _)| *name == SESSION_COOKIE_NAME)
+            .filter_map(|(_, value)| Self::from_value(value))
+            .collect()
+    }
+
+    /// The value.
+    ///
+    /// # Security Warning
+    ///
+    /// Whoever has the value is the Session on the website. Use it only to derive bound tokens
+    /// (such as a CSRF token); never log, store or return it.
+    pub fn secret(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SessionCookie {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SessionCookie([redacted])")
+    }
+}
+
+/// SHA-256 of a cookie value: what the company stores.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CookieHash([u8; 32]);
+
+impl fmt::Debug for CookieHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CookieHash(..)")
+    }
+}
+
+/// Which Session a cookie stands for.
+#[async_trait]
+pub trait CookieBindings: Send + Sync + fmt::Debug {
+    /// Binds `cookie` to `session` until `until` (the Session's expiry).
+    async fn bind(&self, cookie: CookieHash, session: SessionId, until: UnixTime);
+    /// The Session `cookie` is bound to, if any.
+    async fn lookup(&self, cookie: &CookieHash) -> Option<SessionId>;
+    /// Forgets `cookie` (its Session ended).
+    async fn forget(&self, cookie: &CookieHash);
+}
+
+#[derive(Clone)]
+struct Binding {
+    session: SessionId,
+    until: UnixTime,
+}
+
+impl Expiring for Binding {
+    fn expires_at(&self) -> UnixTime {
+        self.until
+    }
+}
+
+/// Cookie bindings held in this process, dropped when their Session expires.
+#[derive(Clone)]
+pub struct MemoryCookieBindings {
+    bindings: Cache<CookieHash, Binding>,
+}
+
+impl MemoryCookieBindings {
+    /// Empty bindings whose expiry reads `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self { bindings: Cache::builder().expire_after(ExpireAt::new(clock)).build() }
+    }
+}
+
+impl fmt::Debug for MemoryCookieBindings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryCookieBindings").field("entries", &self.bindings.entry_count()).finish()
+    }
+}
+
+#[async_trait]
+impl CookieBindings for MemoryCookieBindings {
+    async fn bind(&self, cookie: CookieHash, session: SessionId, until: UnixTime) {
+        self.bindings.insert(cookie, Binding { session, until });
+    }
+
+    async fn lookup(&self, cookie: &CookieHash) -> Option<SessionId> {
+        self.bindings.get(cookie).map(|b| b.session)
+    }
+
+    async fn forget(&self, cookie: &CookieHash) {
+        self.bindings.invalidate(cookie);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pap_shared::SystemRng;
+
+    use super::*;
+
+    #[test]
+    fn set_cookie_is_exactly_as_specified() {
+        let cookie = SessionCookie::generate(&SystemRng);
+        let header = cookie.set_cookie_header();
+        let text = header.to_str().unwrap();
+        assert_eq!(text, format!("__Host-poppy_session={}; Path=/; Secure; HttpOnly; SameSite=Lax", cookie.secret()));
+        assert_eq!(cookie.secret().len(), 43);
+        // The cookie crate reads it back with exactly these attributes and no lifetime.
+        let parsed = cookie::Cookie::parse(text).unwrap();
+        assert_eq!(parsed.name(), SESSION_COOKIE_NAME);
+        assert_eq!(parsed.path(), Some("/"));
+        assert_eq!(parsed.secure(), Some(true));
+        assert_eq!(parsed.http_only(), Some(true));
+        assert_eq!(parsed.same_site(), Some(cookie::SameSite::Lax));
+        assert_eq!(parsed.max_age(), None);
+        assert_eq!(parsed.expires(), None);
+        assert_eq!(parsed.domain(), None);
+        assert!(header.is_sensitive());
+    }
+
+    #[test]
+    fn values_are_random_and_debug_is_redacted() {
+        let a = SessionCookie::generate(&SystemRng);
+        let b = SessionCookie::generate(&SystemRng);
+        assert_ne!(a.secret(), b.secret());
+        assert_ne!(a.hash(), b.hash());
+        assert!(!format!("{a:?}").contains(a.secret()));
+    }
+
+    #[test]
+    fn reads_every_cookie_header() {
+        let a = SessionCookie::generate(&SystemRng);
+        let mut headers = http::HeaderMap::new();
+        headers.append(http::header::COOKIE, HeaderValue::from_static("other=1"));
+        headers.append(http::header::COOKIE, HeaderValue::try_from(format!("x=2; __Host-poppy_session={}", a.secret())).unwrap());
+        headers.append(http::header::COOKIE, HeaderValue::from_static("__Host-poppy_session=short"));
+        let found = SessionCookie::from_headers(&headers);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].hash(), a.hash());
+    }
+}

@@ -1,0 +1,111 @@
+//! The `WebSession` extractor: the company's own pages learn, on every request, which live,
+//! signed-in PAP Session the browser's cookie stands for (PAP-5-10, PAP-5-11).
+
+use axum::extract::{FromRef, FromRequestParts};
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use http::request::Parts;
+use pap_shared::SessionId;
+
+use crate::browser_session::BrowserSession;
+use crate::page::message_page;
+use crate::session::SessionRecord;
+use crate::web_cookie::SessionCookie;
+
+/// The live, signed-in Session behind the request's `__Host-poppy_session` cookie, read fresh
+/// from the directory for this request.
+///
+/// A handler that takes a `WebSession` runs only for such a Session; otherwise the request is
+/// answered 401 before the handler: no cookie, an unknown cookie, an ended or expired Session
+/// (whose cookie binding is then dropped), or a Session that is signed out now.
+#[derive(Debug)]
+pub struct WebSession {
+    id: SessionId,
+    record: SessionRecord,
+    cookie: SessionCookie,
+}
+
+impl WebSession {
+    /// The Session's id.
+    pub fn id(&self) -> &SessionId {
+        &self.id
+    }
+
+    /// The Session as it stands for this request.
+    pub fn record(&self) -> &SessionRecord {
+        &self.record
+    }
+
+    /// The account the Session is signed in to.
+    pub fn account(&self) -> &str {
+        self.record.account.as_deref().unwrap_or_default()
+    }
+
+    /// Whether the Session holds `scope` now.
+    pub fn has_scope(&self, scope: &str) -> bool {
+        self.record.scopes.iter().any(|s| s == scope)
+    }
+
+    /// The cookie this request presented, to derive tokens bound to it (a CSRF token).
+    pub fn cookie(&self) -> &SessionCookie {
+        &self.cookie
+    }
+}
+
+/// Why a page was refused: always 401 with a short page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WebSessionRejection {
+    /// The request has no (well-formed) session cookie.
+    #[error("no session cookie")]
+    NoCookie,
+    /// The cookie is not bound to any Session.
+    #[error("unknown session cookie")]
+    UnknownCookie,
+    /// The Session has ended or expired.
+    #[error("the Session is not live")]
+    SessionEnded,
+    /// The Session is live but signed out.
+    #[error("the Session is signed out")]
+    SignedOut,
+}
+
+impl IntoResponse for WebSessionRejection {
+    fn into_response(self) -> Response {
+        tracing::info!(reason = %self, "web request without a live signed-in Session");
+        message_page(StatusCode::UNAUTHORIZED, "Session ended", "Your agent's session has ended. Ask it to open this again.")
+    }
+}
+
+impl<S> FromRequestParts<S> for WebSession
+where
+    S: Send + Sync,
+    BrowserSession: FromRef<S>,
+{
+    type Rejection = WebSessionRejection;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let browser_session = BrowserSession::from_ref(state);
+        let now = browser_session.verifier().clock().now();
+        let mut rejection = WebSessionRejection::NoCookie;
+        for cookie in SessionCookie::from_headers(&parts.headers) {
+            let hash = cookie.hash();
+            let Some(id) = browser_session.cookies().lookup(&hash).await else {
+                rejection = WebSessionRejection::UnknownCookie;
+                continue;
+            };
+            let record = browser_session.verifier().sessions().session(&id).await;
+            let Some(record) = record.filter(|r| r.is_live(now)) else {
+                // The cookie must not outlive its Session (PAP-5-11).
+                browser_session.cookies().forget(&hash).await;
+                rejection = WebSessionRejection::SessionEnded;
+                continue;
+            };
+            if !record.is_signed_in() {
+                rejection = WebSessionRejection::SignedOut;
+                continue;
+            }
+            return Ok(Self { id, record, cookie });
+        }
+        Err(rejection)
+    }
+}

@@ -1,0 +1,148 @@
+//! Shared fixtures for the company's integration tests: a settable clock, an agent with keys,
+//! and a company wired from the embedded stores.
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::get;
+use http::Request;
+use pap_company::{
+    BrowserSession, MemoryCookieBindings, MemorySessionDirectory, MokaReplayGuard, StaticClientKeys, Verifier,
+    VerifierParts, WebSession, browser_session_router,
+};
+use pap_shared::{
+    BROWSER_ASSERTION_TYP, BrowserAssertionClaims, BrowserAssertionRequest, ClientId, Clock, CompactJws, CompanyDomain,
+    HttpsUrl, Jti, Jwks, PairwiseUserId, SessionId, SigningKey, SystemRng, UnixTime,
+};
+use serde_json::{Value, json};
+
+pub const NOW: i64 = 1_800_000_000;
+pub const ENDPOINT: &str = "https://shop.example/poppy/browser-session";
+pub const CLIENT_ID: &str = "https://atlas.example/agent.json";
+
+/// A clock tests move by hand.
+#[derive(Debug)]
+pub struct TestClock(AtomicI64);
+
+impl TestClock {
+    pub fn at(seconds: i64) -> Arc<Self> {
+        Arc::new(Self(AtomicI64::new(seconds)))
+    }
+    pub fn set(&self, seconds: i64) {
+        self.0.store(seconds, Ordering::SeqCst);
+    }
+}
+
+impl Clock for TestClock {
+    fn now(&self) -> UnixTime {
+        UnixTime::from_secs(self.0.load(Ordering::SeqCst))
+    }
+}
+
+/// An agent: its client id and signing key.
+pub struct Agent {
+    pub client_id: ClientId,
+    pub key: SigningKey,
+}
+
+impl Agent {
+    pub fn new(client_id: &str) -> Self {
+        Self { client_id: ClientId::parse(client_id).unwrap(), key: SigningKey::generate_es256(&SystemRng, "key-1").unwrap() }
+    }
+
+    pub fn jwks(&self) -> Jwks {
+        Jwks::from_keys(vec![self.key.public_key().clone()])
+    }
+
+    /// Signs arbitrary claims with an arbitrary header `typ`.
+    pub fn sign(&self, typ: &str, claims: &Value) -> CompactJws {
+        self.key.sign(typ, claims).unwrap()
+    }
+}
+
+/// Everything a test needs: the company's stores and an agent it knows.
+pub struct World {
+    pub clock: Arc<TestClock>,
+    pub sessions: MemorySessionDirectory,
+    pub replay: MokaReplayGuard,
+    pub state: BrowserSession,
+    pub agent: Agent,
+    pub user: PairwiseUserId,
+    pub session: SessionId,
+}
+
+impl World {
+    pub fn new() -> Self {
+        let clock = TestClock::at(NOW);
+        let agent = Agent::new(CLIENT_ID);
+        let sessions = MemorySessionDirectory::new(clock.clone(), Arc::new(SystemRng));
+        let replay = MokaReplayGuard::new(clock.clone());
+        let clients = StaticClientKeys::new().with_client(agent.client_id.clone(), agent.jwks());
+        let verifier = Verifier::new(VerifierParts {
+            endpoint: HttpsUrl::parse(ENDPOINT).unwrap(),
+            domain: CompanyDomain::try_from("shop.example").unwrap(),
+            clock: clock.clone(),
+            clients: Arc::new(clients),
+            sessions: Arc::new(sessions.clone()),
+            replay: Arc::new(replay.clone()),
+        });
+        let state = BrowserSession::new(verifier, Arc::new(MemoryCookieBindings::new(clock.clone())), Arc::new(SystemRng));
+        let user = PairwiseUserId::parse("usr_conf_abcdefghijklmnopqrstuv").unwrap();
+        let session = sessions.start(agent.client_id.clone(), user.clone(), 3_600);
+        sessions.sign_in(&session, "ada", vec!["orders:read".into()]);
+        Self { clock, sessions, replay, state, agent, user, session }
+    }
+
+    /// Valid claims as the agent would send them, as JSON so tests can break any member.
+    pub fn claims(&self) -> Value {
+        let domain = CompanyDomain::try_from("shop.example").unwrap();
+        let endpoint = HttpsUrl::parse(ENDPOINT).unwrap();
+        let return_to = HttpsUrl::parse("https://shop.example/operations/op_1").unwrap();
+        let request = BrowserAssertionRequest {
+            client_id: &self.agent.client_id,
+            user: &self.user,
+            endpoint: &endpoint,
+            session_id: &self.session,
+            return_to: &return_to,
+            company_domain: &domain,
+        };
+        let claims = BrowserAssertionClaims::build(&request, UnixTime::from_secs(NOW - 5), 60, Jti::generate(&SystemRng)).unwrap();
+        serde_json::to_value(claims).unwrap()
+    }
+
+    pub fn assertion(&self) -> CompactJws {
+        self.agent.sign(BROWSER_ASSERTION_TYP, &self.claims())
+    }
+
+    pub fn with(&self, member: &str, value: Value) -> CompactJws {
+        let mut claims = self.claims();
+        claims[member] = value;
+        self.agent.sign(BROWSER_ASSERTION_TYP, &claims)
+    }
+
+    /// The browser-session route plus one page behind `WebSession`, as a company would mount them.
+    pub fn app(&self) -> Router {
+        Router::new()
+            .merge(browser_session_router())
+            .route("/operations/{id}", get(|session: WebSession| async move { format!("hello {}", session.account()) }))
+            .with_state(self.state.clone())
+    }
+}
+
+pub fn join_request(assertion: &CompactJws) -> Request<Body> {
+    form_post(&format!("assertion={}", assertion.secret()))
+}
+
+pub fn form_post(body: &str) -> Request<Body> {
+    Request::post("/poppy/browser-session")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(Body::from(body.to_owned()))
+        .unwrap()
+}
+
+pub fn json_value(v: Value) -> Value {
+    json!(v)
+}
