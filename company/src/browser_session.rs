@@ -59,7 +59,9 @@ struct Inner {
 impl BrowserSession {
     /// The state from its parts.
     pub fn new(verifier: Verifier, cookies: Arc<dyn CookieBindings>, rng: Arc<dyn Rng>) -> Self {
-        Self { inner: Arc::new(Inner { verifier, cookies, rng }) }
+        Self {
+            inner: Arc::new(Inner { verifier, cookies, rng }),
+        }
     }
 
     /// The verifier.
@@ -75,13 +77,25 @@ impl BrowserSession {
     /// Verifies `assertion` and, on success, issues a cookie bound to its Session. Returns the
     /// 303 response to send.
     pub async fn join(&self, assertion: &CompactJws) -> Result<Response, JoinRefusal> {
-        let verified = self.inner.verifier.verify(assertion).await.map_err(JoinRefusal::Verify)?;
+        let verified = self
+            .inner
+            .verifier
+            .verify(assertion)
+            .await
+            .map_err(JoinRefusal::Verify)?;
         let cookie = SessionCookie::generate(self.inner.rng.as_ref());
-        self.inner.cookies.bind(cookie.hash(), verified.session_id().clone(), verified.session_expires_at()).await;
+        self.inner
+            .cookies
+            .bind(
+                cookie.hash(),
+                verified.session_id().clone(),
+                verified.session_expires_at(),
+            )
+            .await;
         // The normalised serialisation is ASCII and cannot break the header; it names the same
         // page as the `return_to` that was checked.
-        let location =
-            HeaderValue::try_from(verified.return_to().url().as_str()).map_err(|_| JoinRefusal::Request(RequestError::Location))?;
+        let location = HeaderValue::try_from(verified.return_to().url().as_str())
+            .map_err(|_| JoinRefusal::Request(RequestError::Location))?;
         tracing::info!(client_id = %verified.client_id(), "browser joined its Session");
         let mut response = StatusCode::SEE_OTHER.into_response();
         let headers = response.headers_mut();
@@ -94,7 +108,9 @@ impl BrowserSession {
 
 impl fmt::Debug for BrowserSession {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BrowserSession").field("verifier", &self.inner.verifier).finish_non_exhaustive()
+        f.debug_struct("BrowserSession")
+            .field("verifier", &self.inner.verifier)
+            .finish_non_exhaustive()
     }
 }
 
@@ -122,12 +138,17 @@ async fn read_form(uri: &Uri, headers: &HeaderMap, body: Body) -> Result<Compact
     if uri.query().is_some() {
         return Err(RequestError::QueryString);
     }
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
     let essence = content_type.split(';').next().unwrap_or_default().trim();
     if !essence.eq_ignore_ascii_case("application/x-www-form-urlencoded") {
         return Err(RequestError::NotAForm);
     }
-    let bytes = axum::body::to_bytes(body, MAX_FORM_BYTES).await.map_err(|_| RequestError::TooLarge)?;
+    let bytes = axum::body::to_bytes(body, MAX_FORM_BYTES)
+        .await
+        .map_err(|_| RequestError::TooLarge)?;
     let mut assertion = None;
     for (name, value) in form_urlencoded_pairs(&bytes) {
         if name == "assertion" {
@@ -197,6 +218,10 @@ impl JoinRefusal {
 impl IntoResponse for JoinRefusal {
     fn into_response(self) -> Response {
         tracing::warn!(reason = self.code(), "browser join refused");
-        message_page(StatusCode::BAD_REQUEST, "Sign in", "This browser could not join the session.")
+        message_page(
+            StatusCode::BAD_REQUEST,
+            "Sign in",
+            "This browser could not join the session.",
+        )
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use pap_shared::{ClientId, Jwks};
 
-pub use self::http::{HttpClientResolver, ResolverConfig};
+pub use self::http::{HttpClientResolver, ResolverBuildError, ResolverConfig};
 pub use self::metadata::ClientMetadata;
 
 /// Where the verifier gets an agent's public keys.

@@ -38,11 +38,13 @@ mod web_session;
 pub use browser_session::{
     BROWSER_SESSION_PATH, BrowserSession, JoinRefusal, MAX_FORM_BYTES, RequestError, browser_session_router,
 };
-pub use client::{ClientKeys, ClientMetadata, HttpClientResolver, ResolveError, ResolverConfig, StaticClientKeys};
+pub use client::{
+    ClientKeys, ClientMetadata, HttpClientResolver, ResolveError, ResolverBuildError, ResolverConfig, StaticClientKeys,
+};
 pub use page::escape_html;
 pub use replay::{MokaReplayGuard, ReplayGuard, ReplayKey};
 pub use session::{MemorySessionDirectory, SessionDirectory, SessionRecord};
-pub use tls::{TlsError, load_server_config, serve_tls};
+pub use tls::{TlsError, load_server_config, serve_tls, server_config_from_pem};
 pub use verify::{IAT_SKEW_SECONDS, VerifiedAssertion, Verifier, VerifierParts, VerifyError};
 pub use web_cookie::{CookieBindings, CookieHash, MemoryCookieBindings, SESSION_COOKIE_NAME, SessionCookie};
 pub use web_session::{WebSession, WebSessionRejection};

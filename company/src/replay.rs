@@ -69,7 +69,9 @@ pub struct MokaReplayGuard {
 impl MokaReplayGuard {
     /// A guard that reads "now" from `clock` to turn each `expires_at` into a time to live.
     pub fn new(clock: Arc<dyn Clock>) -> Self {
-        Self { marks: Cache::builder().expire_after(ExpireAt::new(clock)).build() }
+        Self {
+            marks: Cache::builder().expire_after(ExpireAt::new(clock)).build(),
+        }
     }
 
     /// How many marks are held (approximate while expiries are pending).
@@ -86,7 +88,9 @@ impl MokaReplayGuard {
 
 impl fmt::Debug for MokaReplayGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MokaReplayGuard").field("entries", &self.marks.entry_count()).finish_non_exhaustive()
+        f.debug_struct("MokaReplayGuard")
+            .field("entries", &self.marks.entry_count())
+            .finish_non_exhaustive()
     }
 }
 

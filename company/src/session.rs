@@ -61,7 +61,11 @@ pub struct MemorySessionDirectory {
 impl MemorySessionDirectory {
     /// An empty directory.
     pub fn new(clock: Arc<dyn Clock>, rng: Arc<dyn Rng>) -> Self {
-        Self { sessions: Arc::default(), clock, rng }
+        Self {
+            sessions: Arc::default(),
+            clock,
+            rng,
+        }
     }
 
     /// Starts a signed-out Session for `(client_id, user)` that lives `lifetime` seconds, with a
@@ -124,6 +128,10 @@ impl MemorySessionDirectory {
 #[async_trait]
 impl SessionDirectory for MemorySessionDirectory {
     async fn session(&self, id: &SessionId) -> Option<SessionRecord> {
-        self.sessions.read().unwrap_or_else(PoisonError::into_inner).get(id).cloned()
+        self.sessions
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .cloned()
     }
 }

@@ -16,13 +16,20 @@ use tokio_rustls::TlsAcceptor;
 /// Loads a certificate chain and a private key (PEM files) into a server configuration that
 /// offers `h2` and `http/1.1`.
 pub fn load_server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
-    let certs = rustls_pemfile::certs(&mut io::BufReader::new(std::fs::File::open(cert).map_err(TlsError::Read)?))
+    let cert = std::fs::read(cert).map_err(TlsError::Read)?;
+    let key = zeroize::Zeroizing::new(std::fs::read(key).map_err(TlsError::Read)?);
+    server_config_from_pem(&cert, &key)
+}
+
+/// A server configuration from a PEM certificate chain and a PEM private key.
+pub fn server_config_from_pem(cert: &[u8], key: &[u8]) -> Result<Arc<ServerConfig>, TlsError> {
+    let certs = rustls_pemfile::certs(&mut &cert[..])
         .collect::<Result<Vec<_>, _>>()
         .map_err(TlsError::Read)?;
     if certs.is_empty() {
         return Err(TlsError::NoCertificate);
     }
-    let key = rustls_pemfile::private_key(&mut io::BufReader::new(std::fs::File::open(key).map_err(TlsError::Read)?))
+    let key = rustls_pemfile::private_key(&mut &key[..])
         .map_err(TlsError::Read)?
         .ok_or(TlsError::NoKey)?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
@@ -38,7 +45,12 @@ pub fn load_server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, 
 
 /// Serves `app` on `listener` over TLS until `shutdown` completes. Each connection runs in its
 /// own task; a failed handshake or a broken connection ends only that connection.
-pub async fn serve_tls(listener: TcpListener, app: Router, config: Arc<ServerConfig>, shutdown: impl Future<Output = ()>) {
+pub async fn serve_tls(
+    listener: TcpListener,
+    app: Router,
+    config: Arc<ServerConfig>,
+    shutdown: impl Future<Output = ()>,
+) {
     let acceptor = TlsAcceptor::from(config);
     tokio::pin!(shutdown);
     loop {
@@ -57,7 +69,10 @@ pub async fn serve_tls(listener: TcpListener, app: Router, config: Arc<ServerCon
         tokio::spawn(async move {
             let Ok(tls) = acceptor.accept(tcp).await else { return };
             let service = TowerToHyperService::new(app);
-            if let Err(error) = auto::Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(tls), service).await {
+            if let Err(error) = auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(tls), service)
+                .await
+            {
                 tracing::debug!(%error, "connection ended with an error");
             }
         });

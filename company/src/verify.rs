@@ -54,8 +54,22 @@ pub struct VerifierParts {
 impl Verifier {
     /// A verifier from its parts.
     pub fn new(parts: VerifierParts) -> Self {
-        let VerifierParts { endpoint, domain, clock, clients, sessions, replay } = parts;
-        Self { endpoint, domain, clock, clients, sessions, replay }
+        let VerifierParts {
+            endpoint,
+            domain,
+            clock,
+            clients,
+            sessions,
+            replay,
+        } = parts;
+        Self {
+            endpoint,
+            domain,
+            clock,
+            clients,
+            sessions,
+            replay,
+        }
     }
 
     /// The endpoint this verifier accepts as `aud`.
@@ -109,7 +123,11 @@ impl Verifier {
         }
         // 8. Signature, with a key from the `iss` client's JWKS.
         let kid = jws.header().kid.as_deref();
-        let keys = self.clients.keys(claims.iss(), kid).await.map_err(VerifyError::Client)?;
+        let keys = self
+            .clients
+            .keys(claims.iss(), kid)
+            .await
+            .map_err(VerifyError::Client)?;
         let mut candidates = keys.candidates(alg, kid).peekable();
         if candidates.peek().is_none() {
             return Err(VerifyError::NoMatchingKey);
@@ -118,7 +136,11 @@ impl Verifier {
             return Err(VerifyError::BadSignature);
         }
         // 9. The Session: live, and the same client and user.
-        let session = self.sessions.session(claims.session_id()).await.ok_or(VerifyError::SessionNotLive)?;
+        let session = self
+            .sessions
+            .session(claims.session_id())
+            .await
+            .ok_or(VerifyError::SessionNotLive)?;
         if !session.is_live(now) {
             return Err(VerifyError::SessionNotLive);
         }
@@ -126,7 +148,11 @@ impl Verifier {
             return Err(VerifyError::SessionOwnerMismatch);
         }
         // 10. Last: `(client_id, jti)` used once, atomically, until `exp`.
-        if !self.replay.mark_once(ReplayKey::browser_assertion(claims.iss(), claims.jti()), claims.exp()).await {
+        if !self
+            .replay
+            .mark_once(ReplayKey::browser_assertion(claims.iss(), claims.jti()), claims.exp())
+            .await
+        {
             return Err(VerifyError::Replayed);
         }
         Ok(VerifiedAssertion {
@@ -141,7 +167,10 @@ impl Verifier {
 
 impl fmt::Debug for Verifier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Verifier").field("endpoint", &self.endpoint).field("domain", &self.domain).finish_non_exhaustive()
+        f.debug_struct("Verifier")
+            .field("endpoint", &self.endpoint)
+            .field("domain", &self.domain)
+            .finish_non_exhaustive()
     }
 }
 

@@ -42,7 +42,10 @@ impl SessionCookie {
 
     /// A value read from a `Cookie` header, if it has the shape of one this company issued.
     pub fn from_value(value: &str) -> Option<Self> {
-        let shaped = value.len() == VALUE_LEN && value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        let shaped = value.len() == VALUE_LEN
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
         shaped.then(|| Self(Zeroizing::new(value.to_owned())))
     }
 
@@ -54,12 +57,14 @@ impl SessionCookie {
     /// The `Set-Cookie` header value: exactly
     /// `__Host-poppy_session=<value>; Path=/; Secure; HttpOnly; SameSite=Lax`.
     pub fn set_cookie_header(&self) -> HeaderValue {
-        let mut header = String::with_capacity(SESSION_COOKIE_NAME.len() + 1 + VALUE_LEN + SESSION_COOKIE_ATTRIBUTES.len());
+        let mut header =
+            String::with_capacity(SESSION_COOKIE_NAME.len() + 1 + VALUE_LEN + SESSION_COOKIE_ATTRIBUTES.len());
         header.push_str(SESSION_COOKIE_NAME);
         header.push('=');
         header.push_str(&self.0);
         header.push_str(SESSION_COOKIE_ATTRIBUTES);
-        let mut value = HeaderValue::try_from(header).expect("a base64url value and fixed attributes are visible ASCII");
+        let mut value =
+            HeaderValue::try_from(header).expect("a base64url value and fixed attributes are visible ASCII");
         value.set_sensitive(true);
         value
     }
@@ -137,13 +142,17 @@ pub struct MemoryCookieBindings {
 impl MemoryCookieBindings {
     /// Empty bindings whose expiry reads `clock`.
     pub fn new(clock: Arc<dyn Clock>) -> Self {
-        Self { bindings: Cache::builder().expire_after(ExpireAt::new(clock)).build() }
+        Self {
+            bindings: Cache::builder().expire_after(ExpireAt::new(clock)).build(),
+        }
     }
 }
 
 impl fmt::Debug for MemoryCookieBindings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MemoryCookieBindings").field("entries", &self.bindings.entry_count()).finish()
+        f.debug_struct("MemoryCookieBindings")
+            .field("entries", &self.bindings.entry_count())
+            .finish()
     }
 }
 
@@ -173,7 +182,13 @@ mod tests {
         let cookie = SessionCookie::generate(&SystemRng);
         let header = cookie.set_cookie_header();
         let text = header.to_str().unwrap();
-        assert_eq!(text, format!("__Host-poppy_session={}; Path=/; Secure; HttpOnly; SameSite=Lax", cookie.secret()));
+        assert_eq!(
+            text,
+            format!(
+                "__Host-poppy_session={}; Path=/; Secure; HttpOnly; SameSite=Lax",
+                cookie.secret()
+            )
+        );
         assert_eq!(cookie.secret().len(), 43);
         // The cookie crate reads it back with exactly these attributes and no lifetime.
         let parsed = cookie::Cookie::parse(text).unwrap();
@@ -202,8 +217,14 @@ mod tests {
         let a = SessionCookie::generate(&SystemRng);
         let mut headers = http::HeaderMap::new();
         headers.append(http::header::COOKIE, HeaderValue::from_static("other=1"));
-        headers.append(http::header::COOKIE, HeaderValue::try_from(format!("x=2; __Host-poppy_session={}", a.secret())).unwrap());
-        headers.append(http::header::COOKIE, HeaderValue::from_static("__Host-poppy_session=short"));
+        headers.append(
+            http::header::COOKIE,
+            HeaderValue::try_from(format!("x=2; __Host-poppy_session={}", a.secret())).unwrap(),
+        );
+        headers.append(
+            http::header::COOKIE,
+            HeaderValue::from_static("__Host-poppy_session=short"),
+        );
         let found = SessionCookie::from_headers(&headers);
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].hash(), a.hash());

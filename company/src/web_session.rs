@@ -72,7 +72,11 @@ pub enum WebSessionRejection {
 impl IntoResponse for WebSessionRejection {
     fn into_response(self) -> Response {
         tracing::info!(reason = %self, "web request without a live signed-in Session");
-        message_page(StatusCode::UNAUTHORIZED, "Session ended", "Your agent's session has ended. Ask it to open this again.")
+        message_page(
+            StatusCode::UNAUTHORIZED,
+            "Session ended",
+            "Your agent's session has ended. Ask it to open this again.",
+        )
     }
 }
 

@@ -1,5 +1,7 @@
 //! Every refusal of `Verifier::verify`, each with its exact variant (PAP §5, company checks).
 
+#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
 mod support;
 
 use std::sync::Arc;
@@ -38,7 +40,9 @@ async fn refuses_other_algorithms() {
     let rest = valid.secret().split_once('.').unwrap().1;
     for alg in ["none", "HS256", "ES384", "es256", "PS256"] {
         let header = base64_json(&json!({"alg": alg, "typ": BROWSER_ASSERTION_TYP, "kid": "key-1"}));
-        let err = verify(&world, &CompactJws::new(format!("{header}.{rest}"))).await.unwrap_err();
+        let err = verify(&world, &CompactJws::new(format!("{header}.{rest}")))
+            .await
+            .unwrap_err();
         assert_eq!(err, VerifyError::UnsupportedAlgorithm, "{alg}");
     }
 }
@@ -48,7 +52,11 @@ async fn refuses_another_type_including_a_session_assertion() {
     let world = World::new();
     for typ in ["JWT", "POPPY-BROWSER+JWT", "dpop+jwt", "poppy-browser+jwt "] {
         let assertion = world.agent.sign(typ, &world.claims());
-        assert_eq!(verify(&world, &assertion).await.unwrap_err(), VerifyError::WrongType, "{typ}");
+        assert_eq!(
+            verify(&world, &assertion).await.unwrap_err(),
+            VerifyError::WrongType,
+            "{typ}"
+        );
     }
 }
 
@@ -59,16 +67,31 @@ async fn refuses_missing_and_malformed_claims() {
         let mut claims = world.claims();
         claims.as_object_mut().unwrap().remove(name);
         let assertion = world.agent.sign(BROWSER_ASSERTION_TYP, &claims);
-        assert_eq!(verify(&world, &assertion).await.unwrap_err(), VerifyError::Claims(ClaimsError::Missing(name)));
+        assert_eq!(
+            verify(&world, &assertion).await.unwrap_err(),
+            VerifyError::Claims(ClaimsError::Missing(name))
+        );
     }
     let string_exp = world.with("exp", json!((NOW + 55).to_string()));
-    assert_eq!(verify(&world, &string_exp).await.unwrap_err(), VerifyError::Claims(ClaimsError::Invalid("exp")));
+    assert_eq!(
+        verify(&world, &string_exp).await.unwrap_err(),
+        VerifyError::Claims(ClaimsError::Invalid("exp"))
+    );
     let float_iat = world.with("iat", json!(NOW as f64 - 5.0));
-    assert_eq!(verify(&world, &float_iat).await.unwrap_err(), VerifyError::Claims(ClaimsError::Invalid("iat")));
+    assert_eq!(
+        verify(&world, &float_iat).await.unwrap_err(),
+        VerifyError::Claims(ClaimsError::Invalid("iat"))
+    );
     let short_jti = world.with("jti", json!("A".repeat(21)));
-    assert_eq!(verify(&world, &short_jti).await.unwrap_err(), VerifyError::Claims(ClaimsError::Invalid("jti")));
+    assert_eq!(
+        verify(&world, &short_jti).await.unwrap_err(),
+        VerifyError::Claims(ClaimsError::Invalid("jti"))
+    );
     let array_aud = world.with("aud", json!([support::ENDPOINT]));
-    assert_eq!(verify(&world, &array_aud).await.unwrap_err(), VerifyError::Claims(ClaimsError::Invalid("aud")));
+    assert_eq!(
+        verify(&world, &array_aud).await.unwrap_err(),
+        VerifyError::Claims(ClaimsError::Invalid("aud"))
+    );
 }
 
 #[tokio::test]
@@ -78,10 +101,16 @@ async fn refuses_a_lifetime_over_sixty_seconds() {
     claims["iat"] = json!(NOW - 5);
     claims["exp"] = json!(NOW - 5 + 61);
     let assertion = world.agent.sign(BROWSER_ASSERTION_TYP, &claims);
-    assert_eq!(verify(&world, &assertion).await.unwrap_err(), VerifyError::Claims(ClaimsError::Lifetime));
+    assert_eq!(
+        verify(&world, &assertion).await.unwrap_err(),
+        VerifyError::Claims(ClaimsError::Lifetime)
+    );
     claims["exp"] = json!(NOW - 5 + 600);
     let assertion = world.agent.sign(BROWSER_ASSERTION_TYP, &claims);
-    assert_eq!(verify(&world, &assertion).await.unwrap_err(), VerifyError::Claims(ClaimsError::Lifetime));
+    assert_eq!(
+        verify(&world, &assertion).await.unwrap_err(),
+        VerifyError::Claims(ClaimsError::Lifetime)
+    );
 }
 
 #[tokio::test]
@@ -95,7 +124,11 @@ async fn refuses_another_audience_exactly() {
         "https://shop.example:443/poppy/browser-session",
     ] {
         let assertion = world.with("aud", json!(aud));
-        assert_eq!(verify(&world, &assertion).await.unwrap_err(), VerifyError::WrongAudience, "{aud}");
+        assert_eq!(
+            verify(&world, &assertion).await.unwrap_err(),
+            VerifyError::WrongAudience,
+            "{aud}"
+        );
     }
 }
 
@@ -129,22 +162,45 @@ async fn iat_may_be_at_most_the_documented_skew_ahead() {
         world.agent.sign(BROWSER_ASSERTION_TYP, &claims)
     };
     assert_eq!(verify(&world, &at(NOW + skew)).await, Ok(()));
-    assert_eq!(verify(&world, &at(NOW + skew + 1)).await.unwrap_err(), VerifyError::IssuedInFuture);
+    assert_eq!(
+        verify(&world, &at(NOW + skew + 1)).await.unwrap_err(),
+        VerifyError::IssuedInFuture
+    );
 }
 
 #[tokio::test]
 async fn refuses_a_foreign_return_to() {
     let world = World::new();
-    for url in ["https://evil.example/", "https://evilshop.example/", "https://shop.example.evil.com/", "https://127.0.0.1/"] {
+    for url in [
+        "https://evil.example/",
+        "https://evilshop.example/",
+        "https://shop.example.evil.com/",
+        "https://127.0.0.1/",
+    ] {
         let assertion = world.with("return_to", json!(url));
-        assert_eq!(verify(&world, &assertion).await.unwrap_err(), VerifyError::ForeignReturnTo, "{url}");
+        assert_eq!(
+            verify(&world, &assertion).await.unwrap_err(),
+            VerifyError::ForeignReturnTo,
+            "{url}"
+        );
     }
     for url in ["https://shop.example@evil.com/", "http://shop.example/"] {
         let assertion = world.with("return_to", json!(url));
-        assert_eq!(verify(&world, &assertion).await.unwrap_err(), VerifyError::Claims(ClaimsError::Invalid("return_to")));
+        assert_eq!(
+            verify(&world, &assertion).await.unwrap_err(),
+            VerifyError::Claims(ClaimsError::Invalid("return_to"))
+        );
     }
-    for url in ["https://SHOP.EXAMPLE./x", "https://www.shop.example/x", "https://shop.example:8443/x"] {
-        assert_eq!(verify(&world, &world.with("return_to", json!(url))).await, Ok(()), "{url}");
+    for url in [
+        "https://SHOP.EXAMPLE./x",
+        "https://www.shop.example/x",
+        "https://shop.example:8443/x",
+    ] {
+        assert_eq!(
+            verify(&world, &world.with("return_to", json!(url))).await,
+            Ok(()),
+            "{url}"
+        );
     }
 }
 
@@ -174,11 +230,16 @@ async fn refuses_an_rs256_assertion_when_only_an_ec_key_is_published_and_accepts
     let world = World::new();
     let rsa = SigningKey::generate_rs256(&SystemRng, 2048, "key-1").unwrap();
     let assertion = rsa.sign(BROWSER_ASSERTION_TYP, &world.claims()).unwrap();
-    assert_eq!(verify(&world, &assertion).await.unwrap_err(), VerifyError::NoMatchingKey);
+    assert_eq!(
+        verify(&world, &assertion).await.unwrap_err(),
+        VerifyError::NoMatchingKey
+    );
 
     // The same company with the agent's RSA key published accepts it.
-    let clients = StaticClientKeys::new()
-        .with_client(world.agent.client_id.clone(), pap_shared::Jwks::from_keys(vec![rsa.public_key().clone()]));
+    let clients = StaticClientKeys::new().with_client(
+        world.agent.client_id.clone(),
+        pap_shared::Jwks::from_keys(vec![rsa.public_key().clone()]),
+    );
     let verifier = Verifier::new(VerifierParts {
         endpoint: HttpsUrl::parse(support::ENDPOINT).unwrap(),
         domain: pap_shared::CompanyDomain::try_from("shop.example").unwrap(),
@@ -196,16 +257,24 @@ async fn refuses_a_session_that_is_not_live() {
     let unknown = world.with("session_id", json!("ses_unknown"));
     assert_eq!(verify(&world, &unknown).await.unwrap_err(), VerifyError::SessionNotLive);
     world.sessions.end(&world.session);
-    assert_eq!(verify(&world, &world.assertion()).await.unwrap_err(), VerifyError::SessionNotLive);
+    assert_eq!(
+        verify(&world, &world.assertion()).await.unwrap_err(),
+        VerifyError::SessionNotLive
+    );
 }
 
 #[tokio::test]
 async fn refuses_an_expired_session() {
     let world = World::new();
-    let expired = world.sessions.start(world.agent.client_id.clone(), world.user.clone(), 1);
+    let expired = world
+        .sessions
+        .start(world.agent.client_id.clone(), world.user.clone(), 1);
     world.clock.set(NOW + 1);
     let assertion = world.with("session_id", json!(expired.as_str()));
-    assert_eq!(verify(&world, &assertion).await.unwrap_err(), VerifyError::SessionNotLive);
+    assert_eq!(
+        verify(&world, &assertion).await.unwrap_err(),
+        VerifyError::SessionNotLive
+    );
 }
 
 #[tokio::test]
@@ -219,14 +288,20 @@ async fn accepts_a_signed_out_session() {
 async fn refuses_another_users_or_clients_session() {
     let world = World::new();
     let other_user = world.with("sub", json!("usr_someone_else"));
-    assert_eq!(verify(&world, &other_user).await.unwrap_err(), VerifyError::SessionOwnerMismatch);
+    assert_eq!(
+        verify(&world, &other_user).await.unwrap_err(),
+        VerifyError::SessionOwnerMismatch
+    );
     let other = world.sessions.start(
         pap_shared::ClientId::parse("https://other.example/agent.json").unwrap(),
         world.user.clone(),
         3_600,
     );
     let other_client = world.with("session_id", json!(other.as_str()));
-    assert_eq!(verify(&world, &other_client).await.unwrap_err(), VerifyError::SessionOwnerMismatch);
+    assert_eq!(
+        verify(&world, &other_client).await.unwrap_err(),
+        VerifyError::SessionOwnerMismatch
+    );
 }
 
 #[tokio::test]

@@ -51,7 +51,12 @@ pub struct ResolverConfig {
 
 impl Default for ResolverConfig {
     fn default() -> Self {
-        Self { extra_roots: Vec::new(), overrides: HashMap::new(), timeout: Duration::from_secs(5), max_bytes: 100 * 1024 }
+        Self {
+            extra_roots: Vec::new(),
+            overrides: HashMap::new(),
+            timeout: Duration::from_secs(5),
+            max_bytes: 100 * 1024,
+        }
     }
 }
 
@@ -76,7 +81,9 @@ pub struct HttpClientResolver {
 impl HttpClientResolver {
     /// A resolver with its own HTTPS client.
     pub fn new(config: ResolverConfig, clock: Arc<dyn Clock>) -> Result<Self, ResolverBuildError> {
-        let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+        let mut roots = rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        };
         for root in config.extra_roots {
             roots.add(root).map_err(|_| ResolverBuildError::BadRoot)?;
         }
@@ -94,10 +101,18 @@ impl HttpClientResolver {
             .timeout(config.timeout)
             .connect_timeout(config.timeout)
             .no_proxy()
-            .dns_resolver(Arc::new(PublicOnly { overrides: Arc::new(config.overrides) }))
+            .dns_resolver(Arc::new(PublicOnly {
+                overrides: Arc::new(config.overrides),
+            }))
             .build()
             .map_err(|_| ResolverBuildError::Tls)?;
-        Ok(Self { http, clock, max_bytes: config.max_bytes, cache: Arc::default(), failures: Arc::default() })
+        Ok(Self {
+            http,
+            clock,
+            max_bytes: config.max_bytes,
+            cache: Arc::default(),
+            failures: Arc::default(),
+        })
     }
 
     /// The validated metadata of `client_id` (fetched or cached).
@@ -105,12 +120,16 @@ impl HttpClientResolver {
         self.resolve(client_id, None).await.map(|(metadata, _)| metadata)
     }
 
-    async fn resolve(&self, client_id: &ClientId, kid: Option<&str>) -> Result<(Arc<ClientMetadata>, Arc<Jwks>), ResolveError> {
+    async fn resolve(
+        &self,
+        client_id: &ClientId,
+        kid: Option<&str>,
+    ) -> Result<(Arc<ClientMetadata>, Arc<Jwks>), ResolveError> {
         let now = self.clock.now();
-        if let Some((until, error)) = lock(&self.failures).get(client_id) {
-            if now < *until {
-                return Err(error.clone());
-            }
+        if let Some((until, error)) = lock(&self.failures).get(client_id)
+            && now < *until
+        {
+            return Err(error.clone());
         }
         let result = self.resolve_uncached_failures(client_id, kid, now).await;
         if let Err(error) = &result {
@@ -125,51 +144,88 @@ impl HttpClientResolver {
         kid: Option<&str>,
         now: UnixTime,
     ) -> Result<(Arc<ClientMetadata>, Arc<Jwks>), ResolveError> {
-        enum Plan {
-            Cached(Arc<ClientMetadata>, Arc<Jwks>),
-            RefetchKeys(Arc<ClientMetadata>, UnixTime),
-            Full,
-        }
-        let plan = match lock(&self.cache).get(client_id) {
-            Some(e) if now < e.metadata_until && now < e.keys_until => {
+        let cached = lock(&self.cache)
+            .get(client_id)
+            .filter(|e| now < e.metadata_until && now < e.keys_until)
+            .map(|e| {
                 let wants_kid = kid.is_some_and(|kid| !e.keys.has_kid(kid));
                 let may_refetch = e.last_kid_refetch.is_none_or(|t| now.since(t) >= KID_REFETCH_SECONDS);
-                if wants_kid && may_refetch {
-                    Plan::RefetchKeys(e.metadata.clone(), e.metadata_until)
-                } else {
-                    Plan::Cached(e.metadata.clone(), e.keys.clone())
-                }
+                (
+                    e.metadata.clone(),
+                    e.metadata_until,
+                    e.keys.clone(),
+                    wants_kid && may_refetch,
+                )
+            });
+        match cached {
+            Some((metadata, _, keys, false)) => Ok((metadata, keys)),
+            Some((metadata, metadata_until, keys, true)) => {
+                // The agent may have rotated its key: refetch the JWKS, at most once per 60 s.
+                // A failed refetch keeps the cached keys rather than locking the client out.
+                let fresh = self.fetch_keys(client_id, &metadata).await;
+                let (keys, keys_until) = match fresh {
+                    Ok((fresh, lifetime)) => (fresh, now.plus(lifetime)),
+                    Err(error) => {
+                        tracing::info!(%client_id, %error, "JWKS refetch for an unknown kid failed; keeping the cached keys");
+                        (keys, lock(&self.cache).get(client_id).map_or(now, |e| e.keys_until))
+                    }
+                };
+                self.store(
+                    client_id,
+                    Entry {
+                        metadata: metadata.clone(),
+                        metadata_until,
+                        keys: keys.clone(),
+                        keys_until,
+                        last_kid_refetch: Some(now),
+                    },
+                );
+                Ok((metadata, keys))
             }
-            _ => Plan::Full,
-        };
-        let (metadata, metadata_until, kid_refetch) = match plan {
-            Plan::Cached(metadata, keys) => return Ok((metadata, keys)),
-            Plan::RefetchKeys(metadata, until) => (metadata, until, Some(now)),
-            Plan::Full => {
+            None => {
                 let (body, lifetime) = self.fetch(&client_id.url(), "client metadata", None).await?;
                 let metadata = Arc::new(ClientMetadata::parse(&body, client_id)?);
-                (metadata, now.plus(lifetime), None)
+                let (keys, keys_lifetime) = self.fetch_keys(client_id, &metadata).await?;
+                self.store(
+                    client_id,
+                    Entry {
+                        metadata: metadata.clone(),
+                        metadata_until: now.plus(lifetime),
+                        keys: keys.clone(),
+                        keys_until: now.plus(keys_lifetime),
+                        last_kid_refetch: None,
+                    },
+                );
+                Ok((metadata, keys))
             }
-        };
+        }
+    }
+
+    async fn fetch_keys(
+        &self,
+        client_id: &ClientId,
+        metadata: &ClientMetadata,
+    ) -> Result<(Arc<Jwks>, i64), ResolveError> {
         let host = client_id.url().domain().map(str::to_owned);
         let (body, lifetime) = self.fetch(metadata.jwks_uri(), "client JWKS", host.as_deref()).await?;
-        let keys = Arc::new(Jwks::parse(&body).map_err(ResolveError::InvalidKeys)?);
-        lock(&self.cache).insert(
-            client_id.clone(),
-            Entry {
-                metadata: metadata.clone(),
-                metadata_until,
-                keys: keys.clone(),
-                keys_until: now.plus(lifetime),
-                last_kid_refetch: kid_refetch,
-            },
-        );
-        Ok((metadata, keys))
+        Ok((
+            Arc::new(Jwks::parse(&body).map_err(ResolveError::InvalidKeys)?),
+            lifetime,
+        ))
+    }
+
+    fn store(&self, client_id: &ClientId, entry: Entry) {
+        lock(&self.cache).insert(client_id.clone(), entry);
     }
 
     /// GETs `url`; follows up to three redirects only when `redirect_host` names the one host
     /// they may stay on. Returns the body and its cache lifetime in seconds (0: do not cache).
-    async fn fetch(&self, url: &HttpsUrl, what: &'static str, redirect_host: Option<&str>) -> Result<(Vec<u8>, i64), ResolveError> {
+    async fn fetch(
+        &self,
+        url: &HttpsUrl,
+        what: &'static str,
+        redirect_host: Option<&str>,
+    ) -> Result<(Vec<u8>, i64), ResolveError> {
         let fail = |why: String| ResolveError::Fetch { what, why };
         let mut url = url.clone();
         for _ in 0..=MAX_JWKS_REDIRECTS {
@@ -185,9 +241,16 @@ impl HttpClientResolver {
                 .map_err(|e| fail(transport_reason(&e)))?;
             let status = response.status();
             if status.is_redirection() {
-                let Some(host) = redirect_host else { return Err(fail("a redirect was refused".into())) };
-                let location = response.headers().get(http::header::LOCATION).and_then(|l| l.to_str().ok());
-                let next = location.and_then(|l| url.url().join(l).ok()).and_then(|u| HttpsUrl::parse(u.as_str()).ok());
+                let Some(host) = redirect_host else {
+                    return Err(fail("a redirect was refused".into()));
+                };
+                let location = response
+                    .headers()
+                    .get(http::header::LOCATION)
+                    .and_then(|l| l.to_str().ok());
+                let next = location
+                    .and_then(|l| url.url().join(l).ok())
+                    .and_then(|u| HttpsUrl::parse(u.as_str()).ok());
                 match next {
                     Some(next) if next.domain() == Some(host) => url = next,
                     _ => return Err(fail("a redirect left the client's host".into())),
@@ -217,7 +280,9 @@ impl ClientKeys for HttpClientResolver {
 
 impl fmt::Debug for HttpClientResolver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HttpClientResolver").field("max_bytes", &self.max_bytes).finish_non_exhaustive()
+        f.debug_struct("HttpClientResolver")
+            .field("max_bytes", &self.max_bytes)
+            .finish_non_exhaustive()
     }
 }
 
@@ -248,7 +313,9 @@ fn transport_reason(error: &reqwest::Error) -> String {
 }
 
 fn json_content_type(headers: &http::HeaderMap) -> bool {
-    let Some(value) = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else { return false };
+    let Some(value) = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
     let essence = value.split(';').next().unwrap_or_default().trim();
     essence.eq_ignore_ascii_case("application/json") || essence.eq_ignore_ascii_case("application/jwk-set+json")
 }
@@ -256,7 +323,11 @@ fn json_content_type(headers: &http::HeaderMap) -> bool {
 /// The cache lifetime `Cache-Control` allows, clamped to 60 s..1 day; 0 for `no-store`/`no-cache`.
 fn cache_lifetime(headers: &http::HeaderMap) -> i64 {
     let mut max_age = None;
-    for directive in headers.get_all(http::header::CACHE_CONTROL).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(','))
+    for directive in headers
+        .get_all(http::header::CACHE_CONTROL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
     {
         let directive = directive.trim().to_ascii_lowercase();
         if directive == "no-store" || directive == "no-cache" {
@@ -266,7 +337,9 @@ fn cache_lifetime(headers: &http::HeaderMap) -> i64 {
             max_age = seconds.trim_matches('"').parse::<i64>().ok();
         }
     }
-    max_age.unwrap_or(MIN_CACHE_SECONDS).clamp(MIN_CACHE_SECONDS, MAX_CACHE_SECONDS)
+    max_age
+        .unwrap_or(MIN_CACHE_SECONDS)
+        .clamp(MIN_CACHE_SECONDS, MAX_CACHE_SECONDS)
 }
 
 async fn read_limited(mut response: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
@@ -295,8 +368,10 @@ impl Resolve for PublicOnly {
             if let Some(addr) = overrides.get(name.as_str()) {
                 return Ok(Box::new(std::iter::once(*addr)) as Addrs);
             }
-            let public: Vec<SocketAddr> =
-                tokio::net::lookup_host((name.as_str(), 0)).await?.filter(|a| is_public(a.ip())).collect();
+            let public: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0))
+                .await?
+                .filter(|a| is_public(a.ip()))
+                .collect();
             if public.is_empty() {
                 return Err("the name has no public address".into());
             }
@@ -346,9 +421,25 @@ mod tests {
 
     #[test]
     fn public_address_policy() {
-        for private in ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.1.1", "100.64.0.1", "0.0.0.0",
-            "255.255.255.255", "224.0.0.1", "192.0.2.1", "198.18.0.1", "::1", "fe80::1", "fd00::1", "::ffff:127.0.0.1", "2001:db8::1", "::"]
-        {
+        for private in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.1.1",
+            "100.64.0.1",
+            "0.0.0.0",
+            "255.255.255.255",
+            "224.0.0.1",
+            "192.0.2.1",
+            "198.18.0.1",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+            "2001:db8::1",
+            "::",
+        ] {
             assert!(!is_public(private.parse().unwrap()), "{private}");
         }
         for public in ["93.184.216.34", "1.1.1.1", "2606:4700::1111", "::ffff:8.8.8.8"] {

@@ -32,28 +32,49 @@ impl ClientMetadata {
     /// a non-empty `client_name`, `jwks_uri` and every redirect URI HTTPS on the `client_id`'s
     /// host, `token_endpoint_auth_method` absent or `private_key_jwt`, extension versions strings.
     pub fn parse(json: &[u8], fetched: &ClientId) -> Result<Self, ResolveError> {
-        let raw: RawMetadata = serde_json::from_slice(json).map_err(|_| ResolveError::InvalidMetadata("not a metadata object"))?;
+        let raw: RawMetadata =
+            serde_json::from_slice(json).map_err(|_| ResolveError::InvalidMetadata("not a metadata object"))?;
         if raw.client_id != fetched.as_str() {
             return Err(ResolveError::InvalidMetadata("client_id differs from the URL fetched"));
         }
         if raw.client_name.trim().is_empty() {
             return Err(ResolveError::InvalidMetadata("client_name is empty"));
         }
-        let host = fetched.url().domain().map(str::to_owned).ok_or(ResolveError::Forbidden("client_id has no host name"))?;
+        let host = fetched
+            .url()
+            .domain()
+            .map(str::to_owned)
+            .ok_or(ResolveError::Forbidden("client_id has no host name"))?;
         let on_host = |text: &str| HttpsUrl::parse(text).ok().filter(|u| u.domain() == Some(host.as_str()));
-        let jwks_uri = on_host(&raw.jwks_uri).ok_or(ResolveError::InvalidMetadata("jwks_uri is not on the client_id host"))?;
+        let jwks_uri =
+            on_host(&raw.jwks_uri).ok_or(ResolveError::InvalidMetadata("jwks_uri is not on the client_id host"))?;
         if raw.redirect_uris.iter().any(|u| on_host(u).is_none()) {
-            return Err(ResolveError::InvalidMetadata("a redirect URI is not on the client_id host"));
+            return Err(ResolveError::InvalidMetadata(
+                "a redirect URI is not on the client_id host",
+            ));
         }
-        if raw.token_endpoint_auth_method.as_deref().is_some_and(|m| m != "private_key_jwt") {
-            return Err(ResolveError::InvalidMetadata("token_endpoint_auth_method is not private_key_jwt"));
+        if raw
+            .token_endpoint_auth_method
+            .as_deref()
+            .is_some_and(|m| m != "private_key_jwt")
+        {
+            return Err(ResolveError::InvalidMetadata(
+                "token_endpoint_auth_method is not private_key_jwt",
+            ));
         }
         let extensions = raw.extensions.unwrap_or_default();
-        let numeric_version = extensions.values().any(|e| e.get("version").is_some_and(|v| !v.is_string()));
+        let numeric_version = extensions
+            .values()
+            .any(|e| e.get("version").is_some_and(|v| !v.is_string()));
         if numeric_version {
             return Err(ResolveError::InvalidMetadata("an extension version is not a string"));
         }
-        Ok(Self { client_id: fetched.clone(), client_name: raw.client_name, jwks_uri, extensions })
+        Ok(Self {
+            client_id: fetched.clone(),
+            client_name: raw.client_name,
+            jwks_uri,
+            extensions,
+        })
     }
 
     /// The `client_id`.
@@ -124,7 +145,10 @@ mod tests {
         assert!(invalid(with("jwks_uri", json!("https://evil.example/jwks.json"))));
         assert!(invalid(with("jwks_uri", json!("http://atlas.example/jwks.json"))));
         assert!(invalid(with("redirect_uris", json!(["https://evil.example/cb"]))));
-        assert!(invalid(with("token_endpoint_auth_method", json!("client_secret_basic"))));
+        assert!(invalid(with(
+            "token_endpoint_auth_method",
+            json!("client_secret_basic")
+        )));
         assert!(invalid(with("extensions", json!({"operations": {"version": 1}}))));
         assert!(invalid(ClientMetadata::parse(b"[]", &id())));
     }

@@ -1,6 +1,7 @@
 //! Shared fixtures for the company's integration tests: a settable clock, an agent with keys,
 //! and a company wired from the embedded stores.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, reason = "each test binary uses part of the fixtures")]
+#![allow(clippy::unwrap_used, reason = "fixtures fail the test loudly")]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -17,7 +18,7 @@ use pap_shared::{
     BROWSER_ASSERTION_TYP, BrowserAssertionClaims, BrowserAssertionRequest, ClientId, Clock, CompactJws, CompanyDomain,
     HttpsUrl, Jti, Jwks, PairwiseUserId, SessionId, SigningKey, SystemRng, UnixTime,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 pub const NOW: i64 = 1_800_000_000;
 pub const ENDPOINT: &str = "https://shop.example/poppy/browser-session";
@@ -50,7 +51,10 @@ pub struct Agent {
 
 impl Agent {
     pub fn new(client_id: &str) -> Self {
-        Self { client_id: ClientId::parse(client_id).unwrap(), key: SigningKey::generate_es256(&SystemRng, "key-1").unwrap() }
+        Self {
+            client_id: ClientId::parse(client_id).unwrap(),
+            key: SigningKey::generate_es256(&SystemRng, "key-1").unwrap(),
+        }
     }
 
     pub fn jwks(&self) -> Jwks {
@@ -89,11 +93,23 @@ impl World {
             sessions: Arc::new(sessions.clone()),
             replay: Arc::new(replay.clone()),
         });
-        let state = BrowserSession::new(verifier, Arc::new(MemoryCookieBindings::new(clock.clone())), Arc::new(SystemRng));
+        let state = BrowserSession::new(
+            verifier,
+            Arc::new(MemoryCookieBindings::new(clock.clone())),
+            Arc::new(SystemRng),
+        );
         let user = PairwiseUserId::parse("usr_conf_abcdefghijklmnopqrstuv").unwrap();
         let session = sessions.start(agent.client_id.clone(), user.clone(), 3_600);
         sessions.sign_in(&session, "ada", vec!["orders:read".into()]);
-        Self { clock, sessions, replay, state, agent, user, session }
+        Self {
+            clock,
+            sessions,
+            replay,
+            state,
+            agent,
+            user,
+            session,
+        }
     }
 
     /// Valid claims as the agent would send them, as JSON so tests can break any member.
@@ -109,7 +125,9 @@ impl World {
             return_to: &return_to,
             company_domain: &domain,
         };
-        let claims = BrowserAssertionClaims::build(&request, UnixTime::from_secs(NOW - 5), 60, Jti::generate(&SystemRng)).unwrap();
+        let claims =
+            BrowserAssertionClaims::build(&request, UnixTime::from_secs(NOW - 5), 60, Jti::generate(&SystemRng))
+                .unwrap();
         serde_json::to_value(claims).unwrap()
     }
 
@@ -127,7 +145,10 @@ impl World {
     pub fn app(&self) -> Router {
         Router::new()
             .merge(browser_session_router())
-            .route("/operations/{id}", get(|session: WebSession| async move { format!("hello {}", session.account()) }))
+            .route(
+                "/operations/{id}",
+                get(|session: WebSession| async move { format!("hello {}", session.account()) }),
+            )
             .with_state(self.state.clone())
     }
 }
@@ -141,8 +162,4 @@ pub fn form_post(body: &str) -> Request<Body> {
         .header("content-type", "application/x-www-form-urlencoded")
         .body(Body::from(body.to_owned()))
         .unwrap()
-}
-
-pub fn json_value(v: Value) -> Value {
-    json!(v)
 }
