@@ -42,7 +42,7 @@ pub use client::{
     ClientKeys, ClientMetadata, HttpClientResolver, ResolveError, ResolverBuildError, ResolverConfig, StaticClientKeys,
 };
 pub use page::escape_html;
-pub use replay::{MokaReplayGuard, ReplayGuard, ReplayKey};
+pub use replay::{MemoryReplayGuard, MokaReplayGuard, ReplayGuard, ReplayKey};
 pub use session::{MemorySessionDirectory, SessionDirectory, SessionRecord};
 pub use tls::{TlsError, load_server_config, serve_tls, server_config_from_pem};
 pub use verify::{IAT_SKEW_SECONDS, VerifiedAssertion, Verifier, VerifierParts, VerifyError};

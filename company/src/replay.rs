@@ -1,7 +1,9 @@
 //! One-time use of a browser assertion's `(client_id, jti)` (PAP-5-07).
 
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use moka::sync::Cache;
@@ -55,7 +57,92 @@ pub trait ReplayGuard: Send + Sync + fmt::Debug {
     async fn mark_once(&self, key: ReplayKey, expires_at: UnixTime) -> bool;
 }
 
-/// The embedded replay guard: a moka cache whose entries expire at the assertion's `exp`
+/// Number of independently locked shards of a [`MemoryReplayGuard`].
+const SHARDS: usize = 64;
+
+/// The embedded replay guard: a sharded map of marks, each shard under its own mutex, with
+/// marks kept until their `exp` and dropped by expiry bucket (no scan of live marks).
+///
+/// It decides under the shard's lock, so of many concurrent callers exactly one wins. It is the
+/// default: about 0.2 µs a mark against about 3 µs for [`MokaReplayGuard`] (README, benches).
+/// Its size is bounded by the join rate times the 60-second lifetime, never by evicting a live
+/// mark (which would let its assertion be replayed).
+#[derive(Clone)]
+pub struct MemoryReplayGuard {
+    shards: Arc<[Mutex<Shard>]>,
+    clock: Arc<dyn Clock>,
+}
+
+#[derive(Default)]
+struct Shard {
+    marks: HashMap<ReplayKey, UnixTime>,
+    by_expiry: BTreeMap<UnixTime, Vec<ReplayKey>>,
+}
+
+impl Shard {
+    /// Drops every mark whose `exp` is before `now`.
+    fn sweep(&mut self, now: UnixTime) {
+        while let Some(entry) = self.by_expiry.first_entry() {
+            if *entry.key() >= now {
+                break;
+            }
+            let (expired_at, keys) = entry.remove_entry();
+            for key in keys {
+                if self.marks.get(&key) == Some(&expired_at) {
+                    self.marks.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+impl MemoryReplayGuard {
+    /// An empty guard reading "now" from `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self { shards: (0..SHARDS).map(|_| Mutex::default()).collect(), clock }
+    }
+
+    /// How many marks are held.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).marks.len()).sum()
+    }
+
+    /// Whether no mark is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl fmt::Debug for MemoryReplayGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryReplayGuard").field("marks", &self.len()).finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl ReplayGuard for MemoryReplayGuard {
+    async fn mark_once(&self, key: ReplayKey, expires_at: UnixTime) -> bool {
+        let now = self.clock.now();
+        let mut shard = lock(&self.shards[usize::from(key.0[0]) % SHARDS]);
+        shard.sweep(now);
+        match shard.marks.entry(key) {
+            Entry::Occupied(_) => false,
+            Entry::Vacant(slot) => {
+                slot.insert(expires_at);
+                shard.by_expiry.entry(expires_at).or_default().push(key);
+                true
+            }
+        }
+    }
+}
+
+fn lock(shard: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
+    // Each critical section leaves the maps consistent at every await-free step; a panic in
+    // another thread cannot have left a half-made mark worth refusing on.
+    shard.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A replay guard on a moka cache whose entries expire at the assertion's `exp`
 /// (plus one second, so an entry never disappears while `exp == now` is still being refused).
 ///
 /// The cache has no size bound on purpose: evicting a live entry would let its assertion be
@@ -122,14 +209,42 @@ mod tests {
         )
     }
 
+    fn guards(clock: Arc<dyn Clock>) -> [Arc<dyn ReplayGuard>; 2] {
+        [Arc::new(MemoryReplayGuard::new(clock.clone())), Arc::new(MokaReplayGuard::new(clock))]
+    }
+
     #[tokio::test]
     async fn marks_once_per_key() {
-        let guard = MokaReplayGuard::new(Arc::new(Fixed));
+        for guard in guards(Arc::new(Fixed)) {
+            let a = key("AAAAAAAAAAAAAAAAAAAAAA");
+            let b = key("BBBBBBBBBBBBBBBBBBBBBB");
+            assert!(guard.mark_once(a, UnixTime::from_secs(1_060)).await, "{guard:?}");
+            assert!(!guard.mark_once(a, UnixTime::from_secs(1_060)).await, "{guard:?}");
+            assert!(guard.mark_once(b, UnixTime::from_secs(1_060)).await, "{guard:?}");
+        }
+    }
+
+    #[derive(Debug)]
+    struct Settable(std::sync::atomic::AtomicI64);
+    impl Clock for Settable {
+        fn now(&self) -> UnixTime {
+            UnixTime::from_secs(self.0.load(std::sync::atomic::Ordering::SeqCst))
+        }
+    }
+
+    #[tokio::test]
+    async fn memory_guard_keeps_marks_until_exp_and_then_drops_them() {
+        let clock = Arc::new(Settable(1_000.into()));
+        let guard = MemoryReplayGuard::new(clock.clone());
         let a = key("AAAAAAAAAAAAAAAAAAAAAA");
-        let b = key("BBBBBBBBBBBBBBBBBBBBBB");
         assert!(guard.mark_once(a, UnixTime::from_secs(1_060)).await);
-        assert!(!guard.mark_once(a, UnixTime::from_secs(1_060)).await);
-        assert!(guard.mark_once(b, UnixTime::from_secs(1_060)).await);
+        clock.0.store(1_060, std::sync::atomic::Ordering::SeqCst);
+        assert!(!guard.mark_once(a, UnixTime::from_secs(1_060)).await, "still marked at exp");
+        assert_eq!(guard.len(), 1);
+        clock.0.store(1_061, std::sync::atomic::Ordering::SeqCst);
+        // Any mark in the same shard sweeps it; marking `a` again is that mark.
+        assert!(guard.mark_once(a, UnixTime::from_secs(1_120)).await);
+        assert_eq!(guard.len(), 1);
     }
 
     #[test]
@@ -142,18 +257,19 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn one_winner_among_a_thousand_concurrent_marks() {
-        let guard = MokaReplayGuard::new(Arc::new(Fixed));
-        let k = key("CCCCCCCCCCCCCCCCCCCCCC");
-        let tasks: Vec<_> = (0..1_000)
-            .map(|_| {
-                let guard = guard.clone();
-                tokio::spawn(async move { guard.mark_once(k, UnixTime::from_secs(1_060)).await })
-            })
-            .collect();
-        let mut wins = 0;
-        for t in tasks {
-            wins += usize::from(t.await.unwrap());
+        for guard in guards(Arc::new(Fixed)) {
+            let k = key("CCCCCCCCCCCCCCCCCCCCCC");
+            let tasks: Vec<_> = (0..1_000)
+                .map(|_| {
+                    let guard = guard.clone();
+                    tokio::spawn(async move { guard.mark_once(k, UnixTime::from_secs(1_060)).await })
+                })
+                .collect();
+            let mut wins = 0;
+            for t in tasks {
+                wins += usize::from(t.await.unwrap());
+            }
+            assert_eq!(wins, 1, "{guard:?}");
         }
-        assert_eq!(wins, 1);
     }
 }

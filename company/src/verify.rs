@@ -106,7 +106,7 @@ impl Verifier {
         // 4. Claims: all present, integer times, formats, `0 < exp - iat <= 60`.
         let claims = BrowserAssertionClaims::from_payload(jws.payload()).map_err(VerifyError::Claims)?;
         // 5. Audience: exactly the published endpoint, character for character.
-        if claims.aud().as_str() != self.endpoint.as_str() {
+        if claims.aud() != self.endpoint.as_str() {
             return Err(VerifyError::WrongAudience);
         }
         // 6. Time: `exp` strictly after now; `iat` not later than now + skew.

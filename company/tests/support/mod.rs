@@ -11,7 +11,7 @@ use axum::body::Body;
 use axum::routing::get;
 use http::Request;
 use pap_company::{
-    BrowserSession, MemoryCookieBindings, MemorySessionDirectory, MokaReplayGuard, StaticClientKeys, Verifier,
+    BrowserSession, MemoryCookieBindings, MemoryReplayGuard, MemorySessionDirectory, StaticClientKeys, Verifier,
     VerifierParts, WebSession, browser_session_router,
 };
 use pap_shared::{
@@ -71,7 +71,7 @@ impl Agent {
 pub struct World {
     pub clock: Arc<TestClock>,
     pub sessions: MemorySessionDirectory,
-    pub replay: MokaReplayGuard,
+    pub replay: MemoryReplayGuard,
     pub state: BrowserSession,
     pub agent: Agent,
     pub user: PairwiseUserId,
@@ -83,7 +83,7 @@ impl World {
         let clock = TestClock::at(NOW);
         let agent = Agent::new(CLIENT_ID);
         let sessions = MemorySessionDirectory::new(clock.clone(), Arc::new(SystemRng));
-        let replay = MokaReplayGuard::new(clock.clone());
+        let replay = MemoryReplayGuard::new(clock.clone());
         let clients = StaticClientKeys::new().with_client(agent.client_id.clone(), agent.jwks());
         let verifier = Verifier::new(VerifierParts {
             endpoint: HttpsUrl::parse(ENDPOINT).unwrap(),
