@@ -22,7 +22,10 @@ use support::World;
 
 fn main() {
     let joins: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(3_000);
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(run(joins));
 }
 
@@ -33,7 +36,10 @@ async fn run(joins: usize) {
     ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     let ca = ca_params.self_signed(&ca_key).unwrap();
     let leaf_key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["shop.example".to_owned()]).unwrap().signed_by(&leaf_key, &ca, &ca_key).unwrap();
+    let leaf = CertificateParams::new(vec!["shop.example".to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &ca, &ca_key)
+        .unwrap();
 
     // The session lives past the whole run; the clock is the fixture's fixed time.
     let world = World::new();
@@ -43,7 +49,9 @@ async fn run(joins: usize) {
     tokio::spawn(serve_tls(listener, world.app(), config, std::future::pending()));
 
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(rustls::pki_types::CertificateDer::from(ca.der().to_vec())).unwrap();
+    roots
+        .add(rustls::pki_types::CertificateDer::from(ca.der().to_vec()))
+        .unwrap();
     let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
         .with_safe_default_protocol_versions()
         .unwrap()
@@ -56,8 +64,14 @@ async fn run(joins: usize) {
         .build()
         .unwrap();
 
-    println!("join load over TLS on {addr} ({joins} joins per level, {} cores)", available_cores());
-    println!("{:>11} {:>10} {:>10} {:>10}", "concurrency", "joins/s", "p50 ms", "p99 ms");
+    println!(
+        "join load over TLS on {addr} ({joins} joins per level, {} cores)",
+        available_cores()
+    );
+    println!(
+        "{:>11} {:>10} {:>10} {:>10}",
+        "concurrency", "joins/s", "p50 ms", "p99 ms"
+    );
     for concurrency in [1usize, 8, 32] {
         let assertions: Vec<CompactJws> = (0..joins).map(|_| world.assertion()).collect();
         let queue = Arc::new(std::sync::Mutex::new(assertions));
@@ -68,7 +82,9 @@ async fn run(joins: usize) {
                 tokio::spawn(async move {
                     let mut latencies = Vec::new();
                     loop {
-                        let Some(assertion) = queue.lock().unwrap().pop() else { break };
+                        let Some(assertion) = queue.lock().unwrap().pop() else {
+                            break;
+                        };
                         let began = Instant::now();
                         let response = client
                             .post("https://shop.example/poppy/browser-session")

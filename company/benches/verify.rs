@@ -29,9 +29,15 @@ fn record(slot: usize, iters: u64, elapsed: Duration) -> Duration {
 
 fn benches(c: &mut Criterion) {
     let world = World::new();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let mut group = c.benchmark_group("browser_assertion");
-    group.throughput(Throughput::Elements(1)).sample_size(20).measurement_time(Duration::from_secs(6));
+    group
+        .throughput(Throughput::Elements(1))
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(6));
 
     // The raw signature check of one assertion: what the verifier cannot go below.
     let sample = world.assertion();
@@ -42,7 +48,9 @@ fn benches(c: &mut Criterion) {
         b.iter_custom(|iters| {
             let start = Instant::now();
             for _ in 0..iters {
-                let ok = jsonwebtoken::crypto::verify(signature, input.as_bytes(), &key, jsonwebtoken::Algorithm::ES256).unwrap();
+                let ok =
+                    jsonwebtoken::crypto::verify(signature, input.as_bytes(), &key, jsonwebtoken::Algorithm::ES256)
+                        .unwrap();
                 assert!(ok);
             }
             record(0, iters, start.elapsed())
@@ -65,7 +73,10 @@ fn benches(c: &mut Criterion) {
 
     // Where the difference goes: the untimed-in-production parts, each on its own.
     let mut parts = c.benchmark_group("verifier_parts");
-    parts.throughput(Throughput::Elements(1)).sample_size(20).measurement_time(Duration::from_secs(3));
+    parts
+        .throughput(Throughput::Elements(1))
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(3));
     parts.bench_function("parse_and_read_claims", |b| {
         b.iter(|| {
             let jws = pap_shared::UnverifiedJws::parse(sample.secret()).unwrap();
@@ -82,7 +93,10 @@ fn benches(c: &mut Criterion) {
             b.iter_batched(
                 || {
                     n += 1;
-                    pap_company::ReplayKey::browser_assertion(&world.agent.client_id, &pap_shared::Jti::parse(&format!("{n:0>22}")).unwrap())
+                    pap_company::ReplayKey::browser_assertion(
+                        &world.agent.client_id,
+                        &pap_shared::Jti::parse(&format!("{n:0>22}")).unwrap(),
+                    )
                 },
                 |key| runtime.block_on(guard.mark_once(key, exp)),
                 criterion::BatchSize::SmallInput,
@@ -90,7 +104,11 @@ fn benches(c: &mut Criterion) {
         });
     }
     parts.bench_function("session_lookup", |b| {
-        b.iter(|| runtime.block_on(pap_company::SessionDirectory::session(&world.sessions, &world.session)).unwrap());
+        b.iter(|| {
+            runtime
+                .block_on(pap_company::SessionDirectory::session(&world.sessions, &world.session))
+                .unwrap()
+        });
     });
     parts.finish();
 }

@@ -99,7 +99,10 @@ impl Shard {
 impl MemoryReplayGuard {
     /// An empty guard reading "now" from `clock`.
     pub fn new(clock: Arc<dyn Clock>) -> Self {
-        Self { shards: (0..SHARDS).map(|_| Mutex::default()).collect(), clock }
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            clock,
+        }
     }
 
     /// How many marks are held.
@@ -115,7 +118,9 @@ impl MemoryReplayGuard {
 
 impl fmt::Debug for MemoryReplayGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MemoryReplayGuard").field("marks", &self.len()).finish_non_exhaustive()
+        f.debug_struct("MemoryReplayGuard")
+            .field("marks", &self.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -210,7 +215,10 @@ mod tests {
     }
 
     fn guards(clock: Arc<dyn Clock>) -> [Arc<dyn ReplayGuard>; 2] {
-        [Arc::new(MemoryReplayGuard::new(clock.clone())), Arc::new(MokaReplayGuard::new(clock))]
+        [
+            Arc::new(MemoryReplayGuard::new(clock.clone())),
+            Arc::new(MokaReplayGuard::new(clock)),
+        ]
     }
 
     #[tokio::test]
@@ -239,7 +247,10 @@ mod tests {
         let a = key("AAAAAAAAAAAAAAAAAAAAAA");
         assert!(guard.mark_once(a, UnixTime::from_secs(1_060)).await);
         clock.0.store(1_060, std::sync::atomic::Ordering::SeqCst);
-        assert!(!guard.mark_once(a, UnixTime::from_secs(1_060)).await, "still marked at exp");
+        assert!(
+            !guard.mark_once(a, UnixTime::from_secs(1_060)).await,
+            "still marked at exp"
+        );
         assert_eq!(guard.len(), 1);
         clock.0.store(1_061, std::sync::atomic::Ordering::SeqCst);
         // Any mark in the same shard sweeps it; marking `a` again is that mark.

@@ -16,8 +16,8 @@ use axum::Router;
 use axum::extract::FromRef;
 use axum::routing::get;
 use pap_company::{
-    BrowserSession, HttpClientResolver, MemoryCookieBindings, MemoryReplayGuard, MemorySessionDirectory, ResolverConfig,
-    Verifier, VerifierParts, WebSession, browser_session_router,
+    BrowserSession, HttpClientResolver, MemoryCookieBindings, MemoryReplayGuard, MemorySessionDirectory,
+    ResolverConfig, Verifier, VerifierParts, WebSession, browser_session_router,
 };
 use pap_shared::{CompanyDomain, HttpsUrl, SystemClock, SystemRng};
 
@@ -59,7 +59,10 @@ fn state() -> Result<App, Box<dyn std::error::Error>> {
         replay: Arc::new(MemoryReplayGuard::new(clock.clone())),
     });
     let browser_session = BrowserSession::new(verifier, Arc::new(MemoryCookieBindings::new(clock)), rng);
-    Ok(App { browser_session, shop_name: Arc::from("Shop") })
+    Ok(App {
+        browser_session,
+        shop_name: Arc::from("Shop"),
+    })
 }
 
 #[tokio::main]
@@ -91,7 +94,10 @@ mod tests {
             .header("content-type", "application/x-www-form-urlencoded")
             .body(Body::from("assertion=a.b.c"))
             .unwrap();
-        assert_eq!(app.clone().oneshot(join).await.unwrap().status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            app.clone().oneshot(join).await.unwrap().status(),
+            StatusCode::BAD_REQUEST
+        );
         let page = Request::get("/account").body(Body::empty()).unwrap();
         assert_eq!(app.oneshot(page).await.unwrap().status(), StatusCode::UNAUTHORIZED);
     }
