@@ -71,6 +71,8 @@ pub struct JoseHeader {
     pub typ: Option<String>,
     /// `kid`, as sent.
     pub kid: Option<String>,
+    /// `jwk`, as sent (DPoP proofs carry their public key here).
+    pub jwk: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -80,6 +82,8 @@ struct RawHeader {
     typ: Option<String>,
     #[serde(default)]
     kid: Option<String>,
+    #[serde(default)]
+    jwk: Option<serde_json::Value>,
     #[serde(default)]
     crit: Option<serde_json::Value>,
 }
@@ -125,6 +129,7 @@ impl<'a> UnverifiedJws<'a> {
                 alg: raw.alg,
                 typ: raw.typ,
                 kid: raw.kid,
+                jwk: raw.jwk,
             },
             payload,
             signing_input,
@@ -259,6 +264,21 @@ impl PublicKey {
     /// The public JWK as imported.
     pub fn jwk(&self) -> &PublicJwk {
         &self.jwk
+    }
+
+    /// The RFC 7638 thumbprint: SHA-256 over the required members in lexicographic order with
+    /// no whitespace, base64url. DPoP binds tokens to it (RFC 9449 §6).
+    pub fn thumbprint(&self) -> String {
+        use sha2::Digest as _;
+        let canonical = match self.alg {
+            Algorithm::Es256 => serde_json::json!({
+                "crv": self.jwk.crv, "kty": "EC", "x": self.jwk.x, "y": self.jwk.y
+            }),
+            Algorithm::Rs256 => serde_json::json!({ "e": self.jwk.e, "kty": "RSA", "n": self.jwk.n }),
+        };
+        // serde_json's map is ordered by key and `to_vec` writes no whitespace.
+        let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
+        URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(bytes))
     }
 }
 
@@ -508,7 +528,16 @@ impl SigningKey {
     /// unpadded base64url, ECDSA signatures raw `r || s` (PAP pitfalls, wire doc §6.5).
     pub fn sign(&self, typ: &str, claims: &impl Serialize) -> Result<CompactJws, JoseError> {
         let header = serde_json::json!({ "alg": self.alg.name(), "typ": typ, "kid": self.kid() });
-        let header = serde_json::to_vec(&header).map_err(|_| JoseError::Signing)?;
+        self.sign_with_header(&header, claims)
+    }
+
+    /// Signs `claims` with `header` as given (its `alg` must be this key's): for DPoP proofs,
+    /// whose header carries the public `jwk` instead of a `kid`.
+    pub fn sign_with_header(&self, header: &serde_json::Value, claims: &impl Serialize) -> Result<CompactJws, JoseError> {
+        if header.get("alg").and_then(|a| a.as_str()) != Some(self.alg.name()) {
+            return Err(JoseError::Signing);
+        }
+        let header = serde_json::to_vec(header).map_err(|_| JoseError::Signing)?;
         let payload = serde_json::to_vec(claims).map_err(|_| JoseError::Signing)?;
         let mut compact = String::with_capacity(512);
         URL_SAFE_NO_PAD.encode_string(header, &mut compact);

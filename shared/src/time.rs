@@ -32,6 +32,28 @@ impl UnixTime {
     pub const fn since(self, earlier: UnixTime) -> i64 {
         self.0.saturating_sub(earlier.0)
     }
+
+    /// RFC 3339 in UTC with a `Z`, e.g. `2026-10-11T09:15:05Z` (as PAP's JSON carries times).
+    pub fn to_rfc3339(self) -> String {
+        let days = self.0.div_euclid(86_400);
+        let seconds = self.0.rem_euclid(86_400);
+        // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        format!(
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+            seconds / 3_600,
+            seconds % 3_600 / 60,
+            seconds % 60
+        )
+    }
 }
 
 impl fmt::Display for UnixTime {
@@ -113,6 +135,14 @@ mod tests {
         assert_eq!(UnixTime::from_secs(i64::MAX).plus(1), UnixTime::from_secs(i64::MAX));
         assert_eq!(UnixTime::from_secs(10).since(UnixTime::from_secs(4)), 6);
         assert_eq!(UnixTime::from_secs(4).since(UnixTime::from_secs(10)), -6);
+    }
+
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(UnixTime::from_secs(0).to_rfc3339(), "1970-01-01T00:00:00Z");
+        assert_eq!(UnixTime::from_secs(1_760_174_105).to_rfc3339(), "2025-10-11T09:15:05Z");
+        assert_eq!(UnixTime::from_secs(951_825_600).to_rfc3339(), "2000-02-29T12:00:00Z");
+        assert_eq!(UnixTime::from_secs(1_800_000_000).to_rfc3339(), "2027-01-15T08:00:00Z");
     }
 
     #[test]

@@ -1,4 +1,7 @@
 //! PAP messages on the wire, one module per message, each parsing next to its type.
 
 pub(crate) mod browser_assertion;
+pub(crate) mod dpop;
+pub(crate) mod jwt_assertion;
+pub(crate) mod operation;
 pub(crate) mod ids;

@@ -219,3 +219,29 @@ fn candidates_follow_the_kid_rules() {
     assert!(set.has_kid("key-1"));
     assert!(!set.has_kid("other"));
 }
+
+#[test]
+fn thumbprint_matches_rfc_7638_appendix_a_shape() {
+    // RFC 7638 §3.1's example RSA key and its published thumbprint.
+    let jwk = json!({
+        "kty": "RSA",
+        "n": "0vx7agoebGcQSuuPiLJXZptN9nndrQmbXEps2aiAFbWhM78LhWx4cbbfAAtVT86zwu1RK7aPFFxuhDR1L6tSoc_BJECPebWKRXjBZCiFV4n3oknjhMstn64tZ_2W-5JsGY4Hc5n9yBXArwl93lqt7_RN5w6Cf0h4QyQ5v-65YGjQR0_FDW2QvzqY368QQMicAtaSqzs8KJZgnYb9c7d0zgdAZHzu6qMQvRL5hajrn1n91CbOpbISD08qNLyrdkt-bFTWhAI4vMQFh6WeZu0fM4lFd2NcRwr3XPksINHaQ-G_xBniIqbw0Ls1jF44-csFCur-kEgU8awapJzKnqDKgw",
+        "e": "AQAB",
+        "alg": "RS256",
+        "kid": "2011-04-29"
+    });
+    let key = PublicKey::from_jwk(&jwk).unwrap().unwrap();
+    assert_eq!(key.thumbprint(), "NzbLsXh8uDCcd-6MNwXF4W_7noWXFZAfHkxZsRGC9Xs");
+}
+
+#[test]
+fn thumbprint_ignores_optional_members() {
+    let key = es256();
+    let mut bare = serde_json::to_value(key.public_key().jwk()).unwrap();
+    for m in ["alg", "use", "kid"] {
+        bare.as_object_mut().unwrap().remove(m);
+    }
+    let again = PublicKey::from_jwk(&bare).unwrap().unwrap();
+    assert_eq!(again.thumbprint(), key.public_key().thumbprint());
+    assert_eq!(again.thumbprint().len(), 43);
+}
