@@ -22,6 +22,13 @@ pub trait ClientKeys: Send + Sync + fmt::Debug {
     async fn keys(&self, client_id: &ClientId, kid: Option<&str>) -> Result<Arc<Jwks>, ResolveError>;
 }
 
+/// Where the reference company gets an agent's metadata as well as its keys.
+#[async_trait]
+pub trait ClientRegistry: ClientKeys {
+    /// The validated Client ID Metadata Document of `client_id`.
+    async fn metadata(&self, client_id: &ClientId) -> Result<Arc<ClientMetadata>, ResolveError>;
+}
+
 /// Why an agent's keys could not be had.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ResolveError {
@@ -54,6 +61,7 @@ pub enum ResolveError {
 #[derive(Clone, Debug, Default)]
 pub struct StaticClientKeys {
     clients: HashMap<ClientId, Arc<Jwks>>,
+    metadata: HashMap<ClientId, Arc<ClientMetadata>>,
 }
 
 impl StaticClientKeys {
@@ -67,11 +75,24 @@ impl StaticClientKeys {
         self.clients.insert(client_id, Arc::new(keys));
         self
     }
+
+    /// Adds (or replaces) a client's metadata document.
+    pub fn with_metadata(mut self, metadata: ClientMetadata) -> Self {
+        self.metadata.insert(metadata.client_id().clone(), Arc::new(metadata));
+        self
+    }
 }
 
 #[async_trait]
 impl ClientKeys for StaticClientKeys {
     async fn keys(&self, client_id: &ClientId, _kid: Option<&str>) -> Result<Arc<Jwks>, ResolveError> {
         self.clients.get(client_id).cloned().ok_or(ResolveError::UnknownClient)
+    }
+}
+
+#[async_trait]
+impl ClientRegistry for StaticClientKeys {
+    async fn metadata(&self, client_id: &ClientId) -> Result<Arc<ClientMetadata>, ResolveError> {
+        self.metadata.get(client_id).cloned().ok_or(ResolveError::UnknownClient)
     }
 }

@@ -30,6 +30,17 @@ impl ReplayKey {
         Self(hash.finalize().into())
     }
 
+    /// The key for a JWT of another kind (`namespace`, e.g. `client-assertion` or `dpop`), from
+    /// `issuer` (a `client_id` or a key thumbprint) with `jti`.
+    pub fn of(namespace: &str, issuer: &str, jti: &str) -> Self {
+        let mut hash = Sha256::new();
+        for part in [namespace, issuer, jti] {
+            hash.update(part.as_bytes());
+            hash.update(b"\0");
+        }
+        Self(hash.finalize().into())
+    }
+
     /// The 32 hash bytes, e.g. for a distributed store's key.
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0

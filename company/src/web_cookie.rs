@@ -76,10 +76,10 @@ impl SessionCookie {
             .get_all(http::header::COOKIE)
             .iter()
             .filter_map(|h| h.to_str().ok())
-            .flat_map(|h| h.split(';'))
-            .filter_map(|pair| pair.trim().split_once('='))
-            .filter(|(name, _)| *name == SESSION_COOKIE_NAME)
-            .filter_map(|(_, value)| Self::from_value(value))
+            .flat_map(cookie::Cookie::split_parse)
+            .filter_map(Result::ok)
+            .filter(|c| c.name() == SESSION_COOKIE_NAME)
+            .filter_map(|c| Self::from_value(c.value()))
             .collect()
     }
 

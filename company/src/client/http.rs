@@ -22,7 +22,7 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use rustls::pki_types::CertificateDer;
 
 use super::metadata::ClientMetadata;
-use super::{ClientKeys, ResolveError};
+use super::{ClientKeys, ClientRegistry, ResolveError};
 
 /// Shortest time a fetched document is cached, in seconds.
 const MIN_CACHE_SECONDS: i64 = 60;
@@ -113,11 +113,6 @@ impl HttpClientResolver {
             cache: Arc::default(),
             failures: Arc::default(),
         })
-    }
-
-    /// The validated metadata of `client_id` (fetched or cached).
-    pub async fn metadata(&self, client_id: &ClientId) -> Result<Arc<ClientMetadata>, ResolveError> {
-        self.resolve(client_id, None).await.map(|(metadata, _)| metadata)
     }
 
     async fn resolve(
@@ -268,6 +263,13 @@ impl HttpClientResolver {
             return Ok((body, lifetime));
         }
         Err(fail("too many redirects".into()))
+    }
+}
+
+#[async_trait]
+impl ClientRegistry for HttpClientResolver {
+    async fn metadata(&self, client_id: &ClientId) -> Result<Arc<ClientMetadata>, ResolveError> {
+        self.resolve(client_id, None).await.map(|(metadata, _)| metadata)
     }
 }
 

@@ -1,0 +1,188 @@
+//! `pap-company`: the reference company, a small shop speaking PAP draft 0.2 whose website
+//! follows the PAP Session through the browser-session bridge.
+//!
+//! Run with `cargo run -p pap-company -- serve --config company/shop.example.toml`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand};
+use pap_company::{CompanyConfig, HttpClientResolver, ReferenceCompany, ResolverConfig, load_server_config, serve_tls};
+use pap_shared::{SystemClock, SystemRng};
+
+#[derive(Parser)]
+#[command(name = "pap-company", version, about = "The PAP reference company (draft 0.2) with the browser-session bridge")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serves the company over HTTPS (and the operator API, when asked, on loopback HTTP).
+    Serve(Serve),
+    /// Reads a password from standard input and prints its Argon2 hash for a config file.
+    HashPassword,
+}
+
+#[derive(clap::Args)]
+struct Serve {
+    /// The configuration file (TOML); see company/shop.example.toml.
+    #[arg(long)]
+    config: PathBuf,
+    /// Where to listen for HTTPS, e.g. 127.0.0.1:8443.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// PEM certificate chain covering the company's domain.
+    #[arg(long)]
+    cert: Option<PathBuf>,
+    /// PEM private key of that certificate.
+    #[arg(long)]
+    key: Option<PathBuf>,
+    /// Where to serve the operator API (plain HTTP; loopback addresses only).
+    #[arg(long)]
+    admin_listen: Option<SocketAddr>,
+    /// Test only (the config must set `testing = true`): an extra trusted root for outbound
+    /// fetches of agents' documents.
+    #[arg(long)]
+    trust_ca: Option<PathBuf>,
+    /// Test only (the config must set `testing = true`): connect NAME to ADDR:PORT for outbound
+    /// fetches, like curl's --resolve; repeatable. Such names may resolve to loopback.
+    #[arg(long, value_name = "NAME=ADDR:PORT")]
+    resolve: Vec<String>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::HashPassword => hash_password(),
+        Command::Serve(args) => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                )
+                .with_writer(std::io::stderr)
+                .init();
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            runtime.block_on(serve(args))
+        }
+    }
+}
+
+fn hash_password() -> anyhow::Result<()> {
+    use argon2::PasswordHasher as _;
+    let mut password = String::new();
+    std::io::stdin().read_line(&mut password).context("reading the password from standard input")?;
+    let password = password.trim_end_matches(['\r', '\n']);
+    if password.is_empty() {
+        bail!("the password is empty");
+    }
+    let salt = argon2::password_hash::SaltString::generate(&mut rand_core_adapter::OsRng);
+    let hash = argon2::Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map_err(|e| anyhow::anyhow!("hashing failed: {e}"))?;
+    #[allow(clippy::print_stdout, reason = "the command's output")]
+    {
+        println!("{hash}");
+    }
+    Ok(())
+}
+
+/// argon2's salt generator takes a `rand_core` 0.6 RNG; the OS RNG is one.
+mod rand_core_adapter {
+    pub(crate) use argon2::password_hash::rand_core::OsRng;
+}
+
+async fn serve(args: Serve) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&args.config).with_context(|| format!("reading {}", args.config.display()))?;
+    let config = CompanyConfig::parse(&text).with_context(|| format!("loading {}", args.config.display()))?;
+    if !config.testing && (args.trust_ca.is_some() || !args.resolve.is_empty()) {
+        bail!("--trust-ca and --resolve are for tests only; the configuration does not set testing = true");
+    }
+    let listen = args.listen.or(config.listen).context("no listen address (--listen or `listen` in the config)")?;
+    let cert = args.cert.clone().or(config.cert.clone()).context("no certificate (--cert or `cert`)")?;
+    let key = args.key.clone().or(config.key.clone()).context("no private key (--key or `key`)")?;
+    let admin = args.admin_listen.or(config.admin_listen);
+    if let Some(admin) = admin {
+        if !admin.ip().is_loopback() {
+            bail!("the operator API listens on loopback addresses only, not {admin}");
+        }
+    }
+
+    let mut resolver = ResolverConfig::default();
+    if let Some(ca) = &args.trust_ca {
+        let pem = std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?;
+        for cert in rustls_pemfile::certs(&mut &pem[..]) {
+            resolver.extra_roots.push(cert.with_context(|| format!("parsing {}", ca.display()))?);
+        }
+    }
+    resolver.overrides = parse_resolve(&args.resolve)?;
+    let clock = Arc::new(SystemClock);
+    let clients = Arc::new(HttpClientResolver::new(resolver, clock.clone()).context("building the HTTPS client")?);
+    let company = ReferenceCompany::new(config, clock, Arc::new(SystemRng), clients);
+    let tls = load_server_config(&cert, &key).context("loading the TLS certificate and key")?;
+
+    let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
+    let domain = company.config().domain.clone();
+    tracing::info!(%listen, public = %format!("https://{domain}"), "serving the company over HTTPS");
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    let public = serve_tls(listener, company.router(), tls, std::future::pending());
+    match admin {
+        Some(admin) => {
+            let admin_listener = tokio::net::TcpListener::bind(admin).await.with_context(|| format!("binding {admin}"))?;
+            tracing::info!(%admin, "serving the operator API over loopback HTTP");
+            let operator = axum::serve(admin_listener, company.operator_router());
+            tokio::select! {
+                () = serve_tls_until(public, &mut shutdown) => {}
+                result = operator => result.context("operator API")?,
+            }
+        }
+        None => serve_tls_until(public, &mut shutdown).await,
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn serve_tls_until(public: impl std::future::Future<Output = ()>, shutdown: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>) {
+    tokio::select! {
+        () = public => {}
+        () = shutdown.as_mut() => {}
+    }
+}
+
+fn parse_resolve(entries: &[String]) -> anyhow::Result<HashMap<String, SocketAddr>> {
+    entries
+        .iter()
+        .map(|entry| {
+            let (name, addr) = entry.split_once('=').with_context(|| format!("--resolve {entry}: expected NAME=ADDR:PORT"))?;
+            let addr: SocketAddr = addr.parse().with_context(|| format!("--resolve {entry}: bad address"))?;
+            Ok((name.to_ascii_lowercase(), addr))
+        })
+        .collect()
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+}

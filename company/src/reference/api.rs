@@ -1,0 +1,172 @@
+//! The company's OpenAPI API: calls authenticated by a DPoP-bound Session Token (PAP §4.3),
+//! among them the configured calls that propose an operation (Operations v1 §4), answering 202.
+
+use std::collections::HashMap;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use http::{HeaderMap, Method, StatusCode, Uri, header};
+use pap_shared::{ClientId, SessionId};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::config::{CompanyConfig, ProposalConfig};
+use super::protocol::{ApiError, json_response, read_json};
+use super::operations::NewOperation;
+use super::{ReferenceCompany, lock};
+
+/// Who is calling: a live Session Token, its proof checked.
+#[derive(Clone, Debug)]
+pub(crate) struct Caller {
+    pub(crate) client_id: ClientId,
+    pub(crate) session: SessionId,
+    pub(crate) record: crate::session::SessionRecord,
+}
+
+pub(super) fn routes(config: &CompanyConfig) -> Router<ReferenceCompany> {
+    let mut router = Router::new().route("/api/openapi.json", get(openapi));
+    for (index, proposal) in config.proposals.iter().enumerate() {
+        router = router.route(
+            &proposal.path,
+            post(move |state: State<ReferenceCompany>, params: Path<HashMap<String, String>>, uri: Uri, method: Method, headers: HeaderMap, body: Body| {
+                propose(state, index, params, uri, method, headers, body)
+            }),
+        );
+    }
+    router
+}
+
+impl ReferenceCompany {
+    /// Authenticates an API call: `Authorization: DPoP <Session Token>` (exactly one header, the
+    /// DPoP scheme; never a cookie, never a URL), a live token, a proof for this request with
+    /// `ath`, made with the key the token is bound to.
+    pub(crate) async fn caller(&self, headers: &HeaderMap, method: &Method, uri: &Uri) -> Result<Caller, ApiError> {
+        let invalid_token = || ApiError::challenge(StatusCode::UNAUTHORIZED, "invalid_token");
+        if uri.query().is_some_and(|q| url::form_urlencoded::parse(q.as_bytes()).any(|(k, _)| k == "access_token")) {
+            return Err(ApiError::bad_request("invalid_request"));
+        }
+        let mut values = headers.get_all(header::AUTHORIZATION).iter();
+        let (Some(value), None) = (values.next(), values.next()) else { return Err(invalid_token()) };
+        let value = value.to_str().map_err(|_| invalid_token())?;
+        let (scheme, token) = value.split_once(' ').ok_or_else(invalid_token)?;
+        if !scheme.eq_ignore_ascii_case("DPoP") || token.is_empty() {
+            return Err(invalid_token());
+        }
+        let record = self.access_token(token).ok_or_else(invalid_token)?;
+        let thumbprint = self.check_dpop(headers, method.as_str(), uri.path(), Some(token)).await?;
+        if thumbprint != record.thumbprint {
+            return Err(ApiError::challenge(StatusCode::UNAUTHORIZED, "invalid_dpop_proof"));
+        }
+        let session = self.session_record(&record.session).await.ok_or_else(invalid_token)?;
+        Ok(Caller { client_id: record.client_id, session: record.session, record: session })
+    }
+
+    /// Whether the agent declared Operations v1 in its metadata (OPS-2-01).
+    pub(crate) async fn supports_operations(&self, client_id: &ClientId) -> bool {
+        self.inner.clients.metadata(client_id).await.is_ok_and(|m| m.extension_version("operations") == Some("1"))
+    }
+}
+
+async fn openapi(State(company): State<ReferenceCompany>) -> Response {
+    let mut paths = serde_json::Map::new();
+    for proposal in &company.inner.config.proposals {
+        paths.insert(
+            proposal.path.clone(),
+            json!({"post": {
+                "summary": proposal.description.clone().unwrap_or_else(|| proposal.summary.clone()),
+                "x-poppy-operation": {"user_approval_required": proposal.user_approval_required, "scopes": proposal.scopes},
+                "responses": {"202": {"description": "An operation is proposed; confirm it through the operations endpoint or its page."}}
+            }}),
+        );
+    }
+    let body = json!({
+        "openapi": "3.1.0",
+        "info": {"title": format!("{} API", company.inner.config.name), "version": "1"},
+        "servers": [{"url": company.inner.base}],
+        "paths": paths,
+    });
+    json_response(StatusCode::OK, &body)
+}
+
+/// What one `Idempotency-Key` answered: the request's fingerprint and the answer.
+#[derive(Clone, Debug)]
+pub(crate) struct Remembered {
+    fingerprint: [u8; 32],
+    status: StatusCode,
+    body: Value,
+}
+
+async fn propose(
+    State(company): State<ReferenceCompany>,
+    index: usize,
+    Path(params): Path<HashMap<String, String>>,
+    uri: Uri,
+    method: Method,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let result = async {
+        let caller = company.caller(&headers, &method, &uri).await?;
+        if !caller.record.is_signed_in() {
+            return Err(ApiError::challenge(StatusCode::FORBIDDEN, "sign_in_required"));
+        }
+        if !company.supports_operations(&caller.client_id).await {
+            return Err(ApiError::challenge(StatusCode::FORBIDDEN, "extension_required").with("extension", json!("operations")));
+        }
+        let body = read_json(body).await?;
+        let key = idempotency_key(&headers)?;
+        let fingerprint: [u8; 32] = Sha256::new()
+            .chain_update(uri.path().as_bytes())
+            .chain_update(b"\0")
+            .chain_update(Value::Object(body.clone()).to_string().as_bytes())
+            .finalize()
+            .into();
+        let remember_as = key.map(|k| (caller.client_id.as_str().to_owned(), caller.session.as_str().to_owned(), k));
+        if let Some(id) = &remember_as {
+            if let Some(seen) = lock(&company.inner.idempotency).get(id).cloned() {
+                if seen.fingerprint != fingerprint {
+                    return Err(ApiError::new(StatusCode::CONFLICT, "idempotency_key_conflict"));
+                }
+                return Ok(json_response(seen.status, &seen.body));
+            }
+        }
+        let proposal: &ProposalConfig = &company.inner.config.proposals[index];
+        let operation = company.propose_operation(NewOperation {
+            caller: &caller,
+            action: uri.path(),
+            summary: fill(&proposal.summary, &params),
+            terms: json!({ "action": uri.path(), "parameters": params }),
+            user_approval_required: proposal.user_approval_required,
+            scopes: proposal.scopes.clone(),
+        });
+        let answer = json!({ "operation": operation });
+        if let Some(id) = remember_as {
+            lock(&company.inner.idempotency).insert(id, Remembered { fingerprint, status: StatusCode::ACCEPTED, body: answer.clone() });
+        }
+        Ok(json_response(StatusCode::ACCEPTED, &answer))
+    };
+    result.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `Idempotency-Key`: 1-255 visible ASCII characters, at most one header.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let mut values = headers.get_all("idempotency-key").iter();
+    let (first, second) = (values.next(), values.next());
+    match (first, second) {
+        (None, _) => Ok(None),
+        (Some(v), None) => {
+            let text = v.to_str().map_err(|_| ApiError::bad_request("invalid_request"))?;
+            let visible = text.bytes().all(|b| (0x21..=0x7e).contains(&b));
+            if (1..=255).contains(&text.len()) && visible { Ok(Some(text.to_owned())) } else { Err(ApiError::bad_request("invalid_request")) }
+        }
+        (Some(_), Some(_)) => Err(ApiError::bad_request("invalid_request")),
+    }
+}
+
+/// Fills `{name}` placeholders from the path parameters.
+fn fill(template: &str, params: &HashMap<String, String>) -> String {
+    params.iter().fold(template.to_owned(), |text, (name, value)| text.replace(&format!("{{{name}}}"), value))
+}

@@ -1,0 +1,206 @@
+//! The reference company: a small shop that speaks PAP draft 0.2 (discovery, token endpoint
+//! with `private_key_jwt` and DPoP, jwt-bearer Sessions, Device Sign-In, Account Tokens and
+//! revocation, an OpenAPI API that proposes operations, Operations v1) and whose website
+//! follows the PAP Session through the browser-session bridge.
+//!
+//! Everything is in memory behind the crate's store traits; [`ReferenceCompany::router`] is the
+//! public HTTPS surface and [`ReferenceCompany::operator_router`] the loopback-only operator API.
+
+mod api;
+mod client_auth;
+mod config;
+mod device;
+mod discovery;
+mod protocol;
+mod operations;
+mod operator;
+mod token;
+mod website;
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::Router;
+use axum::extract::FromRef;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use http::HeaderMap;
+use pap_shared::{Clock, DpopRequest, Rng, UnixTime, verify_dpop_proof};
+use sha2::{Digest, Sha256};
+use zeroize::Zeroizing;
+
+pub use self::config::{AccountConfig, CompanyConfig, ConfigError, ProposalConfig, ScopeConfig};
+use self::device::Devices;
+use self::protocol::ApiError;
+use self::operations::Operations;
+use self::token::Tokens;
+use crate::browser_session::{BROWSER_SESSION_PATH, BrowserSession, browser_session_router};
+use crate::client::ClientRegistry;
+use crate::replay::{MemoryReplayGuard, ReplayGuard, ReplayKey};
+use crate::session::MemorySessionDirectory;
+use crate::verify::{Verifier, VerifierParts};
+use crate::web_cookie::MemoryCookieBindings;
+
+/// The reference company's state. Cheap to clone.
+#[derive(Clone)]
+pub struct ReferenceCompany {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: CompanyConfig,
+    base: String,
+    clock: Arc<dyn Clock>,
+    rng: Arc<dyn Rng>,
+    clients: Arc<dyn ClientRegistry>,
+    sessions: MemorySessionDirectory,
+    replay: MemoryReplayGuard,
+    browser: BrowserSession,
+    tokens: Mutex<Tokens>,
+    devices: Mutex<Devices>,
+    operations: Mutex<Operations>,
+    idempotency: Mutex<std::collections::HashMap<(String, String, String), api::Remembered>>,
+    /// Keys the device page's CSRF tokens.
+    csrf_key: Zeroizing<[u8; 32]>,
+}
+
+impl ReferenceCompany {
+    /// A company from its configuration, with injected time, randomness and client resolution.
+    pub fn new(config: CompanyConfig, clock: Arc<dyn Clock>, rng: Arc<dyn Rng>, clients: Arc<dyn ClientRegistry>) -> Self {
+        let base = config.base();
+        let sessions = MemorySessionDirectory::new(clock.clone(), rng.clone());
+        let replay = MemoryReplayGuard::new(clock.clone());
+        let endpoint = pap_shared::HttpsUrl::parse(&format!("{base}{BROWSER_SESSION_PATH}"))
+            .expect("https://{a valid domain}/poppy/browser-session is a valid HTTPS URL");
+        let verifier = Verifier::new(VerifierParts {
+            endpoint,
+            domain: config.domain.clone(),
+            clock: clock.clone(),
+            clients: clients.clone(),
+            sessions: Arc::new(sessions.clone()),
+            replay: Arc::new(replay.clone()),
+        });
+        let browser = BrowserSession::new(verifier, Arc::new(MemoryCookieBindings::new(clock.clone())), rng.clone());
+        let mut csrf_key = Zeroizing::new([0u8; 32]);
+        rng.fill(csrf_key.as_mut());
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                base,
+                clock,
+                rng,
+                clients,
+                sessions,
+                replay,
+                browser,
+                tokens: Mutex::default(),
+                devices: Mutex::default(),
+                operations: Mutex::default(),
+                idempotency: Mutex::default(),
+                csrf_key,
+            }),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CompanyConfig {
+        &self.inner.config
+    }
+
+    /// The Session directory (for tests and operators).
+    pub fn sessions(&self) -> &MemorySessionDirectory {
+        &self.inner.sessions
+    }
+
+    /// The public HTTPS surface.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .merge(discovery::routes())
+            .merge(token::routes())
+            .merge(device::routes())
+            .merge(api::routes(&self.inner.config))
+            .merge(operations::routes())
+            .merge(website::routes())
+            .merge(browser_session_router())
+            .with_state(self.clone())
+    }
+
+    /// The operator API (approve a device code, count performed operations). Serve it only on
+    /// a loopback address.
+    pub fn operator_router(&self) -> Router {
+        operator::routes().with_state(self.clone())
+    }
+
+    /// A random token with `prefix`: `prefix_` + 22 base64url characters (128 bits).
+    fn random_token(&self, prefix: &str) -> String {
+        let mut bytes = [0u8; 16];
+        self.inner.rng.fill(&mut bytes);
+        format!("{prefix}_{}", URL_SAFE_NO_PAD.encode(bytes))
+    }
+
+    fn now(&self) -> UnixTime {
+        self.inner.clock.now()
+    }
+
+    /// Checks the request's one DPoP proof for `method path` (RFC 9449 §4.3), with the access
+    /// token when one is sent, and marks its `jti` once per key (PAP-4.3-06). Returns the key's
+    /// thumbprint.
+    async fn check_dpop(&self, headers: &HeaderMap, method: &str, path: &str, token: Option<&str>) -> Result<String, ApiError> {
+        let invalid = |status| {
+            if token.is_some() {
+                ApiError::challenge(status, "invalid_dpop_proof")
+            } else {
+                ApiError::new(status, "invalid_dpop_proof")
+            }
+        };
+        let status = if token.is_some() { http::StatusCode::UNAUTHORIZED } else { http::StatusCode::BAD_REQUEST };
+        let mut proofs = headers.get_all("dpop").iter();
+        let (Some(proof), None) = (proofs.next(), proofs.next()) else { return Err(invalid(status)) };
+        let proof = proof.to_str().map_err(|_| invalid(status))?;
+        let htu = format!("{}{path}", self.inner.base);
+        let request = DpopRequest { method, htu: &htu, access_token: token, nonce: None };
+        let now = self.now();
+        let verified = verify_dpop_proof(proof, &request, now).map_err(|error| {
+            tracing::info!(%error, "DPoP proof refused");
+            invalid(status)
+        })?;
+        let key = ReplayKey::of("dpop", &verified.thumbprint, &verified.jti);
+        if !self.inner.replay.mark_once(key, verified.iat.plus(pap_shared::DPOP_IAT_WINDOW)).await {
+            return Err(invalid(status));
+        }
+        Ok(verified.thumbprint)
+    }
+}
+
+impl fmt::Debug for ReferenceCompany {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReferenceCompany").field("domain", &self.inner.config.domain).finish_non_exhaustive()
+    }
+}
+
+impl FromRef<ReferenceCompany> for BrowserSession {
+    fn from_ref(company: &ReferenceCompany) -> Self {
+        company.inner.browser.clone()
+    }
+}
+
+/// SHA-256 of a token: what the stores keep instead of the token.
+fn token_hash(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Critical sections are short map updates that leave the maps consistent.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The scopes of a space-separated `scope` parameter, in order, without duplicates.
+fn scopes(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for s in text.split(' ').filter(|s| !s.is_empty()) {
+        if !out.iter().any(|o| o == s) {
+            out.push(s.to_owned());
+        }
+    }
+    out
+}

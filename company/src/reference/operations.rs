@@ -1,0 +1,300 @@
+//! Operations v1: the store (propose, read, confirm at most once, cancel) and the operations
+//! endpoint `/poppy/operations/{id}[/confirm|/cancel]`.
+//!
+//! Confirmation is one compare-and-set under the store's lock: of any number of confirms,
+//! through the endpoint or the website, concurrent or not, exactly one moves the operation out
+//! of `proposed` and performs it (OPS-6-02); the others read it unchanged.
+
+use std::collections::HashMap;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use pap_shared::{ClientId, Confirmation, Operation, OperationResult, OperationState, PairwiseUserId, UnixTime};
+use serde_json::{Value, json};
+
+use super::api::Caller;
+use super::protocol::{ApiError, json_response, read_json};
+use super::{ReferenceCompany, lock};
+
+/// A proposal stays confirmable for 15 minutes.
+const PROPOSAL_LIFETIME: i64 = 15 * 60;
+
+/// Who may see an operation, what it needs, and how often it was performed.
+#[derive(Clone, Debug)]
+struct Record {
+    operation: Operation,
+    client_id: ClientId,
+    user: PairwiseUserId,
+    account: String,
+    action: String,
+    scopes: Vec<String>,
+    expires_at: UnixTime,
+    performed: u32,
+}
+
+/// The operations, by id.
+#[derive(Default)]
+pub(crate) struct Operations {
+    records: HashMap<String, Record>,
+}
+
+/// What a proposing API call asks for.
+pub(crate) struct NewOperation<'a> {
+    pub(crate) caller: &'a Caller,
+    pub(crate) action: &'a str,
+    pub(crate) summary: String,
+    pub(crate) terms: Value,
+    pub(crate) user_approval_required: bool,
+    pub(crate) scopes: Vec<String>,
+}
+
+/// Why a confirm or cancel was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ConfirmError {
+    NotFound,
+    SignInRequired,
+    InsufficientScope(String),
+    TermsChanged(Box<Operation>),
+    InvalidRequest,
+    UserApprovalRequired,
+}
+
+impl ConfirmError {
+    pub(crate) fn code(&self) -> &'static str {
+        match self {
+            Self::NotFound => "operation_not_found",
+            Self::SignInRequired => "sign_in_required",
+            Self::InsufficientScope(_) => "insufficient_scope",
+            Self::TermsChanged(_) => "terms_changed",
+            Self::InvalidRequest => "invalid_request",
+            Self::UserApprovalRequired => "user_approval_required",
+        }
+    }
+
+    pub(crate) fn status(&self) -> StatusCode {
+        match self {
+            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::SignInRequired | Self::InsufficientScope(_) | Self::UserApprovalRequired => StatusCode::FORBIDDEN,
+            Self::TermsChanged(_) => StatusCode::CONFLICT,
+            Self::InvalidRequest => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    fn into_api_error(self) -> ApiError {
+        let status = self.status();
+        match self {
+            Self::TermsChanged(current) => ApiError::new(status, "terms_changed").with("operation", json!(current)),
+            Self::InsufficientScope(scope) => ApiError::challenge(status, "insufficient_scope").with_scope(scope),
+            Self::SignInRequired => ApiError::challenge(status, "sign_in_required"),
+            other => ApiError::new(status, other.code()),
+        }
+    }
+}
+
+/// Who is looking: from a Session Token or from the website's cookie.
+pub(crate) struct Viewer<'a> {
+    pub(crate) client_id: &'a ClientId,
+    pub(crate) user: &'a PairwiseUserId,
+    pub(crate) account: Option<&'a str>,
+    pub(crate) scopes: &'a [String],
+}
+
+impl ReferenceCompany {
+    /// Proposes an operation, or returns the same one when the same action is still proposed
+    /// for the same account (OPS-4-01).
+    pub(crate) fn propose_operation(&self, new: NewOperation<'_>) -> Operation {
+        let now = self.now();
+        let account = new.caller.record.account.clone().unwrap_or_default();
+        let mut store = lock(&self.inner.operations);
+        let existing = store.records.values().find(|r| {
+            r.operation.state == OperationState::Proposed
+                && r.client_id == new.caller.client_id
+                && r.user == new.caller.record.user
+                && r.account == account
+                && r.action == new.action
+                && r.operation.summary == new.summary
+                && now < r.expires_at
+        });
+        if let Some(record) = existing {
+            return record.operation.clone();
+        }
+        let id = self.random_token("op");
+        let expires_at = now.plus(PROPOSAL_LIFETIME);
+        let operation = Operation {
+            operation_id: id.clone(),
+            revision: 1,
+            state: OperationState::Proposed,
+            summary: new.summary,
+            terms: Some(new.terms),
+            expires_at: Some(expires_at.to_rfc3339()),
+            user_approval_required: new.user_approval_required,
+            url: Some(format!("{}/operations/{id}", self.inner.base)),
+            confirmation: None,
+            result: None,
+        };
+        store.records.insert(
+            id,
+            Record {
+                operation: operation.clone(),
+                client_id: new.caller.client_id.clone(),
+                user: new.caller.record.user.clone(),
+                account,
+                action: new.action.to_owned(),
+                scopes: new.scopes,
+                expires_at,
+                performed: 0,
+            },
+        );
+        operation
+    }
+
+    /// The operation as `viewer` may see it: another client's or user's, or one proposed under
+    /// another account, is not found; a signed-out viewer must sign in. A proposal past its
+    /// expiry turns `expired` first.
+    pub(crate) fn read_operation(&self, id: &str, viewer: &Viewer<'_>) -> Result<Operation, ConfirmError> {
+        let now = self.now();
+        let mut store = lock(&self.inner.operations);
+        let record = usable(&mut store, id, viewer, now)?;
+        Ok(record.operation.clone())
+    }
+
+    /// Confirms `revision` as `approved_by`, performing the operation at most once.
+    pub(crate) fn confirm_operation(&self, id: &str, viewer: &Viewer<'_>, revision: Option<u32>, approved_by: &str) -> Result<Operation, ConfirmError> {
+        let now = self.now();
+        let mut store = lock(&self.inner.operations);
+        let record = usable(&mut store, id, viewer, now)?;
+        if let Some(missing) = record.scopes.iter().find(|s| !viewer.scopes.contains(s)) {
+            return Err(ConfirmError::InsufficientScope(missing.clone()));
+        }
+        if record.operation.state != OperationState::Proposed {
+            // Already confirmed (or final): the same record, unchanged, performed no second time.
+            return Ok(record.operation.clone());
+        }
+        if revision != Some(record.operation.revision) {
+            return Err(ConfirmError::TermsChanged(Box::new(record.operation.clone())));
+        }
+        if approved_by != "user" && approved_by != "standing_permission" {
+            return Err(ConfirmError::InvalidRequest);
+        }
+        if approved_by == "standing_permission" && record.operation.user_approval_required {
+            return Err(ConfirmError::UserApprovalRequired);
+        }
+        // The compare-and-set: proposed -> performed, under the lock.
+        record.operation.confirmation = Some(Confirmation {
+            revision: record.operation.revision,
+            approved_by: approved_by.to_owned(),
+            confirmed_at: now.to_rfc3339(),
+        });
+        record.operation.expires_at = None;
+        record.performed += 1;
+        record.operation.state = OperationState::Succeeded;
+        record.operation.result = Some(OperationResult { summary: format!("Done: {}", record.operation.summary) });
+        tracing::info!(operation = %record.operation.operation_id, approved_by, "operation performed");
+        Ok(record.operation.clone())
+    }
+
+    /// Cancels a proposed operation; a final one is returned unchanged.
+    pub(crate) fn cancel_operation(&self, id: &str, viewer: &Viewer<'_>) -> Result<Operation, ConfirmError> {
+        let now = self.now();
+        let mut store = lock(&self.inner.operations);
+        let record = usable(&mut store, id, viewer, now)?;
+        if record.operation.state == OperationState::Proposed {
+            record.operation.state = OperationState::Cancelled;
+            record.operation.expires_at = None;
+            record.operation.result = Some(OperationResult { summary: "Nothing was changed.".into() });
+        }
+        Ok(record.operation.clone())
+    }
+
+    /// How many times the operation was performed (the operator API).
+    pub fn performed(&self, id: &str) -> Option<u32> {
+        lock(&self.inner.operations).records.get(id).map(|r| r.performed)
+    }
+}
+
+fn usable<'a>(store: &'a mut Operations, id: &str, viewer: &Viewer<'_>, now: UnixTime) -> Result<&'a mut Record, ConfirmError> {
+    let record = store.records.get_mut(id).ok_or(ConfirmError::NotFound)?;
+    if &record.client_id != viewer.client_id || &record.user != viewer.user {
+        return Err(ConfirmError::NotFound);
+    }
+    let Some(account) = viewer.account else { return Err(ConfirmError::SignInRequired) };
+    if account != record.account {
+        return Err(ConfirmError::NotFound);
+    }
+    if record.operation.state == OperationState::Proposed && now >= record.expires_at {
+        record.operation.state = OperationState::Expired;
+        record.operation.expires_at = None;
+        record.operation.result = Some(OperationResult { summary: "Nothing was changed; the proposal expired.".into() });
+    }
+    Ok(record)
+}
+
+pub(super) fn routes() -> Router<ReferenceCompany> {
+    Router::new()
+        .route("/poppy/operations/{id}", get(read))
+        .route("/poppy/operations/{id}/confirm", post(confirm))
+        .route("/poppy/operations/{id}/cancel", post(cancel))
+}
+
+async fn endpoint_caller(company: &ReferenceCompany, headers: &HeaderMap, method: &Method, uri: &Uri) -> Result<Caller, ApiError> {
+    let caller = company.caller(headers, method, uri).await?;
+    if !company.supports_operations(&caller.client_id).await {
+        return Err(ApiError::challenge(StatusCode::FORBIDDEN, "extension_required").with("extension", json!("operations")));
+    }
+    Ok(caller)
+}
+
+fn viewer(caller: &Caller) -> Viewer<'_> {
+    Viewer {
+        client_id: &caller.client_id,
+        user: &caller.record.user,
+        account: caller.record.account.as_deref(),
+        scopes: &caller.record.scopes,
+    }
+}
+
+fn operation_response(operation: &Operation) -> Response {
+    let mut response = json_response(StatusCode::OK, &json!(operation));
+    if operation.state == OperationState::InProgress {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    }
+    response
+}
+
+async fn read(State(company): State<ReferenceCompany>, Path(id): Path<String>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
+    let result = async {
+        let caller = endpoint_caller(&company, &headers, &method, &uri).await?;
+        company.read_operation(&id, &viewer(&caller)).map_err(ConfirmError::into_api_error)
+    };
+    result.await.map_or_else(IntoResponse::into_response, |op| operation_response(&op))
+}
+
+async fn confirm(
+    State(company): State<ReferenceCompany>,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let result = async {
+        let caller = endpoint_caller(&company, &headers, &method, &uri).await?;
+        let body = read_json(body).await?;
+        let revision = body.get("revision").and_then(Value::as_u64).and_then(|r| u32::try_from(r).ok());
+        let approved_by = body.get("approved_by").and_then(Value::as_str).unwrap_or("user");
+        company.confirm_operation(&id, &viewer(&caller), revision, approved_by).map_err(ConfirmError::into_api_error)
+    };
+    result.await.map_or_else(IntoResponse::into_response, |op| operation_response(&op))
+}
+
+async fn cancel(State(company): State<ReferenceCompany>, Path(id): Path<String>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
+    let result = async {
+        let caller = endpoint_caller(&company, &headers, &method, &uri).await?;
+        company.cancel_operation(&id, &viewer(&caller)).map_err(ConfirmError::into_api_error)
+    };
+    result.await.map_or_else(IntoResponse::into_response, |op| operation_response(&op))
+}

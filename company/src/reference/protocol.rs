@@ -1,0 +1,118 @@
+//! What every PAP endpoint of the reference company shares: OAuth-style JSON errors, JSON
+//! answers with `no-store`, strict form bodies, and the public URL of a request.
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use serde_json::{Value, json};
+
+/// Largest form or JSON body a PAP endpoint reads.
+pub(crate) const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// A PAP/OAuth error answer: `{"error": code, ...}` with `Cache-Control: no-store`, and for
+/// token-authenticated calls a `WWW-Authenticate: DPoP error="..."` challenge.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ApiError {
+    pub(crate) status: StatusCode,
+    pub(crate) code: &'static str,
+    pub(crate) challenge: bool,
+    pub(crate) scope: Option<String>,
+    pub(crate) extra: Option<(&'static str, Value)>,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, code: &'static str) -> Self {
+        Self { status, code, challenge: false, scope: None, extra: None }
+    }
+
+    pub(crate) fn bad_request(code: &'static str) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code)
+    }
+
+    /// A 401/403 for a call made with a Session Token: adds the DPoP challenge.
+    pub(crate) fn challenge(status: StatusCode, code: &'static str) -> Self {
+        Self { challenge: true, ..Self::new(status, code) }
+    }
+
+    pub(crate) fn with(mut self, key: &'static str, value: Value) -> Self {
+        self.extra = Some((key, value));
+        self
+    }
+
+    pub(crate) fn with_scope(mut self, scope: String) -> Self {
+        self.scope = Some(scope);
+        self
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = json!({ "error": self.code });
+        if let Some((key, value)) = self.extra.clone() {
+            body[key] = value;
+        }
+        let mut response = json_response(self.status, &body);
+        if self.challenge {
+            let mut challenge = format!("DPoP error=\"{}\"", self.code);
+            if let Some(scope) = &self.scope {
+                challenge.push_str(&format!(", scope=\"{scope}\""));
+            }
+            if self.code == "extension_required" {
+                challenge.push_str(", extension=\"operations\"");
+            }
+            if let Ok(value) = HeaderValue::try_from(challenge) {
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+            }
+        }
+        tracing::info!(status = self.status.as_u16(), error = self.code, "PAP request refused");
+        response
+    }
+}
+
+/// A JSON answer with `Cache-Control: no-store`.
+pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
+    let mut response = (status, body.to_string()).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// A form body: `application/x-www-form-urlencoded`, at most [`MAX_BODY_BYTES`], each
+/// parameter at most once (RFC 6749 §3.2).
+pub(crate) async fn read_form(headers: &HeaderMap, body: Body) -> Result<HashMap<String, String>, ApiError> {
+    if !content_type_is(headers, "application/x-www-form-urlencoded") {
+        return Err(ApiError::bad_request("invalid_request"));
+    }
+    let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|_| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large"))?;
+    let mut form = HashMap::new();
+    for (name, value) in url::form_urlencoded::parse(&bytes) {
+        if form.insert(name.into_owned(), value.into_owned()).is_some() {
+            return Err(ApiError::bad_request("invalid_request"));
+        }
+    }
+    Ok(form)
+}
+
+/// A JSON object body (empty reads as `{}`), at most [`MAX_BODY_BYTES`].
+pub(crate) async fn read_json(body: Body) -> Result<serde_json::Map<String, Value>, ApiError> {
+    let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|_| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large"))?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(serde_json::Map::new());
+    }
+    match serde_json::from_slice(&bytes) {
+        Ok(Value::Object(map)) => Ok(map),
+        _ => Err(ApiError::bad_request("invalid_request")),
+    }
+}
+
+pub(crate) fn content_type_is(headers: &HeaderMap, wanted: &str) -> bool {
+    let value = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    value.split(';').next().unwrap_or_default().trim().eq_ignore_ascii_case(wanted)
+}

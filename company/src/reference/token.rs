@@ -1,0 +1,185 @@
+//! The token endpoint (PAP §4.2, §4.4, §4.8) and Account Token revocation (RFC 7009).
+//!
+//! Session Tokens (`sat_…`) are DPoP-bound to the key of the proof that got them and last as
+//! long as the Session; Account Tokens (`acct_…`) stand for a sign-in and, when revoked, sign
+//! every Session signed in with them out, which the website shows on its next request.
+
+use std::collections::HashMap;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::Response;
+use axum::routing::post;
+use http::{HeaderMap, StatusCode};
+use pap_shared::{ClientId, PairwiseUserId, SessionId, UnixTime};
+use serde_json::json;
+
+use super::protocol::{ApiError, json_response, read_form};
+use super::{ReferenceCompany, lock, token_hash};
+
+pub(crate) const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
+pub(crate) const DEVICE_CODE: &str = "urn:ietf:params:oauth:grant-type:device_code";
+
+/// Account Tokens live 90 days.
+const ACCOUNT_TOKEN_LIFETIME: i64 = 90 * 86_400;
+
+/// A Session Token's record.
+#[derive(Clone, Debug)]
+pub(crate) struct AccessToken {
+    pub(crate) session: SessionId,
+    pub(crate) client_id: ClientId,
+    pub(crate) thumbprint: String,
+    pub(crate) expires_at: UnixTime,
+}
+
+/// An Account Token's record: one sign-in, and the Sessions signed in with it.
+#[derive(Clone, Debug)]
+struct AccountToken {
+    client_id: ClientId,
+    sessions: Vec<SessionId>,
+    revoked: bool,
+    expires_at: UnixTime,
+}
+
+/// Token records, by SHA-256 of the token.
+#[derive(Default)]
+pub(crate) struct Tokens {
+    access: HashMap<[u8; 32], AccessToken>,
+    account: HashMap<[u8; 32], AccountToken>,
+}
+
+pub(super) fn routes() -> Router<ReferenceCompany> {
+    Router::new().route("/oauth/token", post(token)).route("/oauth/revoke", post(revoke))
+}
+
+async fn token(State(company): State<ReferenceCompany>, headers: HeaderMap, body: Body) -> Response {
+    company.token(&headers, body).await.unwrap_or_else(axum::response::IntoResponse::into_response)
+}
+
+async fn revoke(State(company): State<ReferenceCompany>, headers: HeaderMap, body: Body) -> Response {
+    company.revoke(&headers, body).await.unwrap_or_else(axum::response::IntoResponse::into_response)
+}
+
+impl ReferenceCompany {
+    async fn token(&self, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+        let form = read_form(headers, body).await?;
+        let client_id = self.authenticate_client(&form).await?;
+        let thumbprint = self.check_dpop(headers, "POST", "/oauth/token", None).await?;
+        match form.get("grant_type").map(String::as_str) {
+            Some(JWT_BEARER) => self.session_grant(&client_id, &form, &thumbprint).await,
+            Some(DEVICE_CODE) => self.device_grant(&client_id, &form, &thumbprint).await,
+            Some(_) => Err(ApiError::bad_request("unsupported_grant_type")),
+            None => Err(ApiError::bad_request("invalid_request")),
+        }
+    }
+
+    /// The jwt-bearer grant: a Session assertion starts a signed-out Session (or renews one of
+    /// the same client and user). A `poppy-browser+jwt` here is `invalid_grant` (PAP-5-05).
+    async fn session_grant(&self, client_id: &ClientId, form: &HashMap<String, String>, thumbprint: &str) -> Result<Response, ApiError> {
+        let invalid_grant = || ApiError::bad_request("invalid_grant");
+        let assertion = form.get("assertion").ok_or_else(invalid_grant)?;
+        let claims = self.check_jwt_assertion(client_id, assertion).await.map_err(|_| invalid_grant())?;
+        let user = PairwiseUserId::parse(&claims.sub).map_err(|_| invalid_grant())?;
+        let session = match form.get("session_id") {
+            None => self.inner.sessions.start(client_id.clone(), user, self.inner.config.session_lifetime),
+            Some(id) => {
+                let id = SessionId::parse(id).map_err(|_| ApiError::bad_request("invalid_session"))?;
+                let record = self.session_record(&id).await.ok_or_else(|| ApiError::bad_request("invalid_session"))?;
+                if &record.client_id != client_id || record.user != user {
+                    return Err(ApiError::bad_request("invalid_session"));
+                }
+                // A renewal continues signed out.
+                self.inner.sessions.sign_out(&id);
+                id
+            }
+        };
+        self.issue(client_id, &session, thumbprint, None).await
+    }
+
+    pub(crate) async fn session_record(&self, id: &SessionId) -> Option<crate::session::SessionRecord> {
+        let record = crate::session::SessionDirectory::session(&self.inner.sessions, id).await?;
+        record.is_live(self.now()).then_some(record)
+    }
+
+    /// A token response for `session`, with a new Session Token bound to `thumbprint`, and the
+    /// Account Token when the Session was just signed in.
+    pub(crate) async fn issue(
+        &self,
+        client_id: &ClientId,
+        session: &SessionId,
+        thumbprint: &str,
+        account_token: Option<String>,
+    ) -> Result<Response, ApiError> {
+        let record = self.session_record(session).await.ok_or_else(|| ApiError::bad_request("invalid_session"))?;
+        let access_token = self.random_token("sat");
+        let expires_in = record.expires_at.since(self.now()).max(1);
+        lock(&self.inner.tokens).access.insert(
+            token_hash(&access_token),
+            AccessToken {
+                session: session.clone(),
+                client_id: client_id.clone(),
+                thumbprint: thumbprint.to_owned(),
+                expires_at: record.expires_at,
+            },
+        );
+        let mut body = json!({
+            "access_token": access_token,
+            "token_type": "DPoP",
+            "expires_in": expires_in,
+            "scope": record.scopes.join(" "),
+            "session_id": session.as_str(),
+            "signed_in": record.is_signed_in(),
+        });
+        if let Some(account_token) = account_token {
+            body["refresh_token"] = json!(account_token);
+        }
+        Ok(json_response(StatusCode::OK, &body))
+    }
+
+    /// Signs `session` in to `account` with `scopes` and mints the Account Token for it.
+    pub(crate) fn sign_in(&self, client_id: &ClientId, session: &SessionId, account: &str, scopes: Vec<String>) -> String {
+        self.inner.sessions.sign_in(session, account, scopes);
+        let token = self.random_token("acct");
+        lock(&self.inner.tokens).account.insert(
+            token_hash(&token),
+            AccountToken {
+                client_id: client_id.clone(),
+                sessions: vec![session.clone()],
+                revoked: false,
+                expires_at: self.now().plus(ACCOUNT_TOKEN_LIFETIME),
+            },
+        );
+        token
+    }
+
+    /// The live Session Token `token`, if any.
+    pub(crate) fn access_token(&self, token: &str) -> Option<AccessToken> {
+        let record = lock(&self.inner.tokens).access.get(&token_hash(token)).cloned()?;
+        (self.now() < record.expires_at).then_some(record)
+    }
+
+    /// RFC 7009 revocation of an Account Token: every Session signed in with it is signed out
+    /// now (PAP §4.8). Always 200 `{}` for an authenticated client, known token or not.
+    async fn revoke(&self, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+        let form = read_form(headers, body).await?;
+        let client_id = self.authenticate_client(&form).await?;
+        let token = form.get("token").ok_or_else(|| ApiError::bad_request("invalid_request"))?;
+        let now = self.now();
+        let sessions = {
+            let mut tokens = lock(&self.inner.tokens);
+            match tokens.account.get_mut(&token_hash(token)) {
+                Some(record) if record.client_id == client_id && !record.revoked && now < record.expires_at => {
+                    record.revoked = true;
+                    std::mem::take(&mut record.sessions)
+                }
+                _ => Vec::new(),
+            }
+        };
+        for session in &sessions {
+            self.inner.sessions.sign_out(session);
+        }
+        tracing::info!(sessions = sessions.len(), "Account Token revoked");
+        Ok(json_response(StatusCode::OK, &json!({})))
+    }
+}

@@ -1,0 +1,138 @@
+//! The company's website: each operation's page `/operations/{id}`, shown in the PAP Session
+//! the browser joined, with a same-site confirm/cancel form whose CSRF token is bound to the
+//! session cookie and the operation (PAP §5; GUIDE-co-consent-01).
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, Mac};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use pap_shared::{Operation, OperationState};
+use sha2::Sha256;
+use subtle::ConstantTimeEq;
+
+use super::ReferenceCompany;
+use super::protocol::read_form;
+use super::operations::{ConfirmError, Viewer};
+use crate::page::{escape_html, html, message_page};
+use crate::web_cookie::SessionCookie;
+use crate::web_session::WebSession;
+
+pub(super) fn routes() -> Router<ReferenceCompany> {
+    Router::new().route("/operations/{id}", get(show).post(submit))
+}
+
+/// Whether a state-changing request came from this site: `Sec-Fetch-Site` absent or
+/// `same-origin`, and `Origin` absent or exactly `base` (no port, not `null`).
+pub(crate) fn same_site(headers: &HeaderMap, base: &str) -> bool {
+    let fetch_site = headers.get("sec-fetch-site").map(|v| v.as_bytes());
+    let origin = headers.get(header::ORIGIN).map(|v| v.as_bytes());
+    fetch_site.is_none_or(|v| v == b"same-origin") && origin.is_none_or(|v| v == base.as_bytes())
+}
+
+/// The CSRF token of an operation's form: base64url HMAC-SHA256 keyed by the session cookie over
+/// `operation:{id}`, so it is worthless in any other browser or for any other operation.
+fn csrf_token(cookie: &SessionCookie, operation_id: &str) -> String {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(cookie.secret().as_bytes()).expect("HMAC takes any key length");
+    mac.update(b"operation:");
+    mac.update(operation_id.as_bytes());
+    URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
+}
+
+fn viewer(session: &WebSession) -> Viewer<'_> {
+    let record = session.record();
+    Viewer { client_id: &record.client_id, user: &record.user, account: record.account.as_deref(), scopes: &record.scopes }
+}
+
+async fn show(State(company): State<ReferenceCompany>, Path(id): Path<String>, session: WebSession) -> Response {
+    match company.read_operation(&id, &viewer(&session)) {
+        Ok(operation) => render(&company, &operation, &session),
+        Err(error) => refusal(&company, &error),
+    }
+}
+
+fn refusal(company: &ReferenceCompany, error: &ConfirmError) -> Response {
+    let name = &company.inner.config.name;
+    match error {
+        ConfirmError::NotFound | ConfirmError::SignInRequired => {
+            message_page(StatusCode::NOT_FOUND, name, "There is nothing to show here.")
+        }
+        other => message_page(other.status(), name, &format!("Not done: {}.", other.code())),
+    }
+}
+
+fn render(company: &ReferenceCompany, operation: &Operation, session: &WebSession) -> Response {
+    let name = escape_html(&company.inner.config.name);
+    let id = escape_html(&operation.operation_id);
+    let state = operation.state.as_str();
+    let mut body = format!(
+        "<!doctype html><meta charset=utf-8><title>{name}</title><h1>{name}</h1>\
+         <section data-operation-id=\"{id}\" data-revision=\"{revision}\" data-state=\"{state}\">\
+         <p>{summary}</p><p>Status: {state}</p>",
+        revision = operation.revision,
+        summary = escape_html(&operation.summary),
+    );
+    if let Some(result) = &operation.result {
+        body.push_str(&format!("<p>{}</p>", escape_html(&result.summary)));
+    }
+    if operation.state == OperationState::Proposed {
+        let action = format!("{}/operations/{}", company.inner.base, operation.operation_id);
+        body.push_str(&format!(
+            "<form method=\"post\" action=\"{action}\">\
+             <input type=\"hidden\" name=\"revision\" value=\"{revision}\">\
+             <input type=\"hidden\" name=\"approved_by\" value=\"user\">\
+             <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+             <button name=\"action\" value=\"confirm\">Confirm</button> \
+             <button name=\"action\" value=\"cancel\">Cancel</button></form>",
+            action = escape_html(&action),
+            revision = operation.revision,
+            csrf = csrf_token(session.cookie(), &operation.operation_id),
+        ));
+    }
+    body.push_str("</section>\n");
+    html(StatusCode::OK, body)
+}
+
+/// The page's form, posted to the page's own URL: same-site, CSRF bound to the cookie and the
+/// operation, then confirm (the default) or cancel; answered 303 back to the page.
+async fn submit(State(company): State<ReferenceCompany>, Path(id): Path<String>, headers: HeaderMap, session: WebSession, body: Body) -> Response {
+    let name = company.inner.config.name.clone();
+    let viewer = viewer(&session);
+    if let Err(error) = company.read_operation(&id, &viewer) {
+        return refusal(&company, &error);
+    }
+    if !same_site(&headers, &company.inner.base) {
+        return message_page(StatusCode::FORBIDDEN, &name, "This request did not come from this site.");
+    }
+    let Ok(form) = read_form(&headers, body).await else {
+        return message_page(StatusCode::BAD_REQUEST, &name, "The form could not be read.");
+    };
+    let field = |n: &str| form.get(n).map(String::as_str).unwrap_or_default();
+    let expected = csrf_token(session.cookie(), &id);
+    if !bool::from(expected.as_bytes().ct_eq(field("csrf").as_bytes())) {
+        return message_page(StatusCode::FORBIDDEN, &name, "This request did not come from this site.");
+    }
+    let outcome = if field("action") == "cancel" {
+        company.cancel_operation(&id, &viewer)
+    } else {
+        let revision = Some(field("revision")).filter(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit())).and_then(|r| r.parse().ok());
+        let approved_by = form.get("approved_by").map_or("user", String::as_str);
+        company.confirm_operation(&id, &viewer, revision, approved_by)
+    };
+    match outcome {
+        Ok(operation) => {
+            let mut response = StatusCode::SEE_OTHER.into_response();
+            let location = operation.url.unwrap_or_default();
+            if let Ok(value) = HeaderValue::try_from(location) {
+                response.headers_mut().insert(header::LOCATION, value);
+            }
+            response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            response
+        }
+        Err(error) => refusal(&company, &error),
+    }
+}
