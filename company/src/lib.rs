@@ -40,10 +40,13 @@ pub use browser_session::{
     BROWSER_SESSION_PATH, BrowserSession, JoinRefusal, MAX_FORM_BYTES, RequestError, browser_session_router,
 };
 pub use client::{
-    ClientKeys, ClientMetadata, ClientRegistry, HttpClientResolver, ResolveError, ResolverBuildError, ResolverConfig, StaticClientKeys,
+    ClientKeys, ClientMetadata, ClientRegistry, HttpClientResolver, ResolveError, ResolverBuildError, ResolverConfig,
+    StaticClientKeys,
 };
 pub use page::escape_html;
-pub use reference::{AccountConfig, CompanyConfig, ConfigError, ProposalConfig, ReferenceCompany, ScopeConfig};
+pub use reference::{
+    AccountConfig, CompanyConfig, ConfigError, ProposalConfig, ReadConfig, ReferenceCompany, ScopeConfig,
+};
 pub use replay::{MemoryReplayGuard, MokaReplayGuard, ReplayGuard, ReplayKey};
 pub use session::{MemorySessionDirectory, SessionDirectory, SessionRecord};
 pub use tls::{TlsError, load_server_config, serve_tls, server_config_from_pem};

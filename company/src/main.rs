@@ -14,7 +14,11 @@ use pap_company::{CompanyConfig, HttpClientResolver, ReferenceCompany, ResolverC
 use pap_shared::{SystemClock, SystemRng};
 
 #[derive(Parser)]
-#[command(name = "pap-company", version, about = "The PAP reference company (draft 0.2) with the browser-session bridge")]
+#[command(
+    name = "pap-company",
+    version,
+    about = "The PAP reference company (draft 0.2) with the browser-session bridge"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -76,7 +80,9 @@ fn main() -> anyhow::Result<()> {
 fn hash_password() -> anyhow::Result<()> {
     use argon2::PasswordHasher as _;
     let mut password = String::new();
-    std::io::stdin().read_line(&mut password).context("reading the password from standard input")?;
+    std::io::stdin()
+        .read_line(&mut password)
+        .context("reading the password from standard input")?;
     let password = password.trim_end_matches(['\r', '\n']);
     if password.is_empty() {
         bail!("the password is empty");
@@ -103,21 +109,32 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     if !config.testing && (args.trust_ca.is_some() || !args.resolve.is_empty()) {
         bail!("--trust-ca and --resolve are for tests only; the configuration does not set testing = true");
     }
-    let listen = args.listen.or(config.listen).context("no listen address (--listen or `listen` in the config)")?;
-    let cert = args.cert.clone().or(config.cert.clone()).context("no certificate (--cert or `cert`)")?;
-    let key = args.key.clone().or(config.key.clone()).context("no private key (--key or `key`)")?;
+    let listen = args
+        .listen
+        .or(config.listen)
+        .context("no listen address (--listen or `listen` in the config)")?;
+    let cert = args
+        .cert
+        .clone()
+        .or(config.cert.clone())
+        .context("no certificate (--cert or `cert`)")?;
+    let key = args
+        .key
+        .clone()
+        .or(config.key.clone())
+        .context("no private key (--key or `key`)")?;
     let admin = args.admin_listen.or(config.admin_listen);
-    if let Some(admin) = admin {
-        if !admin.ip().is_loopback() {
-            bail!("the operator API listens on loopback addresses only, not {admin}");
-        }
+    if let Some(admin) = admin.filter(|a| !a.ip().is_loopback()) {
+        bail!("the operator API listens on loopback addresses only, not {admin}");
     }
 
     let mut resolver = ResolverConfig::default();
     if let Some(ca) = &args.trust_ca {
         let pem = std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?;
         for cert in rustls_pemfile::certs(&mut &pem[..]) {
-            resolver.extra_roots.push(cert.with_context(|| format!("parsing {}", ca.display()))?);
+            resolver
+                .extra_roots
+                .push(cert.with_context(|| format!("parsing {}", ca.display()))?);
         }
     }
     resolver.overrides = parse_resolve(&args.resolve)?;
@@ -126,7 +143,9 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     let company = ReferenceCompany::new(config, clock, Arc::new(SystemRng), clients);
     let tls = load_server_config(&cert, &key).context("loading the TLS certificate and key")?;
 
-    let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
     let domain = company.config().domain.clone();
     tracing::info!(%listen, public = %format!("https://{domain}"), "serving the company over HTTPS");
     let shutdown = shutdown_signal();
@@ -134,7 +153,9 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     let public = serve_tls(listener, company.router(), tls, std::future::pending());
     match admin {
         Some(admin) => {
-            let admin_listener = tokio::net::TcpListener::bind(admin).await.with_context(|| format!("binding {admin}"))?;
+            let admin_listener = tokio::net::TcpListener::bind(admin)
+                .await
+                .with_context(|| format!("binding {admin}"))?;
             tracing::info!(%admin, "serving the operator API over loopback HTTP");
             let operator = axum::serve(admin_listener, company.operator_router());
             tokio::select! {
@@ -148,7 +169,10 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve_tls_until(public: impl std::future::Future<Output = ()>, shutdown: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>) {
+async fn serve_tls_until(
+    public: impl std::future::Future<Output = ()>,
+    shutdown: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+) {
     tokio::select! {
         () = public => {}
         () = shutdown.as_mut() => {}
@@ -159,8 +183,12 @@ fn parse_resolve(entries: &[String]) -> anyhow::Result<HashMap<String, SocketAdd
     entries
         .iter()
         .map(|entry| {
-            let (name, addr) = entry.split_once('=').with_context(|| format!("--resolve {entry}: expected NAME=ADDR:PORT"))?;
-            let addr: SocketAddr = addr.parse().with_context(|| format!("--resolve {entry}: bad address"))?;
+            let (name, addr) = entry
+                .split_once('=')
+                .with_context(|| format!("--resolve {entry}: expected NAME=ADDR:PORT"))?;
+            let addr: SocketAddr = addr
+                .parse()
+                .with_context(|| format!("--resolve {entry}: bad address"))?;
             Ok((name.to_ascii_lowercase(), addr))
         })
         .collect()

@@ -14,7 +14,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use pap_company::{ClientKeys, ClientRegistry, HttpClientResolver, ResolveError, ResolverConfig, serve_tls, server_config_from_pem};
+use pap_company::{
+    ClientKeys, ClientRegistry, HttpClientResolver, ResolveError, ResolverConfig, serve_tls, server_config_from_pem,
+};
 use pap_shared::{ClientId, SigningKey, SystemRng};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, KeyUsagePurpose};
 use rustls::pki_types::CertificateDer;

@@ -533,7 +533,11 @@ impl SigningKey {
 
     /// Signs `claims` with `header` as given (its `alg` must be this key's): for DPoP proofs,
     /// whose header carries the public `jwk` instead of a `kid`.
-    pub fn sign_with_header(&self, header: &serde_json::Value, claims: &impl Serialize) -> Result<CompactJws, JoseError> {
+    pub fn sign_with_header(
+        &self,
+        header: &serde_json::Value,
+        claims: &impl Serialize,
+    ) -> Result<CompactJws, JoseError> {
         if header.get("alg").and_then(|a| a.as_str()) != Some(self.alg.name()) {
             return Err(JoseError::Signing);
         }

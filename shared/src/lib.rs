@@ -41,8 +41,9 @@ pub use wire::browser_assertion::{
     BROWSER_ASSERTION_TYP, BrowserAssertionClaims, BrowserAssertionRequest, ClaimsError, MAX_BROWSER_ASSERTION_LIFETIME,
 };
 pub use wire::dpop::{
-    DPOP_IAT_WINDOW, DPOP_TYP, DpopError, DpopRequest, VerifiedDpop, access_token_hash, create_dpop_proof, verify_dpop_proof,
+    DPOP_IAT_WINDOW, DPOP_TYP, DpopError, DpopRequest, VerifiedDpop, access_token_hash, create_dpop_proof,
+    verify_dpop_proof,
 };
 pub use wire::ids::{ClientId, InvalidId, Jti, PairwiseUserId, SessionId};
-pub use wire::operation::{Confirmation, Operation, OperationResult, OperationState};
 pub use wire::jwt_assertion::{JWT_ASSERTION_SKEW, JwtAssertionClaims, JwtAssertionError, MAX_JWT_ASSERTION_LIFETIME};
+pub use wire::operation::{Confirmation, Operation, OperationResult, OperationState};

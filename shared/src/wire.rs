@@ -2,6 +2,6 @@
 
 pub(crate) mod browser_assertion;
 pub(crate) mod dpop;
+pub(crate) mod ids;
 pub(crate) mod jwt_assertion;
 pub(crate) mod operation;
-pub(crate) mod ids;

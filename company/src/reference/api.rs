@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::config::{CompanyConfig, ProposalConfig};
-use super::protocol::{ApiError, json_response, read_json};
 use super::operations::NewOperation;
+use super::protocol::{ApiError, json_response, read_json};
 use super::{ReferenceCompany, lock};
 
 /// Who is calling: a live Session Token, its proof checked.
@@ -31,12 +31,50 @@ pub(super) fn routes(config: &CompanyConfig) -> Router<ReferenceCompany> {
     for (index, proposal) in config.proposals.iter().enumerate() {
         router = router.route(
             &proposal.path,
-            post(move |state: State<ReferenceCompany>, params: Path<HashMap<String, String>>, uri: Uri, method: Method, headers: HeaderMap, body: Body| {
-                propose(state, index, params, uri, method, headers, body)
-            }),
+            post(
+                move |state: State<ReferenceCompany>,
+                      params: Path<HashMap<String, String>>,
+                      uri: Uri,
+                      method: Method,
+                      headers: HeaderMap,
+                      body: Body| { propose(state, index, params, uri, method, headers, body) },
+            ),
+        );
+    }
+    for (index, read) in config.reads.iter().enumerate() {
+        router = router.route(
+            &read.path,
+            get(
+                move |state: State<ReferenceCompany>, uri: Uri, method: Method, headers: HeaderMap| {
+                    read_call(state, index, uri, method, headers)
+                },
+            ),
         );
     }
     router
+}
+
+/// A configured read: a signed-in Session with the read's scope gets its document.
+async fn read_call(
+    State(company): State<ReferenceCompany>,
+    index: usize,
+    uri: Uri,
+    method: Method,
+    headers: HeaderMap,
+) -> Response {
+    let result = async {
+        let caller = company.caller(&headers, &method, &uri).await?;
+        if !caller.record.is_signed_in() {
+            return Err(ApiError::challenge(StatusCode::FORBIDDEN, "sign_in_required"));
+        }
+        let read = &company.inner.config.reads[index];
+        if !caller.record.scopes.contains(&read.scope) {
+            return Err(ApiError::challenge(StatusCode::FORBIDDEN, "insufficient_scope").with_scope(read.scope.clone()));
+        }
+        let body: Value = serde_json::from_str(&read.body).unwrap_or(Value::Null);
+        Ok(json_response(StatusCode::OK, &body))
+    };
+    result.await.unwrap_or_else(IntoResponse::into_response)
 }
 
 impl ReferenceCompany {
@@ -45,28 +83,43 @@ impl ReferenceCompany {
     /// `ath`, made with the key the token is bound to.
     pub(crate) async fn caller(&self, headers: &HeaderMap, method: &Method, uri: &Uri) -> Result<Caller, ApiError> {
         let invalid_token = || ApiError::challenge(StatusCode::UNAUTHORIZED, "invalid_token");
-        if uri.query().is_some_and(|q| url::form_urlencoded::parse(q.as_bytes()).any(|(k, _)| k == "access_token")) {
+        if uri
+            .query()
+            .is_some_and(|q| url::form_urlencoded::parse(q.as_bytes()).any(|(k, _)| k == "access_token"))
+        {
             return Err(ApiError::bad_request("invalid_request"));
         }
         let mut values = headers.get_all(header::AUTHORIZATION).iter();
-        let (Some(value), None) = (values.next(), values.next()) else { return Err(invalid_token()) };
+        let (Some(value), None) = (values.next(), values.next()) else {
+            return Err(invalid_token());
+        };
         let value = value.to_str().map_err(|_| invalid_token())?;
         let (scheme, token) = value.split_once(' ').ok_or_else(invalid_token)?;
         if !scheme.eq_ignore_ascii_case("DPoP") || token.is_empty() {
             return Err(invalid_token());
         }
         let record = self.access_token(token).ok_or_else(invalid_token)?;
-        let thumbprint = self.check_dpop(headers, method.as_str(), uri.path(), Some(token)).await?;
+        let thumbprint = self
+            .check_dpop(headers, method.as_str(), uri.path(), Some(token))
+            .await?;
         if thumbprint != record.thumbprint {
             return Err(ApiError::challenge(StatusCode::UNAUTHORIZED, "invalid_dpop_proof"));
         }
         let session = self.session_record(&record.session).await.ok_or_else(invalid_token)?;
-        Ok(Caller { client_id: record.client_id, session: record.session, record: session })
+        Ok(Caller {
+            client_id: record.client_id,
+            session: record.session,
+            record: session,
+        })
     }
 
     /// Whether the agent declared Operations v1 in its metadata (OPS-2-01).
     pub(crate) async fn supports_operations(&self, client_id: &ClientId) -> bool {
-        self.inner.clients.metadata(client_id).await.is_ok_and(|m| m.extension_version("operations") == Some("1"))
+        self.inner
+            .clients
+            .metadata(client_id)
+            .await
+            .is_ok_and(|m| m.extension_version("operations") == Some("1"))
     }
 }
 
@@ -114,7 +167,9 @@ async fn propose(
             return Err(ApiError::challenge(StatusCode::FORBIDDEN, "sign_in_required"));
         }
         if !company.supports_operations(&caller.client_id).await {
-            return Err(ApiError::challenge(StatusCode::FORBIDDEN, "extension_required").with("extension", json!("operations")));
+            return Err(
+                ApiError::challenge(StatusCode::FORBIDDEN, "extension_required").with("extension", json!("operations"))
+            );
         }
         let body = read_json(body).await?;
         let key = idempotency_key(&headers)?;
@@ -124,14 +179,21 @@ async fn propose(
             .chain_update(Value::Object(body.clone()).to_string().as_bytes())
             .finalize()
             .into();
-        let remember_as = key.map(|k| (caller.client_id.as_str().to_owned(), caller.session.as_str().to_owned(), k));
-        if let Some(id) = &remember_as {
-            if let Some(seen) = lock(&company.inner.idempotency).get(id).cloned() {
-                if seen.fingerprint != fingerprint {
-                    return Err(ApiError::new(StatusCode::CONFLICT, "idempotency_key_conflict"));
-                }
-                return Ok(json_response(seen.status, &seen.body));
+        let remember_as = key.map(|k| {
+            (
+                caller.client_id.as_str().to_owned(),
+                caller.session.as_str().to_owned(),
+                k,
+            )
+        });
+        let seen = remember_as
+            .as_ref()
+            .and_then(|id| lock(&company.inner.idempotency).get(id).cloned());
+        if let Some(seen) = seen {
+            if seen.fingerprint != fingerprint {
+                return Err(ApiError::new(StatusCode::CONFLICT, "idempotency_key_conflict"));
             }
+            return Ok(json_response(seen.status, &seen.body));
         }
         let proposal: &ProposalConfig = &company.inner.config.proposals[index];
         let operation = company.propose_operation(NewOperation {
@@ -144,7 +206,14 @@ async fn propose(
         });
         let answer = json!({ "operation": operation });
         if let Some(id) = remember_as {
-            lock(&company.inner.idempotency).insert(id, Remembered { fingerprint, status: StatusCode::ACCEPTED, body: answer.clone() });
+            lock(&company.inner.idempotency).insert(
+                id,
+                Remembered {
+                    fingerprint,
+                    status: StatusCode::ACCEPTED,
+                    body: answer.clone(),
+                },
+            );
         }
         Ok(json_response(StatusCode::ACCEPTED, &answer))
     };
@@ -160,7 +229,11 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         (Some(v), None) => {
             let text = v.to_str().map_err(|_| ApiError::bad_request("invalid_request"))?;
             let visible = text.bytes().all(|b| (0x21..=0x7e).contains(&b));
-            if (1..=255).contains(&text.len()) && visible { Ok(Some(text.to_owned())) } else { Err(ApiError::bad_request("invalid_request")) }
+            if (1..=255).contains(&text.len()) && visible {
+                Ok(Some(text.to_owned()))
+            } else {
+                Err(ApiError::bad_request("invalid_request"))
+            }
         }
         (Some(_), Some(_)) => Err(ApiError::bad_request("invalid_request")),
     }
@@ -168,5 +241,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 
 /// Fills `{name}` placeholders from the path parameters.
 fn fill(template: &str, params: &HashMap<String, String>) -> String {
-    params.iter().fold(template.to_owned(), |text, (name, value)| text.replace(&format!("{{{name}}}"), value))
+    params.iter().fold(template.to_owned(), |text, (name, value)| {
+        text.replace(&format!("{{{name}}}"), value)
+    })
 }

@@ -31,9 +31,17 @@ impl ReferenceCompany {
         if form.get("client_assertion_type").map(String::as_str) != Some(CLIENT_ASSERTION_TYPE) {
             return Err(invalid("client_assertion_type"));
         }
-        let client_id = form.get("client_id").and_then(|c| ClientId::parse(c).ok()).ok_or_else(|| invalid("client_id"))?;
-        let assertion = form.get("client_assertion").ok_or_else(|| invalid("client_assertion"))?;
-        let claims = self.check_jwt_assertion(&client_id, assertion).await.map_err(|AssertionFailure::Refused(why)| invalid(why))?;
+        let client_id = form
+            .get("client_id")
+            .and_then(|c| ClientId::parse(c).ok())
+            .ok_or_else(|| invalid("client_id"))?;
+        let assertion = form
+            .get("client_assertion")
+            .ok_or_else(|| invalid("client_assertion"))?;
+        let claims = self
+            .check_jwt_assertion(&client_id, assertion)
+            .await
+            .map_err(|AssertionFailure::Refused(why)| invalid(why))?;
         if claims.sub != client_id.as_str() {
             return Err(invalid("sub"));
         }
@@ -43,7 +51,11 @@ impl ReferenceCompany {
     /// Checks a client or Session assertion from `client_id`, in order: shape, `alg`, `typ`
     /// (absent or `JWT`: a `poppy-browser+jwt` is refused here, PAP-5-05), claims, `iss`,
     /// `aud`, time, signature, one-time `jti`.
-    pub(crate) async fn check_jwt_assertion(&self, client_id: &ClientId, compact: &str) -> Result<JwtAssertionClaims, AssertionFailure> {
+    pub(crate) async fn check_jwt_assertion(
+        &self,
+        client_id: &ClientId,
+        compact: &str,
+    ) -> Result<JwtAssertionClaims, AssertionFailure> {
         let refuse = AssertionFailure::Refused;
         let jws = UnverifiedJws::parse(compact).map_err(|_| refuse("malformed"))?;
         let alg = Algorithm::from_name(&jws.header().alg).ok_or(refuse("alg"))?;
@@ -60,7 +72,12 @@ impl ReferenceCompany {
         let now = self.inner.clock.now();
         claims.check_time(now).map_err(|_| refuse("time"))?;
         let kid = jws.header().kid.as_deref();
-        let keys = self.inner.clients.keys(client_id, kid).await.map_err(|_| refuse("client unresolved"))?;
+        let keys = self
+            .inner
+            .clients
+            .keys(client_id, kid)
+            .await
+            .map_err(|_| refuse("client unresolved"))?;
         // As the reference's token endpoint: a key without a kid may verify a header with one.
         let verified = keys
             .keys()
@@ -71,7 +88,12 @@ impl ReferenceCompany {
             return Err(refuse("signature"));
         }
         let key = ReplayKey::of("jwt-assertion", client_id.as_str(), &claims.jti);
-        if !self.inner.replay.mark_once(key, claims.exp.plus(pap_shared::JWT_ASSERTION_SKEW)).await {
+        if !self
+            .inner
+            .replay
+            .mark_once(key, claims.exp.plus(pap_shared::JWT_ASSERTION_SKEW))
+            .await
+        {
             return Err(refuse("replayed jti"));
         }
         Ok(claims)

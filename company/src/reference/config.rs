@@ -46,6 +46,21 @@ pub struct CompanyConfig {
     /// API calls that propose an operation.
     #[serde(rename = "proposal", default)]
     pub proposals: Vec<ProposalConfig>,
+    /// API calls that read (GET) and answer a fixed JSON document.
+    #[serde(rename = "read", default)]
+    pub reads: Vec<ReadConfig>,
+}
+
+/// A read-only API call: `GET {path}` with a signed-in Session holding `scope` answers `body`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadConfig {
+    /// An axum path under `/api/`.
+    pub path: String,
+    /// The scope the Session needs.
+    pub scope: String,
+    /// The JSON document answered (a string holding JSON).
+    pub body: String,
 }
 
 fn default_device_interval() -> u64 {
@@ -82,7 +97,10 @@ pub struct AccountConfig {
 
 impl std::fmt::Debug for AccountConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AccountConfig").field("id", &self.id).field("username", &self.username).finish_non_exhaustive()
+        f.debug_struct("AccountConfig")
+            .field("id", &self.id)
+            .field("username", &self.username)
+            .finish_non_exhaustive()
     }
 }
 
@@ -126,18 +144,44 @@ impl CompanyConfig {
         }
         for account in &self.accounts {
             if let Some(s) = account.scopes.iter().find(|s| !offered(s)) {
-                return Err(ConfigError::Invalid(format!("account {} names unknown scope {s}", account.id)));
+                return Err(ConfigError::Invalid(format!(
+                    "account {} names unknown scope {s}",
+                    account.id
+                )));
             }
             if argon2::PasswordHash::new(&account.password_hash).is_err() {
-                return Err(ConfigError::Invalid(format!("account {} has no valid password hash", account.id)));
+                return Err(ConfigError::Invalid(format!(
+                    "account {} has no valid password hash",
+                    account.id
+                )));
+            }
+        }
+        for read in &self.reads {
+            if !read.path.starts_with("/api/") || !offered(&read.scope) {
+                return Err(ConfigError::Invalid(format!(
+                    "read {} is not under /api/ or names an unknown scope",
+                    read.path
+                )));
+            }
+            if serde_json::from_str::<serde_json::Value>(&read.body).is_err() {
+                return Err(ConfigError::Invalid(format!(
+                    "read {} has a body that is not JSON",
+                    read.path
+                )));
             }
         }
         for proposal in &self.proposals {
             if !proposal.path.starts_with("/api/") {
-                return Err(ConfigError::Invalid(format!("proposal path {} is not under /api/", proposal.path)));
+                return Err(ConfigError::Invalid(format!(
+                    "proposal path {} is not under /api/",
+                    proposal.path
+                )));
             }
             if let Some(s) = proposal.scopes.iter().find(|s| !offered(s)) {
-                return Err(ConfigError::Invalid(format!("proposal {} names unknown scope {s}", proposal.path)));
+                return Err(ConfigError::Invalid(format!(
+                    "proposal {} names unknown scope {s}",
+                    proposal.path
+                )));
             }
         }
         Ok(())
@@ -150,7 +194,9 @@ impl CompanyConfig {
 
     /// The account with this id or user name.
     pub fn account(&self, id_or_username: &str) -> Option<&AccountConfig> {
-        self.accounts.iter().find(|a| a.id == id_or_username || a.username == id_or_username)
+        self.accounts
+            .iter()
+            .find(|a| a.id == id_or_username || a.username == id_or_username)
     }
 }
 
@@ -180,7 +226,10 @@ mod tests {
     #[test]
     fn refuses_unknown_keys_and_unknown_scopes() {
         let base = include_str!("../../shop.example.toml");
-        assert!(matches!(CompanyConfig::parse(&format!("typo = 1\n{base}")), Err(ConfigError::Syntax(_))));
+        assert!(matches!(
+            CompanyConfig::parse(&format!("typo = 1\n{base}")),
+            Err(ConfigError::Syntax(_))
+        ));
         let bad = base.replace("scopes = [\"orders:write\"]", "scopes = [\"orders:delete\"]");
         assert!(matches!(CompanyConfig::parse(&bad), Err(ConfigError::Invalid(_))));
     }

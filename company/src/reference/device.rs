@@ -57,7 +57,9 @@ pub(crate) struct Devices {
 }
 
 pub(super) fn routes() -> Router<ReferenceCompany> {
-    Router::new().route("/oauth/device", post(authorize)).route("/device", get(page).post(decide))
+    Router::new()
+        .route("/oauth/device", post(authorize))
+        .route("/device", get(page).post(decide))
 }
 
 /// Why an approval failed.
@@ -74,44 +76,74 @@ pub enum ApprovalError {
 impl ReferenceCompany {
     /// Approves a pending user code for `account` with `scopes` (default: what was requested,
     /// within what the account may grant). Used by the device page and the operator API.
-    pub fn approve_device(&self, user_code: &str, account: &str, scopes: Option<Vec<String>>) -> Result<(), ApprovalError> {
-        let account = self.inner.config.account(account).ok_or(ApprovalError::UnknownAccount)?;
+    pub fn approve_device(
+        &self,
+        user_code: &str,
+        account: &str,
+        scopes: Option<Vec<String>>,
+    ) -> Result<(), ApprovalError> {
+        let account = self
+            .inner
+            .config
+            .account(account)
+            .ok_or(ApprovalError::UnknownAccount)?;
         let now = self.now();
         let mut devices = lock(&self.inner.devices);
-        let device_code = devices.by_user_code.get(&normalise_user_code(user_code)).cloned().ok_or(ApprovalError::UnknownCode)?;
-        let pending = devices.by_device_code.get_mut(&device_code).ok_or(ApprovalError::UnknownCode)?;
+        let device_code = devices
+            .by_user_code
+            .get(&normalise_user_code(user_code))
+            .cloned()
+            .ok_or(ApprovalError::UnknownCode)?;
+        let pending = devices
+            .by_device_code
+            .get_mut(&device_code)
+            .ok_or(ApprovalError::UnknownCode)?;
         if pending.decision != Decision::Waiting || now >= pending.expires_at {
             return Err(ApprovalError::UnknownCode);
         }
         let wanted = scopes.unwrap_or_else(|| pending.scopes.clone());
-        let granted = wanted.into_iter().filter(|s| pending.scopes.contains(s) && account.scopes.contains(s)).collect();
-        pending.decision = Decision::Approved { account: account.id.clone(), scopes: granted };
+        let granted = wanted
+            .into_iter()
+            .filter(|s| pending.scopes.contains(s) && account.scopes.contains(s))
+            .collect();
+        pending.decision = Decision::Approved {
+            account: account.id.clone(),
+            scopes: granted,
+        };
         tracing::info!(account = %account.id, "device sign-in approved");
         Ok(())
     }
 
     fn deny_device(&self, user_code: &str) {
         let mut devices = lock(&self.inner.devices);
-        if let Some(device_code) = devices.by_user_code.get(&normalise_user_code(user_code)).cloned() {
-            if let Some(p) = devices.by_device_code.get_mut(&device_code) {
-                if p.decision == Decision::Waiting {
-                    p.decision = Decision::Denied;
-                }
-            }
+        let device_code = devices.by_user_code.get(&normalise_user_code(user_code)).cloned();
+        if let Some(pending) = device_code.and_then(|code| devices.by_device_code.get_mut(&code))
+            && pending.decision == Decision::Waiting
+        {
+            pending.decision = Decision::Denied;
         }
     }
 
     fn user_code(&self) -> String {
         let mut bytes = [0u8; 8];
         self.inner.rng.fill(&mut bytes);
-        let letters: String =
-            bytes.iter().map(|b| char::from(USER_CODE_ALPHABET[usize::from(*b) % USER_CODE_ALPHABET.len()])).collect();
+        let letters: String = bytes
+            .iter()
+            .map(|b| char::from(USER_CODE_ALPHABET[usize::from(*b) % USER_CODE_ALPHABET.len()]))
+            .collect();
         format!("{}-{}", &letters[..4], &letters[4..])
     }
 
     /// The device grant: poll a device code for `session_id`.
-    pub(crate) async fn device_grant(&self, client_id: &ClientId, form: &HashMap<String, String>, thumbprint: &str) -> Result<Response, ApiError> {
-        let device_code = form.get("device_code").ok_or_else(|| ApiError::bad_request("invalid_request"))?;
+    pub(crate) async fn device_grant(
+        &self,
+        client_id: &ClientId,
+        form: &HashMap<String, String>,
+        thumbprint: &str,
+    ) -> Result<Response, ApiError> {
+        let device_code = form
+            .get("device_code")
+            .ok_or_else(|| ApiError::bad_request("invalid_request"))?;
         let session = form
             .get("session_id")
             .and_then(|s| SessionId::parse(s).ok())
@@ -147,14 +179,17 @@ impl ReferenceCompany {
                 }
             }
         };
-        let record = self.session_record(&session).await.ok_or_else(|| ApiError::bad_request("invalid_session"))?;
+        let record = self
+            .session_record(&session)
+            .await
+            .ok_or_else(|| ApiError::bad_request("invalid_session"))?;
         if &record.client_id != client_id {
             return Err(ApiError::bad_request("invalid_session"));
         }
-        if record.account.as_ref().is_some_and(|a| a != &account) {
-            return Err(ApiError::bad_request("invalid_session"));
+        if !self.account_fits(&session, &account) {
+            return Err(ApiError::bad_request("account_mismatch"));
         }
-        let account_token = self.sign_in(client_id, &session, &account, granted);
+        let account_token = self.sign_in(client_id, &record.user, &session, &account, granted);
         self.issue(client_id, &session, thumbprint, Some(account_token)).await
     }
 }
@@ -216,12 +251,19 @@ struct PageQuery {
 /// the user code.
 async fn page(State(company): State<ReferenceCompany>, Query(query): Query<PageQuery>) -> Response {
     let name = escape_html(&company.inner.config.name);
-    let Some(user_code) = query.user_code.map(|c| normalise_user_code(&c)).filter(|c| is_user_code(c)) else {
-        return html(StatusCode::OK, format!(
-            "<!doctype html><meta charset=utf-8><title>{name}: connect your agent</title><h1>{name}</h1>\
+    let Some(user_code) = query
+        .user_code
+        .map(|c| normalise_user_code(&c))
+        .filter(|c| is_user_code(c))
+    else {
+        return html(
+            StatusCode::OK,
+            format!(
+                "<!doctype html><meta charset=utf-8><title>{name}: connect your agent</title><h1>{name}</h1>\
              <form method=\"get\" action=\"/device\"><label>Code <input name=\"user_code\"></label>\
              <button>Continue</button></form>\n"
-        ));
+            ),
+        );
     };
     let mut secret = [0u8; 32];
     company.inner.rng.fill(&mut secret);
@@ -248,17 +290,28 @@ async fn page(State(company): State<ReferenceCompany>, Query(query): Query<PageQ
 }
 
 fn is_user_code(code: &str) -> bool {
-    code.len() == 9 && code.bytes().enumerate().all(|(i, b)| if i == 4 { b == b'-' } else { USER_CODE_ALPHABET.contains(&b) })
+    code.len() == 9
+        && code.bytes().enumerate().all(|(i, b)| {
+            if i == 4 {
+                b == b'-'
+            } else {
+                USER_CODE_ALPHABET.contains(&b)
+            }
+        })
 }
 
 impl ReferenceCompany {
     fn device_csrf(&self, cookie: &str, user_code: &str) -> String {
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.inner.csrf_key.as_ref()).expect("HMAC takes any key length");
+        let mut mac =
+            <Hmac<Sha256> as Mac>::new_from_slice(self.inner.csrf_key.as_ref()).expect("HMAC takes any key length");
         mac.update(b"device\0");
         mac.update(cookie.as_bytes());
         mac.update(b"\0");
         mac.update(user_code.as_bytes());
-        base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, mac.finalize().into_bytes())
+        base64::Engine::encode(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+            mac.finalize().into_bytes(),
+        )
     }
 }
 
@@ -287,21 +340,39 @@ async fn decide(State(company): State<ReferenceCompany>, headers: HeaderMap, bod
     if field("decision") != "approve" {
         return page(StatusCode::BAD_REQUEST, "Choose approve or deny.");
     }
-    let Some(account) = company.inner.config.account(field("username")).filter(|a| a.username == field("username")) else {
-        return page(StatusCode::UNAUTHORIZED, "The user name or password is wrong. Nothing was approved.");
+    let Some(account) = company
+        .inner
+        .config
+        .account(field("username"))
+        .filter(|a| a.username == field("username"))
+    else {
+        return page(
+            StatusCode::UNAUTHORIZED,
+            "The user name or password is wrong. Nothing was approved.",
+        );
     };
     if !password_matches(&account.password_hash, field("password")) {
-        return page(StatusCode::UNAUTHORIZED, "The user name or password is wrong. Nothing was approved.");
+        return page(
+            StatusCode::UNAUTHORIZED,
+            "The user name or password is wrong. Nothing was approved.",
+        );
     }
     match company.approve_device(&user_code, &account.id, None) {
         Ok(()) => page(StatusCode::OK, "Your agent is signed in. You can close this page."),
-        Err(_) => page(StatusCode::BAD_REQUEST, "This code is unknown or has expired. Nothing was approved."),
+        Err(_) => page(
+            StatusCode::BAD_REQUEST,
+            "This code is unknown or has expired. Nothing was approved.",
+        ),
     }
 }
 
 fn password_matches(hash: &str, password: &str) -> bool {
     use argon2::PasswordVerifier as _;
-    argon2::PasswordHash::new(hash).is_ok_and(|h| argon2::Argon2::default().verify_password(password.as_bytes(), &h).is_ok())
+    argon2::PasswordHash::new(hash).is_ok_and(|h| {
+        argon2::Argon2::default()
+            .verify_password(password.as_bytes(), &h)
+            .is_ok()
+    })
 }
 
 /// The value of cookie `name` among the request's `Cookie` headers.

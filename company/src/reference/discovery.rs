@@ -21,7 +21,12 @@ pub(super) fn routes() -> Router<ReferenceCompany> {
 async fn poppy(State(company): State<ReferenceCompany>) -> Response {
     let config = company.config();
     let base = &company.inner.base;
-    let scopes: Vec<_> = config.scopes.iter().map(|s| json!({"name": s.name, "description": s.description})).collect();
+    // `custom_scopes` maps each of the company's own scopes to what it lets the agent do.
+    let scopes: serde_json::Map<String, serde_json::Value> = config
+        .scopes
+        .iter()
+        .map(|s| (s.name.clone(), json!(s.description)))
+        .collect();
     let body = json!({
         "protocol_version": "0.2",
         "organization": {"name": config.name, "domain": config.domain.as_str()},
@@ -44,7 +49,7 @@ async fn oauth_metadata(State(company): State<ReferenceCompany>) -> Response {
         "token_endpoint": format!("{base}/oauth/token"),
         "revocation_endpoint": format!("{base}/oauth/revoke"),
         "device_authorization_endpoint": format!("{base}/oauth/device"),
-        "grant_types_supported": [super::token::JWT_BEARER, super::token::DEVICE_CODE],
+        "grant_types_supported": [super::token::JWT_BEARER, super::token::DEVICE_CODE, super::token::REFRESH_TOKEN],
         "token_endpoint_auth_methods_supported": ["private_key_jwt"],
         "token_endpoint_auth_signing_alg_values_supported": ["ES256", "RS256"],
         "dpop_signing_alg_values_supported": ["ES256", "RS256"],

@@ -11,9 +11,9 @@ mod client_auth;
 mod config;
 mod device;
 mod discovery;
-mod protocol;
 mod operations;
 mod operator;
+mod protocol;
 mod token;
 mod website;
 
@@ -29,10 +29,10 @@ use pap_shared::{Clock, DpopRequest, Rng, UnixTime, verify_dpop_proof};
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
-pub use self::config::{AccountConfig, CompanyConfig, ConfigError, ProposalConfig, ScopeConfig};
+pub use self::config::{AccountConfig, CompanyConfig, ConfigError, ProposalConfig, ReadConfig, ScopeConfig};
 use self::device::Devices;
-use self::protocol::ApiError;
 use self::operations::Operations;
+use self::protocol::ApiError;
 use self::token::Tokens;
 use crate::browser_session::{BROWSER_SESSION_PATH, BrowserSession, browser_session_router};
 use crate::client::ClientRegistry;
@@ -66,7 +66,12 @@ struct Inner {
 
 impl ReferenceCompany {
     /// A company from its configuration, with injected time, randomness and client resolution.
-    pub fn new(config: CompanyConfig, clock: Arc<dyn Clock>, rng: Arc<dyn Rng>, clients: Arc<dyn ClientRegistry>) -> Self {
+    pub fn new(
+        config: CompanyConfig,
+        clock: Arc<dyn Clock>,
+        rng: Arc<dyn Rng>,
+        clients: Arc<dyn ClientRegistry>,
+    ) -> Self {
         let base = config.base();
         let sessions = MemorySessionDirectory::new(clock.clone(), rng.clone());
         let replay = MemoryReplayGuard::new(clock.clone());
@@ -80,7 +85,11 @@ impl ReferenceCompany {
             sessions: Arc::new(sessions.clone()),
             replay: Arc::new(replay.clone()),
         });
-        let browser = BrowserSession::new(verifier, Arc::new(MemoryCookieBindings::new(clock.clone())), rng.clone());
+        let browser = BrowserSession::new(
+            verifier,
+            Arc::new(MemoryCookieBindings::new(clock.clone())),
+            rng.clone(),
+        );
         let mut csrf_key = Zeroizing::new([0u8; 32]);
         rng.fill(csrf_key.as_mut());
         Self {
@@ -145,7 +154,13 @@ impl ReferenceCompany {
     /// Checks the request's one DPoP proof for `method path` (RFC 9449 §4.3), with the access
     /// token when one is sent, and marks its `jti` once per key (PAP-4.3-06). Returns the key's
     /// thumbprint.
-    async fn check_dpop(&self, headers: &HeaderMap, method: &str, path: &str, token: Option<&str>) -> Result<String, ApiError> {
+    async fn check_dpop(
+        &self,
+        headers: &HeaderMap,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+    ) -> Result<String, ApiError> {
         let invalid = |status| {
             if token.is_some() {
                 ApiError::challenge(status, "invalid_dpop_proof")
@@ -153,19 +168,35 @@ impl ReferenceCompany {
                 ApiError::new(status, "invalid_dpop_proof")
             }
         };
-        let status = if token.is_some() { http::StatusCode::UNAUTHORIZED } else { http::StatusCode::BAD_REQUEST };
+        let status = if token.is_some() {
+            http::StatusCode::UNAUTHORIZED
+        } else {
+            http::StatusCode::BAD_REQUEST
+        };
         let mut proofs = headers.get_all("dpop").iter();
-        let (Some(proof), None) = (proofs.next(), proofs.next()) else { return Err(invalid(status)) };
+        let (Some(proof), None) = (proofs.next(), proofs.next()) else {
+            return Err(invalid(status));
+        };
         let proof = proof.to_str().map_err(|_| invalid(status))?;
         let htu = format!("{}{path}", self.inner.base);
-        let request = DpopRequest { method, htu: &htu, access_token: token, nonce: None };
+        let request = DpopRequest {
+            method,
+            htu: &htu,
+            access_token: token,
+            nonce: None,
+        };
         let now = self.now();
         let verified = verify_dpop_proof(proof, &request, now).map_err(|error| {
             tracing::info!(%error, "DPoP proof refused");
             invalid(status)
         })?;
         let key = ReplayKey::of("dpop", &verified.thumbprint, &verified.jti);
-        if !self.inner.replay.mark_once(key, verified.iat.plus(pap_shared::DPOP_IAT_WINDOW)).await {
+        if !self
+            .inner
+            .replay
+            .mark_once(key, verified.iat.plus(pap_shared::DPOP_IAT_WINDOW))
+            .await
+        {
             return Err(invalid(status));
         }
         Ok(verified.thumbprint)
@@ -174,7 +205,9 @@ impl ReferenceCompany {
 
 impl fmt::Debug for ReferenceCompany {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReferenceCompany").field("domain", &self.inner.config.domain).finish_non_exhaustive()
+        f.debug_struct("ReferenceCompany")
+            .field("domain", &self.inner.config.domain)
+            .finish_non_exhaustive()
     }
 }
 

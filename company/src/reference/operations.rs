@@ -163,7 +163,13 @@ impl ReferenceCompany {
     }
 
     /// Confirms `revision` as `approved_by`, performing the operation at most once.
-    pub(crate) fn confirm_operation(&self, id: &str, viewer: &Viewer<'_>, revision: Option<u32>, approved_by: &str) -> Result<Operation, ConfirmError> {
+    pub(crate) fn confirm_operation(
+        &self,
+        id: &str,
+        viewer: &Viewer<'_>,
+        revision: Option<u32>,
+        approved_by: &str,
+    ) -> Result<Operation, ConfirmError> {
         let now = self.now();
         let mut store = lock(&self.inner.operations);
         let record = usable(&mut store, id, viewer, now)?;
@@ -192,7 +198,9 @@ impl ReferenceCompany {
         record.operation.expires_at = None;
         record.performed += 1;
         record.operation.state = OperationState::Succeeded;
-        record.operation.result = Some(OperationResult { summary: format!("Done: {}", record.operation.summary) });
+        record.operation.result = Some(OperationResult {
+            summary: format!("Done: {}", record.operation.summary),
+        });
         tracing::info!(operation = %record.operation.operation_id, approved_by, "operation performed");
         Ok(record.operation.clone())
     }
@@ -205,7 +213,9 @@ impl ReferenceCompany {
         if record.operation.state == OperationState::Proposed {
             record.operation.state = OperationState::Cancelled;
             record.operation.expires_at = None;
-            record.operation.result = Some(OperationResult { summary: "Nothing was changed.".into() });
+            record.operation.result = Some(OperationResult {
+                summary: "Nothing was changed.".into(),
+            });
         }
         Ok(record.operation.clone())
     }
@@ -216,19 +226,28 @@ impl ReferenceCompany {
     }
 }
 
-fn usable<'a>(store: &'a mut Operations, id: &str, viewer: &Viewer<'_>, now: UnixTime) -> Result<&'a mut Record, ConfirmError> {
+fn usable<'a>(
+    store: &'a mut Operations,
+    id: &str,
+    viewer: &Viewer<'_>,
+    now: UnixTime,
+) -> Result<&'a mut Record, ConfirmError> {
     let record = store.records.get_mut(id).ok_or(ConfirmError::NotFound)?;
     if &record.client_id != viewer.client_id || &record.user != viewer.user {
         return Err(ConfirmError::NotFound);
     }
-    let Some(account) = viewer.account else { return Err(ConfirmError::SignInRequired) };
+    let Some(account) = viewer.account else {
+        return Err(ConfirmError::SignInRequired);
+    };
     if account != record.account {
         return Err(ConfirmError::NotFound);
     }
     if record.operation.state == OperationState::Proposed && now >= record.expires_at {
         record.operation.state = OperationState::Expired;
         record.operation.expires_at = None;
-        record.operation.result = Some(OperationResult { summary: "Nothing was changed; the proposal expired.".into() });
+        record.operation.result = Some(OperationResult {
+            summary: "Nothing was changed; the proposal expired.".into(),
+        });
     }
     Ok(record)
 }
@@ -240,10 +259,17 @@ pub(super) fn routes() -> Router<ReferenceCompany> {
         .route("/poppy/operations/{id}/cancel", post(cancel))
 }
 
-async fn endpoint_caller(company: &ReferenceCompany, headers: &HeaderMap, method: &Method, uri: &Uri) -> Result<Caller, ApiError> {
+async fn endpoint_caller(
+    company: &ReferenceCompany,
+    headers: &HeaderMap,
+    method: &Method,
+    uri: &Uri,
+) -> Result<Caller, ApiError> {
     let caller = company.caller(headers, method, uri).await?;
     if !company.supports_operations(&caller.client_id).await {
-        return Err(ApiError::challenge(StatusCode::FORBIDDEN, "extension_required").with("extension", json!("operations")));
+        return Err(
+            ApiError::challenge(StatusCode::FORBIDDEN, "extension_required").with("extension", json!("operations"))
+        );
     }
     Ok(caller)
 }
@@ -260,17 +286,29 @@ fn viewer(caller: &Caller) -> Viewer<'_> {
 fn operation_response(operation: &Operation) -> Response {
     let mut response = json_response(StatusCode::OK, &json!(operation));
     if operation.state == OperationState::InProgress {
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
     }
     response
 }
 
-async fn read(State(company): State<ReferenceCompany>, Path(id): Path<String>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
+async fn read(
+    State(company): State<ReferenceCompany>,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
     let result = async {
         let caller = endpoint_caller(&company, &headers, &method, &uri).await?;
-        company.read_operation(&id, &viewer(&caller)).map_err(ConfirmError::into_api_error)
+        company
+            .read_operation(&id, &viewer(&caller))
+            .map_err(ConfirmError::into_api_error)
     };
-    result.await.map_or_else(IntoResponse::into_response, |op| operation_response(&op))
+    result
+        .await
+        .map_or_else(IntoResponse::into_response, |op| operation_response(&op))
 }
 
 async fn confirm(
@@ -284,17 +322,34 @@ async fn confirm(
     let result = async {
         let caller = endpoint_caller(&company, &headers, &method, &uri).await?;
         let body = read_json(body).await?;
-        let revision = body.get("revision").and_then(Value::as_u64).and_then(|r| u32::try_from(r).ok());
+        let revision = body
+            .get("revision")
+            .and_then(Value::as_u64)
+            .and_then(|r| u32::try_from(r).ok());
         let approved_by = body.get("approved_by").and_then(Value::as_str).unwrap_or("user");
-        company.confirm_operation(&id, &viewer(&caller), revision, approved_by).map_err(ConfirmError::into_api_error)
+        company
+            .confirm_operation(&id, &viewer(&caller), revision, approved_by)
+            .map_err(ConfirmError::into_api_error)
     };
-    result.await.map_or_else(IntoResponse::into_response, |op| operation_response(&op))
+    result
+        .await
+        .map_or_else(IntoResponse::into_response, |op| operation_response(&op))
 }
 
-async fn cancel(State(company): State<ReferenceCompany>, Path(id): Path<String>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
+async fn cancel(
+    State(company): State<ReferenceCompany>,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
     let result = async {
         let caller = endpoint_caller(&company, &headers, &method, &uri).await?;
-        company.cancel_operation(&id, &viewer(&caller)).map_err(ConfirmError::into_api_error)
+        company
+            .cancel_operation(&id, &viewer(&caller))
+            .map_err(ConfirmError::into_api_error)
     };
-    result.await.map_or_else(IntoResponse::into_response, |op| operation_response(&op))
+    result
+        .await
+        .map_or_else(IntoResponse::into_response, |op| operation_response(&op))
 }

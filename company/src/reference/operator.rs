@@ -22,7 +22,9 @@ struct Approve {
 }
 
 pub(super) fn routes() -> Router<ReferenceCompany> {
-    Router::new().route("/approve-device", post(approve)).route("/performed/{id}", get(performed))
+    Router::new()
+        .route("/approve-device", post(approve))
+        .route("/performed/{id}", get(performed))
 }
 
 async fn approve(State(company): State<ReferenceCompany>, Json(body): Json<Approve>) -> Response {

@@ -24,7 +24,13 @@ pub(crate) struct ApiError {
 
 impl ApiError {
     pub(crate) fn new(status: StatusCode, code: &'static str) -> Self {
-        Self { status, code, challenge: false, scope: None, extra: None }
+        Self {
+            status,
+            code,
+            challenge: false,
+            scope: None,
+            extra: None,
+        }
     }
 
     pub(crate) fn bad_request(code: &'static str) -> Self {
@@ -33,7 +39,10 @@ impl ApiError {
 
     /// A 401/403 for a call made with a Session Token: adds the DPoP challenge.
     pub(crate) fn challenge(status: StatusCode, code: &'static str) -> Self {
-        Self { challenge: true, ..Self::new(status, code) }
+        Self {
+            challenge: true,
+            ..Self::new(status, code)
+        }
     }
 
     pub(crate) fn with(mut self, key: &'static str, value: Value) -> Self {
@@ -113,6 +122,14 @@ pub(crate) async fn read_json(body: Body) -> Result<serde_json::Map<String, Valu
 }
 
 pub(crate) fn content_type_is(headers: &HeaderMap, wanted: &str) -> bool {
-    let value = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    value.split(';').next().unwrap_or_default().trim().eq_ignore_ascii_case(wanted)
+    let value = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    value
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .eq_ignore_ascii_case(wanted)
 }

@@ -33,13 +33,24 @@ pub(crate) struct AccessToken {
     pub(crate) expires_at: UnixTime,
 }
 
-/// An Account Token's record: one sign-in, and the Sessions signed in with it.
+/// An Account Token's record. Tokens rotate: each refresh claims the presented token and mints
+/// the next one of the same sign-in ("family").
 #[derive(Clone, Debug)]
 struct AccountToken {
     client_id: ClientId,
+    user: PairwiseUserId,
+    account: String,
+    scopes: Vec<String>,
+    family: u64,
+    claimed: bool,
+    expires_at: UnixTime,
+}
+
+/// One sign-in: every Session signed in with any of its tokens, and whether it was revoked.
+#[derive(Clone, Debug, Default)]
+struct Family {
     sessions: Vec<SessionId>,
     revoked: bool,
-    expires_at: UnixTime,
 }
 
 /// Token records, by SHA-256 of the token.
@@ -47,18 +58,34 @@ struct AccountToken {
 pub(crate) struct Tokens {
     access: HashMap<[u8; 32], AccessToken>,
     account: HashMap<[u8; 32], AccountToken>,
+    families: HashMap<u64, Family>,
+    next_family: u64,
+    /// The account each Session was ever signed in to: it may not sign in to another one, even
+    /// after signing out (PAP-4.8-03, PAP-4.8-04).
+    session_accounts: HashMap<SessionId, String>,
 }
 
+/// The `refresh_token` grant type (RFC 6749 §6), carrying an Account Token.
+pub(crate) const REFRESH_TOKEN: &str = "refresh_token";
+
 pub(super) fn routes() -> Router<ReferenceCompany> {
-    Router::new().route("/oauth/token", post(token)).route("/oauth/revoke", post(revoke))
+    Router::new()
+        .route("/oauth/token", post(token))
+        .route("/oauth/revoke", post(revoke))
 }
 
 async fn token(State(company): State<ReferenceCompany>, headers: HeaderMap, body: Body) -> Response {
-    company.token(&headers, body).await.unwrap_or_else(axum::response::IntoResponse::into_response)
+    company
+        .token(&headers, body)
+        .await
+        .unwrap_or_else(axum::response::IntoResponse::into_response)
 }
 
 async fn revoke(State(company): State<ReferenceCompany>, headers: HeaderMap, body: Body) -> Response {
-    company.revoke(&headers, body).await.unwrap_or_else(axum::response::IntoResponse::into_response)
+    company
+        .revoke(&headers, body)
+        .await
+        .unwrap_or_else(axum::response::IntoResponse::into_response)
 }
 
 impl ReferenceCompany {
@@ -69,6 +96,7 @@ impl ReferenceCompany {
         match form.get("grant_type").map(String::as_str) {
             Some(JWT_BEARER) => self.session_grant(&client_id, &form, &thumbprint).await,
             Some(DEVICE_CODE) => self.device_grant(&client_id, &form, &thumbprint).await,
+            Some(REFRESH_TOKEN) => self.refresh_grant(&client_id, &form, &thumbprint).await,
             Some(_) => Err(ApiError::bad_request("unsupported_grant_type")),
             None => Err(ApiError::bad_request("invalid_request")),
         }
@@ -76,16 +104,30 @@ impl ReferenceCompany {
 
     /// The jwt-bearer grant: a Session assertion starts a signed-out Session (or renews one of
     /// the same client and user). A `poppy-browser+jwt` here is `invalid_grant` (PAP-5-05).
-    async fn session_grant(&self, client_id: &ClientId, form: &HashMap<String, String>, thumbprint: &str) -> Result<Response, ApiError> {
+    async fn session_grant(
+        &self,
+        client_id: &ClientId,
+        form: &HashMap<String, String>,
+        thumbprint: &str,
+    ) -> Result<Response, ApiError> {
         let invalid_grant = || ApiError::bad_request("invalid_grant");
         let assertion = form.get("assertion").ok_or_else(invalid_grant)?;
-        let claims = self.check_jwt_assertion(client_id, assertion).await.map_err(|_| invalid_grant())?;
+        let claims = self
+            .check_jwt_assertion(client_id, assertion)
+            .await
+            .map_err(|_| invalid_grant())?;
         let user = PairwiseUserId::parse(&claims.sub).map_err(|_| invalid_grant())?;
         let session = match form.get("session_id") {
-            None => self.inner.sessions.start(client_id.clone(), user, self.inner.config.session_lifetime),
+            None => self
+                .inner
+                .sessions
+                .start(client_id.clone(), user, self.inner.config.session_lifetime),
             Some(id) => {
                 let id = SessionId::parse(id).map_err(|_| ApiError::bad_request("invalid_session"))?;
-                let record = self.session_record(&id).await.ok_or_else(|| ApiError::bad_request("invalid_session"))?;
+                let record = self
+                    .session_record(&id)
+                    .await
+                    .ok_or_else(|| ApiError::bad_request("invalid_session"))?;
                 if &record.client_id != client_id || record.user != user {
                     return Err(ApiError::bad_request("invalid_session"));
                 }
@@ -111,7 +153,10 @@ impl ReferenceCompany {
         thumbprint: &str,
         account_token: Option<String>,
     ) -> Result<Response, ApiError> {
-        let record = self.session_record(session).await.ok_or_else(|| ApiError::bad_request("invalid_session"))?;
+        let record = self
+            .session_record(session)
+            .await
+            .ok_or_else(|| ApiError::bad_request("invalid_session"))?;
         let access_token = self.random_token("sat");
         let expires_in = record.expires_at.since(self.now()).max(1);
         lock(&self.inner.tokens).access.insert(
@@ -137,20 +182,119 @@ impl ReferenceCompany {
         Ok(json_response(StatusCode::OK, &body))
     }
 
-    /// Signs `session` in to `account` with `scopes` and mints the Account Token for it.
-    pub(crate) fn sign_in(&self, client_id: &ClientId, session: &SessionId, account: &str, scopes: Vec<String>) -> String {
-        self.inner.sessions.sign_in(session, account, scopes);
+    /// Whether `session` may sign in to `account`: never to another account than the one it
+    /// was ever signed in to.
+    pub(crate) fn account_fits(&self, session: &SessionId, account: &str) -> bool {
+        lock(&self.inner.tokens)
+            .session_accounts
+            .get(session)
+            .is_none_or(|a| a == account)
+    }
+
+    /// Signs `session` (of `user`) in to `account` with `scopes` in a new sign-in family and
+    /// mints its first Account Token.
+    pub(crate) fn sign_in(
+        &self,
+        client_id: &ClientId,
+        user: &PairwiseUserId,
+        session: &SessionId,
+        account: &str,
+        scopes: Vec<String>,
+    ) -> String {
+        let mut tokens = lock(&self.inner.tokens);
+        let family = tokens.next_family;
+        tokens.next_family += 1;
+        tokens.families.insert(
+            family,
+            Family {
+                sessions: vec![session.clone()],
+                revoked: false,
+            },
+        );
+        tokens.session_accounts.insert(session.clone(), account.to_owned());
         let token = self.random_token("acct");
-        lock(&self.inner.tokens).account.insert(
+        tokens.account.insert(
             token_hash(&token),
             AccountToken {
                 client_id: client_id.clone(),
-                sessions: vec![session.clone()],
-                revoked: false,
+                user: user.clone(),
+                account: account.to_owned(),
+                scopes: scopes.clone(),
+                family,
+                claimed: false,
                 expires_at: self.now().plus(ACCOUNT_TOKEN_LIFETIME),
             },
         );
+        drop(tokens);
+        self.inner.sessions.sign_in(session, account, scopes);
         token
+    }
+
+    /// The refresh grant (PAP §4.8): an Account Token of this client signs a Session of the
+    /// same client and user in again, within the token's scopes; the token rotates, and a
+    /// claimed, revoked or expired token is `invalid_grant`.
+    async fn refresh_grant(
+        &self,
+        client_id: &ClientId,
+        form: &HashMap<String, String>,
+        thumbprint: &str,
+    ) -> Result<Response, ApiError> {
+        let invalid_grant = || ApiError::bad_request("invalid_grant");
+        let presented = token_hash(form.get("refresh_token").ok_or_else(invalid_grant)?);
+        let grant = {
+            let tokens = lock(&self.inner.tokens);
+            let grant = tokens.account.get(&presented).cloned().ok_or_else(invalid_grant)?;
+            let family_revoked = tokens.families.get(&grant.family).is_none_or(|f| f.revoked);
+            if grant.claimed || family_revoked || self.now() >= grant.expires_at || &grant.client_id != client_id {
+                return Err(invalid_grant());
+            }
+            grant
+        };
+        let session = form
+            .get("session_id")
+            .and_then(|s| SessionId::parse(s).ok())
+            .ok_or_else(|| ApiError::bad_request("invalid_session"))?;
+        let record = self
+            .session_record(&session)
+            .await
+            .ok_or_else(|| ApiError::bad_request("invalid_session"))?;
+        if &record.client_id != client_id || record.user != grant.user {
+            return Err(ApiError::bad_request("invalid_session"));
+        }
+        if !self.account_fits(&session, &grant.account) {
+            return Err(ApiError::bad_request("account_mismatch"));
+        }
+        let requested = super::scopes(form.get("scope").map(String::as_str).unwrap_or_default());
+        if requested.iter().any(|s| !grant.scopes.contains(s)) {
+            return Err(ApiError::bad_request("invalid_scope"));
+        }
+        let scopes = if requested.is_empty() {
+            grant.scopes.clone()
+        } else {
+            requested
+        };
+        let rotated = self.random_token("acct");
+        {
+            let mut tokens = lock(&self.inner.tokens);
+            // The claim: exactly one refresh wins the presented token.
+            let Some(old) = tokens.account.get_mut(&presented).filter(|t| !t.claimed) else {
+                return Err(invalid_grant());
+            };
+            old.claimed = true;
+            let next = AccountToken {
+                scopes: scopes.clone(),
+                claimed: false,
+                ..grant.clone()
+            };
+            tokens.account.insert(token_hash(&rotated), next);
+            let family = tokens.families.entry(grant.family).or_default();
+            if !family.sessions.contains(&session) {
+                family.sessions.push(session.clone());
+            }
+            tokens.session_accounts.insert(session.clone(), grant.account.clone());
+        }
+        self.inner.sessions.sign_in(&session, &grant.account, scopes);
+        self.issue(client_id, &session, thumbprint, Some(rotated)).await
     }
 
     /// The live Session Token `token`, if any.
@@ -164,14 +308,21 @@ impl ReferenceCompany {
     async fn revoke(&self, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
         let form = read_form(headers, body).await?;
         let client_id = self.authenticate_client(&form).await?;
-        let token = form.get("token").ok_or_else(|| ApiError::bad_request("invalid_request"))?;
-        let now = self.now();
+        let token = form
+            .get("token")
+            .ok_or_else(|| ApiError::bad_request("invalid_request"))?;
         let sessions = {
             let mut tokens = lock(&self.inner.tokens);
-            match tokens.account.get_mut(&token_hash(token)) {
-                Some(record) if record.client_id == client_id && !record.revoked && now < record.expires_at => {
-                    record.revoked = true;
-                    std::mem::take(&mut record.sessions)
+            let family = tokens
+                .account
+                .get(&token_hash(token))
+                .filter(|t| t.client_id == client_id)
+                .map(|t| t.family);
+            match family.and_then(|f| tokens.families.get_mut(&f)) {
+                // The whole sign-in ends: every token of the family, every Session it signed in.
+                Some(family) if !family.revoked => {
+                    family.revoked = true;
+                    std::mem::take(&mut family.sessions)
                 }
                 _ => Vec::new(),
             }

@@ -16,8 +16,8 @@ use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 use super::ReferenceCompany;
-use super::protocol::read_form;
 use super::operations::{ConfirmError, Viewer};
+use super::protocol::read_form;
 use crate::page::{escape_html, html, message_page};
 use crate::web_cookie::SessionCookie;
 use crate::web_session::WebSession;
@@ -45,7 +45,12 @@ fn csrf_token(cookie: &SessionCookie, operation_id: &str) -> String {
 
 fn viewer(session: &WebSession) -> Viewer<'_> {
     let record = session.record();
-    Viewer { client_id: &record.client_id, user: &record.user, account: record.account.as_deref(), scopes: &record.scopes }
+    Viewer {
+        client_id: &record.client_id,
+        user: &record.user,
+        account: record.account.as_deref(),
+        scopes: &record.scopes,
+    }
 }
 
 async fn show(State(company): State<ReferenceCompany>, Path(id): Path<String>, session: WebSession) -> Response {
@@ -99,14 +104,24 @@ fn render(company: &ReferenceCompany, operation: &Operation, session: &WebSessio
 
 /// The page's form, posted to the page's own URL: same-site, CSRF bound to the cookie and the
 /// operation, then confirm (the default) or cancel; answered 303 back to the page.
-async fn submit(State(company): State<ReferenceCompany>, Path(id): Path<String>, headers: HeaderMap, session: WebSession, body: Body) -> Response {
+async fn submit(
+    State(company): State<ReferenceCompany>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    session: WebSession,
+    body: Body,
+) -> Response {
     let name = company.inner.config.name.clone();
     let viewer = viewer(&session);
     if let Err(error) = company.read_operation(&id, &viewer) {
         return refusal(&company, &error);
     }
     if !same_site(&headers, &company.inner.base) {
-        return message_page(StatusCode::FORBIDDEN, &name, "This request did not come from this site.");
+        return message_page(
+            StatusCode::FORBIDDEN,
+            &name,
+            "This request did not come from this site.",
+        );
     }
     let Ok(form) = read_form(&headers, body).await else {
         return message_page(StatusCode::BAD_REQUEST, &name, "The form could not be read.");
@@ -114,12 +129,18 @@ async fn submit(State(company): State<ReferenceCompany>, Path(id): Path<String>,
     let field = |n: &str| form.get(n).map(String::as_str).unwrap_or_default();
     let expected = csrf_token(session.cookie(), &id);
     if !bool::from(expected.as_bytes().ct_eq(field("csrf").as_bytes())) {
-        return message_page(StatusCode::FORBIDDEN, &name, "This request did not come from this site.");
+        return message_page(
+            StatusCode::FORBIDDEN,
+            &name,
+            "This request did not come from this site.",
+        );
     }
     let outcome = if field("action") == "cancel" {
         company.cancel_operation(&id, &viewer)
     } else {
-        let revision = Some(field("revision")).filter(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit())).and_then(|r| r.parse().ok());
+        let revision = Some(field("revision"))
+            .filter(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|r| r.parse().ok());
         let approved_by = form.get("approved_by").map_or("user", String::as_str);
         company.confirm_operation(&id, &viewer, revision, approved_by)
     };
@@ -130,7 +151,9 @@ async fn submit(State(company): State<ReferenceCompany>, Path(id): Path<String>,
             if let Ok(value) = HeaderValue::try_from(location) {
                 response.headers_mut().insert(header::LOCATION, value);
             }
-            response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            response
+                .headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
             response
         }
         Err(error) => refusal(&company, &error),

@@ -71,7 +71,9 @@ pub fn verify_dpop_proof(proof: &str, request: &DpopRequest<'_>, now: UnixTime) 
         return Err(DpopError::WrongType);
     }
     let jwk = jws.header().jwk.as_ref().ok_or(DpopError::BadKey)?;
-    let key = PublicKey::from_jwk(jwk).map_err(|_| DpopError::BadKey)?.ok_or(DpopError::BadKey)?;
+    let key = PublicKey::from_jwk(jwk)
+        .map_err(|_| DpopError::BadKey)?
+        .ok_or(DpopError::BadKey)?;
     if !jws.verify_with(alg, &key) {
         return Err(DpopError::BadSignature);
     }
@@ -94,22 +96,35 @@ pub fn verify_dpop_proof(proof: &str, request: &DpopRequest<'_>, now: UnixTime) 
     if claims.htu.as_ref().and_then(|v| v.as_str()) != Some(request.htu) {
         return Err(DpopError::WrongRequest("htu"));
     }
-    let ath = claims.ath.as_ref().map(|v| v.as_str().ok_or(DpopError::InvalidClaim("ath"))).transpose()?;
+    let ath = claims
+        .ath
+        .as_ref()
+        .map(|v| v.as_str().ok_or(DpopError::InvalidClaim("ath")))
+        .transpose()?;
     match (request.access_token, ath) {
         (Some(token), Some(ath)) if ath == access_token_hash(token) => {}
         (None, None) => {}
         _ => return Err(DpopError::WrongRequest("ath")),
     }
-    if let Some(required) = request.nonce {
-        if claims.nonce.as_ref().and_then(|v| v.as_str()) != Some(required) {
-            return Err(DpopError::NonceRequired);
-        }
+    if let Some(required) = request.nonce
+        && claims.nonce.as_ref().and_then(|v| v.as_str()) != Some(required)
+    {
+        return Err(DpopError::NonceRequired);
     }
-    Ok(VerifiedDpop { thumbprint: key.thumbprint(), jti, iat: UnixTime::from_secs(iat) })
+    Ok(VerifiedDpop {
+        thumbprint: key.thumbprint(),
+        jti,
+        iat: UnixTime::from_secs(iat),
+    })
 }
 
 /// Makes a DPoP proof for `request` with `key`, issued at `iat`, with `jti` (the agent side).
-pub fn create_dpop_proof(key: &SigningKey, request: &DpopRequest<'_>, iat: UnixTime, jti: &str) -> Result<CompactJws, DpopError> {
+pub fn create_dpop_proof(
+    key: &SigningKey,
+    request: &DpopRequest<'_>,
+    iat: UnixTime,
+    jti: &str,
+) -> Result<CompactJws, DpopError> {
     let mut jwk = serde_json::to_value(key.public_key().jwk()).map_err(|_| DpopError::BadKey)?;
     if let Some(object) = jwk.as_object_mut() {
         for optional in ["kid", "alg", "use"] {
@@ -167,7 +182,12 @@ mod tests {
     const NOW: i64 = 1_800_000_000;
 
     fn request(token: Option<&'static str>) -> DpopRequest<'static> {
-        DpopRequest { method: "POST", htu: "https://shop.example/oauth/token", access_token: token, nonce: None }
+        DpopRequest {
+            method: "POST",
+            htu: "https://shop.example/oauth/token",
+            access_token: token,
+            nonce: None,
+        }
     }
 
     fn key() -> SigningKey {
@@ -188,18 +208,41 @@ mod tests {
         let key = key();
         let now = UnixTime::from_secs(NOW);
         let with_token = create_dpop_proof(&key, &request(Some("sat_x")), now, "jti-0123456789abcdef").unwrap();
-        let check = |proof: &CompactJws, req: &DpopRequest<'_>, at: i64| verify_dpop_proof(proof.secret(), req, UnixTime::from_secs(at));
+        let check = |proof: &CompactJws, req: &DpopRequest<'_>, at: i64| {
+            verify_dpop_proof(proof.secret(), req, UnixTime::from_secs(at))
+        };
         assert!(check(&with_token, &request(Some("sat_x")), NOW).is_ok());
-        assert_eq!(check(&with_token, &request(Some("sat_y")), NOW), Err(DpopError::WrongRequest("ath")));
-        assert_eq!(check(&with_token, &request(None), NOW), Err(DpopError::WrongRequest("ath")));
-        let get = DpopRequest { method: "GET", ..request(Some("sat_x")) };
+        assert_eq!(
+            check(&with_token, &request(Some("sat_y")), NOW),
+            Err(DpopError::WrongRequest("ath"))
+        );
+        assert_eq!(
+            check(&with_token, &request(None), NOW),
+            Err(DpopError::WrongRequest("ath"))
+        );
+        let get = DpopRequest {
+            method: "GET",
+            ..request(Some("sat_x"))
+        };
         assert_eq!(check(&with_token, &get, NOW), Err(DpopError::WrongRequest("htm")));
-        let port = DpopRequest { htu: "https://shop.example:443/oauth/token", ..request(Some("sat_x")) };
+        let port = DpopRequest {
+            htu: "https://shop.example:443/oauth/token",
+            ..request(Some("sat_x"))
+        };
         assert_eq!(check(&with_token, &port, NOW), Err(DpopError::WrongRequest("htu")));
         assert!(check(&with_token, &request(Some("sat_x")), NOW + 60).is_ok());
-        assert_eq!(check(&with_token, &request(Some("sat_x")), NOW + 61), Err(DpopError::OutsideWindow));
-        assert_eq!(check(&with_token, &request(Some("sat_x")), NOW - 61), Err(DpopError::OutsideWindow));
-        let nonce = DpopRequest { nonce: Some("n-1"), ..request(Some("sat_x")) };
+        assert_eq!(
+            check(&with_token, &request(Some("sat_x")), NOW + 61),
+            Err(DpopError::OutsideWindow)
+        );
+        assert_eq!(
+            check(&with_token, &request(Some("sat_x")), NOW - 61),
+            Err(DpopError::OutsideWindow)
+        );
+        let nonce = DpopRequest {
+            nonce: Some("n-1"),
+            ..request(Some("sat_x"))
+        };
         assert_eq!(check(&with_token, &nonce, NOW), Err(DpopError::NonceRequired));
     }
 
@@ -208,9 +251,17 @@ mod tests {
         let key = key();
         let now = UnixTime::from_secs(NOW);
         let short = create_dpop_proof(&key, &request(None), now, "short").unwrap();
-        assert_eq!(verify_dpop_proof(short.secret(), &request(None), now), Err(DpopError::InvalidClaim("jti")));
-        let jwt = key.sign("JWT", &serde_json::json!({"jti": "jti-0123456789abcdef"})).unwrap();
-        assert_eq!(verify_dpop_proof(jwt.secret(), &request(None), now), Err(DpopError::WrongType));
+        assert_eq!(
+            verify_dpop_proof(short.secret(), &request(None), now),
+            Err(DpopError::InvalidClaim("jti"))
+        );
+        let jwt = key
+            .sign("JWT", &serde_json::json!({"jti": "jti-0123456789abcdef"}))
+            .unwrap();
+        assert_eq!(
+            verify_dpop_proof(jwt.secret(), &request(None), now),
+            Err(DpopError::WrongType)
+        );
         let good = create_dpop_proof(&key, &request(None), now, "jti-0123456789abcdef").unwrap();
         let two = format!("{}, {}", good.secret(), good.secret());
         assert_eq!(verify_dpop_proof(&two, &request(None), now), Err(DpopError::Malformed));

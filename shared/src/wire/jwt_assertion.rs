@@ -49,7 +49,10 @@ impl JwtAssertionClaims {
             _ => Err(JwtAssertionError::InvalidClaim(name)),
         };
         let time = |v: Option<Value>, name| match v {
-            Some(Value::Number(n)) => n.as_f64().map(|f| UnixTime::from_secs(f as i64)).ok_or(JwtAssertionError::InvalidClaim(name)),
+            Some(Value::Number(n)) => n
+                .as_f64()
+                .map(|f| UnixTime::from_secs(f as i64))
+                .ok_or(JwtAssertionError::InvalidClaim(name)),
             _ => Err(JwtAssertionError::InvalidClaim(name)),
         };
         let claims = Self {
@@ -107,8 +110,9 @@ mod tests {
 
     use super::*;
 
+    #[allow(clippy::needless_pass_by_value, reason = "callers build the value in place")]
     fn read(v: Value) -> Result<JwtAssertionClaims, JwtAssertionError> {
-        JwtAssertionClaims::from_payload(&serde_json::to_vec(&v).unwrap())
+        JwtAssertionClaims::from_payload(v.to_string().as_bytes())
     }
 
     fn base() -> Value {
@@ -120,7 +124,10 @@ mod tests {
         let c = read(base()).unwrap();
         assert_eq!(c.check_time(UnixTime::from_secs(190)), Ok(()));
         assert_eq!(c.check_time(UnixTime::from_secs(191)), Err(JwtAssertionError::Expired));
-        assert_eq!(c.check_time(UnixTime::from_secs(69)), Err(JwtAssertionError::IssuedInFuture));
+        assert_eq!(
+            c.check_time(UnixTime::from_secs(69)),
+            Err(JwtAssertionError::IssuedInFuture)
+        );
         let mut v = base();
         v["aud"] = json!(["https://shop.example"]);
         assert_eq!(read(v), Err(JwtAssertionError::InvalidClaim("aud")));

@@ -1,0 +1,821 @@
+//! The reference company through its router (no socket): the PAP flows the web cases need,
+//! played by a Rust agent, plus the refusals and the at-most-once confirm under concurrency.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+mod support;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use http::{Request, Response, StatusCode, header};
+use http_body_util::BodyExt as _;
+use pap_company::{ClientMetadata, CompanyConfig, ReferenceCompany, StaticClientKeys};
+use pap_shared::{
+    BROWSER_ASSERTION_TYP, ClientId, DpopRequest, Jti, SigningKey, SystemRng, UnixTime, create_dpop_proof,
+};
+use serde_json::{Value, json};
+use support::{NOW, TestClock};
+use tower::ServiceExt as _;
+
+const BASE: &str = "https://shop.example";
+const CLIENT_ID: &str = "https://atlas.example/agent.json";
+const PASSWORD: &str = "correct horse battery staple";
+
+struct Shop {
+    app: Router,
+    operator: Router,
+    clock: Arc<TestClock>,
+    agent: SigningKey,
+    dpop: SigningKey,
+}
+
+fn metadata(operations: bool) -> ClientMetadata {
+    let mut doc = json!({
+        "client_id": CLIENT_ID,
+        "client_name": "Atlas",
+        "jwks_uri": "https://atlas.example/jwks.json",
+        "token_endpoint_auth_method": "private_key_jwt",
+    });
+    if operations {
+        doc["extensions"] = json!({"operations": {"version": "1"}});
+    }
+    ClientMetadata::parse(&serde_json::to_vec(&doc).unwrap(), &ClientId::parse(CLIENT_ID).unwrap()).unwrap()
+}
+
+fn shop_with(operations: bool) -> Shop {
+    let config = CompanyConfig::parse(include_str!("../shop.example.toml")).unwrap();
+    let clock = TestClock::at(NOW);
+    let agent = SigningKey::generate_es256(&SystemRng, "key-1").unwrap();
+    let clients = StaticClientKeys::new()
+        .with_client(
+            ClientId::parse(CLIENT_ID).unwrap(),
+            pap_shared::Jwks::from_keys(vec![agent.public_key().clone()]),
+        )
+        .with_metadata(metadata(operations));
+    let company = ReferenceCompany::new(config, clock.clone(), Arc::new(SystemRng), Arc::new(clients));
+    let dpop = SigningKey::generate_es256(&SystemRng, "dpop").unwrap();
+    Shop {
+        app: company.router(),
+        operator: company.operator_router(),
+        clock,
+        agent,
+        dpop,
+    }
+}
+
+fn shop() -> Shop {
+    shop_with(true)
+}
+
+fn jti() -> String {
+    Jti::generate(&SystemRng).as_str().to_owned()
+}
+
+async fn body_json(response: Response<Body>) -> Value {
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+}
+
+async fn body_text(response: Response<Body>) -> String {
+    String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
+}
+
+fn hidden_inputs(page: &str) -> Vec<(String, String)> {
+    // The reference runner's own pattern: `<input type="hidden" name="N" value="V">`.
+    let mut out = Vec::new();
+    let mut rest = page;
+    while let Some(at) = rest.find("<input type=\"hidden\" name=\"") {
+        rest = &rest[at + 27..];
+        let (name, after) = rest.split_once("\" value=\"").unwrap();
+        let (value, after) = after.split_once("\">").unwrap();
+        out.push((name.to_owned(), value.to_owned()));
+        rest = after;
+    }
+    out
+}
+
+struct Signed {
+    session_id: String,
+    access_token: String,
+    account_token: String,
+}
+
+impl Shop {
+    fn now(&self) -> i64 {
+        self.clock.now_secs()
+    }
+
+    fn client_assertion(&self) -> String {
+        let now = self.now();
+        let claims =
+            json!({"iss": CLIENT_ID, "sub": CLIENT_ID, "aud": BASE, "iat": now, "exp": now + 60, "jti": jti()});
+        self.agent.sign("JWT", &claims).unwrap().secret().to_owned()
+    }
+
+    fn session_assertion(&self, user: &str, typ: &str) -> String {
+        let now = self.now();
+        let claims = json!({"iss": CLIENT_ID, "sub": user, "aud": BASE, "iat": now, "exp": now + 60, "jti": jti()});
+        self.agent.sign(typ, &claims).unwrap().secret().to_owned()
+    }
+
+    fn proof(&self, method: &str, path: &str, token: Option<&str>) -> String {
+        let htu = format!("{BASE}{path}");
+        let request = DpopRequest {
+            method,
+            htu: &htu,
+            access_token: token,
+            nonce: None,
+        };
+        create_dpop_proof(&self.dpop, &request, UnixTime::from_secs(self.now()), &jti())
+            .unwrap()
+            .secret()
+            .to_owned()
+    }
+
+    async fn post_form(&self, path: &str, fields: &[(&str, &str)], dpop: bool) -> Response<Body> {
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(fields)
+            .finish();
+        let mut request = Request::post(path).header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+        if dpop {
+            request = request.header("dpop", self.proof("POST", path, None));
+        }
+        self.app
+            .clone()
+            .oneshot(request.body(Body::from(body)).unwrap())
+            .await
+            .unwrap()
+    }
+
+    async fn token_request(&self, fields: &[(&str, &str)]) -> Response<Body> {
+        let assertion = self.client_assertion();
+        let mut all = vec![
+            ("client_id", CLIENT_ID),
+            (
+                "client_assertion_type",
+                "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+            ),
+            ("client_assertion", assertion.as_str()),
+        ];
+        all.extend_from_slice(fields);
+        self.post_form("/oauth/token", &all, true).await
+    }
+
+    async fn start_session(&self, user: &str) -> Value {
+        let assertion = self.session_assertion(user, "JWT");
+        let response = self
+            .token_request(&[
+                ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"),
+                ("assertion", &assertion),
+            ])
+            .await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()[header::CACHE_CONTROL], "no-store");
+        body_json(response).await
+    }
+
+    /// Device Sign-In with the user approving on the `/device` page as `ada`.
+    async fn sign_in(&self, user: &str) -> Signed {
+        self.sign_in_as(user, "ada").await
+    }
+
+    async fn sign_in_as(&self, user: &str, username: &str) -> Signed {
+        let session = self.start_session(user).await;
+        let session_id = session["session_id"].as_str().unwrap().to_owned();
+        let assertion = self.client_assertion();
+        let device = self
+            .post_form(
+                "/oauth/device",
+                &[
+                    ("client_id", CLIENT_ID),
+                    (
+                        "client_assertion_type",
+                        "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+                    ),
+                    ("client_assertion", &assertion),
+                    ("scope", "orders:read orders:write"),
+                ],
+                false,
+            )
+            .await;
+        assert_eq!(device.status(), StatusCode::OK);
+        let device = body_json(device).await;
+        let user_code = device["user_code"].as_str().unwrap();
+        assert_eq!(
+            self.approve_on_page(user_code, username, PASSWORD).await,
+            StatusCode::OK
+        );
+        self.clock.advance(1);
+        let poll = self
+            .token_request(&[
+                ("grant_type", "urn:ietf:params:oauth:grant-type:device_code"),
+                ("device_code", device["device_code"].as_str().unwrap()),
+                ("session_id", &session_id),
+            ])
+            .await;
+        assert_eq!(poll.status(), StatusCode::OK);
+        let token = body_json(poll).await;
+        assert_eq!(token["signed_in"], json!(true));
+        assert_eq!(token["session_id"], json!(session_id));
+        Signed {
+            session_id,
+            access_token: token["access_token"].as_str().unwrap().to_owned(),
+            account_token: token["refresh_token"].as_str().unwrap().to_owned(),
+        }
+    }
+
+    async fn approve_on_page(&self, user_code: &str, username: &str, password: &str) -> StatusCode {
+        let page = self
+            .app
+            .clone()
+            .oneshot(
+                Request::get(format!("/device?user_code={user_code}"))
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(page.status(), StatusCode::OK);
+        let cookie = page.headers()[header::SET_COOKIE]
+            .to_str()
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_owned();
+        let mut fields = hidden_inputs(&body_text(page).await);
+        fields.extend([
+            ("username".into(), username.into()),
+            ("password".into(), password.into()),
+            ("decision".into(), "approve".into()),
+        ]);
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(&fields)
+            .finish();
+        let request = Request::post("/device")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(header::ORIGIN, BASE)
+            .header("sec-fetch-site", "same-origin")
+            .header(header::COOKIE, cookie)
+            .body(Body::from(body))
+            .unwrap();
+        self.app.clone().oneshot(request).await.unwrap().status()
+    }
+
+    async fn api(&self, method: &str, path: &str, token: &str, body: Option<Value>) -> Response<Body> {
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::AUTHORIZATION, format!("DPoP {token}"))
+            .header("dpop", self.proof(method, path, Some(token)));
+        if body.is_some() {
+            request = request
+                .header(header::CONTENT_TYPE, "application/json")
+                .header("idempotency-key", jti());
+        }
+        let body = body.map_or_else(Body::empty, |b| Body::from(b.to_string()));
+        self.app.clone().oneshot(request.body(body).unwrap()).await.unwrap()
+    }
+
+    async fn propose(&self, signed: &Signed, kind: &str) -> Value {
+        let response = self
+            .api(
+                "POST",
+                &format!("/api/orders/ord_7Hk2/{kind}"),
+                &signed.access_token,
+                Some(json!({})),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        body_json(response).await["operation"].clone()
+    }
+
+    fn browser_assertion(&self, user: &str, session_id: &str, return_to: &str) -> String {
+        let now = self.now();
+        let claims = json!({
+            "iss": CLIENT_ID, "sub": user, "aud": format!("{BASE}/poppy/browser-session"),
+            "session_id": session_id, "return_to": return_to, "iat": now - 5, "exp": now + 55, "jti": jti(),
+        });
+        self.agent
+            .sign(BROWSER_ASSERTION_TYP, &claims)
+            .unwrap()
+            .secret()
+            .to_owned()
+    }
+
+    /// Joins the browser and returns its cookie header value.
+    async fn join(&self, user: &str, session_id: &str, return_to: &str) -> String {
+        let assertion = self.browser_assertion(user, session_id, return_to);
+        let response = self
+            .post_form("/poppy/browser-session", &[("assertion", &assertion)], false)
+            .await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER);
+        assert_eq!(response.headers()[header::LOCATION], return_to);
+        response.headers()[header::SET_COOKIE]
+            .to_str()
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_owned()
+    }
+
+    async fn page(&self, url: &str, cookie: &str) -> Response<Body> {
+        let path = url.strip_prefix(BASE).unwrap();
+        self.app
+            .clone()
+            .oneshot(
+                Request::get(path)
+                    .header(header::COOKIE, cookie)
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap()
+    }
+
+    async fn submit(&self, url: &str, cookie: &str, fields: &[(String, String)], origin: &str) -> Response<Body> {
+        let path = url.strip_prefix(BASE).unwrap();
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(fields)
+            .finish();
+        let request = Request::post(path)
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(header::ORIGIN, origin)
+            .header("sec-fetch-site", "same-origin")
+            .header(header::COOKIE, cookie)
+            .body(Body::from(body))
+            .unwrap();
+        self.app.clone().oneshot(request).await.unwrap()
+    }
+
+    async fn performed(&self, id: &str) -> u64 {
+        let response = self
+            .operator
+            .clone()
+            .oneshot(Request::get(format!("/performed/{id}")).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        body_json(response).await["count"].as_u64().unwrap()
+    }
+
+    async fn revoke(&self, account_token: &str) -> StatusCode {
+        let assertion = self.client_assertion();
+        let fields = [
+            ("client_id", CLIENT_ID),
+            (
+                "client_assertion_type",
+                "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+            ),
+            ("client_assertion", assertion.as_str()),
+            ("token", account_token),
+            ("token_type_hint", "refresh_token"),
+        ];
+        self.post_form("/oauth/revoke", &fields, false).await.status()
+    }
+}
+
+impl TestClock {
+    fn now_secs(&self) -> i64 {
+        pap_shared::Clock::now(self).as_secs()
+    }
+    fn advance(&self, seconds: i64) {
+        self.set(self.now_secs() + seconds);
+    }
+}
+
+const USER: &str = "usr_conf_AAAAAAAAAAAAAAAAAAAAAA";
+
+#[tokio::test]
+async fn discovery_publishes_the_endpoints_the_runner_needs() {
+    let shop = shop();
+    let doc = body_json(
+        shop.app
+            .clone()
+            .oneshot(Request::get("/.well-known/poppy.json").body(Body::empty()).unwrap())
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(doc["protocol_version"], "0.2");
+    assert_eq!(
+        doc["web"]["browser_session_endpoint"],
+        "https://shop.example/poppy/browser-session"
+    );
+    assert_eq!(
+        doc["extensions"]["operations"],
+        json!({"version": "1", "endpoint": "https://shop.example/poppy/operations"})
+    );
+    let meta = body_json(
+        shop.app
+            .clone()
+            .oneshot(
+                Request::get("/.well-known/oauth-authorization-server")
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(meta["issuer"], "https://shop.example");
+    assert_eq!(meta["revocation_endpoint"], "https://shop.example/oauth/revoke");
+    assert_eq!(meta["poppy_domains"], json!(["shop.example"]));
+}
+
+#[tokio::test]
+async fn join_then_confirm_on_the_page_performs_once_and_sign_out_ends_the_page() {
+    let shop = shop();
+    let signed = shop.sign_in(USER).await;
+    let operation = shop.propose(&signed, "exchanges").await;
+    assert_eq!(operation["state"], "proposed");
+    assert_eq!(operation["confirmation"], Value::Null);
+    let url = operation["url"].as_str().unwrap().to_owned();
+    let id = operation["operation_id"].as_str().unwrap().to_owned();
+
+    let cookie = shop.join(USER, &signed.session_id, &url).await;
+    let page = shop.page(&url, &cookie).await;
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = body_text(page).await;
+    assert!(
+        html.contains("Shop Example") && html.contains("data-state=\"proposed\""),
+        "{html}"
+    );
+    let mut fields = hidden_inputs(&html);
+    assert_eq!(
+        fields.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["revision", "approved_by", "csrf"]
+    );
+    fields.push(("action".into(), "confirm".into()));
+
+    let confirmed = shop.submit(&url, &cookie, &fields, BASE).await;
+    assert_eq!(confirmed.status(), StatusCode::SEE_OTHER);
+    assert_eq!(confirmed.headers()[header::LOCATION], url.as_str());
+    let read = shop
+        .api("GET", &format!("/poppy/operations/{id}"), &signed.access_token, None)
+        .await;
+    let read = body_json(read).await;
+    assert_eq!(read["state"], "succeeded");
+    assert_eq!(read["confirmation"]["approved_by"], "user");
+
+    // A second confirm, through the endpoint this time: 200 with the same record, not redone.
+    let again = shop
+        .api(
+            "POST",
+            &format!("/poppy/operations/{id}/confirm"),
+            &signed.access_token,
+            Some(json!({"revision": 1, "approved_by": "user"})),
+        )
+        .await;
+    assert_eq!(again.status(), StatusCode::OK);
+    assert_eq!(body_json(again).await, read);
+    assert_eq!(
+        shop.submit(&url, &cookie, &fields, BASE).await.status(),
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(shop.performed(&id).await, 1);
+
+    // Sign-out (revoking the Account Token) shows on the very next page request.
+    assert_eq!(shop.revoke(&signed.account_token).await, StatusCode::OK);
+    assert!([401, 403, 404].contains(&shop.page(&url, &cookie).await.status().as_u16()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_concurrent_confirms_through_both_channels_perform_once() {
+    let shop = Arc::new(shop());
+    let signed = Arc::new(shop.sign_in(USER).await);
+    let operation = shop.propose(&signed, "exchanges").await;
+    let url = operation["url"].as_str().unwrap().to_owned();
+    let id = operation["operation_id"].as_str().unwrap().to_owned();
+    let cookie = shop.join(USER, &signed.session_id, &url).await;
+    let mut fields = hidden_inputs(&body_text(shop.page(&url, &cookie).await).await);
+    fields.push(("action".into(), "confirm".into()));
+    let fields = Arc::new(fields);
+
+    let tasks: Vec<_> = (0..100)
+        .map(|i| {
+            let (shop, signed, url, id, cookie, fields) = (
+                shop.clone(),
+                signed.clone(),
+                url.clone(),
+                id.clone(),
+                cookie.clone(),
+                fields.clone(),
+            );
+            tokio::spawn(async move {
+                if i % 2 == 0 {
+                    shop.submit(&url, &cookie, &fields, BASE).await.status()
+                } else {
+                    let body = json!({"revision": 1, "approved_by": "user"});
+                    shop.api(
+                        "POST",
+                        &format!("/poppy/operations/{id}/confirm"),
+                        &signed.access_token,
+                        Some(body),
+                    )
+                    .await
+                    .status()
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        assert!([StatusCode::OK, StatusCode::SEE_OTHER].contains(&task.await.unwrap()));
+    }
+    assert_eq!(shop.performed(&id).await, 1);
+}
+
+#[tokio::test]
+async fn the_page_refuses_foreign_origins_missing_or_foreign_csrf_and_other_sessions() {
+    let shop = shop();
+    let signed = shop.sign_in(USER).await;
+    let operation = shop.propose(&signed, "exchanges").await;
+    let url = operation["url"].as_str().unwrap().to_owned();
+    let id = operation["operation_id"].as_str().unwrap().to_owned();
+    let cookie = shop.join(USER, &signed.session_id, &url).await;
+    let mut fields = hidden_inputs(&body_text(shop.page(&url, &cookie).await).await);
+    fields.push(("action".into(), "confirm".into()));
+
+    for origin in ["https://evil.example", "https://shop.example:443", "null"] {
+        assert_eq!(
+            shop.submit(&url, &cookie, &fields, origin).await.status(),
+            StatusCode::FORBIDDEN,
+            "{origin}"
+        );
+    }
+    let no_csrf: Vec<_> = fields.iter().filter(|(n, _)| n != "csrf").cloned().collect();
+    assert_eq!(
+        shop.submit(&url, &cookie, &no_csrf, BASE).await.status(),
+        StatusCode::FORBIDDEN
+    );
+    // A second browser of the same Session has its own cookie, so the first one's token fails.
+    let other_cookie = shop.join(USER, &signed.session_id, &url).await;
+    assert_eq!(
+        shop.submit(&url, &other_cookie, &fields, BASE).await.status(),
+        StatusCode::FORBIDDEN
+    );
+    // No cookie at all: 401 before anything else.
+    let anonymous = shop.submit(&url, "a=b", &fields, BASE).await;
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+    // Another user's Session does not see the operation.
+    let stranger = "usr_conf_BBBBBBBBBBBBBBBBBBBBBB";
+    let theirs = shop.sign_in(stranger).await;
+    let their_cookie = shop.join(stranger, &theirs.session_id, &url).await;
+    assert_eq!(shop.page(&url, &their_cookie).await.status(), StatusCode::NOT_FOUND);
+    assert_eq!(shop.performed(&id).await, 0);
+}
+
+#[tokio::test]
+async fn a_browser_assertion_at_the_token_endpoint_is_invalid_grant() {
+    let shop = shop();
+    let assertion = shop.session_assertion(USER, BROWSER_ASSERTION_TYP);
+    let response = shop
+        .token_request(&[
+            ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"),
+            ("assertion", &assertion),
+        ])
+        .await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(response.headers()[header::CACHE_CONTROL], "no-store");
+    let text = body_text(response).await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap(),
+        json!({"error": "invalid_grant"})
+    );
+    assert!(!text.contains(&assertion[..40]));
+}
+
+#[tokio::test]
+async fn token_endpoint_refusals() {
+    let shop = shop();
+    // No DPoP proof: 400 invalid_dpop_proof.
+    let assertion = shop.session_assertion(USER, "JWT");
+    let client = shop.client_assertion();
+    let fields = [
+        ("client_id", CLIENT_ID),
+        (
+            "client_assertion_type",
+            "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+        ),
+        ("client_assertion", client.as_str()),
+        ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"),
+        ("assertion", assertion.as_str()),
+    ];
+    let response = shop.post_form("/oauth/token", &fields, false).await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(body_json(response).await, json!({"error": "invalid_dpop_proof"}));
+    // The same client assertion again (its jti is used): 401 invalid_client.
+    let response = shop.post_form("/oauth/token", &fields, true).await;
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(body_json(response).await, json!({"error": "invalid_client"}));
+    // An unknown grant type.
+    let response = shop.token_request(&[("grant_type", "password")]).await;
+    assert_eq!(body_json(response).await, json!({"error": "unsupported_grant_type"}));
+}
+
+#[tokio::test]
+async fn a_wrong_password_approves_nothing() {
+    let shop = shop();
+    let session = shop.start_session(USER).await;
+    let assertion = shop.client_assertion();
+    let device = shop
+        .post_form(
+            "/oauth/device",
+            &[
+                ("client_id", CLIENT_ID),
+                (
+                    "client_assertion_type",
+                    "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+                ),
+                ("client_assertion", &assertion),
+                ("scope", "orders:read"),
+            ],
+            false,
+        )
+        .await;
+    let device = body_json(device).await;
+    assert_eq!(
+        shop.approve_on_page(device["user_code"].as_str().unwrap(), "ada", "wrong")
+            .await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        shop.approve_on_page(device["user_code"].as_str().unwrap(), "nobody", PASSWORD)
+            .await,
+        StatusCode::UNAUTHORIZED
+    );
+    shop.clock.advance(1);
+    let poll = shop
+        .token_request(&[
+            ("grant_type", "urn:ietf:params:oauth:grant-type:device_code"),
+            ("device_code", device["device_code"].as_str().unwrap()),
+            ("session_id", session["session_id"].as_str().unwrap()),
+        ])
+        .await;
+    assert_eq!(body_json(poll).await, json!({"error": "authorization_pending"}));
+}
+
+#[tokio::test]
+async fn proposals_need_a_signed_in_session_and_the_operations_extension() {
+    let shop = shop();
+    let session = shop.start_session(USER).await;
+    let token = session["access_token"].as_str().unwrap();
+    let response = shop
+        .api("POST", "/api/orders/ord_1/exchanges", token, Some(json!({})))
+        .await;
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    assert_eq!(body_json(response).await["error"], "sign_in_required");
+
+    let without = shop_with(false);
+    let signed = without.sign_in(USER).await;
+    let response = without
+        .api(
+            "POST",
+            "/api/orders/ord_1/exchanges",
+            &signed.access_token,
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    assert!(
+        response.headers()[header::WWW_AUTHENTICATE]
+            .to_str()
+            .unwrap()
+            .contains("extension_required")
+    );
+}
+
+#[tokio::test]
+async fn idempotency_key_replays_and_conflicts() {
+    let shop = shop();
+    let signed = shop.sign_in(USER).await;
+    let send = |path: &'static str, body: Value| {
+        let proof = shop.proof("POST", path, Some(&signed.access_token));
+        let request = Request::post(path)
+            .header(header::AUTHORIZATION, format!("DPoP {}", signed.access_token))
+            .header("dpop", proof)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header("idempotency-key", "key-1")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        shop.app.clone().oneshot(request)
+    };
+    let first = body_json(send("/api/orders/ord_1/gift-wrap", json!({})).await.unwrap()).await;
+    let second = body_json(send("/api/orders/ord_1/gift-wrap", json!({})).await.unwrap()).await;
+    assert_eq!(first, second);
+    let conflict = send("/api/orders/ord_2/gift-wrap", json!({})).await.unwrap();
+    assert_eq!(conflict.status(), StatusCode::CONFLICT);
+    assert_eq!(body_json(conflict).await["error"], "idempotency_key_conflict");
+}
+
+#[tokio::test]
+async fn api_calls_refuse_bearer_missing_proofs_and_tokens_in_urls() {
+    let shop = shop();
+    let signed = shop.sign_in(USER).await;
+    let bearer = Request::get("/api/orders")
+        .header(header::AUTHORIZATION, format!("Bearer {}", signed.access_token))
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(
+        shop.app.clone().oneshot(bearer).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let no_proof = Request::get("/api/orders")
+        .header(header::AUTHORIZATION, format!("DPoP {}", signed.access_token))
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(
+        shop.app.clone().oneshot(no_proof).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let in_url = Request::get(format!("/api/orders?access_token={}", signed.access_token))
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(
+        shop.app.clone().oneshot(in_url).await.unwrap().status(),
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        shop.api("GET", "/api/orders", &signed.access_token, None)
+            .await
+            .status(),
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn an_account_token_refreshes_once_and_not_into_another_accounts_session() {
+    let shop = shop();
+    let signed = shop.sign_in(USER).await;
+    let fresh = shop.start_session(USER).await;
+    let session = fresh["session_id"].as_str().unwrap();
+    let refresh = |token: String, session: String| {
+        let shop = &shop;
+        async move {
+            let fields = [
+                ("grant_type", "refresh_token"),
+                ("refresh_token", token.as_str()),
+                ("session_id", session.as_str()),
+            ];
+            shop.token_request(&fields).await
+        }
+    };
+    let first = refresh(signed.account_token.clone(), session.to_owned()).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    let first = body_json(first).await;
+    assert_eq!(first["signed_in"], json!(true));
+    // The presented token rotated: using it again is invalid_grant.
+    let reused = refresh(signed.account_token.clone(), session.to_owned()).await;
+    assert_eq!(body_json(reused).await, json!({"error": "invalid_grant"}));
+    // Revoking the rotated token ends the whole sign-in: both Sessions are signed out.
+    assert_eq!(
+        shop.revoke(first["refresh_token"].as_str().unwrap()).await,
+        StatusCode::OK
+    );
+    let read = shop.api("GET", "/api/orders", &signed.access_token, None).await;
+    assert_eq!(read.status(), StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn operator_api_approves_and_counts() {
+    let shop = shop();
+    let response = shop
+        .operator
+        .clone()
+        .oneshot(
+            Request::post("/approve-device")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(
+                    json!({"user_code": "BCDF-GHJK", "account": "acct_ada"}).to_string(),
+                ))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    let missing = shop
+        .operator
+        .clone()
+        .oneshot(Request::get("/performed/op_nothing").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn an_account_token_cannot_sign_in_a_session_of_another_account() {
+    let shop = shop();
+    let personal = shop.sign_in_as(USER, "ada").await;
+    let business = shop.sign_in_as(USER, "ada_business").await;
+    // Even signed out since, the business Session may not take the personal account's token.
+    assert_eq!(shop.revoke(&business.account_token).await, StatusCode::OK);
+    let fields = [
+        ("grant_type", "refresh_token"),
+        ("refresh_token", personal.account_token.as_str()),
+        ("session_id", business.session_id.as_str()),
+    ];
+    let response = shop.token_request(&fields).await;
+    assert_eq!(body_json(response).await, json!({"error": "account_mismatch"}));
+}
