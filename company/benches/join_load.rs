@@ -15,9 +15,8 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pap_company::{serve_tls, server_config_from_pem};
+use pap_company::serve_tls;
 use pap_shared::CompactJws;
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, KeyUsagePurpose};
 use support::World;
 
 fn main() {
@@ -30,28 +29,16 @@ fn main() {
 }
 
 async fn run(joins: usize) {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["shop.example".to_owned()])
-        .unwrap()
-        .signed_by(&leaf_key, &ca, &ca_key)
-        .unwrap();
+    let pki = support::test_pki(&["shop.example"]);
 
     // The session lives past the whole run; the clock is the fixture's fixed time.
     let world = World::new();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let config = server_config_from_pem(leaf.pem().as_bytes(), leaf_key.serialize_pem().as_bytes()).unwrap();
-    tokio::spawn(serve_tls(listener, world.app(), config, std::future::pending()));
+    tokio::spawn(serve_tls(listener, world.app(), pki.server, std::future::pending()));
 
     let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(rustls::pki_types::CertificateDer::from(ca.der().to_vec()))
-        .unwrap();
+    roots.add(rustls::pki_types::CertificateDer::from(pki.ca_der)).unwrap();
     let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
         .with_safe_default_protocol_versions()
         .unwrap()

@@ -26,12 +26,7 @@ pub const IAT_SKEW_SECONDS: i64 = 5;
 /// The verifier of one company's browser-session endpoint.
 #[derive(Clone)]
 pub struct Verifier {
-    endpoint: HttpsUrl,
-    domain: CompanyDomain,
-    clock: Arc<dyn Clock>,
-    clients: Arc<dyn ClientKeys>,
-    sessions: Arc<dyn SessionDirectory>,
-    replay: Arc<dyn ReplayGuard>,
+    parts: Arc<VerifierParts>,
 }
 
 /// What a [`Verifier`] is made of.
@@ -54,42 +49,27 @@ pub struct VerifierParts {
 impl Verifier {
     /// A verifier from its parts.
     pub fn new(parts: VerifierParts) -> Self {
-        let VerifierParts {
-            endpoint,
-            domain,
-            clock,
-            clients,
-            sessions,
-            replay,
-        } = parts;
-        Self {
-            endpoint,
-            domain,
-            clock,
-            clients,
-            sessions,
-            replay,
-        }
+        Self { parts: Arc::new(parts) }
     }
 
     /// The endpoint this verifier accepts as `aud`.
     pub fn endpoint(&self) -> &HttpsUrl {
-        &self.endpoint
+        &self.parts.endpoint
     }
 
     /// The company's domain.
     pub fn domain(&self) -> &CompanyDomain {
-        &self.domain
+        &self.parts.domain
     }
 
     /// The clock the verifier reads.
     pub fn clock(&self) -> &Arc<dyn Clock> {
-        &self.clock
+        &self.parts.clock
     }
 
     /// The Session directory the verifier consults.
     pub fn sessions(&self) -> &Arc<dyn SessionDirectory> {
-        &self.sessions
+        &self.parts.sessions
     }
 
     /// Runs every check of PAP §5 on `assertion`. Only this function makes a
@@ -106,11 +86,11 @@ impl Verifier {
         // 4. Claims: all present, integer times, formats, `0 < exp - iat <= 60`.
         let claims = BrowserAssertionClaims::from_payload(jws.payload()).map_err(VerifyError::Claims)?;
         // 5. Audience: exactly the published endpoint, character for character.
-        if claims.aud() != self.endpoint.as_str() {
+        if claims.aud() != self.parts.endpoint.as_str() {
             return Err(VerifyError::WrongAudience);
         }
         // 6. Time: `exp` strictly after now; `iat` not later than now + skew.
-        let now = self.clock.now();
+        let now = self.parts.clock.now();
         if claims.exp() <= now {
             return Err(VerifyError::Expired);
         }
@@ -118,12 +98,13 @@ impl Verifier {
             return Err(VerifyError::IssuedInFuture);
         }
         // 7. `return_to`: HTTPS on the company's domain or a subdomain.
-        if !claims.return_to().is_on(&self.domain) {
+        if !claims.return_to().is_on(&self.parts.domain) {
             return Err(VerifyError::ForeignReturnTo);
         }
         // 8. Signature, with a key from the `iss` client's JWKS.
         let kid = jws.header().kid.as_deref();
         let keys = self
+            .parts
             .clients
             .keys(claims.iss(), kid)
             .await
@@ -137,6 +118,7 @@ impl Verifier {
         }
         // 9. The Session: live, and the same client and user.
         let session = self
+            .parts
             .sessions
             .session(claims.session_id())
             .await
@@ -149,6 +131,7 @@ impl Verifier {
         }
         // 10. Last: `(client_id, jti)` used once, atomically, until `exp`.
         if !self
+            .parts
             .replay
             .mark_once(ReplayKey::browser_assertion(claims.iss(), claims.jti()), claims.exp())
             .await
@@ -168,8 +151,8 @@ impl Verifier {
 impl fmt::Debug for Verifier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Verifier")
-            .field("endpoint", &self.endpoint)
-            .field("domain", &self.domain)
+            .field("endpoint", &self.parts.endpoint)
+            .field("domain", &self.parts.domain)
             .finish_non_exhaustive()
     }
 }

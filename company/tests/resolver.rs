@@ -14,11 +14,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use pap_company::{
-    ClientKeys, ClientRegistry, HttpClientResolver, ResolveError, ResolverConfig, serve_tls, server_config_from_pem,
-};
+use pap_company::{ClientKeys, ClientRegistry, HttpClientResolver, ResolveError, ResolverConfig, serve_tls};
 use pap_shared::{ClientId, SigningKey, SystemRng};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, KeyUsagePurpose};
 use rustls::pki_types::CertificateDer;
 use serde_json::{Value, json};
 use support::{NOW, TestClock};
@@ -77,17 +74,7 @@ struct Harness {
 
 async fn harness_with(overrides: bool) -> Harness {
     // A CA and one leaf for the agent's name, as in the interop harness.
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["atlas.example".to_owned(), "localhost".to_owned()])
-        .unwrap()
-        .signed_by(&leaf_key, &ca, &ca_key)
-        .unwrap();
-    let config = server_config_from_pem(leaf.pem().as_bytes(), leaf_key.serialize_pem().as_bytes()).unwrap();
+    let pki = support::test_pki(&["atlas.example", "localhost"]);
 
     let key = SigningKey::generate_es256(&SystemRng, "key-1").unwrap();
     let served = Served {
@@ -124,13 +111,13 @@ async fn harness_with(overrides: bool) -> Harness {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = listener.local_addr().unwrap();
     let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve_tls(listener, app, config, async move {
+    tokio::spawn(serve_tls(listener, app, pki.server, async move {
         let _ = stopped.await;
     }));
 
     let clock = TestClock::at(NOW);
     let mut config = ResolverConfig {
-        extra_roots: vec![CertificateDer::from(ca.der().to_vec())],
+        extra_roots: vec![CertificateDer::from(pki.ca_der)],
         ..ResolverConfig::default()
     };
     if overrides {

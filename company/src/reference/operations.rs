@@ -255,8 +255,7 @@ fn usable<'a>(
 pub(super) fn routes() -> Router<ReferenceCompany> {
     Router::new()
         .route("/poppy/operations/{id}", get(read))
-        .route("/poppy/operations/{id}/confirm", post(confirm))
-        .route("/poppy/operations/{id}/cancel", post(cancel))
+        .route("/poppy/operations/{id}/{action}", post(act))
 }
 
 async fn endpoint_caller(
@@ -311,9 +310,10 @@ async fn read(
         .map_or_else(IntoResponse::into_response, |op| operation_response(&op))
 }
 
-async fn confirm(
+/// `POST /poppy/operations/{id}/confirm` with `{revision, approved_by}`, or `/cancel`.
+async fn act(
     State(company): State<ReferenceCompany>,
-    Path(id): Path<String>,
+    Path((id, action)): Path<(String, String)>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -321,33 +321,21 @@ async fn confirm(
 ) -> Response {
     let result = async {
         let caller = endpoint_caller(&company, &headers, &method, &uri).await?;
-        let body = read_json(body).await?;
-        let revision = body
-            .get("revision")
-            .and_then(Value::as_u64)
-            .and_then(|r| u32::try_from(r).ok());
-        let approved_by = body.get("approved_by").and_then(Value::as_str).unwrap_or("user");
-        company
-            .confirm_operation(&id, &viewer(&caller), revision, approved_by)
-            .map_err(ConfirmError::into_api_error)
-    };
-    result
-        .await
-        .map_or_else(IntoResponse::into_response, |op| operation_response(&op))
-}
-
-async fn cancel(
-    State(company): State<ReferenceCompany>,
-    Path(id): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Response {
-    let result = async {
-        let caller = endpoint_caller(&company, &headers, &method, &uri).await?;
-        company
-            .cancel_operation(&id, &viewer(&caller))
-            .map_err(ConfirmError::into_api_error)
+        let viewer = viewer(&caller);
+        match action.as_str() {
+            "confirm" => {
+                let body = read_json(body).await?;
+                let revision = body
+                    .get("revision")
+                    .and_then(Value::as_u64)
+                    .and_then(|r| u32::try_from(r).ok());
+                let approved_by = body.get("approved_by").and_then(Value::as_str).unwrap_or("user");
+                company.confirm_operation(&id, &viewer, revision, approved_by)
+            }
+            "cancel" => company.cancel_operation(&id, &viewer),
+            _ => Err(ConfirmError::NotFound),
+        }
+        .map_err(ConfirmError::into_api_error)
     };
     result
         .await

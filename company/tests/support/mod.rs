@@ -163,3 +163,31 @@ pub fn form_post(body: &str) -> Request<Body> {
         .body(Body::from(body.to_owned()))
         .unwrap()
 }
+
+/// A throwaway CA and one leaf covering `names`, as the interop harness makes them: the CA
+/// certificate (DER, to trust) and the server's TLS configuration.
+pub struct TestPki {
+    pub ca_der: Vec<u8>,
+    pub server: Arc<rustls::ServerConfig>,
+}
+
+pub fn test_pki(names: &[&str]) -> TestPki {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, KeyUsagePurpose};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    let leaf = CertificateParams::new(names)
+        .unwrap()
+        .signed_by(&leaf_key, &ca, &ca_key)
+        .unwrap();
+    let server =
+        pap_company::server_config_from_pem(leaf.pem().as_bytes(), leaf_key.serialize_pem().as_bytes()).unwrap();
+    TestPki {
+        ca_der: ca.der().to_vec(),
+        server,
+    }
+}
