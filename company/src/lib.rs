@@ -25,6 +25,7 @@
 
 mod browser_session;
 mod client;
+mod dev_certs;
 mod expiry;
 mod page;
 mod reference;
@@ -43,6 +44,7 @@ pub use client::{
     ClientKeys, ClientMetadata, ClientRegistry, HttpClientResolver, ResolveError, ResolverBuildError, ResolverConfig,
     StaticClientKeys,
 };
+pub use dev_certs::{DevCerts, DevCertsError, write_dev_certs};
 pub use page::escape_html;
 pub use reference::{
     AccountConfig, CompanyConfig, ConfigError, ProposalConfig, ReadConfig, ReferenceCompany, ScopeConfig,

@@ -30,6 +30,15 @@ enum Command {
     Serve(Serve),
     /// Reads a password from standard input and prints its Argon2 hash for a config file.
     HashPassword,
+    /// Writes a throwaway CA and one leaf for NAMES (valid one day) to DIR: for tests and demos
+    /// on 127.0.0.1 only.
+    DevCerts {
+        /// Where to write ca.pem, cert.pem and key.pem.
+        dir: PathBuf,
+        /// The names the leaf covers, e.g. shop.example atlas.example.
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -63,6 +72,16 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::HashPassword => hash_password(),
+        Command::DevCerts { dir, names } => {
+            let certs = pap_company::write_dev_certs(&dir, &names).context("writing the certificates")?;
+            eprintln!(
+                "wrote {}, {} and {}",
+                certs.ca.display(),
+                certs.cert.display(),
+                certs.key.display()
+            );
+            Ok(())
+        }
         Command::Serve(args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(

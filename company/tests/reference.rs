@@ -819,3 +819,77 @@ async fn an_account_token_cannot_sign_in_a_session_of_another_account() {
     let response = shop.token_request(&fields).await;
     assert_eq!(body_json(response).await, json!({"error": "account_mismatch"}));
 }
+
+#[tokio::test]
+async fn refusals_answer_their_status_and_echo_no_credential() {
+    let shop = shop();
+    let signed = shop.sign_in(USER).await;
+    let mut answers: Vec<(u16, String)> = Vec::new();
+    let mut record = |status: StatusCode, text: String| answers.push((status.as_u16(), text));
+
+    // A replayed client assertion at the token endpoint: 401 invalid_client.
+    let client = shop.client_assertion();
+    let session_assertion = shop.session_assertion(USER, "JWT");
+    let fields = [
+        ("client_id", CLIENT_ID),
+        (
+            "client_assertion_type",
+            "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+        ),
+        ("client_assertion", client.as_str()),
+        ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"),
+        ("assertion", session_assertion.as_str()),
+    ];
+    assert_eq!(
+        shop.post_form("/oauth/token", &fields, true).await.status(),
+        StatusCode::OK
+    );
+    let replay = shop.post_form("/oauth/token", &fields, true).await;
+    record(replay.status(), body_text(replay).await);
+    // An API call whose proof was made for another token: 401 invalid_dpop_proof.
+    let wrong_proof = Request::get("/api/orders")
+        .header(header::AUTHORIZATION, format!("DPoP {}", signed.access_token))
+        .header("dpop", shop.proof("GET", "/api/orders", Some("sat_other")))
+        .body(Body::empty())
+        .unwrap();
+    let response = shop.app.clone().oneshot(wrong_proof).await.unwrap();
+    let challenge = response.headers()[header::WWW_AUTHENTICATE]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    record(response.status(), format!("{challenge} {}", body_text(response).await));
+    // A revoked Account Token refreshing: 400 invalid_grant.
+    assert_eq!(shop.revoke(&signed.account_token).await, StatusCode::OK);
+    let refresh = shop
+        .token_request(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", &signed.account_token),
+            ("session_id", &signed.session_id),
+        ])
+        .await;
+    record(refresh.status(), body_text(refresh).await);
+    // A browser assertion for an unknown Session: 400 page, no cookie.
+    let join = shop
+        .post_form(
+            "/poppy/browser-session",
+            &[(
+                "assertion",
+                &shop.browser_assertion(USER, "ses_unknown", "https://shop.example/"),
+            )],
+            false,
+        )
+        .await;
+    assert!(join.headers().get(header::SET_COOKIE).is_none());
+    record(join.status(), body_text(join).await);
+
+    assert_eq!(
+        answers.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        [401, 401, 400, 400]
+    );
+    for (_, text) in &answers {
+        for secret in [&client, &session_assertion, &signed.access_token, &signed.account_token] {
+            assert!(!text.contains(secret.as_str()), "a refusal echoes a credential: {text}");
+        }
+        assert!(!text.contains("eyJ"), "a refusal carries a JWT: {text}");
+    }
+}
