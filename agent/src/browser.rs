@@ -1,0 +1,388 @@
+//! The controlled browser: real Chromium, launched and owned by the agent, driven over CDP
+//! (chromiumoxide). The first form of the AIP-63 Chromium provider.
+//!
+//! The agent spawns `/usr/lib/chromium/chromium` itself (not the `/usr/bin` wrapper) headless,
+//! with a fresh user-data-dir under its 0700 state directory, `--remote-debugging-port=0` (the
+//! DevTools port is loopback-only), and an orphan marker argument naming the instance. It reads
+//! the DevTools address from Chromium's stderr within a deadline, connects chromiumoxide with
+//! certificate errors *respected*, and owns the process until `stop`: graceful `Browser.close`,
+//! then a kill after a grace period, then the user-data-dir removed.
+//!
+//! Tests reach companies on 127.0.0.1 without weakening TLS for anything else: a
+//! `--host-resolver-rules` map for the test names, and `--ignore-certificate-errors-spki-list`
+//! pinning the test leaf's key. Both are passed in explicitly ([`TestNetwork`]), never implied.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chromiumoxide::Page;
+use chromiumoxide::browser::Browser;
+use chromiumoxide::handler::HandlerConfig;
+use futures_util::StreamExt as _;
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+
+use crate::state::private_dir;
+
+/// Where Debian's Chromium binary is (the `/usr/bin/chromium` wrapper adds its own flags).
+pub const CHROMIUM: &str = "/usr/lib/chromium/chromium";
+
+/// The argument that marks a process as one of this agent's browsers, for the orphan sweep.
+pub const ORPHAN_MARKER: &str = "--pap-agent-browser";
+
+/// Test-only routing: names mapped to loopback addresses, and the SPKI hashes of test leaves.
+#[derive(Clone, Debug, Default)]
+pub struct TestNetwork {
+    /// `MAP name:443 addr` rules.
+    pub map: HashMap<String, SocketAddr>,
+    /// Base64 SHA-256 of each accepted test leaf's SubjectPublicKeyInfo.
+    pub spki_pins: Vec<String>,
+}
+
+/// How to launch Chromium.
+#[derive(Clone, Debug)]
+pub struct ChromiumConfig {
+    /// The Chromium binary.
+    pub executable: PathBuf,
+    /// The agent's state directory; profiles go under `browsers/`.
+    pub state_dir: PathBuf,
+    /// How long a launch may take to show its DevTools address.
+    pub launch_timeout: Duration,
+    /// How long `stop` waits after `Browser.close` before killing.
+    pub grace: Duration,
+    /// Test-only routing.
+    pub test_network: TestNetwork,
+}
+
+impl ChromiumConfig {
+    /// The defaults for a state directory: Debian's Chromium, 30 s to launch, 2 s of grace.
+    pub fn new(state_dir: PathBuf) -> Self {
+        Self {
+            executable: PathBuf::from(CHROMIUM),
+            state_dir,
+            launch_timeout: Duration::from_secs(30),
+            grace: Duration::from_secs(2),
+            test_network: TestNetwork::default(),
+        }
+    }
+}
+
+/// One running Chromium, owned by the agent.
+pub struct ControlledBrowser {
+    instance: String,
+    pid: Option<u32>,
+    child: Mutex<Child>,
+    browser: Browser,
+    handler: JoinHandle<()>,
+    user_data_dir: PathBuf,
+}
+
+impl fmt::Debug for ControlledBrowser {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ControlledBrowser")
+            .field("instance", &self.instance)
+            .field("pid", &self.pid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ControlledBrowser {
+    /// Launches Chromium for `instance` with a fresh profile. `progress` is told each step.
+    pub async fn launch(config: &ChromiumConfig, instance: &str, progress: &dyn Fn(&str)) -> Result<Self, LaunchError> {
+        if !instance
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            || instance.is_empty()
+        {
+            return Err(LaunchError::BadInstance);
+        }
+        let browsers = private_dir(&config.state_dir.join("browsers")).map_err(LaunchError::Profile)?;
+        let user_data_dir = browsers.join(format!("{instance}-{}", std::process::id()));
+        if user_data_dir.exists() {
+            std::fs::remove_dir_all(&user_data_dir).map_err(LaunchError::Profile)?;
+        }
+        private_dir(&user_data_dir).map_err(LaunchError::Profile)?;
+        progress("starting Chromium");
+        let mut command = Command::new(&config.executable);
+        command
+            .args(chromium_args(&user_data_dir, instance, &config.test_network))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(LaunchError::Spawn)?;
+        match Self::connect(&mut child, config, progress).await {
+            Ok((browser, handler)) => {
+                progress("Chromium is ready");
+                Ok(Self {
+                    instance: instance.to_owned(),
+                    pid: child.id(),
+                    child: Mutex::new(child),
+                    browser,
+                    handler,
+                    user_data_dir,
+                })
+            }
+            Err(error) => {
+                // One place cleans up a failed launch: the process and its profile.
+                let _ = child.kill().await;
+                let _ = std::fs::remove_dir_all(&user_data_dir);
+                Err(error)
+            }
+        }
+    }
+
+    async fn connect(
+        child: &mut Child,
+        config: &ChromiumConfig,
+        progress: &dyn Fn(&str),
+    ) -> Result<(Browser, JoinHandle<()>), LaunchError> {
+        let stderr = child.stderr.take().ok_or(LaunchError::NoDevTools(String::new()))?;
+        let mut lines = BufReader::new(stderr).lines();
+        let mut seen = Vec::new();
+        let found = tokio::time::timeout(config.launch_timeout, async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(ws) = line.strip_prefix("DevTools listening on ") {
+                    return Some(ws.trim().to_owned());
+                }
+                if seen.len() < 20 {
+                    seen.push(line);
+                }
+            }
+            None
+        })
+        .await;
+        let ws = match found {
+            Ok(Some(ws)) => ws,
+            Ok(None) => return Err(LaunchError::NoDevTools(seen.join("\n"))),
+            Err(_) => return Err(LaunchError::Timeout(seen.join("\n"))),
+        };
+        // Keep draining stderr so Chromium never blocks on a full pipe; its lines are dropped.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        progress("connecting over CDP");
+        let handler_config = HandlerConfig {
+            ignore_https_errors: false,
+            ..HandlerConfig::default()
+        };
+        let (browser, mut handler) = Browser::connect_with_config(ws, handler_config)
+            .await
+            .map_err(|e| LaunchError::Cdp(e.to_string()))?;
+        let handler = tokio::spawn(async move { while handler.next().await.is_some() {} });
+        Ok((browser, handler))
+    }
+
+    /// The instance key.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// The browser's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// Whether the browser answers over CDP (creates no target).
+    pub async fn is_healthy(&self) -> bool {
+        self.browser.version().await.is_ok()
+    }
+
+    /// A new tab, on `about:blank`.
+    pub async fn new_page(&self) -> Result<Page, BrowserError> {
+        self.browser
+            .new_page("about:blank")
+            .await
+            .map_err(|e| BrowserError::Cdp(e.to_string()))
+    }
+
+    /// Stops the browser: `Browser.close`, up to `grace` for the process to exit, then a kill,
+    /// then the profile removed. Safe to call twice, or on a browser that already died; pages
+    /// still held elsewhere stop working.
+    pub async fn stop(&self, grace: Duration) -> Result<(), BrowserError> {
+        use chromiumoxide::cdp::browser_protocol::browser::CloseParams;
+        let _ = tokio::time::timeout(grace, self.browser.execute(CloseParams::default())).await;
+        let mut child = self.child.lock().await;
+        if tokio::time::timeout(grace, child.wait()).await.is_err() {
+            let _ = child.kill().await;
+        }
+        self.handler.abort();
+        remove_profile(&self.user_data_dir)
+    }
+}
+
+fn remove_profile(dir: &Path) -> Result<(), BrowserError> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(BrowserError::Profile(e)),
+    }
+}
+
+fn chromium_args(user_data_dir: &Path, instance: &str, test: &TestNetwork) -> Vec<String> {
+    let mut args = vec![
+        "--headless=new".to_owned(),
+        // Root in a container has no user namespace for the sandbox; the agent's profile is its
+        // own and the only pages are the companies it joins.
+        "--no-sandbox".to_owned(),
+        "--disable-gpu".to_owned(),
+        "--no-first-run".to_owned(),
+        "--no-default-browser-check".to_owned(),
+        "--disable-background-networking".to_owned(),
+        "--disable-component-update".to_owned(),
+        "--disable-sync".to_owned(),
+        "--disable-quic".to_owned(),
+        "--remote-debugging-address=127.0.0.1".to_owned(),
+        "--remote-debugging-port=0".to_owned(),
+        format!("--user-data-dir={}", user_data_dir.display()),
+        format!("{ORPHAN_MARKER}={instance}"),
+    ];
+    if !test.map.is_empty() {
+        let rules: Vec<String> = test
+            .map
+            .iter()
+            .map(|(name, addr)| format!("MAP {name}:443 {addr}"))
+            .collect();
+        args.push(format!("--host-resolver-rules={}", rules.join(", ")));
+    }
+    if !test.spki_pins.is_empty() {
+        args.push(format!(
+            "--ignore-certificate-errors-spki-list={}",
+            test.spki_pins.join(",")
+        ));
+    }
+    args.push("about:blank".to_owned());
+    args
+}
+
+/// The agent's browsers by instance key: launching is idempotent per key (a second launch
+/// returns the running browser: no second process, no config change).
+#[derive(Clone, Default)]
+pub struct BrowserHost {
+    browsers: Arc<Mutex<HashMap<String, Arc<ControlledBrowser>>>>,
+}
+
+impl fmt::Debug for BrowserHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BrowserHost").finish_non_exhaustive()
+    }
+}
+
+impl BrowserHost {
+    /// An empty host.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The browser for `instance`, launched if it is not running.
+    pub async fn launch(
+        &self,
+        config: &ChromiumConfig,
+        instance: &str,
+        progress: &dyn Fn(&str),
+    ) -> Result<Arc<ControlledBrowser>, LaunchError> {
+        let mut browsers = self.browsers.lock().await;
+        if let Some(running) = browsers.get(instance)
+            && running.is_healthy().await
+        {
+            return Ok(running.clone());
+        }
+        let launched = Arc::new(ControlledBrowser::launch(config, instance, progress).await?);
+        browsers.insert(instance.to_owned(), launched.clone());
+        Ok(launched)
+    }
+
+    /// Stops `instance`, if running.
+    pub async fn stop(&self, instance: &str, grace: Duration) -> Result<(), BrowserError> {
+        let browser = self.browsers.lock().await.remove(instance);
+        match browser {
+            Some(browser) => browser.stop(grace).await,
+            None => Ok(()),
+        }
+    }
+}
+
+/// Why a browser could not be launched. Carries what Chromium printed, never page content.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The instance key is not `[A-Za-z0-9_-]+`.
+    #[error("the instance key must be letters, digits, '-' or '_'")]
+    BadInstance,
+    /// Connecting over CDP failed.
+    #[error("connecting to Chromium over CDP failed: {0}")]
+    Cdp(String),
+    /// Chromium exited without a DevTools address; what it printed follows.
+    #[error("Chromium exited before it was ready:\n{0}")]
+    NoDevTools(String),
+    /// The profile directory could not be made.
+    #[error("the browser profile could not be created")]
+    Profile(#[source] std::io::Error),
+    /// The binary could not be started.
+    #[error("Chromium could not be started")]
+    Spawn(#[source] std::io::Error),
+    /// No DevTools address within the launch timeout; what it printed follows.
+    #[error("Chromium was not ready in time:\n{0}")]
+    Timeout(String),
+}
+
+/// Why a browser operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BrowserError {
+    /// A CDP call failed.
+    #[error("a CDP call failed: {0}")]
+    Cdp(String),
+    /// The profile could not be removed.
+    #[error("the browser profile could not be removed")]
+    Profile(#[source] std::io::Error),
+}
+
+/// The base64 SHA-256 of a PEM certificate's SubjectPublicKeyInfo, for
+/// `--ignore-certificate-errors-spki-list`.
+pub fn spki_pin(cert_pem: &[u8]) -> Result<String, BrowserError> {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let bad = || BrowserError::Cdp("no readable certificate in the PEM".into());
+    let der = rustls_pemfile::certs(&mut &cert_pem[..])
+        .next()
+        .and_then(Result::ok)
+        .ok_or_else(bad)?;
+    let cert = webpki::EndEntityCert::try_from(&der).map_err(|_| bad())?;
+    let spki = cert.subject_public_key_info();
+    Ok(base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(spki.as_ref())))
+}
+
+/// Clicks the element at `selector` on `page` and waits, within `deadline`, for the document it
+/// leads to (after any redirects) to load. Returns that document's HTTP status.
+pub async fn click_and_land(page: &Page, selector: &str, deadline: Duration) -> Result<u16, BrowserError> {
+    use chromiumoxide::cdp::browser_protocol::network::{EventResponseReceived, ResourceType};
+    let cdp = |e: chromiumoxide::error::CdpError| BrowserError::Cdp(e.to_string());
+    let mut responses = page.event_listener::<EventResponseReceived>().await.map_err(cdp)?;
+    page.find_element(selector)
+        .await
+        .map_err(cdp)?
+        .click()
+        .await
+        .map_err(cdp)?;
+    let status = tokio::time::timeout(deadline, async {
+        while let Some(event) = responses.next().await {
+            let status = u16::try_from(event.response.status).unwrap_or(0);
+            if event.r#type == ResourceType::Document && !(300..400).contains(&status) {
+                return Some(status);
+            }
+        }
+        None
+    })
+    .await
+    .map_err(|_| BrowserError::Cdp("no page loaded in time".into()))?
+    .ok_or_else(|| BrowserError::Cdp("the page closed".into()))?;
+    tokio::time::timeout(deadline, page.wait_for_navigation())
+        .await
+        .map_err(|_| BrowserError::Cdp("the page did not finish loading in time".into()))?
+        .map_err(cdp)?;
+    Ok(status)
+}

@@ -1,0 +1,31 @@
+//! The personal agent's side of the PAP browser-session bridge (PAP §5).
+//!
+//! The agent holds a PAP Session with a company ([`PapClient`]) and joins the company's website
+//! from a browser it controls ([`ControlledBrowser`], real Chromium over CDP): it signs a
+//! 60-second `poppy-browser+jwt` for the live Session and has the browser form-POST it to the
+//! company's published endpoint ([`join`]); the company answers with its own cookie and a
+//! redirect, and the browser then shows the Session.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod browser;
+mod client;
+mod documents;
+mod identity;
+mod join;
+mod logging;
+mod state;
+
+// The public interface is:
+pub use browser::{
+    BrowserError, BrowserHost, CHROMIUM, ChromiumConfig, ControlledBrowser, LaunchError, ORPHAN_MARKER, TestNetwork,
+    click_and_land, spki_pin,
+};
+pub use client::{
+    ClientConfig, ClientError, Company, DeviceAuthorization, PapClient, SecretToken, Session, new_pairwise_user,
+};
+pub use documents::{TlsListener, documents_router};
+pub use identity::{Identity, IdentityError, KEY_ID};
+pub use join::{JoinError, JoinOutcome, join};
+pub use logging::{SECRET_SAFE_DIRECTIVES, log_filter};
