@@ -386,3 +386,36 @@ pub async fn click_and_land(page: &Page, selector: &str, deadline: Duration) -> 
         .map_err(cdp)?;
     Ok(status)
 }
+
+/// Test only: the base64 SPKI pin of the leaf that `name` serves at `addr`, after checking that
+/// it chains to `roots` (so only a certificate the test CA issued is ever pinned).
+pub async fn pin_served_leaf(
+    name: &str,
+    addr: SocketAddr,
+    roots: rustls::RootCertStore,
+) -> Result<String, BrowserError> {
+    let fail = |what: &str| BrowserError::Cdp(format!("pinning the test leaf: {what}"));
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|_| fail("TLS"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let server = rustls::pki_types::ServerName::try_from(name.to_owned()).map_err(|_| fail("the name"))?;
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|_| fail("connecting"))?;
+    let stream = tokio_rustls::TlsConnector::from(Arc::new(tls))
+        .connect(server, tcp)
+        .await
+        .map_err(|_| fail("the handshake (is the CA right?)"))?;
+    let leaf = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .ok_or_else(|| fail("no certificate"))?;
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let cert = webpki::EndEntityCert::try_from(leaf).map_err(|_| fail("the certificate"))?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(cert.subject_public_key_info().as_ref())))
+}

@@ -16,11 +16,12 @@ mod identity;
 mod join;
 mod logging;
 mod state;
+mod wallet;
 
 // The public interface is:
 pub use browser::{
     BrowserError, BrowserHost, CHROMIUM, ChromiumConfig, ControlledBrowser, LaunchError, ORPHAN_MARKER, TestNetwork,
-    click_and_land, spki_pin,
+    click_and_land, pin_served_leaf, spki_pin,
 };
 pub use client::{
     ClientConfig, ClientError, Company, DeviceAuthorization, PapClient, SecretToken, Session, new_pairwise_user,
@@ -29,3 +30,4 @@ pub use documents::{TlsListener, documents_router};
 pub use identity::{Identity, IdentityError, KEY_ID};
 pub use join::{JoinError, JoinOutcome, join};
 pub use logging::{SECRET_SAFE_DIRECTIVES, log_filter};
+pub use wallet::{Wallet, WalletError};

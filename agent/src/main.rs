@@ -1,1 +1,413 @@
-fn main() {}
+//! `pap-agent`: a personal agent that holds PAP Sessions with companies and joins their
+//! websites from its own Chromium.
+//!
+//! Run with `cargo run -p pap-agent -- --help`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand};
+use pap_agent::{
+    BrowserHost, ChromiumConfig, ClientConfig, Company, Identity, PapClient, TestNetwork, TlsListener, Wallet,
+    click_and_land, documents_router, join, new_pairwise_user, pin_served_leaf,
+};
+use pap_shared::{CompanyDomain, HttpsUrl, SystemClock, SystemRng};
+use rustls::pki_types::CertificateDer;
+
+#[derive(Parser)]
+#[command(
+    name = "pap-agent",
+    version,
+    about = "A personal agent for PAP draft 0.2 that joins company websites from its own Chromium"
+)]
+struct Cli {
+    /// The agent's state directory (identity, company records, browser profiles); made 0700.
+    #[arg(long, global = true, env = "PAP_AGENT_STATE")]
+    state_dir: Option<PathBuf>,
+    /// Test only: connect NAME (port 443) to ADDR:PORT, for both HTTP and the browser.
+    #[arg(long, global = true, value_name = "NAME=ADDR:PORT")]
+    connect: Vec<String>,
+    /// Test only: trust this CA for companies (the browser pins the leaf it checks against it).
+    #[arg(long, global = true, value_name = "PEM")]
+    trust_ca: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The agent's identity: its key, client metadata and JWKS.
+    Identity {
+        #[command(subcommand)]
+        command: IdentityCommand,
+    },
+    /// Discovers a company and prints what it offers.
+    Discover { domain: String },
+    /// Starts a (signed-out) PAP Session with a company.
+    Session { domain: String },
+    /// Signs the Session in with Device Sign-In: prints where the user approves, then waits.
+    Signin {
+        domain: String,
+        /// Scopes to ask for, space-separated.
+        #[arg(long, default_value = "orders:read orders:write")]
+        scope: String,
+    },
+    /// Calls the company's API to propose an operation; prints it.
+    Propose {
+        domain: String,
+        method: String,
+        path: String,
+        /// The JSON body.
+        #[arg(long, default_value = "{}")]
+        body: String,
+    },
+    /// Reads an operation through the operations endpoint.
+    Operation { domain: String, id: String },
+    /// Joins the agent's own Chromium to the Session and opens RETURN_TO.
+    Join {
+        domain: String,
+        return_to: String,
+        /// Write a PNG of the landed page here.
+        #[arg(long)]
+        screenshot: Option<PathBuf>,
+    },
+    /// Joins, opens the operation's page and clicks its own confirm button in Chromium.
+    ConfirmOnPage {
+        domain: String,
+        operation_url: String,
+        /// Write a PNG of the page after confirming here.
+        #[arg(long)]
+        screenshot: Option<PathBuf>,
+    },
+    /// Revokes the Account Token: the company signs the Session out.
+    Revoke { domain: String },
+}
+
+#[derive(Subcommand)]
+enum IdentityCommand {
+    /// Creates the identity (or shows the existing one) for DOMAIN, where its documents live.
+    Init {
+        domain: String,
+        #[arg(long, default_value = "Atlas")]
+        name: String,
+    },
+    /// Serves /agent.json and /jwks.json over HTTPS.
+    Serve {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long)]
+        cert: PathBuf,
+        #[arg(long)]
+        key: PathBuf,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // chromiumoxide warns once per CDP message it cannot parse (harmless on this Chromium) and
+    // errors when the browser closes its socket at stop; RUST_LOG brings them back.
+    let base = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn,chromiumoxide::handler=off".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(pap_agent::log_filter(&base))
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(run(cli))
+}
+
+struct Agent {
+    state_dir: PathBuf,
+    client: PapClient,
+    test_network: Option<(HashMap<String, SocketAddr>, rustls::RootCertStore)>,
+}
+
+fn state_dir(cli: &Cli) -> PathBuf {
+    cli.state_dir.clone().unwrap_or_else(|| {
+        let base = std::env::var_os("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")));
+        base.unwrap_or_else(|| PathBuf::from(".")).join("pap-agent")
+    })
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let state = state_dir(&cli);
+    if let Command::Identity { command } = &cli.command {
+        return identity(&state, command).await;
+    }
+    let identity = Arc::new(Identity::load(&state)?);
+    let connect = parse_connect(&cli.connect)?;
+    let mut extra_roots: Vec<CertificateDer<'static>> = Vec::new();
+    if let Some(ca) = &cli.trust_ca {
+        let pem = std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?;
+        for cert in rustls_pemfile::certs(&mut &pem[..]) {
+            extra_roots.push(cert.with_context(|| format!("parsing {}", ca.display()))?);
+        }
+    }
+    let test_network = (!connect.is_empty()).then(|| {
+        let mut roots = rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        };
+        for root in &extra_roots {
+            let _ = roots.add(root.clone());
+        }
+        (connect.clone(), roots)
+    });
+    let config = ClientConfig { extra_roots, connect };
+    let client = PapClient::new(identity, &config, Arc::new(SystemClock), Arc::new(SystemRng))?;
+    let agent = Agent {
+        state_dir: state,
+        client,
+        test_network,
+    };
+    match cli.command {
+        Command::Identity { .. } => unreachable!("handled above"),
+        Command::Discover { domain } => {
+            let company = agent.client.discover(&parse_domain(&domain)?).await?;
+            print_json(&serde_json::json!({
+                "domain": company.domain.as_str(), "name": company.name, "issuer": company.issuer,
+                "browser_session_endpoint": company.browser_session_endpoint.as_ref().map(HttpsUrl::as_str),
+                "operations_endpoint": company.operations_endpoint.as_ref().map(HttpsUrl::as_str),
+                "device_sign_in": company.device_authorization_endpoint.is_some(),
+            }));
+            Ok(())
+        }
+        Command::Session { domain } => session(&agent, &domain).await,
+        Command::Signin { domain, scope } => signin(&agent, &domain, &scope).await,
+        Command::Propose {
+            domain,
+            method,
+            path,
+            body,
+        } => {
+            let (company, wallet) = agent.company(&domain).await?;
+            let session = wallet
+                .session
+                .as_ref()
+                .context("no Session: run `pap-agent session` first")?;
+            let body: serde_json::Value = serde_json::from_str(&body).context("--body is not JSON")?;
+            let operation = agent.client.propose(&company, session, &method, &path, &body).await?;
+            print_json(&serde_json::to_value(&operation)?);
+            Ok(())
+        }
+        Command::Operation { domain, id } => {
+            let (company, wallet) = agent.company(&domain).await?;
+            let session = wallet
+                .session
+                .as_ref()
+                .context("no Session: run `pap-agent session` first")?;
+            print_json(&serde_json::to_value(
+                agent.client.read_operation(&company, session, &id).await?,
+            )?);
+            Ok(())
+        }
+        Command::Join {
+            domain,
+            return_to,
+            screenshot,
+        } => browse(&agent, &domain, &return_to, false, screenshot).await,
+        Command::ConfirmOnPage {
+            domain,
+            operation_url,
+            screenshot,
+        } => browse(&agent, &domain, &operation_url, true, screenshot).await,
+        Command::Revoke { domain } => {
+            let (company, mut wallet) = agent.company(&domain).await?;
+            let session = wallet.session.as_mut().context("no Session")?;
+            let token = session.account_token.take().context("the Session is not signed in")?;
+            agent.client.revoke(&company, &token).await?;
+            session.signed_in = false;
+            wallet.save()?;
+            eprintln!("revoked: the company signed the Session out");
+            Ok(())
+        }
+    }
+}
+
+impl Agent {
+    async fn company(&self, domain: &str) -> anyhow::Result<(Company, Wallet)> {
+        let domain = parse_domain(domain)?;
+        let company = self.client.discover(&domain).await?;
+        let wallet = Wallet::load(&self.state_dir, &domain)?
+            .context("no record of this company: run `pap-agent session` first")?;
+        Ok((company, wallet))
+    }
+}
+
+async fn identity(state: &std::path::Path, command: &IdentityCommand) -> anyhow::Result<()> {
+    match command {
+        IdentityCommand::Init { domain, name } => {
+            let identity = Identity::init(state, parse_domain(domain)?, name, &SystemRng)?;
+            print_json(&identity.metadata());
+            Ok(())
+        }
+        IdentityCommand::Serve { listen, cert, key } => {
+            let identity = Identity::load(state)?;
+            let cert = std::fs::read(cert).with_context(|| format!("reading {}", cert.display()))?;
+            let key =
+                zeroize::Zeroizing::new(std::fs::read(key).with_context(|| format!("reading {}", key.display()))?);
+            let tcp = tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("binding {listen}"))?;
+            let listener = TlsListener::new(tcp, &cert, &key)?;
+            eprintln!("serving {} on {listen}", identity.client_id());
+            axum::serve(listener, documents_router(&identity)).await?;
+            Ok(())
+        }
+    }
+}
+
+async fn session(agent: &Agent, domain: &str) -> anyhow::Result<()> {
+    let domain = parse_domain(domain)?;
+    let company = agent.client.discover(&domain).await?;
+    let mut wallet = match Wallet::load(&agent.state_dir, &domain)? {
+        Some(wallet) => wallet,
+        None => Wallet::new(
+            &agent.state_dir,
+            &domain,
+            new_pairwise_user(&SystemRng),
+            agent.client.new_dpop_key()?,
+        )?,
+    };
+    let session = agent
+        .client
+        .start_session(&company, &wallet.user, wallet.dpop_key.clone())
+        .await?;
+    eprintln!(
+        "Session {} started with {} (signed in: {})",
+        session.session_id, company.name, session.signed_in
+    );
+    wallet.session = Some(session);
+    wallet.save()?;
+    Ok(())
+}
+
+async fn signin(agent: &Agent, domain: &str, scope: &str) -> anyhow::Result<()> {
+    let (company, mut wallet) = agent.company(domain).await?;
+    let session = wallet
+        .session
+        .as_mut()
+        .context("no Session: run `pap-agent session` first")?;
+    let scopes: Vec<&str> = scope.split(' ').filter(|s| !s.is_empty()).collect();
+    let device = agent.client.device_begin(&company, &scopes).await?;
+    let url = device
+        .verification_uri_complete
+        .as_ref()
+        .unwrap_or(&device.verification_uri);
+    eprintln!("to sign in, open {url} and approve the code {}", device.user_code);
+    agent.client.device_wait(&company, session, &device).await?;
+    eprintln!("signed in (scopes: {})", session.scope);
+    wallet.save()?;
+    Ok(())
+}
+
+/// Launches Chromium, joins the Session landing on `url`, optionally clicks the page's confirm
+/// button, optionally saves a screenshot, stops Chromium.
+async fn browse(
+    agent: &Agent,
+    domain: &str,
+    url: &str,
+    confirm: bool,
+    screenshot: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let (company, wallet) = agent.company(domain).await?;
+    let session = wallet
+        .session
+        .as_ref()
+        .context("no Session: run `pap-agent session` first")?;
+    let return_to = HttpsUrl::parse(url).context("the page is not an HTTPS URL")?;
+    let mut config = ChromiumConfig::new(agent.state_dir.clone());
+    if let Some((map, roots)) = &agent.test_network {
+        let mut pins = Vec::new();
+        for (name, addr) in map {
+            pins.push(pin_served_leaf(name, *addr, roots.clone()).await?);
+        }
+        config.test_network = TestNetwork {
+            map: map.clone(),
+            spki_pins: pins,
+        };
+    }
+    let host = BrowserHost::new();
+    let started = Instant::now();
+    let browser = host
+        .launch(&config, "cli", &|step| {
+            eprintln!("browser: {step} ({} ms)", started.elapsed().as_millis())
+        })
+        .await?;
+    let result = async {
+        let page = browser.new_page().await?;
+        let outcome = join(
+            &agent.client,
+            &company,
+            session,
+            &return_to,
+            &page,
+            Duration::from_secs(20),
+        )
+        .await?;
+        eprintln!(
+            "joined: {} answered {} ({} ms)",
+            outcome.landed,
+            outcome.status,
+            started.elapsed().as_millis()
+        );
+        let mut report = serde_json::json!({
+            "endpoint": outcome.endpoint.as_str(), "landed": outcome.landed.as_str(),
+            "status": outcome.status, "assertion_expires_at": outcome.expires_at.as_secs(),
+        });
+        if confirm {
+            let status = click_and_land(&page, "button[value=confirm]", Duration::from_secs(20)).await?;
+            let state = page
+                .evaluate("document.querySelector('[data-state]')?.getAttribute('data-state')")
+                .await?
+                .into_value::<Option<String>>()
+                .unwrap_or_default();
+            report["after_confirm"] = serde_json::json!({"status": status, "state": state});
+        }
+        if let Some(path) = &screenshot {
+            let png = page
+                .screenshot(chromiumoxide::page::ScreenshotParams::builder().build())
+                .await?;
+            std::fs::write(path, png).with_context(|| format!("writing {}", path.display()))?;
+            report["screenshot"] = serde_json::json!(path.display().to_string());
+        }
+        anyhow::Ok(report)
+    }
+    .await;
+    drop(browser);
+    host.stop("cli", Duration::from_secs(2)).await?;
+    print_json(&result?);
+    Ok(())
+}
+
+fn parse_domain(domain: &str) -> anyhow::Result<CompanyDomain> {
+    CompanyDomain::try_from(domain).with_context(|| format!("{domain:?} is not a company domain"))
+}
+
+fn parse_connect(entries: &[String]) -> anyhow::Result<HashMap<String, SocketAddr>> {
+    entries
+        .iter()
+        .map(|entry| {
+            let (name, addr) = entry
+                .split_once('=')
+                .with_context(|| format!("--connect {entry}: expected NAME=ADDR:PORT"))?;
+            if name.is_empty() {
+                bail!("--connect {entry}: the name is empty");
+            }
+            Ok((
+                name.to_ascii_lowercase(),
+                addr.parse()
+                    .with_context(|| format!("--connect {entry}: bad address"))?,
+            ))
+        })
+        .collect()
+}
+
+#[allow(clippy::print_stdout, reason = "the command's output")]
+fn print_json(value: &serde_json::Value) {
+    println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
+}

@@ -1,0 +1,120 @@
+//! What the agent keeps about each company between runs of the CLI: the pairwise User ID, the
+//! DPoP key of (company, user), and the Session and Account Token. One JSON file per company,
+//! mode 0600, in the 0700 state directory.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use pap_shared::{CompanyDomain, PairwiseUserId, SessionId, SigningKey, UnixTime};
+use serde::{Deserialize, Serialize};
+use zeroize::Zeroizing;
+
+use crate::client::{SecretToken, Session};
+use crate::state::{private_dir, write_private};
+
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    user: String,
+    dpop_key_pem: String,
+    session_id: Option<String>,
+    access_token: Option<String>,
+    signed_in: bool,
+    scope: String,
+    expires_at: i64,
+    account_token: Option<String>,
+}
+
+/// The agent's record of one company.
+#[derive(Debug)]
+pub struct Wallet {
+    path: PathBuf,
+    /// The pairwise User ID for this company.
+    pub user: PairwiseUserId,
+    /// The DPoP key of (this company, this user).
+    pub dpop_key: Arc<SigningKey>,
+    /// The current Session, if any.
+    pub session: Option<Session>,
+}
+
+impl Wallet {
+    /// Loads the record of `domain`, if there is one.
+    pub fn load(state_dir: &Path, domain: &CompanyDomain) -> Result<Option<Self>, WalletError> {
+        let path = Self::path(state_dir, domain)?;
+        let Ok(text) = std::fs::read_to_string(&path).map(Zeroizing::new) else {
+            return Ok(None);
+        };
+        let stored: Stored = serde_json::from_str(&text).map_err(|_| WalletError::Corrupt)?;
+        let user = PairwiseUserId::parse(&stored.user).map_err(|_| WalletError::Corrupt)?;
+        let dpop_key =
+            Arc::new(SigningKey::from_pkcs8_pem(&stored.dpop_key_pem, "dpop").map_err(|_| WalletError::Corrupt)?);
+        let session = match (stored.session_id, stored.access_token) {
+            (Some(id), Some(token)) => Some(Session {
+                session_id: SessionId::parse(&id).map_err(|_| WalletError::Corrupt)?,
+                user: user.clone(),
+                access_token: SecretToken::new(token),
+                signed_in: stored.signed_in,
+                scope: stored.scope,
+                expires_at: UnixTime::from_secs(stored.expires_at),
+                account_token: stored.account_token.map(SecretToken::new),
+                dpop_key: dpop_key.clone(),
+            }),
+            _ => None,
+        };
+        Ok(Some(Self {
+            path,
+            user,
+            dpop_key,
+            session,
+        }))
+    }
+
+    /// A new record for `domain` with `user` and `dpop_key`.
+    pub fn new(
+        state_dir: &Path,
+        domain: &CompanyDomain,
+        user: PairwiseUserId,
+        dpop_key: Arc<SigningKey>,
+    ) -> Result<Self, WalletError> {
+        Ok(Self {
+            path: Self::path(state_dir, domain)?,
+            user,
+            dpop_key,
+            session: None,
+        })
+    }
+
+    fn path(state_dir: &Path, domain: &CompanyDomain) -> Result<PathBuf, WalletError> {
+        let dir = private_dir(&state_dir.join("companies")).map_err(WalletError::Io)?;
+        Ok(dir.join(format!("{domain}.json")))
+    }
+
+    /// Writes the record (0600, atomically).
+    pub fn save(&self) -> Result<(), WalletError> {
+        let session = self.session.as_ref();
+        let stored = Stored {
+            user: self.user.as_str().to_owned(),
+            dpop_key_pem: self.dpop_key.to_pkcs8_pem().to_string(),
+            session_id: session.map(|s| s.session_id.as_str().to_owned()),
+            access_token: session.map(|s| s.access_token.secret().to_owned()),
+            signed_in: session.is_some_and(|s| s.signed_in),
+            scope: session.map(|s| s.scope.clone()).unwrap_or_default(),
+            expires_at: session.map_or(0, |s| s.expires_at.as_secs()),
+            account_token: session
+                .and_then(|s| s.account_token.as_ref())
+                .map(|t| t.secret().to_owned()),
+        };
+        let text = Zeroizing::new(serde_json::to_string(&stored).map_err(|_| WalletError::Corrupt)?);
+        write_private(&self.path, text.as_bytes()).map_err(WalletError::Io)
+    }
+}
+
+/// Why the record could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum WalletError {
+    /// The file is not a record this agent wrote.
+    #[error("the company record is corrupt")]
+    Corrupt,
+    /// The file could not be read or written.
+    #[error("the company record could not be read or written")]
+    Io(#[source] std::io::Error),
+}
