@@ -342,3 +342,28 @@ pub async fn story(stage: &Stage, target: &Target, logs: &Captured) {
     assert!(!logged.contains("eyJ"), "a JWS reached the logs");
     assert!(!logged.contains(&cookie.value), "the cookie value reached the logs");
 }
+
+/// Our reference company in process over TLS on 127.0.0.1, reaching the stage's agent documents
+/// through its test allow-list.
+pub async fn start_reference_company(stage: &Stage) -> (pap_company::ReferenceCompany, SocketAddr) {
+    use pap_company::{CompanyConfig, HttpClientResolver, ReferenceCompany, ResolverConfig};
+    let resolver = ResolverConfig {
+        extra_roots: vec![stage.ca_der.clone()],
+        overrides: [("atlas.example".to_owned(), stage.documents_addr)].into(),
+        ..ResolverConfig::default()
+    };
+    let clock = Arc::new(SystemClock);
+    let clients = Arc::new(HttpClientResolver::new(resolver, clock.clone()).unwrap());
+    let config = CompanyConfig::parse(include_str!("../../../company/shop.example.toml")).unwrap();
+    let company = ReferenceCompany::new(config, clock, Arc::new(SystemRng), clients);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let tls = pap_company::load_server_config(&stage.cert, &stage.key).unwrap();
+    tokio::spawn(pap_company::serve_tls(
+        listener,
+        company.router(),
+        tls,
+        std::future::pending(),
+    ));
+    (company, addr)
+}

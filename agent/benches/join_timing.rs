@@ -1,0 +1,120 @@
+//! Chromium cold launch to a first page, and a warm join (browser running) from signing the
+//! assertion to the landed page loaded, against our reference company over TLS on 127.0.0.1.
+//!
+//! Run with `cargo bench -p pap-agent --bench join_timing` (optionally `-- RUNS`, default 20).
+//! Prints p50, min and max of each.
+
+#![allow(clippy::unwrap_used, clippy::print_stdout, reason = "a benchmark binary")]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pap_agent::{BrowserHost, ChromiumConfig, ClientConfig, PapClient, TestNetwork, join, new_pairwise_user, spki_pin};
+use pap_shared::{CompanyDomain, HttpsUrl, SystemClock, SystemRng};
+use support::Stage;
+
+fn main() {
+    let runs: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(20);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(run(runs));
+}
+
+async fn run(runs: usize) {
+    let stage = Stage::new("join-timing", &["shop.example", "atlas.example"]).await;
+    let (company, addr) = support::start_reference_company(&stage).await;
+    let client_config = ClientConfig {
+        extra_roots: vec![stage.ca_der.clone()],
+        connect: [("shop.example".to_owned(), addr)].into(),
+    };
+    let client = PapClient::new(
+        stage.identity.clone(),
+        &client_config,
+        Arc::new(SystemClock),
+        Arc::new(SystemRng),
+    )
+    .unwrap();
+    let shop = client
+        .discover(&CompanyDomain::try_from("shop.example").unwrap())
+        .await
+        .unwrap();
+    let mut session = client
+        .start_session(&shop, &new_pairwise_user(&SystemRng), client.new_dpop_key().unwrap())
+        .await
+        .unwrap();
+    let device = client
+        .device_begin(&shop, &["orders:read", "orders:write"])
+        .await
+        .unwrap();
+    company.approve_device(&device.user_code, "acct_ada", None).unwrap();
+    client.device_wait(&shop, &mut session, &device).await.unwrap();
+    let operation = client
+        .propose(
+            &shop,
+            &session,
+            "POST",
+            "/api/orders/ord_7Hk2/exchanges",
+            &serde_json::json!({}),
+        )
+        .await
+        .unwrap();
+    let page_url = HttpsUrl::parse(operation.url.as_deref().unwrap()).unwrap();
+
+    let mut config = ChromiumConfig::new(stage.work.join("state"));
+    config.test_network = TestNetwork {
+        map: [("shop.example".to_owned(), addr)].into(),
+        spki_pins: vec![spki_pin(&stage.cert_pem).unwrap()],
+    };
+
+    let mut cold = Vec::with_capacity(runs);
+    for i in 0..runs {
+        let host = BrowserHost::new();
+        let instance = format!("cold{i}");
+        let started = Instant::now();
+        let browser = host.launch(&config, &instance, &|_| {}).await.unwrap();
+        let page = browser.new_page().await.unwrap();
+        page.goto("about:blank").await.unwrap();
+        cold.push(started.elapsed());
+        drop((page, browser));
+        host.stop(&instance, Duration::from_secs(2)).await.unwrap();
+    }
+
+    let host = BrowserHost::new();
+    let browser = host.launch(&config, "warm", &|_| {}).await.unwrap();
+    let page = browser.new_page().await.unwrap();
+    let mut warm = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let started = Instant::now();
+        let outcome = join(&client, &shop, &session, &page_url, &page, Duration::from_secs(15))
+            .await
+            .unwrap();
+        assert_eq!(outcome.status, 200);
+        warm.push(started.elapsed());
+    }
+    drop((page, browser));
+    host.stop("warm", Duration::from_secs(2)).await.unwrap();
+
+    println!(
+        "Chromium timings over {runs} runs ({} cores)",
+        std::thread::available_parallelism().map_or(1, usize::from)
+    );
+    report("cold launch to a first page", &mut cold);
+    report("warm join: sign, form POST, 303, landed page loaded", &mut warm);
+    std::fs::remove_dir_all(&stage.work).unwrap();
+}
+
+fn report(what: &str, samples: &mut [Duration]) {
+    samples.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1_000.0;
+    println!(
+        "{what}: p50 {:.0} ms (min {:.0} ms, max {:.0} ms)",
+        ms(samples[samples.len() / 2]),
+        ms(samples[0]),
+        ms(samples[samples.len() - 1])
+    );
+}
