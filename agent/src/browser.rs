@@ -117,7 +117,13 @@ impl ControlledBrowser {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let mut child = command.spawn().map_err(LaunchError::Spawn)?;
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(error) => {
+                let _ = std::fs::remove_dir_all(&user_data_dir);
+                return Err(LaunchError::Spawn(error));
+            }
+        };
         match Self::connect(&mut child, config, progress).await {
             Ok((browser, handler)) => {
                 progress("Chromium is ready");
@@ -224,7 +230,7 @@ fn remove_profile(dir: &Path) -> Result<(), BrowserError> {
     }
 }
 
-fn chromium_args(user_data_dir: &Path, instance: &str, test: &TestNetwork) -> Vec<String> {
+pub(crate) fn chromium_args(user_data_dir: &Path, instance: &str, test: &TestNetwork) -> Vec<String> {
     let mut args = vec![
         "--headless=new".to_owned(),
         // Root in a container has no user namespace for the sandbox; the agent's profile is its
@@ -295,6 +301,13 @@ impl BrowserHost {
         let launched = Arc::new(ControlledBrowser::launch(config, instance, progress).await?);
         browsers.insert(instance.to_owned(), launched.clone());
         Ok(launched)
+    }
+
+    /// The running browser for `instance`, without launching one: `None` when there is none or
+    /// it no longer answers.
+    pub async fn attach(&self, instance: &str) -> Option<Arc<ControlledBrowser>> {
+        let running = self.browsers.lock().await.get(instance).cloned()?;
+        running.is_healthy().await.then_some(running)
     }
 
     /// Stops `instance`, if running.
@@ -418,4 +431,73 @@ pub async fn pin_served_leaf(
     use sha2::Digest as _;
     let cert = webpki::EndEntityCert::try_from(leaf).map_err(|_| fail("the certificate"))?;
     Ok(base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(cert.subject_public_key_info().as_ref())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_carry_the_marker_loopback_devtools_and_only_the_given_test_routing() {
+        let plain = chromium_args(Path::new("/state/browsers/a-1"), "a", &TestNetwork::default());
+        assert!(plain.contains(&"--pap-agent-browser=a".to_owned()));
+        assert!(plain.contains(&"--remote-debugging-port=0".to_owned()));
+        assert!(plain.contains(&"--remote-debugging-address=127.0.0.1".to_owned()));
+        assert!(plain.contains(&"--user-data-dir=/state/browsers/a-1".to_owned()));
+        // No blanket certificate bypass, ever; no routing unless asked.
+        assert!(!plain.iter().any(|a| a.starts_with("--ignore-certificate-errors")));
+        assert!(!plain.iter().any(|a| a.starts_with("--host-resolver-rules")));
+        // Every flag is written once with its own dashes (no `----x=y`).
+        assert!(plain.iter().all(|a| !a.starts_with("---")));
+
+        let test = TestNetwork {
+            map: [("shop.example".to_owned(), "127.0.0.1:8443".parse().unwrap())].into(),
+            spki_pins: vec!["pin=".into()],
+        };
+        let routed = chromium_args(Path::new("/p"), "a", &test);
+        assert!(routed.contains(&"--host-resolver-rules=MAP shop.example:443 127.0.0.1:8443".to_owned()));
+        assert!(routed.contains(&"--ignore-certificate-errors-spki-list=pin=".to_owned()));
+        assert!(!routed.contains(&"--ignore-certificate-errors".to_owned()));
+    }
+
+    #[test]
+    fn spki_pin_hashes_the_leaf_key() {
+        let dir = std::env::temp_dir().join(format!("pap-agent-pin-{}", std::process::id()));
+        let certs = pap_company::write_dev_certs(&dir, &["shop.example".into()]).unwrap();
+        let pin = spki_pin(&std::fs::read(&certs.cert).unwrap()).unwrap();
+        // Base64 of a SHA-256: 44 characters with one '='.
+        assert_eq!(pin.len(), 44);
+        assert!(pin.ends_with('='));
+        assert!(spki_pin(b"not a certificate").is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_missing_binary_fails_the_launch_and_leaves_no_profile() {
+        let state = std::env::temp_dir().join(format!("pap-agent-launch-{}", std::process::id()));
+        let mut config = ChromiumConfig::new(state.clone());
+        config.executable = PathBuf::from("/nonexistent/chromium");
+        let error = ControlledBrowser::launch(&config, "x", &|_| {}).await.unwrap_err();
+        assert!(matches!(error, LaunchError::Spawn(_)), "{error}");
+        assert_eq!(std::fs::read_dir(state.join("browsers")).unwrap().count(), 0);
+        let bad = ControlledBrowser::launch(&config, "../x", &|_| {}).await.unwrap_err();
+        assert!(matches!(bad, LaunchError::BadInstance));
+        std::fs::remove_dir_all(&state).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_process_that_never_prints_devtools_times_out_and_is_killed() {
+        let state = std::env::temp_dir().join(format!("pap-agent-timeout-{}", std::process::id()));
+        let mut config = ChromiumConfig::new(state.clone());
+        // `sleep` rejects Chromium's flags and exits, printing why: never a DevTools line.
+        config.executable = PathBuf::from("/bin/sleep");
+        config.launch_timeout = Duration::from_secs(5);
+        let error = ControlledBrowser::launch(&config, "y", &|_| {}).await.unwrap_err();
+        assert!(
+            matches!(error, LaunchError::NoDevTools(ref printed) if printed.contains("sleep")),
+            "{error}"
+        );
+        assert_eq!(std::fs::read_dir(state.join("browsers")).unwrap().count(), 0);
+        std::fs::remove_dir_all(&state).unwrap();
+    }
 }

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use chromiumoxide::Page;
-use chromiumoxide::cdp::browser_protocol::network::{EventResponseReceived, ResourceType};
+use chromiumoxide::cdp::browser_protocol::network::{EventLoadingFailed, EventResponseReceived, ResourceType};
 use futures_util::StreamExt as _;
 use pap_shared::{BROWSER_ASSERTION_TYP, BrowserAssertionClaims, BrowserAssertionRequest, HttpsUrl, Jti, UnixTime};
 
@@ -60,10 +60,12 @@ pub async fn join(
         .map_err(|_| JoinError::Signing)?;
 
     page.goto("about:blank").await.map_err(|e| cdp(&e))?;
-    let mut responses = page
+    let responses = page
         .event_listener::<EventResponseReceived>()
         .await
         .map_err(|e| cdp(&e))?;
+    let failures = page.event_listener::<EventLoadingFailed>().await.map_err(|e| cdp(&e))?;
+    let mut events = futures_util::stream::select(responses.map(Seen::Response), failures.map(Seen::Failure));
     // A form built in the page: method POST, the published endpoint as action, one hidden
     // input. The values travel as JSON string literals inside the script, not in any URL.
     let script = format!(
@@ -80,7 +82,15 @@ pub async fn join(
     let target = return_to.url().clone();
     let endpoint_url = endpoint.url().clone();
     let landing = tokio::time::timeout(deadline, async {
-        while let Some(event) = responses.next().await {
+        while let Some(seen) = events.next().await {
+            let event = match seen {
+                Seen::Response(event) => event,
+                // A document that could not load (a certificate error, a refused connection).
+                Seen::Failure(failure) if failure.r#type == ResourceType::Document => {
+                    return Err(JoinError::LoadFailed(failure.error_text.clone()));
+                }
+                Seen::Failure(_) => continue,
+            };
             if event.r#type != ResourceType::Document {
                 continue;
             }
@@ -110,6 +120,12 @@ pub async fn join(
     })
 }
 
+/// What the join watches while it waits for the landing.
+enum Seen {
+    Response(std::sync::Arc<EventResponseReceived>),
+    Failure(std::sync::Arc<EventLoadingFailed>),
+}
+
 fn cdp(error: &chromiumoxide::error::CdpError) -> JoinError {
     JoinError::Cdp(error.to_string())
 }
@@ -123,6 +139,9 @@ pub enum JoinError {
     /// `return_to` is not HTTPS on the company's domain (PAP-5-02): nothing was signed.
     #[error("return_to is not on the company's domain")]
     ForeignReturnTo,
+    /// The browser could not load the page (e.g. `net::ERR_CERT_AUTHORITY_INVALID`).
+    #[error("the browser could not load the page: {0}")]
+    LoadFailed(String),
     /// The company publishes no `web.browser_session_endpoint`.
     #[error("the company offers no browser session")]
     NoEndpoint,

@@ -36,5 +36,56 @@ async fn the_whole_story_against_the_reference_company_in_chromium() {
         logs.text().contains("browser joined its Session"),
         "the company logged the join"
     );
+    certificate_errors_are_respected(&stage, addr).await;
     std::fs::remove_dir_all(&stage.work).unwrap();
+}
+
+/// Without the test leaf pinned, the same browser setup cannot reach the company: Chromium's
+/// certificate checks stay on (no blanket bypass).
+async fn certificate_errors_are_respected(stage: &Stage, addr: std::net::SocketAddr) {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use pap_agent::{
+        BrowserHost, ChromiumConfig, ClientConfig, JoinError, PapClient, TestNetwork, join, new_pairwise_user,
+    };
+    use pap_shared::{CompanyDomain, HttpsUrl, SystemClock, SystemRng};
+
+    let client_config = ClientConfig {
+        extra_roots: vec![stage.ca_der.clone()],
+        connect: [("shop.example".to_owned(), addr)].into(),
+    };
+    let client = PapClient::new(
+        stage.identity.clone(),
+        &client_config,
+        Arc::new(SystemClock),
+        Arc::new(SystemRng),
+    )
+    .unwrap();
+    let shop = client
+        .discover(&CompanyDomain::try_from("shop.example").unwrap())
+        .await
+        .unwrap();
+    let session = client
+        .start_session(&shop, &new_pairwise_user(&SystemRng), client.new_dpop_key().unwrap())
+        .await
+        .unwrap();
+    let mut config = ChromiumConfig::new(stage.work.join("state-unpinned"));
+    config.test_network = TestNetwork {
+        map: [("shop.example".to_owned(), addr)].into(),
+        spki_pins: Vec::new(),
+    };
+    let host = BrowserHost::new();
+    let browser = host.launch(&config, "unpinned", &|_| {}).await.unwrap();
+    let page = browser.new_page().await.unwrap();
+    let home = HttpsUrl::parse("https://shop.example/").unwrap();
+    let error = join(&client, &shop, &session, &home, &page, Duration::from_secs(15))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, JoinError::LoadFailed(ref why) if why.contains("CERT")),
+        "{error}"
+    );
+    drop((page, browser));
+    host.stop("unpinned", Duration::from_secs(2)).await.unwrap();
 }
