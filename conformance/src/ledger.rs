@@ -1,0 +1,103 @@
+//! The requirement ledger: rule id -> code -> tests.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// The whole ledger.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ledger {
+    /// Its rules, in file order.
+    #[serde(rename = "rule")]
+    pub rules: Vec<Rule>,
+}
+
+/// Whether a rule is built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Code and tests are named.
+    Implemented,
+    /// Some is built; `open` says what is not.
+    Partial,
+    /// Not built; `open` says which issue builds it.
+    Open,
+}
+
+/// One normative rule.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// The spec's id, e.g. `PAP-5-05`.
+    pub id: String,
+    /// Who must follow it.
+    pub role: String,
+    /// The rule's words.
+    pub statement: String,
+    /// Its status.
+    pub status: Status,
+    /// Where the code is.
+    #[serde(default)]
+    pub code: Vec<String>,
+    /// `FILE::TEST` for Rust tests, `python-runner:CASE` for a reference-runner case.
+    #[serde(default)]
+    pub tests: Vec<String>,
+    /// What is left, for a partial or open rule.
+    #[serde(default)]
+    pub open: Option<String>,
+}
+
+impl Ledger {
+    /// Parses the ledger's text.
+    pub fn parse(text: &str) -> Result<Self, LedgerError> {
+        toml::from_str(text).map_err(|e| LedgerError::Syntax(e.message().to_owned()))
+    }
+
+    /// Checks the ledger against the repository at `root`: ids unique; an implemented or
+    /// partial rule names code and tests; an open or partial one says what is open; every
+    /// `FILE::TEST` names an existing file holding `fn TEST`; every reference-runner case is one
+    /// `.ci/test` runs. Returns every problem found.
+    pub fn check(&self, root: &Path, runner_cases: &[&str]) -> Vec<String> {
+        let mut problems = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for rule in &self.rules {
+            if !seen.insert(rule.id.as_str()) {
+                problems.push(format!("{}: listed twice", rule.id));
+            }
+            let built = matches!(rule.status, Status::Implemented | Status::Partial);
+            if built && (rule.code.is_empty() || rule.tests.is_empty()) {
+                problems.push(format!("{}: built but names no code or no test", rule.id));
+            }
+            if rule.status != Status::Implemented && rule.open.is_none() {
+                problems.push(format!("{}: not implemented but says nothing of what is open", rule.id));
+            }
+            for test in &rule.tests {
+                if let Some(case) = test.strip_prefix("python-runner:") {
+                    if !runner_cases.contains(&case) {
+                        problems.push(format!("{}: runner case {case} is not run by .ci/test", rule.id));
+                    }
+                    continue;
+                }
+                let Some((file, name)) = test.split_once("::") else {
+                    problems.push(format!("{}: {test} is not FILE::TEST", rule.id));
+                    continue;
+                };
+                match std::fs::read_to_string(root.join(file)) {
+                    Ok(source) if source.contains(&format!("fn {name}(")) => {}
+                    Ok(_) => problems.push(format!("{}: {file} has no test {name}", rule.id)),
+                    Err(_) => problems.push(format!("{}: {file} does not exist", rule.id)),
+                }
+            }
+        }
+        problems
+    }
+}
+
+/// Why the ledger could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LedgerError {
+    /// Not valid TOML of the ledger's shape.
+    #[error("the ledger is not valid: {0}")]
+    Syntax(String),
+}

@@ -1,0 +1,50 @@
+//! The requirement ledger stays true: every test it names exists, every reference-runner case
+//! it names is one CI runs.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+use std::path::Path;
+
+use pap_conformance::Ledger;
+
+#[test]
+fn every_named_test_and_case_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let ledger = Ledger::parse(&std::fs::read_to_string(root.join("conformance/requirements.toml")).unwrap()).unwrap();
+    let script = std::fs::read_to_string(root.join("conformance/interop/python-runner-vs-rust-company.sh")).unwrap();
+    let cases: Vec<&str> = [
+        "lifecycle.browser-joins-session",
+        "lifecycle.browser-assertion-refused",
+        "operations.web-confirm-at-most-once",
+        "security.browser-assertion-at-token-endpoint",
+    ]
+    .into_iter()
+    .filter(|case| script.contains(case))
+    .collect();
+    let problems = ledger.check(&root, &cases);
+    assert!(
+        problems.is_empty(),
+        "the ledger is out of date:\n{}",
+        problems.join("\n")
+    );
+    assert!(ledger.rules.len() >= 30);
+}
+
+#[test]
+fn the_check_finds_a_missing_test() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let ledger = Ledger::parse(
+        r#"
+[[rule]]
+id = "X-1"
+role = "company"
+statement = "s"
+status = "implemented"
+code = ["company/src/verify.rs"]
+tests = ["company/tests/verify.rs::no_such_test", "python-runner:not.run"]
+"#,
+    )
+    .unwrap();
+    let problems = ledger.check(&root, &[]);
+    assert_eq!(problems.len(), 2, "{problems:?}");
+}
