@@ -95,7 +95,11 @@ impl fmt::Debug for ControlledBrowser {
 
 impl ControlledBrowser {
     /// Launches Chromium for `instance` with a fresh profile. `progress` is told each step.
-    pub async fn launch(config: &ChromiumConfig, instance: &str, progress: &dyn Fn(&str)) -> Result<Self, LaunchError> {
+    pub async fn launch(
+        config: &ChromiumConfig,
+        instance: &str,
+        progress: &(dyn Fn(&str) + Sync),
+    ) -> Result<Self, LaunchError> {
         if !instance
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
@@ -148,7 +152,7 @@ impl ControlledBrowser {
     async fn connect(
         child: &mut Child,
         config: &ChromiumConfig,
-        progress: &dyn Fn(&str),
+        progress: &(dyn Fn(&str) + Sync),
     ) -> Result<(Browser, JoinHandle<()>), LaunchError> {
         let stderr = child.stderr.take().ok_or(LaunchError::NoDevTools(String::new()))?;
         let mut lines = BufReader::new(stderr).lines();
@@ -290,7 +294,7 @@ impl BrowserHost {
         &self,
         config: &ChromiumConfig,
         instance: &str,
-        progress: &dyn Fn(&str),
+        progress: &(dyn Fn(&str) + Sync),
     ) -> Result<Arc<ControlledBrowser>, LaunchError> {
         let mut browsers = self.browsers.lock().await;
         if let Some(running) = browsers.get(instance)

@@ -73,6 +73,12 @@ impl Ledger {
                 problems.push(format!("{}: not implemented but says nothing of what is open", rule.id));
             }
             for test in &rule.tests {
+                if let Some(case) = test.strip_prefix("pap-conformance:") {
+                    if !crate::pap::CASES.iter().any(|c| c.id == case) {
+                        problems.push(format!("{}: pap-conformance has no case {case}", rule.id));
+                    }
+                    continue;
+                }
                 if let Some(case) = test.strip_prefix("python-runner:") {
                     if !runner_cases.contains(&case) {
                         problems.push(format!("{}: runner case {case} is not run by .ci/test", rule.id));

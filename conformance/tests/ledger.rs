@@ -11,7 +11,7 @@ use pap_conformance::Ledger;
 fn every_named_test_and_case_exists() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let ledger = Ledger::parse(&std::fs::read_to_string(root.join("conformance/requirements.toml")).unwrap()).unwrap();
-    let script = std::fs::read_to_string(root.join("conformance/interop/python-runner-vs-rust-company.sh")).unwrap();
+    let script = std::fs::read_to_string(root.join("conformance/interop/pairing.sh")).unwrap();
     let cases: Vec<&str> = [
         "lifecycle.browser-joins-session",
         "lifecycle.browser-assertion-refused",
@@ -28,6 +28,18 @@ fn every_named_test_and_case_exists() {
         problems.join("\n")
     );
     assert!(ledger.rules.len() >= 30);
+    // Every requirement a pap-conformance case names is a rule of the ledger that lists the case.
+    for case in pap_conformance::pap::CASES {
+        for id in case.requirements {
+            let rule = ledger.rules.iter().find(|r| r.id == *id);
+            let listed = rule.is_some_and(|r| r.tests.iter().any(|t| t == &format!("pap-conformance:{}", case.id)));
+            assert!(
+                listed,
+                "{} names {id}, whose ledger entry does not list the case",
+                case.id
+            );
+        }
+    }
 }
 
 #[test]

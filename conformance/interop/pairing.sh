@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# One language pairing of the PAP browser-session conformance cases, over real TLS on 127.0.0.1.
+#
+#   conformance/interop/pairing.sh PAIRING PYTHON TARGET_DIR OUT_DIR
+#
+# PAIRING: rust-agent-x-rust-company | python-agent-x-rust-company | rust-agent-x-python-company
+# PYTHON:  a venv python with ../shared/interop/requirements.txt
+# TARGET_DIR: where pap-company and pap-conformance were built (debug)
+# Writes OUT_DIR/junit.xml, the report and the logs; prints the runner's `N passed, N failed`
+# line; exits with the runner's status. Every process it starts is stopped on exit.
+set -euo pipefail
+
+pairing=$1 python=$(realpath -s "$2") target=$(realpath -m "$3") out=$(realpath -m "$4")
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+interop=$(cd "$repo/../shared/interop" && pwd)
+company_bin="$target/debug/pap-company"
+runner_bin="$target/debug/pap-conformance"
+mkdir -p "$out"
+password="correct horse battery staple"
+web_cases=(lifecycle.browser-joins-session lifecycle.browser-assertion-refused operations.web-confirm-at-most-once)
+
+# Free loopback ports, chosen by the kernel.
+read -r company_port admin_port agent_port < <("$python" - <<'PY'
+import socket
+socks = [socket.socket() for _ in range(3)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))
+PY
+)
+
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do
+        if kill -0 "$pid" 2>/dev/null; then kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; fi
+    done
+}
+trap cleanup EXIT
+
+# Waits (30 s at most) for LOG to show PATTERN while process PID lives.
+ready() {
+    local pid=$1 log=$2 pattern=$3
+    if ! timeout 30 grep -q -m1 "$pattern" <(tail -n +1 -f "$log" --pid "$pid"); then
+        echo "not ready: $log" >&2
+        cat "$log" >&2
+        exit 2
+    fi
+}
+
+start_rust_company() {  # the agent's documents are at atlas.example = 127.0.0.1:$agent_port
+    "$company_bin" dev-certs "$out/certs" shop.example atlas.example
+    "$company_bin" serve --config "$repo/company/shop.example.toml" \
+        --listen "127.0.0.1:$company_port" --cert "$out/certs/cert.pem" --key "$out/certs/key.pem" \
+        --admin-listen "127.0.0.1:$admin_port" --trust-ca "$out/certs/ca.pem" \
+        --resolve "atlas.example=127.0.0.1:$agent_port" > "$out/company.log" 2>&1 &
+    pids+=($!)
+    ready "$!" "$out/company.log" "serving the operator API"
+}
+
+check_company_log() {  # a compact JWS starts with the base64url of `{"`: none may be logged
+    if grep -q 'eyJ' "$out/company.log"; then
+        echo "a JWT reached the company's log" >&2
+        exit 1
+    fi
+}
+
+case "$pairing" in
+rust-agent-x-rust-company)
+    start_rust_company
+    status=0
+    "$runner_bin" pap --company https://shop.example --connect "shop.example=127.0.0.1:$company_port" \
+        --trust-ca "$out/certs/ca.pem" --scenario "$repo/conformance/interop/shop.example.scenario.json" \
+        --approve device-page --username ada --password "$password" --operator "http://127.0.0.1:$admin_port" \
+        --serve-agent "127.0.0.1:$agent_port" --agent-cert "$out/certs/cert.pem" --agent-key "$out/certs/key.pem" \
+        --json "$out/report.json" --junit "$out/junit.xml" || status=$?
+    check_company_log
+    exit "$status"
+    ;;
+python-agent-x-rust-company)
+    start_rust_company
+    runner() {
+        (cd "$interop" && "$python" peer_runner.py --company shop.example --port "$company_port" \
+            --ca "$out/certs/ca.pem" --cert "$out/certs/cert.pem" --key "$out/certs/key.pem" \
+            --agent-port "$agent_port" --agent-key "$out/agent-key.pem" \
+            --scenario "$repo/conformance/interop/shop.example.scenario.json" --approve device-page --username ada --password "$password" \
+            --performed --operator "http://127.0.0.1:$admin_port" "$@")
+    }
+    status=0
+    case_args=()
+    for c in "${web_cases[@]}"; do case_args+=(--case "$c"); done
+    runner --junit "$out/junit.xml" --json "$out/report.json" "${case_args[@]}" || status=$?
+    # The one security case about browser assertions: refused at the token endpoint. The same
+    # agent key (--agent-key) as the first run: the company may cache the agent's JWKS for 60 s.
+    runner --junit "$out/junit-security.xml" --case security.browser-assertion-at-token-endpoint || status=$?
+    check_company_log
+    exit "$status"
+    ;;
+rust-agent-x-python-company)
+    "$company_bin" dev-certs "$out/certs" manzanita.example atlas.example
+    (cd "$interop" && exec "$python" peer_company.py --port "$company_port" --cert "$out/certs/cert.pem" \
+        --key "$out/certs/key.pem" --ca "$out/certs/ca.pem" --agent-domain atlas.example \
+        --agent-port "$agent_port") > "$out/company.log" 2>&1 &
+    pids+=($!)
+    # The peer prints its line just before uvicorn binds; the runner's discovery is retried by
+    # nothing, so wait for the port itself to accept (30 s at most).
+    ready "$!" "$out/company.log" "serving https://manzanita.example"
+    timeout 30 bash -c "until (exec 3<>/dev/tcp/127.0.0.1/$company_port) 2>/dev/null; do :; done"
+    status=0
+    "$runner_bin" pap --company https://manzanita.example --connect "manzanita.example=127.0.0.1:$company_port" \
+        --trust-ca "$out/certs/ca.pem" --scenario "$interop/scenario.manzanita.json" \
+        --approve device-page --username ada --password "$password" \
+        --serve-agent "127.0.0.1:$agent_port" --agent-cert "$out/certs/cert.pem" --agent-key "$out/certs/key.pem" \
+        --json "$out/report.json" --junit "$out/junit.xml" || status=$?
+    exit "$status"
+    ;;
+*)
+    echo "unknown pairing $pairing" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,235 @@
+//! `pap-conformance`: the PAP cases of the browser-session bridge against any company.
+//!
+//! Run with `cargo run -p pap-conformance -- pap --help`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use pap_agent::{
+    BrowserHost, ChromiumConfig, ClientConfig, Identity, PapClient, TestNetwork, TlsListener, documents_router,
+    pin_served_leaf,
+};
+use pap_conformance::pap::{self, Approver, Context, Scenario};
+use pap_shared::{CompanyDomain, SystemClock, SystemRng};
+use rustls::pki_types::CertificateDer;
+
+#[derive(Parser)]
+#[command(
+    name = "pap-conformance",
+    version,
+    about = "Conformance runs for the PAP browser-session bridge"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs the PAP cases (joins, refused, web confirm) against a company, as the agent, in Chromium.
+    Pap(PapArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Approve {
+    DevicePage,
+    Operator,
+}
+
+#[derive(clap::Args)]
+struct PapArgs {
+    /// The company: https://DOMAIN (no port, no path).
+    #[arg(long)]
+    company: String,
+    /// Test only: dial DOMAIN at ADDR:PORT (HTTP and the browser).
+    #[arg(long, value_name = "DOMAIN=ADDR:PORT")]
+    connect: Option<String>,
+    /// Test only: trust this CA for the company (the browser pins the leaf it vouches for).
+    #[arg(long)]
+    trust_ca: Option<PathBuf>,
+    /// The company's scenario (format of ../shared/interop/scenario.example.json).
+    #[arg(long)]
+    scenario: PathBuf,
+    /// How the user approves Device Sign-In.
+    #[arg(long, value_enum, default_value = "device-page")]
+    approve: Approve,
+    /// The user name on the device page.
+    #[arg(long, default_value = "ada")]
+    username: String,
+    /// The password on the device page.
+    #[arg(long, default_value = "")]
+    password: String,
+    /// The operator API (approve-device, performed); default https://DOMAIN/_operator.
+    #[arg(long)]
+    operator: Option<String>,
+    /// The agent's domain: its client_id is https://NAME/agent.json.
+    #[arg(long, default_value = "atlas.example")]
+    agent_domain: String,
+    /// Serve the agent's metadata and JWKS over TLS here (the company must reach it).
+    #[arg(long)]
+    serve_agent: Option<SocketAddr>,
+    /// The certificate (PEM) for the agent's documents.
+    #[arg(long)]
+    agent_cert: Option<PathBuf>,
+    /// Its key (PEM).
+    #[arg(long)]
+    agent_key: Option<PathBuf>,
+    /// Only these cases (repeatable).
+    #[arg(long = "case")]
+    cases: Vec<String>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the report as JUnit XML here.
+    #[arg(long)]
+    junit: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let base = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn,chromiumoxide::handler=off".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(pap_agent::log_filter(&base))
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("pap-conformance: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    match cli.command {
+        Command::Pap(args) => match runtime.block_on(run_pap(args)) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(error) => {
+                eprintln!("pap-conformance: {error:#}");
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+async fn run_pap(args: PapArgs) -> anyhow::Result<bool> {
+    let domain_text = args
+        .company
+        .strip_prefix("https://")
+        .context("--company must be https://DOMAIN")?
+        .trim_end_matches('/');
+    let domain = CompanyDomain::try_from(domain_text).context("--company names no valid domain")?;
+    let scenario = Scenario::parse(
+        &std::fs::read_to_string(&args.scenario).with_context(|| format!("reading {}", args.scenario.display()))?,
+    )
+    .context("the scenario is not valid")?;
+    let mut extra_roots: Vec<CertificateDer<'static>> = Vec::new();
+    if let Some(ca) = &args.trust_ca {
+        let pem = std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?;
+        for cert in rustls_pemfile::certs(&mut &pem[..]) {
+            extra_roots.push(cert?);
+        }
+    }
+    let connect = match &args.connect {
+        Some(entry) => {
+            let (name, addr) = entry.split_once('=').context("--connect: expected DOMAIN=ADDR:PORT")?;
+            if !name.eq_ignore_ascii_case(domain.as_str()) {
+                bail!("--connect names {name}, not the company's domain {domain}");
+            }
+            Some(addr.parse::<SocketAddr>().context("--connect: bad address")?)
+        }
+        None => None,
+    };
+
+    let identity = Arc::new(Identity::ephemeral(
+        CompanyDomain::try_from(args.agent_domain.as_str())?,
+        "Atlas (pap-conformance)",
+        &SystemRng,
+    )?);
+    if let Some(listen) = args.serve_agent {
+        let (cert, key) = (
+            args.agent_cert.as_ref().context("--agent-cert")?,
+            args.agent_key.as_ref().context("--agent-key")?,
+        );
+        let tcp = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("binding {listen}"))?;
+        let listener = TlsListener::new(tcp, &std::fs::read(cert)?, &std::fs::read(key)?)?;
+        tokio::spawn(axum::serve(listener, documents_router(&identity)).into_future());
+    }
+
+    let client_config = ClientConfig {
+        extra_roots: extra_roots.clone(),
+        connect: connect.map(|a| (domain.to_string(), a)).into_iter().collect(),
+    };
+    let client = PapClient::new(identity, &client_config, Arc::new(SystemClock), Arc::new(SystemRng))?;
+    let mut roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    for root in &extra_roots {
+        roots.add(root.clone())?;
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots.clone())
+        .with_no_client_auth();
+    let mut http = reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy();
+    if let Some(addr) = connect {
+        http = http.resolve(domain.as_str(), addr);
+    }
+    let http = http.build()?;
+
+    let state = std::env::temp_dir().join(format!("pap-conformance-{}", std::process::id()));
+    let mut browser = ChromiumConfig::new(state.clone());
+    if let Some(addr) = connect {
+        let pin = pin_served_leaf(domain.as_str(), addr, roots).await?;
+        browser.test_network = TestNetwork {
+            map: [(domain.to_string(), addr)].into(),
+            spki_pins: vec![pin],
+        };
+    }
+    let company = client.discover(&domain).await.context("discovering the company")?;
+    let approver = match args.approve {
+        Approve::DevicePage => Approver::DevicePage {
+            username: args.username,
+            password: args.password,
+        },
+        Approve::Operator => Approver::Operator,
+    };
+    let operator = Some(
+        args.operator
+            .unwrap_or_else(|| format!("https://{domain}/_operator"))
+            .trim_end_matches('/')
+            .to_owned(),
+    );
+    let ctx = Context {
+        client,
+        company,
+        scenario,
+        approver,
+        operator,
+        http,
+        browser,
+        host: BrowserHost::new(),
+    };
+
+    let report = pap::run(&ctx, &args.cases).await;
+    let _ = std::fs::remove_dir_all(&state);
+    #[allow(clippy::print_stdout, reason = "the report is the command's output")]
+    {
+        print!("{}", report.text());
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report.json())?)?;
+    }
+    if let Some(path) = &args.junit {
+        std::fs::write(path, report.junit("pap-conformance pap"))?;
+    }
+    Ok(report.all_passed())
+}
