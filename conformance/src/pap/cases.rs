@@ -99,10 +99,8 @@ pub(super) async fn browser_joins_session(ctx: &Context) -> Result<(), Failure> 
                     "the assertion appeared in a URL or a request header",
                 ));
             }
-            if let Some(response) = &event.redirect_response {
-                if response.url == endpoint {
-                    redirect = Some(response.status);
-                }
+            if let Some(response) = event.redirect_response.as_ref().filter(|r| r.url == endpoint) {
+                redirect = Some(response.status);
             }
         }
         if redirect != Some(303) {
