@@ -1,0 +1,150 @@
+//! The runner catches broken companies: our reference company with a deliberately broken layer
+//! in front of its browser-session route fails exactly the refusal case, with a message naming
+//! the requirement; the same company unbroken passes it.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::middleware::{Next, from_fn};
+use axum::response::Response;
+use http::{HeaderValue, StatusCode, header};
+use pap_agent::{BrowserHost, ChromiumConfig, ClientConfig, Identity, PapClient, TlsListener, documents_router};
+use pap_company::{CompanyConfig, HttpClientResolver, ReferenceCompany, ResolverConfig};
+use pap_conformance::pap::{self, Approver, Context, Outcome, Scenario};
+use pap_shared::{CompanyDomain, SystemClock, SystemRng};
+
+const REFUSED: &str = "lifecycle.browser-assertion-refused";
+
+/// A company whose public router is `wrap`ped by a broken layer, and a runner context for it.
+async fn context_for(label: &str, wrap: impl FnOnce(Router) -> Router) -> Context {
+    let work = std::env::temp_dir().join(format!("pap-broken-{label}-{}", std::process::id()));
+    let certs = pap_company::write_dev_certs(&work, &["shop.example".into(), "atlas.example".into()]).unwrap();
+    let (cert_pem, key_pem) = (std::fs::read(&certs.cert).unwrap(), std::fs::read(&certs.key).unwrap());
+    let ca = rustls_pemfile::certs(&mut &std::fs::read(&certs.ca).unwrap()[..]).next().unwrap().unwrap();
+
+    let identity = Arc::new(Identity::ephemeral(CompanyDomain::try_from("atlas.example").unwrap(), "Atlas", &SystemRng).unwrap());
+    let documents = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let documents_addr = documents.local_addr().unwrap();
+    tokio::spawn(axum::serve(TlsListener::new(documents, &cert_pem, &key_pem).unwrap(), documents_router(&identity)).into_future());
+
+    let resolver = ResolverConfig {
+        extra_roots: vec![ca.clone()],
+        overrides: [("atlas.example".to_owned(), documents_addr)].into(),
+        ..ResolverConfig::default()
+    };
+    let clock = Arc::new(SystemClock);
+    let company = ReferenceCompany::new(
+        CompanyConfig::parse(include_str!("../../company/shop.example.toml")).unwrap(),
+        clock.clone(),
+        Arc::new(SystemRng),
+        Arc::new(HttpClientResolver::new(resolver, clock).unwrap()),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let tls = pap_company::load_server_config(&certs.cert, &certs.key).unwrap();
+    tokio::spawn(pap_company::serve_tls(listener, wrap(company.router()), tls, std::future::pending()));
+
+    let client = PapClient::new(
+        identity,
+        &ClientConfig { extra_roots: vec![ca.clone()], connect: [("shop.example".to_owned(), addr)].into() },
+        Arc::new(SystemClock),
+        Arc::new(SystemRng),
+    )
+    .unwrap();
+    let shop = client.discover(&CompanyDomain::try_from("shop.example").unwrap()).await.unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca).unwrap();
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let http = reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .resolve("shop.example", addr)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let scenario = Scenario::parse(include_str!("../interop/shop.example.scenario.json")).unwrap();
+    Context {
+        client,
+        company: shop,
+        scenario,
+        approver: Approver::Operator,
+        operator: None,
+        http,
+        browser: ChromiumConfig::new(work.join("state")),
+        host: BrowserHost::new(),
+    }
+}
+
+async fn refused_case(ctx: &Context) -> pap::CaseResult {
+    let report = pap::run(ctx, &[REFUSED.to_owned()]).await;
+    assert_eq!(report.results.len(), 1);
+    report.results[0].clone()
+}
+
+#[tokio::test]
+async fn the_unbroken_company_passes_the_refusal_case() {
+    let ctx = context_for("control", |router| router).await;
+    let result = refused_case(&ctx).await;
+    assert_eq!(result.outcome, Outcome::Passed, "{}", result.message);
+}
+
+#[tokio::test]
+async fn a_company_that_accepts_a_replay_fails_on_pap_5_07() {
+    // In front of the route: a body seen before with a 303 gets that 303 again, a new cookie
+    // and all, without the verifier.
+    let seen: Arc<Mutex<HashMap<Vec<u8>, (StatusCode, http::HeaderMap)>>> = Arc::default();
+    let ctx = context_for("replay", move |router| {
+        router.layer(from_fn(move |request: Request, next: Next| {
+            let seen = seen.clone();
+            async move {
+                if request.uri().path() != "/poppy/browser-session" {
+                    return next.run(request).await;
+                }
+                let (parts, body) = request.into_parts();
+                let bytes = axum::body::to_bytes(body, 64 * 1024).await.unwrap().to_vec();
+                if let Some((status, headers)) = seen.lock().unwrap().get(&bytes).cloned() {
+                    let mut replay = Response::new(Body::empty());
+                    *replay.status_mut() = status;
+                    *replay.headers_mut() = headers;
+                    return replay;
+                }
+                let response = next.run(Request::from_parts(parts, Body::from(bytes.clone()))).await;
+                if response.status() == StatusCode::SEE_OTHER {
+                    seen.lock().unwrap().insert(bytes, (response.status(), response.headers().clone()));
+                }
+                response
+            }
+        }))
+    })
+    .await;
+    let result = refused_case(&ctx).await;
+    assert_eq!(result.outcome, Outcome::Failed);
+    assert!(result.message.starts_with("PAP-5-07:"), "{}", result.message);
+    assert!(result.message.contains("replayed"), "{}", result.message);
+}
+
+#[tokio::test]
+async fn a_company_that_sets_a_cookie_on_refusal_fails_naming_the_first_refusal() {
+    let ctx = context_for("cookie", |router| {
+        router.layer(from_fn(|request: Request, next: Next| async move {
+            let mut response = next.run(request).await;
+            if response.status() == StatusCode::BAD_REQUEST {
+                response.headers_mut().append(header::SET_COOKIE, HeaderValue::from_static("lb=1; Path=/; Secure"));
+            }
+            response
+        }))
+    })
+    .await;
+    let result = refused_case(&ctx).await;
+    assert_eq!(result.outcome, Outcome::Failed);
+    // The first refusal the runner sends is a foreign return_to.
+    assert!(result.message.starts_with("PAP-5-09:") && result.message.contains("Set-Cookie"), "{}", result.message);
+}
