@@ -20,17 +20,30 @@ use pap_shared::{CompanyDomain, SystemClock, SystemRng};
 
 const REFUSED: &str = "lifecycle.browser-assertion-refused";
 
+/// The 303 answers given, by request body.
+type Answered = HashMap<Vec<u8>, (StatusCode, http::HeaderMap)>;
+
 /// A company whose public router is `wrap`ped by a broken layer, and a runner context for it.
 async fn context_for(label: &str, wrap: impl FnOnce(Router) -> Router) -> Context {
     let work = std::env::temp_dir().join(format!("pap-broken-{label}-{}", std::process::id()));
     let certs = pap_company::write_dev_certs(&work, &["shop.example".into(), "atlas.example".into()]).unwrap();
     let (cert_pem, key_pem) = (std::fs::read(&certs.cert).unwrap(), std::fs::read(&certs.key).unwrap());
-    let ca = rustls_pemfile::certs(&mut &std::fs::read(&certs.ca).unwrap()[..]).next().unwrap().unwrap();
+    let ca = rustls_pemfile::certs(&mut &std::fs::read(&certs.ca).unwrap()[..])
+        .next()
+        .unwrap()
+        .unwrap();
 
-    let identity = Arc::new(Identity::ephemeral(CompanyDomain::try_from("atlas.example").unwrap(), "Atlas", &SystemRng).unwrap());
+    let identity =
+        Arc::new(Identity::ephemeral(CompanyDomain::try_from("atlas.example").unwrap(), "Atlas", &SystemRng).unwrap());
     let documents = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let documents_addr = documents.local_addr().unwrap();
-    tokio::spawn(axum::serve(TlsListener::new(documents, &cert_pem, &key_pem).unwrap(), documents_router(&identity)).into_future());
+    tokio::spawn(
+        axum::serve(
+            TlsListener::new(documents, &cert_pem, &key_pem).unwrap(),
+            documents_router(&identity),
+        )
+        .into_future(),
+    );
 
     let resolver = ResolverConfig {
         extra_roots: vec![ca.clone()],
@@ -47,16 +60,27 @@ async fn context_for(label: &str, wrap: impl FnOnce(Router) -> Router) -> Contex
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let tls = pap_company::load_server_config(&certs.cert, &certs.key).unwrap();
-    tokio::spawn(pap_company::serve_tls(listener, wrap(company.router()), tls, std::future::pending()));
+    tokio::spawn(pap_company::serve_tls(
+        listener,
+        wrap(company.router()),
+        tls,
+        std::future::pending(),
+    ));
 
     let client = PapClient::new(
         identity,
-        &ClientConfig { extra_roots: vec![ca.clone()], connect: [("shop.example".to_owned(), addr)].into() },
+        &ClientConfig {
+            extra_roots: vec![ca.clone()],
+            connect: [("shop.example".to_owned(), addr)].into(),
+        },
         Arc::new(SystemClock),
         Arc::new(SystemRng),
     )
     .unwrap();
-    let shop = client.discover(&CompanyDomain::try_from("shop.example").unwrap()).await.unwrap();
+    let shop = client
+        .discover(&CompanyDomain::try_from("shop.example").unwrap())
+        .await
+        .unwrap();
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca).unwrap();
     let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
@@ -100,7 +124,7 @@ async fn the_unbroken_company_passes_the_refusal_case() {
 async fn a_company_that_accepts_a_replay_fails_on_pap_5_07() {
     // In front of the route: a body seen before with a 303 gets that 303 again, a new cookie
     // and all, without the verifier.
-    let seen: Arc<Mutex<HashMap<Vec<u8>, (StatusCode, http::HeaderMap)>>> = Arc::default();
+    let seen: Arc<Mutex<Answered>> = Arc::default();
     let ctx = context_for("replay", move |router| {
         router.layer(from_fn(move |request: Request, next: Next| {
             let seen = seen.clone();
@@ -118,7 +142,9 @@ async fn a_company_that_accepts_a_replay_fails_on_pap_5_07() {
                 }
                 let response = next.run(Request::from_parts(parts, Body::from(bytes.clone()))).await;
                 if response.status() == StatusCode::SEE_OTHER {
-                    seen.lock().unwrap().insert(bytes, (response.status(), response.headers().clone()));
+                    seen.lock()
+                        .unwrap()
+                        .insert(bytes, (response.status(), response.headers().clone()));
                 }
                 response
             }
@@ -137,7 +163,9 @@ async fn a_company_that_sets_a_cookie_on_refusal_fails_naming_the_first_refusal(
         router.layer(from_fn(|request: Request, next: Next| async move {
             let mut response = next.run(request).await;
             if response.status() == StatusCode::BAD_REQUEST {
-                response.headers_mut().append(header::SET_COOKIE, HeaderValue::from_static("lb=1; Path=/; Secure"));
+                response
+                    .headers_mut()
+                    .append(header::SET_COOKIE, HeaderValue::from_static("lb=1; Path=/; Secure"));
             }
             response
         }))
@@ -146,5 +174,9 @@ async fn a_company_that_sets_a_cookie_on_refusal_fails_naming_the_first_refusal(
     let result = refused_case(&ctx).await;
     assert_eq!(result.outcome, Outcome::Failed);
     // The first refusal the runner sends is a foreign return_to.
-    assert!(result.message.starts_with("PAP-5-09:") && result.message.contains("Set-Cookie"), "{}", result.message);
+    assert!(
+        result.message.starts_with("PAP-5-09:") && result.message.contains("Set-Cookie"),
+        "{}",
+        result.message
+    );
 }

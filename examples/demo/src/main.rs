@@ -1,0 +1,276 @@
+//! Run with `cargo run --release -p example-demo` (as root it installs Debian's Chromium first
+//! when it is missing).
+//!
+//! The whole bridge, told with timings: the reference company starts on 127.0.0.1 with fresh
+//! certificates and its embedded store; an agent identity is created; the agent starts a PAP
+//! Session, the user signs in on the company's device page, the agent proposes an operation,
+//! its own Chromium joins the company's website, the operation's page is shown in the Session
+//! (a screenshot is written), the confirm button is clicked on the page, the operation reads
+//! back `succeeded`, the agent signs out, and the page is gone. Every process it starts is
+//! stopped at the end, and on Ctrl-C.
+
+#![allow(clippy::print_stdout, reason = "the demo tells its story on standard output")]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use chromiumoxide::cdp::browser_protocol::network::{EventResponseReceived, ResourceType};
+use futures_util::StreamExt as _;
+use pap_agent::{
+    BrowserHost, ChromiumConfig, ClientConfig, Identity, PapClient, TestNetwork, TlsListener, click_and_land,
+    documents_router, join, new_pairwise_user, spki_pin,
+};
+use pap_company::{CompanyConfig, HttpClientResolver, ReferenceCompany, ResolverConfig};
+use pap_shared::{CompanyDomain, HttpsUrl, SystemClock, SystemRng};
+
+const PASSWORD: &str = "correct horse battery staple";
+const INSTANCE: &str = "demo";
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) if error.to_string() == "interrupted" => {
+            println!("interrupted: every process the demo started is stopped");
+            std::process::ExitCode::from(130)
+        }
+        Err(error) => {
+            eprintln!("the demo failed: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(pap_agent::log_filter("error,chromiumoxide=off"))
+        .with_writer(std::io::stderr)
+        .init();
+    ensure_chromium()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let host = BrowserHost::new();
+        let work = std::env::temp_dir().join(format!("pap-demo-{}", std::process::id()));
+        let outcome = tokio::select! {
+            result = story(&host, &work) => result,
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        };
+        // Whatever happened: the browser stopped, its profile and the scratch files removed.
+        let _ = host.stop(INSTANCE, Duration::from_secs(2)).await;
+        let _ = std::fs::remove_dir_all(&work);
+        outcome
+    })
+}
+
+fn ensure_chromium() -> anyhow::Result<()> {
+    if std::path::Path::new(pap_agent::CHROMIUM).exists() {
+        return Ok(());
+    }
+    println!("Chromium is missing: installing Debian's chromium package (apt-get)…");
+    for args in [&["update", "-qq"][..], &["install", "-y", "-qq", "chromium"][..]] {
+        let status = std::process::Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .context("running apt-get (as root?)")?;
+        if !status.success() {
+            bail!("apt-get {} failed", args.join(" "));
+        }
+    }
+    Ok(())
+}
+
+struct Clock(Instant);
+
+impl Clock {
+    fn step(&self, what: &str) {
+        println!("{:>7.0} ms  {what}", self.0.elapsed().as_secs_f64() * 1_000.0);
+    }
+}
+
+async fn story(host: &BrowserHost, work: &std::path::Path) -> anyhow::Result<()> {
+    let clock = Clock(Instant::now());
+    let certs = pap_company::write_dev_certs(&work.join("certs"), &["shop.example".into(), "atlas.example".into()])?;
+    let (cert_pem, key_pem) = (std::fs::read(&certs.cert)?, std::fs::read(&certs.key)?);
+    let ca = rustls_pemfile::certs(&mut &std::fs::read(&certs.ca)?[..])
+        .next()
+        .context("the CA")??;
+
+    // The agent and its public documents.
+    let identity = Arc::new(Identity::init(
+        &work.join("agent"),
+        CompanyDomain::try_from("atlas.example")?,
+        "Atlas",
+        &SystemRng,
+    )?);
+    let documents = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let documents_addr = documents.local_addr()?;
+    tokio::spawn(
+        axum::serve(
+            TlsListener::new(documents, &cert_pem, &key_pem)?,
+            documents_router(&identity),
+        )
+        .into_future(),
+    );
+
+    // The company, with its embedded store, reaching the agent's documents on 127.0.0.1.
+    let resolver = ResolverConfig {
+        extra_roots: vec![ca.clone()],
+        overrides: [("atlas.example".to_owned(), documents_addr)].into(),
+        ..ResolverConfig::default()
+    };
+    let system = Arc::new(SystemClock);
+    let config = CompanyConfig::parse(include_str!("../../../company/shop.example.toml"))?;
+    let company = ReferenceCompany::new(
+        config,
+        system.clone(),
+        Arc::new(SystemRng),
+        Arc::new(HttpClientResolver::new(resolver, system.clone())?),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let tls = pap_company::load_server_config(&certs.cert, &certs.key)?;
+    tokio::spawn(pap_company::serve_tls(
+        listener,
+        company.router(),
+        tls,
+        std::future::pending(),
+    ));
+    clock.step(&format!(
+        "Shop Example is up at https://shop.example (127.0.0.1:{}), agent {} created",
+        addr.port(),
+        identity.client_id()
+    ));
+
+    let client = PapClient::new(
+        identity,
+        &ClientConfig {
+            extra_roots: vec![ca.clone()],
+            connect: [("shop.example".to_owned(), addr)].into(),
+        },
+        system,
+        Arc::new(SystemRng),
+    )?;
+    let shop = client.discover(&CompanyDomain::try_from("shop.example")?).await?;
+    let mut session = client
+        .start_session(&shop, &new_pairwise_user(&SystemRng), client.new_dpop_key()?)
+        .await?;
+    clock.step(&format!("PAP Session {} started (signed out)", session.session_id));
+
+    let device = client.device_begin(&shop, &["orders:read", "orders:write"]).await?;
+    let user_http = user_client(&ca, addr)?;
+    pap_conformance::pap::approve_on_device_page(
+        &user_http,
+        "https://shop.example",
+        &device.user_code,
+        "ada",
+        PASSWORD,
+    )
+    .await
+    .map_err(anyhow::Error::msg)?;
+    client.device_wait(&shop, &mut session, &device).await?;
+    clock.step(&format!(
+        "the user (ada) approved code {} on the company's device page: signed in",
+        device.user_code
+    ));
+
+    let operation = client
+        .propose(
+            &shop,
+            &session,
+            "POST",
+            "/api/orders/ord_7Hk2/exchanges",
+            &serde_json::json!({}),
+        )
+        .await?;
+    let page_url = HttpsUrl::parse(operation.url.as_deref().context("the operation has no page")?)?;
+    clock.step(&format!("operation proposed: {}", operation.summary));
+
+    let mut browser_config = ChromiumConfig::new(work.join("agent"));
+    browser_config.test_network = TestNetwork {
+        map: [("shop.example".to_owned(), addr)].into(),
+        spki_pins: vec![spki_pin(&cert_pem)?],
+    };
+    let browser = host.launch(&browser_config, INSTANCE, &|_| {}).await?;
+    let page = browser.new_page().await?;
+    clock.step("the agent's own Chromium is running");
+    let joined = join(&client, &shop, &session, &page_url, &page, Duration::from_secs(15)).await?;
+    clock.step(&format!(
+        "the browser joined the Session and landed on {} ({})",
+        joined.landed, joined.status
+    ));
+
+    let shot = screenshot_path();
+    std::fs::write(
+        &shot,
+        page.screenshot(chromiumoxide::page::ScreenshotParams::builder().build())
+            .await?,
+    )?;
+    clock.step(&format!("the operation page, shown in the Session: {}", shot.display()));
+
+    click_and_land(&page, "button[value=confirm]", Duration::from_secs(15)).await?;
+    clock.step("the confirm button was clicked on the page");
+    let read = client.read_operation(&shop, &session, &operation.operation_id).await?;
+    clock.step(&format!(
+        "read back through the operations endpoint: {}",
+        read.state.as_str()
+    ));
+
+    client
+        .revoke(&shop, session.account_token.as_ref().context("no Account Token")?)
+        .await?;
+    let mut responses = page.event_listener::<EventResponseReceived>().await?;
+    page.reload().await?;
+    let status = next_document_status(&mut responses).await;
+    clock.step(&format!(
+        "signed out: the page now answers {}",
+        status.map_or("nothing".into(), |s| s.to_string())
+    ));
+    drop((page, browser));
+    host.stop(INSTANCE, Duration::from_secs(2)).await?;
+    clock.step("the browser stopped; done");
+    Ok(())
+}
+
+fn screenshot_path() -> PathBuf {
+    std::env::var_os("PAP_DEMO_SCREENSHOT").map_or_else(
+        || std::env::temp_dir().join("pap-demo-operation-page.png"),
+        PathBuf::from,
+    )
+}
+
+/// The user's own HTTP client (not the agent's browser): trusts the demo CA, dials the company.
+fn user_client(
+    ca: &rustls::pki_types::CertificateDer<'static>,
+    addr: std::net::SocketAddr,
+) -> anyhow::Result<reqwest::Client> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone())?;
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .resolve("shop.example", addr)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?)
+}
+
+/// The status of the next document response, within 10 s.
+async fn next_document_status(
+    events: &mut chromiumoxide::listeners::EventStream<EventResponseReceived>,
+) -> Option<i64> {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(event) = events.next().await {
+            if event.r#type == ResourceType::Document {
+                return Some(event.response.status);
+            }
+        }
+        None
+    })
+    .await
+    .ok()
+    .flatten()
+}
