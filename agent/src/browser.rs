@@ -412,11 +412,7 @@ pub async fn pin_served_leaf(
     roots: rustls::RootCertStore,
 ) -> Result<String, BrowserError> {
     let fail = |what: &str| BrowserError::Cdp(format!("pinning the test leaf: {what}"));
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|_| fail("TLS"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let tls = crate::interop::tls_client_config(roots).map_err(|_| fail("TLS"))?;
     let server = rustls::pki_types::ServerName::try_from(name.to_owned()).map_err(|_| fail("the name"))?;
     let tcp = tokio::net::TcpStream::connect(addr)
         .await

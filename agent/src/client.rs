@@ -147,19 +147,9 @@ impl PapClient {
         clock: Arc<dyn Clock>,
         rng: Arc<dyn Rng>,
     ) -> Result<Self, ClientError> {
-        let mut roots = rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        };
-        for root in &config.extra_roots {
-            roots
-                .add(root.clone())
-                .map_err(|_| ClientError::Setup("an extra root certificate is invalid"))?;
-        }
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|_| ClientError::Setup("TLS"))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let roots = crate::interop::trust_roots(&config.extra_roots)
+            .map_err(|_| ClientError::Setup("an extra root certificate is invalid"))?;
+        let tls = crate::interop::tls_client_config(roots).map_err(|_| ClientError::Setup("TLS"))?;
         let mut builder = reqwest::Client::builder()
             .use_preconfigured_tls(tls)
             .https_only(true)

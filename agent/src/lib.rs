@@ -13,6 +13,7 @@ mod browser;
 mod client;
 mod documents;
 mod identity;
+mod interop;
 mod join;
 mod logging;
 mod state;
@@ -28,6 +29,7 @@ pub use client::{
 };
 pub use documents::{TlsListener, documents_router};
 pub use identity::{Identity, IdentityError, KEY_ID};
+pub use interop::{approve_on_device_page, hidden_inputs, plain_http_client, tls_client_config, trust_roots};
 pub use join::{JoinError, JoinOutcome, join};
 pub use logging::{SECRET_SAFE_DIRECTIVES, log_filter};
 pub use wallet::{Wallet, WalletError};

@@ -100,27 +100,11 @@ async fn the_whole_story_against_the_python_reference_company_in_chromium() {
 
 /// The peer's test-only operator hook: how often the operation's action ran.
 async fn operator_count(ca: &rustls::pki_types::CertificateDer<'static>, addr: std::net::SocketAddr, id: &str) -> u64 {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.clone()).unwrap();
-    let tls =
-        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-    let http = reqwest::Client::builder()
-        .use_preconfigured_tls(tls)
-        .resolve("manzanita.example", addr)
-        .build()
-        .unwrap();
-    let body = http
-        .get(format!("https://manzanita.example/_operator/performed/{id}"))
-        .send()
-        .await
+    let roots = pap_agent::trust_roots(std::slice::from_ref(ca)).unwrap();
+    let http = pap_agent::plain_http_client(roots, &[("manzanita.example".to_owned(), addr)].into()).unwrap();
+    let url = format!("https://manzanita.example/_operator/performed/{id}");
+    let body = http.get(url).send().await.unwrap().bytes().await.unwrap();
+    serde_json::from_slice::<serde_json::Value>(&body).unwrap()["count"]
+        .as_u64()
         .unwrap()
-        .bytes()
-        .await
-        .unwrap();
-    let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    answer["count"].as_u64().unwrap()
 }

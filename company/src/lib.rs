@@ -27,6 +27,7 @@ mod browser_session;
 mod client;
 mod dev_certs;
 mod expiry;
+mod local;
 mod page;
 mod reference;
 mod replay;
@@ -45,6 +46,7 @@ pub use client::{
     StaticClientKeys,
 };
 pub use dev_certs::{DevCerts, DevCertsError, write_dev_certs};
+pub use local::{LocalCompany, LocalCompanyError};
 pub use page::escape_html;
 pub use reference::{
     AccountConfig, CompanyConfig, ConfigError, ProposalConfig, ReadConfig, ReferenceCompany, ScopeConfig,

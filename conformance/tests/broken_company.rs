@@ -14,7 +14,7 @@ use axum::middleware::{Next, from_fn};
 use axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
 use pap_agent::{BrowserHost, ChromiumConfig, ClientConfig, Identity, PapClient, TlsListener, documents_router};
-use pap_company::{CompanyConfig, HttpClientResolver, ReferenceCompany, ResolverConfig};
+use pap_company::{CompanyConfig, LocalCompany};
 use pap_conformance::pap::{self, Approver, Context, Outcome, Scenario};
 use pap_shared::{CompanyDomain, SystemClock, SystemRng};
 
@@ -45,27 +45,9 @@ async fn context_for(label: &str, wrap: impl FnOnce(Router) -> Router) -> Contex
         .into_future(),
     );
 
-    let resolver = ResolverConfig {
-        extra_roots: vec![ca.clone()],
-        overrides: [("atlas.example".to_owned(), documents_addr)].into(),
-        ..ResolverConfig::default()
-    };
-    let clock = Arc::new(SystemClock);
-    let company = ReferenceCompany::new(
-        CompanyConfig::parse(include_str!("../../company/shop.example.toml")).unwrap(),
-        clock.clone(),
-        Arc::new(SystemRng),
-        Arc::new(HttpClientResolver::new(resolver, clock).unwrap()),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let tls = pap_company::load_server_config(&certs.cert, &certs.key).unwrap();
-    tokio::spawn(pap_company::serve_tls(
-        listener,
-        wrap(company.router()),
-        tls,
-        std::future::pending(),
-    ));
+    let config = CompanyConfig::parse(include_str!("../../company/shop.example.toml")).unwrap();
+    let agents = [("atlas.example".to_owned(), documents_addr)].into();
+    let addr = LocalCompany::start(config, &certs, agents, wrap).await.unwrap().addr;
 
     let client = PapClient::new(
         identity,
@@ -81,19 +63,8 @@ async fn context_for(label: &str, wrap: impl FnOnce(Router) -> Router) -> Contex
         .discover(&CompanyDomain::try_from("shop.example").unwrap())
         .await
         .unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca).unwrap();
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let http = reqwest::Client::builder()
-        .use_preconfigured_tls(tls)
-        .resolve("shop.example", addr)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let roots = pap_agent::trust_roots(&[ca]).unwrap();
+    let http = pap_agent::plain_http_client(roots, &[("shop.example".to_owned(), addr)].into()).unwrap();
     let scenario = Scenario::parse(include_str!("../interop/shop.example.scenario.json")).unwrap();
     Context {
         client,

@@ -131,8 +131,7 @@ pub struct Target {
 }
 
 /// The user approving on the company's `/device` page with their password, from their own
-/// HTTP client (not the agent's browser): every hidden input written back, plus the
-/// credentials, with the page's cookies and same-site headers.
+/// HTTP client (not the agent's browser).
 pub async fn approve_on_device_page(
     stage_ca: &CertificateDer<'static>,
     domain: &str,
@@ -141,65 +140,11 @@ pub async fn approve_on_device_page(
     username: &str,
     password: &str,
 ) {
-    let roots = {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(stage_ca.clone()).unwrap();
-        roots
-    };
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let http = reqwest::Client::builder()
-        .use_preconfigured_tls(tls)
-        .resolve(domain, addr)
-        .redirect(reqwest::redirect::Policy::limited(3))
-        .build()
-        .unwrap();
-    let base = format!("https://{domain}");
-    let page = http
-        .get(format!("{base}/device?user_code={user_code}"))
-        .send()
+    let roots = pap_agent::trust_roots(std::slice::from_ref(stage_ca)).unwrap();
+    let http = pap_agent::plain_http_client(roots, &[(domain.to_owned(), addr)].into()).unwrap();
+    pap_agent::approve_on_device_page(&http, &format!("https://{domain}"), user_code, username, password)
         .await
         .unwrap();
-    assert_eq!(page.status(), 200, "the device page");
-    let cookie = page
-        .headers()
-        .get("set-cookie")
-        .map(|c| c.to_str().unwrap().split(';').next().unwrap().to_owned());
-    let html = page.text().await.unwrap();
-    let mut form: Vec<(String, String)> = Vec::new();
-    let mut rest = html.as_str();
-    while let Some(at) = rest.find("<input type=\"hidden\" name=\"") {
-        rest = &rest[at + 27..];
-        let (name, after) = rest.split_once("\" value=\"").unwrap();
-        let (value, after) = after.split_once("\">").unwrap();
-        form.push((name.to_owned(), value.to_owned()));
-        rest = after;
-    }
-    form.extend([
-        ("username".into(), username.into()),
-        ("password".into(), password.into()),
-        ("decision".into(), "approve".into()),
-    ]);
-    let body = url::form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(&form)
-        .finish();
-    let mut post = http
-        .post(format!("{base}/device"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("origin", &base)
-        .header("sec-fetch-site", "same-origin")
-        .body(body);
-    if let Some(cookie) = cookie {
-        post = post.header("cookie", cookie);
-    }
-    assert_eq!(
-        post.send().await.unwrap().status(),
-        200,
-        "the user's approval on the device page"
-    );
 }
 
 /// Tells the whole story against `target`; returns the browser's cookie value for log checks.
@@ -346,24 +291,15 @@ pub async fn story(stage: &Stage, target: &Target, logs: &Captured) {
 /// Our reference company in process over TLS on 127.0.0.1, reaching the stage's agent documents
 /// through its test allow-list.
 pub async fn start_reference_company(stage: &Stage) -> (pap_company::ReferenceCompany, SocketAddr) {
-    use pap_company::{CompanyConfig, HttpClientResolver, ReferenceCompany, ResolverConfig};
-    let resolver = ResolverConfig {
-        extra_roots: vec![stage.ca_der.clone()],
-        overrides: [("atlas.example".to_owned(), stage.documents_addr)].into(),
-        ..ResolverConfig::default()
+    let config = pap_company::CompanyConfig::parse(include_str!("../../../company/shop.example.toml")).unwrap();
+    let certs = pap_company::DevCerts {
+        ca: stage.ca_pem.clone(),
+        cert: stage.cert.clone(),
+        key: stage.key.clone(),
     };
-    let clock = Arc::new(SystemClock);
-    let clients = Arc::new(HttpClientResolver::new(resolver, clock.clone()).unwrap());
-    let config = CompanyConfig::parse(include_str!("../../../company/shop.example.toml")).unwrap();
-    let company = ReferenceCompany::new(config, clock, Arc::new(SystemRng), clients);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let tls = pap_company::load_server_config(&stage.cert, &stage.key).unwrap();
-    tokio::spawn(pap_company::serve_tls(
-        listener,
-        company.router(),
-        tls,
-        std::future::pending(),
-    ));
-    (company, addr)
+    let agents = [("atlas.example".to_owned(), stage.documents_addr)].into();
+    let local = pap_company::LocalCompany::start(config, &certs, agents, |router| router)
+        .await
+        .unwrap();
+    (local.company, local.addr)
 }

@@ -198,7 +198,7 @@ impl Context {
                 Ok(())
             }
             Approver::DevicePage { username, password } => {
-                approve_on_device_page(&self.http, &base, user_code, username, password).await
+                pap_agent::approve_on_device_page(&self.http, &base, user_code, username, password).await
             }
         }
     }
@@ -226,73 +226,4 @@ impl Context {
             .as_str()
             .to_owned()
     }
-}
-
-/// The user approving a Device Sign-In on the company's own page (`../shared/interop/README.md`),
-/// from their own HTTP client: `GET {base}/device?user_code=…`, then every hidden input posted
-/// back to `{base}/device` with the user name, password and `decision=approve`, the page's
-/// cookies, and same-site headers. The final answer must be 200.
-pub async fn approve_on_device_page(
-    http: &reqwest::Client,
-    base: &str,
-    user_code: &str,
-    username: &str,
-    password: &str,
-) -> Result<(), String> {
-    let page = http
-        .get(format!("{base}/device?user_code={user_code}"))
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    if page.status() != 200 {
-        return Err(format!("GET /device answered {}", page.status()));
-    }
-    let cookies: Vec<String> = page
-        .headers()
-        .get_all("set-cookie")
-        .iter()
-        .filter_map(|c| c.to_str().ok()?.split(';').next().map(str::to_owned))
-        .collect();
-    let html = page.text().await.map_err(|e| e.to_string())?;
-    let mut form = hidden_inputs(&html);
-    form.extend([
-        ("username".into(), username.to_owned()),
-        ("password".into(), password.to_owned()),
-        ("decision".into(), "approve".into()),
-    ]);
-    let body = url::form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(&form)
-        .finish();
-    let mut post = http
-        .post(format!("{base}/device"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("origin", base)
-        .header("sec-fetch-site", "same-origin")
-        .body(body);
-    if !cookies.is_empty() {
-        post = post.header("cookie", cookies.join("; "));
-    }
-    let answer = post.send().await.map_err(|e| e.to_string())?;
-    if answer.status() != 200 {
-        return Err(format!("POST /device answered {}", answer.status()));
-    }
-    Ok(())
-}
-
-/// Every `<input type="hidden" name="N" value="V">` of a page, written exactly so.
-pub(crate) fn hidden_inputs(html: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut rest = html;
-    while let Some(at) = rest.find("<input type=\"hidden\" name=\"") {
-        rest = &rest[at + 27..];
-        let Some((name, after)) = rest.split_once("\" value=\"") else {
-            break;
-        };
-        let Some((value, after)) = after.split_once("\">") else {
-            break;
-        };
-        out.push((name.to_owned(), value.to_owned()));
-        rest = after;
-    }
-    out
 }

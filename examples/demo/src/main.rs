@@ -19,10 +19,10 @@ use anyhow::{Context as _, bail};
 use chromiumoxide::cdp::browser_protocol::network::{EventResponseReceived, ResourceType};
 use futures_util::StreamExt as _;
 use pap_agent::{
-    BrowserHost, ChromiumConfig, ClientConfig, Identity, PapClient, TestNetwork, TlsListener, click_and_land,
-    documents_router, join, new_pairwise_user, spki_pin,
+    BrowserHost, ChromiumConfig, ClientConfig, Identity, PapClient, TestNetwork, TlsListener, approve_on_device_page,
+    click_and_land, documents_router, join, new_pairwise_user, plain_http_client, spki_pin, trust_roots,
 };
-use pap_company::{CompanyConfig, HttpClientResolver, ReferenceCompany, ResolverConfig};
+use pap_company::{CompanyConfig, LocalCompany};
 use pap_shared::{CompanyDomain, HttpsUrl, SystemClock, SystemRng};
 
 const PASSWORD: &str = "correct horse battery staple";
@@ -115,60 +115,33 @@ async fn story(host: &BrowserHost, work: &std::path::Path) -> anyhow::Result<()>
     );
 
     // The company, with its embedded store, reaching the agent's documents on 127.0.0.1.
-    let resolver = ResolverConfig {
-        extra_roots: vec![ca.clone()],
-        overrides: [("atlas.example".to_owned(), documents_addr)].into(),
-        ..ResolverConfig::default()
-    };
-    let system = Arc::new(SystemClock);
     let config = CompanyConfig::parse(include_str!("../../../company/shop.example.toml"))?;
-    let company = ReferenceCompany::new(
-        config,
-        system.clone(),
-        Arc::new(SystemRng),
-        Arc::new(HttpClientResolver::new(resolver, system.clone())?),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let tls = pap_company::load_server_config(&certs.cert, &certs.key)?;
-    tokio::spawn(pap_company::serve_tls(
-        listener,
-        company.router(),
-        tls,
-        std::future::pending(),
-    ));
+    let agents = [("atlas.example".to_owned(), documents_addr)].into();
+    let LocalCompany { company: _, addr } = LocalCompany::start(config, &certs, agents, |router| router).await?;
     clock.step(&format!(
         "Shop Example is up at https://shop.example (127.0.0.1:{}), agent {} created",
         addr.port(),
         identity.client_id()
     ));
 
-    let client = PapClient::new(
-        identity,
-        &ClientConfig {
-            extra_roots: vec![ca.clone()],
-            connect: [("shop.example".to_owned(), addr)].into(),
-        },
-        system,
-        Arc::new(SystemRng),
-    )?;
+    let client_config = ClientConfig {
+        extra_roots: vec![ca],
+        connect: [("shop.example".to_owned(), addr)].into(),
+    };
+    let client = PapClient::new(identity, &client_config, Arc::new(SystemClock), Arc::new(SystemRng))?;
     let shop = client.discover(&CompanyDomain::try_from("shop.example")?).await?;
     let mut session = client
         .start_session(&shop, &new_pairwise_user(&SystemRng), client.new_dpop_key()?)
         .await?;
     clock.step(&format!("PAP Session {} started (signed out)", session.session_id));
 
+    // The user, in their own HTTP client (never the agent's browser), approves on the device page.
     let device = client.device_begin(&shop, &["orders:read", "orders:write"]).await?;
-    let user_http = user_client(&ca, addr)?;
-    pap_conformance::pap::approve_on_device_page(
-        &user_http,
-        "https://shop.example",
-        &device.user_code,
-        "ada",
-        PASSWORD,
-    )
-    .await
-    .map_err(anyhow::Error::msg)?;
+    let user_http = plain_http_client(trust_roots(&client_config.extra_roots)?, &client_config.connect)
+        .map_err(anyhow::Error::msg)?;
+    approve_on_device_page(&user_http, "https://shop.example", &device.user_code, "ada", PASSWORD)
+        .await
+        .map_err(anyhow::Error::msg)?;
     client.device_wait(&shop, &mut session, &device).await?;
     clock.step(&format!(
         "the user (ada) approved code {} on the company's device page: signed in",
@@ -238,24 +211,6 @@ fn screenshot_path() -> PathBuf {
         || std::env::temp_dir().join("pap-demo-operation-page.png"),
         PathBuf::from,
     )
-}
-
-/// The user's own HTTP client (not the agent's browser): trusts the demo CA, dials the company.
-fn user_client(
-    ca: &rustls::pki_types::CertificateDer<'static>,
-    addr: std::net::SocketAddr,
-) -> anyhow::Result<reqwest::Client> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.clone())?;
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(reqwest::Client::builder()
-        .use_preconfigured_tls(tls)
-        .resolve("shop.example", addr)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()?)
 }
 
 /// The status of the next document response, within 10 s.
