@@ -16,6 +16,7 @@ mod identity;
 mod interop;
 mod join;
 mod logging;
+mod provider;
 mod state;
 mod wallet;
 
@@ -32,4 +33,6 @@ pub use identity::{Identity, IdentityError, KEY_ID};
 pub use interop::{approve_on_device_page, hidden_inputs, plain_http_client, tls_client_config, trust_roots};
 pub use join::{JoinError, JoinOutcome, join};
 pub use logging::{SECRET_SAFE_DIRECTIVES, log_filter};
+pub use provider::lifecycle::{IllegalTransition, InstanceState, LifecycleEvent, OperatorReset};
+pub use provider::supervisor::{CallGate, Health, Launch, Policy, Stalled, Supervisor};
 pub use wallet::{Wallet, WalletError};

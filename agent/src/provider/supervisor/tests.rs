@@ -1,0 +1,168 @@
+use super::*;
+
+const KEY: &str = "chromium:default";
+
+fn supervisor() -> Supervisor {
+    Supervisor::new(Policy::default())
+}
+
+#[test]
+fn launch_is_idempotent_per_instance_key() {
+    let mut s = supervisor();
+    assert_eq!(s.launch(KEY, 0), Ok(Launch::Spawn { boot_id: 1 }));
+    // While starting: no second spawn.
+    assert_eq!(s.launch(KEY, 10), Ok(Launch::AlreadyStarting { boot_id: 1 }));
+    s.probe_succeeded(KEY);
+    assert_eq!(s.launch(KEY, 20), Ok(Launch::AlreadyRunning { boot_id: 1 }));
+    s.probe_failed(KEY);
+    assert_eq!(s.health(KEY).state, InstanceState::Degraded);
+    assert_eq!(s.launch(KEY, 30), Ok(Launch::AlreadyRunning { boot_id: 1 }));
+    // Another key is another instance.
+    assert_eq!(s.launch("chromium:work", 30), Ok(Launch::Spawn { boot_id: 1 }));
+}
+
+#[test]
+fn crash_loop_after_three_consecutive_failures_and_no_fourth_spawn() {
+    let mut s = supervisor();
+    for (i, now) in [0u64, 1_000, 2_000].into_iter().enumerate() {
+        assert!(matches!(s.launch(KEY, now), Ok(Launch::Spawn { .. })));
+        let looping = s.launch_failed(KEY, now + 10, "exited with status 1");
+        assert_eq!(looping, i == 2);
+    }
+    let health = s.health(KEY);
+    assert_eq!(health.state, InstanceState::CrashLooping);
+    assert_eq!(health.reason.as_deref(), Some("exited with status 1"));
+    let refused = s.launch(KEY, 3_000).unwrap_err();
+    assert_eq!(refused.code, ToolErrorCode::CrashLooping);
+    assert_eq!(refused.cause.as_ref().unwrap()["lastFailure"], "exited with status 1");
+    assert!(refused.message.contains("exited with status 1"));
+}
+
+#[test]
+fn failures_outside_the_window_or_broken_by_a_success_do_not_count() {
+    let mut s = supervisor();
+    s.launch(KEY, 0).unwrap();
+    s.launch_failed(KEY, 0, "a");
+    s.launch(KEY, 1).unwrap();
+    s.launch_failed(KEY, 1, "b");
+    // The third failure comes after the window: only two in it.
+    s.launch(KEY, 400_000).unwrap();
+    assert!(!s.launch_failed(KEY, 400_000, "c"));
+    // A success resets the run of failures.
+    s.launch(KEY, 400_001).unwrap();
+    s.probe_succeeded(KEY);
+    s.stop(KEY);
+    s.gone(KEY);
+    s.launch(KEY, 400_002).unwrap();
+    assert!(!s.launch_failed(KEY, 400_002, "d"));
+    assert_eq!(s.health(KEY).state, InstanceState::Stopped);
+}
+
+#[test]
+fn time_and_retries_never_clear_a_crash_loop_only_an_operator_reset() {
+    let mut s = supervisor();
+    for now in [0, 1, 2] {
+        s.launch(KEY, now).unwrap();
+        s.launch_failed(KEY, now, "boom");
+    }
+    for now in [10_000_000, 100_000_000] {
+        assert!(s.tick(KEY, now).is_none());
+        assert!(s.launch(KEY, now).is_err());
+        assert!(matches!(
+            s.call(KEY, now),
+            CallGate::Refuse(ToolError {
+                code: ToolErrorCode::CrashLooping,
+                ..
+            })
+        ));
+    }
+    assert_eq!(
+        s.reset(KEY, 100_000_001, OperatorReset::from_operator_command()),
+        Ok(Launch::Spawn { boot_id: 4 })
+    );
+    assert_eq!(s.health(KEY).state, InstanceState::Starting);
+    assert_eq!(s.health(KEY).reason, None);
+}
+
+#[test]
+fn a_slow_launch_that_keeps_progressing_is_neither_killed_nor_counted() {
+    let mut s = supervisor();
+    s.launch(KEY, 0).unwrap();
+    // Progress every 5 s, well past the 120 s budget.
+    for now in (5_000..=300_000).step_by(5_000) {
+        s.progress(KEY, now);
+        assert_eq!(s.tick(KEY, now), None, "killed at {now} ms while progressing");
+    }
+    s.probe_succeeded(KEY);
+    assert_eq!(s.health(KEY).state, InstanceState::Healthy);
+    assert_eq!(s.health(KEY).reason, None);
+}
+
+#[test]
+fn a_launch_with_no_progress_fails_at_the_budget_and_any_launch_at_the_hard_ceiling() {
+    let mut s = supervisor();
+    s.launch(KEY, 0).unwrap();
+    s.progress(KEY, 100_000);
+    // At the budget, progress 20 s ago (window 10 s): failed.
+    assert_eq!(s.tick(KEY, 119_999), None);
+    let stalled = s.tick(KEY, 120_000).unwrap();
+    assert!(stalled.reason.contains("no progress"), "{}", stalled.reason);
+    assert!(!stalled.crash_looping);
+    assert_eq!(s.health(KEY).state, InstanceState::Stopped);
+
+    s.launch(KEY, 200_000).unwrap();
+    let mut now = 200_000;
+    while now < 200_000 + 360_000 {
+        s.progress(KEY, now);
+        assert_eq!(s.tick(KEY, now), None);
+        now += 1_000;
+    }
+    let stalled = s.tick(KEY, 560_000).unwrap();
+    assert!(stalled.reason.contains("hard ceiling"), "{}", stalled.reason);
+}
+
+#[test]
+fn calls_while_starting_wait_the_remaining_budget_then_fail_retryable() {
+    let mut s = supervisor();
+    assert!(matches!(
+        s.call(KEY, 0),
+        CallGate::Refuse(ToolError {
+            code: ToolErrorCode::NotReady,
+            ..
+        })
+    ));
+    s.launch(KEY, 1_000).unwrap();
+    assert_eq!(s.call(KEY, 1_000), CallGate::Wait(120_000));
+    assert_eq!(s.call(KEY, 100_000), CallGate::Wait(21_000));
+    s.progress(KEY, 120_500);
+    match s.call(KEY, 121_000) {
+        CallGate::Refuse(error) => {
+            assert_eq!(error.code, ToolErrorCode::Starting);
+            assert_eq!(error.retryable, Some(true));
+        }
+        other => panic!("{other:?}"),
+    }
+    s.probe_succeeded(KEY);
+    assert_eq!(s.call(KEY, 122_000), CallGate::Proceed);
+}
+
+#[test]
+fn not_ready_carries_the_state_and_stop_is_idempotent() {
+    let mut s = supervisor();
+    s.launch(KEY, 0).unwrap();
+    s.probe_succeeded(KEY);
+    assert!(s.stop(KEY));
+    assert!(!s.stop(KEY), "a second stop changes nothing");
+    match s.call(KEY, 1) {
+        CallGate::Refuse(error) => {
+            assert_eq!(error.code, ToolErrorCode::NotReady);
+            assert_eq!(error.cause.unwrap()["state"], "stopping");
+        }
+        other => panic!("{other:?}"),
+    }
+    s.gone(KEY);
+    assert_eq!(s.health(KEY).state, InstanceState::Stopped);
+    assert!(!s.stop(KEY));
+    // Relaunch: a new boot.
+    assert_eq!(s.launch(KEY, 2), Ok(Launch::Spawn { boot_id: 2 }));
+}
