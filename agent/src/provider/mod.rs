@@ -2,4 +2,5 @@
 //! (Manifests, the tool surface and the conformance suite build on these.)
 
 pub(crate) mod lifecycle;
+pub(crate) mod processes;
 pub(crate) mod supervisor;

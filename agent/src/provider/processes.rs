@@ -1,0 +1,212 @@
+//! Orphan sweeps (L5, L8): find the processes this agent's browsers left behind, by their
+//! marker, and end them; never a process without the marker.
+//!
+//! Chromium puts the command line's marker (`--pap-agent-browser=<instance>`) only on its main
+//! process; its children carry the unique `--user-data-dir`. A process is ours when one of its
+//! arguments *equals* the marker, or equals `--user-data-dir=` one of our profile directories:
+//! whole arguments, never substrings of a `ps` line.
+
+use std::collections::HashSet;
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::browser::ORPHAN_MARKER;
+
+/// One process: its id and arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessInfo {
+    /// The process id.
+    pub pid: u32,
+    /// Its command line, one argument each.
+    pub args: Vec<String>,
+}
+
+/// The host's process table, injected so sweeps are tested exactly (and on real processes).
+pub trait ProcessTable: Send + Sync {
+    /// Every process the host can see.
+    fn list(&self) -> io::Result<Vec<ProcessInfo>>;
+    /// Asks `pid` to end (`force`: at once).
+    fn terminate(&self, pid: u32, force: bool) -> io::Result<()>;
+}
+
+/// Linux's `/proc`, with signals.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProcTable;
+
+impl ProcessTable for ProcTable {
+    fn list(&self) -> io::Result<Vec<ProcessInfo>> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir("/proc")? {
+            let Ok(entry) = entry else { continue };
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            // A process may end between the listing and the read: skip it.
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+            let args: Vec<String> =
+                cmdline.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+            // Kernel threads and zombies (ended, not yet reaped) have no command line: neither
+            // can be ended by a signal, so neither is listed.
+            if !args.is_empty() {
+                out.push(ProcessInfo { pid, args });
+            }
+        }
+        Ok(out)
+    }
+
+    fn terminate(&self, pid: u32, force: bool) -> io::Result<()> {
+        let signal = if force { nix::sys::signal::Signal::SIGKILL } else { nix::sys::signal::Signal::SIGTERM };
+        let pid = i32::try_from(pid).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
+        match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal) {
+            Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
+            Err(errno) => Err(io::Error::from(errno)),
+        }
+    }
+}
+
+/// Which processes a sweep ends.
+#[derive(Clone, Debug)]
+pub enum SweepScope {
+    /// One instance's: its marker, and its profile directory.
+    Instance {
+        /// The instance key.
+        instance: String,
+        /// Its `--user-data-dir`.
+        user_data_dir: PathBuf,
+    },
+    /// Everything a previous run of this host left: any of our markers, and every profile
+    /// directory under the state directory's `browsers/` (L8).
+    PreviousRun {
+        /// The agent's state directory.
+        state_dir: PathBuf,
+    },
+}
+
+fn ours(process: &ProcessInfo, scope: &SweepScope, profiles: &HashSet<String>) -> bool {
+    process.args.iter().any(|arg| match scope {
+        SweepScope::Instance { instance, .. } => *arg == format!("{ORPHAN_MARKER}={instance}") || profiles.contains(arg),
+        SweepScope::PreviousRun { .. } => arg.starts_with(&format!("{ORPHAN_MARKER}=")) || profiles.contains(arg),
+    })
+}
+
+/// Ends the processes in `scope`: SIGTERM, up to `grace` for them to go, then SIGKILL for the
+/// rest. Returns how many were ours. Processes without the marker are never touched.
+pub async fn sweep(table: &dyn ProcessTable, scope: &SweepScope, grace: Duration) -> io::Result<usize> {
+    let profiles: HashSet<String> = profile_dirs(scope).into_iter().map(|d| format!("--user-data-dir={}", d.display())).collect();
+    let me = std::process::id();
+    let targets: Vec<u32> = table.list()?.into_iter().filter(|p| p.pid != me && ours(p, scope, &profiles)).map(|p| p.pid).collect();
+    for pid in &targets {
+        table.terminate(*pid, false)?;
+    }
+    let deadline = tokio::time::Instant::now() + grace;
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    loop {
+        let alive: HashSet<u32> = table.list()?.into_iter().map(|p| p.pid).collect();
+        let left: Vec<u32> = targets.iter().copied().filter(|pid| alive.contains(pid)).collect();
+        if left.is_empty() {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            for pid in left {
+                table.terminate(pid, true)?;
+            }
+            break;
+        }
+        tick.tick().await;
+    }
+    for dir in profile_dirs(scope) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    Ok(targets.len())
+}
+
+fn profile_dirs(scope: &SweepScope) -> Vec<PathBuf> {
+    match scope {
+        SweepScope::Instance { user_data_dir, .. } => vec![user_data_dir.clone()],
+        SweepScope::PreviousRun { state_dir } => std::fs::read_dir(state_dir.join("browsers"))
+            .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.is_dir()).collect())
+            .unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// A process table in memory: processes vanish when terminated.
+    #[derive(Default)]
+    struct FakeTable {
+        processes: Mutex<Vec<ProcessInfo>>,
+        signals: Mutex<Vec<(u32, bool)>>,
+    }
+
+    impl ProcessTable for FakeTable {
+        fn list(&self) -> io::Result<Vec<ProcessInfo>> {
+            Ok(self.processes.lock().unwrap().clone())
+        }
+        fn terminate(&self, pid: u32, force: bool) -> io::Result<()> {
+            self.signals.lock().unwrap().push((pid, force));
+            self.processes.lock().unwrap().retain(|p| p.pid != pid);
+            Ok(())
+        }
+    }
+
+    fn process(pid: u32, args: &[&str]) -> ProcessInfo {
+        ProcessInfo { pid, args: args.iter().map(|a| (*a).to_owned()).collect() }
+    }
+
+    #[tokio::test]
+    async fn an_instance_sweep_ends_its_marked_process_and_children_only() {
+        let dir = PathBuf::from("/state/browsers/a-1");
+        let table = FakeTable::default();
+        *table.processes.lock().unwrap() = vec![
+            process(10, &["chromium", "--pap-agent-browser=a", "--user-data-dir=/state/browsers/a-1"]),
+            process(11, &["chromium", "--type=renderer", "--user-data-dir=/state/browsers/a-1"]),
+            process(12, &["chromium", "--pap-agent-browser=b", "--user-data-dir=/state/browsers/b-1"]),
+            process(13, &["chromium", "--user-data-dir=/home/u/.config/chromium"]),
+            // Looks alike, is not ours: the marker is a substring of another argument.
+            process(14, &["editor", "notes--pap-agent-browser=a.txt"]),
+            process(15, &["chromium", "--user-data-dir=/state/browsers/a-10"]),
+        ];
+        let scope = SweepScope::Instance { instance: "a".into(), user_data_dir: dir };
+        assert_eq!(sweep(&table, &scope, Duration::from_millis(50)).await.unwrap(), 2);
+        let left: Vec<u32> = table.processes.lock().unwrap().iter().map(|p| p.pid).collect();
+        assert_eq!(left, [12, 13, 14, 15]);
+        assert_eq!(*table.signals.lock().unwrap(), [(10, false), (11, false)]);
+    }
+
+    #[tokio::test]
+    async fn a_previous_run_sweep_ends_every_marked_process_and_nothing_else() {
+        let table = FakeTable::default();
+        *table.processes.lock().unwrap() = vec![
+            process(20, &["chromium", "--pap-agent-browser=x"]),
+            process(21, &["chromium", "--pap-agent-browser=y"]),
+            process(22, &["chromium", "--remote-debugging-port=9222"]),
+        ];
+        let scope = SweepScope::PreviousRun { state_dir: PathBuf::from("/nonexistent-state") };
+        assert_eq!(sweep(&table, &scope, Duration::from_millis(50)).await.unwrap(), 2);
+        assert_eq!(table.processes.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn real_processes_marked_are_ended_unmarked_survive() {
+        let marked = tokio::process::Command::new("python3")
+            .args(["-c", "import time; time.sleep(600)", "--pap-agent-browser=sweep-test"])
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut unmarked = tokio::process::Command::new("python3")
+            .args(["-c", "import time; time.sleep(600)", "--pap-agent-browser-not=sweep-test"])
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let marked_pid = marked.id().unwrap();
+        let scope = SweepScope::Instance { instance: "sweep-test".into(), user_data_dir: PathBuf::from("/nonexistent-profile") };
+        assert_eq!(sweep(&ProcTable, &scope, Duration::from_secs(5)).await.unwrap(), 1);
+        assert!(!ProcTable.list().unwrap().iter().any(|p| p.pid == marked_pid), "the marked process still runs");
+        assert!(unmarked.try_wait().unwrap().is_none(), "the unmarked process was ended");
+        unmarked.kill().await.unwrap();
+        drop(marked);
+    }
+}
