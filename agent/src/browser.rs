@@ -29,6 +29,9 @@ use tokio::process::{Child, Command};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
+use crate::provider::lifecycle::OperatorReset;
+use crate::provider::processes::{ProcTable, SweepScope, sweep};
+use crate::provider::supervisor::{Health, Policy, Supervisor};
 use crate::state::private_dir;
 
 /// Where Debian's Chromium binary is (the `/usr/bin/chromium` wrapper adds its own flags).
@@ -270,11 +273,21 @@ pub(crate) fn chromium_args(user_data_dir: &Path, instance: &str, test: &TestNet
     args
 }
 
-/// The agent's browsers by instance key: launching is idempotent per key (a second launch
-/// returns the running browser: no second process, no config change).
-#[derive(Clone, Default)]
+/// The agent's browsers by instance key, under the AIP-63 supervisor: launching is idempotent
+/// per key (L2: a second launch returns the running browser, no second process, no config
+/// change); consecutive failed launches end in `crash-looping` and no further spawn (L6) until
+/// an operator resets it (L7); stop sweeps the instance's marked processes (L5).
+#[derive(Clone)]
 pub struct BrowserHost {
     browsers: Arc<Mutex<HashMap<String, Arc<ControlledBrowser>>>>,
+    supervisor: Arc<std::sync::Mutex<Supervisor>>,
+    epoch: tokio::time::Instant,
+}
+
+impl Default for BrowserHost {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl fmt::Debug for BrowserHost {
@@ -284,9 +297,42 @@ impl fmt::Debug for BrowserHost {
 }
 
 impl BrowserHost {
-    /// An empty host.
+    /// A host with AIP-63's default supervision policy.
     pub fn new() -> Self {
-        Self::default()
+        Self::with_policy(Policy::default())
+    }
+
+    /// A host with `policy`.
+    pub fn with_policy(policy: Policy) -> Self {
+        Self {
+            browsers: Arc::default(),
+            supervisor: Arc::new(std::sync::Mutex::new(Supervisor::new(policy))),
+            epoch: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Sweeps what a previous run of this host left under `state_dir` (L8): call once at start,
+    /// before the first launch. Returns how many processes it ended.
+    pub async fn sweep_previous_run(&self, state_dir: &Path, grace: Duration) -> std::io::Result<usize> {
+        sweep(
+            &ProcTable,
+            &SweepScope::PreviousRun {
+                state_dir: state_dir.to_path_buf(),
+            },
+            grace,
+        )
+        .await
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn supervisor(&self) -> std::sync::MutexGuard<'_, Supervisor> {
+        // Every critical section is one supervisor call that leaves it consistent.
+        self.supervisor
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The browser for `instance`, launched if it is not running.
@@ -297,14 +343,63 @@ impl BrowserHost {
         progress: &(dyn Fn(&str) + Sync),
     ) -> Result<Arc<ControlledBrowser>, LaunchError> {
         let mut browsers = self.browsers.lock().await;
-        if let Some(running) = browsers.get(instance)
-            && running.is_healthy().await
-        {
-            return Ok(running.clone());
+        if let Some(running) = browsers.get(instance) {
+            if running.is_healthy().await {
+                return Ok(running.clone());
+            }
+            // It died under us: the supervisor learns it before anything relaunches.
+            self.supervisor().probe_failed(instance);
+            self.supervisor().stop(instance);
+            self.supervisor().gone(instance);
+            browsers.remove(instance);
         }
-        let launched = Arc::new(ControlledBrowser::launch(config, instance, progress).await?);
-        browsers.insert(instance.to_owned(), launched.clone());
-        Ok(launched)
+        let now = self.now();
+        self.supervisor().launch(instance, now).map_err(LaunchError::Refused)?;
+        self.spawn(config, instance, progress, &mut browsers).await
+    }
+
+    /// Spawns the browser the supervisor just agreed to start, and tells it how that went.
+    async fn spawn(
+        &self,
+        config: &ChromiumConfig,
+        instance: &str,
+        progress: &(dyn Fn(&str) + Sync),
+        browsers: &mut HashMap<String, Arc<ControlledBrowser>>,
+    ) -> Result<Arc<ControlledBrowser>, LaunchError> {
+        match ControlledBrowser::launch(config, instance, progress).await {
+            Ok(launched) => {
+                self.supervisor().probe_succeeded(instance);
+                let launched = Arc::new(launched);
+                browsers.insert(instance.to_owned(), launched.clone());
+                Ok(launched)
+            }
+            Err(error) => {
+                self.supervisor()
+                    .launch_failed(instance, self.now(), &error.to_string());
+                Err(error)
+            }
+        }
+    }
+
+    /// What `health()` reports for `instance` (L1).
+    pub fn health(&self, instance: &str) -> Health {
+        self.supervisor().health(instance)
+    }
+
+    /// An operator's reset of a crash-looping instance (L7): launches it afresh.
+    pub async fn reset(
+        &self,
+        config: &ChromiumConfig,
+        instance: &str,
+        reset: OperatorReset,
+        progress: &(dyn Fn(&str) + Sync),
+    ) -> Result<Arc<ControlledBrowser>, LaunchError> {
+        let mut browsers = self.browsers.lock().await;
+        let now = self.now();
+        self.supervisor()
+            .reset(instance, now, reset)
+            .map_err(LaunchError::Refused)?;
+        self.spawn(config, instance, progress, &mut browsers).await
     }
 
     /// The running browser for `instance`, without launching one: `None` when there is none or
@@ -314,19 +409,29 @@ impl BrowserHost {
         running.is_healthy().await.then_some(running)
     }
 
-    /// Stops `instance`, if running.
+    /// Stops `instance`, if running: graceful, then forced, then a sweep of its marked
+    /// processes and profile (L5). Idempotent.
     pub async fn stop(&self, instance: &str, grace: Duration) -> Result<(), BrowserError> {
         let browser = self.browsers.lock().await.remove(instance);
-        match browser {
-            Some(browser) => browser.stop(grace).await,
-            None => Ok(()),
-        }
+        let Some(browser) = browser else { return Ok(()) };
+        self.supervisor().stop(instance);
+        let stopped = browser.stop(grace).await;
+        let scope = SweepScope::Instance {
+            instance: instance.to_owned(),
+            user_data_dir: browser.user_data_dir.clone(),
+        };
+        let swept = sweep(&ProcTable, &scope, grace).await.map_err(BrowserError::Profile);
+        self.supervisor().gone(instance);
+        stopped.and(swept.map(|_| ()))
     }
 }
 
 /// Why a browser could not be launched. Carries what Chromium printed, never page content.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
+    /// The supervisor refused: crash-looping (L6), or stopping.
+    #[error("the supervisor refused the launch: {}", .0.message)]
+    Refused(pap_shared::ToolError),
     /// The instance key is not `[A-Za-z0-9_-]+`.
     #[error("the instance key must be letters, digits, '-' or '_'")]
     BadInstance,

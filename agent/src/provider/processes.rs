@@ -39,11 +39,18 @@ impl ProcessTable for ProcTable {
         let mut out = Vec::new();
         for entry in std::fs::read_dir("/proc")? {
             let Ok(entry) = entry else { continue };
-            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
             // A process may end between the listing and the read: skip it.
-            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
-            let args: Vec<String> =
-                cmdline.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+                continue;
+            };
+            let args: Vec<String> = cmdline
+                .split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
             // Kernel threads and zombies (ended, not yet reaped) have no command line: neither
             // can be ended by a signal, so neither is listed.
             if !args.is_empty() {
@@ -54,7 +61,11 @@ impl ProcessTable for ProcTable {
     }
 
     fn terminate(&self, pid: u32, force: bool) -> io::Result<()> {
-        let signal = if force { nix::sys::signal::Signal::SIGKILL } else { nix::sys::signal::Signal::SIGTERM };
+        let signal = if force {
+            nix::sys::signal::Signal::SIGKILL
+        } else {
+            nix::sys::signal::Signal::SIGTERM
+        };
         let pid = i32::try_from(pid).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
         match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal) {
             Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
@@ -83,7 +94,9 @@ pub enum SweepScope {
 
 fn ours(process: &ProcessInfo, scope: &SweepScope, profiles: &HashSet<String>) -> bool {
     process.args.iter().any(|arg| match scope {
-        SweepScope::Instance { instance, .. } => *arg == format!("{ORPHAN_MARKER}={instance}") || profiles.contains(arg),
+        SweepScope::Instance { instance, .. } => {
+            *arg == format!("{ORPHAN_MARKER}={instance}") || profiles.contains(arg)
+        }
         SweepScope::PreviousRun { .. } => arg.starts_with(&format!("{ORPHAN_MARKER}=")) || profiles.contains(arg),
     })
 }
@@ -91,9 +104,17 @@ fn ours(process: &ProcessInfo, scope: &SweepScope, profiles: &HashSet<String>) -
 /// Ends the processes in `scope`: SIGTERM, up to `grace` for them to go, then SIGKILL for the
 /// rest. Returns how many were ours. Processes without the marker are never touched.
 pub async fn sweep(table: &dyn ProcessTable, scope: &SweepScope, grace: Duration) -> io::Result<usize> {
-    let profiles: HashSet<String> = profile_dirs(scope).into_iter().map(|d| format!("--user-data-dir={}", d.display())).collect();
+    let profiles: HashSet<String> = profile_dirs(scope)
+        .into_iter()
+        .map(|d| format!("--user-data-dir={}", d.display()))
+        .collect();
     let me = std::process::id();
-    let targets: Vec<u32> = table.list()?.into_iter().filter(|p| p.pid != me && ours(p, scope, &profiles)).map(|p| p.pid).collect();
+    let targets: Vec<u32> = table
+        .list()?
+        .into_iter()
+        .filter(|p| p.pid != me && ours(p, scope, &profiles))
+        .map(|p| p.pid)
+        .collect();
     for pid in &targets {
         table.terminate(*pid, false)?;
     }
@@ -123,7 +144,13 @@ fn profile_dirs(scope: &SweepScope) -> Vec<PathBuf> {
     match scope {
         SweepScope::Instance { user_data_dir, .. } => vec![user_data_dir.clone()],
         SweepScope::PreviousRun { state_dir } => std::fs::read_dir(state_dir.join("browsers"))
-            .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.is_dir()).collect())
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| p.is_dir())
+                    .collect()
+            })
             .unwrap_or_default(),
     }
 }
@@ -153,7 +180,10 @@ mod tests {
     }
 
     fn process(pid: u32, args: &[&str]) -> ProcessInfo {
-        ProcessInfo { pid, args: args.iter().map(|a| (*a).to_owned()).collect() }
+        ProcessInfo {
+            pid,
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+        }
     }
 
     #[tokio::test]
@@ -161,15 +191,35 @@ mod tests {
         let dir = PathBuf::from("/state/browsers/a-1");
         let table = FakeTable::default();
         *table.processes.lock().unwrap() = vec![
-            process(10, &["chromium", "--pap-agent-browser=a", "--user-data-dir=/state/browsers/a-1"]),
-            process(11, &["chromium", "--type=renderer", "--user-data-dir=/state/browsers/a-1"]),
-            process(12, &["chromium", "--pap-agent-browser=b", "--user-data-dir=/state/browsers/b-1"]),
+            process(
+                10,
+                &[
+                    "chromium",
+                    "--pap-agent-browser=a",
+                    "--user-data-dir=/state/browsers/a-1",
+                ],
+            ),
+            process(
+                11,
+                &["chromium", "--type=renderer", "--user-data-dir=/state/browsers/a-1"],
+            ),
+            process(
+                12,
+                &[
+                    "chromium",
+                    "--pap-agent-browser=b",
+                    "--user-data-dir=/state/browsers/b-1",
+                ],
+            ),
             process(13, &["chromium", "--user-data-dir=/home/u/.config/chromium"]),
             // Looks alike, is not ours: the marker is a substring of another argument.
             process(14, &["editor", "notes--pap-agent-browser=a.txt"]),
             process(15, &["chromium", "--user-data-dir=/state/browsers/a-10"]),
         ];
-        let scope = SweepScope::Instance { instance: "a".into(), user_data_dir: dir };
+        let scope = SweepScope::Instance {
+            instance: "a".into(),
+            user_data_dir: dir,
+        };
         assert_eq!(sweep(&table, &scope, Duration::from_millis(50)).await.unwrap(), 2);
         let left: Vec<u32> = table.processes.lock().unwrap().iter().map(|p| p.pid).collect();
         assert_eq!(left, [12, 13, 14, 15]);
@@ -184,7 +234,9 @@ mod tests {
             process(21, &["chromium", "--pap-agent-browser=y"]),
             process(22, &["chromium", "--remote-debugging-port=9222"]),
         ];
-        let scope = SweepScope::PreviousRun { state_dir: PathBuf::from("/nonexistent-state") };
+        let scope = SweepScope::PreviousRun {
+            state_dir: PathBuf::from("/nonexistent-state"),
+        };
         assert_eq!(sweep(&table, &scope, Duration::from_millis(50)).await.unwrap(), 2);
         assert_eq!(table.processes.lock().unwrap().len(), 1);
     }
@@ -197,14 +249,24 @@ mod tests {
             .spawn()
             .unwrap();
         let mut unmarked = tokio::process::Command::new("python3")
-            .args(["-c", "import time; time.sleep(600)", "--pap-agent-browser-not=sweep-test"])
+            .args([
+                "-c",
+                "import time; time.sleep(600)",
+                "--pap-agent-browser-not=sweep-test",
+            ])
             .kill_on_drop(true)
             .spawn()
             .unwrap();
         let marked_pid = marked.id().unwrap();
-        let scope = SweepScope::Instance { instance: "sweep-test".into(), user_data_dir: PathBuf::from("/nonexistent-profile") };
+        let scope = SweepScope::Instance {
+            instance: "sweep-test".into(),
+            user_data_dir: PathBuf::from("/nonexistent-profile"),
+        };
         assert_eq!(sweep(&ProcTable, &scope, Duration::from_secs(5)).await.unwrap(), 1);
-        assert!(!ProcTable.list().unwrap().iter().any(|p| p.pid == marked_pid), "the marked process still runs");
+        assert!(
+            !ProcTable.list().unwrap().iter().any(|p| p.pid == marked_pid),
+            "the marked process still runs"
+        );
         assert!(unmarked.try_wait().unwrap().is_none(), "the unmarked process was ended");
         unmarked.kill().await.unwrap();
         drop(marked);
