@@ -34,6 +34,10 @@ pub use interop::{approve_on_device_page, hidden_inputs, plain_http_client, tls_
 pub use join::{JoinError, JoinOutcome, join};
 pub use logging::{SECRET_SAFE_DIRECTIVES, log_filter};
 pub use provider::lifecycle::{IllegalTransition, InstanceState, LifecycleEvent, OperatorReset};
+pub use provider::manifest::{
+    BROWSER_SCHEMA, BrowserBlock, BrowserManifest, Capabilities, Diagnostic, DriverKind, Implements, Location,
+    implements_gate, load_manifest, parse_manifest, rule_errors,
+};
 pub use provider::processes::{ProcTable, ProcessInfo, ProcessTable, SweepScope, sweep};
 pub use provider::supervisor::{CallGate, Health, Launch, Policy, Stalled, Supervisor};
 pub use wallet::{Wallet, WalletError};

@@ -2,5 +2,6 @@
 //! (Manifests, the tool surface and the conformance suite build on these.)
 
 pub(crate) mod lifecycle;
+pub(crate) mod manifest;
 pub(crate) mod processes;
 pub(crate) mod supervisor;
