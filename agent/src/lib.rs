@@ -40,4 +40,5 @@ pub use provider::manifest::{
 };
 pub use provider::processes::{ProcTable, ProcessInfo, ProcessTable, SweepScope, sweep};
 pub use provider::supervisor::{CallGate, Health, Launch, Policy, Stalled, Supervisor};
+pub use provider::tools::{Level, RESERVED_TOOLS, ToolHost, ToolSpec, resolve, tool_spec};
 pub use wallet::{Wallet, WalletError};

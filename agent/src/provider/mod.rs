@@ -5,3 +5,4 @@ pub(crate) mod lifecycle;
 pub(crate) mod manifest;
 pub(crate) mod processes;
 pub(crate) mod supervisor;
+pub(crate) mod tools;

@@ -1,0 +1,427 @@
+//! AIP-63 §2, the tool surface: the reserved tool ids with their gates and levels (T1), the
+//! resolver that only considers providers declaring a needed capability (T2), and a host that
+//! serves the tools of one Chromium instance with AIP-14 results, answering `browser:unsupported`
+//! naming the capability for a tool it does not list or whose gate is closed (T3), and the
+//! lifecycle's errors (T4, L3, L10, L12).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use chromiumoxide::Page;
+use pap_shared::{ToolError, ToolErrorCode, ToolResult};
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use super::manifest::{BrowserManifest, DriverKind};
+use crate::browser::{BrowserHost, ChromiumConfig};
+
+/// The conformance level that tests a tool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    /// Every provider.
+    Core,
+    /// Input tools.
+    Interaction,
+    /// CDP network tools.
+    Network,
+    /// Downloads.
+    Download,
+    /// Consent and profiles.
+    Profile,
+}
+
+/// A reserved tool: its id, the capability gate of the tool (or of one of its options), its level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ToolSpec {
+    /// The AIP-14 tool id.
+    pub id: &'static str,
+    /// The capability the tool needs at all, if any.
+    pub gate: Option<&'static str>,
+    /// The level that tests it.
+    pub level: Level,
+}
+
+/// The tool ids AIP-63 reserves (T1), with gates and levels. No tool creates or widens a grant.
+pub const RESERVED_TOOLS: &[ToolSpec] = &[
+    ToolSpec {
+        id: "browser.navigate",
+        gate: None,
+        level: Level::Core,
+    },
+    ToolSpec {
+        id: "browser.evaluate",
+        gate: None,
+        level: Level::Core,
+    },
+    ToolSpec {
+        id: "browser.get_dom",
+        gate: None,
+        level: Level::Core,
+    },
+    ToolSpec {
+        id: "browser.screenshot",
+        gate: None,
+        level: Level::Core,
+    },
+    ToolSpec {
+        id: "browser.click",
+        gate: None,
+        level: Level::Interaction,
+    },
+    ToolSpec {
+        id: "browser.fill",
+        gate: None,
+        level: Level::Interaction,
+    },
+    ToolSpec {
+        id: "browser.act",
+        gate: Some("aiActions"),
+        level: Level::Interaction,
+    },
+    ToolSpec {
+        id: "browser.tabs",
+        gate: None,
+        level: Level::Interaction,
+    },
+    ToolSpec {
+        id: "browser.list_requests",
+        gate: Some("cdp"),
+        level: Level::Network,
+    },
+    ToolSpec {
+        id: "browser.get_request_body",
+        gate: Some("cdp"),
+        level: Level::Network,
+    },
+    ToolSpec {
+        id: "browser.cdp_send",
+        gate: Some("cdp"),
+        level: Level::Network,
+    },
+    ToolSpec {
+        id: "browser.download",
+        gate: Some("downloads"),
+        level: Level::Download,
+    },
+    ToolSpec {
+        id: "browser.profile.list",
+        gate: Some("cookies|storageState"),
+        level: Level::Profile,
+    },
+    ToolSpec {
+        id: "browser.profile.refresh",
+        gate: Some("cookies|storageState"),
+        level: Level::Profile,
+    },
+    ToolSpec {
+        id: "browser.profile.revoke",
+        gate: Some("cookies|storageState"),
+        level: Level::Profile,
+    },
+];
+
+/// The reserved spec of `tool`, if it is reserved.
+pub fn tool_spec(tool: &str) -> Option<&'static ToolSpec> {
+    RESERVED_TOOLS.iter().find(|t| t.id == tool)
+}
+
+/// T2: among `providers`, the one to serve `tool` when the call needs `capability`: only
+/// providers that list the tool and declare the capability, in AIP-30's preference order
+/// (builtin, sdk, http, mcp, cli), the first listed winning a tie.
+pub fn resolve<'a>(
+    providers: &'a [BrowserManifest],
+    tool: &str,
+    capability: Option<&str>,
+) -> Option<&'a BrowserManifest> {
+    providers
+        .iter()
+        .filter(|p| p.implements.iter().any(|i| i.tool == tool))
+        .filter(|p| capability.is_none_or(|c| p.browser.capabilities.has(c)))
+        .min_by_key(|p| kind_rank(p.kind))
+}
+
+fn kind_rank(kind: DriverKind) -> u8 {
+    match kind {
+        DriverKind::Builtin => 0,
+        DriverKind::Sdk => 1,
+        DriverKind::Http => 2,
+        DriverKind::Mcp => 3,
+        DriverKind::Cli => 4,
+    }
+}
+
+/// A target (tab) handle: which boot of the instance issued it.
+#[derive(Clone)]
+struct Target {
+    boot_id: u64,
+    page: Page,
+    keep_alive: bool,
+}
+
+/// Serves the tools of one Chromium instance, as its manifest declares them.
+pub struct ToolHost {
+    manifest: BrowserManifest,
+    host: BrowserHost,
+    config: ChromiumConfig,
+    instance: String,
+    targets: Mutex<HashMap<String, Target>>,
+    next_target: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Debug for ToolHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolHost")
+            .field("provider", &self.manifest.id)
+            .field("instance", &self.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolHost {
+    /// A tool host for `instance` of the provider `manifest` describes.
+    pub fn new(manifest: BrowserManifest, host: BrowserHost, config: ChromiumConfig, instance: &str) -> Arc<Self> {
+        Arc::new(Self {
+            manifest,
+            host,
+            config,
+            instance: instance.to_owned(),
+            targets: Mutex::default(),
+            next_target: std::sync::atomic::AtomicU64::new(1),
+        })
+    }
+
+    /// The provider's manifest.
+    pub fn manifest(&self) -> &BrowserManifest {
+        &self.manifest
+    }
+
+    /// Launches (or returns) the instance: idempotent (L2).
+    pub async fn launch(&self) -> Result<(), ToolError> {
+        self.host
+            .launch(&self.config, &self.instance, &|_| {})
+            .await
+            .map(|_| ())
+            .map_err(|e| match e {
+                crate::browser::LaunchError::Refused(error) => error,
+                other => ToolError::new(ToolErrorCode::Internal, format!("the browser did not start: {other}")),
+            })
+    }
+
+    /// Calls `tool` with `input` as an agent would: an AIP-14 result, never a panic or an opaque
+    /// transport error.
+    pub async fn call(&self, tool: &str, input: &Value) -> ToolResult {
+        match self.dispatch(tool, input).await {
+            Ok(value) => ToolResult::Ok(value),
+            Err(error) => ToolResult::Err(error),
+        }
+    }
+
+    async fn dispatch(&self, tool: &str, input: &Value) -> Result<Value, ToolError> {
+        // T3: a tool the manifest does not list, or whose gate is closed, is unsupported by name.
+        let spec = tool_spec(tool);
+        let listed = self.manifest.implements.iter().any(|i| i.tool == tool);
+        let gate = spec.and_then(|s| s.gate);
+        if !listed || gate.is_some_and(|g| !self.manifest.browser.capabilities.has(g)) {
+            return Err(ToolError::unsupported(tool, gate.unwrap_or(tool)));
+        }
+        match tool {
+            "browser.navigate" => self.navigate(input).await,
+            "browser.evaluate" => {
+                let (target, page) = self.target(input).await?;
+                let expression = text(input, "expression")?;
+                let result = page.evaluate(expression).await.map_err(|e| cdp(&e))?;
+                Ok(json!({ "target": target, "value": result.value().cloned().unwrap_or(Value::Null) }))
+            }
+            "browser.get_dom" => {
+                let (target, page) = self.target(input).await?;
+                let html = match input.get("selector").and_then(Value::as_str) {
+                    Some(selector) => page
+                        .find_element(selector)
+                        .await
+                        .map_err(|_| not_found(selector))?
+                        .outer_html()
+                        .await
+                        .map_err(|e| cdp(&e))?
+                        .unwrap_or_default(),
+                    None => page.content().await.map_err(|e| cdp(&e))?,
+                };
+                Ok(json!({ "target": target, "html": html }))
+            }
+            "browser.screenshot" => {
+                let full_page = input.get("fullPage").and_then(Value::as_bool).unwrap_or(false);
+                if full_page && !self.manifest.browser.capabilities.full_page_screenshot {
+                    return Err(ToolError::unsupported(tool, "fullPageScreenshot"));
+                }
+                let (target, page) = self.target(input).await?;
+                let params = chromiumoxide::page::ScreenshotParams::builder()
+                    .full_page(full_page)
+                    .build();
+                let png = page.screenshot(params).await.map_err(|e| cdp(&e))?;
+                Ok(
+                    json!({ "target": target, "format": "png", "bytes": png.len(), "data": base64::engine::general_purpose::STANDARD.encode(png) }),
+                )
+            }
+            other => Err(ToolError::unsupported(other, gate.unwrap_or(other))),
+        }
+    }
+
+    /// Waits for the instance to be usable (L3, L10).
+    async fn ready(&self) -> Result<u64, ToolError> {
+        let health = self.host.health(&self.instance);
+        if !health.state.is_usable() {
+            return Err(ToolError::new(
+                ToolErrorCode::NotReady,
+                format!("the browser is {}, not ready", health.state),
+            )
+            .with_cause(json!({ "state": health.state })));
+        }
+        Ok(health.boot_id)
+    }
+
+    async fn navigate(&self, input: &Value) -> Result<Value, ToolError> {
+        let url = text(input, "url")?;
+        let boot_id = self.ready().await?;
+        let (target, page) = match input.get("target").and_then(Value::as_str) {
+            Some(_) => self.target(input).await?,
+            None => {
+                let browser = self.host.attach(&self.instance).await.ok_or_else(|| {
+                    ToolError::new(ToolErrorCode::NotReady, "the browser is not running")
+                        .with_cause(json!({ "state": "stopped" }))
+                })?;
+                let page = browser
+                    .new_page()
+                    .await
+                    .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
+                let id = format!(
+                    "t{boot_id}-{}",
+                    self.next_target.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                );
+                let keep_alive = input.get("keepAlive").and_then(Value::as_bool).unwrap_or(false);
+                self.targets.lock().await.insert(
+                    id.clone(),
+                    Target {
+                        boot_id,
+                        page: page.clone(),
+                        keep_alive,
+                    },
+                );
+                (id, page)
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), page.goto(url))
+            .await
+            .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the page did not load in 30 s"))?
+            .map_err(|e| cdp(&e))?;
+        let landed = page.url().await.map_err(|e| cdp(&e))?.unwrap_or_default();
+        Ok(json!({ "target": target, "url": landed }))
+    }
+
+    /// The target named in `input`: unknown -> `not_found`; issued by a previous boot ->
+    /// `browser:target_gone`, never rebound (L12).
+    async fn target(&self, input: &Value) -> Result<(String, Page), ToolError> {
+        let id = text(input, "target")?;
+        let boot_id = self.ready().await?;
+        let target = self
+            .targets
+            .lock()
+            .await
+            .get(id)
+            .cloned()
+            .ok_or_else(|| not_found(id))?;
+        if target.boot_id != boot_id {
+            return Err(ToolError::new(
+                ToolErrorCode::TargetGone,
+                format!("target {id} belonged to a previous run of the browser"),
+            )
+            .with_cause(json!({ "target": id })));
+        }
+        Ok((id.to_owned(), target.page))
+    }
+
+    /// Whether `target` was opened with `keepAlive` (L11).
+    pub async fn is_kept_alive(&self, target: &str) -> bool {
+        self.targets.lock().await.get(target).is_some_and(|t| t.keep_alive)
+    }
+}
+
+fn text<'a>(input: &'a Value, field: &str) -> Result<&'a str, ToolError> {
+    input
+        .get(field)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolError::new(ToolErrorCode::InputInvalid, format!("{field} is required")))
+}
+
+fn not_found(what: &str) -> ToolError {
+    ToolError::new(ToolErrorCode::NotFound, format!("nothing matches {what}"))
+}
+
+fn cdp(error: &chromiumoxide::error::CdpError) -> ToolError {
+    ToolError::new(ToolErrorCode::Internal, format!("the browser failed: {error}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::manifest::parse_manifest;
+
+    fn manifest(id: &str, kind: &str, cdp: bool) -> BrowserManifest {
+        let tools = if cdp {
+            "  - { tool: browser.navigate, version: \"1\" }\n  - { tool: browser.list_requests, version: \"1\" }\n"
+        } else {
+            "  - { tool: browser.navigate, version: \"1\" }\n"
+        };
+        let endpoints = if cdp {
+            "  endpoints: { cdp: { discovered: true } }\n"
+        } else {
+            ""
+        };
+        let text = format!(
+            "---\nname: {id}\nid: {id}\ndescription: test\nversion: 1.0.0\nkind: {kind}\nimplements:\n{tools}browser:\n  location: local\n  display: [headless]\n  instances: single\n{endpoints}  capabilities: {{ cdp: {cdp} }}\n  profiles: {{ modes: [ephemeral] }}\n---\n"
+        );
+        parse_manifest(&text, None).unwrap()
+    }
+
+    #[test]
+    fn reserved_ids_keep_their_gates_and_none_creates_a_grant() {
+        assert_eq!(RESERVED_TOOLS.len(), 15);
+        assert_eq!(tool_spec("browser.list_requests").unwrap().gate, Some("cdp"));
+        assert_eq!(tool_spec("browser.download").unwrap().gate, Some("downloads"));
+        assert_eq!(tool_spec("browser.act").unwrap().gate, Some("aiActions"));
+        assert!(
+            RESERVED_TOOLS
+                .iter()
+                .all(|t| !t.id.contains("grant") && !t.id.ends_with(".create"))
+        );
+        for spec in RESERVED_TOOLS {
+            assert_eq!(
+                crate::provider::manifest::implements_gate(spec.id).is_some(),
+                matches!(spec.gate, Some("cdp" | "downloads" | "aiActions")),
+                "{}",
+                spec.id
+            );
+        }
+    }
+
+    #[test]
+    fn the_resolver_considers_only_providers_declaring_the_capability_in_preference_order() {
+        let providers = [
+            manifest("cli-cdp", "cli", true),
+            manifest("http-plain", "http", false),
+            manifest("sdk-cdp", "sdk", true),
+        ];
+        assert_eq!(
+            resolve(&providers, "browser.list_requests", Some("cdp")).unwrap().id,
+            "sdk-cdp"
+        );
+        assert_eq!(resolve(&providers, "browser.navigate", None).unwrap().id, "sdk-cdp");
+        let plain_only = [manifest("http-plain", "http", false)];
+        assert!(resolve(&plain_only, "browser.list_requests", Some("cdp")).is_none());
+        let cli_only = [manifest("http-plain", "http", false), manifest("cli-cdp", "cli", true)];
+        assert_eq!(
+            resolve(&cli_only, "browser.list_requests", Some("cdp")).unwrap().id,
+            "cli-cdp"
+        );
+    }
+}
