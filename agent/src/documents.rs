@@ -15,6 +15,9 @@ use tokio_rustls::server::TlsStream;
 
 use crate::identity::Identity;
 
+/// How long a TLS handshake may take.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The documents as a router: JSON, `Cache-Control: no-store` so a company sees a rotated key
 /// at once.
 pub fn documents_router(identity: &Identity) -> Router {
@@ -80,8 +83,9 @@ impl axum::serve::Listener for TlsListener {
             let Ok((tcp, addr)) = self.tcp.accept().await else {
                 continue;
             };
-            // A failed handshake (a scanner, an untrusting client) drops only that connection.
-            if let Ok(tls) = self.acceptor.accept(tcp).await {
+            // A failed or stalled handshake (a scanner, an untrusting client) drops only that
+            // connection, within a bound, so one slow client cannot hold the listener.
+            if let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor.accept(tcp)).await {
                 return (tls, addr);
             }
         }

@@ -13,6 +13,9 @@ use rustls::ServerConfig;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+/// How long a TLS handshake may take.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Loads a certificate chain and a private key (PEM files) into a server configuration that
 /// offers `h2` and `http/1.1`.
 pub fn load_server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
@@ -67,7 +70,10 @@ pub async fn serve_tls(
         let acceptor = acceptor.clone();
         let app = app.clone();
         tokio::spawn(async move {
-            let Ok(tls) = acceptor.accept(tcp).await else { return };
+            // A stalled handshake ends within a bound instead of holding a task forever.
+            let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await else {
+                return;
+            };
             let service = TowerToHyperService::new(app);
             if let Err(error) = auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(tls), service)
