@@ -62,11 +62,17 @@ async fn core_tools_errors_and_stale_handles_on_real_chromium() {
         .await);
     assert!(shot["bytes"].as_u64().unwrap() > 100);
 
-    // T3: a tool the manifest does not list answers browser:unsupported naming the capability.
-    let unsupported = err(tools.call("browser.list_requests", &json!({"target": target})).await);
-    assert_eq!(unsupported.code, ToolErrorCode::Unsupported);
-    assert_eq!(unsupported.cause.unwrap()["capability"], "cdp");
-    assert!(unsupported.message.contains("cdp"));
+    // T3: a tool the manifest does not list, or whose gate is closed, answers
+    // browser:unsupported naming the capability.
+    let unlisted = err(tools.call("browser.download", &json!({"target": target})).await);
+    assert_eq!(unlisted.code, ToolErrorCode::Unsupported);
+    assert_eq!(unlisted.cause.unwrap()["capability"], "downloads");
+    let closed = err(tools
+        .call("browser.act", &json!({"target": target, "instruction": "buy"}))
+        .await);
+    assert_eq!(closed.code, ToolErrorCode::Unsupported);
+    assert_eq!(closed.cause.unwrap()["capability"], "aiActions");
+    assert!(closed.message.contains("aiActions"));
     // Input and lookup errors are typed too.
     assert_eq!(
         err(tools.call("browser.evaluate", &json!({"target": target})).await).code,
@@ -135,4 +141,116 @@ async fn a_provider_without_cdp_answers_list_requests_with_unsupported_cdp() {
     assert_eq!(error.cause.as_ref().unwrap(), &json!({"capability": "cdp"}));
     let envelope = ToolResult::Err(error).to_json();
     assert_eq!(envelope["ok"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interaction_and_network_tools_on_real_chromium() {
+    // A plain page on loopback HTTP: a form, and a JSON resource it fetches.
+    let app = axum::Router::new()
+        .route(
+            "/",
+            axum::routing::get(|| async {
+                axum::response::Html(
+                    "<input id=name><button id=go onclick=\"document.getElementById('out').textContent='hi '+document.getElementById('name').value\">go</button>\
+                     <p id=out></p><script>fetch('/data.json')</script>",
+                )
+            }),
+        )
+        .route("/data.json", axum::routing::get(|| async { axum::Json(json!({"answer": 42})) }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(axum::serve(listener, app).into_future());
+
+    let state = std::env::temp_dir().join(format!("pap-tools-net-{}", std::process::id()));
+    let host = BrowserHost::new();
+    let tools = ToolHost::new(manifest(), host.clone(), ChromiumConfig::new(state.clone()), "net");
+    tools.launch().await.unwrap();
+    let target = ok(tools
+        .call("browser.navigate", &json!({"url": format!("{base}/")}))
+        .await)["target"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let filled = ok(tools
+        .call(
+            "browser.fill",
+            &json!({"target": target, "selector": "#name", "value": "Ada"}),
+        )
+        .await);
+    assert_eq!(filled["characters"], 3);
+    assert!(!filled.to_string().contains("Ada"), "fill echoed what it typed");
+    ok(tools
+        .call("browser.click", &json!({"target": target, "selector": "#go"}))
+        .await);
+    let out = ok(tools
+        .call(
+            "browser.evaluate",
+            &json!({"target": target, "expression": "document.getElementById('out').textContent"}),
+        )
+        .await);
+    assert_eq!(out["value"], "hi Ada");
+
+    // Tabs: a second target with keepAlive (multiTarget is declared), listed, then closed.
+    let second = ok(tools
+        .call("browser.tabs", &json!({"action": "open", "keepAlive": true}))
+        .await);
+    let second = second["target"].as_str().unwrap().to_owned();
+    assert!(tools.is_kept_alive(&second).await);
+    let listed = ok(tools.call("browser.tabs", &json!({"action": "list"})).await);
+    assert_eq!(listed["targets"].as_array().unwrap().len(), 2);
+    ok(tools
+        .call("browser.tabs", &json!({"action": "close", "target": second}))
+        .await);
+    assert_eq!(
+        err(tools
+            .call("browser.evaluate", &json!({"target": second, "expression": "1"}))
+            .await)
+        .code,
+        ToolErrorCode::NotFound
+    );
+
+    // Network: the requests the page made, and a response body (the fetch may land after the
+    // load event: wait for it in the log, 10 s at most).
+    let request = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        loop {
+            tick.tick().await;
+            let requests = ok(tools.call("browser.list_requests", &json!({"target": target})).await);
+            if let Some(found) = requests["requests"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["url"].as_str().unwrap().ends_with("/data.json"))
+            {
+                return found.clone();
+            }
+        }
+    })
+    .await
+    .expect("the page's fetch never showed in list_requests");
+    assert_eq!(request["status"], 200);
+    let body = ok(tools
+        .call(
+            "browser.get_request_body",
+            &json!({"target": target, "requestId": request["requestId"]}),
+        )
+        .await);
+    assert_eq!(
+        serde_json::from_str::<Value>(body["body"].as_str().unwrap()).unwrap(),
+        json!({"answer": 42})
+    );
+    assert_eq!(
+        err(tools
+            .call(
+                "browser.get_request_body",
+                &json!({"target": target, "requestId": "nope"})
+            )
+            .await)
+        .code,
+        ToolErrorCode::NotFound
+    );
+
+    host.stop("net", Duration::from_secs(2)).await.unwrap();
+    let _ = std::fs::remove_dir_all(&state);
 }

@@ -152,13 +152,17 @@ fn kind_rank(kind: DriverKind) -> u8 {
     }
 }
 
-/// A target (tab) handle: which boot of the instance issued it.
+/// A target (tab) handle: which boot of the instance issued it, and what it has fetched.
 #[derive(Clone)]
 struct Target {
     boot_id: u64,
     page: Page,
     keep_alive: bool,
+    requests: Arc<std::sync::Mutex<Vec<Value>>>,
 }
+
+/// How many requests a target's log keeps (the oldest drop first).
+const REQUEST_LOG: usize = 500;
 
 /// Serves the tools of one Chromium instance, as its manifest declares them.
 pub struct ToolHost {
@@ -263,6 +267,45 @@ impl ToolHost {
                     json!({ "target": target, "format": "png", "bytes": png.len(), "data": base64::engine::general_purpose::STANDARD.encode(png) }),
                 )
             }
+            "browser.click" => {
+                let (target, page) = self.target(input).await?;
+                let selector = text(input, "selector")?;
+                let element = page.find_element(selector).await.map_err(|_| not_found(selector))?;
+                element.click().await.map_err(|e| cdp(&e))?;
+                Ok(json!({ "target": target, "clicked": selector }))
+            }
+            "browser.fill" => {
+                let (target, page) = self.target(input).await?;
+                let selector = text(input, "selector")?;
+                let value = text(input, "value")?;
+                let element = page.find_element(selector).await.map_err(|_| not_found(selector))?;
+                element
+                    .click()
+                    .await
+                    .map_err(|e| cdp(&e))?
+                    .type_str(value)
+                    .await
+                    .map_err(|e| cdp(&e))?;
+                // Never echo what was typed: it may be a secret (C9).
+                Ok(json!({ "target": target, "filled": selector, "characters": value.chars().count() }))
+            }
+            "browser.tabs" => self.tabs(input).await,
+            "browser.list_requests" => {
+                let (target, _) = self.target(input).await?;
+                let log = self.targets.lock().await.get(&target).map(|t| t.requests.clone());
+                let requests = log
+                    .map(|l| l.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone())
+                    .unwrap_or_default();
+                Ok(json!({ "target": target, "requests": requests }))
+            }
+            "browser.get_request_body" => {
+                let (target, page) = self.target(input).await?;
+                let request_id = text(input, "requestId")?;
+                let params =
+                    chromiumoxide::cdp::browser_protocol::network::GetResponseBodyParams::new(request_id.to_owned());
+                let body = page.execute(params).await.map_err(|_| not_found(request_id))?;
+                Ok(json!({ "target": target, "body": body.result.body, "base64Encoded": body.result.base64_encoded }))
+            }
             other => Err(ToolError::unsupported(other, gate.unwrap_or(other))),
         }
     }
@@ -286,28 +329,11 @@ impl ToolHost {
         let (target, page) = match input.get("target").and_then(Value::as_str) {
             Some(_) => self.target(input).await?,
             None => {
-                let browser = self.host.attach(&self.instance).await.ok_or_else(|| {
-                    ToolError::new(ToolErrorCode::NotReady, "the browser is not running")
-                        .with_cause(json!({ "state": "stopped" }))
-                })?;
-                let page = browser
-                    .new_page()
-                    .await
-                    .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
-                let id = format!(
-                    "t{boot_id}-{}",
-                    self.next_target.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                );
-                let keep_alive = input.get("keepAlive").and_then(Value::as_bool).unwrap_or(false);
-                self.targets.lock().await.insert(
-                    id.clone(),
-                    Target {
-                        boot_id,
-                        page: page.clone(),
-                        keep_alive,
-                    },
-                );
-                (id, page)
+                self.open_target(
+                    boot_id,
+                    input.get("keepAlive").and_then(Value::as_bool).unwrap_or(false),
+                )
+                .await?
             }
         };
         tokio::time::timeout(Duration::from_secs(30), page.goto(url))
@@ -316,6 +342,102 @@ impl ToolHost {
             .map_err(|e| cdp(&e))?;
         let landed = page.url().await.map_err(|e| cdp(&e))?.unwrap_or_default();
         Ok(json!({ "target": target, "url": landed }))
+    }
+
+    /// Opens a new target (tab) and starts its request log. A second open target needs
+    /// `multiTarget`.
+    async fn open_target(&self, boot_id: u64, keep_alive: bool) -> Result<(String, Page), ToolError> {
+        let open = self
+            .targets
+            .lock()
+            .await
+            .values()
+            .filter(|t| t.boot_id == boot_id)
+            .count();
+        if open >= 1 && !self.manifest.browser.capabilities.multi_target {
+            return Err(ToolError::unsupported("browser.tabs", "multiTarget"));
+        }
+        let browser = self.host.attach(&self.instance).await.ok_or_else(|| {
+            ToolError::new(ToolErrorCode::NotReady, "the browser is not running")
+                .with_cause(json!({ "state": "stopped" }))
+        })?;
+        let page = browser
+            .new_page()
+            .await
+            .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
+        let requests: Arc<std::sync::Mutex<Vec<Value>>> = Arc::default();
+        let mut responses = page
+            .event_listener::<chromiumoxide::cdp::browser_protocol::network::EventResponseReceived>()
+            .await
+            .map_err(|e| cdp(&e))?;
+        let log = requests.clone();
+        tokio::spawn(async move {
+            use futures_util::StreamExt as _;
+            while let Some(event) = responses.next().await {
+                let entry = json!({
+                    "requestId": event.request_id.inner(),
+                    "url": event.response.url,
+                    "status": event.response.status,
+                    "mimeType": event.response.mime_type,
+                    "type": format!("{:?}", event.r#type),
+                });
+                let mut log = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if log.len() >= REQUEST_LOG {
+                    log.remove(0);
+                }
+                log.push(entry);
+            }
+        });
+        let id = format!(
+            "t{boot_id}-{}",
+            self.next_target.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        self.targets.lock().await.insert(
+            id.clone(),
+            Target {
+                boot_id,
+                page: page.clone(),
+                keep_alive,
+                requests,
+            },
+        );
+        Ok((id, page))
+    }
+
+    /// `browser.tabs`: `list`, `open` (optionally `keepAlive`, `url`), `close`.
+    async fn tabs(&self, input: &Value) -> Result<Value, ToolError> {
+        let boot_id = self.ready().await?;
+        match input.get("action").and_then(Value::as_str).unwrap_or("list") {
+            "list" => {
+                let targets = self.targets.lock().await;
+                let mut list: Vec<Value> = targets
+                    .iter()
+                    .filter(|(_, t)| t.boot_id == boot_id)
+                    .map(|(id, t)| json!({ "target": id, "keepAlive": t.keep_alive }))
+                    .collect();
+                list.sort_by(|a, b| a["target"].as_str().cmp(&b["target"].as_str()));
+                Ok(json!({ "targets": list }))
+            }
+            "open" => {
+                let keep_alive = input.get("keepAlive").and_then(Value::as_bool).unwrap_or(false);
+                let (id, page) = self.open_target(boot_id, keep_alive).await?;
+                if let Some(url) = input.get("url").and_then(Value::as_str) {
+                    page.goto(url).await.map_err(|e| cdp(&e))?;
+                }
+                Ok(json!({ "target": id, "keepAlive": keep_alive }))
+            }
+            "close" => {
+                let (id, _) = self.target(input).await?;
+                if let Some(target) = self.targets.lock().await.remove(&id) {
+                    target.page.close().await.map_err(|e| cdp(&e))?;
+                }
+                Ok(json!({ "closed": id }))
+            }
+            other => Err(ToolError::new(
+                ToolErrorCode::InputInvalid,
+                format!("unknown tabs action {other}"),
+            )),
+        }
     }
 
     /// The target named in `input`: unknown -> `not_found`; issued by a previous boot ->
