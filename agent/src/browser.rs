@@ -40,6 +40,10 @@ pub const CHROMIUM: &str = "/usr/lib/chromium/chromium";
 /// The argument that marks a process as one of this agent's browsers, for the orphan sweep.
 pub const ORPHAN_MARKER: &str = "--pap-agent-browser";
 
+/// The argument naming the host process that launched a browser: a sweep at start ends only
+/// browsers whose host is gone, never those of another agent process running now.
+pub const HOST_MARKER: &str = "--pap-agent-host";
+
 /// Test-only routing: names mapped to loopback addresses, and the SPKI hashes of test leaves.
 #[derive(Clone, Debug, Default)]
 pub struct TestNetwork {
@@ -254,6 +258,7 @@ pub(crate) fn chromium_args(user_data_dir: &Path, instance: &str, test: &TestNet
         "--remote-debugging-port=0".to_owned(),
         format!("--user-data-dir={}", user_data_dir.display()),
         format!("{ORPHAN_MARKER}={instance}"),
+        format!("{HOST_MARKER}={}", std::process::id()),
     ];
     if !test.map.is_empty() {
         let rules: Vec<String> = test

@@ -80,7 +80,8 @@ async fn a_launcher_that_dies_at_once_crash_loops_after_three_and_spawns_no_four
 async fn browsers_left_by_a_killed_host_are_swept_on_the_next_start() {
     let dir = scratch("orphans");
     let state = dir.join("state");
-    let profile = state.join("browsers/left-behind-1");
+    // Named like every profile, `<instance>-<host pid>`, for a host pid that no longer exists.
+    let profile = state.join("browsers/left-behind-4194304");
     std::fs::create_dir_all(&profile).unwrap();
     // A host that dies without stopping its browser: Python starts Chromium with our marker in a
     // new session and exits at once, leaving it to init.

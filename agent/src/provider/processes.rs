@@ -11,7 +11,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::browser::ORPHAN_MARKER;
+use crate::browser::{HOST_MARKER, ORPHAN_MARKER};
 
 /// One process: its id and arguments.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,8 +84,9 @@ pub enum SweepScope {
         /// Its `--user-data-dir`.
         user_data_dir: PathBuf,
     },
-    /// Everything a previous run of this host left: any of our markers, and every profile
-    /// directory under the state directory's `browsers/` (L8).
+    /// Everything a previous run of a host left (L8): browsers with our marker whose launching
+    /// host (`--pap-agent-host=PID`) is gone, and the profile directories under the state
+    /// directory's `browsers/` whose host is gone. Another agent process running now keeps its own.
     PreviousRun {
         /// The agent's state directory.
         state_dir: PathBuf,
