@@ -22,8 +22,8 @@ mod wallet;
 
 // The public interface is:
 pub use browser::{
-    BrowserError, BrowserHost, CHROMIUM, ChromiumConfig, ControlledBrowser, LaunchError, ORPHAN_MARKER, TestNetwork,
-    click_and_land, pin_served_leaf, spki_pin,
+    BrowserError, BrowserHost, CHROMIUM, ChromiumConfig, ControlledBrowser, HOST_MARKER, LaunchError, ORPHAN_MARKER,
+    TestNetwork, click_and_land, pin_served_leaf, spki_pin,
 };
 pub use client::{
     ClientConfig, ClientError, Company, DeviceAuthorization, PapClient, SecretToken, Session, new_pairwise_user,

@@ -334,7 +334,9 @@ async fn browse(
     let host = BrowserHost::new();
     // L8: before the first launch, end what a killed run of this agent left (never the browsers
     // of another agent process running now).
-    let swept = host.sweep_previous_run(&agent.state_dir, Duration::from_secs(2)).await?;
+    let swept = host
+        .sweep_previous_run(&agent.state_dir, Duration::from_secs(2))
+        .await?;
     if swept > 0 {
         eprintln!("browser: ended {swept} process(es) left by a previous run");
     }

@@ -93,27 +93,43 @@ pub enum SweepScope {
     },
 }
 
-fn ours(process: &ProcessInfo, scope: &SweepScope, profiles: &HashSet<String>) -> bool {
-    process.args.iter().any(|arg| match scope {
-        SweepScope::Instance { instance, .. } => {
-            *arg == format!("{ORPHAN_MARKER}={instance}") || profiles.contains(arg)
+fn ours(process: &ProcessInfo, scope: &SweepScope, profiles: &HashSet<String>, alive: &HashSet<u32>) -> bool {
+    if process.args.iter().any(|arg| profiles.contains(arg)) {
+        return true;
+    }
+    match scope {
+        SweepScope::Instance { instance, .. } => process
+            .args
+            .iter()
+            .any(|arg| *arg == format!("{ORPHAN_MARKER}={instance}")),
+        SweepScope::PreviousRun { .. } => {
+            let marked = process
+                .args
+                .iter()
+                .any(|arg| arg.starts_with(&format!("{ORPHAN_MARKER}=")));
+            let host = process
+                .args
+                .iter()
+                .find_map(|arg| arg.strip_prefix(&format!("{HOST_MARKER}="))?.parse::<u32>().ok());
+            marked && host.is_none_or(|pid| !alive.contains(&pid))
         }
-        SweepScope::PreviousRun { .. } => arg.starts_with(&format!("{ORPHAN_MARKER}=")) || profiles.contains(arg),
-    })
+    }
 }
 
 /// Ends the processes in `scope`: SIGTERM, up to `grace` for them to go, then SIGKILL for the
 /// rest. Returns how many were ours. Processes without the marker are never touched.
 pub async fn sweep(table: &dyn ProcessTable, scope: &SweepScope, grace: Duration) -> io::Result<usize> {
-    let profiles: HashSet<String> = profile_dirs(scope)
-        .into_iter()
+    let processes = table.list()?;
+    let alive: HashSet<u32> = processes.iter().map(|p| p.pid).collect();
+    let dirs = profile_dirs(scope, &alive);
+    let profiles: HashSet<String> = dirs
+        .iter()
         .map(|d| format!("--user-data-dir={}", d.display()))
         .collect();
     let me = std::process::id();
-    let targets: Vec<u32> = table
-        .list()?
+    let targets: Vec<u32> = processes
         .into_iter()
-        .filter(|p| p.pid != me && ours(p, scope, &profiles))
+        .filter(|p| p.pid != me && ours(p, scope, &profiles, &alive))
         .map(|p| p.pid)
         .collect();
     for pid in &targets {
@@ -135,13 +151,15 @@ pub async fn sweep(table: &dyn ProcessTable, scope: &SweepScope, grace: Duration
         }
         tick.tick().await;
     }
-    for dir in profile_dirs(scope) {
+    for dir in dirs {
         let _ = std::fs::remove_dir_all(dir);
     }
     Ok(targets.len())
 }
 
-fn profile_dirs(scope: &SweepScope) -> Vec<PathBuf> {
+/// The profile directories in scope. Profiles are named `<instance>-<host pid>`; at start only
+/// those whose host is gone.
+fn profile_dirs(scope: &SweepScope, alive: &HashSet<u32>) -> Vec<PathBuf> {
     match scope {
         SweepScope::Instance { user_data_dir, .. } => vec![user_data_dir.clone()],
         SweepScope::PreviousRun { state_dir } => std::fs::read_dir(state_dir.join("browsers"))
@@ -150,6 +168,11 @@ fn profile_dirs(scope: &SweepScope) -> Vec<PathBuf> {
                     .filter_map(Result::ok)
                     .map(|e| e.path())
                     .filter(|p| p.is_dir())
+                    .filter(|p| {
+                        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+                        let host = name.rsplit_once('-').and_then(|(_, pid)| pid.parse::<u32>().ok());
+                        host.is_none_or(|pid| !alive.contains(&pid))
+                    })
                     .collect()
             })
             .unwrap_or_default(),
@@ -228,18 +251,22 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_previous_run_sweep_ends_every_marked_process_and_nothing_else() {
+    async fn a_previous_run_sweep_ends_marked_processes_whose_host_is_gone_and_nothing_else() {
         let table = FakeTable::default();
         *table.processes.lock().unwrap() = vec![
-            process(20, &["chromium", "--pap-agent-browser=x"]),
+            process(20, &["chromium", "--pap-agent-browser=x", "--pap-agent-host=4000"]),
             process(21, &["chromium", "--pap-agent-browser=y"]),
             process(22, &["chromium", "--remote-debugging-port=9222"]),
+            // Another agent process, alive now: its browser stays.
+            process(30, &["pap-agent", "join"]),
+            process(31, &["chromium", "--pap-agent-browser=z", "--pap-agent-host=30"]),
         ];
         let scope = SweepScope::PreviousRun {
             state_dir: PathBuf::from("/nonexistent-state"),
         };
         assert_eq!(sweep(&table, &scope, Duration::from_millis(50)).await.unwrap(), 2);
-        assert_eq!(table.processes.lock().unwrap().len(), 1);
+        let left: Vec<u32> = table.processes.lock().unwrap().iter().map(|p| p.pid).collect();
+        assert_eq!(left, [22, 30, 31]);
     }
 
     #[tokio::test]
