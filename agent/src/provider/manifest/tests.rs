@@ -66,8 +66,8 @@ fn m3_cdp_and_its_endpoint_go_together() {
         ["M3"]
     );
     let text = shipped().replacen("    cdp: true\n", "", 1);
-    // Without cdp the endpoint is refused (and so is the network level, were it claimed).
-    assert_eq!(rules(&parse_manifest(&text, None).unwrap_err()), ["M3"]);
+    // Without cdp the endpoint is refused (M3), and so are the listed network tools (M4).
+    assert_eq!(rules(&parse_manifest(&text, None).unwrap_err()), ["M3", "M4"]);
 }
 
 #[test]
