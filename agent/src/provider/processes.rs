@@ -84,9 +84,10 @@ pub enum SweepScope {
         /// Its `--user-data-dir`.
         user_data_dir: PathBuf,
     },
-    /// Everything a previous run of a host left (L8): browsers with our marker whose launching
-    /// host (`--pap-agent-host=PID`) is gone, and the profile directories under the state
-    /// directory's `browsers/` whose host is gone. Another agent process running now keeps its own.
+    /// Everything a previous run of this agent left (L8): browsers with our marker and a profile
+    /// under this state directory's `browsers/` whose launching host (`--pap-agent-host=PID`) is
+    /// gone, and the profile directories there whose host is gone. Another agent process running
+    /// now, or another state directory's agent, keeps its own.
     PreviousRun {
         /// The agent's state directory.
         state_dir: PathBuf,
@@ -102,7 +103,10 @@ fn ours(process: &ProcessInfo, scope: &SweepScope, profiles: &HashSet<String>, a
             .args
             .iter()
             .any(|arg| *arg == format!("{ORPHAN_MARKER}={instance}")),
-        SweepScope::PreviousRun { .. } => {
+        SweepScope::PreviousRun { state_dir } => {
+            // Only this agent's browsers: their profile lives under this state directory.
+            let browsers = format!("--user-data-dir={}/", state_dir.join("browsers").display());
+            let mine = process.args.iter().any(|arg| arg.starts_with(&browsers));
             let marked = process
                 .args
                 .iter()
@@ -111,7 +115,7 @@ fn ours(process: &ProcessInfo, scope: &SweepScope, profiles: &HashSet<String>, a
                 .args
                 .iter()
                 .find_map(|arg| arg.strip_prefix(&format!("{HOST_MARKER}="))?.parse::<u32>().ok());
-            marked && host.is_none_or(|pid| !alive.contains(&pid))
+            mine && marked && host.is_none_or(|pid| !alive.contains(&pid))
         }
     }
 }
@@ -253,26 +257,59 @@ mod tests {
     #[tokio::test]
     async fn a_previous_run_sweep_ends_marked_processes_whose_host_is_gone_and_nothing_else() {
         let table = FakeTable::default();
+        let profile = |name: &str| format!("--user-data-dir=/nonexistent-state/browsers/{name}");
         *table.processes.lock().unwrap() = vec![
-            process(20, &["chromium", "--pap-agent-browser=x", "--pap-agent-host=4000"]),
-            process(21, &["chromium", "--pap-agent-browser=y"]),
+            process(
+                20,
+                &[
+                    "chromium",
+                    "--pap-agent-browser=x",
+                    "--pap-agent-host=4000",
+                    &profile("x-4000"),
+                ],
+            ),
+            process(21, &["chromium", "--pap-agent-browser=y", &profile("y-4001")]),
             process(22, &["chromium", "--remote-debugging-port=9222"]),
             // Another agent process, alive now: its browser stays.
             process(30, &["pap-agent", "join"]),
-            process(31, &["chromium", "--pap-agent-browser=z", "--pap-agent-host=30"]),
+            process(
+                31,
+                &[
+                    "chromium",
+                    "--pap-agent-browser=z",
+                    "--pap-agent-host=30",
+                    &profile("z-30"),
+                ],
+            ),
+            // Another state directory's agent, its host gone too: not ours to end.
+            process(
+                40,
+                &[
+                    "chromium",
+                    "--pap-agent-browser=w",
+                    "--pap-agent-host=4002",
+                    "--user-data-dir=/other/browsers/w-4002",
+                ],
+            ),
         ];
         let scope = SweepScope::PreviousRun {
             state_dir: PathBuf::from("/nonexistent-state"),
         };
         assert_eq!(sweep(&table, &scope, Duration::from_millis(50)).await.unwrap(), 2);
         let left: Vec<u32> = table.processes.lock().unwrap().iter().map(|p| p.pid).collect();
-        assert_eq!(left, [22, 30, 31]);
+        assert_eq!(left, [22, 30, 31, 40]);
     }
 
     #[tokio::test]
     async fn real_processes_marked_are_ended_unmarked_survive() {
+        // Unique to this test process: concurrent test runs on one machine do not meet.
+        let instance = format!("sweep-test-{}", std::process::id());
         let marked = tokio::process::Command::new("python3")
-            .args(["-c", "import time; time.sleep(600)", "--pap-agent-browser=sweep-test"])
+            .args([
+                "-c",
+                "import time; time.sleep(600)",
+                &format!("--pap-agent-browser={instance}"),
+            ])
             .kill_on_drop(true)
             .spawn()
             .unwrap();
@@ -287,7 +324,7 @@ mod tests {
             .unwrap();
         let marked_pid = marked.id().unwrap();
         let scope = SweepScope::Instance {
-            instance: "sweep-test".into(),
+            instance: instance.clone(),
             user_data_dir: PathBuf::from("/nonexistent-profile"),
         };
         assert_eq!(sweep(&ProcTable, &scope, Duration::from_secs(5)).await.unwrap(), 1);
