@@ -120,45 +120,65 @@ fn ours(process: &ProcessInfo, scope: &SweepScope, profiles: &HashSet<String>, a
     }
 }
 
+/// How many times a sweep looks again: a browser may start a child after the first listing.
+const SWEEP_ROUNDS: usize = 5;
+
 /// Ends the processes in `scope`: SIGTERM, up to `grace` for them to go, then SIGKILL for the
-/// rest. Returns how many were ours. Processes without the marker are never touched.
+/// rest; then looks again, for children started meanwhile. Returns how many were ours.
+/// Processes without the marker are never touched.
 pub async fn sweep(table: &dyn ProcessTable, scope: &SweepScope, grace: Duration) -> io::Result<usize> {
-    let processes = table.list()?;
-    let alive: HashSet<u32> = processes.iter().map(|p| p.pid).collect();
-    let dirs = profile_dirs(scope, &alive);
-    let profiles: HashSet<String> = dirs
-        .iter()
-        .map(|d| format!("--user-data-dir={}", d.display()))
-        .collect();
     let me = std::process::id();
-    let targets: Vec<u32> = processes
-        .into_iter()
-        .filter(|p| p.pid != me && ours(p, scope, &profiles, &alive))
-        .map(|p| p.pid)
-        .collect();
-    for pid in &targets {
-        table.terminate(*pid, false)?;
+    let mut ended = HashSet::new();
+    let mut dirs = Vec::new();
+    for _ in 0..SWEEP_ROUNDS {
+        let processes = table.list()?;
+        let alive: HashSet<u32> = processes.iter().map(|p| p.pid).collect();
+        if dirs.is_empty() {
+            // The profiles in scope are decided once, from the first listing's hosts.
+            dirs = profile_dirs(scope, &alive);
+        }
+        let profiles: HashSet<String> = dirs
+            .iter()
+            .map(|d| format!("--user-data-dir={}", d.display()))
+            .collect();
+        let targets: Vec<u32> = processes
+            .into_iter()
+            .filter(|p| p.pid != me && ours(p, scope, &profiles, &alive))
+            .map(|p| p.pid)
+            .collect();
+        if targets.is_empty() {
+            break;
+        }
+        for pid in &targets {
+            table.terminate(*pid, false)?;
+        }
+        wait_gone(table, &targets, grace).await?;
+        ended.extend(targets);
     }
+    for dir in dirs {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    Ok(ended.len())
+}
+
+/// Waits up to `grace` for `targets` to end, then kills those left.
+async fn wait_gone(table: &dyn ProcessTable, targets: &[u32], grace: Duration) -> io::Result<()> {
     let deadline = tokio::time::Instant::now() + grace;
     let mut tick = tokio::time::interval(Duration::from_millis(20));
     loop {
         let alive: HashSet<u32> = table.list()?.into_iter().map(|p| p.pid).collect();
         let left: Vec<u32> = targets.iter().copied().filter(|pid| alive.contains(pid)).collect();
         if left.is_empty() {
-            break;
+            return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {
             for pid in left {
                 table.terminate(pid, true)?;
             }
-            break;
+            return Ok(());
         }
         tick.tick().await;
     }
-    for dir in dirs {
-        let _ = std::fs::remove_dir_all(dir);
-    }
-    Ok(targets.len())
 }
 
 /// The profile directories in scope. Profiles are named `<instance>-<host pid>`; at start only
