@@ -9,11 +9,10 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pap_agent::{BrowserHost, ChromiumConfig, ClientConfig, PapClient, TestNetwork, join, new_pairwise_user, spki_pin};
-use pap_shared::{CompanyDomain, HttpsUrl, SystemClock, SystemRng};
+use pap_agent::{BrowserHost, ChromiumConfig, TestNetwork, join, new_pairwise_user, spki_pin};
+use pap_shared::{HttpsUrl, SystemRng};
 use support::Stage;
 
 fn main() {
@@ -28,21 +27,7 @@ fn main() {
 async fn run(runs: usize) {
     let stage = Stage::new("join-timing", &["shop.example", "atlas.example"]).await;
     let (company, addr) = support::start_reference_company(&stage).await;
-    let client_config = ClientConfig {
-        extra_roots: vec![stage.ca_der.clone()],
-        connect: [("shop.example".to_owned(), addr)].into(),
-    };
-    let client = PapClient::new(
-        stage.identity.clone(),
-        &client_config,
-        Arc::new(SystemClock),
-        Arc::new(SystemRng),
-    )
-    .unwrap();
-    let shop = client
-        .discover(&CompanyDomain::try_from("shop.example").unwrap())
-        .await
-        .unwrap();
+    let (client, shop) = support::client_for(&stage, "shop.example", addr).await;
     let mut session = client
         .start_session(&shop, &new_pairwise_user(&SystemRng), client.new_dpop_key().unwrap())
         .await

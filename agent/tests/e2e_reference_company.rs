@@ -43,29 +43,12 @@ async fn the_whole_story_against_the_reference_company_in_chromium() {
 /// Without the test leaf pinned, the same browser setup cannot reach the company: Chromium's
 /// certificate checks stay on (no blanket bypass).
 async fn certificate_errors_are_respected(stage: &Stage, addr: std::net::SocketAddr) {
-    use std::sync::Arc;
     use std::time::Duration;
 
-    use pap_agent::{
-        BrowserHost, ChromiumConfig, ClientConfig, JoinError, PapClient, TestNetwork, join, new_pairwise_user,
-    };
-    use pap_shared::{CompanyDomain, HttpsUrl, SystemClock, SystemRng};
+    use pap_agent::{BrowserHost, ChromiumConfig, JoinError, TestNetwork, join, new_pairwise_user};
+    use pap_shared::{HttpsUrl, SystemRng};
 
-    let client_config = ClientConfig {
-        extra_roots: vec![stage.ca_der.clone()],
-        connect: [("shop.example".to_owned(), addr)].into(),
-    };
-    let client = PapClient::new(
-        stage.identity.clone(),
-        &client_config,
-        Arc::new(SystemClock),
-        Arc::new(SystemRng),
-    )
-    .unwrap();
-    let shop = client
-        .discover(&CompanyDomain::try_from("shop.example").unwrap())
-        .await
-        .unwrap();
+    let (client, shop) = support::client_for(stage, "shop.example", addr).await;
     let session = client
         .start_session(&shop, &new_pairwise_user(&SystemRng), client.new_dpop_key().unwrap())
         .await

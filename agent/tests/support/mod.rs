@@ -147,21 +147,30 @@ pub async fn approve_on_device_page(
         .unwrap();
 }
 
-/// Tells the whole story against `target`; returns the browser's cookie value for log checks.
-pub async fn story(stage: &Stage, target: &Target, logs: &Captured) {
-    let domain = CompanyDomain::try_from(target.domain).unwrap();
-    let client_config = ClientConfig {
+/// The agent's PAP client for the company `domain` served at `addr`, trusting the stage's CA,
+/// and the company discovered.
+pub async fn client_for(stage: &Stage, domain: &str, addr: SocketAddr) -> (PapClient, pap_agent::Company) {
+    let config = ClientConfig {
         extra_roots: vec![stage.ca_der.clone()],
-        connect: [(target.domain.to_owned(), target.addr)].into(),
+        connect: [(domain.to_owned(), addr)].into(),
     };
     let client = PapClient::new(
         stage.identity.clone(),
-        &client_config,
+        &config,
         Arc::new(SystemClock),
         Arc::new(SystemRng),
     )
     .unwrap();
-    let company = client.discover(&domain).await.unwrap();
+    let company = client
+        .discover(&CompanyDomain::try_from(domain).unwrap())
+        .await
+        .unwrap();
+    (client, company)
+}
+
+/// Tells the whole story against `target`; returns the browser's cookie value for log checks.
+pub async fn story(stage: &Stage, target: &Target, logs: &Captured) {
+    let (client, company) = client_for(stage, target.domain, target.addr).await;
 
     let user = new_pairwise_user(&SystemRng);
     let mut session = client
