@@ -11,6 +11,7 @@
 
 mod browser;
 mod client;
+mod consent;
 mod documents;
 mod identity;
 mod interop;
@@ -28,6 +29,7 @@ pub use browser::{
 pub use client::{
     ClientConfig, ClientError, Company, DeviceAuthorization, PapClient, SecretToken, Session, new_pairwise_user,
 };
+pub use consent::ledger::{Actor, Broken, Derived, Entry, Ledger, LedgerError, Summary};
 pub use documents::{TlsListener, documents_router};
 pub use identity::{Identity, IdentityError, KEY_ID};
 pub use interop::{approve_on_device_page, hidden_inputs, plain_http_client, tls_client_config, trust_roots};

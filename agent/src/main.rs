@@ -85,6 +85,27 @@ enum Command {
     },
     /// Revokes the Account Token: the company signs the Session out.
     Revoke { domain: String },
+    /// Consent for the agent's browser (AIP-63 §4).
+    Consent {
+        #[command(subcommand)]
+        command: ConsentCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConsentCommand {
+    /// The append-only consent ledger.
+    Ledger {
+        #[command(subcommand)]
+        command: LedgerCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum LedgerCommand {
+    /// Checks every line (seq, prev hash, record shape) and the head anchor; reports the first
+    /// broken line and exits 1 if there is one.
+    Verify,
 }
 
 #[derive(Subcommand)]
@@ -139,6 +160,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Command::Identity { command } = &cli.command {
         return identity(&state, command).await;
     }
+    if let Command::Consent {
+        command: ConsentCommand::Ledger {
+            command: LedgerCommand::Verify,
+        },
+    } = &cli.command
+    {
+        let ledger = pap_agent::Ledger::open(&state)?;
+        match ledger.verify() {
+            Ok(summary) => {
+                eprintln!("{}: {} record(s), intact", ledger.path().display(), summary.records);
+                return Ok(());
+            }
+            Err(broken) => bail!("{}: {broken}", ledger.path().display()),
+        }
+    }
     let identity = Arc::new(Identity::load(&state)?);
     let connect = parse_connect(&cli.connect)?;
     let mut extra_roots: Vec<CertificateDer<'static>> = Vec::new();
@@ -165,7 +201,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         test_network,
     };
     match cli.command {
-        Command::Identity { .. } => unreachable!("handled above"),
+        Command::Identity { .. } | Command::Consent { .. } => unreachable!("handled above"),
         Command::Discover { domain } => {
             let company = agent.client.discover(&parse_domain(&domain)?).await?;
             print_json(&serde_json::json!({

@@ -23,6 +23,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod consent;
 mod domain;
 mod jose;
 mod secret;
@@ -30,6 +31,7 @@ mod time;
 mod wire;
 
 // The public interface is:
+pub use consent::{GrantDomain, InvalidGrantDomain};
 pub use domain::{CompanyDomain, HttpsUrl, InvalidCompanyDomain, InvalidHttpsUrl, MAX_URL_LEN};
 pub use jose::{
     Algorithm, JoseError, JoseHeader, JwkError, Jwks, KeyError, MAX_COMPACT_LEN, MIN_RSA_BITS, PublicJwk, PublicKey,
