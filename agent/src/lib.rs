@@ -18,6 +18,7 @@ mod interop;
 mod join;
 mod logging;
 mod provider;
+mod sealed;
 mod state;
 mod wallet;
 
@@ -43,4 +44,5 @@ pub use provider::manifest::{
 pub use provider::processes::{ProcTable, ProcessInfo, ProcessTable, SweepScope, sweep};
 pub use provider::supervisor::{CallGate, Health, Launch, Policy, Stalled, Supervisor};
 pub use provider::tools::{Level, RESERVED_TOOLS, ToolHost, ToolSpec, resolve, tool_spec};
+pub use sealed::{SealError, SealingKey};
 pub use wallet::{Wallet, WalletError};

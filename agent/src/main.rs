@@ -143,6 +143,7 @@ fn main() -> anyhow::Result<()> {
 struct Agent {
     state_dir: PathBuf,
     client: PapClient,
+    sealing: pap_agent::SealingKey,
     test_network: Option<(HashMap<String, SocketAddr>, rustls::RootCertStore)>,
 }
 
@@ -195,9 +196,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     });
     let config = ClientConfig { extra_roots, connect };
     let client = PapClient::new(identity, &config, Arc::new(SystemClock), Arc::new(SystemRng))?;
+    let sealing = pap_agent::SealingKey::open(&state, &SystemRng)?;
     let agent = Agent {
         state_dir: state,
         client,
+        sealing,
         test_network,
     };
     match cli.command {
@@ -257,7 +260,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let token = session.account_token.take().context("the Session is not signed in")?;
             agent.client.revoke(&company, &token).await?;
             session.signed_in = false;
-            wallet.save()?;
+            wallet.save(&agent.sealing, &SystemRng)?;
             eprintln!("revoked: the company signed the Session out");
             Ok(())
         }
@@ -268,7 +271,7 @@ impl Agent {
     async fn company(&self, domain: &str) -> anyhow::Result<(Company, Wallet)> {
         let domain = parse_domain(domain)?;
         let company = self.client.discover(&domain).await?;
-        let wallet = Wallet::load(&self.state_dir, &domain)?
+        let wallet = Wallet::load(&self.state_dir, &domain, &self.sealing)?
             .context("no record of this company: run `pap-agent session` first")?;
         Ok((company, wallet))
     }
@@ -300,7 +303,7 @@ async fn identity(state: &std::path::Path, command: &IdentityCommand) -> anyhow:
 async fn session(agent: &Agent, domain: &str) -> anyhow::Result<()> {
     let domain = parse_domain(domain)?;
     let company = agent.client.discover(&domain).await?;
-    let mut wallet = match Wallet::load(&agent.state_dir, &domain)? {
+    let mut wallet = match Wallet::load(&agent.state_dir, &domain, &agent.sealing)? {
         Some(wallet) => wallet,
         None => Wallet::new(
             &agent.state_dir,
@@ -318,7 +321,7 @@ async fn session(agent: &Agent, domain: &str) -> anyhow::Result<()> {
         session.session_id, company.name, session.signed_in
     );
     wallet.session = Some(session);
-    wallet.save()?;
+    wallet.save(&agent.sealing, &SystemRng)?;
     Ok(())
 }
 
@@ -337,7 +340,7 @@ async fn signin(agent: &Agent, domain: &str, scope: &str) -> anyhow::Result<()> 
     eprintln!("to sign in, open {url} and approve the code {}", device.user_code);
     agent.client.device_wait(&company, session, &device).await?;
     eprintln!("signed in (scopes: {})", session.scope);
-    wallet.save()?;
+    wallet.save(&agent.sealing, &SystemRng)?;
     Ok(())
 }
 

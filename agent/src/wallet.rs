@@ -1,6 +1,6 @@
 //! What the agent keeps about each company between runs of the CLI: the pairwise User ID, the
-//! DPoP key of (company, user), and the Session and Account Token. One JSON file per company,
-//! mode 0600, in the 0700 state directory.
+//! DPoP key of (company, user), and the Session and Account Token. One file per company, sealed
+//! (AES-256-GCM under the state directory's key), mode 0600, in the 0700 state directory.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -10,7 +10,11 @@ use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
 use crate::client::{SecretToken, Session};
+use crate::sealed::SealingKey;
 use crate::state::{private_dir, write_private};
+
+/// Bound into every sealed company record.
+const PURPOSE: &str = "pap-agent company record v1";
 
 #[derive(Serialize, Deserialize)]
 struct Stored {
@@ -37,13 +41,14 @@ pub struct Wallet {
 }
 
 impl Wallet {
-    /// Loads the record of `domain`, if there is one.
-    pub fn load(state_dir: &Path, domain: &CompanyDomain) -> Result<Option<Self>, WalletError> {
+    /// Loads the record of `domain`, if there is one, opening it with `key`.
+    pub fn load(state_dir: &Path, domain: &CompanyDomain, key: &SealingKey) -> Result<Option<Self>, WalletError> {
         let path = Self::path(state_dir, domain)?;
-        let Ok(text) = std::fs::read_to_string(&path).map(Zeroizing::new) else {
+        let Ok(sealed) = std::fs::read(&path) else {
             return Ok(None);
         };
-        let stored: Stored = serde_json::from_str(&text).map_err(|_| WalletError::Corrupt)?;
+        let text = key.open_sealed(PURPOSE, &sealed).map_err(|_| WalletError::Corrupt)?;
+        let stored: Stored = serde_json::from_slice(&text).map_err(|_| WalletError::Corrupt)?;
         let user = PairwiseUserId::parse(&stored.user).map_err(|_| WalletError::Corrupt)?;
         let dpop_key =
             Arc::new(SigningKey::from_pkcs8_pem(&stored.dpop_key_pem, "dpop").map_err(|_| WalletError::Corrupt)?);
@@ -85,11 +90,11 @@ impl Wallet {
 
     fn path(state_dir: &Path, domain: &CompanyDomain) -> Result<PathBuf, WalletError> {
         let dir = private_dir(&state_dir.join("companies")).map_err(WalletError::Io)?;
-        Ok(dir.join(format!("{domain}.json")))
+        Ok(dir.join(format!("{domain}.sealed")))
     }
 
-    /// Writes the record (0600, atomically).
-    pub fn save(&self) -> Result<(), WalletError> {
+    /// Writes the record, sealed with `key` (0600, atomically).
+    pub fn save(&self, key: &SealingKey, rng: &dyn pap_shared::Rng) -> Result<(), WalletError> {
         let session = self.session.as_ref();
         let stored = Stored {
             user: self.user.as_str().to_owned(),
@@ -104,17 +109,64 @@ impl Wallet {
                 .map(|t| t.secret().to_owned()),
         };
         let text = Zeroizing::new(serde_json::to_string(&stored).map_err(|_| WalletError::Corrupt)?);
-        write_private(&self.path, text.as_bytes()).map_err(WalletError::Io)
+        let sealed = key
+            .seal(rng, PURPOSE, text.as_bytes())
+            .map_err(|_| WalletError::Corrupt)?;
+        write_private(&self.path, &sealed).map_err(WalletError::Io)
     }
 }
 
 /// Why the record could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum WalletError {
-    /// The file is not a record this agent wrote.
-    #[error("the company record is corrupt")]
+    /// The file is not a record this agent sealed (changed, or another key).
+    #[error("the company record is corrupt or was sealed with another key")]
     Corrupt,
     /// The file could not be read or written.
     #[error("the company record could not be read or written")]
     Io(#[source] std::io::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use pap_shared::SystemRng;
+
+    use super::*;
+
+    #[test]
+    fn records_are_sealed_at_rest_and_refused_when_changed() {
+        let dir = std::env::temp_dir().join(format!("pap-wallet-{}", std::process::id()));
+        let key = SealingKey::open(&dir, &SystemRng).unwrap();
+        let domain = CompanyDomain::try_from("shop.example").unwrap();
+        let dpop = Arc::new(SigningKey::generate_es256(&SystemRng, "dpop").unwrap());
+        let user = PairwiseUserId::parse("usr_test").unwrap();
+        let mut wallet = Wallet::new(&dir, &domain, user.clone(), dpop.clone()).unwrap();
+        wallet.session = Some(Session {
+            session_id: SessionId::parse("ses_1").unwrap(),
+            user,
+            access_token: SecretToken::new("sat_VERYSECRETSESSIONTOKEN".into()),
+            signed_in: true,
+            scope: "orders:read".into(),
+            expires_at: UnixTime::from_secs(1_900_000_000),
+            account_token: Some(SecretToken::new("acct_VERYSECRETACCOUNTTOKEN".into())),
+            dpop_key: dpop,
+        });
+        wallet.save(&key, &SystemRng).unwrap();
+        let on_disk = std::fs::read(dir.join("companies/shop.example.sealed")).unwrap();
+        let text = String::from_utf8_lossy(&on_disk);
+        assert!(
+            !text.contains("VERYSECRET") && !text.contains("PRIVATE KEY"),
+            "a secret is readable at rest"
+        );
+        let loaded = Wallet::load(&dir, &domain, &key).unwrap().unwrap();
+        assert_eq!(
+            loaded.session.unwrap().account_token.unwrap().secret(),
+            "acct_VERYSECRETACCOUNTTOKEN"
+        );
+        let mut changed = on_disk.clone();
+        changed[20] ^= 1;
+        std::fs::write(dir.join("companies/shop.example.sealed"), changed).unwrap();
+        assert!(matches!(Wallet::load(&dir, &domain, &key), Err(WalletError::Corrupt)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
