@@ -251,6 +251,34 @@ async fn interaction_and_network_tools_on_real_chromium() {
         ToolErrorCode::NotFound
     );
 
+    // A raw CDP command, and the session-material methods it refuses (C1, C9).
+    let version = ok(tools.call("browser.cdp_send", &json!({"target": target, "method": "Runtime.evaluate", "params": {"expression": "6*7", "returnByValue": true}})).await);
+    assert_eq!(version["result"]["result"]["value"], 42);
+    for method in [
+        "Network.getAllCookies",
+        "Network.setCookies",
+        "Storage.getCookies",
+        "DOMStorage.getDOMStorageItems",
+    ] {
+        let refused = err(tools
+            .call(
+                "browser.cdp_send",
+                &json!({"target": target, "method": method, "params": {}}),
+            )
+            .await);
+        assert_eq!(refused.code, ToolErrorCode::InputInvalid, "{method}");
+    }
+    assert_eq!(
+        err(tools
+            .call(
+                "browser.cdp_send",
+                &json!({"target": target, "method": "No.suchMethod"})
+            )
+            .await)
+        .code,
+        ToolErrorCode::Internal
+    );
+
     host.stop("net", Duration::from_secs(2)).await.unwrap();
     let _ = std::fs::remove_dir_all(&state);
 }

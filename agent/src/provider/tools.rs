@@ -306,6 +306,26 @@ impl ToolHost {
                 let body = page.execute(params).await.map_err(|_| not_found(request_id))?;
                 Ok(json!({ "target": target, "body": body.result.body, "base64Encoded": body.result.base64_encoded }))
             }
+            "browser.cdp_send" => {
+                let (target, page) = self.target(input).await?;
+                let method = text(input, "method")?;
+                if touches_session_material(method) {
+                    // Cookies and storage enter or leave only through grants (C1, C9).
+                    return Err(ToolError::new(
+                        ToolErrorCode::InputInvalid,
+                        format!("{method} reads or writes session material, which moves only through grants"),
+                    ));
+                }
+                let params = input.get("params").cloned().unwrap_or_else(|| json!({}));
+                let response = page
+                    .execute(RawCommand {
+                        method: method.to_owned(),
+                        params,
+                    })
+                    .await
+                    .map_err(|e| cdp(&e))?;
+                Ok(json!({ "target": target, "result": response.result }))
+            }
             other => Err(ToolError::unsupported(other, gate.unwrap_or(other))),
         }
     }
@@ -466,6 +486,44 @@ impl ToolHost {
     pub async fn is_kept_alive(&self, target: &str) -> bool {
         self.targets.lock().await.get(target).is_some_and(|t| t.keep_alive)
     }
+}
+
+/// CDP methods that read or write cookies or storage: refused through `browser.cdp_send`.
+fn touches_session_material(method: &str) -> bool {
+    const DOMAINS: [&str; 4] = ["Storage.", "DOMStorage.", "IndexedDB.", "CacheStorage."];
+    const NETWORK: [&str; 6] = [
+        "Network.getCookies",
+        "Network.getAllCookies",
+        "Network.setCookie",
+        "Network.setCookies",
+        "Network.deleteCookies",
+        "Network.clearBrowserCookies",
+    ];
+    DOMAINS.iter().any(|d| method.starts_with(d)) || NETWORK.contains(&method)
+}
+
+/// A CDP command by name, for `browser.cdp_send`: its params are sent as given, its result
+/// comes back as JSON.
+#[derive(Debug)]
+struct RawCommand {
+    method: String,
+    params: Value,
+}
+
+impl serde::Serialize for RawCommand {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.params.serialize(serializer)
+    }
+}
+
+impl chromiumoxide::Method for RawCommand {
+    fn identifier(&self) -> chromiumoxide::types::MethodId {
+        self.method.clone().into()
+    }
+}
+
+impl chromiumoxide::Command for RawCommand {
+    type Response = Value;
 }
 
 fn text<'a>(input: &'a Value, field: &str) -> Result<&'a str, ToolError> {
