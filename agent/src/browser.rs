@@ -210,6 +210,32 @@ impl ControlledBrowser {
         self.browser.version().await.is_ok()
     }
 
+    /// Lets pages download into `dir` (each file named by its download id), with progress events.
+    pub async fn allow_downloads(&self, dir: &Path) -> Result<(), BrowserError> {
+        use chromiumoxide::cdp::browser_protocol::browser::{SetDownloadBehaviorBehavior, SetDownloadBehaviorParams};
+        let mut params = SetDownloadBehaviorParams::new(SetDownloadBehaviorBehavior::AllowAndName);
+        params.download_path = Some(dir.display().to_string());
+        params.events_enabled = Some(true);
+        self.browser
+            .execute(params)
+            .await
+            .map(|_| ())
+            .map_err(|e| BrowserError::Cdp(e.to_string()))
+    }
+
+    /// The browser's download progress events.
+    pub async fn download_events(
+        &self,
+    ) -> Result<
+        chromiumoxide::listeners::EventStream<chromiumoxide::cdp::browser_protocol::browser::EventDownloadProgress>,
+        BrowserError,
+    > {
+        self.browser
+            .event_listener()
+            .await
+            .map_err(|e| BrowserError::Cdp(e.to_string()))
+    }
+
     /// A new tab, on `about:blank`.
     pub async fn new_page(&self) -> Result<Page, BrowserError> {
         self.browser

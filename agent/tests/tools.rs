@@ -64,7 +64,15 @@ async fn core_tools_errors_and_stale_handles_on_real_chromium() {
 
     // T3: a tool the manifest does not list, or whose gate is closed, answers
     // browser:unsupported naming the capability.
-    let unlisted = err(tools.call("browser.download", &json!({"target": target})).await);
+    let mut without_downloads = manifest();
+    without_downloads.implements.retain(|i| i.tool != "browser.download");
+    let limited = ToolHost::new(
+        without_downloads,
+        host.clone(),
+        ChromiumConfig::new(state.clone()),
+        "tools",
+    );
+    let unlisted = err(limited.call("browser.download", &json!({"target": target})).await);
     assert_eq!(unlisted.code, ToolErrorCode::Unsupported);
     assert_eq!(unlisted.cause.unwrap()["capability"], "downloads");
     let closed = err(tools
@@ -156,7 +164,13 @@ async fn interaction_and_network_tools_on_real_chromium() {
                 )
             }),
         )
-        .route("/data.json", axum::routing::get(|| async { axum::Json(json!({"answer": 42})) }));
+        .route("/data.json", axum::routing::get(|| async { axum::Json(json!({"answer": 42})) }))
+        .route(
+            "/report.txt",
+            axum::routing::get(|| async {
+                ([(axum::http::header::CONTENT_DISPOSITION, "attachment; filename=\"report.txt\"")], "quarterly numbers\n")
+            }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(axum::serve(listener, app).into_future());
@@ -278,6 +292,18 @@ async fn interaction_and_network_tools_on_real_chromium() {
         .code,
         ToolErrorCode::Internal
     );
+
+    // A download lands in a host path under the state directory.
+    let download = ok(tools
+        .call(
+            "browser.download",
+            &json!({"target": target, "url": format!("{base}/report.txt")}),
+        )
+        .await);
+    let path = PathBuf::from(download["path"].as_str().unwrap());
+    assert!(path.starts_with(&state), "{path:?}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "quarterly numbers\n");
+    assert_eq!(download["bytes"], 18.0);
 
     host.stop("net", Duration::from_secs(2)).await.unwrap();
     let _ = std::fs::remove_dir_all(&state);

@@ -326,8 +326,56 @@ impl ToolHost {
                     .map_err(|e| cdp(&e))?;
                 Ok(json!({ "target": target, "result": response.result }))
             }
+            "browser.download" => self.download(input).await,
             other => Err(ToolError::unsupported(other, gate.unwrap_or(other))),
         }
+    }
+
+    /// `browser.download`: the page fetches `url` as a download into a host path under the
+    /// state directory (0700), and the tool answers with the path and size once complete.
+    async fn download(&self, input: &Value) -> Result<Value, ToolError> {
+        use chromiumoxide::cdp::browser_protocol::browser::DownloadProgressState;
+        use futures_util::StreamExt as _;
+        let (target, page) = self.target(input).await?;
+        let url = text(input, "url")?;
+        let browser = self.host.attach(&self.instance).await.ok_or_else(|| {
+            ToolError::new(ToolErrorCode::NotReady, "the browser is not running")
+                .with_cause(json!({ "state": "stopped" }))
+        })?;
+        let dir = crate::state::private_dir(&self.config.state_dir.join("downloads").join(&self.instance))
+            .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("the download directory: {e}")))?;
+        browser
+            .allow_downloads(&dir)
+            .await
+            .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
+        let mut events = browser
+            .download_events()
+            .await
+            .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
+        let script = format!(
+            "(() => {{ const a = document.createElement('a'); a.href = {}; a.download = ''; document.body.appendChild(a); a.click(); return true; }})()",
+            serde_json::to_string(url).map_err(|_| ToolError::new(ToolErrorCode::InputInvalid, "url"))?
+        );
+        page.evaluate(script).await.map_err(|e| cdp(&e))?;
+        let done = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(event) = events.next().await {
+                match event.state {
+                    DownloadProgressState::Completed => {
+                        return Ok((event.guid.clone(), event.file_path.clone(), event.received_bytes));
+                    }
+                    DownloadProgressState::Canceled => {
+                        return Err(ToolError::new(ToolErrorCode::Internal, "the download was canceled"));
+                    }
+                    DownloadProgressState::InProgress => {}
+                }
+            }
+            Err(ToolError::new(ToolErrorCode::Internal, "the browser closed"))
+        })
+        .await
+        .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the download did not finish in 60 s"))??;
+        let (guid, file_path, bytes) = done;
+        let path = file_path.map_or_else(|| dir.join(&guid), std::path::PathBuf::from);
+        Ok(json!({ "target": target, "path": path.display().to_string(), "bytes": bytes }))
     }
 
     /// Waits for the instance to be usable (L3, L10).
