@@ -343,6 +343,24 @@ mod tests {
             .spawn()
             .unwrap();
         let marked_pid = marked.id().unwrap();
+        // The child is listed with its arguments once it has executed: wait for that (5 s at most).
+        let marker = format!("--pap-agent-browser={instance}");
+        tokio::time::timeout(Duration::from_secs(5), async {
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
+            loop {
+                tick.tick().await;
+                if ProcTable
+                    .list()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p.pid == marked_pid && p.args.contains(&marker))
+                {
+                    break;
+                }
+            }
+        })
+        .await
+        .expect("the marked process never showed its marker");
         let scope = SweepScope::Instance {
             instance: instance.clone(),
             user_data_dir: PathBuf::from("/nonexistent-profile"),
