@@ -365,7 +365,9 @@ mod tests {
             instance: instance.clone(),
             user_data_dir: PathBuf::from("/nonexistent-profile"),
         };
-        assert_eq!(sweep(&ProcTable, &scope, Duration::from_secs(5)).await.unwrap(), 1);
+        // At least the marked process; a `python3` launcher shim may fork helpers that carry the
+        // same arguments, and they are marked too.
+        assert!(sweep(&ProcTable, &scope, Duration::from_secs(5)).await.unwrap() >= 1);
         assert!(
             !ProcTable.list().unwrap().iter().any(|p| p.pid == marked_pid),
             "the marked process still runs"
