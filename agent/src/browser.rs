@@ -200,6 +200,22 @@ impl ControlledBrowser {
         &self.instance
     }
 
+    /// The profile directory this instance runs on (fresh, under the state directory: L13).
+    pub fn user_data_dir(&self) -> &Path {
+        &self.user_data_dir
+    }
+
+    /// How many targets (tabs, workers) the browser has now.
+    pub async fn target_count(&self) -> Result<usize, BrowserError> {
+        use chromiumoxide::cdp::browser_protocol::target::GetTargetsParams;
+        let targets = self
+            .browser
+            .execute(GetTargetsParams::default())
+            .await
+            .map_err(|e| BrowserError::Cdp(e.to_string()))?;
+        Ok(targets.result.target_infos.len())
+    }
+
     /// The browser's process id.
     pub fn pid(&self) -> Option<u32> {
         self.pid

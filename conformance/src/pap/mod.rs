@@ -8,7 +8,6 @@
 //! A failure message starts with the requirement it breaks.
 
 mod cases;
-mod report;
 mod scenario;
 
 use std::future::Future;
@@ -18,8 +17,8 @@ use std::time::{Duration, Instant};
 use pap_agent::{BrowserHost, ChromiumConfig, Company, PapClient, Session, new_pairwise_user};
 use pap_shared::Rng;
 
-pub use self::report::{CaseResult, Outcome, Report};
 pub use self::scenario::{Proposal, Scenario};
+pub use crate::report::{CaseResult, Outcome, Report};
 
 /// How the user's approval of Device Sign-In is played (`../shared/interop/README.md`).
 #[derive(Clone, Debug)]

@@ -1,0 +1,157 @@
+//! The AIP-63 conformance suite (agentbrowser/v1 §5): hooks by their ids, run against any
+//! provider through [`ProviderUnderTest`] — our Chromium provider, an in-memory fake, and fakes
+//! broken on purpose, each of which must turn exactly its hook red.
+
+mod chromium;
+mod fake;
+mod hooks;
+
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pap_agent::{CallGate, Health, Launch, Stalled};
+use pap_shared::{ToolError, ToolResult};
+use serde_json::Value;
+
+pub use self::chromium::ChromiumUnderTest;
+pub use self::fake::{Defect, FakeProvider};
+pub use self::hooks::HOOKS;
+use crate::report::{CaseResult, Outcome, Report};
+
+/// What a launch reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Launched {
+    /// The browser process, if the provider has one.
+    pub pid: Option<u32>,
+    /// Changes at every real launch.
+    pub boot_id: u64,
+    /// An instance already ran (L2).
+    pub was_already_running: bool,
+}
+
+/// A provider, as the suite drives it. One instance key per provider under test.
+#[async_trait]
+pub trait ProviderUnderTest: Send + Sync {
+    /// Its `BROWSER.md`.
+    fn manifest_text(&self) -> String;
+    /// `launch` (L2).
+    async fn launch(&self) -> Result<Launched, ToolError>;
+    /// `health()` (L1, L4).
+    async fn health(&self) -> Health;
+    /// An AIP-14 tool call as an agent caller.
+    async fn call(&self, tool: &str, input: Value) -> ToolResult;
+    /// `stop` (L5).
+    async fn stop(&self) -> Result<(), ToolError>;
+    /// How many targets the running instance has (L4: health must not add one).
+    async fn target_count(&self) -> Option<usize>;
+    /// Whether process `pid` still runs.
+    fn is_running(&self, pid: u32) -> bool;
+    /// Starts a process that is *not* the provider's (no marker): stop must leave it (L5).
+    async fn plant_unmarked(&self) -> u32;
+    /// Leaves a marked process as a killed host would (L8); returns its pid.
+    async fn plant_orphan(&self) -> u32;
+    /// What the host does when it starts, before its first launch (L8).
+    async fn host_start(&self);
+    /// Runs the provider's idle reaper now, if it has one (L11).
+    async fn reap_idle(&self);
+    /// The provider's profile directory for the running instance (L13), if it has one.
+    async fn user_data_dir(&self) -> Option<std::path::PathBuf>;
+    /// A supervisor harness with AIP-63's default policy, driven at exact times (L6-L10).
+    fn supervision(&self) -> Box<dyn SupervisionUnderTest>;
+}
+
+/// The supervisor's decisions, driven at exact millisecond times.
+pub trait SupervisionUnderTest: Send {
+    /// `launch` at `now`.
+    fn launch(&mut self, now: u64) -> Result<Launch, ToolError>;
+    /// A progress signal at `now`.
+    fn progress(&mut self, now: u64);
+    /// The health probe answered.
+    fn ready(&mut self);
+    /// The launch failed at `now`.
+    fn launch_failed(&mut self, now: u64, reason: &str) -> bool;
+    /// Time passed.
+    fn tick(&mut self, now: u64) -> Option<Stalled>;
+    /// A tool call arrives at `now`.
+    fn call(&mut self, now: u64) -> CallGate;
+    /// An operator's reset.
+    fn operator_reset(&mut self, now: u64) -> Result<Launch, ToolError>;
+    /// `health()`.
+    fn health(&self) -> Health;
+}
+
+/// A conformance level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    /// Every provider.
+    Core,
+    /// Input tools, targets.
+    Interaction,
+    /// CDP network tools.
+    Network,
+    /// Downloads.
+    Download,
+}
+
+impl Level {
+    /// The level's name in `browser.conformance`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Core => "core",
+            Self::Interaction => "interaction",
+            Self::Network => "network",
+            Self::Download => "download",
+        }
+    }
+}
+
+/// A hook's body: a result and, when red, what went wrong.
+type HookFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
+
+/// How a hook runs against a provider.
+type HookFn = for<'a> fn(&'a dyn ProviderUnderTest) -> HookFuture<'a>;
+
+/// One hook: its id, the rule it tests, its level.
+pub struct Hook {
+    /// The hook id (`core.lifecycle.launch-idempotent`).
+    pub id: &'static str,
+    /// The rule (`L2`).
+    pub rule: &'static [&'static str],
+    /// Its level.
+    pub level: Level,
+    run: HookFn,
+}
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hook").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+/// The longest a hook may take.
+pub const HOOK_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs the hooks of `levels` (every level when empty) against `provider`, in order.
+pub async fn run(provider: &dyn ProviderUnderTest, levels: &[Level]) -> Report {
+    let mut report = Report::default();
+    for hook in HOOKS.iter().filter(|h| levels.is_empty() || levels.contains(&h.level)) {
+        let started = Instant::now();
+        let outcome = tokio::time::timeout(HOOK_TIMEOUT, (hook.run)(provider)).await;
+        let (outcome, message) = match outcome {
+            Ok(Ok(())) => (Outcome::Passed, String::new()),
+            Ok(Err(message)) => (Outcome::Failed, format!("{}: {message}", hook.rule.join(", "))),
+            Err(_) => (
+                Outcome::Failed,
+                format!("the hook took longer than {} s", HOOK_TIMEOUT.as_secs()),
+            ),
+        };
+        report.results.push(CaseResult {
+            id: hook.id,
+            requirements: hook.rule,
+            outcome,
+            duration: started.elapsed(),
+            message,
+        });
+    }
+    report
+}
