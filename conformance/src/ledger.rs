@@ -40,7 +40,8 @@ pub struct Rule {
     /// Where the code is.
     #[serde(default)]
     pub code: Vec<String>,
-    /// `FILE::TEST` for Rust tests, `python-runner:CASE` for a reference-runner case.
+    /// `FILE::TEST` for Rust tests, `python-runner:CASE` for a reference-runner case,
+    /// `pap-conformance:CASE` for a PAP case, `aip63-suite:HOOK` for an AIP-63 suite hook.
     #[serde(default)]
     pub tests: Vec<String>,
     /// What is left, for a partial or open rule.
@@ -76,6 +77,12 @@ impl Ledger {
                 if let Some(case) = test.strip_prefix("pap-conformance:") {
                     if !crate::pap::CASES.iter().any(|c| c.id == case) {
                         problems.push(format!("{}: pap-conformance has no case {case}", rule.id));
+                    }
+                    continue;
+                }
+                if let Some(hook) = test.strip_prefix("aip63-suite:") {
+                    if !crate::browser::HOOKS.iter().any(|h| h.id == hook) {
+                        problems.push(format!("{}: the AIP-63 suite has no hook {hook}", rule.id));
                     }
                     continue;
                 }

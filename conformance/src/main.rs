@@ -1,6 +1,7 @@
-//! `pap-conformance`: the PAP cases of the browser-session bridge against any company.
+//! `pap-conformance`: the PAP cases of the browser-session bridge against any company, and the
+//! AIP-63 suite against a browser provider.
 //!
-//! Run with `cargo run -p pap-conformance -- pap --help`.
+//! Run with `cargo run -p pap-conformance -- pap --help` or `-- browser --help`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,6 +14,7 @@ use pap_agent::{
     BrowserHost, ChromiumConfig, ClientConfig, Identity, PapClient, TestNetwork, TlsListener, documents_router,
     pin_served_leaf,
 };
+use pap_conformance::browser;
 use pap_conformance::pap::{self, Approver, Context, Scenario};
 use pap_shared::{CompanyDomain, SystemClock, SystemRng};
 use rustls::pki_types::CertificateDer;
@@ -31,7 +33,55 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Runs the PAP cases (joins, refused, web confirm) against a company, as the agent, in Chromium.
-    Pap(PapArgs),
+    Pap(Box<PapArgs>),
+    /// Runs the AIP-63 (agentbrowser/v1) suite's hooks against a browser provider.
+    Browser(BrowserArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Provider {
+    /// Our Chromium provider, on Debian's Chromium.
+    Chromium,
+    /// The suite's in-memory fake (a self-check of the suite).
+    Fake,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LevelArg {
+    Core,
+    Interaction,
+    Network,
+    Download,
+}
+
+impl From<LevelArg> for browser::Level {
+    fn from(level: LevelArg) -> Self {
+        match level {
+            LevelArg::Core => Self::Core,
+            LevelArg::Interaction => Self::Interaction,
+            LevelArg::Network => Self::Network,
+            LevelArg::Download => Self::Download,
+        }
+    }
+}
+
+#[derive(clap::Args)]
+struct BrowserArgs {
+    /// The provider under test.
+    #[arg(long, value_enum, default_value = "chromium")]
+    provider: Provider,
+    /// The Chromium provider's manifest.
+    #[arg(long, default_value = "agent/providers/chromium/BROWSER.md")]
+    manifest: PathBuf,
+    /// Only these levels (repeatable); every level when absent.
+    #[arg(long = "level", value_enum)]
+    levels: Vec<LevelArg>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the report as JUnit XML here.
+    #[arg(long)]
+    junit: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -103,16 +153,45 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match cli.command {
-        Command::Pap(args) => match runtime.block_on(run_pap(args)) {
-            Ok(true) => ExitCode::SUCCESS,
-            Ok(false) => ExitCode::FAILURE,
-            Err(error) => {
-                eprintln!("pap-conformance: {error:#}");
-                ExitCode::from(2)
-            }
-        },
+    let outcome = match cli.command {
+        Command::Pap(args) => runtime.block_on(run_pap(*args)),
+        Command::Browser(args) => runtime.block_on(run_browser(args)),
+    };
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("pap-conformance: {error:#}");
+            ExitCode::from(2)
+        }
     }
+}
+
+async fn run_browser(args: BrowserArgs) -> anyhow::Result<bool> {
+    let levels: Vec<browser::Level> = args.levels.iter().map(|l| (*l).into()).collect();
+    let report = match args.provider {
+        Provider::Fake => browser::run(&browser::FakeProvider::sound(), &levels).await,
+        Provider::Chromium => {
+            let state = std::env::temp_dir().join(format!("pap-conformance-browser-{}", std::process::id()));
+            std::fs::create_dir_all(&state).with_context(|| format!("creating {}", state.display()))?;
+            let provider = browser::ChromiumUnderTest::new(&args.manifest, ChromiumConfig::new(state.clone()))?;
+            let report = browser::run(&provider, &levels).await;
+            provider.shut_down().await;
+            let _ = std::fs::remove_dir_all(&state);
+            report
+        }
+    };
+    #[allow(clippy::print_stdout, reason = "the report is the command's output")]
+    {
+        print!("{}", report.text());
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report.json())?)?;
+    }
+    if let Some(path) = &args.junit {
+        std::fs::write(path, report.junit("pap-conformance browser"))?;
+    }
+    Ok(report.all_passed())
 }
 
 async fn run_pap(args: PapArgs) -> anyhow::Result<bool> {
