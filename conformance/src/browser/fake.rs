@@ -29,6 +29,8 @@ implements:
   - { tool: browser.evaluate, version: \"1\" }
   - { tool: browser.get_dom, version: \"1\" }
   - { tool: browser.screenshot, version: \"1\" }
+  - { tool: browser.click, version: \"1\" }
+  - { tool: browser.fill, version: \"1\" }
   - { tool: browser.tabs, version: \"1\" }
 health_check: { method: ping }
 browser:
@@ -47,7 +49,7 @@ browser:
     supervision:
       crashLoop: { maxFailures: 3, windowMs: 300000 }
       orphanMarker: \"--conformance-fake\"
-  conformance: [core]
+  conformance: [core, interaction]
 ---
 ";
 
@@ -146,6 +148,8 @@ struct State {
     /// Target id -> (boot, keepAlive).
     targets: HashMap<String, (u64, bool)>,
     next_target: u64,
+    /// What `browser.fill` typed (the page's `#name`).
+    typed: Option<String>,
 }
 
 impl State {
@@ -190,11 +194,13 @@ impl FakeProvider {
     }
 
     fn dispatch(&self, tool: &str, input: &Value) -> Result<Value, ToolError> {
-        const LISTED: [&str; 5] = [
+        const LISTED: [&str; 7] = [
             "browser.navigate",
             "browser.evaluate",
             "browser.get_dom",
             "browser.screenshot",
+            "browser.click",
+            "browser.fill",
             "browser.tabs",
         ];
         if !LISTED.contains(&tool) {
@@ -217,6 +223,23 @@ impl FakeProvider {
             return Err(ToolError::new(ToolErrorCode::NotReady, format!("the browser is {now}"))
                 .with_cause(json!({ "state": now })));
         };
+        let action = input.get("action").and_then(Value::as_str);
+        if tool == "browser.tabs" && action == Some("list") {
+            let targets: Vec<Value> = state
+                .targets
+                .iter()
+                .filter(|(_, (b, _))| *b == boot)
+                .map(|(id, _)| json!({ "target": id }))
+                .collect();
+            return Ok(json!({ "targets": targets }));
+        }
+        if tool == "browser.tabs" && action == Some("close") {
+            let id = input.get("target").and_then(Value::as_str).unwrap_or_default();
+            return match state.targets.remove(id) {
+                Some(_) => Ok(json!({ "target": id })),
+                None => Err(ToolError::new(ToolErrorCode::NotFound, "no such target")),
+            };
+        }
         let target = match input.get("target").and_then(Value::as_str) {
             Some(id) => {
                 let (target_boot, _) = *state
@@ -242,12 +265,17 @@ impl FakeProvider {
         match tool {
             "browser.evaluate" => {
                 let expression = input.get("expression").and_then(Value::as_str).unwrap_or_default();
-                let value = if expression.contains("textContent") {
-                    json!("hello")
-                } else {
-                    json!(1)
+                let value = match expression {
+                    e if e.contains("'out'") => json!(state.typed.as_ref().map(|t| format!("hi {t}"))),
+                    e if e.contains("textContent") => json!("hello"),
+                    _ => json!(1),
                 };
                 Ok(json!({ "target": target, "value": value }))
+            }
+            "browser.fill" => {
+                let value = input.get("value").and_then(Value::as_str).unwrap_or_default();
+                state.typed = Some(value.to_owned());
+                Ok(json!({ "target": target, "characters": value.chars().count() }))
             }
             "browser.get_dom" => Ok(json!({ "target": target, "html": "<h1 id=\"h\">hello</h1>" })),
             "browser.screenshot" => Ok(json!({ "target": target, "bytes": 68 })),

@@ -56,11 +56,21 @@ pub const HOOKS: &[Hook] = &[
     hook!("core.tools.screenshot", ["T1"], Level::Core, tool_screenshot),
     hook!("interaction.targets.keepalive", ["L11"], Level::Interaction, keepalive),
     hook!(
+        "interaction.tools.click-fill",
+        ["T1"],
+        Level::Interaction,
+        tool_click_fill
+    ),
+    hook!("interaction.tools.tabs", ["T1"], Level::Interaction, tool_tabs),
+    hook!(
         "interaction.targets.stale-handle",
         ["L12"],
         Level::Interaction,
         stale_handle
     ),
+    hook!("network.tools.requests", ["T1"], Level::Network, tool_requests),
+    hook!("network.tools.cdp-send", ["T1"], Level::Network, tool_cdp_send),
+    hook!("download.tools.download", ["T1"], Level::Download, tool_download),
 ];
 
 const PAGE: &str = "data:text/html,<title>conformance</title><h1 id=h>hello</h1>";
@@ -161,9 +171,11 @@ async fn tools_unsupported(p: &dyn ProviderUnderTest) -> Result<(), String> {
     let manifest =
         parse_manifest(&p.manifest_text(), None).map_err(|d| format!("the manifest does not load: {}", d[0]))?;
     let target = fresh_target(p).await?;
+    // Without `cdp`, `browser.list_requests` in particular (aip-63-tables §5, core).
     let missing = pap_agent::RESERVED_TOOLS
         .iter()
-        .find(|t| !manifest.implements.iter().any(|i| i.tool == t.id));
+        .filter(|t| !manifest.implements.iter().any(|i| i.tool == t.id))
+        .min_by_key(|t| (t.id != "browser.list_requests", t.id));
     let Some(missing) = missing else { return Ok(()) };
     match p.call(missing.id, json!({ "target": target })).await {
         ToolResult::Err(e) if e.code == ToolErrorCode::Unsupported => {
@@ -514,5 +526,180 @@ async fn stale_handle(p: &dyn ProviderUnderTest) -> Result<(), String> {
         ToolResult::Err(e) if e.code == ToolErrorCode::TargetGone => Ok(()),
         ToolResult::Err(e) => Err(format!("a handle of the previous boot answered {}", e.code.as_str())),
         ToolResult::Ok(_) => Err("a handle of the previous boot was rebound to a new target".into()),
+    }
+}
+
+const FORM: &str = "data:text/html,<input id=name><button id=go onclick=\"document.getElementById('out').textContent='hi '+document.getElementById('name').value\">go</button><p id=out></p>";
+
+async fn tool_click_fill(p: &dyn ProviderUnderTest) -> Result<(), String> {
+    running(p).await?;
+    let opened = ok(
+        p.call("browser.navigate", json!({ "url": FORM })).await,
+        "browser.navigate",
+    )?;
+    let target = opened["target"].as_str().ok_or("browser.navigate returned no target")?;
+    ok(
+        p.call(
+            "browser.fill",
+            json!({ "target": target, "selector": "#name", "value": "Ada" }),
+        )
+        .await,
+        "browser.fill",
+    )?;
+    ok(
+        p.call("browser.click", json!({ "target": target, "selector": "#go" }))
+            .await,
+        "browser.click",
+    )?;
+    let out = ok(
+        p.call(
+            "browser.evaluate",
+            json!({ "target": target, "expression": "document.getElementById('out').textContent" }),
+        )
+        .await,
+        "browser.evaluate",
+    )?;
+    if out["value"] == "hi Ada" {
+        Ok(())
+    } else {
+        Err(format!("after fill and click the page shows {}", out["value"]))
+    }
+}
+
+async fn tool_tabs(p: &dyn ProviderUnderTest) -> Result<(), String> {
+    running(p).await?;
+    let opened = ok(
+        p.call("browser.tabs", json!({ "action": "open" })).await,
+        "browser.tabs open",
+    )?;
+    let target = opened["target"]
+        .as_str()
+        .ok_or("tabs open returned no target")?
+        .to_owned();
+    let listed = ok(
+        p.call("browser.tabs", json!({ "action": "list" })).await,
+        "browser.tabs list",
+    )?;
+    let ids: Vec<&str> = listed["targets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["target"].as_str().or(t.as_str()))
+        .collect();
+    if !ids.contains(&target.as_str()) {
+        return Err(format!("tabs list does not show the opened target {target}: {listed}"));
+    }
+    ok(
+        p.call("browser.tabs", json!({ "action": "close", "target": target }))
+            .await,
+        "browser.tabs close",
+    )?;
+    match p
+        .call("browser.evaluate", json!({ "target": target, "expression": "1" }))
+        .await
+    {
+        ToolResult::Err(_) => Ok(()),
+        ToolResult::Ok(_) => Err("a closed target still answers".into()),
+    }
+}
+
+/// A page that fetches JSON, the JSON, and a file served as an attachment, on loopback.
+async fn fixture() -> Result<String, String> {
+    let app = axum::Router::new()
+        .route(
+            "/",
+            axum::routing::get(|| async { axum::response::Html("<p>fixture</p><script>fetch('/data.json')</script>") }),
+        )
+        .route(
+            "/data.json",
+            axum::routing::get(|| async { axum::Json(json!({ "answer": 42 })) }),
+        )
+        .route(
+            "/report.txt",
+            axum::routing::get(|| async {
+                (
+                    [(
+                        axum::http::header::CONTENT_DISPOSITION,
+                        "attachment; filename=\"report.txt\"",
+                    )],
+                    "quarterly numbers\n",
+                )
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| format!("no fixture server: {e}"))?;
+    let base = format!("http://{}", listener.local_addr().map_err(|e| e.to_string())?);
+    tokio::spawn(axum::serve(listener, app).into_future());
+    Ok(base)
+}
+
+async fn tool_requests(p: &dyn ProviderUnderTest) -> Result<(), String> {
+    let base = fixture().await?;
+    running(p).await?;
+    let opened = ok(
+        p.call("browser.navigate", json!({ "url": format!("{base}/") })).await,
+        "browser.navigate",
+    )?;
+    let target = opened["target"].as_str().ok_or("browser.navigate returned no target")?;
+    // The page's fetch may land after the load event, and its body only once it has loaded:
+    // ask again until both answer, 10 s at most.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(20));
+    let mut last = String::from("the page's fetch never showed in browser.list_requests");
+    while tokio::time::Instant::now() < deadline {
+        tick.tick().await;
+        let requests = ok(
+            p.call("browser.list_requests", json!({ "target": target })).await,
+            "browser.list_requests",
+        )?;
+        let found = requests["requests"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["url"].as_str().is_some_and(|u| u.ends_with("/data.json")) && r["status"] == 200)
+            .cloned();
+        let Some(request) = found else { continue };
+        let input = json!({ "target": target, "requestId": request["requestId"] });
+        match p.call("browser.get_request_body", input).await {
+            ToolResult::Ok(body) => {
+                return match body["body"].as_str().map(serde_json::from_str::<Value>) {
+                    Some(Ok(value)) if value == json!({ "answer": 42 }) => Ok(()),
+                    _ => Err(format!("get_request_body answered {}", body["body"])),
+                };
+            }
+            ToolResult::Err(e) => last = format!("browser.get_request_body failed: {} {}", e.code.as_str(), e.message),
+        }
+    }
+    Err(last)
+}
+
+async fn tool_cdp_send(p: &dyn ProviderUnderTest) -> Result<(), String> {
+    let target = fresh_target(p).await?;
+    let input = json!({ "target": target, "method": "Runtime.evaluate", "params": { "expression": "6*7", "returnByValue": true } });
+    let answer = ok(p.call("browser.cdp_send", input).await, "browser.cdp_send")?;
+    if answer["result"]["result"]["value"] == 42 {
+        Ok(())
+    } else {
+        Err(format!("cdp_send answered {answer}"))
+    }
+}
+
+async fn tool_download(p: &dyn ProviderUnderTest) -> Result<(), String> {
+    let base = fixture().await?;
+    let target = fresh_target(p).await?;
+    let download = ok(
+        p.call(
+            "browser.download",
+            json!({ "target": target, "url": format!("{base}/report.txt") }),
+        )
+        .await,
+        "browser.download",
+    )?;
+    let path = download["path"].as_str().ok_or("browser.download returned no path")?;
+    match std::fs::read_to_string(path) {
+        Ok(text) if text == "quarterly numbers\n" => Ok(()),
+        Ok(text) => Err(format!("the download holds {} bytes, not the served file", text.len())),
+        Err(e) => Err(format!("the download at {path} cannot be read: {e}")),
     }
 }

@@ -131,10 +131,21 @@ impl std::fmt::Debug for Hook {
 /// The longest a hook may take.
 pub const HOOK_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Runs the hooks of `levels` (every level when empty) against `provider`, in order.
+/// Runs the hooks of `levels` against `provider`, in order. With no levels given, `core` and
+/// the levels the manifest claims in `browser.conformance` (a claim is what the suite checks).
 pub async fn run(provider: &dyn ProviderUnderTest, levels: &[Level]) -> Report {
+    let claimed = pap_agent::parse_manifest(&provider.manifest_text(), None)
+        .map(|m| m.browser.conformance)
+        .unwrap_or_default();
+    let selected = |hook: &&Hook| {
+        if levels.is_empty() {
+            hook.level == Level::Core || claimed.iter().any(|c| c == hook.level.name())
+        } else {
+            levels.contains(&hook.level)
+        }
+    };
     let mut report = Report::default();
-    for hook in HOOKS.iter().filter(|h| levels.is_empty() || levels.contains(&h.level)) {
+    for hook in HOOKS.iter().filter(selected) {
         let started = Instant::now();
         let outcome = tokio::time::timeout(HOOK_TIMEOUT, (hook.run)(provider)).await;
         let (outcome, message) = match outcome {

@@ -26,7 +26,7 @@ fn the_shipped_chromium_manifest_is_valid() {
     assert_eq!(manifest.id, "pap.chromium");
     assert_eq!(manifest.kind, DriverKind::Sdk);
     assert!(manifest.browser.capabilities.cdp);
-    assert_eq!(manifest.browser.conformance, ["core"]);
+    assert_eq!(manifest.browser.conformance, ["core", "interaction", "network", "download"]);
 }
 
 #[test]
@@ -66,8 +66,9 @@ fn m3_cdp_and_its_endpoint_go_together() {
         ["M3"]
     );
     let text = shipped().replacen("    cdp: true\n", "", 1);
-    // Without cdp the endpoint is refused (M3), and so are the listed network tools (M4).
-    assert_eq!(rules(&parse_manifest(&text, None).unwrap_err()), ["M3", "M4"]);
+    // Without cdp the endpoint is refused (M3), and so are the listed network tools (M4) and the
+    // network level's claim (M6).
+    assert_eq!(rules(&parse_manifest(&text, None).unwrap_err()), ["M3", "M4", "M6"]);
 }
 
 #[test]
@@ -109,15 +110,17 @@ fn m5_profile_modes_need_their_capabilities() {
 
 #[test]
 fn m6_claimed_levels_need_their_capabilities() {
-    let text = shipped().replacen("    downloads: true\n", "", 1).replacen(
-        "conformance: [core]",
-        "conformance: [core, download]",
-        1,
-    );
+    let text = shipped().replacen("    downloads: true\n", "", 1);
     // The listed browser.download breaks M4 as well.
     assert_eq!(rules(&parse_manifest(&text, None).unwrap_err()), ["M4", "M6"]);
     // A claim without core is an M1 error (the schema requires core).
-    assert_eq!(rules(&edited("conformance: [core]", "conformance: [network]")), ["M1"]);
+    assert_eq!(
+        rules(&edited(
+            "conformance: [core, interaction, network, download]",
+            "conformance: [network]"
+        )),
+        ["M1"]
+    );
 }
 
 #[test]
