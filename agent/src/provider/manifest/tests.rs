@@ -26,7 +26,10 @@ fn the_shipped_chromium_manifest_is_valid() {
     assert_eq!(manifest.id, "pap.chromium");
     assert_eq!(manifest.kind, DriverKind::Sdk);
     assert!(manifest.browser.capabilities.cdp);
-    assert_eq!(manifest.browser.conformance, ["core", "interaction", "network", "download"]);
+    assert_eq!(
+        manifest.browser.conformance,
+        ["core", "interaction", "network", "download"]
+    );
 }
 
 #[test]
