@@ -60,7 +60,9 @@ pub struct ChromiumConfig {
     pub executable: PathBuf,
     /// The agent's state directory; profiles go under `browsers/`.
     pub state_dir: PathBuf,
-    /// How long a launch may take to show its DevTools address.
+    /// A backstop for the DevTools address to show. Under a [`BrowserHost`] the supervisor's
+    /// budget decides first (L9): a quiet launch fails at `budgetMs`, a progressing one may run
+    /// to `hardCeilingMs`, which is this default.
     pub launch_timeout: Duration,
     /// How long `stop` waits after `Browser.close` before killing.
     pub grace: Duration,
@@ -74,7 +76,7 @@ impl ChromiumConfig {
         Self {
             executable: PathBuf::from(CHROMIUM),
             state_dir,
-            launch_timeout: Duration::from_secs(30),
+            launch_timeout: Duration::from_millis(Policy::default().hard_ceiling),
             grace: Duration::from_secs(2),
             test_network: TestNetwork::default(),
         }
@@ -100,6 +102,22 @@ impl fmt::Debug for ControlledBrowser {
     }
 }
 
+/// The launch step that says the DevTools port is bound: from then on the live process with its
+/// bound port is a progress signal (L9).
+const STEP_DEVTOOLS_BOUND: &str = "connecting over CDP";
+
+/// How often a running launch reports to the supervisor.
+const LAUNCH_TICK: Duration = Duration::from_millis(250);
+
+/// The profile directory of `instance` in this agent process: unique per host process, so a
+/// previous run's is never reused (L13) and a sweep can find its children by it.
+fn profile_dir(config: &ChromiumConfig, instance: &str) -> PathBuf {
+    config
+        .state_dir
+        .join("browsers")
+        .join(format!("{instance}-{}", std::process::id()))
+}
+
 impl ControlledBrowser {
     /// Launches Chromium for `instance` with a fresh profile. `progress` is told each step.
     pub async fn launch(
@@ -114,8 +132,8 @@ impl ControlledBrowser {
         {
             return Err(LaunchError::BadInstance);
         }
-        let browsers = private_dir(&config.state_dir.join("browsers")).map_err(LaunchError::Profile)?;
-        let user_data_dir = browsers.join(format!("{instance}-{}", std::process::id()));
+        private_dir(&config.state_dir.join("browsers")).map_err(LaunchError::Profile)?;
+        let user_data_dir = profile_dir(config, instance);
         if user_data_dir.exists() {
             std::fs::remove_dir_all(&user_data_dir).map_err(LaunchError::Profile)?;
         }
@@ -183,7 +201,7 @@ impl ControlledBrowser {
         };
         // Keep draining stderr so Chromium never blocks on a full pipe; its lines are dropped.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        progress("connecting over CDP");
+        progress(STEP_DEVTOOLS_BOUND);
         let handler_config = HandlerConfig {
             ignore_https_errors: false,
             ..HandlerConfig::default()
@@ -413,7 +431,49 @@ impl BrowserHost {
         progress: &(dyn Fn(&str) + Sync),
         browsers: &mut HashMap<String, Arc<ControlledBrowser>>,
     ) -> Result<Arc<ControlledBrowser>, LaunchError> {
-        match ControlledBrowser::launch(config, instance, progress).await {
+        // L9: the supervisor watches the launch while it runs. Each step is a progress signal,
+        // and once the DevTools port is bound the live process with its port is one at every
+        // tick; the supervisor alone decides when a quiet launch has failed (and counts it).
+        let bound = std::sync::atomic::AtomicBool::new(false);
+        let signal = |step: &str| {
+            if step == STEP_DEVTOOLS_BOUND {
+                bound.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            self.supervisor().progress(instance, self.now());
+            progress(step);
+        };
+        let outcome = {
+            let launch = ControlledBrowser::launch(config, instance, &signal);
+            tokio::pin!(launch);
+            let mut ticks = tokio::time::interval(LAUNCH_TICK);
+            loop {
+                tokio::select! {
+                    result = &mut launch => break Ok(result),
+                    _ = ticks.tick() => {
+                        let now = self.now();
+                        if bound.load(std::sync::atomic::Ordering::Relaxed) {
+                            self.supervisor().progress(instance, now);
+                        }
+                        if let Some(stalled) = self.supervisor().tick(instance, now) {
+                            break Err(stalled);
+                        }
+                    }
+                }
+            }
+            // Dropping the launch here kills its process (kill_on_drop).
+        };
+        let launched = match outcome {
+            Ok(launched) => launched,
+            Err(stalled) => {
+                let scope = SweepScope::Instance {
+                    instance: instance.to_owned(),
+                    user_data_dir: profile_dir(config, instance),
+                };
+                let _ = sweep(&ProcTable, &scope, config.grace).await;
+                return Err(LaunchError::Stalled(stalled.reason));
+            }
+        };
+        match launched {
             Ok(launched) => {
                 self.supervisor().probe_succeeded(instance);
                 let launched = Arc::new(launched);
@@ -494,6 +554,10 @@ pub enum LaunchError {
     /// The binary could not be started.
     #[error("Chromium could not be started")]
     Spawn(#[source] std::io::Error),
+    /// The supervisor ended a launch that used its budget with no progress, or reached its
+    /// hard ceiling (L9); it counted as a failed launch (L6).
+    #[error("the launch stalled: {0}")]
+    Stalled(String),
     /// No DevTools address within the launch timeout; what it printed follows.
     #[error("Chromium was not ready in time:\n{0}")]
     Timeout(String),

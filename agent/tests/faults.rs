@@ -1,6 +1,7 @@
 //! Fault tests with real processes (AIP-63 L6, L7, L8): a launcher that dies at once ends in
 //! `crash-looping` after three failures and spawns no fourth; an operator reset launches again;
-//! browsers left by a killed host are swept on the next start.
+//! browsers left by a killed host are swept on the next start; a launch that never binds its
+//! DevTools port is ended by the supervisor at its budget (L9), not by a timer of its own.
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
@@ -9,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use pap_agent::{
-    BrowserHost, CHROMIUM, ChromiumConfig, InstanceState, LaunchError, OperatorReset, ProcTable, ProcessTable,
+    BrowserHost, CHROMIUM, ChromiumConfig, InstanceState, LaunchError, OperatorReset, Policy, ProcTable, ProcessTable,
 };
 use pap_shared::ToolErrorCode;
 
@@ -125,5 +126,53 @@ async fn browsers_left_by_a_killed_host_are_swept_on_the_next_start() {
         "a child of the orphan survived"
     );
     assert!(!profile.exists(), "the orphan's profile was left");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn a_launch_that_never_binds_its_port_is_ended_by_the_supervisor_at_its_budget() {
+    let dir = scratch("stall");
+    // A "browser" that starts, keeps Chromium's flags on its command line, and never prints a
+    // DevTools address.
+    let launcher = dir.join("hangs");
+    std::fs::write(
+        &launcher,
+        "#!/bin/sh\nexec python3 -c 'import time; time.sleep(600)' \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut config = ChromiumConfig::new(dir.join("state"));
+    config.executable = launcher;
+    // The launch's own backstop is far away: only the supervisor can end it first.
+    config.launch_timeout = Duration::from_secs(120);
+    let policy = Policy {
+        budget: 1_000,
+        progress_window: 300,
+        hard_ceiling: 3_000,
+        ..Policy::default()
+    };
+    let host = BrowserHost::with_policy(policy);
+    let error = host.launch(&config, "stall", &|_| {}).await.unwrap_err();
+    assert!(
+        matches!(error, LaunchError::Stalled(ref why) if why.contains("budget")),
+        "{error}"
+    );
+    // It counted as a failed launch, and nothing of it is left.
+    let health = host.health("stall");
+    assert_eq!(health.state, InstanceState::Stopped);
+    assert!(
+        health.reason.as_deref().unwrap_or_default().contains("no progress"),
+        "{health:?}"
+    );
+    let marker = "--pap-agent-browser=stall";
+    assert!(
+        !ProcTable
+            .list()
+            .unwrap()
+            .iter()
+            .any(|p| p.args.iter().any(|a| a == marker)),
+        "the stalled launch's process survived"
+    );
+    assert_eq!(std::fs::read_dir(dir.join("state/browsers")).unwrap().count(), 0);
     std::fs::remove_dir_all(&dir).unwrap();
 }
