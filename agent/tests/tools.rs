@@ -308,3 +308,85 @@ async fn interaction_and_network_tools_on_real_chromium() {
     host.stop("net", Duration::from_secs(2)).await.unwrap();
     let _ = std::fs::remove_dir_all(&state);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_body_still_loading_is_retryable_not_missing() {
+    use futures_util::StreamExt as _;
+    // `/slow` sends its headers and a first chunk, then holds the rest until the test releases it.
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let released = std::sync::Arc::new(std::sync::Mutex::new(Some(released)));
+    let app = axum::Router::new()
+        .route(
+            "/",
+            axum::routing::get(|| async { axum::response::Html("<script>fetch('/slow')</script>") }),
+        )
+        .route(
+            "/slow",
+            axum::routing::get(move || {
+                let released = released.lock().unwrap().take().unwrap();
+                async move {
+                    let first = futures_util::stream::iter([Ok::<_, std::io::Error>("first ")]);
+                    let rest = futures_util::stream::once(async move {
+                        let _ = released.await;
+                        Ok::<_, std::io::Error>("rest")
+                    });
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "text/plain")],
+                        axum::body::Body::from_stream(first.chain(rest)),
+                    )
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(axum::serve(listener, app).into_future());
+
+    let state = std::env::temp_dir().join(format!("pap-tools-slow-{}", std::process::id()));
+    let host = BrowserHost::new();
+    let tools = ToolHost::new(manifest(), host.clone(), ChromiumConfig::new(state.clone()), "slow");
+    tools.launch().await.unwrap();
+    let target = ok(tools
+        .call("browser.navigate", &json!({"url": format!("{base}/")}))
+        .await)["target"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The response is logged once its headers arrive (10 s at most).
+    let request_id = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        loop {
+            tick.tick().await;
+            let requests = ok(tools.call("browser.list_requests", &json!({"target": target})).await);
+            if let Some(found) = requests["requests"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["url"].as_str().unwrap().ends_with("/slow"))
+            {
+                return found["requestId"].clone();
+            }
+        }
+    })
+    .await
+    .expect("the slow response never showed in list_requests");
+    let input = json!({"target": target, "requestId": request_id});
+    let loading = err(tools.call("browser.get_request_body", &input).await);
+    assert_eq!(loading.code, ToolErrorCode::Timeout, "{}", loading.message);
+    assert_eq!(loading.retryable, Some(true));
+
+    release.send(()).unwrap();
+    let body = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        loop {
+            tick.tick().await;
+            if let ToolResult::Ok(body) = tools.call("browser.get_request_body", &input).await {
+                return body;
+            }
+        }
+    })
+    .await
+    .expect("the body never became readable");
+    assert_eq!(body["body"], "first rest");
+    host.stop("slow", Duration::from_secs(2)).await.unwrap();
+    let _ = std::fs::remove_dir_all(&state);
+}

@@ -37,7 +37,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Waits (30 s at most) for LOG to show PATTERN while process PID lives.
+# Waits (30 s at most) for LOG to show PATTERN while process PID lives. The caller creates LOG
+# before it starts the process: a background job's redirection may open it after tail looks.
 ready() {
     local pid=$1 log=$2 pattern=$3
     if ! timeout 30 grep -q -m1 "$pattern" <(tail -n +1 -f "$log" --pid "$pid"); then
@@ -49,6 +50,7 @@ ready() {
 
 start_rust_company() {  # the agent's documents are at atlas.example = 127.0.0.1:$agent_port
     "$company_bin" dev-certs "$out/certs" shop.example atlas.example
+    : > "$out/company.log"
     "$company_bin" serve --config "$repo/company/shop.example.toml" \
         --listen "127.0.0.1:$company_port" --cert "$out/certs/cert.pem" --key "$out/certs/key.pem" \
         --admin-listen "127.0.0.1:$admin_port" --trust-ca "$out/certs/ca.pem" \
@@ -97,6 +99,7 @@ python-agent-x-rust-company)
     ;;
 rust-agent-x-python-company)
     "$company_bin" dev-certs "$out/certs" manzanita.example atlas.example
+    : > "$out/company.log"
     (cd "$interop" && exec "$python" peer_company.py --port "$company_port" --cert "$out/certs/cert.pem" \
         --key "$out/certs/key.pem" --ca "$out/certs/ca.pem" --agent-domain atlas.example \
         --agent-port "$agent_port") > "$out/company.log" 2>&1 &

@@ -303,7 +303,18 @@ impl ToolHost {
                 let request_id = text(input, "requestId")?;
                 let params =
                     chromiumoxide::cdp::browser_protocol::network::GetResponseBodyParams::new(request_id.to_owned());
-                let body = page.execute(params).await.map_err(|_| not_found(request_id))?;
+                let body = match page.execute(params).await {
+                    Ok(body) => body,
+                    // A logged response whose body has not finished loading: retryable, not
+                    // "no such request".
+                    Err(_) if self.has_logged(&target, request_id).await => {
+                        return Err(ToolError::new(
+                            ToolErrorCode::Timeout,
+                            format!("the body of request {request_id} has not finished loading; ask again"),
+                        ));
+                    }
+                    Err(_) => return Err(not_found(request_id)),
+                };
                 Ok(json!({ "target": target, "body": body.result.body, "base64Encoded": body.result.base64_encoded }))
             }
             "browser.cdp_send" => {
@@ -528,6 +539,15 @@ impl ToolHost {
             .with_cause(json!({ "target": id })));
         }
         Ok((id.to_owned(), target.page))
+    }
+
+    /// Whether `target`'s request log has a response for `request_id`.
+    async fn has_logged(&self, target: &str, request_id: &str) -> bool {
+        let Some(requests) = self.targets.lock().await.get(target).map(|t| t.requests.clone()) else {
+            return false;
+        };
+        let log = requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        log.iter().any(|entry| entry["requestId"] == request_id)
     }
 
     /// Whether `target` was opened with `keepAlive` (L11).
