@@ -66,18 +66,23 @@ pub struct ChromiumConfig {
     pub launch_timeout: Duration,
     /// How long `stop` waits after `Browser.close` before killing.
     pub grace: Duration,
+    /// How long the health probe may take (`health.timeoutMs`, L4): a browser that does not
+    /// answer within it is not healthy, and no caller hangs on it.
+    pub health_timeout: Duration,
     /// Test-only routing.
     pub test_network: TestNetwork,
 }
 
 impl ChromiumConfig {
-    /// The defaults for a state directory: Debian's Chromium, 30 s to launch, 2 s of grace.
+    /// The defaults for a state directory: Debian's Chromium, the hard ceiling (360 s) as the
+    /// launch backstop, 2 s of grace, 5 s for the health probe.
     pub fn new(state_dir: PathBuf) -> Self {
         Self {
             executable: PathBuf::from(CHROMIUM),
             state_dir,
             launch_timeout: Duration::from_millis(Policy::default().hard_ceiling),
             grace: Duration::from_secs(2),
+            health_timeout: Duration::from_secs(5),
             test_network: TestNetwork::default(),
         }
     }
@@ -91,6 +96,7 @@ pub struct ControlledBrowser {
     browser: Browser,
     handler: JoinHandle<()>,
     user_data_dir: PathBuf,
+    health_timeout: Duration,
 }
 
 impl fmt::Debug for ControlledBrowser {
@@ -163,6 +169,7 @@ impl ControlledBrowser {
                     browser,
                     handler,
                     user_data_dir,
+                    health_timeout: config.health_timeout,
                 })
             }
             Err(error) => {
@@ -241,7 +248,9 @@ impl ControlledBrowser {
 
     /// Whether the browser answers over CDP (creates no target).
     pub async fn is_healthy(&self) -> bool {
-        self.browser.version().await.is_ok()
+        tokio::time::timeout(self.health_timeout, self.browser.version())
+            .await
+            .is_ok_and(|answer| answer.is_ok())
     }
 
     /// Lets pages download into `dir` (each file named by its download id), with progress events.
@@ -513,7 +522,15 @@ impl BrowserHost {
     /// it no longer answers.
     pub async fn attach(&self, instance: &str) -> Option<Arc<ControlledBrowser>> {
         let running = self.browsers.lock().await.get(instance).cloned()?;
-        running.is_healthy().await.then_some(running)
+        // Every probe tells the supervisor, so health() shows a browser that stopped answering
+        // as degraded, and one that answers again as healthy (L1, L4).
+        if running.is_healthy().await {
+            self.supervisor().probe_succeeded(instance);
+            Some(running)
+        } else {
+            self.supervisor().probe_failed(instance);
+            None
+        }
     }
 
     /// Stops `instance`, if running: graceful, then forced, then a sweep of its marked

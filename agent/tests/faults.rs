@@ -1,7 +1,8 @@
 //! Fault tests with real processes (AIP-63 L6, L7, L8): a launcher that dies at once ends in
 //! `crash-looping` after three failures and spawns no fourth; an operator reset launches again;
 //! browsers left by a killed host are swept on the next start; a launch that never binds its
-//! DevTools port is ended by the supervisor at its budget (L9), not by a timer of its own.
+//! DevTools port is ended by the supervisor at its budget (L9), not by a timer of its own; a
+//! browser that stops answering fails its health probe within `health.timeoutMs` (L4).
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
@@ -174,5 +175,33 @@ async fn a_launch_that_never_binds_its_port_is_ended_by_the_supervisor_at_its_bu
         "the stalled launch's process survived"
     );
     assert_eq!(std::fs::read_dir(dir.join("state/browsers")).unwrap().count(), 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn a_browser_that_stops_answering_is_not_healthy_within_the_health_timeout() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let dir = scratch("frozen");
+    let mut config = ChromiumConfig::new(dir.join("state"));
+    config.health_timeout = Duration::from_millis(300);
+    let host = BrowserHost::new();
+    let browser = host.launch(&config, "frozen", &|_| {}).await.unwrap();
+    assert!(host.attach("frozen").await.is_some());
+    // Frozen, the browser keeps its socket open and never answers: the probe must give up by
+    // itself (the outer deadline is only there so a regression fails instead of hanging).
+    let pid = Pid::from_raw(i32::try_from(browser.pid().unwrap()).unwrap());
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let attached = tokio::time::timeout(Duration::from_secs(30), host.attach("frozen")).await;
+    kill(pid, Signal::SIGCONT).unwrap();
+    assert!(
+        matches!(attached, Ok(None)),
+        "a frozen browser was reported usable or hung the probe"
+    );
+    assert_eq!(host.health("frozen").state, InstanceState::Degraded);
+    // Thawed, it answers again.
+    assert!(host.attach("frozen").await.is_some());
+    assert_eq!(host.health("frozen").state, InstanceState::Healthy);
+    host.stop("frozen", Duration::from_secs(2)).await.unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }
