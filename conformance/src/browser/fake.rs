@@ -84,11 +84,13 @@ pub enum Defect {
     ReaperClosesKeepAlive,
     /// A handle from a previous boot is rebound to a new target (L12).
     StaleHandleRebound,
+    /// Stop throws when the instance is already stopped (L5: stop is idempotent).
+    StopThrowsSecondTime,
 }
 
 impl Defect {
     /// Every defect.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::NonIdempotentLaunch,
         Self::HealthyAfterStop,
         Self::UntypedUnsupported,
@@ -103,6 +105,7 @@ impl Defect {
         Self::DefaultProfile,
         Self::ReaperClosesKeepAlive,
         Self::StaleHandleRebound,
+        Self::StopThrowsSecondTime,
     ];
 
     /// The hook this defect must turn red.
@@ -122,6 +125,7 @@ impl Defect {
             Self::DefaultProfile => "core.lifecycle.chrome-fresh-userdir",
             Self::ReaperClosesKeepAlive => "interaction.targets.keepalive",
             Self::StaleHandleRebound => "interaction.targets.stale-handle",
+            Self::StopThrowsSecondTime => "core.lifecycle.stop-sweep",
         }
     }
 }
@@ -346,6 +350,9 @@ impl ProviderUnderTest for FakeProvider {
 
     async fn stop(&self) -> Result<(), ToolError> {
         let mut state = self.state();
+        if state.running.is_none() && self.has(Defect::StopThrowsSecondTime) {
+            return Err(ToolError::new(ToolErrorCode::Internal, "the browser is not running"));
+        }
         if let Some((pid, _)) = state.running.take() {
             state.processes.remove(&pid);
             if self.has(Defect::StopKillsUnmarked) {

@@ -101,6 +101,12 @@ async fn fresh_target(p: &dyn ProviderUnderTest) -> Result<String, String> {
         .ok_or_else(|| "browser.navigate returned no target".into())
 }
 
+/// Brings the provider to a stopped state from wherever the previous hook left it. A redundant
+/// stop that fails is L5's finding (`core.lifecycle.stop-sweep`), not this hook's.
+async fn settle_stopped(p: &dyn ProviderUnderTest) {
+    let _ = p.stop().await;
+}
+
 fn rule_breaks(p: &dyn ProviderUnderTest, rule: &str) -> Result<(), String> {
     match parse_manifest(&p.manifest_text(), None) {
         Ok(_) => Ok(()),
@@ -202,7 +208,7 @@ async fn tools_unsupported(p: &dyn ProviderUnderTest) -> Result<(), String> {
 }
 
 async fn tools_error_codes(p: &dyn ProviderUnderTest) -> Result<(), String> {
-    p.stop().await.map_err(|e| format!("stop failed: {}", e.message))?;
+    settle_stopped(p).await;
     match p.call("browser.navigate", json!({ "url": PAGE })).await {
         ToolResult::Err(e)
             if e.code == ToolErrorCode::NotReady && e.cause.as_ref().is_some_and(|c| c.get("state").is_some()) =>
@@ -229,7 +235,7 @@ const STATES: [InstanceState; 7] = [
 ];
 
 async fn lifecycle_states(p: &dyn ProviderUnderTest) -> Result<(), String> {
-    p.stop().await.map_err(|e| format!("stop failed: {}", e.message))?;
+    settle_stopped(p).await;
     let before = p.health().await.state;
     if !matches!(before, InstanceState::Absent | InstanceState::Stopped) || !STATES.contains(&before) {
         return Err(format!("before launch the state is {before}"));
@@ -248,7 +254,7 @@ async fn lifecycle_states(p: &dyn ProviderUnderTest) -> Result<(), String> {
 }
 
 async fn launch_idempotent(p: &dyn ProviderUnderTest) -> Result<(), String> {
-    p.stop().await.map_err(|e| format!("stop failed: {}", e.message))?;
+    settle_stopped(p).await;
     let first = p.launch().await.map_err(|e| format!("launch failed: {}", e.message))?;
     let second = p
         .launch()
@@ -428,7 +434,13 @@ async fn starting_wait(p: &dyn ProviderUnderTest) -> Result<(), String> {
 async fn fresh_userdir(p: &dyn ProviderUnderTest) -> Result<(), String> {
     running(p).await?;
     let Some(dir) = p.user_data_dir().await else {
-        return Ok(());
+        // Only a remote browser has no profile directory here; a local one must show it.
+        let manifest =
+            parse_manifest(&p.manifest_text(), None).map_err(|d| format!("the manifest does not load: {}", d[0]))?;
+        return match manifest.browser.location {
+            pap_agent::Location::Remote => Ok(()),
+            pap_agent::Location::Local => Err("a local provider does not report its user-data directory".into()),
+        };
     };
     let home = std::env::var_os("HOME")
         .map(std::path::PathBuf::from)
