@@ -23,6 +23,9 @@ const INSTANCE: &str = "conformance";
 /// A pid no host has: Linux caps pids at 4,194,304 (`pid_max`), so this one never runs.
 const DEAD_HOST: u32 = 4_194_304;
 
+/// What a planted process runs: it sleeps, and names itself by this text.
+const PLANTED: &str = "import time; time.sleep(600)";
+
 /// Our Chromium provider, driven by the suite.
 pub struct ChromiumUnderTest {
     manifest_text: String,
@@ -64,31 +67,42 @@ impl ChromiumUnderTest {
     pub async fn shut_down(&self) {
         let _ = self.host.stop(INSTANCE, Duration::from_secs(2)).await;
         for pid in self.planted.lock().await.drain(..) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid.cast_signed()), nix::sys::signal::SIGKILL);
+            // Only if it is still the process we planted: a swept pid may have been reused.
+            let ours = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| cmdline.windows(PLANTED.len()).any(|w| w == PLANTED.as_bytes()));
+            if ours {
+                let _ =
+                    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid.cast_signed()), nix::sys::signal::SIGKILL);
+            }
         }
     }
 
     /// Starts `python3` sleeping, with `args` on its command line, in its own session and left
-    /// to init (so a kill leaves no zombie of ours), and returns its pid once it runs.
-    async fn plant(&self, args: &[String]) -> u32 {
-        let script = "import subprocess, sys; p = subprocess.Popen(['python3', '-c', 'import time; time.sleep(600)'] \
-                      + sys.argv[1:], start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, \
-                      stderr=subprocess.DEVNULL); print(p.pid)";
+    /// to init (so a kill leaves no zombie of ours), and returns its pid.
+    async fn plant(&self, args: &[String]) -> Result<u32, String> {
+        let script = format!(
+            "import subprocess, sys; p = subprocess.Popen(['python3', '-c', '{PLANTED}'] + sys.argv[1:], \
+             start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, \
+             stderr=subprocess.DEVNULL); print(p.pid)"
+        );
         let output = tokio::process::Command::new("python3")
             .arg("-c")
             .arg(script)
             .args(args)
             .output()
-            .await;
-        let pid = output
-            .ok()
-            .and_then(|o| String::from_utf8(o.stdout).ok())
-            .and_then(|s| s.trim().parse::<u32>().ok())
-            .unwrap_or(0);
-        if pid != 0 {
-            self.planted.lock().await.push(pid);
-        }
-        pid
+            .await
+            .map_err(|e| format!("python3 could not start: {e}"))?;
+        let pid = String::from_utf8_lossy(&output.stdout)
+            .trim()
+            .parse::<u32>()
+            .map_err(|_| {
+                format!(
+                    "python3 did not report a pid: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                )
+            })?;
+        self.planted.lock().await.push(pid);
+        Ok(pid)
     }
 }
 
@@ -145,11 +159,11 @@ impl ProviderUnderTest for ChromiumUnderTest {
             .is_some_and(|zombie| !zombie)
     }
 
-    async fn plant_unmarked(&self) -> u32 {
+    async fn plant_unmarked(&self) -> Result<u32, String> {
         self.plant(&["--user-data-dir=/nonexistent/not-ours".to_owned()]).await
     }
 
-    async fn plant_orphan(&self) -> u32 {
+    async fn plant_orphan(&self) -> Result<u32, String> {
         let profile = self.state_dir.join(format!("browsers/orphan-{DEAD_HOST}"));
         let _ = std::fs::create_dir_all(&profile);
         self.plant(&[

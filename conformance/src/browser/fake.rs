@@ -373,12 +373,12 @@ impl ProviderUnderTest for FakeProvider {
         self.state().processes.contains_key(&pid)
     }
 
-    async fn plant_unmarked(&self) -> u32 {
-        self.state().spawn(Kind::Unmarked)
+    async fn plant_unmarked(&self) -> Result<u32, String> {
+        Ok(self.state().spawn(Kind::Unmarked))
     }
 
-    async fn plant_orphan(&self) -> u32 {
-        self.state().spawn(Kind::Orphan)
+    async fn plant_orphan(&self) -> Result<u32, String> {
+        Ok(self.state().spawn(Kind::Orphan))
     }
 
     async fn host_start(&self) {

@@ -314,7 +314,7 @@ async fn health_pure(p: &dyn ProviderUnderTest) -> Result<(), String> {
 }
 
 async fn stop_sweep(p: &dyn ProviderUnderTest) -> Result<(), String> {
-    let unmarked = p.plant_unmarked().await;
+    let unmarked = p.plant_unmarked().await?;
     let launched = p.launch().await.map_err(|e| format!("launch failed: {}", e.message))?;
     p.stop().await.map_err(|e| format!("stop failed: {}", e.message))?;
     if let Some(pid) = launched.pid
@@ -376,7 +376,7 @@ async fn reset_operator_only(p: &dyn ProviderUnderTest) -> Result<(), String> {
 }
 
 async fn reap_on_start(p: &dyn ProviderUnderTest) -> Result<(), String> {
-    let orphan = p.plant_orphan().await;
+    let orphan = p.plant_orphan().await?;
     if !p.is_running(orphan) {
         return Err("the planted orphan did not start".into());
     }

@@ -47,9 +47,9 @@ pub trait ProviderUnderTest: Send + Sync {
     /// Whether process `pid` still runs.
     fn is_running(&self, pid: u32) -> bool;
     /// Starts a process that is *not* the provider's (no marker): stop must leave it (L5).
-    async fn plant_unmarked(&self) -> u32;
+    async fn plant_unmarked(&self) -> Result<u32, String>;
     /// Leaves a marked process as a killed host would (L8); returns its pid.
-    async fn plant_orphan(&self) -> u32;
+    async fn plant_orphan(&self) -> Result<u32, String>;
     /// What the host does when it starts, before its first launch (L8).
     async fn host_start(&self);
     /// Runs the provider's idle reaper now, if it has one (L11).
