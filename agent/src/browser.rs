@@ -29,7 +29,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
-use crate::provider::lifecycle::OperatorReset;
+use crate::provider::lifecycle::{InstanceState, OperatorReset};
 use crate::provider::processes::{ProcTable, SweepScope, sweep};
 use crate::provider::supervisor::{Health, Policy, Supervisor};
 use crate::state::private_dir;
@@ -114,6 +114,34 @@ const STEP_DEVTOOLS_BOUND: &str = "connecting over CDP";
 
 /// How often a running launch reports to the supervisor.
 const LAUNCH_TICK: Duration = Duration::from_millis(250);
+
+/// The state of a browser seen only from outside (a status surface in another process, L1):
+/// `starting` until Chromium has written the DevTools port into its profile, `healthy` when
+/// `/json/version` answers within `timeout` (like `Browser.getVersion`, it opens no target;
+/// HTTP/1.1, as Chromium closes an HTTP/1.0 request unanswered), `degraded` when it does not.
+pub async fn probe_profile(user_data_dir: &Path, timeout: Duration) -> InstanceState {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let port = std::fs::read_to_string(user_data_dir.join("DevToolsActivePort"))
+        .ok()
+        .and_then(|text| text.lines().next().and_then(|line| line.trim().parse::<u16>().ok()));
+    let Some(port) = port else {
+        return InstanceState::Starting;
+    };
+    let answered = tokio::time::timeout(timeout, async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        stream
+            .write_all(b"GET /json/version HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .await?;
+        let mut status = [0_u8; 12];
+        stream.read_exact(&mut status).await?;
+        Ok::<_, std::io::Error>(status.ends_with(b" 200"))
+    })
+    .await;
+    match answered {
+        Ok(Ok(true)) => InstanceState::Healthy,
+        _ => InstanceState::Degraded,
+    }
+}
 
 /// The profile directory of `instance` in this agent process: unique per host process, so a
 /// previous run's is never reused (L13) and a sweep can find its children by it.

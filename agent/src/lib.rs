@@ -25,7 +25,7 @@ mod wallet;
 // The public interface is:
 pub use browser::{
     BrowserError, BrowserHost, CHROMIUM, ChromiumConfig, ControlledBrowser, HOST_MARKER, LaunchError, ORPHAN_MARKER,
-    TestNetwork, click_and_land, pin_served_leaf, spki_pin,
+    TestNetwork, click_and_land, pin_served_leaf, probe_profile, spki_pin,
 };
 pub use client::{
     ClientConfig, ClientError, Company, DeviceAuthorization, PapClient, SecretToken, Session, new_pairwise_user,
@@ -41,7 +41,7 @@ pub use provider::manifest::{
     BROWSER_SCHEMA, BrowserBlock, BrowserManifest, Capabilities, Diagnostic, DriverKind, Implements, Location,
     implements_gate, load_manifest, parse_manifest, rule_errors,
 };
-pub use provider::processes::{ProcTable, ProcessInfo, ProcessTable, SweepScope, sweep};
+pub use provider::processes::{BrowserProcess, ProcTable, ProcessInfo, ProcessTable, SweepScope, browsers_of, sweep};
 pub use provider::supervisor::{CallGate, Health, Launch, Policy, Stalled, Supervisor};
 pub use provider::tools::{Level, RESERVED_TOOLS, ToolHost, ToolSpec, resolve, tool_spec};
 pub use sealed::{SealError, SealingKey};

@@ -90,6 +90,22 @@ enum Command {
         #[command(subcommand)]
         command: ConsentCommand,
     },
+    /// The agent's browsers (AIP-63 status surface and operator stop).
+    Browser {
+        #[command(subcommand)]
+        command: BrowserCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BrowserCommand {
+    /// Lists the browsers of this state directory: instance, state (L1: starting, healthy or
+    /// degraded, by probing its DevTools port), pid, launching agent (running or gone), profile.
+    /// Starts, opens and changes nothing.
+    Status,
+    /// Ends every browser of this state directory, whether or not the agent that launched it
+    /// still runs (SIGTERM, 2 s, SIGKILL), and removes their profiles.
+    Stop,
 }
 
 #[derive(Subcommand)]
@@ -147,6 +163,44 @@ struct Agent {
     test_network: Option<(HashMap<String, SocketAddr>, rustls::RootCertStore)>,
 }
 
+/// `pap-agent browser status|stop`: what the process table shows of this state directory's
+/// browsers, and the operator's stop. The per-instance supervisor state (crash-looping, and the
+/// operator reset out of it) lives in one agent process today; see the README.
+#[allow(clippy::print_stdout, reason = "the report is the command's output")]
+async fn browser_command(state: &std::path::Path, command: &BrowserCommand) -> anyhow::Result<()> {
+    match command {
+        BrowserCommand::Status => {
+            let browsers = pap_agent::browsers_of(&pap_agent::ProcTable, state)?;
+            if browsers.is_empty() {
+                println!("no browsers of {}", state.display());
+            }
+            for b in browsers {
+                let host = match (b.host, b.host_alive) {
+                    (Some(pid), true) => format!("agent {pid} running"),
+                    (Some(pid), false) => format!("agent {pid} gone (an orphan: the next start sweeps it)"),
+                    (None, _) => "agent unknown".to_owned(),
+                };
+                let state = pap_agent::probe_profile(&b.user_data_dir, Duration::from_secs(5)).await;
+                println!(
+                    "{}\t{state}\tpid {}\t{host}\t{}",
+                    b.instance,
+                    b.pid,
+                    b.user_data_dir.display()
+                );
+            }
+            Ok(())
+        }
+        BrowserCommand::Stop => {
+            let scope = pap_agent::SweepScope::StateDir {
+                state_dir: state.to_owned(),
+            };
+            let ended = pap_agent::sweep(&pap_agent::ProcTable, &scope, Duration::from_secs(2)).await?;
+            println!("ended {ended} process(es)");
+            Ok(())
+        }
+    }
+}
+
 fn state_dir(cli: &Cli) -> PathBuf {
     cli.state_dir.clone().unwrap_or_else(|| {
         let base = std::env::var_os("XDG_STATE_HOME")
@@ -176,6 +230,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Err(broken) => bail!("{}: {broken}", ledger.path().display()),
         }
     }
+    if let Command::Browser { command } = &cli.command {
+        return browser_command(&state, command).await;
+    }
     let identity = Arc::new(Identity::load(&state)?);
     let connect = parse_connect(&cli.connect)?;
     let mut extra_roots: Vec<CertificateDer<'static>> = Vec::new();
@@ -204,7 +261,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         test_network,
     };
     match cli.command {
-        Command::Identity { .. } | Command::Consent { .. } => unreachable!("handled above"),
+        Command::Identity { .. } | Command::Consent { .. } | Command::Browser { .. } => {
+            unreachable!("handled above")
+        }
         Command::Discover { domain } => {
             let company = agent.client.discover(&parse_domain(&domain)?).await?;
             print_json(&serde_json::json!({

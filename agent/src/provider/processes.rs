@@ -92,6 +92,50 @@ pub enum SweepScope {
         /// The agent's state directory.
         state_dir: PathBuf,
     },
+    /// Every browser of this state directory, its host alive or not: the operator's
+    /// `pap-agent browser stop`, which is forced by being asked for.
+    StateDir {
+        /// The agent's state directory.
+        state_dir: PathBuf,
+    },
+}
+
+/// A browser of a state directory, as the process table shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrowserProcess {
+    /// The browser's main process.
+    pub pid: u32,
+    /// Its instance key (the marker's value).
+    pub instance: String,
+    /// The agent process that launched it, if it says.
+    pub host: Option<u32>,
+    /// Whether that host still runs.
+    pub host_alive: bool,
+    /// Its profile directory.
+    pub user_data_dir: PathBuf,
+}
+
+/// The marked browsers whose profile lives under `state_dir`'s `browsers/` (for a status report).
+pub fn browsers_of(table: &dyn ProcessTable, state_dir: &std::path::Path) -> io::Result<Vec<BrowserProcess>> {
+    let processes = table.list()?;
+    let alive: HashSet<u32> = processes.iter().map(|p| p.pid).collect();
+    let browsers = format!("--user-data-dir={}/", state_dir.join("browsers").display());
+    let arg = |p: &ProcessInfo, prefix: &str| p.args.iter().find_map(|a| a.strip_prefix(prefix).map(str::to_owned));
+    Ok(processes
+        .iter()
+        .filter(|p| p.args.iter().any(|a| a.starts_with(&browsers)))
+        .filter_map(|p| {
+            let instance = arg(p, &format!("{ORPHAN_MARKER}="))?;
+            let host = arg(p, &format!("{HOST_MARKER}=")).and_then(|h| h.parse::<u32>().ok());
+            Some(BrowserProcess {
+                pid: p.pid,
+                instance,
+                host,
+                host_alive: host.is_some_and(|h| alive.contains(&h)),
+                user_data_dir: PathBuf::from(arg(p, "--user-data-dir=").unwrap_or_default()),
+            })
+        })
+        .collect())
 }
 
 fn ours(process: &ProcessInfo, scope: &SweepScope, profiles: &HashSet<String>, alive: &HashSet<u32>) -> bool {
@@ -116,6 +160,14 @@ fn ours(process: &ProcessInfo, scope: &SweepScope, profiles: &HashSet<String>, a
                 .iter()
                 .find_map(|arg| arg.strip_prefix(&format!("{HOST_MARKER}="))?.parse::<u32>().ok());
             mine && marked && host.is_none_or(|pid| !alive.contains(&pid))
+        }
+        SweepScope::StateDir { state_dir } => {
+            let browsers = format!("--user-data-dir={}/", state_dir.join("browsers").display());
+            process.args.iter().any(|arg| arg.starts_with(&browsers))
+                && process
+                    .args
+                    .iter()
+                    .any(|arg| arg.starts_with(&format!("{ORPHAN_MARKER}=")))
         }
     }
 }
@@ -186,6 +238,15 @@ async fn wait_gone(table: &dyn ProcessTable, targets: &[u32], grace: Duration) -
 fn profile_dirs(scope: &SweepScope, alive: &HashSet<u32>) -> Vec<PathBuf> {
     match scope {
         SweepScope::Instance { user_data_dir, .. } => vec![user_data_dir.clone()],
+        SweepScope::StateDir { state_dir } => std::fs::read_dir(state_dir.join("browsers"))
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| p.is_dir())
+                    .collect()
+            })
+            .unwrap_or_default(),
         SweepScope::PreviousRun { state_dir } => std::fs::read_dir(state_dir.join("browsers"))
             .map(|entries| {
                 entries
