@@ -31,7 +31,7 @@ use tokio::task::JoinHandle;
 
 use crate::provider::lifecycle::{InstanceState, OperatorReset};
 use crate::provider::processes::{ProcTable, SweepScope, sweep};
-use crate::provider::supervisor::{Health, Policy, Supervisor};
+use crate::provider::supervisor::{Health, Policy, Record as SupervisorRecord, Supervisor};
 use crate::state::private_dir;
 
 /// Where Debian's Chromium binary is (the `/usr/bin/chromium` wrapper adds its own flags).
@@ -111,6 +111,9 @@ impl fmt::Debug for ControlledBrowser {
 /// The launch step that says the DevTools port is bound: from then on the live process with its
 /// bound port is a progress signal (L9).
 const STEP_DEVTOOLS_BOUND: &str = "connecting over CDP";
+
+/// The supervisor's records under `browsers/`, for a persistent host.
+const SUPERVISOR_RECORDS: &str = "supervisor.json";
 
 /// How often a running launch reports to the supervisor.
 const LAUNCH_TICK: Duration = Duration::from_millis(250);
@@ -383,7 +386,8 @@ pub(crate) fn chromium_args(user_data_dir: &Path, instance: &str, test: &TestNet
 pub struct BrowserHost {
     browsers: Arc<Mutex<HashMap<String, Arc<ControlledBrowser>>>>,
     supervisor: Arc<std::sync::Mutex<Supervisor>>,
-    epoch: tokio::time::Instant,
+    /// Where the supervisor's records outlive this process, for a persistent host.
+    records: Option<PathBuf>,
 }
 
 impl Default for BrowserHost {
@@ -409,8 +413,56 @@ impl BrowserHost {
         Self {
             browsers: Arc::default(),
             supervisor: Arc::new(std::sync::Mutex::new(Supervisor::new(policy))),
-            epoch: tokio::time::Instant::now(),
+            records: None,
         }
+    }
+
+    /// A host whose failed launches and crash-looping outlive this process (L6, L7): it reads
+    /// `browsers/supervisor.json` under `state_dir` now and rewrites it (0600) after every launch
+    /// outcome, stop and reset. A file that does not parse is an error, and changes nothing.
+    pub fn persistent(state_dir: &Path, policy: Policy) -> std::io::Result<Self> {
+        let path = private_dir(&state_dir.join("browsers"))?.join(SUPERVISOR_RECORDS);
+        let mut supervisor = Supervisor::new(policy);
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                let records: HashMap<String, SupervisorRecord> = serde_json::from_slice(&bytes).map_err(|e| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))
+                })?;
+                for (key, record) in records {
+                    supervisor.restore(&key, record);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        Ok(Self {
+            browsers: Arc::default(),
+            supervisor: Arc::new(std::sync::Mutex::new(supervisor)),
+            records: Some(path),
+        })
+    }
+
+    /// Writes the supervisor's records, if this host keeps them: to a temporary file, then
+    /// renamed over the old one, so a crash leaves the old records or the new, never half.
+    fn save(&self) -> Result<(), BrowserError> {
+        let Some(path) = &self.records else { return Ok(()) };
+        let records = self.supervisor().records();
+        let json = serde_json::to_vec_pretty(&records).map_err(|e| BrowserError::Profile(e.into()))?;
+        let temp = path.with_extension("json.tmp");
+        {
+            use std::io::Write as _;
+            use std::os::unix::fs::OpenOptionsExt as _;
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&temp)
+                .map_err(BrowserError::Profile)?;
+            file.write_all(&json).map_err(BrowserError::Profile)?;
+            file.sync_all().map_err(BrowserError::Profile)?;
+        }
+        std::fs::rename(&temp, path).map_err(BrowserError::Profile)
     }
 
     /// Sweeps what a previous run of this host left under `state_dir` (L8): call once at start,
@@ -426,8 +478,12 @@ impl BrowserHost {
         .await
     }
 
+    /// Wall-clock milliseconds: failure times are kept across processes (L6's window spans
+    /// agent runs), so they need a clock every run shares.
     fn now(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
     }
 
     fn supervisor(&self) -> std::sync::MutexGuard<'_, Supervisor> {
@@ -462,6 +518,25 @@ impl BrowserHost {
 
     /// Spawns the browser the supervisor just agreed to start, and tells it how that went.
     async fn spawn(
+        &self,
+        config: &ChromiumConfig,
+        instance: &str,
+        progress: &(dyn Fn(&str) + Sync),
+        browsers: &mut HashMap<String, Arc<ControlledBrowser>>,
+    ) -> Result<Arc<ControlledBrowser>, LaunchError> {
+        let outcome = self.supervised_spawn(config, instance, progress, browsers).await;
+        self.keep_records();
+        outcome
+    }
+
+    /// Saves the records of a persistent host; a failure to save is logged, not the launch's.
+    fn keep_records(&self) {
+        if let Err(error) = self.save() {
+            tracing::warn!(%error, "the supervisor's records were not saved");
+        }
+    }
+
+    async fn supervised_spawn(
         &self,
         config: &ChromiumConfig,
         instance: &str,
@@ -525,6 +600,21 @@ impl BrowserHost {
         }
     }
 
+    /// The instances with something on record (failed launches, crash-looping) and their health.
+    pub fn recorded(&self) -> Vec<(String, Health)> {
+        let supervisor = self.supervisor();
+        let mut out: Vec<(String, Health)> = supervisor
+            .records()
+            .into_keys()
+            .map(|key| {
+                let health = supervisor.health(&key);
+                (key, health)
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
     /// What `health()` reports for `instance` (L1).
     pub fn health(&self, instance: &str) -> Health {
         self.supervisor().health(instance)
@@ -574,6 +664,7 @@ impl BrowserHost {
         };
         let swept = sweep(&ProcTable, &scope, grace).await.map_err(BrowserError::Profile);
         self.supervisor().gone(instance);
+        self.keep_records();
         stopped.and(swept.map(|_| ()))
     }
 }

@@ -42,7 +42,7 @@ pub use provider::manifest::{
     implements_gate, load_manifest, parse_manifest, rule_errors,
 };
 pub use provider::processes::{BrowserProcess, ProcTable, ProcessInfo, ProcessTable, SweepScope, browsers_of, sweep};
-pub use provider::supervisor::{CallGate, Health, Launch, Policy, Stalled, Supervisor};
+pub use provider::supervisor::{CallGate, Health, Launch, Policy, Record as SupervisorRecord, Stalled, Supervisor};
 pub use provider::tools::{Level, RESERVED_TOOLS, ToolHost, ToolSpec, resolve, tool_spec};
 pub use sealed::{SealError, SealingKey};
 pub use wallet::{Wallet, WalletError};

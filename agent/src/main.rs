@@ -99,13 +99,17 @@ enum Command {
 
 #[derive(Subcommand)]
 enum BrowserCommand {
-    /// Lists the browsers of this state directory: instance, state (L1: starting, healthy or
-    /// degraded, by probing its DevTools port), pid, launching agent (running or gone), profile.
-    /// Starts, opens and changes nothing.
+    /// Lists this state directory's instances with failed launches (stopped, or crash-looping
+    /// with the last failure), then its running browsers: instance, state (L1: starting, healthy
+    /// or degraded, by probing its DevTools port), pid, launching agent (running or gone),
+    /// profile. Starts, opens and ends nothing.
     Status,
     /// Ends every browser of this state directory, whether or not the agent that launched it
     /// still runs (SIGTERM, 2 s, SIGKILL), and removes their profiles.
     Stop,
+    /// The operator's reset of a crash-looping instance (L7): launches it once (a fresh
+    /// Chromium), and on success stops it again; its failures are forgotten.
+    Reset { instance: String },
 }
 
 #[derive(Subcommand)]
@@ -174,6 +178,11 @@ async fn browser_command(state: &std::path::Path, command: &BrowserCommand) -> a
             if browsers.is_empty() {
                 println!("no browsers of {}", state.display());
             }
+            let host = BrowserHost::persistent(state, pap_agent::Policy::default())?;
+            for (instance, health) in host.recorded() {
+                let reason = health.reason.unwrap_or_default();
+                println!("{instance}\t{}\t{reason}", health.state);
+            }
             for b in browsers {
                 let host = match (b.host, b.host_alive) {
                     (Some(pid), true) => format!("agent {pid} running"),
@@ -196,6 +205,21 @@ async fn browser_command(state: &std::path::Path, command: &BrowserCommand) -> a
             };
             let ended = pap_agent::sweep(&pap_agent::ProcTable, &scope, Duration::from_secs(2)).await?;
             println!("ended {ended} process(es)");
+            Ok(())
+        }
+        BrowserCommand::Reset { instance } => {
+            let host = BrowserHost::persistent(state, pap_agent::Policy::default())?;
+            let now = host.health(instance).state;
+            if now != pap_agent::InstanceState::CrashLooping {
+                bail!("{instance} is {now}, not crash-looping: there is nothing to reset");
+            }
+            let started = Instant::now();
+            let config = ChromiumConfig::new(state.to_owned());
+            let reset = pap_agent::OperatorReset::from_operator_command();
+            host.reset(&config, instance, reset, &|_| {}).await?;
+            let launched = started.elapsed().as_millis();
+            host.stop(instance, Duration::from_secs(2)).await?;
+            println!("{instance}: reset; Chromium launched in {launched} ms and was stopped; it may launch again");
             Ok(())
         }
     }
@@ -429,7 +453,7 @@ async fn browse(
             spki_pins: pins,
         };
     }
-    let host = BrowserHost::new();
+    let host = BrowserHost::persistent(&agent.state_dir, pap_agent::Policy::default())?;
     // L8: before the first launch, end what a killed run of this agent left (never the browsers
     // of another agent process running now).
     let swept = host

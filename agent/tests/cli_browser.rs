@@ -7,7 +7,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use pap_agent::{BrowserHost, ChromiumConfig};
+use pap_agent::{BrowserHost, ChromiumConfig, InstanceState, LaunchError, Policy};
 
 fn cli(state: &std::path::Path, args: &[&str]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_pap-agent"))
@@ -56,5 +56,67 @@ async fn status_shows_the_running_browser_and_stop_ends_it() {
     );
     assert!(!browser.user_data_dir().exists(), "its profile was left");
     let _ = host.stop("probe", Duration::from_secs(2)).await;
+    std::fs::remove_dir_all(&state).unwrap();
+}
+
+#[tokio::test]
+async fn crash_looping_outlives_the_agent_process_until_the_operator_resets_it() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = std::env::temp_dir().join(format!("pap-cli-crashy-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("state");
+    let launcher = dir.join("dies-at-once");
+    std::fs::write(&launcher, "#!/bin/sh\necho 'cannot start' >&2\nexit 1\n").unwrap();
+    std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut config = ChromiumConfig::new(state.clone());
+    config.executable = launcher;
+
+    // Three agent runs, one failed launch each: the third crash-loops (L6 across processes).
+    for run in 1..=3 {
+        let host = BrowserHost::persistent(&state, Policy::default()).unwrap();
+        assert!(host.launch(&config, "crashy", &|_| {}).await.is_err(), "run {run}");
+    }
+    let records = state.join("browsers/supervisor.json");
+    assert_eq!(std::fs::metadata(&records).unwrap().permissions().mode() & 0o777, 0o600);
+    let fourth = BrowserHost::persistent(&state, Policy::default()).unwrap();
+    assert_eq!(fourth.health("crashy").state, InstanceState::CrashLooping);
+    assert!(matches!(
+        fourth.launch(&config, "crashy", &|_| {}).await,
+        Err(LaunchError::Refused(ref e)) if e.message.contains("cannot start")
+    ));
+    let status = cli(&state, &["browser", "status"]);
+    assert!(status.contains("crashy\tcrash-looping\t"), "{status}");
+    assert!(status.contains("cannot start"), "{status}");
+
+    // The operator resets it: the CLI launches Debian's Chromium once and stops it.
+    let reset = cli(&state, &["browser", "reset", "crashy"]);
+    assert!(reset.starts_with("crashy: reset;"), "{reset}");
+    let after = BrowserHost::persistent(&state, Policy::default()).unwrap();
+    assert_ne!(after.health("crashy").state, InstanceState::CrashLooping);
+    assert!(after.recorded().is_empty(), "the failures were not forgotten");
+    // A second reset has nothing to reset, and says so.
+    let again = Command::new(env!("CARGO_BIN_EXE_pap-agent"))
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["browser", "reset", "crashy"])
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("not crash-looping"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn records_that_do_not_parse_are_refused_and_left_as_they_are() {
+    let state = std::env::temp_dir().join(format!("pap-cli-records-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    std::fs::create_dir_all(state.join("browsers")).unwrap();
+    let records = state.join("browsers/supervisor.json");
+    std::fs::write(&records, "{ not json").unwrap();
+    let error = BrowserHost::persistent(&state, Policy::default()).unwrap_err();
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
+    assert!(error.to_string().contains("supervisor.json"), "{error}");
+    assert_eq!(std::fs::read_to_string(&records).unwrap(), "{ not json");
     std::fs::remove_dir_all(&state).unwrap();
 }

@@ -123,6 +123,19 @@ impl Instance {
     }
 }
 
+/// What of an instance outlives one host process: the failed launches that count toward L6
+/// (their times), the last failure, and whether it is crash-looping (which only an operator
+/// leaves, L7). Everything else belongs to processes, which a new host sweeps (L8).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Record {
+    /// Times of the consecutive failed launches.
+    pub failures: Vec<u64>,
+    /// The last failure's reason.
+    pub last_failure: Option<String>,
+    /// Whether the instance is crash-looping.
+    pub crash_looping: bool,
+}
+
 /// The supervisor of one host's instances, by instance key (provider id plus profile or label).
 #[derive(Clone, Debug, Default)]
 pub struct Supervisor {
@@ -137,6 +150,39 @@ impl Supervisor {
             policy,
             instances: HashMap::new(),
         }
+    }
+
+    /// What should outlive this host, by instance key: instances with failed launches or
+    /// crash-looping.
+    pub fn records(&self) -> HashMap<String, Record> {
+        self.instances
+            .iter()
+            .filter(|(_, i)| !i.failures.is_empty() || i.state == InstanceState::CrashLooping)
+            .map(|(key, i)| {
+                let record = Record {
+                    failures: i.failures.clone(),
+                    last_failure: i.last_failure.clone(),
+                    crash_looping: i.state == InstanceState::CrashLooping,
+                };
+                (key.clone(), record)
+            })
+            .collect()
+    }
+
+    /// Restores what a previous host recorded for `key`, before this host launches it: its
+    /// processes are gone (swept at start), so it is `stopped` after its failures, or still
+    /// `crash-looping`.
+    pub fn restore(&mut self, key: &str, record: Record) {
+        let instance = self.instance(key);
+        instance.state = if record.crash_looping {
+            InstanceState::CrashLooping
+        } else if record.failures.is_empty() {
+            InstanceState::Absent
+        } else {
+            InstanceState::Stopped
+        };
+        instance.failures = record.failures;
+        instance.last_failure = record.last_failure;
     }
 
     fn instance(&mut self, key: &str) -> &mut Instance {

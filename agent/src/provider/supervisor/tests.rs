@@ -166,3 +166,41 @@ fn not_ready_carries_the_state_and_stop_is_idempotent() {
     // Relaunch: a new boot.
     assert_eq!(s.launch(KEY, 2), Ok(Launch::Spawn { boot_id: 2 }));
 }
+
+#[test]
+fn failures_and_crash_looping_outlive_the_host_and_nothing_else_does() {
+    let mut first = Supervisor::new(Policy::default());
+    first.launch(KEY, 0).unwrap();
+    assert!(
+        first.records().is_empty(),
+        "a starting instance without failures has nothing to keep"
+    );
+    first.launch_failed(KEY, 10, "boom");
+    first.launch(KEY, 20).unwrap();
+    first.launch_failed(KEY, 30, "boom again");
+    let records = first.records();
+    assert_eq!(records[KEY].failures, [10, 30]);
+    assert!(!records[KEY].crash_looping);
+
+    // A new host: one more failure within the window makes three.
+    let mut second = Supervisor::new(Policy::default());
+    second.restore(KEY, records[KEY].clone());
+    assert_eq!(second.health(KEY).state, InstanceState::Stopped);
+    second.launch(KEY, 40).unwrap();
+    assert!(second.launch_failed(KEY, 50, "third"));
+    let records = second.records();
+    assert!(records[KEY].crash_looping);
+
+    // A third host stays crash-looping: no launch until an operator resets it.
+    let mut third = Supervisor::new(Policy::default());
+    third.restore(KEY, records[KEY].clone());
+    assert_eq!(third.health(KEY).state, InstanceState::CrashLooping);
+    assert_eq!(
+        third.launch(KEY, 1_000_000).unwrap_err().code,
+        ToolErrorCode::CrashLooping
+    );
+    assert!(matches!(
+        third.reset(KEY, 1_000_001, OperatorReset::from_operator_command()),
+        Ok(Launch::Spawn { .. })
+    ));
+}
