@@ -323,10 +323,14 @@ impl ControlledBrowser {
     /// still held elsewhere stop working.
     pub async fn stop(&self, grace: Duration) -> Result<(), BrowserError> {
         use chromiumoxide::cdp::browser_protocol::browser::CloseParams;
-        let _ = tokio::time::timeout(grace, self.browser.execute(CloseParams::default())).await;
         let mut child = self.child.lock().await;
-        if tokio::time::timeout(grace, child.wait()).await.is_err() {
-            let _ = child.kill().await;
+        // Already ended (an operator's `pap-agent browser stop`, a crash): nothing to close, and
+        // no grace to wait on a connection that is gone.
+        if !matches!(child.try_wait(), Ok(Some(_))) {
+            let _ = tokio::time::timeout(grace, self.browser.execute(CloseParams::default())).await;
+            if tokio::time::timeout(grace, child.wait()).await.is_err() {
+                let _ = child.kill().await;
+            }
         }
         self.handler.abort();
         remove_profile(&self.user_data_dir)

@@ -44,9 +44,11 @@ impl std::fmt::Debug for ChromiumUnderTest {
 }
 
 impl ChromiumUnderTest {
-    /// The provider `manifest` describes, with its state (profiles, downloads) under `state_dir`.
+    /// The provider `manifest` describes, launched as `config` says (its profiles and downloads
+    /// under `config.state_dir`).
     pub fn new(manifest: &Path, config: ChromiumConfig) -> anyhow::Result<Self> {
-        let manifest_text = std::fs::read_to_string(manifest)?;
+        let manifest_text =
+            std::fs::read_to_string(manifest).map_err(|e| anyhow::anyhow!("reading {}: {e}", manifest.display()))?;
         let parsed = load_manifest(manifest).map_err(|diagnostics| {
             let all: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
             anyhow::anyhow!("{} does not load: {}", manifest.display(), all.join("; "))
