@@ -392,6 +392,34 @@ pub struct BrowserHost {
     supervisor: Arc<std::sync::Mutex<Supervisor>>,
     /// Where the supervisor's records outlive this process, for a persistent host.
     records: Option<PathBuf>,
+    /// The clock: the wall clock read once when the host was made, plus monotonic time since.
+    clock: HostClock,
+}
+
+/// Milliseconds that never jump inside one run (a launch's budget is measured on them, L9) and
+/// compare across runs (failure times in the records, L6): the wall clock at the start plus a
+/// monotonic clock since.
+#[derive(Clone, Copy, Debug)]
+struct HostClock {
+    wall_at_start: u64,
+    start: tokio::time::Instant,
+}
+
+impl HostClock {
+    fn start() -> Self {
+        let wall_at_start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        Self {
+            wall_at_start,
+            start: tokio::time::Instant::now(),
+        }
+    }
+
+    fn now(self) -> u64 {
+        let elapsed = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.wall_at_start.saturating_add(elapsed)
+    }
 }
 
 impl Default for BrowserHost {
@@ -418,6 +446,7 @@ impl BrowserHost {
             browsers: Arc::default(),
             supervisor: Arc::new(std::sync::Mutex::new(Supervisor::new(policy))),
             records: None,
+            clock: HostClock::start(),
         }
     }
 
@@ -443,6 +472,7 @@ impl BrowserHost {
             browsers: Arc::default(),
             supervisor: Arc::new(std::sync::Mutex::new(supervisor)),
             records: Some(path),
+            clock: HostClock::start(),
         })
     }
 
@@ -482,12 +512,8 @@ impl BrowserHost {
         .await
     }
 
-    /// Wall-clock milliseconds: failure times are kept across processes (L6's window spans
-    /// agent runs), so they need a clock every run shares.
     fn now(&self) -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        self.clock.now()
     }
 
     fn supervisor(&self) -> std::sync::MutexGuard<'_, Supervisor> {

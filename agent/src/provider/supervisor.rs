@@ -1,10 +1,13 @@
 //! AIP-63 §3, the supervisor's decisions (L2, L3, L5-L10), without I/O.
 //!
 //! The supervisor is told what happened (a launch asked for, progress seen, the probe answered,
-//! the launch failed, time passed) with the time it happened (milliseconds on an injected
-//! monotonic clock), and answers what to do (spawn,
-//! return the running instance, wait, refuse, kill a launch that stalled). The code that owns
-//! processes and sockets feeds it; tests feed it exact times, so every rule is tested exactly.
+//! the launch failed, time passed) with the time it happened (milliseconds on the caller's
+//! clock: `BrowserHost`'s is the wall clock at its start plus monotonic time since, so failure
+//! times kept in its records compare across agent runs), and answers what to do (spawn, return
+//! the running instance, wait, refuse, kill a launch that stalled). The code that owns processes
+//! and sockets feeds it; tests feed it exact times, so every rule is tested exactly. What must
+//! outlive one agent run (failures and crash-looping) comes out as [`Record`]s and goes back in
+//! with [`Supervisor::restore`].
 
 use std::collections::HashMap;
 
