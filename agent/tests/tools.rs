@@ -31,6 +31,28 @@ fn err(result: ToolResult) -> pap_shared::ToolError {
     }
 }
 
+/// The first response in `target`'s request log whose URL ends with `suffix`, once it shows
+/// (a page's requests may land after its load event): 10 s at most.
+async fn logged_request(tools: &ToolHost, target: &str, suffix: &str) -> Value {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        loop {
+            tick.tick().await;
+            let requests = ok(tools.call("browser.list_requests", &json!({"target": target})).await);
+            if let Some(found) = requests["requests"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["url"].as_str().unwrap().ends_with(suffix))
+            {
+                return found.clone();
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no response for {suffix} showed in list_requests"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn core_tools_errors_and_stale_handles_on_real_chromium() {
     let state = std::env::temp_dir().join(format!("pap-tools-{}", std::process::id()));
@@ -224,25 +246,8 @@ async fn interaction_and_network_tools_on_real_chromium() {
         ToolErrorCode::NotFound
     );
 
-    // Network: the requests the page made, and a response body (the fetch may land after the
-    // load event: wait for it in the log, 10 s at most).
-    let request = tokio::time::timeout(Duration::from_secs(10), async {
-        let mut tick = tokio::time::interval(Duration::from_millis(20));
-        loop {
-            tick.tick().await;
-            let requests = ok(tools.call("browser.list_requests", &json!({"target": target})).await);
-            if let Some(found) = requests["requests"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|r| r["url"].as_str().unwrap().ends_with("/data.json"))
-            {
-                return found.clone();
-            }
-        }
-    })
-    .await
-    .expect("the page's fetch never showed in list_requests");
+    // Network: the requests the page made, and a response body.
+    let request = logged_request(&tools, &target, "/data.json").await;
     assert_eq!(request["status"], 200);
     let body = ok(tools
         .call(
@@ -351,24 +356,8 @@ async fn a_response_body_still_loading_is_retryable_not_missing() {
         .as_str()
         .unwrap()
         .to_owned();
-    // The response is logged once its headers arrive (10 s at most).
-    let request_id = tokio::time::timeout(Duration::from_secs(10), async {
-        let mut tick = tokio::time::interval(Duration::from_millis(20));
-        loop {
-            tick.tick().await;
-            let requests = ok(tools.call("browser.list_requests", &json!({"target": target})).await);
-            if let Some(found) = requests["requests"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|r| r["url"].as_str().unwrap().ends_with("/slow"))
-            {
-                return found["requestId"].clone();
-            }
-        }
-    })
-    .await
-    .expect("the slow response never showed in list_requests");
+    // The response is logged once its headers arrive.
+    let request_id = logged_request(&tools, &target, "/slow").await["requestId"].clone();
     let input = json!({"target": target, "requestId": request_id});
     let loading = err(tools.call("browser.get_request_body", &input).await);
     assert_eq!(loading.code, ToolErrorCode::Timeout, "{}", loading.message);

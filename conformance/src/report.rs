@@ -26,6 +26,32 @@ pub struct CaseResult {
     pub message: String,
 }
 
+impl CaseResult {
+    /// Runs a case's `body` within `limit` and records how it ended: passed, failed with the
+    /// body's message, or failed for running past `limit` (a case that cannot finish is not a
+    /// pass).
+    pub async fn timed(
+        id: &'static str,
+        requirements: &'static [&'static str],
+        limit: Duration,
+        body: impl std::future::Future<Output = Result<(), String>>,
+    ) -> Self {
+        let started = std::time::Instant::now();
+        let (outcome, message) = match tokio::time::timeout(limit, body).await {
+            Ok(Ok(())) => (Outcome::Passed, String::new()),
+            Ok(Err(message)) => (Outcome::Failed, message),
+            Err(_) => (Outcome::Failed, format!("{id} took longer than {} s", limit.as_secs())),
+        };
+        Self {
+            id,
+            requirements,
+            outcome,
+            duration: started.elapsed(),
+            message,
+        }
+    }
+}
+
 /// A run's results.
 #[derive(Clone, Debug, Default)]
 pub struct Report {

@@ -37,8 +37,8 @@ async fn each_broken_fake_turns_exactly_its_hook_red() {
     }
 }
 
-#[tokio::test]
-async fn every_hook_is_turned_red_by_some_defect_or_is_a_manifest_or_tool_hook() {
+#[test]
+fn every_hook_is_turned_red_by_some_defect_or_is_a_manifest_or_tool_hook() {
     // Hooks a fake defect does not cover are checked through the manifest loader's own tests
     // (M1-M6, T1, T2) or by the tool hooks against real Chromium.
     let covered_elsewhere = [

@@ -119,11 +119,14 @@ pub struct BrowserProcess {
 pub fn browsers_of(table: &dyn ProcessTable, state_dir: &std::path::Path) -> io::Result<Vec<BrowserProcess>> {
     let processes = table.list()?;
     let alive: HashSet<u32> = processes.iter().map(|p| p.pid).collect();
-    let browsers = format!("--user-data-dir={}/", state_dir.join("browsers").display());
+    // The browsers `pap-agent browser stop` would end: the main processes (the marked ones).
+    let scope = SweepScope::StateDir {
+        state_dir: state_dir.to_owned(),
+    };
     let arg = |p: &ProcessInfo, prefix: &str| p.args.iter().find_map(|a| a.strip_prefix(prefix).map(str::to_owned));
     Ok(processes
         .iter()
-        .filter(|p| p.args.iter().any(|a| a.starts_with(&browsers)))
+        .filter(|p| ours(p, &scope, &HashSet::new(), &alive))
         .filter_map(|p| {
             let instance = arg(p, &format!("{ORPHAN_MARKER}="))?;
             let host = arg(p, &format!("{HOST_MARKER}=")).and_then(|h| h.parse::<u32>().ok());

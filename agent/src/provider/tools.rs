@@ -32,6 +32,19 @@ pub enum Level {
     Profile,
 }
 
+impl Level {
+    /// The level's name, as a manifest claims it in `browser.conformance`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Core => "core",
+            Self::Interaction => "interaction",
+            Self::Network => "network",
+            Self::Download => "download",
+            Self::Profile => "profile",
+        }
+    }
+}
+
 /// A reserved tool: its id, the capability gate of the tool (or of one of its options), its level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ToolSpec {

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use pap_agent::{
-    BrowserHost, CallGate, ChromiumConfig, HOST_MARKER, Health, Launch, ORPHAN_MARKER, OperatorReset, Policy, Stalled,
-    Supervisor, ToolHost, load_manifest,
+    BrowserHost, CallGate, ChromiumConfig, HOST_MARKER, Health, Launch, ORPHAN_MARKER, OperatorReset, Policy,
+    ProcTable, ProcessTable, Stalled, Supervisor, ToolHost, load_manifest,
 };
 use pap_shared::{ToolError, ToolErrorCode, ToolResult};
 use serde_json::Value;
@@ -70,11 +70,13 @@ impl ChromiumUnderTest {
         let _ = self.host.stop(INSTANCE, Duration::from_secs(2)).await;
         for pid in self.planted.lock().await.drain(..) {
             // Only if it is still the process we planted: a swept pid may have been reused.
-            let ours = std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|cmdline| cmdline.windows(PLANTED.len()).any(|w| w == PLANTED.as_bytes()));
-            if ours {
-                let _ =
-                    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid.cast_signed()), nix::sys::signal::SIGKILL);
+            let planted = ProcTable.list().is_ok_and(|processes| {
+                processes
+                    .iter()
+                    .any(|p| p.pid == pid && p.args.iter().any(|a| a == PLANTED))
+            });
+            if planted {
+                let _ = ProcTable.terminate(pid, true);
             }
         }
     }
@@ -151,14 +153,10 @@ impl ProviderUnderTest for ChromiumUnderTest {
     }
 
     fn is_running(&self, pid: u32) -> bool {
-        // A zombie has ended; only its exit status is left.
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|stat| {
-                stat.rsplit_once(')')
-                    .map(|(_, rest)| rest.trim_start().starts_with('Z'))
-            })
-            .is_some_and(|zombie| !zombie)
+        // The agent's own process table: it lists no zombie (ended, only its status left).
+        ProcTable
+            .list()
+            .is_ok_and(|processes| processes.iter().any(|p| p.pid == pid))
     }
 
     async fn plant_unmarked(&self) -> Result<u32, String> {

@@ -10,16 +10,20 @@ macro_rules! hook {
     ($id:literal, [$($rule:literal),+], $level:expr, $f:path) => {
         Hook { id: $id, rule: &[$($rule),+], level: $level, run: |p| Box::pin($f(p)) }
     };
+    // M1-M6: the manifest loader's diagnostics that name the rule.
+    ($id:literal, manifest $rule:literal) => {
+        Hook { id: $id, rule: &[$rule], level: Level::Core, run: |p| Box::pin(async move { rule_breaks(p, $rule) }) }
+    };
 }
 
 /// Every hook, in the order the suite runs them.
 pub const HOOKS: &[Hook] = &[
-    hook!("core.manifest.schema", ["M1"], Level::Core, manifest_m1),
-    hook!("core.manifest.remote-sink", ["M2"], Level::Core, manifest_m2),
-    hook!("core.manifest.cdp-endpoint", ["M3"], Level::Core, manifest_m3),
-    hook!("core.manifest.implements-gate", ["M4"], Level::Core, manifest_m4),
-    hook!("core.manifest.profile-modes", ["M5"], Level::Core, manifest_m5),
-    hook!("core.manifest.conformance-claims", ["M6"], Level::Core, manifest_m6),
+    hook!("core.manifest.schema", manifest "M1"),
+    hook!("core.manifest.remote-sink", manifest "M2"),
+    hook!("core.manifest.cdp-endpoint", manifest "M3"),
+    hook!("core.manifest.implements-gate", manifest "M4"),
+    hook!("core.manifest.profile-modes", manifest "M5"),
+    hook!("core.manifest.conformance-claims", manifest "M6"),
     hook!("core.tools.ids", ["T1"], Level::Core, tools_ids),
     hook!("core.tools.resolver-filter", ["T2"], Level::Core, tools_resolver),
     hook!("core.tools.unsupported", ["T3"], Level::Core, tools_unsupported),
@@ -107,6 +111,14 @@ async fn settle_stopped(p: &dyn ProviderUnderTest) {
     let _ = p.stop().await;
 }
 
+/// The provider's manifest, loaded; when it does not load, every diagnostic.
+fn loaded(p: &dyn ProviderUnderTest) -> Result<pap_agent::BrowserManifest, String> {
+    parse_manifest(&p.manifest_text(), None).map_err(|diagnostics| {
+        let all: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
+        format!("the manifest does not load: {}", all.join("; "))
+    })
+}
+
 fn rule_breaks(p: &dyn ProviderUnderTest, rule: &str) -> Result<(), String> {
     match parse_manifest(&p.manifest_text(), None) {
         Ok(_) => Ok(()),
@@ -121,28 +133,8 @@ fn rule_breaks(p: &dyn ProviderUnderTest, rule: &str) -> Result<(), String> {
     }
 }
 
-async fn manifest_m1(p: &dyn ProviderUnderTest) -> Result<(), String> {
-    rule_breaks(p, "M1")
-}
-async fn manifest_m2(p: &dyn ProviderUnderTest) -> Result<(), String> {
-    rule_breaks(p, "M2")
-}
-async fn manifest_m3(p: &dyn ProviderUnderTest) -> Result<(), String> {
-    rule_breaks(p, "M3")
-}
-async fn manifest_m4(p: &dyn ProviderUnderTest) -> Result<(), String> {
-    rule_breaks(p, "M4")
-}
-async fn manifest_m5(p: &dyn ProviderUnderTest) -> Result<(), String> {
-    rule_breaks(p, "M5")
-}
-async fn manifest_m6(p: &dyn ProviderUnderTest) -> Result<(), String> {
-    rule_breaks(p, "M6")
-}
-
 async fn tools_ids(p: &dyn ProviderUnderTest) -> Result<(), String> {
-    let manifest =
-        parse_manifest(&p.manifest_text(), None).map_err(|d| format!("the manifest does not load: {}", d[0]))?;
+    let manifest = loaded(p)?;
     for implements in &manifest.implements {
         if implements.tool.starts_with("browser.") && tool_spec(&implements.tool).is_none() {
             return Err(format!(
@@ -155,8 +147,7 @@ async fn tools_ids(p: &dyn ProviderUnderTest) -> Result<(), String> {
 }
 
 async fn tools_resolver(p: &dyn ProviderUnderTest) -> Result<(), String> {
-    let manifest =
-        parse_manifest(&p.manifest_text(), None).map_err(|d| format!("the manifest does not load: {}", d[0]))?;
+    let manifest = loaded(p)?;
     let mut without = manifest.clone();
     without.browser.capabilities = pap_agent::Capabilities::default();
     without.id = format!("{}-without-capabilities", manifest.id);
@@ -174,8 +165,7 @@ async fn tools_resolver(p: &dyn ProviderUnderTest) -> Result<(), String> {
 }
 
 async fn tools_unsupported(p: &dyn ProviderUnderTest) -> Result<(), String> {
-    let manifest =
-        parse_manifest(&p.manifest_text(), None).map_err(|d| format!("the manifest does not load: {}", d[0]))?;
+    let manifest = loaded(p)?;
     let target = fresh_target(p).await?;
     // Without `cdp`, `browser.list_requests` in particular (aip-63-tables §5, core).
     let missing = pap_agent::RESERVED_TOOLS
@@ -435,8 +425,7 @@ async fn fresh_userdir(p: &dyn ProviderUnderTest) -> Result<(), String> {
     running(p).await?;
     let Some(dir) = p.user_data_dir().await else {
         // Only a remote browser has no profile directory here; a local one must show it.
-        let manifest =
-            parse_manifest(&p.manifest_text(), None).map_err(|d| format!("the manifest does not load: {}", d[0]))?;
+        let manifest = loaded(p)?;
         return match manifest.browser.location {
             pap_agent::Location::Remote => Ok(()),
             pap_agent::Location::Local => Err("a local provider does not report its user-data directory".into()),

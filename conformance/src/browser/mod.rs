@@ -6,9 +6,11 @@ mod chromium;
 mod fake;
 mod hooks;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
+/// A conformance level: the levels of AIP-63's tool table, as the agent's tool host knows them.
+pub use pap_agent::Level;
 use pap_agent::{CallGate, Health, Launch, Stalled};
 use pap_shared::{ToolError, ToolResult};
 use serde_json::Value;
@@ -16,7 +18,7 @@ use serde_json::Value;
 pub use self::chromium::ChromiumUnderTest;
 pub use self::fake::{Defect, FakeProvider};
 pub use self::hooks::HOOKS;
-use crate::report::{CaseResult, Outcome, Report};
+use crate::report::{CaseResult, Report};
 
 /// What a launch reported.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,31 +82,6 @@ pub trait SupervisionUnderTest: Send {
     fn health(&self) -> Health;
 }
 
-/// A conformance level.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Level {
-    /// Every provider.
-    Core,
-    /// Input tools, targets.
-    Interaction,
-    /// CDP network tools.
-    Network,
-    /// Downloads.
-    Download,
-}
-
-impl Level {
-    /// The level's name in `browser.conformance`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Core => "core",
-            Self::Interaction => "interaction",
-            Self::Network => "network",
-            Self::Download => "download",
-        }
-    }
-}
-
 /// A hook's body: a result and, when red, what went wrong.
 type HookFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
 
@@ -146,23 +123,14 @@ pub async fn run(provider: &dyn ProviderUnderTest, levels: &[Level]) -> Report {
     };
     let mut report = Report::default();
     for hook in HOOKS.iter().filter(selected) {
-        let started = Instant::now();
-        let outcome = tokio::time::timeout(HOOK_TIMEOUT, (hook.run)(provider)).await;
-        let (outcome, message) = match outcome {
-            Ok(Ok(())) => (Outcome::Passed, String::new()),
-            Ok(Err(message)) => (Outcome::Failed, format!("{}: {message}", hook.rule.join(", "))),
-            Err(_) => (
-                Outcome::Failed,
-                format!("the hook took longer than {} s", HOOK_TIMEOUT.as_secs()),
-            ),
+        let body = async {
+            (hook.run)(provider)
+                .await
+                .map_err(|m| format!("{}: {m}", hook.rule.join(", ")))
         };
-        report.results.push(CaseResult {
-            id: hook.id,
-            requirements: hook.rule,
-            outcome,
-            duration: started.elapsed(),
-            message,
-        });
+        report
+            .results
+            .push(CaseResult::timed(hook.id, hook.rule, HOOK_TIMEOUT, body).await);
     }
     report
 }

@@ -12,7 +12,7 @@ mod scenario;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pap_agent::{BrowserHost, ChromiumConfig, Company, PapClient, Session, new_pairwise_user};
 use pap_shared::Rng;
@@ -128,23 +128,14 @@ pub async fn run(ctx: &Context, only: &[String]) -> Report {
         .iter()
         .filter(|c| only.is_empty() || only.iter().any(|o| o == c.id))
     {
-        let started = Instant::now();
-        let outcome = tokio::time::timeout(CASE_TIMEOUT, (case.run)(ctx)).await;
-        let (outcome, message) = match outcome {
-            Ok(Ok(())) => (Outcome::Passed, String::new()),
-            Ok(Err(failure)) => (Outcome::Failed, format!("{}: {}", failure.requirement, failure.message)),
-            Err(_) => (
-                Outcome::Failed,
-                format!("the case took longer than {} s", CASE_TIMEOUT.as_secs()),
-            ),
+        let body = async {
+            (case.run)(ctx)
+                .await
+                .map_err(|f| format!("{}: {}", f.requirement, f.message))
         };
-        report.results.push(CaseResult {
-            id: case.id,
-            requirements: case.requirements,
-            outcome,
-            duration: started.elapsed(),
-            message,
-        });
+        report
+            .results
+            .push(CaseResult::timed(case.id, case.requirements, CASE_TIMEOUT, body).await);
     }
     report
 }
