@@ -31,6 +31,11 @@ pub use client::{
     ClientConfig, ClientError, Company, DeviceAuthorization, PapClient, SecretToken, Session, new_pairwise_user,
 };
 pub use consent::ledger::{Actor, Broken, Derived, Entry, Ledger, LedgerError, Summary};
+pub use consent::{
+    Caller, ConsentError, ConsentHost, FULL_PROFILE_WARNING, Forgotten, Grant, GrantRequest, Injection, JoinPermit,
+    LiveInstances, NoInstances, Operator, Refreshed, RemoteOutcome, Revoked, Scope, ScopeRequest, Sink, Source,
+    SourceError, SourceSpec,
+};
 pub use documents::{TlsListener, documents_router};
 pub use identity::{Identity, IdentityError, KEY_ID};
 pub use interop::{approve_on_device_page, hidden_inputs, plain_http_client, tls_client_config, trust_roots};

@@ -110,6 +110,10 @@ impl Ledger {
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
         let mut file = options.open(&self.path).map_err(LedgerError::Io)?;
+        // C11: a ledger created loosely by something else is tightened, not trusted as is.
+        #[cfg(unix)]
+        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .map_err(LedgerError::Io)?;
         file.lock().map_err(LedgerError::Io)?;
         let result = self.append_locked(&mut file, entry, at);
         let _ = file.unlock();
@@ -141,6 +145,22 @@ impl Ledger {
         .map_err(|_| LedgerError::Invalid("head".into()))?;
         write_private(&self.head, &head).map_err(LedgerError::Io)?;
         Ok(count)
+    }
+
+    /// The records of a sound ledger, in order (for lookups such as a sink-ack's `seq`).
+    pub fn records(&self) -> Result<Vec<Value>, Broken> {
+        self.verify()?;
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => {
+                return Err(Broken {
+                    line: 1,
+                    why: format!("the ledger cannot be read: {e}"),
+                });
+            }
+        };
+        Ok(text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect())
     }
 
     /// Checks the whole ledger: each line a valid record, `seq` from 0 without gaps, `prev` the
@@ -239,21 +259,7 @@ pub enum LedgerError {
 
 /// Checks a record against the schema's `$defs/ledgerRecord`.
 fn check_record(record: &Value) -> Result<(), String> {
-    static VALIDATOR: std::sync::OnceLock<Option<jsonschema::Validator>> = std::sync::OnceLock::new();
-    let validator = VALIDATOR.get_or_init(|| {
-        let mut schema: Value = serde_json::from_str(crate::provider::manifest::BROWSER_SCHEMA).ok()?;
-        let object = schema.as_object_mut()?;
-        for key in ["allOf", "required", "properties", "type"] {
-            object.remove(key);
-        }
-        object.insert("$ref".into(), Value::from("#/$defs/ledgerRecord"));
-        jsonschema::validator_for(&schema).ok()
-    });
-    let validator = validator.as_ref().ok_or("the ledger record schema does not compile")?;
-    match validator.iter_errors(record).next() {
-        None => Ok(()),
-        Some(error) => Err(format!("{error} (at {})", error.instance_path)),
-    }
+    crate::provider::manifest::check_def("ledgerRecord", record)
 }
 
 fn hex(bytes: &[u8]) -> String {

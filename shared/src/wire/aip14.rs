@@ -33,6 +33,9 @@ pub enum ToolErrorCode {
     /// Nothing by that id.
     #[serde(rename = "not_found")]
     NotFound,
+    /// The caller may not do this (an agent widening a grant, C7; an unacknowledged sink, C6).
+    #[serde(rename = "permission_denied")]
+    PermissionDenied,
     /// The call took too long.
     #[serde(rename = "timeout")]
     Timeout,
@@ -53,6 +56,7 @@ impl ToolErrorCode {
             Self::ConsentRequired => "browser:consent_required",
             Self::InputInvalid => "input_invalid",
             Self::NotFound => "not_found",
+            Self::PermissionDenied => "permission_denied",
             Self::Timeout => "timeout",
             Self::Internal => "internal",
         }
