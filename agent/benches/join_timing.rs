@@ -72,12 +72,21 @@ async fn run(runs: usize) {
     let host = BrowserHost::new();
     let browser = host.launch(&config, "warm", &|_| {}).await.unwrap();
     let page = browser.new_page().await.unwrap();
+    let permit = support::permit(&stage.work.join("state"), "shop.example");
     let mut warm = Vec::with_capacity(runs);
     for _ in 0..runs {
         let started = Instant::now();
-        let outcome = join(&client, &shop, &session, &page_url, &page, Duration::from_secs(15))
-            .await
-            .unwrap();
+        let outcome = join(
+            &client,
+            &shop,
+            &session,
+            &page_url,
+            &page,
+            &permit,
+            Duration::from_secs(15),
+        )
+        .await
+        .unwrap();
         assert_eq!(outcome.status, 200);
         warm.push(started.elapsed());
     }

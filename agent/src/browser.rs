@@ -310,6 +310,44 @@ impl ControlledBrowser {
             .map_err(|e| BrowserError::Cdp(e.to_string()))
     }
 
+    /// Puts a grant's cookies into this browser (C1): the only way session material enters it.
+    pub async fn inject(&self, injection: &crate::consent::Injection) -> Result<usize, BrowserError> {
+        crate::live::inject(&self.browser, injection)
+            .await
+            .map_err(BrowserError::Cdp)
+    }
+
+    /// The cookies the browser holds, as (name, domain): never their values.
+    pub async fn cookie_names(&self) -> Result<Vec<(String, String)>, BrowserError> {
+        let cookies = self
+            .browser
+            .get_cookies()
+            .await
+            .map_err(|e| BrowserError::Cdp(e.to_string()))?;
+        Ok(cookies.into_iter().map(|c| (c.name, c.domain)).collect())
+    }
+
+    /// The URLs of the browser's tabs.
+    pub async fn tab_urls(&self) -> Result<Vec<String>, BrowserError> {
+        use chromiumoxide::cdp::browser_protocol::target::GetTargetsParams;
+        let targets = self
+            .browser
+            .execute(GetTargetsParams::default())
+            .await
+            .map_err(|e| BrowserError::Cdp(e.to_string()))?;
+        Ok(targets
+            .result
+            .target_infos
+            .into_iter()
+            .filter(|t| t.r#type == "page")
+            .map(|t| t.url)
+            .collect())
+    }
+
+    pub(crate) fn cdp(&self) -> &Browser {
+        &self.browser
+    }
+
     /// A new tab, on `about:blank`.
     pub async fn new_page(&self) -> Result<Page, BrowserError> {
         self.browser
@@ -664,6 +702,11 @@ impl BrowserHost {
             .reset(instance, now, reset)
             .map_err(LaunchError::Refused)?;
         self.spawn(config, instance, progress, &mut browsers).await
+    }
+
+    /// Every running browser of this host.
+    pub(crate) async fn running(&self) -> Vec<Arc<ControlledBrowser>> {
+        self.browsers.lock().await.values().cloned().collect()
     }
 
     /// The running browser for `instance`, without launching one: `None` when there is none or

@@ -13,6 +13,7 @@ use futures_util::StreamExt as _;
 use pap_shared::{BROWSER_ASSERTION_TYP, BrowserAssertionClaims, BrowserAssertionRequest, HttpsUrl, Jti, UnixTime};
 
 use crate::client::{Company, PapClient, Session};
+use crate::consent::JoinPermit;
 
 /// How long the assertion lives: the most PAP allows.
 const LIFETIME: i64 = 60;
@@ -33,14 +34,20 @@ pub struct JoinOutcome {
 }
 
 /// Joins `page`'s browser to `session` at `company`, landing on `return_to`, within `deadline`.
+/// The join needs a grant (AIP-63 C1): `permit`, from [`crate::ConsentHost::permit_join`] for the
+/// company's domain; nothing is signed without it.
 pub async fn join(
     client: &PapClient,
     company: &Company,
     session: &Session,
     return_to: &HttpsUrl,
     page: &Page,
+    permit: &JoinPermit,
     deadline: Duration,
 ) -> Result<JoinOutcome, JoinError> {
+    if !permit.covers(company.domain.as_str()) {
+        return Err(JoinError::ConsentRequired(company.domain.as_str().to_owned()));
+    }
     let endpoint = company.browser_session_endpoint.clone().ok_or(JoinError::NoEndpoint)?;
     let iat = client.clock().now().plus(-IAT_BACKDATE);
     let request = BrowserAssertionRequest {
@@ -136,6 +143,9 @@ pub enum JoinError {
     /// A CDP call failed.
     #[error("the browser failed: {0}")]
     Cdp(String),
+    /// The permit is for another domain (`browser:consent_required`).
+    #[error("no grant covers {0} for this browser")]
+    ConsentRequired(String),
     /// `return_to` is not HTTPS on the company's domain (PAP-5-02): nothing was signed.
     #[error("return_to is not on the company's domain")]
     ForeignReturnTo,

@@ -16,6 +16,7 @@ mod documents;
 mod identity;
 mod interop;
 mod join;
+mod live;
 mod logging;
 mod provider;
 mod sealed;
@@ -40,6 +41,7 @@ pub use documents::{TlsListener, documents_router};
 pub use identity::{Identity, IdentityError, KEY_ID};
 pub use interop::{approve_on_device_page, hidden_inputs, plain_http_client, tls_client_config, trust_roots};
 pub use join::{JoinError, JoinOutcome, join};
+pub use live::LiveProfiles;
 pub use logging::{SECRET_SAFE_DIRECTIVES, log_filter};
 pub use provider::lifecycle::{IllegalTransition, InstanceState, LifecycleEvent, OperatorReset};
 pub use provider::manifest::{

@@ -114,6 +114,54 @@ enum BrowserCommand {
 
 #[derive(Subcommand)]
 enum ConsentCommand {
+    /// Grants the agent's browser session material for named domains (the operator's channel:
+    /// no agent tool can do this). Without --interactive, name the domains or ask for
+    /// --full-profile; nothing defaults to all domains.
+    Grant {
+        /// A domain to grant (with its subdomains); repeat for more.
+        #[arg(long = "domain", value_name = "DOMAIN")]
+        domains: Vec<String>,
+        /// A storage-state file ({cookies, origins}) to import from. Without it, the grant lets
+        /// the browser sign in itself (the PAP join) and imports nothing.
+        #[arg(long, value_name = "FILE")]
+        source: Option<PathBuf>,
+        /// Show per-domain counts from a scan that reads no values, then ask per domain.
+        #[arg(long)]
+        interactive: bool,
+        /// Grant the WHOLE profile (every domain): named on purpose, never implied.
+        #[arg(long, conflicts_with = "domains")]
+        full_profile: bool,
+        /// Scope the grant to this paired device.
+        #[arg(long, value_name = "ID")]
+        device: Option<String>,
+        /// End the grant by itself after this many seconds.
+        #[arg(long, value_name = "SECONDS")]
+        expires_in: Option<i64>,
+    },
+    /// Lists the grants in force (never values).
+    List,
+    /// Re-reads a grant's domains (all, or some) from its own source.
+    Refresh {
+        grant: String,
+        #[arg(long = "domain", value_name = "DOMAIN")]
+        domains: Vec<String>,
+    },
+    /// Revokes a grant, or some of its domains: deletes the stored material, and the cookies,
+    /// storage and tabs of the state directory's running browsers; then records it.
+    Revoke {
+        grant: String,
+        #[arg(long = "domain", value_name = "DOMAIN")]
+        domains: Vec<String>,
+    },
+    /// Acknowledges a remote sink (its id and who operates it) for a grant.
+    SinkAck {
+        grant: String,
+        provider: String,
+        #[arg(long = "operated-by", value_name = "NAME")]
+        operated_by: String,
+    },
+    /// AIP-59 revoked a device's pairing: its grants end now.
+    PairingRevoked { device: String },
     /// The append-only consent ledger.
     Ledger {
         #[command(subcommand)]
@@ -239,20 +287,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Command::Identity { command } = &cli.command {
         return identity(&state, command).await;
     }
-    if let Command::Consent {
-        command: ConsentCommand::Ledger {
-            command: LedgerCommand::Verify,
-        },
-    } = &cli.command
-    {
-        let ledger = pap_agent::Ledger::open(&state)?;
-        match ledger.verify() {
-            Ok(summary) => {
-                eprintln!("{}: {} record(s), intact", ledger.path().display(), summary.records);
-                return Ok(());
-            }
-            Err(broken) => bail!("{}: {broken}", ledger.path().display()),
-        }
+    if let Command::Consent { command } = &cli.command {
+        return consent_command(&state, command).await;
     }
     if let Command::Browser { command } = &cli.command {
         return browser_command(&state, command).await;
@@ -469,6 +505,14 @@ async fn browse(
         })
         .await?;
     let result = async {
+        // The join needs a grant for the company's domain (`pap-agent consent grant`), and the
+        // granted material goes in first.
+        let consent = pap_agent::ConsentHost::open(&agent.state_dir, Arc::new(SystemClock), Arc::new(SystemRng))?;
+        let caller = pap_agent::Caller::local_agent();
+        let permit = consent.permit_join(&caller, company.domain.as_str())?;
+        for injection in consent.local_injections(&caller)? {
+            browser.inject(&injection).await?;
+        }
         let page = browser.new_page().await?;
         let outcome = join(
             &agent.client,
@@ -476,6 +520,7 @@ async fn browse(
             session,
             &return_to,
             &page,
+            &permit,
             Duration::from_secs(20),
         )
         .await?;
@@ -512,6 +557,116 @@ async fn browse(
     host.stop("cli", Duration::from_secs(2)).await?;
     print_json(&result?);
     Ok(())
+}
+
+/// `pap-agent consent ...`: the operator's channel (C7).
+async fn consent_command(state: &std::path::Path, command: &ConsentCommand) -> anyhow::Result<()> {
+    use pap_agent::{Caller, ConsentHost, GrantRequest, LiveProfiles, Operator, ScopeRequest, SourceSpec};
+    if let ConsentCommand::Ledger {
+        command: LedgerCommand::Verify,
+    } = command
+    {
+        let ledger = pap_agent::Ledger::open(state)?;
+        return match ledger.verify() {
+            Ok(summary) => {
+                eprintln!("{}: {} record(s), intact", ledger.path().display(), summary.records);
+                Ok(())
+            }
+            Err(broken) => bail!("{}: {broken}", ledger.path().display()),
+        };
+    }
+    let consent = ConsentHost::open(state, Arc::new(SystemClock), Arc::new(SystemRng))?;
+    let operator = Operator::from_operator_channel("cli");
+    let live = LiveProfiles::new(state);
+    let report = match command {
+        ConsentCommand::Ledger { .. } => unreachable!("handled above"),
+        ConsentCommand::Grant {
+            domains,
+            source,
+            interactive,
+            full_profile,
+            device,
+            expires_in,
+        } => {
+            let source = match source {
+                Some(path) => SourceSpec::StorageState(path.clone()),
+                None => SourceSpec::NativeLogin("cli".into()),
+            };
+            let scope = if *full_profile {
+                eprintln!("{}", pap_agent::FULL_PROFILE_WARNING);
+                ScopeRequest::FullProfile
+            } else if *interactive && domains.is_empty() {
+                ScopeRequest::Domains(ask_per_domain(&consent.scan(&source)?)?)
+            } else {
+                ScopeRequest::Domains(domains.clone())
+            };
+            let grant = consent.grant(
+                &operator,
+                GrantRequest {
+                    source,
+                    scope,
+                    interactive: *interactive,
+                    device_id: device.clone(),
+                    expires_at: expires_in.map(|s| pap_shared::Clock::now(&SystemClock).plus(s)),
+                },
+            )?;
+            serde_json::to_value(&grant)?
+        }
+        ConsentCommand::List => serde_json::json!({ "grants": consent.list(&Caller::Operator(operator))? }),
+        ConsentCommand::Refresh { grant, domains } => {
+            let domains = (!domains.is_empty()).then_some(domains.as_slice());
+            let (refreshed, _injection) = consent.refresh(&Caller::Operator(operator), grant, domains, None)?;
+            serde_json::to_value(&refreshed.grant)?
+        }
+        ConsentCommand::Revoke { grant, domains } => {
+            let domains = (!domains.is_empty()).then_some(domains.as_slice());
+            let revoked = consent
+                .revoke(&Caller::Operator(operator), grant, domains, &live)
+                .await?;
+            serde_json::json!({
+                "grant": revoked.grant, "derived": revoked.derived,
+                "cookiesDeleted": revoked.forgotten.cookies, "tabsClosed": revoked.forgotten.tabs,
+            })
+        }
+        ConsentCommand::SinkAck {
+            grant,
+            provider,
+            operated_by,
+        } => {
+            eprintln!("acknowledging remote sink {provider}, operated by {operated_by}, for grant {grant}");
+            serde_json::to_value(consent.acknowledge_sink(&operator, grant, provider, operated_by)?)?
+        }
+        ConsentCommand::PairingRevoked { device } => {
+            let revoked = consent.revoke_pairing(&operator, device, &live).await?;
+            serde_json::json!({ "revoked": revoked.iter().map(|r| r.grant.id.clone()).collect::<Vec<_>>() })
+        }
+    };
+    print_json(&report);
+    Ok(())
+}
+
+/// C5: the scan's per-domain counts first (no value read yet), then a question per domain; only
+/// the domains answered `y` are granted (and only then are values read).
+fn ask_per_domain(counts: &std::collections::BTreeMap<String, u64>) -> anyhow::Result<Vec<String>> {
+    use std::io::BufRead as _;
+    if counts.is_empty() {
+        bail!("the source holds no cookies or storage");
+    }
+    eprintln!("the source holds (a presence scan: no value has been read):");
+    for (host, count) in counts {
+        eprintln!("  {host}: {count} cookie(s)");
+    }
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    let mut chosen = Vec::new();
+    for host in counts.keys() {
+        eprint!("grant {host}? [y/N] ");
+        let answer = lines.next().transpose()?.unwrap_or_default();
+        if answer.trim().eq_ignore_ascii_case("y") || answer.trim().eq_ignore_ascii_case("yes") {
+            chosen.push(host.clone());
+        }
+    }
+    Ok(chosen)
 }
 
 fn parse_domain(domain: &str) -> anyhow::Result<CompanyDomain> {

@@ -62,7 +62,8 @@ async fn certificate_errors_are_respected(stage: &Stage, addr: std::net::SocketA
     let browser = host.launch(&config, "unpinned", &|_| {}).await.unwrap();
     let page = browser.new_page().await.unwrap();
     let home = HttpsUrl::parse("https://shop.example/").unwrap();
-    let error = join(&client, &shop, &session, &home, &page, Duration::from_secs(15))
+    let permit = support::permit(&stage.work.join("state-unpinned"), "shop.example");
+    let error = join(&client, &shop, &session, &home, &page, &permit, Duration::from_secs(15))
         .await
         .unwrap_err();
     assert!(

@@ -53,11 +53,28 @@ async fn logged_request(tools: &ToolHost, target: &str, suffix: &str) -> Value {
     .unwrap_or_else(|_| panic!("no response for {suffix} showed in list_requests"))
 }
 
+fn consent(state: &std::path::Path) -> std::sync::Arc<pap_agent::ConsentHost> {
+    std::sync::Arc::new(
+        pap_agent::ConsentHost::open(
+            state,
+            std::sync::Arc::new(pap_shared::SystemClock),
+            std::sync::Arc::new(pap_shared::SystemRng),
+        )
+        .unwrap(),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn core_tools_errors_and_stale_handles_on_real_chromium() {
     let state = std::env::temp_dir().join(format!("pap-tools-{}", std::process::id()));
     let host = BrowserHost::new();
-    let tools = ToolHost::new(manifest(), host.clone(), ChromiumConfig::new(state.clone()), "tools");
+    let tools = ToolHost::new(
+        manifest(),
+        host.clone(),
+        ChromiumConfig::new(state.clone()),
+        "tools",
+        consent(&state),
+    );
 
     // Before any launch: not ready, with the state (L3), never an opaque error.
     let before = err(tools.call("browser.navigate", &json!({"url": "about:blank"})).await);
@@ -93,6 +110,7 @@ async fn core_tools_errors_and_stale_handles_on_real_chromium() {
         host.clone(),
         ChromiumConfig::new(state.clone()),
         "tools",
+        consent(&state),
     );
     let unlisted = err(limited.call("browser.download", &json!({"target": target})).await);
     assert_eq!(unlisted.code, ToolErrorCode::Unsupported);
@@ -165,6 +183,7 @@ async fn a_provider_without_cdp_answers_list_requests_with_unsupported_cdp() {
         BrowserHost::new(),
         ChromiumConfig::new(std::env::temp_dir()),
         "no-cdp",
+        consent(&std::env::temp_dir().join(format!("pap-tools-no-cdp-{}", std::process::id()))),
     );
     let error = err(tools.call("browser.list_requests", &json!({})).await);
     assert_eq!(error.code, ToolErrorCode::Unsupported);
@@ -199,7 +218,13 @@ async fn interaction_and_network_tools_on_real_chromium() {
 
     let state = std::env::temp_dir().join(format!("pap-tools-net-{}", std::process::id()));
     let host = BrowserHost::new();
-    let tools = ToolHost::new(manifest(), host.clone(), ChromiumConfig::new(state.clone()), "net");
+    let tools = ToolHost::new(
+        manifest(),
+        host.clone(),
+        ChromiumConfig::new(state.clone()),
+        "net",
+        consent(&state),
+    );
     tools.launch().await.unwrap();
     let target = ok(tools
         .call("browser.navigate", &json!({"url": format!("{base}/")}))
@@ -348,7 +373,13 @@ async fn a_response_body_still_loading_is_retryable_not_missing() {
 
     let state = std::env::temp_dir().join(format!("pap-tools-slow-{}", std::process::id()));
     let host = BrowserHost::new();
-    let tools = ToolHost::new(manifest(), host.clone(), ChromiumConfig::new(state.clone()), "slow");
+    let tools = ToolHost::new(
+        manifest(),
+        host.clone(),
+        ChromiumConfig::new(state.clone()),
+        "slow",
+        consent(&state),
+    );
     tools.launch().await.unwrap();
     let target = ok(tools
         .call("browser.navigate", &json!({"url": format!("{base}/")}))

@@ -160,7 +160,10 @@ impl Ledger {
                 });
             }
         };
-        Ok(text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect())
+        Ok(text
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect())
     }
 
     /// Checks the whole ledger: each line a valid record, `seq` from 0 without gaps, `prev` the

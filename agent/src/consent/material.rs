@@ -106,7 +106,8 @@ impl Material {
     /// Keeps only what `covers` (a host test) allows.
     pub(crate) fn retain(&mut self, covers: impl Fn(&str) -> bool) {
         self.cookies.retain(|c| covers(&c.host()));
-        self.origins.retain(|o| origin_host(&o.origin).is_some_and(|h| covers(&h)));
+        self.origins
+            .retain(|o| origin_host(&o.origin).is_some_and(|h| covers(&h)));
     }
 
     /// Puts `fresh` in place of what `scope` covers, keeping the rest.
@@ -150,10 +151,12 @@ pub enum SourceError {
 }
 
 fn read_source(path: &Path) -> Result<Zeroizing<Vec<u8>>, SourceError> {
-    std::fs::read(path).map(Zeroizing::new).map_err(|e| SourceError::Unreadable {
-        path: path.to_owned(),
-        kind: e.kind(),
-    })
+    std::fs::read(path)
+        .map(Zeroizing::new)
+        .map_err(|e| SourceError::Unreadable {
+            path: path.to_owned(),
+            kind: e.kind(),
+        })
 }
 
 fn not_storage_state(path: &Path, error: &serde_json::Error) -> SourceError {
@@ -329,7 +332,10 @@ mod tests {
 
     #[test]
     fn a_malformed_source_names_only_the_position() {
-        let path = file("bad", r#"{"cookies":[{"name":"a","value":"CANARY-SECRET","domain":7}]}"#);
+        let path = file(
+            "bad",
+            r#"{"cookies":[{"name":"a","value":"CANARY-SECRET","domain":7}]}"#,
+        );
         let error = read_storage_state(&path).unwrap_err().to_string();
         assert!(error.contains("line 1"), "{error}");
         assert!(!error.contains("CANARY"), "{error}");

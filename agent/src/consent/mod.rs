@@ -159,6 +159,20 @@ pub struct GrantRequest {
     pub expires_at: Option<UnixTime>,
 }
 
+impl GrantRequest {
+    /// A flag request for the domains the instance may sign in to itself (the PAP join's cookie
+    /// is that material): nothing imported, local sink.
+    pub fn native_login(instance: &str, domains: &[&str]) -> Self {
+        Self {
+            source: SourceSpec::NativeLogin(instance.to_owned()),
+            scope: ScopeRequest::Domains(domains.iter().map(|d| (*d).to_owned()).collect()),
+            interactive: false,
+            device_id: None,
+            expires_at: None,
+        }
+    }
+}
+
 /// What a revoke covers.
 #[derive(Clone, Copy, Debug)]
 pub enum Scope<'a> {
@@ -367,8 +381,12 @@ impl ConsentError {
             Self::ConsentRequired { domain } => {
                 ToolError::new(ToolErrorCode::ConsentRequired, message).with_cause(json!({ "domain": domain }))
             }
-            Self::UnknownGrant(id) => ToolError::new(ToolErrorCode::NotFound, message).with_cause(json!({ "grant": id })),
-            Self::Refused(_) | Self::SinkNotAcknowledged { .. } => ToolError::new(ToolErrorCode::PermissionDenied, message),
+            Self::UnknownGrant(id) => {
+                ToolError::new(ToolErrorCode::NotFound, message).with_cause(json!({ "grant": id }))
+            }
+            Self::Refused(_) | Self::SinkNotAcknowledged { .. } => {
+                ToolError::new(ToolErrorCode::PermissionDenied, message)
+            }
             Self::NoDomains | Self::InvalidDomain { .. } | Self::FullProfileRemote | Self::Invalid(_) => {
                 ToolError::new(ToolErrorCode::InputInvalid, message)
             }
@@ -391,7 +409,9 @@ pub struct ConsentHost {
 
 impl std::fmt::Debug for ConsentHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConsentHost").field("dir", &self.dir).finish_non_exhaustive()
+        f.debug_struct("ConsentHost")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
     }
 }
 
@@ -522,7 +542,9 @@ impl ConsentHost {
             },
             &self.now(),
         )?;
-        grant.sinks.retain(|s| !matches!(s, Sink::Remote { provider_id: p, .. } if p == provider_id));
+        grant
+            .sinks
+            .retain(|s| !matches!(s, Sink::Remote { provider_id: p, .. } if p == provider_id));
         grant.sinks.push(Sink::Remote {
             provider_id: provider_id.into(),
             ack_seq: seq,
@@ -577,19 +599,21 @@ impl ConsentHost {
         let _lock = self.lock()?;
         let (mut grants, index) = self.find_visible(caller, grant_id)?;
         let grant = &grants[index];
-        let own_source = SourceSpec::from_source(&grant.source)
-            .ok_or_else(|| ConsentError::Invalid(format!("the source kind {} cannot be re-read here", grant.source.kind)))?;
+        let own_source = SourceSpec::from_source(&grant.source).ok_or_else(|| {
+            ConsentError::Invalid(format!("the source kind {} cannot be re-read here", grant.source.kind))
+        })?;
         if source.is_some_and(|s| *s != own_source) {
-            return Err(self.deny(caller, grant_id, "refresh asked for another source profile than the grant's"));
+            return Err(self.deny(
+                caller,
+                grant_id,
+                "refresh asked for another source profile than the grant's",
+            ));
         }
         let scope: Vec<GrantDomain> = match (domains, &grant.domains) {
             (None, Some(granted)) => granted.clone(),
             (None, None) => Vec::new(),
             (Some(asked), granted) => {
-                let asked = match parse_domains(asked) {
-                    Ok(asked) => asked,
-                    Err(e) => return Err(e),
-                };
+                let asked = parse_domains(asked)?;
                 // Same or fewer: each asked domain is one the grant covers.
                 let within = |d: &GrantDomain| match granted {
                     Some(granted) => granted.iter().any(|g| g.covers(d.as_str())),
@@ -606,7 +630,13 @@ impl ConsentHost {
             }
         };
         let full = grant.full_profile == Some(true);
-        let in_scope = |host: &str| if full && scope.is_empty() { true } else { scope.iter().any(|d| d.covers(host)) };
+        let in_scope = |host: &str| {
+            if full && scope.is_empty() {
+                true
+            } else {
+                scope.iter().any(|d| d.covers(host))
+            }
+        };
         let mut fresh = own_source.read()?;
         fresh.retain(in_scope);
         let mut stored = self.store.load(grant_id)?;
@@ -740,7 +770,11 @@ impl ConsentHost {
             None => grant.domains.clone().unwrap_or_default(),
         };
         let forgotten = live
-            .forget(if full && whole { Scope::Everything } else { Scope::Domains(&live_scope) })
+            .forget(if full && whole {
+                Scope::Everything
+            } else {
+                Scope::Domains(&live_scope)
+            })
             .await;
         let mut remote = "not-applicable";
         for sink in &grant.sinks {
@@ -774,7 +808,9 @@ impl ConsentHost {
                 grant_id: Some(grant_id.into()),
                 domains: scope.as_ref().map(|s| names(s)),
                 derived: Some(derived.clone()),
-                reason: live_error.as_ref().map(|e| truncate(&format!("a running browser could not be cleaned: {e}"))),
+                reason: live_error
+                    .as_ref()
+                    .map(|e| truncate(&format!("a running browser could not be cleaned: {e}"))),
                 ..Entry::default()
             },
             &self.now(),
@@ -799,7 +835,8 @@ impl ConsentHost {
             .map(|g| g.id)
             .collect();
         for id in &expired {
-            self.revoke_as(system("expiry"), &Caller::local_agent(), id, None, live).await?;
+            self.revoke_as(system("expiry"), &Caller::local_agent(), id, None, live)
+                .await?;
         }
         Ok(expired.len())
     }
@@ -867,7 +904,12 @@ impl ConsentHost {
 
     /// The material of a grant for remote provider `provider_id` (C6): refused unless the grant
     /// names that sink with the `seq` of a human `sink-ack` record for it.
-    pub fn remote_injection(&self, caller: &Caller, grant_id: &str, provider_id: &str) -> Result<Injection, ConsentError> {
+    pub fn remote_injection(
+        &self,
+        caller: &Caller,
+        grant_id: &str,
+        provider_id: &str,
+    ) -> Result<Injection, ConsentError> {
         let (grants, index) = self.find_visible(caller, grant_id)?;
         let grant = &grants[index];
         let refused = || ConsentError::SinkNotAcknowledged {
@@ -877,7 +919,10 @@ impl ConsentHost {
             .sinks
             .iter()
             .find_map(|s| match s {
-                Sink::Remote { provider_id: p, ack_seq } if p == provider_id => Some(*ack_seq),
+                Sink::Remote {
+                    provider_id: p,
+                    ack_seq,
+                } if p == provider_id => Some(*ack_seq),
                 _ => None,
             })
             .ok_or_else(refused)?;

@@ -92,7 +92,12 @@ fn a_grant_holds_only_its_domains_sealed_and_records_names_as_salted_hashes() {
     assert_eq!(grant.sinks, vec![Sink::Local]);
     let injections = f.host.local_injections(&Caller::local_agent()).unwrap();
     assert_eq!(injections.len(), 1);
-    assert!(injections[0].cookies().iter().all(|c| c.host().ends_with("shop.example")));
+    assert!(
+        injections[0]
+            .cookies()
+            .iter()
+            .all(|c| c.host().ends_with("shop.example"))
+    );
     // Nothing on disk or in the ledger holds a value or a cookie name in clear.
     for entry in walk(&f.dir.join("state")) {
         let bytes = std::fs::read(&entry).unwrap();
@@ -121,7 +126,15 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 #[test]
 fn requests_without_domains_public_suffixes_and_wildcards_are_refused_and_change_nothing() {
     let f = fixture("refused");
-    for bad in [&[][..], &["*"], &["*.shop.example"], &[".shop.example"], &["co.uk"], &["com"], &["github.io"]] {
+    for bad in [
+        &[][..],
+        &["*"],
+        &["*.shop.example"],
+        &[".shop.example"],
+        &["co.uk"],
+        &["com"],
+        &["github.io"],
+    ] {
         let error = f.host.grant(&operator(), request(&f, bad)).unwrap_err();
         assert!(
             matches!(error, ConsentError::NoDomains | ConsentError::InvalidDomain { .. }),
@@ -141,7 +154,10 @@ fn the_full_profile_is_its_own_request_with_local_sinks_only() {
     assert_eq!(grant.full_profile, Some(true));
     assert_eq!(grant.cookie_count, 3);
     assert_eq!(f.host.ledger().records().unwrap()[0]["fullProfile"], true);
-    let error = f.host.acknowledge_sink(&operator(), &grant.id, "cloud-1", "Cloud Ltd").unwrap_err();
+    let error = f
+        .host
+        .acknowledge_sink(&operator(), &grant.id, "cloud-1", "Cloud Ltd")
+        .unwrap_err();
     assert!(matches!(error, ConsentError::FullProfileRemote), "{error}");
 }
 
@@ -155,7 +171,10 @@ fn an_agent_refreshes_within_its_grant_and_every_widening_is_denied_and_recorded
     assert_eq!(injection.cookie_count(), 2);
     let narrower = ["www.shop.example".to_owned()];
     let (refreshed, _) = f.host.refresh(&agent, &grant.id, Some(&narrower), None).unwrap();
-    assert_eq!(refreshed.grant.cookie_count, 2, "the rest of the grant's material stays");
+    assert_eq!(
+        refreshed.grant.cookie_count, 2,
+        "the rest of the grant's material stays"
+    );
     let wider = ["shop.example".to_owned(), "tracker.example".to_owned()];
     let error = f.host.refresh(&agent, &grant.id, Some(&wider), None).unwrap_err();
     assert_eq!(error.to_tool_error().code, ToolErrorCode::PermissionDenied);
@@ -199,7 +218,13 @@ async fn revoke_by_domain_narrows_and_whole_revoke_ends_with_both_outcomes_recor
     assert!(f.host.local_injections(&agent).unwrap().is_empty());
     let records = f.host.ledger().records().unwrap();
     assert_eq!(records[2]["derived"]["remote"], "not-applicable");
-    assert!(!f.host.dir().join("material").join(format!("{}.sealed", grant.id)).exists());
+    assert!(
+        !f.host
+            .dir()
+            .join("material")
+            .join(format!("{}.sealed", grant.id))
+            .exists()
+    );
 }
 
 #[tokio::test]
@@ -230,7 +255,10 @@ async fn device_scope_expiry_and_pairing_revocation() {
     assert!(f.host.permit_join(&phone, "shop.example").is_err());
     assert_eq!(f.host.expire(&NoInstances).await.unwrap(), 1);
     let last = f.host.ledger().records().unwrap().pop().unwrap();
-    assert_eq!((last["event"].as_str(), last["actor"]["kind"].as_str()), (Some("revoke"), Some("system")));
+    assert_eq!(
+        (last["event"].as_str(), last["actor"]["kind"].as_str()),
+        (Some("revoke"), Some("system"))
+    );
     // Pairing revocation.
     f.clock.0.store(T0, Ordering::SeqCst);
     let mut asked = request(&f, &["shop.example"]);
@@ -251,12 +279,21 @@ fn a_remote_sink_needs_a_human_sink_ack() {
         f.host.remote_injection(&agent, &grant.id, "cloud-1"),
         Err(ConsentError::SinkNotAcknowledged { .. })
     ));
-    let acked = f.host.acknowledge_sink(&operator(), &grant.id, "cloud-1", "Cloud Ltd").unwrap();
+    let acked = f
+        .host
+        .acknowledge_sink(&operator(), &grant.id, "cloud-1", "Cloud Ltd")
+        .unwrap();
     assert!(acked.sinks.contains(&Sink::Remote {
         provider_id: "cloud-1".into(),
         ack_seq: 1
     }));
-    assert_eq!(f.host.remote_injection(&agent, &grant.id, "cloud-1").unwrap().cookie_count(), 2);
+    assert_eq!(
+        f.host
+            .remote_injection(&agent, &grant.id, "cloud-1")
+            .unwrap()
+            .cookie_count(),
+        2
+    );
     assert!(f.host.remote_injection(&agent, &grant.id, "cloud-2").is_err());
 }
 

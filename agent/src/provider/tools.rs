@@ -16,6 +16,7 @@ use tokio::sync::Mutex;
 
 use super::manifest::{BrowserManifest, DriverKind};
 use crate::browser::{BrowserHost, ChromiumConfig};
+use crate::consent::{Caller, ConsentHost, Forgotten, LiveInstances, Scope, SourceSpec};
 
 /// The conformance level that tests a tool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,6 +186,9 @@ pub struct ToolHost {
     instance: String,
     targets: Mutex<HashMap<String, Target>>,
     next_target: std::sync::atomic::AtomicU64,
+    consent: Arc<ConsentHost>,
+    /// The boot whose instance has had its granted material injected.
+    injected_boot: Mutex<Option<u64>>,
 }
 
 impl std::fmt::Debug for ToolHost {
@@ -197,8 +201,15 @@ impl std::fmt::Debug for ToolHost {
 }
 
 impl ToolHost {
-    /// A tool host for `instance` of the provider `manifest` describes.
-    pub fn new(manifest: BrowserManifest, host: BrowserHost, config: ChromiumConfig, instance: &str) -> Arc<Self> {
+    /// A tool host for `instance` of the provider `manifest` describes; session material reaches
+    /// the instance only through `consent` (C1).
+    pub fn new(
+        manifest: BrowserManifest,
+        host: BrowserHost,
+        config: ChromiumConfig,
+        instance: &str,
+        consent: Arc<ConsentHost>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             manifest,
             host,
@@ -206,7 +217,14 @@ impl ToolHost {
             instance: instance.to_owned(),
             targets: Mutex::default(),
             next_target: std::sync::atomic::AtomicU64::new(1),
+            consent,
+            injected_boot: Mutex::default(),
         })
+    }
+
+    /// The consent host the tools answer to.
+    pub fn consent(&self) -> &Arc<ConsentHost> {
+        &self.consent
     }
 
     /// The provider's manifest.
@@ -214,28 +232,52 @@ impl ToolHost {
         &self.manifest
     }
 
-    /// Launches (or returns) the instance: idempotent (L2).
+    /// Launches (or returns) the instance: idempotent (L2). A fresh boot gets the material of
+    /// the grants in force for this host's browsers, through the consent host (C1).
     pub async fn launch(&self) -> Result<(), ToolError> {
-        self.host
+        let browser = self
+            .host
             .launch(&self.config, &self.instance, &|_| {})
             .await
-            .map(|_| ())
             .map_err(|e| match e {
                 crate::browser::LaunchError::Refused(error) => error,
                 other => ToolError::new(ToolErrorCode::Internal, format!("the browser did not start: {other}")),
-            })
+            })?;
+        let boot_id = self.host.health(&self.instance).boot_id;
+        let mut injected = self.injected_boot.lock().await;
+        if *injected != Some(boot_id) {
+            self.consent.expire(self).await.map_err(|e| e.to_tool_error())?;
+            let injections = self
+                .consent
+                .local_injections(&Caller::local_agent())
+                .map_err(|e| e.to_tool_error())?;
+            for injection in &injections {
+                browser
+                    .inject(injection)
+                    .await
+                    .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
+            }
+            *injected = Some(boot_id);
+        }
+        Ok(())
     }
 
-    /// Calls `tool` with `input` as an agent would: an AIP-14 result, never a panic or an opaque
-    /// transport error.
+    /// Calls `tool` with `input` as the local agent would: an AIP-14 result, never a panic or an
+    /// opaque transport error.
     pub async fn call(&self, tool: &str, input: &Value) -> ToolResult {
-        match self.dispatch(tool, input).await {
+        self.call_as(&Caller::local_agent(), tool, input).await
+    }
+
+    /// Calls `tool` as `caller` (an agent on a paired device sees only the grants scoped to it
+    /// or to no device, C12).
+    pub async fn call_as(&self, caller: &Caller, tool: &str, input: &Value) -> ToolResult {
+        match self.dispatch(caller, tool, input).await {
             Ok(value) => ToolResult::Ok(value),
             Err(error) => ToolResult::Err(error),
         }
     }
 
-    async fn dispatch(&self, tool: &str, input: &Value) -> Result<Value, ToolError> {
+    async fn dispatch(&self, caller: &Caller, tool: &str, input: &Value) -> Result<Value, ToolError> {
         // T3: a tool the manifest does not list, or whose gate is closed, is unsupported by name.
         let spec = tool_spec(tool);
         let listed = self.manifest.implements.iter().any(|i| i.tool == tool);
@@ -351,6 +393,27 @@ impl ToolHost {
                 Ok(json!({ "target": target, "result": response.result }))
             }
             "browser.download" => self.download(input).await,
+            "browser.profile.list" => {
+                self.consent.expire(self).await.map_err(|e| e.to_tool_error())?;
+                let grants = self.consent.list(caller).map_err(|e| e.to_tool_error())?;
+                Ok(json!({ "grants": grants }))
+            }
+            "browser.profile.refresh" => self.refresh(caller, input).await,
+            "browser.profile.revoke" => {
+                let grant = text(input, "grantId")?;
+                let domains = strings(input, "domains")?;
+                let revoked = self
+                    .consent
+                    .revoke(caller, grant, domains.as_deref(), self)
+                    .await
+                    .map_err(|e| e.to_tool_error())?;
+                Ok(json!({
+                    "grant": revoked.grant,
+                    "derived": revoked.derived,
+                    "cookiesDeleted": revoked.forgotten.cookies,
+                    "tabsClosed": revoked.forgotten.tabs,
+                }))
+            }
             other => Err(ToolError::unsupported(other, gate.unwrap_or(other))),
         }
     }
@@ -400,6 +463,30 @@ impl ToolHost {
         let (guid, file_path, bytes) = done;
         let path = file_path.map_or_else(|| dir.join(&guid), std::path::PathBuf::from);
         Ok(json!({ "target": target, "path": path.display().to_string(), "bytes": bytes }))
+    }
+
+    /// `browser.profile.refresh`: re-reads the grant's source within the grant (C7) and puts the
+    /// fresh material into the running instance.
+    async fn refresh(&self, caller: &Caller, input: &Value) -> Result<Value, ToolError> {
+        let grant = text(input, "grantId")?;
+        let domains = strings(input, "domains")?;
+        let source = match input.get("source") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(path)) => Some(SourceSpec::StorageState(path.into())),
+            Some(_) => return Err(ToolError::new(ToolErrorCode::InputInvalid, "source is a path")),
+        };
+        let (refreshed, injection) = self
+            .consent
+            .refresh(caller, grant, domains.as_deref(), source.as_ref())
+            .map_err(|e| e.to_tool_error())?;
+        let injected = match self.host.attach(&self.instance).await {
+            Some(browser) => browser
+                .inject(&injection)
+                .await
+                .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?,
+            None => 0,
+        };
+        Ok(json!({ "grant": refreshed.grant, "injected": injected }))
     }
 
     /// Waits for the instance to be usable (L3, L10).
@@ -569,6 +656,28 @@ impl ToolHost {
     }
 }
 
+/// A revoke through the tool host reaches every browser of its [`BrowserHost`], and the target
+/// handles of closed tabs go with them.
+#[async_trait::async_trait]
+impl LiveInstances for ToolHost {
+    async fn forget(&self, scope: Scope<'_>) -> Result<Forgotten, String> {
+        let mut closing = Vec::new();
+        for (id, target) in self.targets.lock().await.iter() {
+            let url = target.page.url().await.ok().flatten().unwrap_or_default();
+            let host = url::Url::parse(&url).ok().and_then(|u| u.host_str().map(str::to_owned));
+            if host.is_some_and(|h| scope.covers(&h)) {
+                closing.push(id.clone());
+            }
+        }
+        let forgotten = LiveInstances::forget(&self.host, scope).await?;
+        let mut targets = self.targets.lock().await;
+        for id in closing {
+            targets.remove(&id);
+        }
+        Ok(forgotten)
+    }
+}
+
 /// CDP methods that read or write cookies or storage: refused through `browser.cdp_send`.
 fn touches_session_material(method: &str) -> bool {
     const DOMAINS: [&str; 4] = ["Storage.", "DOMStorage.", "IndexedDB.", "CacheStorage."];
@@ -614,12 +723,33 @@ fn text<'a>(input: &'a Value, field: &str) -> Result<&'a str, ToolError> {
         .ok_or_else(|| ToolError::new(ToolErrorCode::InputInvalid, format!("{field} is required")))
 }
 
+/// An optional array of strings.
+fn strings(input: &Value, field: &str) -> Result<Option<Vec<String>>, ToolError> {
+    match input.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .map(Some)
+            .ok_or_else(|| ToolError::new(ToolErrorCode::InputInvalid, format!("{field} is a list of names"))),
+        Some(_) => Err(ToolError::new(
+            ToolErrorCode::InputInvalid,
+            format!("{field} is a list of names"),
+        )),
+    }
+}
+
 fn not_found(what: &str) -> ToolError {
     ToolError::new(ToolErrorCode::NotFound, format!("nothing matches {what}"))
 }
 
 fn cdp(error: &chromiumoxide::error::CdpError) -> ToolError {
-    ToolError::new(ToolErrorCode::Internal, format!("the browser failed: {error}"))
+    // CDP's text may quote what a page or a command held (C9): only its head crosses.
+    ToolError::new(
+        ToolErrorCode::Internal,
+        format!("the browser failed: {}", crate::live::scrub(&error.to_string())),
+    )
 }
 
 #[cfg(test)]

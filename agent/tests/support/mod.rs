@@ -204,9 +204,18 @@ pub async fn story(stage: &Stage, target: &Target, logs: &Captured) {
     let page = browser.new_page().await.unwrap();
     let mut requests = page.event_listener::<EventRequestWillBeSent>().await.unwrap();
 
-    let outcome = join(&client, &company, &session, &page_url, &page, Duration::from_secs(15))
-        .await
-        .unwrap();
+    let permit = permit(&stage.work.join("state"), target.domain);
+    let outcome = join(
+        &client,
+        &company,
+        &session,
+        &page_url,
+        &page,
+        &permit,
+        Duration::from_secs(15),
+    )
+    .await
+    .unwrap();
     assert_eq!(outcome.status, 200);
     assert_eq!(outcome.landed, page_url);
     let html = page.content().await.unwrap();
@@ -311,4 +320,23 @@ pub async fn start_reference_company(stage: &Stage) -> (pap_company::ReferenceCo
         .await
         .unwrap();
     (local.company, local.addr)
+}
+
+/// The operator grants the agent's browsers `domain` (AIP-63 C1: the join needs a grant) and the
+/// agent takes its permit.
+pub fn permit(state_dir: &std::path::Path, domain: &str) -> pap_agent::JoinPermit {
+    use pap_agent::{Caller, ConsentHost, GrantRequest, Operator};
+    let consent = ConsentHost::open(
+        state_dir,
+        std::sync::Arc::new(pap_shared::SystemClock),
+        std::sync::Arc::new(pap_shared::SystemRng),
+    )
+    .unwrap();
+    consent
+        .grant(
+            &Operator::from_operator_channel("test"),
+            GrantRequest::native_login("e2e", &[domain]),
+        )
+        .unwrap();
+    consent.permit_join(&Caller::local_agent(), domain).unwrap()
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use pap_agent::{
-    BrowserHost, CallGate, ChromiumConfig, HOST_MARKER, Health, Launch, ORPHAN_MARKER, OperatorReset, Policy,
-    ProcTable, ProcessTable, Stalled, Supervisor, ToolHost, load_manifest,
+    BrowserHost, CallGate, ChromiumConfig, ConsentHost, HOST_MARKER, Health, Launch, ORPHAN_MARKER, OperatorReset,
+    Policy, ProcTable, ProcessTable, Stalled, Supervisor, ToolHost, load_manifest,
 };
 use pap_shared::{ToolError, ToolErrorCode, ToolResult};
 use serde_json::Value;
@@ -55,7 +55,12 @@ impl ChromiumUnderTest {
         })?;
         let host = BrowserHost::new();
         let state_dir = config.state_dir.clone();
-        let tools = ToolHost::new(parsed, host.clone(), config, INSTANCE);
+        let consent = Arc::new(ConsentHost::open(
+            &state_dir,
+            Arc::new(pap_shared::SystemClock),
+            Arc::new(pap_shared::SystemRng),
+        )?);
+        let tools = ToolHost::new(parsed, host.clone(), config, INSTANCE, consent);
         Ok(Self {
             manifest_text,
             host,

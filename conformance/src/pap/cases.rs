@@ -58,6 +58,29 @@ async fn with_browser<T>(
     result
 }
 
+/// The join needs a grant (AIP-63 C1): the runner, as the operator, grants the agent's browsers
+/// the company's domain once, and the agent takes its permit.
+fn permit(ctx: &Context, rule: &'static str) -> Result<pap_agent::JoinPermit, Failure> {
+    use pap_agent::{Caller, ConsentHost, GrantRequest, Operator};
+    let fail = |e: pap_agent::ConsentError| Failure::new(rule, format!("the consent host: {e}"));
+    let consent = ConsentHost::open(
+        &ctx.browser.state_dir,
+        std::sync::Arc::new(pap_shared::SystemClock),
+        std::sync::Arc::new(pap_shared::SystemRng),
+    )
+    .map_err(fail)?;
+    let domain = ctx.company.domain.as_str();
+    if consent.permit_join(&Caller::local_agent(), domain).is_err() {
+        consent
+            .grant(
+                &Operator::from_operator_channel("conformance"),
+                GrantRequest::native_login("conformance", &[domain]),
+            )
+            .map_err(fail)?;
+    }
+    consent.permit_join(&Caller::local_agent(), domain).map_err(fail)
+}
+
 /// `lifecycle.browser-joins-session`.
 pub(super) async fn browser_joins_session(ctx: &Context) -> Result<(), Failure> {
     let session = ctx.signed_in_user("PAP-5-01").await?;
@@ -71,7 +94,8 @@ pub(super) async fn browser_joins_session(ctx: &Context) -> Result<(), Failure> 
             .event_listener::<EventRequestWillBeSent>()
             .await
             .map_err(|e| Failure::new("PAP-5-01", e.to_string()))?;
-        let outcome = join(&ctx.client, &ctx.company, &session, &page_url, &page, DEADLINE)
+        let permit = permit(ctx, "PAP-5-01")?;
+        let outcome = join(&ctx.client, &ctx.company, &session, &page_url, &page, &permit, DEADLINE)
             .await
             .map_err(|e| Failure::new("PAP-5-01", format!("the browser did not join: {e}")))?;
         if outcome.status != 200 {
@@ -321,7 +345,8 @@ pub(super) async fn web_confirm_at_most_once(ctx: &Context) -> Result<(), Failur
             .new_page()
             .await
             .map_err(|e| Failure::new("OPS-6-02", e.to_string()))?;
-        join(&ctx.client, &ctx.company, &session, &page_url, &page, DEADLINE)
+        let permit = permit(ctx, "OPS-6-02")?;
+        join(&ctx.client, &ctx.company, &session, &page_url, &page, &permit, DEADLINE)
             .await
             .map_err(|e| Failure::new("OPS-6-02", format!("the browser did not join: {e}")))?;
         click_and_land(&page, "button[value=confirm]", DEADLINE)

@@ -168,7 +168,25 @@ async fn story(host: &BrowserHost, work: &std::path::Path) -> anyhow::Result<()>
     let browser = host.launch(&browser_config, INSTANCE, &|_| {}).await?;
     let page = browser.new_page().await?;
     clock.step("the agent's own Chromium is running");
-    let joined = join(&client, &shop, &session, &page_url, &page, Duration::from_secs(15)).await?;
+    // The join needs a grant (AIP-63 C1): the person, on the operator's channel, grants the
+    // agent's browser shop.example; the agent takes its permit.
+    let consent = pap_agent::ConsentHost::open(&work.join("agent"), Arc::new(SystemClock), Arc::new(SystemRng))?;
+    consent.grant(
+        &pap_agent::Operator::from_operator_channel("demo"),
+        pap_agent::GrantRequest::native_login(INSTANCE, &["shop.example"]),
+    )?;
+    let permit = consent.permit_join(&pap_agent::Caller::local_agent(), "shop.example")?;
+    clock.step("the person granted the agent's browser shop.example (consent ledger record 0)");
+    let joined = join(
+        &client,
+        &shop,
+        &session,
+        &page_url,
+        &page,
+        &permit,
+        Duration::from_secs(15),
+    )
+    .await?;
     clock.step(&format!(
         "the browser joined the Session and landed on {} ({})",
         joined.landed, joined.status

@@ -1,0 +1,212 @@
+//! The consent host's reach into running Chromium (AIP-63 C1, C8): granted material goes in over
+//! CDP `Storage.setCookies`, and a revoke takes out of every running browser the cookies and
+//! storage it covers (the company's `__Host-poppy_session` included) and closes the tabs showing
+//! it. The agent's own browsers are reached through its [`BrowserHost`]; the CLI, another
+//! process, reaches the state directory's browsers through the DevTools port each wrote into its
+//! profile ([`LiveProfiles`]).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chromiumoxide::Browser;
+use chromiumoxide::cdp::browser_protocol::network::{CookieParam, CookieSameSite, DeleteCookiesParams, TimeSinceEpoch};
+use chromiumoxide::cdp::browser_protocol::storage::ClearDataForOriginParams;
+use chromiumoxide::cdp::browser_protocol::target::{CloseTargetParams, GetTargetsParams};
+use futures_util::StreamExt as _;
+
+use crate::browser::BrowserHost;
+use crate::consent::{Forgotten, Injection, LiveInstances, Scope};
+
+/// How long one CDP step of a revoke may take.
+const STEP: Duration = Duration::from_secs(10);
+
+/// Puts a grant's cookies into `browser` (C1): host-only cookies by URL, domain cookies by
+/// domain, with their flags. Returns how many went in. Errors name no value.
+pub(crate) async fn inject(browser: &Browser, injection: &Injection) -> Result<usize, String> {
+    let cookies: Vec<CookieParam> = injection
+        .cookies()
+        .iter()
+        .map(|c| {
+            let mut param = CookieParam::new(c.name.clone(), c.value.expose().to_owned());
+            if c.domain.starts_with('.') {
+                param.domain = Some(c.domain.clone());
+            } else {
+                param.url = Some(format!("https://{}{}", c.host(), c.path));
+            }
+            param.path = Some(c.path.clone());
+            param.secure = Some(c.secure);
+            param.http_only = Some(c.http_only);
+            param.same_site = match c.same_site.as_deref() {
+                Some("Strict") => Some(CookieSameSite::Strict),
+                Some("Lax") => Some(CookieSameSite::Lax),
+                Some("None") => Some(CookieSameSite::None),
+                _ => None,
+            };
+            param.expires = c.expires.filter(|e| *e > 0.0).map(TimeSinceEpoch::new);
+            param
+        })
+        .collect();
+    let count = cookies.len();
+    if count > 0 {
+        tokio::time::timeout(STEP, browser.set_cookies(cookies))
+            .await
+            .map_err(|_| "the browser did not take the cookies in time".to_owned())?
+            .map_err(|e| format!("the browser refused the granted cookies: {}", scrub(&e.to_string())))?;
+    }
+    Ok(count)
+}
+
+/// Takes what `scope` covers out of `browser` (C8): its cookies (deleted one by one over
+/// `Network.deleteCookies`, by name, exact domain and path), the storage of the origins involved
+/// (`Storage.clearDataForOrigin`), and the tabs on those hosts (`Target.closeTarget`). One blank
+/// tab stays, so the browser outlives the revoke.
+pub(crate) async fn forget(browser: &Browser, scope: Scope<'_>) -> Result<Forgotten, String> {
+    let cdp =
+        |what: &'static str| move |e: chromiumoxide::error::CdpError| format!("{what}: {}", scrub(&e.to_string()));
+    let timed = |what: &'static str| move |_| format!("{what}: no answer in {} s", STEP.as_secs());
+    let targets = tokio::time::timeout(STEP, browser.execute(GetTargetsParams::default()))
+        .await
+        .map_err(timed("listing tabs"))?
+        .map_err(cdp("listing tabs"))?
+        .result
+        .target_infos;
+    let in_scope = |url: &str| {
+        url::Url::parse(url)
+            .ok()
+            .and_then(|u| u.host_str().map(|h| scope.covers(h)))
+            == Some(true)
+    };
+    let pages: Vec<_> = targets.iter().filter(|t| t.r#type == "page").collect();
+    let closing: Vec<_> = pages.iter().filter(|t| in_scope(&t.url)).collect();
+    let mut hosts: Vec<String> = closing
+        .iter()
+        .filter_map(|t| url::Url::parse(&t.url).ok()?.host_str().map(str::to_owned))
+        .collect();
+    // A blank tab to work from (Network.deleteCookies needs a page) and to keep the browser up.
+    let helper = tokio::time::timeout(STEP, browser.new_page("about:blank"))
+        .await
+        .map_err(timed("opening a blank tab"))?
+        .map_err(cdp("opening a blank tab"))?;
+    let cookies = tokio::time::timeout(STEP, browser.get_cookies())
+        .await
+        .map_err(timed("reading cookies"))?
+        .map_err(cdp("reading cookies"))?;
+    let mut deleted = 0;
+    for cookie in cookies
+        .iter()
+        .filter(|c| scope.covers(c.domain.trim_start_matches('.')))
+    {
+        let mut params = DeleteCookiesParams::new(cookie.name.clone());
+        params.domain = Some(cookie.domain.clone());
+        params.path = Some(cookie.path.clone());
+        tokio::time::timeout(STEP, helper.execute(params))
+            .await
+            .map_err(timed("deleting a cookie"))?
+            .map_err(cdp("deleting a cookie"))?;
+        hosts.push(cookie.domain.trim_start_matches('.').to_owned());
+        deleted += 1;
+    }
+    if let Scope::Domains(domains) = scope {
+        hosts.extend(domains.iter().map(|d| d.as_str().to_owned()));
+    }
+    hosts.sort();
+    hosts.dedup();
+    for host in &hosts {
+        for scheme in ["https", "http"] {
+            let _ = tokio::time::timeout(
+                STEP,
+                browser.execute(ClearDataForOriginParams::new(format!("{scheme}://{host}"), "all")),
+            )
+            .await;
+        }
+    }
+    let mut closed = 0;
+    for target in closing {
+        tokio::time::timeout(STEP, browser.execute(CloseTargetParams::new(target.target_id.clone())))
+            .await
+            .map_err(timed("closing a tab"))?
+            .map_err(cdp("closing a tab"))?;
+        closed += 1;
+    }
+    Ok(Forgotten {
+        cookies: deleted,
+        tabs: closed,
+    })
+}
+
+/// CDP error text may quote what was sent; a cookie value never crosses the host boundary (C9):
+/// only the text before the first quote or bracket, at most 200 characters.
+pub(crate) fn scrub(text: &str) -> String {
+    text.chars()
+        .take_while(|c| !matches!(c, '"' | '\'' | '{' | '['))
+        .filter(|c| !c.is_control())
+        .take(200)
+        .collect()
+}
+
+#[async_trait]
+impl LiveInstances for BrowserHost {
+    async fn forget(&self, scope: Scope<'_>) -> Result<Forgotten, String> {
+        let mut total = Forgotten::default();
+        for browser in self.running().await {
+            let forgotten = forget(browser.cdp(), scope).await?;
+            total.cookies += forgotten.cookies;
+            total.tabs += forgotten.tabs;
+        }
+        Ok(total)
+    }
+}
+
+/// The browsers of a state directory, reached from another process through the DevTools port
+/// each wrote into its profile (`DevToolsActivePort`): how `pap-agent consent revoke` reaches a
+/// running agent's browsers.
+#[derive(Clone, Debug)]
+pub struct LiveProfiles {
+    state_dir: PathBuf,
+}
+
+impl LiveProfiles {
+    /// The browsers under `state_dir/browsers/`.
+    pub fn new(state_dir: &Path) -> Self {
+        Self {
+            state_dir: state_dir.to_owned(),
+        }
+    }
+
+    fn endpoints(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(self.state_dir.join("browsers")) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(Result::ok)
+            .filter_map(|entry| std::fs::read_to_string(entry.path().join("DevToolsActivePort")).ok())
+            .filter_map(|text| {
+                let mut lines = text.lines();
+                let port: u16 = lines.next()?.trim().parse().ok()?;
+                let path = lines.next()?.trim().to_owned();
+                Some(format!("ws://127.0.0.1:{port}{path}"))
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl LiveInstances for LiveProfiles {
+    async fn forget(&self, scope: Scope<'_>) -> Result<Forgotten, String> {
+        let mut total = Forgotten::default();
+        for endpoint in self.endpoints() {
+            // A profile whose browser has ended leaves its port file behind: nothing to clean.
+            let Ok(Ok((browser, mut handler))) = tokio::time::timeout(STEP, Browser::connect(endpoint)).await else {
+                continue;
+            };
+            let driver = tokio::spawn(async move { while handler.next().await.is_some() {} });
+            let forgotten = forget(&browser, scope).await;
+            driver.abort();
+            let forgotten = forgotten?;
+            total.cookies += forgotten.cookies;
+            total.tabs += forgotten.tabs;
+        }
+        Ok(total)
+    }
+}
