@@ -35,7 +35,7 @@ pub use consent::ledger::{Actor, Broken, Derived, Entry, Ledger, LedgerError, Su
 pub use consent::{
     Caller, ConsentError, ConsentHost, FULL_PROFILE_WARNING, Forgotten, Grant, GrantRequest, Injection, JoinPermit,
     LiveInstances, NoInstances, Operator, Refreshed, RemoteOutcome, Revoked, Scope, ScopeRequest, Sink, Source,
-    SourceError, SourceSpec,
+    SourceError, SourceSpec, profile_tool,
 };
 pub use documents::{TlsListener, documents_router};
 pub use identity::{Identity, IdentityError, KEY_ID};

@@ -150,9 +150,15 @@ impl LiveInstances for BrowserHost {
     async fn forget(&self, scope: Scope<'_>) -> Result<Forgotten, String> {
         let mut total = Forgotten::default();
         for browser in self.running().await {
-            let forgotten = forget(browser.cdp(), scope).await?;
-            total.cookies += forgotten.cookies;
-            total.tabs += forgotten.tabs;
+            total += forget(browser.cdp(), scope).await?;
+        }
+        Ok(total)
+    }
+
+    async fn inject(&self, injection: &Injection) -> Result<usize, String> {
+        let mut total = 0;
+        for browser in self.running().await {
+            total += inject(browser.cdp(), injection).await?;
         }
         Ok(total)
     }
@@ -191,21 +197,54 @@ impl LiveProfiles {
     }
 }
 
+/// A browser reached over its DevTools port, with the task that drives its connection.
+struct Connected {
+    browser: Browser,
+    driver: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+impl LiveProfiles {
+    /// Connects to each running browser of the state directory. A profile whose browser has
+    /// ended leaves its port file behind: it is skipped.
+    async fn connect(&self) -> Vec<Connected> {
+        let mut out = Vec::new();
+        for endpoint in self.endpoints() {
+            if let Ok(Ok((browser, mut handler))) = tokio::time::timeout(STEP, Browser::connect(endpoint)).await {
+                let driver = tokio::spawn(async move { while handler.next().await.is_some() {} });
+                out.push(Connected { browser, driver });
+            }
+        }
+        out
+    }
+}
+
+impl std::ops::AddAssign for Forgotten {
+    fn add_assign(&mut self, other: Self) {
+        self.cookies += other.cookies;
+        self.tabs += other.tabs;
+    }
+}
+
 #[async_trait]
 impl LiveInstances for LiveProfiles {
     async fn forget(&self, scope: Scope<'_>) -> Result<Forgotten, String> {
         let mut total = Forgotten::default();
-        for endpoint in self.endpoints() {
-            // A profile whose browser has ended leaves its port file behind: nothing to clean.
-            let Ok(Ok((browser, mut handler))) = tokio::time::timeout(STEP, Browser::connect(endpoint)).await else {
-                continue;
-            };
-            let driver = tokio::spawn(async move { while handler.next().await.is_some() {} });
-            let forgotten = forget(&browser, scope).await;
-            driver.abort();
-            let forgotten = forgotten?;
-            total.cookies += forgotten.cookies;
-            total.tabs += forgotten.tabs;
+        for connected in self.connect().await {
+            total += forget(&connected.browser, scope).await?;
+        }
+        Ok(total)
+    }
+
+    async fn inject(&self, injection: &Injection) -> Result<usize, String> {
+        let mut total = 0;
+        for connected in self.connect().await {
+            total += inject(&connected.browser, injection).await?;
         }
         Ok(total)
     }

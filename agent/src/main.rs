@@ -615,8 +615,12 @@ async fn consent_command(state: &std::path::Path, command: &ConsentCommand) -> a
         ConsentCommand::List => serde_json::json!({ "grants": consent.list(&Caller::Operator(operator))? }),
         ConsentCommand::Refresh { grant, domains } => {
             let domains = (!domains.is_empty()).then_some(domains.as_slice());
-            let (refreshed, _injection) = consent.refresh(&Caller::Operator(operator), grant, domains, None)?;
-            serde_json::to_value(&refreshed.grant)?
+            let (refreshed, injection) = consent.refresh(&Caller::Operator(operator), grant, domains, None)?;
+            // The fresh material goes into the state directory's running browsers too.
+            let injected = pap_agent::LiveInstances::inject(&live, &injection)
+                .await
+                .map_err(|e| anyhow::anyhow!("the refresh is recorded, but a running browser did not take it: {e}"))?;
+            serde_json::json!({ "grant": refreshed.grant, "injected": injected })
         }
         ConsentCommand::Revoke { grant, domains } => {
             let domains = (!domains.is_empty()).then_some(domains.as_slice());

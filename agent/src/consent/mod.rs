@@ -11,6 +11,7 @@
 mod grant;
 pub(crate) mod ledger;
 mod material;
+mod tools;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -24,6 +25,7 @@ pub use self::grant::{Grant, Sink, Source};
 use self::ledger::{Actor, Derived, Entry, Ledger, LedgerError};
 pub use self::material::SourceError;
 use self::material::{Cookie, Material, MaterialStore, NameSalt};
+pub use self::tools::profile_tool;
 use crate::sealed::{SealError, SealingKey};
 use crate::state::{private_dir, write_private};
 use pap_shared::{Clock, GrantDomain, Rng, ToolError, ToolErrorCode, UnixTime};
@@ -229,6 +231,8 @@ pub trait LiveInstances: Send + Sync {
     /// Deletes the cookies and storage `scope` covers from every running instance and closes
     /// the tabs showing it.
     async fn forget(&self, scope: Scope<'_>) -> Result<Forgotten, String>;
+    /// Puts granted material into the running instances (C1); how many cookies went in.
+    async fn inject(&self, injection: &Injection) -> Result<usize, String>;
     /// Asks remote provider `provider_id` to end its session for the grant.
     async fn end_remote(&self, provider_id: &str) -> RemoteOutcome {
         let _ = provider_id;
@@ -244,6 +248,10 @@ pub struct NoInstances;
 impl LiveInstances for NoInstances {
     async fn forget(&self, _scope: Scope<'_>) -> Result<Forgotten, String> {
         Ok(Forgotten::default())
+    }
+
+    async fn inject(&self, _injection: &Injection) -> Result<usize, String> {
+        Ok(0)
     }
 }
 
@@ -272,6 +280,14 @@ impl Injection {
     /// How many cookies it carries.
     pub fn cookie_count(&self) -> usize {
         self.cookies.len()
+    }
+
+    /// Its cookies as (name, domain): never their values.
+    pub fn cookie_names(&self) -> Vec<(String, String)> {
+        self.cookies
+            .iter()
+            .map(|c| (c.name.clone(), c.domain.clone()))
+            .collect()
     }
 
     pub(crate) fn cookies(&self) -> &[Cookie] {

@@ -35,6 +35,10 @@ impl LiveInstances for Live {
         self.forgotten.lock().unwrap().push(label);
         Ok(Forgotten { cookies: 1, tabs: 1 })
     }
+
+    async fn inject(&self, injection: &Injection) -> Result<usize, String> {
+        Ok(injection.cookie_count())
+    }
 }
 
 struct Fixture {

@@ -16,7 +16,7 @@ use tokio::sync::Mutex;
 
 use super::manifest::{BrowserManifest, DriverKind};
 use crate::browser::{BrowserHost, ChromiumConfig};
-use crate::consent::{Caller, ConsentHost, Forgotten, LiveInstances, Scope, SourceSpec};
+use crate::consent::{Caller, ConsentHost, Forgotten, LiveInstances, Scope};
 
 /// The conformance level that tests a tool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -393,26 +393,8 @@ impl ToolHost {
                 Ok(json!({ "target": target, "result": response.result }))
             }
             "browser.download" => self.download(input).await,
-            "browser.profile.list" => {
-                self.consent.expire(self).await.map_err(|e| e.to_tool_error())?;
-                let grants = self.consent.list(caller).map_err(|e| e.to_tool_error())?;
-                Ok(json!({ "grants": grants }))
-            }
-            "browser.profile.refresh" => self.refresh(caller, input).await,
-            "browser.profile.revoke" => {
-                let grant = text(input, "grantId")?;
-                let domains = strings(input, "domains")?;
-                let revoked = self
-                    .consent
-                    .revoke(caller, grant, domains.as_deref(), self)
-                    .await
-                    .map_err(|e| e.to_tool_error())?;
-                Ok(json!({
-                    "grant": revoked.grant,
-                    "derived": revoked.derived,
-                    "cookiesDeleted": revoked.forgotten.cookies,
-                    "tabsClosed": revoked.forgotten.tabs,
-                }))
+            "browser.profile.list" | "browser.profile.refresh" | "browser.profile.revoke" => {
+                crate::consent::profile_tool(&self.consent, caller, tool, input, self).await
             }
             other => Err(ToolError::unsupported(other, gate.unwrap_or(other))),
         }
@@ -463,30 +445,6 @@ impl ToolHost {
         let (guid, file_path, bytes) = done;
         let path = file_path.map_or_else(|| dir.join(&guid), std::path::PathBuf::from);
         Ok(json!({ "target": target, "path": path.display().to_string(), "bytes": bytes }))
-    }
-
-    /// `browser.profile.refresh`: re-reads the grant's source within the grant (C7) and puts the
-    /// fresh material into the running instance.
-    async fn refresh(&self, caller: &Caller, input: &Value) -> Result<Value, ToolError> {
-        let grant = text(input, "grantId")?;
-        let domains = strings(input, "domains")?;
-        let source = match input.get("source") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(path)) => Some(SourceSpec::StorageState(path.into())),
-            Some(_) => return Err(ToolError::new(ToolErrorCode::InputInvalid, "source is a path")),
-        };
-        let (refreshed, injection) = self
-            .consent
-            .refresh(caller, grant, domains.as_deref(), source.as_ref())
-            .map_err(|e| e.to_tool_error())?;
-        let injected = match self.host.attach(&self.instance).await {
-            Some(browser) => browser
-                .inject(&injection)
-                .await
-                .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?,
-            None => 0,
-        };
-        Ok(json!({ "grant": refreshed.grant, "injected": injected }))
     }
 
     /// Waits for the instance to be usable (L3, L10).
@@ -676,6 +634,13 @@ impl LiveInstances for ToolHost {
         }
         Ok(forgotten)
     }
+
+    async fn inject(&self, injection: &crate::consent::Injection) -> Result<usize, String> {
+        match self.host.attach(&self.instance).await {
+            Some(browser) => browser.inject(injection).await.map_err(|e| e.to_string()),
+            None => Ok(0),
+        }
+    }
 }
 
 /// CDP methods that read or write cookies or storage: refused through `browser.cdp_send`.
@@ -721,23 +686,6 @@ fn text<'a>(input: &'a Value, field: &str) -> Result<&'a str, ToolError> {
         .get(field)
         .and_then(Value::as_str)
         .ok_or_else(|| ToolError::new(ToolErrorCode::InputInvalid, format!("{field} is required")))
-}
-
-/// An optional array of strings.
-fn strings(input: &Value, field: &str) -> Result<Option<Vec<String>>, ToolError> {
-    match input.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|v| v.as_str().map(str::to_owned))
-            .collect::<Option<Vec<_>>>()
-            .map(Some)
-            .ok_or_else(|| ToolError::new(ToolErrorCode::InputInvalid, format!("{field} is a list of names"))),
-        Some(_) => Err(ToolError::new(
-            ToolErrorCode::InputInvalid,
-            format!("{field} is a list of names"),
-        )),
-    }
 }
 
 fn not_found(what: &str) -> ToolError {
