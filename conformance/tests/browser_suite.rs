@@ -18,11 +18,11 @@ fn red(report: &Report) -> Vec<&'static str> {
 
 #[tokio::test]
 async fn the_sound_fake_passes_every_hook() {
-    // The fake claims core and interaction: those levels run, and only those.
+    // The fake claims core, interaction and profile: those levels run, and only those.
     let report = browser::run(&FakeProvider::sound(), &[]).await;
     let claimed = HOOKS
         .iter()
-        .filter(|h| matches!(h.level, Level::Core | Level::Interaction))
+        .filter(|h| matches!(h.level, Level::Core | Level::Interaction | Level::Profile))
         .count();
     assert_eq!(report.results.len(), claimed);
     assert!(report.all_passed(), "{}", report.text());

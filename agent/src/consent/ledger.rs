@@ -89,7 +89,12 @@ pub struct Ledger {
 impl Ledger {
     /// The ledger under `state_dir/consent/` (made 0700; files 0600).
     pub fn open(state_dir: &Path) -> io::Result<Self> {
-        let dir = private_dir(&state_dir.join("consent"))?;
+        Self::in_dir(&state_dir.join("consent"))
+    }
+
+    /// The ledger in `dir` itself (`ledger.jsonl`, `ledger.head`): a copy to check, say.
+    pub fn in_dir(dir: &Path) -> io::Result<Self> {
+        let dir = private_dir(dir)?;
         Ok(Self {
             path: dir.join("ledger.jsonl"),
             head: dir.join("ledger.head"),

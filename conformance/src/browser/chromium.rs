@@ -2,20 +2,22 @@
 //! Chromium, real processes in the real process table, and the real [`Supervisor`] for the
 //! timing hooks.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use pap_agent::{
-    BrowserHost, CallGate, ChromiumConfig, ConsentHost, HOST_MARKER, Health, Launch, ORPHAN_MARKER, OperatorReset,
-    Policy, ProcTable, ProcessTable, Stalled, Supervisor, ToolHost, load_manifest,
+    BrowserHost, CallGate, Caller, ChromiumConfig, ConsentHost, Grant, GrantRequest, HOST_MARKER, Health, Launch,
+    LiveInstances, ORPHAN_MARKER, Operator, OperatorReset, Policy, ProcTable, ProcessTable, SourceSpec, Stalled,
+    Supervisor, ToolHost, load_manifest,
 };
 use pap_shared::{ToolError, ToolErrorCode, ToolResult};
 use serde_json::Value;
 use tokio::sync::Mutex;
 
-use super::{Launched, ProviderUnderTest, SupervisionUnderTest};
+use super::{Launched, ProfileUnderTest, ProviderUnderTest, SupervisionUnderTest};
 
 /// The instance the suite drives.
 const INSTANCE: &str = "conformance";
@@ -197,6 +199,127 @@ impl ProviderUnderTest for ChromiumUnderTest {
 
     fn supervision(&self) -> Box<dyn SupervisionUnderTest> {
         Box::new(RealSupervisor(Supervisor::new(Policy::default())))
+    }
+
+    fn profile(&self) -> Option<&dyn ProfileUnderTest> {
+        Some(self)
+    }
+}
+
+fn agent(device: Option<&str>) -> Caller {
+    Caller::Agent {
+        device_id: device.map(str::to_owned),
+    }
+}
+
+fn operator() -> Operator {
+    Operator::from_operator_channel("conformance")
+}
+
+/// The profile level through the agent's real consent host, tool surface and Chromium.
+#[async_trait]
+impl ProfileUnderTest for ChromiumUnderTest {
+    fn scratch(&self) -> PathBuf {
+        let dir = self.state_dir.join("scratch");
+        let _ = std::fs::create_dir_all(&dir);
+        dir
+    }
+
+    fn grant(&self, request: GrantRequest) -> Result<Grant, String> {
+        self.tools
+            .consent()
+            .grant(&operator(), request)
+            .map_err(|e| e.to_string())
+    }
+
+    fn full_profile_warning(&self) -> String {
+        pap_agent::FULL_PROFILE_WARNING.to_owned()
+    }
+
+    fn scan(&self, source: &Path) -> Result<BTreeMap<String, u64>, String> {
+        self.tools
+            .consent()
+            .scan(&SourceSpec::StorageState(source.to_owned()))
+            .map_err(|e| e.to_string())
+    }
+
+    fn acknowledge_sink(&self, grant: &str, provider: &str) -> Result<Grant, String> {
+        self.tools
+            .consent()
+            .acknowledge_sink(&operator(), grant, provider, "the conformance suite")
+            .map_err(|e| e.to_string())
+    }
+
+    fn remote_injection(&self, grant: &str, provider: &str) -> Result<usize, ToolError> {
+        self.tools
+            .consent()
+            .remote_injection(&agent(None), grant, provider)
+            .map(|i| i.cookie_count())
+            .map_err(|e| e.to_tool_error())
+    }
+
+    fn permit_join(&self, device: Option<&str>, host: &str) -> Result<(), ToolError> {
+        self.tools
+            .consent()
+            .permit_join(&agent(device), host)
+            .map(|_| ())
+            .map_err(|e| e.to_tool_error())
+    }
+
+    async fn pairing_revoked(&self, device: &str) -> Result<(), String> {
+        self.tools
+            .consent()
+            .revoke_pairing(&operator(), device, self.tools.as_ref())
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn call_as(&self, device: Option<&str>, tool: &str, input: Value) -> ToolResult {
+        self.tools.call_as(&agent(device), tool, &input).await
+    }
+
+    async fn inject_granted(&self) -> Result<(), String> {
+        let injections = self
+            .tools
+            .consent()
+            .local_injections(&Caller::local_agent())
+            .map_err(|e| e.to_string())?;
+        for injection in &injections {
+            LiveInstances::inject(self.tools.as_ref(), injection).await?;
+        }
+        Ok(())
+    }
+
+    async fn cookies(&self) -> Vec<(String, String)> {
+        match self.host.attach(INSTANCE).await {
+            Some(browser) => browser.cookie_names().await.unwrap_or_default(),
+            None => Vec::new(),
+        }
+    }
+
+    async fn tabs(&self) -> Vec<String> {
+        match self.host.attach(INSTANCE).await {
+            Some(browser) => browser.tab_urls().await.unwrap_or_default(),
+            None => Vec::new(),
+        }
+    }
+
+    async fn open_tab(&self, url: &str) -> Result<(), String> {
+        let browser = self.host.attach(INSTANCE).await.ok_or("the browser is not running")?;
+        let page = browser.new_page().await.map_err(|e| e.to_string())?;
+        // The host need not resolve: the tab shows its error page at `url`.
+        let _ = tokio::time::timeout(Duration::from_secs(10), page.goto(url)).await;
+        Ok(())
+    }
+
+    fn consent_dir(&self) -> PathBuf {
+        self.tools.consent().dir().to_owned()
+    }
+
+    fn verify_ledger(&self, dir: &Path) -> Result<u64, String> {
+        let ledger = pap_agent::Ledger::in_dir(dir).map_err(|e| e.to_string())?;
+        ledger.verify().map(|s| s.records).map_err(|e| e.to_string())
     }
 }
 

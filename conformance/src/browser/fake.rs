@@ -14,9 +14,10 @@ use pap_agent::{CallGate, Health, InstanceState, Launch, OperatorReset, Policy, 
 use pap_shared::{ToolError, ToolErrorCode, ToolResult};
 use serde_json::{Value, json};
 
-use super::{Launched, ProviderUnderTest, SupervisionUnderTest};
+use super::fake_profile::{self, FakeProfile};
+use super::{Launched, ProfileUnderTest, ProviderUnderTest, SupervisionUnderTest};
 
-/// The fake's manifest: core tools and tabs, no capabilities beyond multiple targets.
+/// The fake's manifest: core tools and tabs, multiple targets, and cookies with the profile tools.
 const MANIFEST: &str = "---
 spec: agentdriver/v1
 name: Conformance fake
@@ -32,6 +33,9 @@ implements:
   - { tool: browser.click, version: \"1\" }
   - { tool: browser.fill, version: \"1\" }
   - { tool: browser.tabs, version: \"1\" }
+  - { tool: browser.profile.list, version: \"1\" }
+  - { tool: browser.profile.refresh, version: \"1\" }
+  - { tool: browser.profile.revoke, version: \"1\" }
 health_check: { method: ping }
 browser:
   location: local
@@ -39,6 +43,7 @@ browser:
   instances: single
   capabilities:
     multiTarget: true
+    cookies: true
   profiles:
     modes: [ephemeral]
     storedBy: host
@@ -49,7 +54,7 @@ browser:
     supervision:
       crashLoop: { maxFailures: 3, windowMs: 300000 }
       orphanMarker: \"--conformance-fake\"
-  conformance: [core, interaction]
+  conformance: [core, interaction, profile]
 ---
 ";
 
@@ -86,11 +91,37 @@ pub enum Defect {
     StaleHandleRebound,
     /// Stop throws when the instance is already stopped (L5: stop is idempotent).
     StopThrowsSecondTime,
+    /// Cookies handed over at attach bypass grants (C1).
+    GrantBypass,
+    /// A wildcard domain is granted (C2).
+    WildcardAccepted,
+    /// The full-profile grant comes without its warning (C3).
+    FullProfileNoWarning,
+    /// A request without domains becomes a full-profile grant (C4).
+    DefaultAllDomains,
+    /// The presence scan reads and shows values (C5).
+    ScanShowsValues,
+    /// Material goes to a remote sink nobody acknowledged (C6).
+    RemoteWithoutAck,
+    /// An agent's refresh adds domains or changes the source (C7).
+    AgentWidens,
+    /// Revoke leaves the instance's cookies and tabs (C8).
+    RevokeKeepsCookies,
+    /// `browser.profile.list` shows what it read from the source (C9).
+    ValueInList,
+    /// `ledger verify` counts lines and detects nothing (C10).
+    VerifyMissesTruncation,
+    /// The grants file is left world-readable (C11).
+    LooseFiles,
+    /// An agent on any device sees every grant (C12).
+    DeviceScopeIgnored,
+    /// A revoked pairing changes nothing (C13).
+    PairingIgnored,
 }
 
 impl Defect {
     /// Every defect.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 28] = [
         Self::NonIdempotentLaunch,
         Self::HealthyAfterStop,
         Self::UntypedUnsupported,
@@ -106,6 +137,19 @@ impl Defect {
         Self::ReaperClosesKeepAlive,
         Self::StaleHandleRebound,
         Self::StopThrowsSecondTime,
+        Self::GrantBypass,
+        Self::WildcardAccepted,
+        Self::FullProfileNoWarning,
+        Self::DefaultAllDomains,
+        Self::ScanShowsValues,
+        Self::RemoteWithoutAck,
+        Self::AgentWidens,
+        Self::RevokeKeepsCookies,
+        Self::ValueInList,
+        Self::VerifyMissesTruncation,
+        Self::LooseFiles,
+        Self::DeviceScopeIgnored,
+        Self::PairingIgnored,
     ];
 
     /// The hook this defect must turn red.
@@ -126,6 +170,19 @@ impl Defect {
             Self::ReaperClosesKeepAlive => "interaction.targets.keepalive",
             Self::StaleHandleRebound => "interaction.targets.stale-handle",
             Self::StopThrowsSecondTime => "core.lifecycle.stop-sweep",
+            Self::GrantBypass => "profile.consent.grant-required",
+            Self::WildcardAccepted => "profile.consent.domains-explicit",
+            Self::FullProfileNoWarning => "profile.consent.full-profile",
+            Self::DefaultAllDomains => "profile.consent.no-default-all",
+            Self::ScanShowsValues => "profile.consent.presence-scan",
+            Self::RemoteWithoutAck => "profile.consent.sink-ack",
+            Self::AgentWidens => "profile.consent.agent-cannot-widen",
+            Self::RevokeKeepsCookies => "profile.consent.revoke-deletes",
+            Self::ValueInList => "profile.consent.never-print",
+            Self::VerifyMissesTruncation => "profile.consent.ledger-append-only",
+            Self::LooseFiles => "profile.consent.perms-and-encryption",
+            Self::DeviceScopeIgnored => "profile.consent.device-scope",
+            Self::PairingIgnored => "profile.consent.pairing-revoked",
         }
     }
 }
@@ -170,6 +227,7 @@ impl State {
 pub struct FakeProvider {
     defect: Option<Defect>,
     state: Mutex<State>,
+    profile: Option<FakeProfile>,
 }
 
 impl FakeProvider {
@@ -178,6 +236,7 @@ impl FakeProvider {
         Self {
             defect: None,
             state: Mutex::default(),
+            profile: FakeProfile::open(None),
         }
     }
 
@@ -186,6 +245,7 @@ impl FakeProvider {
         Self {
             defect: Some(defect),
             state: Mutex::default(),
+            profile: FakeProfile::open(Some(defect)),
         }
     }
 
@@ -342,6 +402,12 @@ impl ProviderUnderTest for FakeProvider {
     }
 
     async fn call(&self, tool: &str, input: Value) -> ToolResult {
+        if fake_profile::is_profile_tool(tool) {
+            return match &self.profile {
+                Some(profile) => profile.call_as(None, tool, input).await,
+                None => ToolResult::Err(fake_profile::unavailable(tool)),
+            };
+        }
         match self.dispatch(tool, &input) {
             Ok(value) => ToolResult::Ok(value),
             Err(error) => ToolResult::Err(error),
@@ -399,6 +465,10 @@ impl ProviderUnderTest for FakeProvider {
             return std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config/chromium/Default"));
         }
         Some(std::env::temp_dir())
+    }
+
+    fn profile(&self) -> Option<&dyn ProfileUnderTest> {
+        self.profile.as_ref().map(|p| p as &dyn ProfileUnderTest)
     }
 
     fn supervision(&self) -> Box<dyn SupervisionUnderTest> {

@@ -4,7 +4,7 @@ use pap_agent::{CallGate, InstanceState, Launch, parse_manifest, tool_spec};
 use pap_shared::{ToolErrorCode, ToolResult};
 use serde_json::{Value, json};
 
-use super::{Hook, Level, ProviderUnderTest};
+use super::{Hook, Level, ProviderUnderTest, profile};
 
 macro_rules! hook {
     ($id:literal, [$($rule:literal),+], $level:expr, $f:path) => {
@@ -75,6 +75,79 @@ pub const HOOKS: &[Hook] = &[
     hook!("network.tools.requests", ["T1"], Level::Network, tool_requests),
     hook!("network.tools.cdp-send", ["T1"], Level::Network, tool_cdp_send),
     hook!("download.tools.download", ["T1"], Level::Download, tool_download),
+    hook!(
+        "profile.consent.grant-required",
+        ["C1"],
+        Level::Profile,
+        profile::grant_required
+    ),
+    hook!(
+        "profile.consent.domains-explicit",
+        ["C2"],
+        Level::Profile,
+        profile::domains_explicit
+    ),
+    hook!(
+        "profile.consent.full-profile",
+        ["C3"],
+        Level::Profile,
+        profile::full_profile
+    ),
+    hook!(
+        "profile.consent.no-default-all",
+        ["C4"],
+        Level::Profile,
+        profile::no_default_all
+    ),
+    hook!(
+        "profile.consent.presence-scan",
+        ["C5"],
+        Level::Profile,
+        profile::presence_scan
+    ),
+    hook!("profile.consent.sink-ack", ["C6"], Level::Profile, profile::sink_ack),
+    hook!(
+        "profile.consent.agent-cannot-widen",
+        ["C7"],
+        Level::Profile,
+        profile::agent_cannot_widen
+    ),
+    hook!(
+        "profile.consent.revoke-deletes",
+        ["C8"],
+        Level::Profile,
+        profile::revoke_deletes
+    ),
+    hook!(
+        "profile.consent.never-print",
+        ["C9"],
+        Level::Profile,
+        profile::never_print
+    ),
+    hook!(
+        "profile.consent.ledger-append-only",
+        ["C10"],
+        Level::Profile,
+        profile::ledger_append_only
+    ),
+    hook!(
+        "profile.consent.perms-and-encryption",
+        ["C11"],
+        Level::Profile,
+        profile::perms_and_encryption
+    ),
+    hook!(
+        "profile.consent.device-scope",
+        ["C12"],
+        Level::Profile,
+        profile::device_scope
+    ),
+    hook!(
+        "profile.consent.pairing-revoked",
+        ["C13"],
+        Level::Profile,
+        profile::pairing_revoked
+    ),
 ];
 
 const PAGE: &str = "data:text/html,<title>conformance</title><h1 id=h>hello</h1>";

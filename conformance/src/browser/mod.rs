@@ -4,14 +4,18 @@
 
 mod chromium;
 mod fake;
+mod fake_profile;
 mod hooks;
+mod profile;
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
 /// A conformance level: the levels of AIP-63's tool table, as the agent's tool host knows them.
 pub use pap_agent::Level;
-use pap_agent::{CallGate, Health, Launch, Stalled};
+use pap_agent::{CallGate, Grant, GrantRequest, Health, Launch, Stalled};
 use pap_shared::{ToolError, ToolResult};
 use serde_json::Value;
 
@@ -60,6 +64,47 @@ pub trait ProviderUnderTest: Send + Sync {
     async fn user_data_dir(&self) -> Option<std::path::PathBuf>;
     /// A supervisor harness with AIP-63's default policy, driven at exact times (L6-L10).
     fn supervision(&self) -> Box<dyn SupervisionUnderTest>;
+    /// The profile level's surface (C1-C13), for a provider with `cookies` or `storageState`.
+    fn profile(&self) -> Option<&dyn ProfileUnderTest> {
+        None
+    }
+}
+
+/// The profile level's surface (AIP-63 §4): the operator's channel, an agent's calls from a
+/// device, and what can be read from outside (the instance's cookies and tabs, the consent
+/// store's files).
+#[async_trait]
+pub trait ProfileUnderTest: Send + Sync {
+    /// A scratch directory for the source files the hooks write.
+    fn scratch(&self) -> PathBuf;
+    /// The operator's grant: the grant, or the refusal's text.
+    fn grant(&self, request: GrantRequest) -> Result<Grant, String>;
+    /// What the operator is shown before a full-profile grant (C3).
+    fn full_profile_warning(&self) -> String;
+    /// The presence scan of a storage-state file (C5): per-host counts.
+    fn scan(&self, source: &Path) -> Result<BTreeMap<String, u64>, String>;
+    /// The operator acknowledges remote sink `provider` for `grant` (C6).
+    fn acknowledge_sink(&self, grant: &str, provider: &str) -> Result<Grant, String>;
+    /// `grant`'s material handed to remote provider `provider` (C6): how many cookies.
+    fn remote_injection(&self, grant: &str, provider: &str) -> Result<usize, ToolError>;
+    /// The join's permit for `host`, for an agent on `device` (C1, C12).
+    fn permit_join(&self, device: Option<&str>, host: &str) -> Result<(), ToolError>;
+    /// AIP-59 revoked `device`'s pairing (C13).
+    async fn pairing_revoked(&self, device: &str) -> Result<(), String>;
+    /// A tool call as an agent on `device`.
+    async fn call_as(&self, device: Option<&str>, tool: &str, input: Value) -> ToolResult;
+    /// Puts the material of the grants in force into the running instance (what a launch does).
+    async fn inject_granted(&self) -> Result<(), String>;
+    /// The running instance's cookies as (name, domain), read over CDP or its equivalent.
+    async fn cookies(&self) -> Vec<(String, String)>;
+    /// The running instance's tab URLs.
+    async fn tabs(&self) -> Vec<String>;
+    /// Opens a tab on `url` in the running instance (it need not load).
+    async fn open_tab(&self, url: &str) -> Result<(), String>;
+    /// The consent store's directory (ledger, grants, sealed material).
+    fn consent_dir(&self) -> PathBuf;
+    /// `ledger verify` on the ledger files in `dir`: the record count, or the first break.
+    fn verify_ledger(&self, dir: &Path) -> Result<u64, String>;
 }
 
 /// The supervisor's decisions, driven at exact millisecond times.

@@ -28,7 +28,7 @@ fn the_shipped_chromium_manifest_is_valid() {
     assert!(manifest.browser.capabilities.cdp);
     assert_eq!(
         manifest.browser.conformance,
-        ["core", "interaction", "network", "download"]
+        ["core", "interaction", "network", "download", "profile"]
     );
 }
 
@@ -109,13 +109,14 @@ fn m5_profile_modes_need_their_capabilities() {
         ["M5"]
     );
     // Without cookies or storageState the profile tools' gate is closed as well (M4): unlist them.
+    // The profile claim needs them too (M6).
     let text: String = shipped()
         .replacen("    cookies: true\n    storageState: true\n", "", 1)
         .lines()
         .filter(|line| !line.contains("browser.profile."))
         .map(|line| format!("{line}\n"))
         .collect();
-    assert_eq!(rules(&parse_manifest(&text, None).unwrap_err()), ["M5"]);
+    assert_eq!(rules(&parse_manifest(&text, None).unwrap_err()), ["M5", "M6"]);
 }
 
 #[test]
@@ -126,7 +127,7 @@ fn m6_claimed_levels_need_their_capabilities() {
     // A claim without core is an M1 error (the schema requires core).
     assert_eq!(
         rules(&edited(
-            "conformance: [core, interaction, network, download]",
+            "conformance: [core, interaction, network, download, profile]",
             "conformance: [network]"
         )),
         ["M1"]
