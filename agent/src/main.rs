@@ -121,10 +121,15 @@ enum ConsentCommand {
         /// A domain to grant (with its subdomains); repeat for more.
         #[arg(long = "domain", value_name = "DOMAIN")]
         domains: Vec<String>,
-        /// A storage-state file ({cookies, origins}) to import from. Without it, the grant lets
-        /// the browser sign in itself (the PAP join) and imports nothing.
+        /// A storage-state file ({cookies, origins}) to import from. Without it (or
+        /// --chromium-profile), the grant lets the browser sign in itself (the PAP join) and
+        /// imports nothing.
         #[arg(long, value_name = "FILE")]
         source: Option<PathBuf>,
+        /// A Chromium profile directory on Linux (e.g. ~/.config/chromium/Default) to import
+        /// from: scanned by host only; only granted hosts are read and decrypted.
+        #[arg(long, value_name = "DIR", conflicts_with = "source")]
+        chromium_profile: Option<PathBuf>,
         /// Show per-domain counts from a scan that reads no values, then ask per domain.
         #[arg(long)]
         interactive: bool,
@@ -583,14 +588,16 @@ async fn consent_command(state: &std::path::Path, command: &ConsentCommand) -> a
         ConsentCommand::Grant {
             domains,
             source,
+            chromium_profile,
             interactive,
             full_profile,
             device,
             expires_in,
         } => {
-            let source = match source {
-                Some(path) => SourceSpec::StorageState(path.clone()),
-                None => SourceSpec::NativeLogin("cli".into()),
+            let source = match (source, chromium_profile) {
+                (Some(path), _) => SourceSpec::StorageState(path.clone()),
+                (None, Some(dir)) => SourceSpec::ChromiumProfile(dir.clone()),
+                (None, None) => SourceSpec::NativeLogin("cli".into()),
             };
             let scope = if *full_profile {
                 eprintln!("{}", pap_agent::FULL_PROFILE_WARNING);

@@ -35,6 +35,10 @@ impl<'de> Deserialize<'de> for Value {
 }
 
 impl Value {
+    pub(crate) fn new(value: Zeroizing<String>) -> Self {
+        Self(value)
+    }
+
     pub(crate) fn expose(&self) -> &str {
         &self.0
     }
@@ -137,6 +141,14 @@ pub enum SourceError {
         path: PathBuf,
         /// What failed (the I/O error kind, never content).
         kind: std::io::ErrorKind,
+    },
+    /// A Chromium profile's cookie database could not be read or decrypted.
+    #[error("the Chromium profile database {path}: {why}")]
+    Database {
+        /// The database.
+        path: PathBuf,
+        /// What failed (never a value).
+        why: String,
     },
     /// The file is not a storage state.
     #[error("the source {path} is not a storage-state file (line {line}, column {column})")]

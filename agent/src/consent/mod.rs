@@ -8,6 +8,7 @@
 //! active grant, and every grant, refresh, revoke, sink acknowledgement and refused agent attempt
 //! is a ledger record.
 
+mod chromium_profile;
 mod grant;
 pub(crate) mod ledger;
 mod material;
@@ -102,6 +103,8 @@ fn system(via: &str) -> Actor {
 pub enum SourceSpec {
     /// A storage-state file (`{cookies, origins}`).
     StorageState(PathBuf),
+    /// A Chromium profile directory on Linux (its `Cookies` SQLite database).
+    ChromiumProfile(PathBuf),
     /// Material the instance makes itself by signing in (the PAP join's cookie): nothing is
     /// imported; the grant says which domains the instance may hold a session for.
     NativeLogin(String),
@@ -114,6 +117,10 @@ impl SourceSpec {
                 kind: "file".into(),
                 profile: path.display().to_string(),
             },
+            Self::ChromiumProfile(path) => Source {
+                kind: "chrome".into(),
+                profile: path.display().to_string(),
+            },
             Self::NativeLogin(instance) => Source {
                 kind: "native-login".into(),
                 profile: instance.clone(),
@@ -124,16 +131,21 @@ impl SourceSpec {
     fn from_source(source: &Source) -> Option<Self> {
         match source.kind.as_str() {
             "file" => Some(Self::StorageState(PathBuf::from(&source.profile))),
+            "chrome" => Some(Self::ChromiumProfile(PathBuf::from(&source.profile))),
             "native-login" => Some(Self::NativeLogin(source.profile.clone())),
             _ => None,
         }
     }
 
-    fn read(&self) -> Result<Material, SourceError> {
-        match self {
-            Self::StorageState(path) => material::read_storage_state(path),
-            Self::NativeLogin(_) => Ok(Material::default()),
-        }
+    /// Reads what `covers` allows (a Chromium profile's other hosts are never decrypted).
+    fn read(&self, covers: &dyn Fn(&str) -> bool) -> Result<Material, SourceError> {
+        let mut material = match self {
+            Self::StorageState(path) => material::read_storage_state(path)?,
+            Self::ChromiumProfile(path) => chromium_profile::read(path, covers)?,
+            Self::NativeLogin(_) => Material::default(),
+        };
+        material.retain(covers);
+        Ok(material)
     }
 }
 
@@ -472,6 +484,7 @@ impl ConsentHost {
     pub fn scan(&self, source: &SourceSpec) -> Result<BTreeMap<String, u64>, ConsentError> {
         match source {
             SourceSpec::StorageState(path) => Ok(material::scan_storage_state(path)?),
+            SourceSpec::ChromiumProfile(path) => Ok(chromium_profile::scan(path)?),
             SourceSpec::NativeLogin(_) => Ok(BTreeMap::new()),
         }
     }
@@ -486,10 +499,10 @@ impl ConsentHost {
             ScopeRequest::FullProfile => None,
         };
         let _lock = self.lock()?;
-        let mut material = request.source.read()?;
-        if let Some(domains) = &domains {
-            material.retain(|host| domains.iter().any(|d| d.covers(host)));
-        }
+        let material = request.source.read(&|host: &str| match &domains {
+            Some(domains) => domains.iter().any(|d| d.covers(host)),
+            None => true,
+        })?;
         let grant = Grant {
             id: format!("g_{}", self.random_hex(16)),
             session_id: format!("cs_{}", self.random_hex(8)),
@@ -653,8 +666,7 @@ impl ConsentHost {
                 scope.iter().any(|d| d.covers(host))
             }
         };
-        let mut fresh = own_source.read()?;
-        fresh.retain(in_scope);
+        let fresh = own_source.read(&in_scope)?;
         let mut stored = self.store.load(grant_id)?;
         stored.replace(fresh.clone(), in_scope);
         self.store.save(self.rng.as_ref(), grant_id, &stored)?;
