@@ -176,7 +176,7 @@ async fn story(host: &BrowserHost, work: &std::path::Path) -> anyhow::Result<()>
         pap_agent::GrantRequest::native_login(INSTANCE, &["shop.example"]),
     )?;
     let permit = consent.permit_join(&pap_agent::Caller::local_agent(), "shop.example")?;
-    clock.step("the person granted the agent's browser shop.example (consent ledger record 0)");
+    clock.step("the person granted the agent's browser shop.example (a grant record in the consent ledger)");
     let joined = join(
         &client,
         &shop,
