@@ -71,6 +71,11 @@ pub struct ChromiumConfig {
     pub health_timeout: Duration,
     /// Test-only routing.
     pub test_network: TestNetwork,
+    /// Attach to the Chromium whose DevTools listen here (loopback only) instead of launching
+    /// one: an instance the host did not start (AIP-63 L2 `wasAlreadyRunning`), which `stop`
+    /// leaves running unless forced (L5). It must run on its own, non-default user-data
+    /// directory (L13), which is read from its command line.
+    pub attach_to: Option<SocketAddr>,
 }
 
 impl ChromiumConfig {
@@ -84,6 +89,7 @@ impl ChromiumConfig {
             grace: Duration::from_secs(2),
             health_timeout: Duration::from_secs(5),
             test_network: TestNetwork::default(),
+            attach_to: None,
         }
     }
 }
@@ -92,7 +98,10 @@ impl ChromiumConfig {
 pub struct ControlledBrowser {
     instance: String,
     pid: Option<u32>,
-    child: Mutex<Child>,
+    /// The process, when this host started it; `None` for an attached instance.
+    child: Mutex<Option<Child>>,
+    /// The host did not start it (an attach): stop leaves it running unless forced (L5).
+    was_already_running: bool,
     browser: Browser,
     handler: JoinHandle<()>,
     user_data_dir: PathBuf,
@@ -169,6 +178,9 @@ impl ControlledBrowser {
         {
             return Err(LaunchError::BadInstance);
         }
+        if let Some(endpoint) = config.attach_to {
+            return Self::attach(config, instance, endpoint, progress).await;
+        }
         private_dir(&config.state_dir.join("browsers")).map_err(LaunchError::Profile)?;
         let user_data_dir = profile_dir(config, instance);
         if user_data_dir.exists() {
@@ -196,7 +208,8 @@ impl ControlledBrowser {
                 Ok(Self {
                     instance: instance.to_owned(),
                     pid: child.id(),
-                    child: Mutex::new(child),
+                    child: Mutex::new(Some(child)),
+                    was_already_running: false,
                     browser,
                     handler,
                     user_data_dir,
@@ -217,38 +230,71 @@ impl ControlledBrowser {
         config: &ChromiumConfig,
         progress: &(dyn Fn(&str) + Sync),
     ) -> Result<(Browser, JoinHandle<()>), LaunchError> {
-        let stderr = child.stderr.take().ok_or(LaunchError::NoDevTools(String::new()))?;
-        let mut lines = BufReader::new(stderr).lines();
-        let mut seen = Vec::new();
-        let found = tokio::time::timeout(config.launch_timeout, async {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(ws) = line.strip_prefix("DevTools listening on ") {
-                    return Some(ws.trim().to_owned());
-                }
-                if seen.len() < 20 {
-                    seen.push(line);
-                }
-            }
-            None
-        })
-        .await;
-        let ws = match found {
-            Ok(Some(ws)) => ws,
-            Ok(None) => return Err(LaunchError::NoDevTools(seen.join("\n"))),
-            Err(_) => return Err(LaunchError::Timeout(seen.join("\n"))),
-        };
-        // Keep draining stderr so Chromium never blocks on a full pipe; its lines are dropped.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let ws = devtools_address(child, config.launch_timeout).await?;
         progress(STEP_DEVTOOLS_BOUND);
-        let handler_config = HandlerConfig {
-            ignore_https_errors: false,
-            ..HandlerConfig::default()
-        };
-        let (browser, mut handler) = Browser::connect_with_config(ws, handler_config)
+        connect_cdp(ws).await
+    }
+
+    /// Attaches to a Chromium the host did not start (L2 `wasAlreadyRunning`): its DevTools
+    /// address from `/json/version`, its browser process from `SystemInfo.getProcessInfo`, its
+    /// user-data directory from that process's command line. A non-loopback endpoint, or a
+    /// browser on a default profile (the user's own, L13 and C3), is refused.
+    async fn attach(
+        config: &ChromiumConfig,
+        instance: &str,
+        endpoint: SocketAddr,
+        progress: &(dyn Fn(&str) + Sync),
+    ) -> Result<Self, LaunchError> {
+        if !endpoint.ip().is_loopback() {
+            return Err(LaunchError::Attach(format!(
+                "{endpoint} is not a loopback DevTools endpoint"
+            )));
+        }
+        progress("asking the running Chromium for its DevTools address");
+        let version = devtools_version(endpoint.port(), config.health_timeout)
             .await
-            .map_err(|e| LaunchError::Cdp(e.to_string()))?;
-        let handler = tokio::spawn(async move { while handler.next().await.is_some() {} });
-        Ok((browser, handler))
+            .ok_or_else(|| LaunchError::Attach(format!("no Chromium answers /json/version on {endpoint}")))?;
+        let ws = version["webSocketDebuggerUrl"]
+            .as_str()
+            .ok_or_else(|| LaunchError::Attach("/json/version names no webSocketDebuggerUrl".into()))?
+            .to_owned();
+        progress(STEP_DEVTOOLS_BOUND);
+        let (browser, handler) = connect_cdp(ws).await?;
+        let refuse = |why: String| {
+            handler.abort();
+            Err(LaunchError::Attach(why))
+        };
+        let Some(pid) = browser_pid(&browser).await else {
+            return refuse("the browser does not tell its process id".into());
+        };
+        let Some(user_data_dir) = user_data_dir_of(pid) else {
+            return refuse(format!(
+                "the browser (pid {pid}) runs on its default user-data directory: attach only to a \
+                 dedicated Chromium started with --user-data-dir"
+            ));
+        };
+        if is_default_profile(&user_data_dir) {
+            return refuse(format!(
+                "the browser (pid {pid}) runs on a default profile, {}",
+                user_data_dir.display()
+            ));
+        }
+        progress("attached to a running Chromium");
+        Ok(Self {
+            instance: instance.to_owned(),
+            pid: Some(pid),
+            child: Mutex::new(None),
+            was_already_running: true,
+            browser,
+            handler,
+            user_data_dir,
+            health_timeout: config.health_timeout,
+        })
+    }
+
+    /// Whether the host found this browser running rather than starting it (L2).
+    pub fn was_already_running(&self) -> bool {
+        self.was_already_running
     }
 
     /// The instance key.
@@ -360,19 +406,239 @@ impl ControlledBrowser {
     /// then the profile removed. Safe to call twice, or on a browser that already died; pages
     /// still held elsewhere stop working.
     pub async fn stop(&self, grace: Duration) -> Result<(), BrowserError> {
+        self.stop_with(grace, false).await
+    }
+
+    /// Stops the browser; an attached one (which the host did not start) is only disconnected
+    /// unless `force` (L5), and then closed, and killed after `grace`; its profile is never
+    /// removed.
+    pub(crate) async fn stop_with(&self, grace: Duration, force: bool) -> Result<(), BrowserError> {
         use chromiumoxide::cdp::browser_protocol::browser::CloseParams;
         let mut child = self.child.lock().await;
-        // Already ended (an operator's `pap-agent browser stop`, a crash): nothing to close, and
-        // no grace to wait on a connection that is gone.
-        if !matches!(child.try_wait(), Ok(Some(_))) {
-            let _ = tokio::time::timeout(grace, self.browser.execute(CloseParams::default())).await;
-            if tokio::time::timeout(grace, child.wait()).await.is_err() {
-                let _ = child.kill().await;
+        match child.as_mut() {
+            Some(child) => {
+                // Already ended (an operator's `pap-agent browser stop`, a crash): nothing to
+                // close, and no grace to wait on a connection that is gone.
+                if !matches!(child.try_wait(), Ok(Some(_))) {
+                    let _ = tokio::time::timeout(grace, self.browser.execute(CloseParams::default())).await;
+                    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+                        let _ = child.kill().await;
+                    }
+                }
+            }
+            None if !force => {}
+            None => {
+                let _ = tokio::time::timeout(grace, self.browser.execute(CloseParams::default())).await;
+                if let Some(pid) = self.pid {
+                    let _ = crate::provider::processes::wait_gone(&ProcTable, &[pid], grace).await;
+                }
             }
         }
         self.handler.abort();
+        if self.was_already_running {
+            return Ok(());
+        }
         remove_profile(&self.user_data_dir)
     }
+}
+
+/// The DevTools address Chromium prints on stderr once its port is bound, within `timeout`;
+/// then stderr keeps being drained (its lines dropped) so Chromium never blocks on a full pipe.
+async fn devtools_address(child: &mut Child, timeout: Duration) -> Result<String, LaunchError> {
+    let stderr = child.stderr.take().ok_or(LaunchError::NoDevTools(String::new()))?;
+    let mut lines = BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
+    let found = tokio::time::timeout(timeout, async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(ws) = line.strip_prefix("DevTools listening on ") {
+                return Some(ws.trim().to_owned());
+            }
+            if seen.len() < 20 {
+                seen.push(line);
+            }
+        }
+        None
+    })
+    .await;
+    let ws = match found {
+        Ok(Some(ws)) => ws,
+        Ok(None) => return Err(LaunchError::NoDevTools(seen.join("\n"))),
+        Err(_) => return Err(LaunchError::Timeout(seen.join("\n"))),
+    };
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok(ws)
+}
+
+/// A Chromium run on its own, outside any [`BrowserHost`]: what an operator starts for the
+/// attach provider (a dedicated, headless Chromium on its own user-data directory, DevTools on
+/// loopback), and what the attach tests and the AIP-63 suite start as the instance "the host
+/// did not launch". It carries none of the host's markers, so no sweep of the host ends it.
+#[derive(Debug)]
+pub struct StandaloneChromium {
+    child: Child,
+    endpoint: SocketAddr,
+}
+
+impl StandaloneChromium {
+    /// Starts `executable` on `user_data_dir` with DevTools on `127.0.0.1:port` (0: any free
+    /// port), and waits up to `timeout` for its DevTools address.
+    pub async fn start(
+        executable: &Path,
+        user_data_dir: &Path,
+        port: u16,
+        timeout: Duration,
+    ) -> Result<Self, LaunchError> {
+        private_dir(user_data_dir).map_err(LaunchError::Profile)?;
+        let mut child = Command::new(executable)
+            .args([
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--no-default-browser-check",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--remote-debugging-address=127.0.0.1",
+            ])
+            .arg(format!("--remote-debugging-port={port}"))
+            .arg(format!("--user-data-dir={}", user_data_dir.display()))
+            .arg("about:blank")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(LaunchError::Spawn)?;
+        let ws = devtools_address(&mut child, timeout).await?;
+        let endpoint = url::Url::parse(&ws)
+            .ok()
+            .and_then(|u| u.port())
+            .map(|port| SocketAddr::from(([127, 0, 0, 1], port)))
+            .ok_or_else(|| LaunchError::NoDevTools(format!("an unexpected DevTools address {ws}")))?;
+        Ok(Self { child, endpoint })
+    }
+
+    /// Its DevTools endpoint, for [`ChromiumConfig::attach_to`].
+    pub fn endpoint(&self) -> SocketAddr {
+        self.endpoint
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Whether it still runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Waits up to `timeout` for it to exit; whether it did.
+    pub async fn exited_within(&mut self, timeout: Duration) -> bool {
+        tokio::time::timeout(timeout, self.child.wait()).await.is_ok()
+    }
+
+    /// Ends it (SIGKILL) and waits for it.
+    pub async fn kill(&mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// Connects over CDP with certificate errors respected, and drives the connection.
+async fn connect_cdp(ws: String) -> Result<(Browser, JoinHandle<()>), LaunchError> {
+    let handler_config = HandlerConfig {
+        ignore_https_errors: false,
+        ..HandlerConfig::default()
+    };
+    let (browser, mut handler) = Browser::connect_with_config(ws, handler_config)
+        .await
+        .map_err(|e| LaunchError::Cdp(e.to_string()))?;
+    let handler = tokio::spawn(async move { while handler.next().await.is_some() {} });
+    Ok((browser, handler))
+}
+
+/// `/json/version` on a loopback DevTools port (HTTP/1.1; Chromium closes an HTTP/1.0 request
+/// unanswered, and keeps an HTTP/1.1 one open: the body is read to its Content-Length), within
+/// `timeout`.
+async fn devtools_version(port: u16, timeout: Duration) -> Option<serde_json::Value> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let response = tokio::time::timeout(timeout, async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        // Chromium builds webSocketDebuggerUrl from the Host header: it carries the port.
+        let request = format!("GET /json/version HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut response = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let read = stream.read(&mut chunk).await.ok()?;
+            response.extend_from_slice(&chunk[..read]);
+            if let Some(complete) = http_body(&response) {
+                return complete;
+            }
+            if read == 0 || response.len() > 64 * 1024 {
+                return None;
+            }
+        }
+    })
+    .await
+    .ok()??;
+    serde_json::from_slice(&response).ok()
+}
+
+/// The body of a complete `200` response in `bytes`: `None` while incomplete, `Some(None)` for
+/// anything else.
+fn http_body(bytes: &[u8]) -> Option<Option<Vec<u8>>> {
+    let end = bytes.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&bytes[..end]).ok()?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Some(None);
+    }
+    let length = head.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("content-length")
+            .then(|| value.trim().parse::<usize>().ok())
+            .flatten()
+    })?;
+    let body = &bytes[end + 4..];
+    (body.len() >= length).then(|| Some(body[..length].to_vec()))
+}
+
+/// The browser process's id, from `SystemInfo.getProcessInfo`.
+async fn browser_pid(browser: &Browser) -> Option<u32> {
+    use chromiumoxide::cdp::browser_protocol::system_info::GetProcessInfoParams;
+    let info = browser.execute(GetProcessInfoParams::default()).await.ok()?;
+    info.result
+        .process_info
+        .iter()
+        .find(|p| p.r#type == "browser")
+        .and_then(|p| u32::try_from(p.id).ok())
+}
+
+/// The `--user-data-dir` on process `pid`'s command line (Linux `/proc`).
+fn user_data_dir_of(pid: u32) -> Option<PathBuf> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    cmdline
+        .split(|b| *b == 0)
+        .filter_map(|arg| std::str::from_utf8(arg).ok())
+        .find_map(|arg| arg.strip_prefix("--user-data-dir="))
+        .map(PathBuf::from)
+}
+
+/// Chromium's and Chrome's default user-data directories (the user's own profiles).
+fn is_default_profile(dir: &Path) -> bool {
+    let Some(home) = std::env::var_os("HOME").map(PathBuf::from) else {
+        return false;
+    };
+    [
+        ".config/chromium",
+        ".config/google-chrome",
+        ".config/google-chrome-beta",
+        ".config/chromium-browser",
+    ]
+    .iter()
+    .any(|d| dir.starts_with(home.join(d)))
 }
 
 fn remove_profile(dir: &Path) -> Result<(), BrowserError> {
@@ -727,15 +993,31 @@ impl BrowserHost {
     /// Stops `instance`, if running: graceful, then forced, then a sweep of its marked
     /// processes and profile (L5). Idempotent.
     pub async fn stop(&self, instance: &str, grace: Duration) -> Result<(), BrowserError> {
+        self.stop_with(instance, grace, false).await
+    }
+
+    /// `stop` with `force: true` (L5): the only stop that ends an attached browser, one the
+    /// host did not start; for the host's own browsers it is the same as [`Self::stop`].
+    pub async fn stop_forced(&self, instance: &str, grace: Duration) -> Result<(), BrowserError> {
+        self.stop_with(instance, grace, true).await
+    }
+
+    async fn stop_with(&self, instance: &str, grace: Duration, force: bool) -> Result<(), BrowserError> {
         let browser = self.browsers.lock().await.remove(instance);
         let Some(browser) = browser else { return Ok(()) };
         self.supervisor().stop(instance);
-        let stopped = browser.stop(grace).await;
-        let scope = SweepScope::Instance {
-            instance: instance.to_owned(),
-            user_data_dir: browser.user_data_dir.clone(),
+        let stopped = browser.stop_with(grace, force).await;
+        // An attached browser carries no marker of ours; its processes are swept (by its
+        // profile directory) only when the operator forced its end.
+        let swept = if browser.was_already_running && !force {
+            Ok(0)
+        } else {
+            let scope = SweepScope::Instance {
+                instance: instance.to_owned(),
+                user_data_dir: browser.user_data_dir.clone(),
+            };
+            sweep(&ProcTable, &scope, grace).await.map_err(BrowserError::Profile)
         };
-        let swept = sweep(&ProcTable, &scope, grace).await.map_err(BrowserError::Profile);
         self.supervisor().gone(instance);
         self.keep_records();
         stopped.and(swept.map(|_| ()))
@@ -767,6 +1049,10 @@ pub enum LaunchError {
     /// hard ceiling (L9); it counted as a failed launch (L6).
     #[error("the launch stalled: {0}")]
     Stalled(String),
+    /// The running Chromium could not be attached to (not on loopback, not answering, on a
+    /// default profile).
+    #[error("attaching to the running Chromium failed: {0}")]
+    Attach(String),
     /// No DevTools address within the launch timeout; what it printed follows.
     #[error("Chromium was not ready in time:\n{0}")]
     Timeout(String),

@@ -619,7 +619,11 @@ async fn consent_command(state: &std::path::Path, command: &ConsentCommand) -> a
             )?;
             serde_json::to_value(&grant)?
         }
-        ConsentCommand::List => serde_json::json!({ "grants": consent.list(&Caller::Operator(operator))? }),
+        ConsentCommand::List => {
+            // Grants past their expiresAt are revoked (C8) before the list is shown.
+            consent.expire(&live).await?;
+            serde_json::json!({ "grants": consent.list(&Caller::Operator(operator))? })
+        }
         ConsentCommand::Refresh { grant, domains } => {
             let domains = (!domains.is_empty()).then_some(domains.as_slice());
             let (refreshed, injection) = consent.refresh(&Caller::Operator(operator), grant, domains, None)?;

@@ -449,11 +449,9 @@ impl ConsentHost {
     pub fn open(state_dir: &Path, clock: Arc<dyn Clock>, rng: Arc<dyn Rng>) -> Result<Self, ConsentError> {
         private_dir(state_dir)?;
         let dir = private_dir(&state_dir.join("consent"))?;
-        for file in ["grants.json", "revoked-devices.json", "ledger.jsonl", "ledger.head"] {
-            let path = dir.join(file);
-            if path.exists() {
-                tighten(&path)?;
-            }
+        // Whatever is already there (grants, ledger, sealed material, keys) is tightened too.
+        for existing in [dir.clone(), state_dir.join("keys")] {
+            tighten_tree(&existing)?;
         }
         let key = SealingKey::open(state_dir, rng.as_ref())?;
         Ok(Self {
@@ -1029,10 +1027,24 @@ impl Drop for FileLock {
     }
 }
 
-fn tighten(path: &Path) -> std::io::Result<()> {
-    #[cfg(unix)]
-    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    let _ = path;
+/// Directories under `dir` (and `dir`) 0700, files 0600 (C11), whatever made them.
+fn tighten_tree(dir: &Path) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    private_dir(dir)?;
+    for entry in entries {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            tighten_tree(&entry.path())?;
+        } else if kind.is_file() {
+            #[cfg(unix)]
+            std::fs::set_permissions(entry.path(), std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        }
+    }
     Ok(())
 }
 

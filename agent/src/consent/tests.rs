@@ -310,6 +310,19 @@ fn loose_files_and_directories_are_tightened_on_open() {
     let consent = f.host.dir().to_path_buf();
     std::fs::set_permissions(&consent, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(consent.join("grants.json"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let sealed = std::fs::read_dir(consent.join("material"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::set_permissions(&sealed, std::fs::Permissions::from_mode(0o664)).unwrap();
+    std::fs::set_permissions(consent.join("material"), std::fs::Permissions::from_mode(0o775)).unwrap();
+    std::fs::set_permissions(
+        f.dir.join("state/keys/store.key"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
     let _ = ConsentHost::open(&f.dir.join("state"), f.clock.clone(), Arc::new(SystemRng)).unwrap();
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&consent), 0o700);

@@ -217,7 +217,7 @@ pub async fn sweep(table: &dyn ProcessTable, scope: &SweepScope, grace: Duration
 }
 
 /// Waits up to `grace` for `targets` to end, then kills those left.
-async fn wait_gone(table: &dyn ProcessTable, targets: &[u32], grace: Duration) -> io::Result<()> {
+pub(crate) async fn wait_gone(table: &dyn ProcessTable, targets: &[u32], grace: Duration) -> io::Result<()> {
     let deadline = tokio::time::Instant::now() + grace;
     let mut tick = tokio::time::interval(Duration::from_millis(20));
     loop {

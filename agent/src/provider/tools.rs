@@ -245,7 +245,9 @@ impl ToolHost {
             })?;
         let boot_id = self.host.health(&self.instance).boot_id;
         let mut injected = self.injected_boot.lock().await;
-        if *injected != Some(boot_id) {
+        // Only a provider declaring cookies or storageState takes session material (C1; M6).
+        let takes_material = self.manifest.browser.capabilities.has("cookies|storageState");
+        if takes_material && *injected != Some(boot_id) {
             self.consent.expire(self).await.map_err(|e| e.to_tool_error())?;
             let injections = self
                 .consent
