@@ -42,6 +42,8 @@ enum Command {
 enum Provider {
     /// Our Chromium provider, on Debian's Chromium.
     Chromium,
+    /// Our attach provider, on a Debian Chromium the suite starts as "already running".
+    ChromiumAttach,
     /// The suite's in-memory fake (a self-check of the suite).
     Fake,
 }
@@ -52,6 +54,7 @@ enum LevelArg {
     Interaction,
     Network,
     Download,
+    Profile,
 }
 
 impl From<LevelArg> for browser::Level {
@@ -61,6 +64,7 @@ impl From<LevelArg> for browser::Level {
             LevelArg::Interaction => Self::Interaction,
             LevelArg::Network => Self::Network,
             LevelArg::Download => Self::Download,
+            LevelArg::Profile => Self::Profile,
         }
     }
 }
@@ -70,9 +74,10 @@ struct BrowserArgs {
     /// The provider under test.
     #[arg(long, value_enum, default_value = "chromium")]
     provider: Provider,
-    /// The Chromium provider's manifest.
-    #[arg(long, default_value = "agent/providers/chromium/BROWSER.md")]
-    manifest: PathBuf,
+    /// The provider's manifest (default: agent/providers/chromium/BROWSER.md, or
+    /// agent/providers/chromium-attach/BROWSER.md for chromium-attach).
+    #[arg(long)]
+    manifest: Option<PathBuf>,
     /// Only these levels (repeatable); every level when absent.
     #[arg(long = "level", value_enum)]
     levels: Vec<LevelArg>,
@@ -171,10 +176,23 @@ async fn run_browser(args: BrowserArgs) -> anyhow::Result<bool> {
     let levels: Vec<browser::Level> = args.levels.iter().map(|l| (*l).into()).collect();
     let report = match args.provider {
         Provider::Fake => browser::run(&browser::FakeProvider::sound(), &levels).await,
-        Provider::Chromium => {
+        Provider::Chromium | Provider::ChromiumAttach => {
             let state = std::env::temp_dir().join(format!("pap-conformance-browser-{}", std::process::id()));
             std::fs::create_dir_all(&state).with_context(|| format!("creating {}", state.display()))?;
-            let provider = browser::ChromiumUnderTest::new(&args.manifest, ChromiumConfig::new(state.clone()))?;
+            let attach = matches!(args.provider, Provider::ChromiumAttach);
+            let manifest = args.manifest.clone().unwrap_or_else(|| {
+                PathBuf::from(if attach {
+                    "agent/providers/chromium-attach/BROWSER.md"
+                } else {
+                    "agent/providers/chromium/BROWSER.md"
+                })
+            });
+            let config = ChromiumConfig::new(state.clone());
+            let provider = if attach {
+                browser::ChromiumUnderTest::attached(&manifest, config)?
+            } else {
+                browser::ChromiumUnderTest::new(&manifest, config)?
+            };
             let report = browser::run(&provider, &levels).await;
             provider.shut_down().await;
             let _ = std::fs::remove_dir_all(&state);

@@ -29,6 +29,13 @@ async fn the_sound_fake_passes_every_hook() {
 }
 
 #[tokio::test]
+async fn the_sound_attached_fake_passes_every_hook() {
+    // An attach provider: stop leaves the browser it did not launch, a forced stop ends it.
+    let report = browser::run(&FakeProvider::attached(), &[]).await;
+    assert!(report.all_passed(), "{}", report.text());
+}
+
+#[tokio::test]
 async fn each_broken_fake_turns_exactly_its_hook_red() {
     for defect in Defect::ALL {
         assert!(HOOKS.iter().any(|h| h.id == defect.hook()), "{defect:?} names no hook");
@@ -69,6 +76,33 @@ fn every_hook_is_turned_red_by_some_defect_or_is_a_manifest_or_tool_hook() {
             hook.id
         );
     }
+}
+
+#[tokio::test]
+async fn our_attach_provider_passes_every_level_it_claims_and_leaves_a_foreign_instance_to_force() {
+    let state = std::env::temp_dir().join(format!("pap-browser-suite-attach-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    std::fs::create_dir_all(&state).unwrap();
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../agent/providers/chromium-attach/BROWSER.md");
+    let provider = ChromiumUnderTest::attached(&manifest, ChromiumConfig::new(state.clone())).unwrap();
+    let report = browser::run(&provider, &[]).await;
+    let claimed = HOOKS
+        .iter()
+        .filter(|h| matches!(h.level, Level::Core | Level::Interaction | Level::Network))
+        .count();
+    assert_eq!(report.results.len(), claimed, "core, interaction and network");
+    provider.shut_down().await;
+    if let Some(dir) = std::env::var_os("PAP_ARTIFACTS") {
+        let dir = PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("aip63-chromium-attach.xml"),
+            report.junit("aip63-chromium-attach"),
+        )
+        .unwrap();
+    }
+    assert!(report.all_passed(), "{}", report.text());
+    let _ = std::fs::remove_dir_all(&state);
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use pap_agent::{
     BrowserHost, CallGate, Caller, ChromiumConfig, ConsentHost, Grant, GrantRequest, HOST_MARKER, Health, Launch,
     LiveInstances, ORPHAN_MARKER, Operator, OperatorReset, Policy, ProcTable, ProcessTable, SourceSpec, Stalled,
-    Supervisor, ToolHost, load_manifest,
+    StandaloneChromium, Supervisor, ToolHost, load_manifest,
 };
 use pap_shared::{ToolError, ToolErrorCode, ToolResult};
 use serde_json::Value;
@@ -35,6 +35,16 @@ pub struct ChromiumUnderTest {
     tools: Arc<ToolHost>,
     state_dir: PathBuf,
     planted: Mutex<Vec<u32>>,
+    /// For the attach provider: the Chromium the host did not start, kept running by the
+    /// harness (as an operator would) on one port.
+    foreign: Option<Foreign>,
+}
+
+/// The attach provider's instance, which the harness (not the host) starts.
+struct Foreign {
+    port: u16,
+    user_data_dir: PathBuf,
+    running: Mutex<Option<StandaloneChromium>>,
 }
 
 impl std::fmt::Debug for ChromiumUnderTest {
@@ -49,6 +59,23 @@ impl ChromiumUnderTest {
     /// The provider `manifest` describes, launched as `config` says (its profiles and downloads
     /// under `config.state_dir`).
     pub fn new(manifest: &Path, config: ChromiumConfig) -> anyhow::Result<Self> {
+        Self::build(manifest, config, None)
+    }
+
+    /// The attach provider `manifest` describes: the harness runs a dedicated Chromium on a free
+    /// loopback port (restarting it when a forced stop ended it) and the host attaches to it.
+    pub fn attached(manifest: &Path, mut config: ChromiumConfig) -> anyhow::Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        config.attach_to = Some(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+        let foreign = Foreign {
+            port,
+            user_data_dir: config.state_dir.join("foreign-profile"),
+            running: Mutex::default(),
+        };
+        Self::build(manifest, config, Some(foreign))
+    }
+
+    fn build(manifest: &Path, config: ChromiumConfig, foreign: Option<Foreign>) -> anyhow::Result<Self> {
         let manifest_text =
             std::fs::read_to_string(manifest).map_err(|e| anyhow::anyhow!("reading {}: {e}", manifest.display()))?;
         let parsed = load_manifest(manifest).map_err(|diagnostics| {
@@ -69,12 +96,42 @@ impl ChromiumUnderTest {
             tools,
             state_dir,
             planted: Mutex::default(),
+            foreign,
         })
+    }
+
+    /// Starts the attach provider's Chromium if it is not running.
+    async fn foreign_running(&self) -> Result<(), ToolError> {
+        let Some(foreign) = &self.foreign else { return Ok(()) };
+        let mut running = foreign.running.lock().await;
+        if running.as_mut().is_some_and(StandaloneChromium::is_running) {
+            return Ok(());
+        }
+        let started = StandaloneChromium::start(
+            &PathBuf::from(pap_agent::CHROMIUM),
+            &foreign.user_data_dir,
+            foreign.port,
+            Duration::from_secs(60),
+        )
+        .await
+        .map_err(|e| {
+            ToolError::new(
+                ToolErrorCode::Internal,
+                format!("the attached Chromium did not start: {e}"),
+            )
+        })?;
+        *running = Some(started);
+        Ok(())
     }
 
     /// Ends what the suite planted and the browser, if still running.
     pub async fn shut_down(&self) {
         let _ = self.host.stop(INSTANCE, Duration::from_secs(2)).await;
+        if let Some(foreign) = &self.foreign
+            && let Some(mut running) = foreign.running.lock().await.take()
+        {
+            running.kill().await;
+        }
         for pid in self.planted.lock().await.drain(..) {
             // Only if it is still the process we planted: a swept pid may have been reused.
             let planted = ProcTable.list().is_ok_and(|processes| {
@@ -124,6 +181,7 @@ impl ProviderUnderTest for ChromiumUnderTest {
     }
 
     async fn launch(&self) -> Result<Launched, ToolError> {
+        self.foreign_running().await?;
         let before = self.host.health(INSTANCE);
         let was_running = before.state.is_usable();
         self.tools.launch().await?;
@@ -136,7 +194,7 @@ impl ProviderUnderTest for ChromiumUnderTest {
         Ok(Launched {
             pid: browser.pid(),
             boot_id: health.boot_id,
-            was_already_running: was_running && before.boot_id == health.boot_id,
+            was_already_running: browser.was_already_running() || was_running && before.boot_id == health.boot_id,
         })
     }
 
@@ -153,6 +211,20 @@ impl ProviderUnderTest for ChromiumUnderTest {
             .stop(INSTANCE, Duration::from_secs(2))
             .await
             .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("stop failed: {e}")))
+    }
+
+    async fn stop_forced(&self) -> Result<(), ToolError> {
+        self.host
+            .stop_forced(INSTANCE, Duration::from_secs(2))
+            .await
+            .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("the forced stop failed: {e}")))?;
+        // The harness reaps the process it started (the host never owned it).
+        if let Some(foreign) = &self.foreign
+            && let Some(running) = foreign.running.lock().await.as_mut()
+        {
+            running.exited_within(Duration::from_secs(5)).await;
+        }
+        Ok(())
     }
 
     async fn target_count(&self) -> Option<usize> {

@@ -91,6 +91,8 @@ pub enum Defect {
     StaleHandleRebound,
     /// Stop throws when the instance is already stopped (L5: stop is idempotent).
     StopThrowsSecondTime,
+    /// An attach provider's stop ends the instance it did not launch (L5: only with force).
+    ForeignStoppedWithoutForce,
     /// Cookies handed over at attach bypass grants (C1).
     GrantBypass,
     /// A wildcard domain is granted (C2).
@@ -121,7 +123,7 @@ pub enum Defect {
 
 impl Defect {
     /// Every defect.
-    pub const ALL: [Self; 28] = [
+    pub const ALL: [Self; 29] = [
         Self::NonIdempotentLaunch,
         Self::HealthyAfterStop,
         Self::UntypedUnsupported,
@@ -137,6 +139,7 @@ impl Defect {
         Self::ReaperClosesKeepAlive,
         Self::StaleHandleRebound,
         Self::StopThrowsSecondTime,
+        Self::ForeignStoppedWithoutForce,
         Self::GrantBypass,
         Self::WildcardAccepted,
         Self::FullProfileNoWarning,
@@ -170,6 +173,7 @@ impl Defect {
             Self::ReaperClosesKeepAlive => "interaction.targets.keepalive",
             Self::StaleHandleRebound => "interaction.targets.stale-handle",
             Self::StopThrowsSecondTime => "core.lifecycle.stop-sweep",
+            Self::ForeignStoppedWithoutForce => "core.lifecycle.stop-sweep",
             Self::GrantBypass => "profile.consent.grant-required",
             Self::WildcardAccepted => "profile.consent.domains-explicit",
             Self::FullProfileNoWarning => "profile.consent.full-profile",
@@ -196,6 +200,8 @@ enum Kind {
     Unmarked,
     /// A marked browser a killed host left.
     Orphan,
+    /// A browser someone else started, which an attach provider attaches to.
+    Foreign,
 }
 
 #[derive(Debug, Default)]
@@ -228,6 +234,8 @@ pub struct FakeProvider {
     defect: Option<Defect>,
     state: Mutex<State>,
     profile: Option<FakeProfile>,
+    /// An attach provider: its browser runs before any launch and outlives a plain stop.
+    attached: bool,
 }
 
 impl FakeProvider {
@@ -237,6 +245,15 @@ impl FakeProvider {
             defect: None,
             state: Mutex::default(),
             profile: FakeProfile::open(None),
+            attached: false,
+        }
+    }
+
+    /// A sound attach provider: it attaches to a browser it did not start.
+    pub fn attached() -> Self {
+        Self {
+            attached: true,
+            ..Self::sound()
         }
     }
 
@@ -246,6 +263,7 @@ impl FakeProvider {
             defect: Some(defect),
             state: Mutex::default(),
             profile: FakeProfile::open(Some(defect)),
+            attached: defect == Defect::ForeignStoppedWithoutForce,
         }
     }
 
@@ -370,13 +388,23 @@ impl ProviderUnderTest for FakeProvider {
         }
         state.boots += 1;
         let boot_id = state.boots;
-        let pid = state.spawn(Kind::Browser);
+        let foreign = state
+            .processes
+            .iter()
+            .find(|(_, kind)| **kind == Kind::Foreign)
+            .map(|(pid, _)| *pid);
+        let pid = match (self.attached, foreign) {
+            (true, Some(pid)) => pid,
+            // The operator keeps the attached browser running: started before the host needs it.
+            (true, None) => state.spawn(Kind::Foreign),
+            (false, _) => state.spawn(Kind::Browser),
+        };
         state.running = Some((pid, boot_id));
         state.stopped = false;
         Ok(Launched {
             pid: Some(pid),
             boot_id,
-            was_already_running: false,
+            was_already_running: self.attached,
         })
     }
 
@@ -420,10 +448,21 @@ impl ProviderUnderTest for FakeProvider {
             return Err(ToolError::new(ToolErrorCode::Internal, "the browser is not running"));
         }
         if let Some((pid, _)) = state.running.take() {
-            state.processes.remove(&pid);
+            if !self.attached || self.has(Defect::ForeignStoppedWithoutForce) {
+                state.processes.remove(&pid);
+            }
             if self.has(Defect::StopKillsUnmarked) {
                 state.processes.retain(|_, kind| *kind != Kind::Unmarked);
             }
+            state.stopped = true;
+        }
+        Ok(())
+    }
+
+    async fn stop_forced(&self) -> Result<(), ToolError> {
+        let mut state = self.state();
+        if let Some((pid, _)) = state.running.take() {
+            state.processes.remove(&pid);
             state.stopped = true;
         }
         Ok(())

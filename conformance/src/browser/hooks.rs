@@ -377,10 +377,28 @@ async fn health_pure(p: &dyn ProviderUnderTest) -> Result<(), String> {
 }
 
 async fn stop_sweep(p: &dyn ProviderUnderTest) -> Result<(), String> {
+    settle_stopped(p).await;
     let unmarked = p.plant_unmarked().await?;
     let launched = p.launch().await.map_err(|e| format!("launch failed: {}", e.message))?;
     p.stop().await.map_err(|e| format!("stop failed: {}", e.message))?;
-    if let Some(pid) = launched.pid
+    if launched.was_already_running {
+        // From stopped, a launch that found the instance running attached to one the host did
+        // not start: stop must leave it, and only a forced stop may end it.
+        if let Some(pid) = launched.pid {
+            if !p.is_running(pid) {
+                return Err(format!("stop ended {pid}, an instance the host did not launch"));
+            }
+            p.launch()
+                .await
+                .map_err(|e| format!("attaching again failed: {}", e.message))?;
+            p.stop_forced()
+                .await
+                .map_err(|e| format!("the forced stop failed: {}", e.message))?;
+            if p.is_running(pid) {
+                return Err(format!("the forced stop left {pid} running"));
+            }
+        }
+    } else if let Some(pid) = launched.pid
         && p.is_running(pid)
     {
         return Err(format!("the browser process {pid} survived stop"));

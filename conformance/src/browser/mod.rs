@@ -48,6 +48,11 @@ pub trait ProviderUnderTest: Send + Sync {
     async fn call(&self, tool: &str, input: Value) -> ToolResult;
     /// `stop` (L5).
     async fn stop(&self) -> Result<(), ToolError>;
+    /// `stop` with `force: true` (L5: the only stop that ends an instance the host did not
+    /// launch). For a provider that only launches its own, the same as `stop`.
+    async fn stop_forced(&self) -> Result<(), ToolError> {
+        self.stop().await
+    }
     /// How many targets the running instance has (L4: health must not add one).
     async fn target_count(&self) -> Option<usize>;
     /// Whether process `pid` still runs.
