@@ -34,6 +34,10 @@ struct Cli {
     /// Test only: trust this CA for companies (the browser pins the leaf it checks against it).
     #[arg(long, global = true, value_name = "PEM")]
     trust_ca: Option<PathBuf>,
+    /// Join from a dedicated Chromium already running with DevTools on this loopback address
+    /// (its own --user-data-dir) instead of launching one; it is left running afterwards.
+    #[arg(long, global = true, value_name = "ADDR:PORT")]
+    attach: Option<SocketAddr>,
     #[command(subcommand)]
     command: Command,
 }
@@ -218,6 +222,7 @@ struct Agent {
     client: PapClient,
     sealing: pap_agent::SealingKey,
     test_network: Option<(HashMap<String, SocketAddr>, rustls::RootCertStore)>,
+    attach: Option<SocketAddr>,
 }
 
 /// `pap-agent browser status|stop`: what the process table shows of this state directory's
@@ -324,6 +329,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         client,
         sealing,
         test_network,
+        attach: cli.attach,
     };
     match cli.command {
         Command::Identity { .. } | Command::Consent { .. } | Command::Browser { .. } => {
@@ -494,6 +500,7 @@ async fn browse(
             spki_pins: pins,
         };
     }
+    config.attach_to = agent.attach;
     let host = BrowserHost::persistent(&agent.state_dir, pap_agent::Policy::default())?;
     // L8: before the first launch, end what a killed run of this agent left (never the browsers
     // of another agent process running now).

@@ -33,6 +33,18 @@ fn the_shipped_chromium_manifest_is_valid() {
 }
 
 #[test]
+fn every_shipped_manifest_loads() {
+    let providers = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("providers");
+    let mut ids = Vec::new();
+    for entry in std::fs::read_dir(&providers).unwrap() {
+        let manifest = load_manifest(&entry.unwrap().path().join("BROWSER.md")).unwrap();
+        ids.push(manifest.id);
+    }
+    ids.sort();
+    assert_eq!(ids, ["pap.chromium", "pap.chromium-attach"]);
+}
+
+#[test]
 fn m1_schema_errors_are_reported() {
     assert_eq!(rules(&edited("kind: sdk", "kind: daemon")), ["M1"]);
     assert_eq!(rules(&edited("version: 0.1.0", "version: one")), ["M1"]);
