@@ -7,11 +7,19 @@
 //! channel, the CLI), material leaves the store only as an [`Injection`] the host builds for an
 //! active grant, and every grant, refresh, revoke, sink acknowledgement and refused agent attempt
 //! is a ledger record.
+//!
+//! Where things are: `request` (who asks for what), `grant` (the stored shape), `material` and
+//! `chromium_profile` (sources and the sealed store), `effects` (injections, permits, revoke
+//! scopes and what running browsers report), `ledger`, `tools` (the agent's profile tools),
+//! `error`; the host itself is here.
 
 mod chromium_profile;
+mod effects;
+mod error;
 mod grant;
 pub(crate) mod ledger;
 mod material;
+mod request;
 mod tools;
 
 use std::collections::BTreeMap;
@@ -19,411 +27,20 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use serde_json::json;
-
+pub use self::effects::{
+    Forgotten, Injection, JoinPermit, LiveInstances, NoInstances, Refreshed, RemoteOutcome, Revoked, Scope,
+};
+pub use self::error::ConsentError;
 pub use self::grant::{Grant, Sink, Source};
 use self::ledger::{Actor, Derived, Entry, Ledger, LedgerError};
 pub use self::material::SourceError;
-use self::material::{Cookie, Material, MaterialStore, NameSalt};
+use self::material::{MaterialStore, NameSalt};
+use self::request::system;
+pub use self::request::{Caller, FULL_PROFILE_WARNING, GrantRequest, Operator, ScopeRequest, SourceSpec};
 pub use self::tools::profile_tool;
-use crate::sealed::{SealError, SealingKey};
+use crate::sealed::SealingKey;
 use crate::state::{private_dir, write_private};
-use pap_shared::{Clock, GrantDomain, Rng, ToolError, ToolErrorCode, UnixTime};
-
-/// What the operator sees before a full-profile grant (C3).
-pub const FULL_PROFILE_WARNING: &str = "WARNING: a full-profile grant exposes the ENTIRE profile to the agent's \
-     browser: every cookie and every site's storage, for every domain, including ones you did not name.";
-
-/// The human's channel (C7): grants, sink acknowledgements and pairing revocations need one.
-/// Made by the operator's command line and by nothing an agent's tool call can reach.
-#[derive(Clone, Debug)]
-pub struct Operator {
-    via: &'static str,
-}
-
-impl Operator {
-    /// The operator, on the channel `via` (`cli`).
-    pub fn from_operator_channel(via: &'static str) -> Self {
-        Self { via }
-    }
-}
-
-/// Who calls.
-#[derive(Clone, Debug)]
-pub enum Caller {
-    /// A human on the operator's channel.
-    Operator(Operator),
-    /// An agent's tool call, from a paired device or the local runtime (`None`).
-    Agent {
-        /// The AIP-59 paired device the call came from.
-        device_id: Option<String>,
-    },
-}
-
-impl Caller {
-    /// An agent call from the local runtime (no paired device).
-    pub fn local_agent() -> Self {
-        Self::Agent { device_id: None }
-    }
-
-    fn device(&self) -> Option<&str> {
-        match self {
-            Self::Operator(_) => None,
-            Self::Agent { device_id } => device_id.as_deref(),
-        }
-    }
-
-    fn actor(&self) -> Actor {
-        match self {
-            Self::Operator(operator) => Actor {
-                kind: "human".into(),
-                via: Some(operator.via.into()),
-                device_id: None,
-            },
-            Self::Agent { device_id } => Actor {
-                kind: "agent".into(),
-                via: Some("tool".into()),
-                device_id: device_id.clone(),
-            },
-        }
-    }
-}
-
-fn system(via: &str) -> Actor {
-    Actor {
-        kind: "system".into(),
-        via: Some(via.into()),
-        device_id: None,
-    }
-}
-
-/// Where a grant's material is read from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SourceSpec {
-    /// A storage-state file (`{cookies, origins}`).
-    StorageState(PathBuf),
-    /// A Chromium profile directory on Linux (its `Cookies` SQLite database).
-    ChromiumProfile(PathBuf),
-    /// Material the instance makes itself by signing in (the PAP join's cookie): nothing is
-    /// imported; the grant says which domains the instance may hold a session for.
-    NativeLogin(String),
-}
-
-impl SourceSpec {
-    fn to_source(&self) -> Source {
-        match self {
-            Self::StorageState(path) => Source {
-                kind: "file".into(),
-                profile: path.display().to_string(),
-            },
-            Self::ChromiumProfile(path) => Source {
-                kind: "chrome".into(),
-                profile: path.display().to_string(),
-            },
-            Self::NativeLogin(instance) => Source {
-                kind: "native-login".into(),
-                profile: instance.clone(),
-            },
-        }
-    }
-
-    fn from_source(source: &Source) -> Option<Self> {
-        match source.kind.as_str() {
-            "file" => Some(Self::StorageState(PathBuf::from(&source.profile))),
-            "chrome" => Some(Self::ChromiumProfile(PathBuf::from(&source.profile))),
-            "native-login" => Some(Self::NativeLogin(source.profile.clone())),
-            _ => None,
-        }
-    }
-
-    /// Reads what `covers` allows (a Chromium profile's other hosts are never decrypted).
-    fn read(&self, covers: &dyn Fn(&str) -> bool) -> Result<Material, SourceError> {
-        let mut material = match self {
-            Self::StorageState(path) => material::read_storage_state(path)?,
-            Self::ChromiumProfile(path) => chromium_profile::read(path, covers)?,
-            Self::NativeLogin(_) => Material::default(),
-        };
-        material.retain(covers);
-        Ok(material)
-    }
-}
-
-/// What a grant is for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ScopeRequest {
-    /// Named domains (C2); an empty list is refused (C4).
-    Domains(Vec<String>),
-    /// The named full-profile grant (C3): only ever asked for by this variant.
-    FullProfile,
-}
-
-/// A grant request on the operator's channel.
-#[derive(Clone, Debug)]
-pub struct GrantRequest {
-    /// The source.
-    pub source: SourceSpec,
-    /// The domains, or the full profile by name.
-    pub scope: ScopeRequest,
-    /// Asked per domain after a presence scan (C5), or given as flags.
-    pub interactive: bool,
-    /// Scope the grant to one paired device (C12).
-    pub device_id: Option<String>,
-    /// End the grant by itself then (revoked automatically).
-    pub expires_at: Option<UnixTime>,
-}
-
-impl GrantRequest {
-    /// A flag request for the domains the instance may sign in to itself (the PAP join's cookie
-    /// is that material): nothing imported, local sink.
-    pub fn native_login(instance: &str, domains: &[&str]) -> Self {
-        Self {
-            source: SourceSpec::NativeLogin(instance.to_owned()),
-            scope: ScopeRequest::Domains(domains.iter().map(|d| (*d).to_owned()).collect()),
-            interactive: false,
-            device_id: None,
-            expires_at: None,
-        }
-    }
-}
-
-/// What a revoke covers.
-#[derive(Clone, Copy, Debug)]
-pub enum Scope<'a> {
-    /// These domains and their subdomains.
-    Domains(&'a [GrantDomain]),
-    /// Everything (a full-profile grant).
-    Everything,
-}
-
-impl Scope<'_> {
-    /// Whether `host` is in scope.
-    pub fn covers(&self, host: &str) -> bool {
-        match self {
-            Self::Domains(domains) => domains.iter().any(|d| d.covers(host)),
-            Self::Everything => true,
-        }
-    }
-}
-
-/// What a live instance gave up for a revoke.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Forgotten {
-    /// Cookies deleted.
-    pub cookies: usize,
-    /// Tabs and contexts closed.
-    pub tabs: usize,
-}
-
-/// The outcome at a remote sink (C8).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RemoteOutcome {
-    /// The remote provider confirmed it ended the session.
-    Confirmed,
-    /// It could not be reached.
-    Unavailable,
-    /// It answered with a failure.
-    Failed,
-}
-
-impl RemoteOutcome {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Confirmed => "confirmed",
-            Self::Unavailable => "unavailable",
-            Self::Failed => "failed",
-        }
-    }
-}
-
-/// The running browsers a revoke must reach (C8): the agent's own [`crate::BrowserHost`], or the
-/// state directory's browsers over their DevTools port when the CLI revokes.
-#[async_trait]
-pub trait LiveInstances: Send + Sync {
-    /// Deletes the cookies and storage `scope` covers from every running instance and closes
-    /// the tabs showing it.
-    async fn forget(&self, scope: Scope<'_>) -> Result<Forgotten, String>;
-    /// Puts granted material into the running instances (C1); how many cookies went in.
-    async fn inject(&self, injection: &Injection) -> Result<usize, String>;
-    /// Asks remote provider `provider_id` to end its session for the grant.
-    async fn end_remote(&self, provider_id: &str) -> RemoteOutcome {
-        let _ = provider_id;
-        RemoteOutcome::Unavailable
-    }
-}
-
-/// No running instance (a host with nothing launched).
-#[derive(Debug, Default)]
-pub struct NoInstances;
-
-#[async_trait]
-impl LiveInstances for NoInstances {
-    async fn forget(&self, _scope: Scope<'_>) -> Result<Forgotten, String> {
-        Ok(Forgotten::default())
-    }
-
-    async fn inject(&self, _injection: &Injection) -> Result<usize, String> {
-        Ok(0)
-    }
-}
-
-/// Granted material on its way into an instance (C1): only the consent host builds one, for an
-/// active grant and a sink it may reach. Never printed.
-pub struct Injection {
-    grant_id: String,
-    cookies: Vec<Cookie>,
-}
-
-impl std::fmt::Debug for Injection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Injection")
-            .field("grant", &self.grant_id)
-            .field("cookies", &self.cookies.len())
-            .finish()
-    }
-}
-
-impl Injection {
-    /// The grant it comes from.
-    pub fn grant_id(&self) -> &str {
-        &self.grant_id
-    }
-
-    /// How many cookies it carries.
-    pub fn cookie_count(&self) -> usize {
-        self.cookies.len()
-    }
-
-    /// Its cookies as (name, domain): never their values.
-    pub fn cookie_names(&self) -> Vec<(String, String)> {
-        self.cookies
-            .iter()
-            .map(|c| (c.name.clone(), c.domain.clone()))
-            .collect()
-    }
-
-    pub(crate) fn cookies(&self) -> &[Cookie] {
-        &self.cookies
-    }
-}
-
-/// Leave to join a company's website from this host's browser (the join needs a grant).
-#[derive(Clone, Debug)]
-pub struct JoinPermit {
-    grant_id: String,
-    host: String,
-}
-
-impl JoinPermit {
-    /// Whether the permit covers `host`.
-    pub fn covers(&self, host: &str) -> bool {
-        self.host.eq_ignore_ascii_case(host)
-    }
-
-    /// The grant behind it.
-    pub fn grant_id(&self) -> &str {
-        &self.grant_id
-    }
-}
-
-/// The result of a refresh.
-#[derive(Clone, Debug)]
-pub struct Refreshed {
-    /// The grant as it stands.
-    pub grant: Grant,
-    /// The domains re-read.
-    pub domains: Vec<GrantDomain>,
-}
-
-/// The result of a revoke.
-#[derive(Clone, Debug)]
-pub struct Revoked {
-    /// The grant as it stands (revoked, or narrowed).
-    pub grant: Grant,
-    /// What the live instances gave up.
-    pub forgotten: Forgotten,
-    /// The ledger's `derived`.
-    pub derived: Derived,
-}
-
-/// Why a consent operation failed. Never carries a value.
-#[derive(Debug, thiserror::Error)]
-pub enum ConsentError {
-    /// C4: no domains and no named full-profile request.
-    #[error("name the domains to grant (or ask for the full profile by name): a grant never defaults to all domains")]
-    NoDomains,
-    /// C2.
-    #[error("{domain:?} cannot be granted: {why}")]
-    InvalidDomain {
-        /// As given.
-        domain: String,
-        /// Why.
-        why: pap_shared::InvalidGrantDomain,
-    },
-    /// C3: a full-profile grant has local sinks only.
-    #[error("a full-profile grant cannot have a remote sink")]
-    FullProfileRemote,
-    /// No such grant (or not visible to this caller, C12).
-    #[error("no grant {0}")]
-    UnknownGrant(String),
-    /// C7: an agent asked for more than its grant (a deny record was appended).
-    #[error("refused: {0}")]
-    Refused(String),
-    /// C1, C12: no active grant covers the domain for this caller and sink.
-    #[error("no active grant covers {domain}")]
-    ConsentRequired {
-        /// The domain.
-        domain: String,
-    },
-    /// C6: the remote sink has no human acknowledgement.
-    #[error("the remote sink {provider_id} has no human acknowledgement")]
-    SinkNotAcknowledged {
-        /// The sink.
-        provider_id: String,
-    },
-    /// The input does not fit (a domain-level revoke of a full-profile grant, …).
-    #[error("{0}")]
-    Invalid(String),
-    /// The source could not be read.
-    #[error(transparent)]
-    Source(#[from] SourceError),
-    /// The ledger refused or failed.
-    #[error(transparent)]
-    Ledger(#[from] LedgerError),
-    /// The sealed store failed.
-    #[error("the material store: {0}")]
-    Store(#[from] SealError),
-    /// A running instance could not be reached for a revoke; the grant is revoked regardless.
-    #[error("the revoke is recorded, but a running browser could not be cleaned: {0}")]
-    Live(String),
-    /// A file operation failed.
-    #[error("the consent store: {0}")]
-    Io(#[from] std::io::Error),
-}
-
-impl ConsentError {
-    /// The AIP-14 error an agent's tool call sees.
-    pub fn to_tool_error(&self) -> ToolError {
-        let message = self.to_string();
-        match self {
-            Self::ConsentRequired { domain } => {
-                ToolError::new(ToolErrorCode::ConsentRequired, message).with_cause(json!({ "domain": domain }))
-            }
-            Self::UnknownGrant(id) => {
-                ToolError::new(ToolErrorCode::NotFound, message).with_cause(json!({ "grant": id }))
-            }
-            Self::Refused(_) | Self::SinkNotAcknowledged { .. } => {
-                ToolError::new(ToolErrorCode::PermissionDenied, message)
-            }
-            Self::NoDomains | Self::InvalidDomain { .. } | Self::FullProfileRemote | Self::Invalid(_) => {
-                ToolError::new(ToolErrorCode::InputInvalid, message)
-            }
-            Self::Source(_) | Self::Ledger(_) | Self::Store(_) | Self::Live(_) | Self::Io(_) => {
-                ToolError::new(ToolErrorCode::Internal, message)
-            }
-        }
-    }
-}
+use pap_shared::{Clock, GrantDomain, Rng, UnixTime};
 
 /// The consent host of one agent state directory.
 pub struct ConsentHost {
@@ -871,7 +488,7 @@ impl ConsentHost {
     /// device is recorded first), then each is revoked under C8.
     pub async fn revoke_pairing(
         &self,
-        operator: &Operator,
+        _operator: &Operator,
         device_id: &str,
         live: &dyn LiveInstances,
     ) -> Result<Vec<Revoked>, ConsentError> {
@@ -894,7 +511,6 @@ impl ConsentHost {
         for id in scoped {
             let mut actor = system("pairing-revoked");
             actor.device_id = Some(device_id.into());
-            let _ = operator;
             out.push(self.revoke_as(actor, &Caller::local_agent(), &id, None, live).await?);
         }
         Ok(out)

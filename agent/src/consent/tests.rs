@@ -1,8 +1,10 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
 
+use async_trait::async_trait;
+
 use super::*;
-use pap_shared::SystemRng;
+use pap_shared::{SystemRng, ToolErrorCode};
 
 const T0: i64 = 1_796_040_000;
 const STATE: &str = r#"{"cookies":[
