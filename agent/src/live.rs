@@ -59,8 +59,9 @@ pub(crate) async fn inject(browser: &Browser, injection: &Injection) -> Result<u
 
 /// Takes what `scope` covers out of `browser` (C8): its cookies (deleted one by one over
 /// `Network.deleteCookies`, by name, exact domain and path), the storage of the origins involved
-/// (`Storage.clearDataForOrigin`), and the tabs on those hosts (`Target.closeTarget`). One blank
-/// tab stays, so the browser outlives the revoke.
+/// (`Storage.clearDataForOrigin`), and the tabs on those hosts (`Target.closeTarget`). The work
+/// happens from a blank tab, which stays only when every other tab was closed, so the browser
+/// outlives the revoke.
 pub(crate) async fn forget(browser: &Browser, scope: Scope<'_>) -> Result<Forgotten, String> {
     let cdp =
         |what: &'static str| move |e: chromiumoxide::error::CdpError| format!("{what}: {}", scrub(&e.to_string()));
@@ -122,12 +123,16 @@ pub(crate) async fn forget(browser: &Browser, scope: Scope<'_>) -> Result<Forgot
         }
     }
     let mut closed = 0;
-    for target in closing {
+    for target in &closing {
         tokio::time::timeout(STEP, browser.execute(CloseTargetParams::new(target.target_id.clone())))
             .await
             .map_err(timed("closing a tab"))?
             .map_err(cdp("closing a tab"))?;
         closed += 1;
+    }
+    // The blank tab stays only when it is the last one.
+    if pages.len() > closing.len() {
+        let _ = tokio::time::timeout(STEP, helper.close()).await;
     }
     Ok(Forgotten {
         cookies: deleted,

@@ -165,6 +165,7 @@ async fn the_cli_revoke_reaches_a_running_browser() {
     // shop.example does not resolve here: the tab shows its error page at that URL.
     let _ = tokio::time::timeout(Duration::from_secs(10), page.goto("https://shop.example/")).await;
     let before = browser.cookie_names().await.unwrap();
+    let tabs_before = browser.tab_urls().await.unwrap().len();
     assert_eq!(
         before.iter().filter(|(_, d)| d.ends_with("shop.example")).count(),
         2,
@@ -183,6 +184,11 @@ async fn the_cli_revoke_reaches_a_running_browser() {
     assert!(!after.iter().any(|(_, d)| d.ends_with("shop.example")), "{after:?}");
     let tabs = browser.tab_urls().await.unwrap();
     assert!(!tabs.iter().any(|t| t.contains("shop.example")), "{tabs:?}");
+    assert_eq!(
+        tabs.len(),
+        tabs_before - 1,
+        "the revoke left a tab of its own: {tabs:?}"
+    );
     assert!(browser.is_healthy().await, "the revoke left the browser running");
     drop((page, browser));
     host.stop("live", Duration::from_secs(2)).await.unwrap();
