@@ -70,6 +70,7 @@ async fn revoke_deletes_the_cookies_closes_the_tabs_and_the_company_refuses_the_
         json!({
             "cookies": [
                 {"name": "planted", "value": planted, "domain": "shop.example", "path": "/", "secure": true, "httpOnly": true, "sameSite": "Lax"},
+                {"name": "visible", "value": planted, "domain": "shop.example", "path": "/", "secure": true, "httpOnly": false, "sameSite": "Lax"},
                 {"name": "elsewhere", "value": planted, "domain": ".other.example", "path": "/", "secure": true}
             ],
             "origins": []
@@ -90,7 +91,7 @@ async fn revoke_deletes_the_cookies_closes_the_tabs_and_the_company_refuses_the_
             },
         )
         .unwrap();
-    assert_eq!(grant.cookie_count, 1);
+    assert_eq!(grant.cookie_count, 2);
 
     let mut config = ChromiumConfig::new(state_dir.clone());
     config.test_network = TestNetwork {
@@ -163,6 +164,18 @@ async fn revoke_deletes_the_cookies_closes_the_tabs_and_the_company_refuses_the_
     // A second tab on the domain, opened through the tool surface.
     let opened = record(tools.call("browser.navigate", &json!({"url": page_url.as_str()})).await).unwrap();
     let tool_target = opened["target"].as_str().unwrap().to_owned();
+    // The page can read the non-HttpOnly granted cookie; the tool result never carries it.
+    let read = record(
+        tools
+            .call(
+                "browser.evaluate",
+                &json!({"target": tool_target, "expression": "document.cookie"}),
+            )
+            .await,
+    )
+    .unwrap();
+    let shown = read["value"].as_str().unwrap();
+    assert!(shown.contains("visible=[granted value redacted]"), "{shown}");
 
     // The agent lists, refreshes within the grant, and is refused a widening (recorded).
     let listed = record(tools.call("browser.profile.list", &json!({})).await).unwrap();
@@ -173,7 +186,7 @@ async fn revoke_deletes_the_cookies_closes_the_tabs_and_the_company_refuses_the_
             .await,
     )
     .unwrap();
-    assert_eq!(refreshed["injected"], 1);
+    assert_eq!(refreshed["injected"], 2);
     let widened = record(
         tools
             .call(
@@ -194,7 +207,7 @@ async fn revoke_deletes_the_cookies_closes_the_tabs_and_the_company_refuses_the_
     .unwrap();
     assert_eq!(revoked["derived"]["local"], "deleted");
     assert!(revoked["tabsClosed"].as_u64().unwrap() >= 2, "{revoked}");
-    assert!(revoked["cookiesDeleted"].as_u64().unwrap() >= 2, "{revoked}");
+    assert!(revoked["cookiesDeleted"].as_u64().unwrap() >= 3, "{revoked}");
     let names = browser.cookie_names().await.unwrap();
     assert!(
         !names

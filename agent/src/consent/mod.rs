@@ -530,6 +530,34 @@ impl ConsentHost {
         })
     }
 
+    /// Replaces every value held for an active grant (cookies and storage, 8 characters or
+    /// longer) wherever it appears in the strings of `value`, and says how many it replaced (C9):
+    /// what a page shows an agent through a tool (`document.cookie` from `browser.evaluate`, a
+    /// body that echoes a cookie) never carries granted material out.
+    pub fn redact(&self, value: &mut serde_json::Value) -> Result<usize, ConsentError> {
+        let now = self.clock.now();
+        let mut materials = Vec::new();
+        for grant in self.load()?.iter().filter(|g| g.is_active(now)) {
+            materials.push(self.store.load(&grant.id)?);
+        }
+        let secrets: Vec<&str> = materials
+            .iter()
+            .flat_map(|m| {
+                m.cookies.iter().map(|c| c.value.expose()).chain(
+                    m.origins
+                        .iter()
+                        .flat_map(|o| o.local_storage.iter().map(|i| i.value.expose())),
+                )
+            })
+            .filter(|s| s.chars().count() >= 8)
+            .collect();
+        Ok(if secrets.is_empty() {
+            0
+        } else {
+            redact_strings(value, &secrets)
+        })
+    }
+
     /// The material of every grant `caller` may use, for this host's own instances (at launch).
     pub fn local_injections(&self, caller: &Caller) -> Result<Vec<Injection>, ConsentError> {
         let mut out = Vec::new();
@@ -679,6 +707,27 @@ fn parse_domains(names: &[String]) -> Result<Vec<GrantDomain>, ConsentError> {
         return Err(ConsentError::NoDomains);
     }
     Ok(out)
+}
+
+/// What stands where a granted value was.
+const REDACTED: &str = "[granted value redacted]";
+
+fn redact_strings(value: &mut serde_json::Value, secrets: &[&str]) -> usize {
+    match value {
+        serde_json::Value::String(text) => {
+            let mut replaced = 0;
+            for secret in secrets {
+                if text.contains(secret) {
+                    replaced += text.matches(secret).count();
+                    *text = text.replace(secret, REDACTED);
+                }
+            }
+            replaced
+        }
+        serde_json::Value::Array(items) => items.iter_mut().map(|v| redact_strings(v, secrets)).sum(),
+        serde_json::Value::Object(fields) => fields.values_mut().map(|v| redact_strings(v, secrets)).sum(),
+        _ => 0,
+    }
 }
 
 fn names(domains: &[GrantDomain]) -> Vec<String> {

@@ -333,3 +333,29 @@ fn loose_files_and_directories_are_tightened_on_open() {
         assert_eq!(mode(file.parent().unwrap()), 0o700, "{}", file.display());
     }
 }
+
+#[test]
+fn granted_values_are_redacted_from_results_wherever_they_appear() {
+    let f = fixture("redact");
+    f.host.grant(&operator(), request(&f, &["shop.example"])).unwrap();
+    let mut result = serde_json::json!({
+        "value": "sid=CANARY-COOKIE-VALUE; pref=CANARY-PREF",
+        "nested": [{"body": "<p>CANARY-COOKIE-VALUE</p>"}],
+        "untouched": "CANARY-TRACKER is not granted",
+        "number": 7,
+    });
+    assert_eq!(f.host.redact(&mut result).unwrap(), 3);
+    let text = result.to_string();
+    assert!(
+        !text.contains("CANARY-COOKIE-VALUE") && !text.contains("CANARY-PREF"),
+        "{text}"
+    );
+    assert_eq!(
+        result["value"],
+        "sid=[granted value redacted]; pref=[granted value redacted]"
+    );
+    assert_eq!(
+        result["untouched"], "CANARY-TRACKER is not granted",
+        "only granted material"
+    );
+}

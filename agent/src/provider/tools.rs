@@ -272,10 +272,33 @@ impl ToolHost {
 
     /// Calls `tool` as `caller` (an agent on a paired device sees only the grants scoped to it
     /// or to no device, C12).
+    /// Granted cookie and storage values are redacted from every result (C9).
     pub async fn call_as(&self, caller: &Caller, tool: &str, input: &Value) -> ToolResult {
         match self.dispatch(caller, tool, input).await {
-            Ok(value) => ToolResult::Ok(value),
-            Err(error) => ToolResult::Err(error),
+            Ok(mut value) => match self.consent.redact(&mut value) {
+                Ok(_) => ToolResult::Ok(value),
+                // A result that cannot be checked does not leave.
+                Err(e) => ToolResult::Err(ToolError::new(
+                    ToolErrorCode::Internal,
+                    format!("the result could not be checked for granted values: {e}"),
+                )),
+            },
+            Err(mut error) => {
+                let mut message = Value::String(std::mem::take(&mut error.message));
+                let checked = self.consent.redact(&mut message).is_ok()
+                    && error
+                        .cause
+                        .as_mut()
+                        .is_none_or(|cause| self.consent.redact(cause).is_ok());
+                error.message = match (checked, message) {
+                    (true, Value::String(text)) => text,
+                    _ => format!(
+                        "{} (its text was withheld: it could not be checked)",
+                        error.code.as_str()
+                    ),
+                };
+                ToolResult::Err(error)
+            }
         }
     }
 
