@@ -20,6 +20,18 @@ pub trait ClientKeys: Send + Sync + fmt::Debug {
     /// The current key set of `client_id`. `kid` is the assertion header's `kid`: a resolver
     /// that caches may refetch once when the cached set lacks it.
     async fn keys(&self, client_id: &ClientId, kid: Option<&str>) -> Result<Arc<Jwks>, ResolveError>;
+
+    /// Fresh keys after none of the current ones verified an assertion's signature: the agent
+    /// may have rotated its key under the same `kid`. A resolver that caches refetches, at most
+    /// as often as it refetches for an unknown `kid`; `None` when it did not (the default).
+    async fn keys_after_failure(
+        &self,
+        client_id: &ClientId,
+        kid: Option<&str>,
+    ) -> Result<Option<Arc<Jwks>>, ResolveError> {
+        let _ = (client_id, kid);
+        Ok(None)
+    }
 }
 
 /// Where the reference company gets an agent's metadata as well as its keys.

@@ -114,7 +114,17 @@ impl Verifier {
             return Err(VerifyError::NoMatchingKey);
         }
         if !candidates.any(|key| jws.verify_with(alg, key)) {
-            return Err(VerifyError::BadSignature);
+            // The agent may have rotated its key under the same `kid`: one rate-limited refetch.
+            let fresh = self
+                .parts
+                .clients
+                .keys_after_failure(claims.iss(), kid)
+                .await
+                .map_err(VerifyError::Client)?;
+            let verified = fresh.is_some_and(|keys| keys.candidates(alg, kid).any(|key| jws.verify_with(alg, key)));
+            if !verified {
+                return Err(VerifyError::BadSignature);
+            }
         }
         // 9. The Session: live, and the same client and user.
         let session = self

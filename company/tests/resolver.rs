@@ -206,6 +206,52 @@ async fn an_unknown_kid_refetches_the_jwks_at_most_once_a_minute() {
 }
 
 #[tokio::test]
+async fn a_failed_signature_refetches_the_jwks_at_most_once_a_minute() {
+    let h = harness().await;
+    h.resolver.keys(&h.client_id, Some("key-1")).await.unwrap();
+    // The agent rotates its key under the same kid.
+    let rotated = SigningKey::generate_es256(&SystemRng, "key-1").unwrap();
+    edit(&h, |s| s.jwks = json!({"keys": [rotated.public_key().jwk()]}));
+    h.clock.set(NOW + 1);
+    let fresh = h
+        .resolver
+        .keys_after_failure(&h.client_id, Some("key-1"))
+        .await
+        .unwrap();
+    let fresh = fresh.expect("a refetch");
+    let claims = json!({"n": 1});
+    let signed = rotated.sign("JWT", &claims).unwrap();
+    let jws = pap_shared::UnverifiedJws::parse(signed.secret()).unwrap();
+    let es256 = pap_shared::Algorithm::Es256;
+    assert!(
+        fresh
+            .candidates(es256, Some("key-1"))
+            .any(|k| jws.verify_with(es256, k)),
+        "the rotated key"
+    );
+    assert_eq!(h.served.hits("/jwks.json"), 2);
+    // The refetched keys are what the cache now holds; no second refetch within 60 s.
+    h.clock.set(NOW + 30);
+    assert!(
+        h.resolver
+            .keys_after_failure(&h.client_id, Some("key-1"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(h.served.hits("/jwks.json"), 2);
+    h.clock.set(NOW + 61);
+    assert!(
+        h.resolver
+            .keys_after_failure(&h.client_id, Some("key-1"))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!((h.served.hits("/jwks.json"), h.served.hits("/agent.json")), (3, 1));
+}
+
+#[tokio::test]
 async fn a_failed_kid_refetch_keeps_the_cached_keys() {
     let h = harness().await;
     h.resolver.keys(&h.client_id, Some("key-1")).await.unwrap();

@@ -225,6 +225,67 @@ async fn refuses_a_signature_by_another_key_and_an_unknown_kid() {
     assert_eq!(verify(&world, &forged).await.unwrap_err(), VerifyError::NoMatchingKey);
 }
 
+/// Keys as a caching resolver would hold them after the agent rotated its key under the same
+/// `kid`: the cached set first, the published one only when asked again after a failure.
+#[derive(Debug)]
+struct Rotated {
+    cached: Arc<pap_shared::Jwks>,
+    published: Option<Arc<pap_shared::Jwks>>,
+    refetches: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl pap_company::ClientKeys for Rotated {
+    async fn keys(
+        &self,
+        _client_id: &pap_shared::ClientId,
+        _kid: Option<&str>,
+    ) -> Result<Arc<pap_shared::Jwks>, pap_company::ResolveError> {
+        Ok(self.cached.clone())
+    }
+
+    async fn keys_after_failure(
+        &self,
+        _client_id: &pap_shared::ClientId,
+        _kid: Option<&str>,
+    ) -> Result<Option<Arc<pap_shared::Jwks>>, pap_company::ResolveError> {
+        self.refetches.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(self.published.clone())
+    }
+}
+
+#[tokio::test]
+async fn a_key_rotated_under_the_same_kid_verifies_after_one_refetch() {
+    let world = World::new();
+    let rotated = SigningKey::generate_es256(&SystemRng, "key-1").unwrap();
+    let assertion = rotated.sign(BROWSER_ASSERTION_TYP, &world.claims()).unwrap();
+    let verifier_with = |published: Option<Arc<pap_shared::Jwks>>| {
+        let keys = Arc::new(Rotated {
+            cached: Arc::new(world.agent.jwks()),
+            published,
+            refetches: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let verifier = Verifier::new(VerifierParts {
+            endpoint: HttpsUrl::parse(support::ENDPOINT).unwrap(),
+            domain: pap_shared::CompanyDomain::try_from("shop.example").unwrap(),
+            clock: world.clock.clone(),
+            clients: keys.clone(),
+            sessions: Arc::new(world.sessions.clone()),
+            replay: Arc::new(world.replay.clone()),
+        });
+        (verifier, keys)
+    };
+    // The resolver refetched and found the new key: verified.
+    let published = pap_shared::Jwks::from_keys(vec![rotated.public_key().clone()]);
+    let (verifier, keys) = verifier_with(Some(Arc::new(published)));
+    assert!(verifier.verify(&assertion).await.is_ok());
+    assert_eq!(keys.refetches.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // The resolver did not refetch (rate limit): still a bad signature, nothing consumed.
+    let fresh = rotated.sign(BROWSER_ASSERTION_TYP, &world.claims()).unwrap();
+    let (verifier, _) = verifier_with(None);
+    assert_eq!(verifier.verify(&fresh).await.unwrap_err(), VerifyError::BadSignature);
+}
+
 #[tokio::test]
 async fn refuses_an_rs256_assertion_when_only_an_ec_key_is_published_and_accepts_rs256_keys() {
     let world = World::new();

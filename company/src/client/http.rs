@@ -7,7 +7,8 @@
 //!   test allow-list ([`ResolverConfig::overrides`]) maps the name (PAP-3-10).
 //! - Each document at most [`ResolverConfig::max_bytes`], within [`ResolverConfig::timeout`].
 //! - Cached by `Cache-Control` (`max-age` clamped to 60 s..1 day, 60 s when absent, never with
-//!   `no-store`/`no-cache`); an unknown `kid` refetches the JWKS at most once per 60 s; a failed
+//!   `no-store`/`no-cache`); an unknown `kid`, or a signature none of the cached keys verifies,
+//!   refetches the JWKS at most once per 60 s; a failed
 //!   `client_id` is remembered for 30 s.
 
 use std::collections::HashMap;
@@ -277,6 +278,45 @@ impl ClientRegistry for HttpClientResolver {
 impl ClientKeys for HttpClientResolver {
     async fn keys(&self, client_id: &ClientId, kid: Option<&str>) -> Result<Arc<Jwks>, ResolveError> {
         self.resolve(client_id, kid).await.map(|(_, keys)| keys)
+    }
+
+    /// One refetch of the JWKS, under the unknown-`kid` rate limit (once per 60 s per client),
+    /// so a forged-signature flood costs at most that; a failed refetch keeps the cached keys.
+    async fn keys_after_failure(
+        &self,
+        client_id: &ClientId,
+        _kid: Option<&str>,
+    ) -> Result<Option<Arc<Jwks>>, ResolveError> {
+        let now = self.clock.now();
+        let Some(mut entry) = lock(&self.cache).get(client_id).map(|e| Entry {
+            metadata: e.metadata.clone(),
+            metadata_until: e.metadata_until,
+            keys: e.keys.clone(),
+            keys_until: e.keys_until,
+            last_kid_refetch: e.last_kid_refetch,
+        }) else {
+            return Ok(None);
+        };
+        if entry
+            .last_kid_refetch
+            .is_some_and(|t| now.since(t) < KID_REFETCH_SECONDS)
+        {
+            return Ok(None);
+        }
+        entry.last_kid_refetch = Some(now);
+        let fresh = match self.fetch_keys(client_id, &entry.metadata).await {
+            Ok((fresh, lifetime)) => {
+                entry.keys = fresh.clone();
+                entry.keys_until = now.plus(lifetime);
+                Some(fresh)
+            }
+            Err(error) => {
+                tracing::info!(%client_id, %error, "JWKS refetch after a failed signature failed; keeping the cached keys");
+                None
+            }
+        };
+        self.store(client_id, entry);
+        Ok(fresh)
     }
 }
 
