@@ -146,10 +146,16 @@ fn ours(process: &ProcessInfo, scope: &SweepScope, profiles: &HashSet<String>, a
         return true;
     }
     match scope {
-        SweepScope::Instance { instance, .. } => process
-            .args
-            .iter()
-            .any(|arg| *arg == format!("{ORPHAN_MARKER}={instance}")),
+        SweepScope::Instance { instance, .. } => {
+            // The instance key alone is not enough: another agent on this machine, or another
+            // host in this process with another state directory, may use the same key. A marked
+            // process must name this process as its launching host and run on no other profile
+            // than this instance's (those on this profile matched above).
+            let marker = format!("{ORPHAN_MARKER}={instance}");
+            let host = format!("{HOST_MARKER}={}", std::process::id());
+            let other_profile = process.args.iter().any(|arg| arg.starts_with("--user-data-dir="));
+            process.args.contains(&marker) && process.args.contains(&host) && !other_profile
+        }
         SweepScope::PreviousRun { state_dir } => {
             // Only this agent's browsers: their profile lives under this state directory.
             let browsers = format!("--user-data-dir={}/", state_dir.join("browsers").display());
@@ -327,15 +333,44 @@ mod tests {
             // Looks alike, is not ours: the marker is a substring of another argument.
             process(14, &["editor", "notes--pap-agent-browser=a.txt"]),
             process(15, &["chromium", "--user-data-dir=/state/browsers/a-10"]),
+            // Another agent's instance with the same key: another host, another profile.
+            process(
+                16,
+                &[
+                    "chromium",
+                    "--pap-agent-browser=a",
+                    "--pap-agent-host=4194304",
+                    "--user-data-dir=/elsewhere/browsers/a-4194304",
+                ],
+            ),
+            // This host's instance "a", seen by its marker and host alone.
+            process(
+                17,
+                &[
+                    "chromium",
+                    "--pap-agent-browser=a",
+                    &format!("--pap-agent-host={}", std::process::id()),
+                ],
+            ),
+            // This host's other instance "a", of another state directory (its own profile).
+            process(
+                18,
+                &[
+                    "chromium",
+                    "--pap-agent-browser=a",
+                    &format!("--pap-agent-host={}", std::process::id()),
+                    "--user-data-dir=/other-state/browsers/a-1",
+                ],
+            ),
         ];
         let scope = SweepScope::Instance {
             instance: "a".into(),
             user_data_dir: dir,
         };
-        assert_eq!(sweep(&table, &scope, Duration::from_millis(50)).await.unwrap(), 2);
+        assert_eq!(sweep(&table, &scope, Duration::from_millis(50)).await.unwrap(), 3);
         let left: Vec<u32> = table.processes.lock().unwrap().iter().map(|p| p.pid).collect();
-        assert_eq!(left, [12, 13, 14, 15]);
-        assert_eq!(*table.signals.lock().unwrap(), [(10, false), (11, false)]);
+        assert_eq!(left, [12, 13, 14, 15, 16, 18]);
+        assert_eq!(*table.signals.lock().unwrap(), [(10, false), (11, false), (17, false)]);
     }
 
     #[tokio::test]
@@ -393,6 +428,7 @@ mod tests {
                 "-c",
                 "import time; time.sleep(600)",
                 &format!("--pap-agent-browser={instance}"),
+                &format!("--pap-agent-host={}", std::process::id()),
             ])
             .kill_on_drop(true)
             .spawn()
