@@ -22,8 +22,83 @@ use crate::consent::{Forgotten, Injection, LiveInstances, Scope};
 const STEP: Duration = Duration::from_secs(10);
 
 /// Puts a grant's cookies into `browser` (C1): host-only cookies by URL, domain cookies by
-/// domain, with their flags. Returns how many went in. Errors name no value.
+/// domain, with their flags; then its local storage, origin by origin ([`inject_storage`]).
+/// Returns how many cookies went in. Errors name no value.
 pub(crate) async fn inject(browser: &Browser, injection: &Injection) -> Result<usize, String> {
+    let count = inject_cookies(browser, injection).await?;
+    for origin in injection.origins().iter().filter(|o| !o.local_storage.is_empty()) {
+        inject_storage(browser, origin).await?;
+    }
+    Ok(count)
+}
+
+/// Local storage lives with a document of its origin, so one is made for it: a blank tab whose
+/// request for the origin is answered in the browser itself (CDP `Fetch`, an empty 200 page;
+/// nothing reaches the network), the items set there, the tab closed.
+async fn inject_storage(browser: &Browser, origin: &crate::consent::StorageOrigin) -> Result<(), String> {
+    use chromiumoxide::cdp::browser_protocol::fetch::{
+        DisableParams, EnableParams, EventRequestPaused, FulfillRequestParams, HeaderEntry, RequestPattern,
+        RequestStage,
+    };
+    let failed = |what: &str| format!("putting granted storage into {}: {what}", origin.origin);
+    let page = tokio::time::timeout(STEP, browser.new_page("about:blank"))
+        .await
+        .map_err(|_| failed("no blank tab"))?
+        .map_err(|e| failed(&scrub(&e.to_string())))?;
+    let result = async {
+        let pattern = RequestPattern {
+            url_pattern: Some(format!("{}/*", origin.origin)),
+            resource_type: None,
+            request_stage: Some(RequestStage::Request),
+        };
+        page.execute(EnableParams {
+            patterns: Some(vec![pattern]),
+            handle_auth_requests: None,
+        })
+        .await
+        .map_err(|e| failed(&scrub(&e.to_string())))?;
+        let mut paused = page
+            .event_listener::<EventRequestPaused>()
+            .await
+            .map_err(|e| failed(&scrub(&e.to_string())))?;
+        let answer = async {
+            if let Some(event) = paused.next().await {
+                let mut reply = FulfillRequestParams::new(event.request_id.clone(), 200);
+                reply.response_headers = Some(vec![HeaderEntry::new("Content-Type", "text/html")]);
+                page.execute(reply).await.map(|_| ()).map_err(|e| scrub(&e.to_string()))
+            } else {
+                Err("the tab closed".to_owned())
+            }
+        };
+        let (loaded, answered) = tokio::time::timeout(STEP, async {
+            tokio::join!(page.goto(format!("{}/", origin.origin)), answer)
+        })
+        .await
+        .map_err(|_| failed("the origin's blank document did not load"))?;
+        answered.map_err(|e| failed(&e))?;
+        loaded.map_err(|e| failed(&scrub(&e.to_string())))?;
+        // The values travel inside the script as JSON string literals, never in a URL.
+        let mut script = String::from("(() => {");
+        for item in &origin.local_storage {
+            let name = serde_json::to_string(&item.name).map_err(|_| failed("an item name"))?;
+            let value = serde_json::to_string(item.value.expose()).map_err(|_| failed("an item"))?;
+            script.push_str(&format!("localStorage.setItem({name}, {value});"));
+        }
+        script.push_str("return true; })()");
+        page.evaluate(script)
+            .await
+            .map_err(|e| failed(&scrub(&e.to_string())))?;
+        page.execute(DisableParams::default())
+            .await
+            .map_err(|e| failed(&scrub(&e.to_string())))?;
+        Ok(())
+    }
+    .await;
+    let _ = tokio::time::timeout(STEP, page.close()).await;
+    result
+}
+
+async fn inject_cookies(browser: &Browser, injection: &Injection) -> Result<usize, String> {
     let cookies: Vec<CookieParam> = injection
         .cookies()
         .iter()
@@ -113,13 +188,17 @@ pub(crate) async fn forget(browser: &Browser, scope: Scope<'_>) -> Result<Forgot
     }
     hosts.sort();
     hosts.dedup();
+    // Through the tab's session: at the browser target Chromium answers this with an internal
+    // error and clears nothing.
     for host in &hosts {
         for scheme in ["https", "http"] {
-            let _ = tokio::time::timeout(
+            tokio::time::timeout(
                 STEP,
-                browser.execute(ClearDataForOriginParams::new(format!("{scheme}://{host}"), "all")),
+                helper.execute(ClearDataForOriginParams::new(format!("{scheme}://{host}"), "all")),
             )
-            .await;
+            .await
+            .map_err(timed("clearing storage"))?
+            .map_err(cdp("clearing storage"))?;
         }
     }
     let mut closed = 0;

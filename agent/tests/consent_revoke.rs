@@ -73,7 +73,10 @@ async fn revoke_deletes_the_cookies_closes_the_tabs_and_the_company_refuses_the_
                 {"name": "visible", "value": planted, "domain": "shop.example", "path": "/", "secure": true, "httpOnly": false, "sameSite": "Lax"},
                 {"name": "elsewhere", "value": planted, "domain": ".other.example", "path": "/", "secure": true}
             ],
-            "origins": []
+            "origins": [
+                {"origin": "https://shop.example", "localStorage": [{"name": "token", "value": planted}]},
+                {"origin": "https://other.example", "localStorage": [{"name": "token", "value": planted}]}
+            ]
         })
         .to_string(),
     )
@@ -176,6 +179,17 @@ async fn revoke_deletes_the_cookies_closes_the_tabs_and_the_company_refuses_the_
     .unwrap();
     let shown = read["value"].as_str().unwrap();
     assert!(shown.contains("visible=[granted value redacted]"), "{shown}");
+    // The granted local storage is there too (injected in a document of its origin).
+    let stored = record(
+        tools
+            .call(
+                "browser.evaluate",
+                &json!({"target": tool_target, "expression": "localStorage.getItem('token')"}),
+            )
+            .await,
+    )
+    .unwrap();
+    assert_eq!(stored["value"], "[granted value redacted]");
 
     // The agent lists, refreshes within the grant, and is refused a widening (recorded).
     let listed = record(tools.call("browser.profile.list", &json!({})).await).unwrap();
@@ -231,6 +245,12 @@ async fn revoke_deletes_the_cookies_closes_the_tabs_and_the_company_refuses_the_
         }
     };
     assert_eq!(status, 401, "the page after revoke");
+    let storage = again.evaluate("localStorage.getItem('token')").await.unwrap();
+    assert!(
+        storage.value().is_none_or(Value::is_null),
+        "the granted storage is gone: {:?}",
+        storage.value()
+    );
     // And a second join is refused before anything is signed.
     assert_eq!(
         consent

@@ -132,7 +132,7 @@ pub(crate) fn read(profile: &Path, covers: &dyn Fn(&str) -> bool) -> Result<Mate
             } else {
                 decrypt(&row.encrypted, &host, version).map_err(|why| SourceError::Database {
                     path: path.clone(),
-                    why: format!("cookie {} of {host}: {why}", row.name),
+                    why: format!("a cookie of {host}: {why}"),
                 })?
             };
             material.cookies.push(Cookie {

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 
 use super::grant::Grant;
 use super::ledger::Derived;
-use super::material::Cookie;
+use super::material::{Cookie, Origin};
 use pap_shared::GrantDomain;
 
 /// What a revoke covers.
@@ -93,6 +93,7 @@ impl LiveInstances for NoInstances {
 pub struct Injection {
     pub(super) grant_id: String,
     pub(super) cookies: Vec<Cookie>,
+    pub(super) origins: Vec<Origin>,
 }
 
 impl std::fmt::Debug for Injection {
@@ -100,6 +101,7 @@ impl std::fmt::Debug for Injection {
         f.debug_struct("Injection")
             .field("grant", &self.grant_id)
             .field("cookies", &self.cookies.len())
+            .field("storage_items", &self.storage_item_count())
             .finish()
     }
 }
@@ -125,6 +127,16 @@ impl Injection {
 
     pub(crate) fn cookies(&self) -> &[Cookie] {
         &self.cookies
+    }
+
+    /// Local storage by origin.
+    pub(crate) fn origins(&self) -> &[Origin] {
+        &self.origins
+    }
+
+    /// How many local-storage items it carries.
+    pub fn storage_item_count(&self) -> usize {
+        self.origins.iter().map(|o| o.local_storage.len()).sum()
     }
 }
 

@@ -33,6 +33,7 @@ pub use self::effects::{
 pub use self::error::ConsentError;
 pub use self::grant::{Grant, Sink, Source};
 use self::ledger::{Actor, Derived, Entry, Ledger, LedgerError};
+pub(crate) use self::material::Origin as StorageOrigin;
 pub use self::material::SourceError;
 use self::material::{MaterialStore, NameSalt};
 use self::request::system;
@@ -307,6 +308,7 @@ impl ConsentHost {
             Injection {
                 grant_id: grant_id.into(),
                 cookies: fresh.cookies,
+                origins: fresh.origins,
             },
         ))
     }
@@ -563,8 +565,10 @@ impl ConsentHost {
         let mut out = Vec::new();
         for grant in self.list(caller)? {
             if grant.sinks.contains(&Sink::Local) {
+                let material = self.store.load(&grant.id)?;
                 out.push(Injection {
-                    cookies: self.store.load(&grant.id)?.cookies,
+                    cookies: material.cookies,
+                    origins: material.origins,
                     grant_id: grant.id,
                 });
             }
@@ -607,9 +611,11 @@ impl ConsentHost {
         if !acknowledged || grant.full_profile == Some(true) {
             return Err(refused());
         }
+        let material = self.store.load(grant_id)?;
         Ok(Injection {
             grant_id: grant_id.into(),
-            cookies: self.store.load(grant_id)?.cookies,
+            cookies: material.cookies,
+            origins: material.origins,
         })
     }
 
