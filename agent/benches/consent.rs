@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::Criterion;
-use pap_agent::{Caller, ConsentHost, GrantRequest, Operator, ScopeRequest, SourceSpec};
+use pap_agent::{Caller, ConsentHost, GrantRequest, Operator, SourceSpec};
 use pap_shared::{SystemClock, SystemRng};
 use serde_json::json;
 
@@ -29,13 +29,7 @@ fn store(grants: usize) -> (ConsentHost, std::path::PathBuf) {
         std::fs::write(&source, json!({"cookies": cookies, "origins": []}).to_string()).unwrap();
         host.grant(
             &Operator::from_operator_channel("bench"),
-            GrantRequest {
-                source: SourceSpec::StorageState(source),
-                scope: ScopeRequest::Domains(vec![domain]),
-                interactive: false,
-                device_id: None,
-                expires_at: None,
-            },
+            GrantRequest::for_domains(SourceSpec::StorageState(source), &[&domain]),
         )
         .unwrap();
     }

@@ -11,8 +11,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use pap_agent::{BrowserHost, ChromiumConfig, TestNetwork, join, new_pairwise_user, spki_pin};
-use pap_shared::{HttpsUrl, SystemRng};
+use pap_agent::{BrowserHost, join};
 use support::Stage;
 
 fn main() {
@@ -28,33 +27,9 @@ async fn run(runs: usize) {
     let stage = Stage::new("join-timing", &["shop.example", "atlas.example"]).await;
     let (company, addr) = support::start_reference_company(&stage).await;
     let (client, shop) = support::client_for(&stage, "shop.example", addr).await;
-    let mut session = client
-        .start_session(&shop, &new_pairwise_user(&SystemRng), client.new_dpop_key().unwrap())
-        .await
-        .unwrap();
-    let device = client
-        .device_begin(&shop, &["orders:read", "orders:write"])
-        .await
-        .unwrap();
-    company.approve_device(&device.user_code, "acct_ada", None).unwrap();
-    client.device_wait(&shop, &mut session, &device).await.unwrap();
-    let operation = client
-        .propose(
-            &shop,
-            &session,
-            "POST",
-            "/api/orders/ord_7Hk2/exchanges",
-            &serde_json::json!({}),
-        )
-        .await
-        .unwrap();
-    let page_url = HttpsUrl::parse(operation.url.as_deref().unwrap()).unwrap();
+    let (session, page_url) = support::signed_in_with_operation(&company, &client, &shop).await;
 
-    let mut config = ChromiumConfig::new(stage.work.join("state"));
-    config.test_network = TestNetwork {
-        map: [("shop.example".to_owned(), addr)].into(),
-        spki_pins: vec![spki_pin(&stage.cert_pem).unwrap()],
-    };
+    let config = support::pinned_browser(&stage, stage.work.join("state"), addr);
 
     let mut cold = Vec::with_capacity(runs);
     for i in 0..runs {

@@ -481,26 +481,19 @@ pub struct StandaloneChromium {
 
 impl StandaloneChromium {
     /// Starts `executable` on `user_data_dir` with DevTools on `127.0.0.1:port` (0: any free
-    /// port), and waits up to `timeout` for its DevTools address.
+    /// port) and `extra_args`, and waits up to `timeout` for its DevTools address (the line
+    /// Chromium prints once the port is bound).
     pub async fn start(
         executable: &Path,
         user_data_dir: &Path,
         port: u16,
+        extra_args: &[&str],
         timeout: Duration,
     ) -> Result<Self, LaunchError> {
         private_dir(user_data_dir).map_err(LaunchError::Profile)?;
         let mut child = Command::new(executable)
-            .args([
-                "--headless=new",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--no-default-browser-check",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--remote-debugging-address=127.0.0.1",
-            ])
+            .args(HEADLESS_ARGS)
+            .args(extra_args)
             .arg(format!("--remote-debugging-port={port}"))
             .arg(format!("--user-data-dir={}", user_data_dir.display()))
             .arg("about:blank")
@@ -649,25 +642,31 @@ fn remove_profile(dir: &Path) -> Result<(), BrowserError> {
     }
 }
 
+/// What every Chromium the agent runs or has an operator run gets: headless, no first-run or
+/// background traffic, DevTools on loopback only. `--no-sandbox`: root in a container has no
+/// user namespace for the sandbox; the profile is the agent's own and the only pages are the
+/// companies it joins.
+const HEADLESS_ARGS: [&str; 10] = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--remote-debugging-address=127.0.0.1",
+];
+
 pub(crate) fn chromium_args(user_data_dir: &Path, instance: &str, test: &TestNetwork) -> Vec<String> {
-    let mut args = vec![
-        "--headless=new".to_owned(),
-        // Root in a container has no user namespace for the sandbox; the agent's profile is its
-        // own and the only pages are the companies it joins.
-        "--no-sandbox".to_owned(),
-        "--disable-gpu".to_owned(),
-        "--no-first-run".to_owned(),
-        "--no-default-browser-check".to_owned(),
-        "--disable-background-networking".to_owned(),
-        "--disable-component-update".to_owned(),
-        "--disable-sync".to_owned(),
-        "--disable-quic".to_owned(),
-        "--remote-debugging-address=127.0.0.1".to_owned(),
+    let mut args: Vec<String> = HEADLESS_ARGS.iter().map(|a| (*a).to_owned()).collect();
+    args.extend([
         "--remote-debugging-port=0".to_owned(),
         format!("--user-data-dir={}", user_data_dir.display()),
         format!("{ORPHAN_MARKER}={instance}"),
         format!("{HOST_MARKER}={}", std::process::id()),
-    ];
+    ]);
     if !test.map.is_empty() {
         let rules: Vec<String> = test
             .map

@@ -26,6 +26,7 @@ async fn a_running_chromium_is_attached_left_running_by_stop_and_ended_only_by_f
         &PathBuf::from(CHROMIUM),
         &dir.join("foreign-profile"),
         0,
+        &[],
         Duration::from_secs(30),
     )
     .await

@@ -5,52 +5,33 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
+mod support;
+
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chromiumoxide::Browser;
 use chromiumoxide::cdp::browser_protocol::browser::CloseParams;
 use chromiumoxide::cdp::browser_protocol::network::CookieParam;
 use futures_util::StreamExt as _;
-use pap_agent::{Caller, ConsentHost, GrantRequest, Operator, ScopeRequest, SourceSpec};
+use pap_agent::{Caller, ConsentHost, GrantRequest, Operator, SourceSpec, StandaloneChromium};
 use pap_shared::{SystemClock, SystemRng};
 
 const PLANTED: &str = "PLANTED-CHROMIUM-PROFILE-VALUE";
 
 /// Chromium writes a profile with three cookies, then closes and flushes it.
 async fn written_profile(user_data_dir: &std::path::Path) {
-    let mut child = tokio::process::Command::new(pap_agent::CHROMIUM)
-        .args([
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--password-store=basic",
-            "--remote-debugging-address=127.0.0.1",
-            "--remote-debugging-port=0",
-        ])
-        .arg(format!("--user-data-dir={}", user_data_dir.display()))
-        .arg("about:blank")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    // Chromium's readiness signal: it writes its DevTools port into the profile.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let endpoint = loop {
-        if let Ok(text) = std::fs::read_to_string(user_data_dir.join("DevToolsActivePort")) {
-            let mut lines = text.lines();
-            if let (Some(port), Some(path)) = (lines.next(), lines.next()) {
-                break format!("ws://127.0.0.1:{}{}", port.trim(), path.trim());
-            }
-        }
-        assert!(Instant::now() < deadline, "Chromium wrote no DevTools port in 30 s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    // The basic password store: v10 values, which a host without a desktop keyring can read.
+    let mut chromium = StandaloneChromium::start(
+        std::path::Path::new(pap_agent::CHROMIUM),
+        user_data_dir,
+        0,
+        &["--password-store=basic"],
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let endpoint = format!("http://{}", chromium.endpoint());
     let (browser, mut handler) = Browser::connect(endpoint).await.unwrap();
     let driver = tokio::spawn(async move { while handler.next().await.is_some() {} });
     let cookie = |name: &str, host: &str, domain_cookie: bool| {
@@ -76,10 +57,10 @@ async fn written_profile(user_data_dir: &std::path::Path) {
         .await
         .unwrap();
     let _ = browser.execute(CloseParams::default()).await;
-    tokio::time::timeout(Duration::from_secs(20), child.wait())
-        .await
-        .expect("Chromium did not exit after Browser.close")
-        .unwrap();
+    assert!(
+        chromium.exited_within(Duration::from_secs(20)).await,
+        "Chromium did not exit after Browser.close"
+    );
     driver.abort();
 }
 
@@ -116,13 +97,7 @@ async fn a_chromium_profile_is_scanned_by_host_and_only_granted_hosts_are_decryp
     let grant = consent
         .grant(
             &Operator::from_operator_channel("test"),
-            GrantRequest {
-                source: source.clone(),
-                scope: ScopeRequest::Domains(vec!["granted.example".into()]),
-                interactive: false,
-                device_id: None,
-                expires_at: None,
-            },
+            GrantRequest::for_domains(source.clone(), &["granted.example"]),
         )
         .unwrap();
     assert_eq!(grant.cookie_count, 2);
@@ -141,19 +116,13 @@ async fn a_chromium_profile_is_scanned_by_host_and_only_granted_hosts_are_decryp
     let error = consent
         .grant(
             &Operator::from_operator_channel("test"),
-            GrantRequest {
-                source,
-                scope: ScopeRequest::Domains(vec!["other.example".into()]),
-                interactive: false,
-                device_id: None,
-                expires_at: None,
-            },
+            GrantRequest::for_domains(source, &["other.example"]),
         )
         .unwrap_err()
         .to_string();
     assert!(error.contains("keyring"), "{error}");
 
-    for entry in walk(&dir.join("state")) {
+    for entry in support::files_under(&dir.join("state")) {
         let bytes = std::fs::read(&entry).unwrap();
         assert!(
             !String::from_utf8_lossy(&bytes).contains(PLANTED),
@@ -162,17 +131,4 @@ async fn a_chromium_profile_is_scanned_by_host_and_only_granted_hosts_are_decryp
         );
     }
     std::fs::remove_dir_all(&dir).unwrap();
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(walk(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
 }

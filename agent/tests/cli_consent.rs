@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use pap_agent::{BrowserHost, Caller, ChromiumConfig, ConsentHost, GrantRequest, Operator, ScopeRequest, SourceSpec};
+use pap_agent::{BrowserHost, Caller, ChromiumConfig, ConsentHost, GrantRequest, Operator, SourceSpec};
 use pap_shared::{SystemClock, SystemRng};
 use serde_json::{Value, json};
 
@@ -143,13 +143,7 @@ async fn the_cli_revoke_reaches_a_running_browser() {
     let grant = consent
         .grant(
             &Operator::from_operator_channel("test"),
-            GrantRequest {
-                source: SourceSpec::StorageState(source.clone()),
-                scope: ScopeRequest::Domains(vec!["shop.example".into()]),
-                interactive: false,
-                device_id: None,
-                expires_at: None,
-            },
+            GrantRequest::for_domains(SourceSpec::StorageState(source.clone()), &["shop.example"]),
         )
         .unwrap();
     // This process runs the browser; the CLI is another process.

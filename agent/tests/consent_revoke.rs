@@ -15,13 +15,10 @@ use std::time::Duration;
 
 use chromiumoxide::cdp::browser_protocol::network::{EventRequestWillBeSent, EventResponseReceived, ResourceType};
 use futures_util::StreamExt as _;
-use pap_agent::{
-    BrowserHost, ChromiumConfig, ConsentHost, GrantRequest, Operator, ScopeRequest, SourceSpec, TestNetwork, ToolHost,
-    join, load_manifest, new_pairwise_user, spki_pin,
-};
-use pap_shared::{HttpsUrl, Rng as _, SystemClock, SystemRng, ToolErrorCode, ToolResult};
+use pap_agent::{BrowserHost, ConsentHost, GrantRequest, Operator, SourceSpec, ToolHost, join, load_manifest};
+use pap_shared::{Rng as _, SystemClock, SystemRng, ToolErrorCode, ToolResult};
 use serde_json::{Value, json};
-use support::{Captured, Stage, approve_on_device_page};
+use support::{Captured, Stage};
 
 const INSTANCE: &str = "consent";
 
@@ -38,28 +35,9 @@ fn planted_value() -> String {
 async fn revoke_deletes_the_cookies_closes_the_tabs_and_the_company_refuses_the_next_request() {
     let logs = Captured::install();
     let stage = Stage::new("consent-revoke", &["shop.example", "atlas.example"]).await;
-    let (_company, addr) = support::start_reference_company(&stage).await;
+    let (company, addr) = support::start_reference_company(&stage).await;
     let (client, shop) = support::client_for(&stage, "shop.example", addr).await;
-    let mut session = client
-        .start_session(&shop, &new_pairwise_user(&SystemRng), client.new_dpop_key().unwrap())
-        .await
-        .unwrap();
-    let device = client.device_begin(&shop, &["orders:read"]).await.unwrap();
-    approve_on_device_page(
-        &stage.ca_der,
-        "shop.example",
-        addr,
-        &device.user_code,
-        "ada",
-        "correct horse battery staple",
-    )
-    .await;
-    client.device_wait(&shop, &mut session, &device).await.unwrap();
-    let operation = client
-        .propose(&shop, &session, "POST", "/api/orders/ord_7Hk2/exchanges", &json!({}))
-        .await
-        .unwrap();
-    let page_url = HttpsUrl::parse(operation.url.as_deref().unwrap()).unwrap();
+    let (session, page_url) = support::signed_in_with_operation(&company, &client, &shop).await;
 
     // The person's storage state: a planted cookie for shop.example, one for a domain never granted.
     let planted = planted_value();
@@ -85,22 +63,12 @@ async fn revoke_deletes_the_cookies_closes_the_tabs_and_the_company_refuses_the_
     let grant = consent
         .grant(
             &Operator::from_operator_channel("test"),
-            GrantRequest {
-                source: SourceSpec::StorageState(source.clone()),
-                scope: ScopeRequest::Domains(vec!["shop.example".into()]),
-                interactive: false,
-                device_id: None,
-                expires_at: None,
-            },
+            GrantRequest::for_domains(SourceSpec::StorageState(source.clone()), &["shop.example"]),
         )
         .unwrap();
     assert_eq!(grant.cookie_count, 2);
 
-    let mut config = ChromiumConfig::new(state_dir.clone());
-    config.test_network = TestNetwork {
-        map: [("shop.example".to_owned(), addr)].into(),
-        spki_pins: vec![spki_pin(&stage.cert_pem).unwrap()],
-    };
+    let config = support::pinned_browser(&stage, state_dir.clone(), addr);
     let manifest =
         load_manifest(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("providers/chromium/BROWSER.md")).unwrap();
     let host = BrowserHost::new();
@@ -285,7 +253,7 @@ async fn revoke_deletes_the_cookies_closes_the_tabs_and_the_company_refuses_the_
     ));
     // Every file the run left: the state directory (ledger, grants, sealed store, keys, browser
     // records) and the rest of the scratch space, but the person's own source file.
-    for file in files(&stage.work).into_iter().filter(|f| *f != source) {
+    for file in support::files_under(&stage.work).into_iter().filter(|f| *f != source) {
         let bytes = std::fs::read(&file).unwrap_or_default();
         places.push((file.display().to_string(), String::from_utf8_lossy(&bytes).into_owned()));
     }
@@ -295,23 +263,4 @@ async fn revoke_deletes_the_cookies_closes_the_tabs_and_the_company_refuses_the_
         assert!(!text.contains(&assertion), "the join's assertion is in {place}");
     }
     std::fs::remove_dir_all(&stage.work).unwrap();
-}
-
-fn files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_symlink() {
-            continue;
-        }
-        if path.is_dir() {
-            out.extend(files(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
 }

@@ -152,15 +152,20 @@ pub struct GrantRequest {
 }
 
 impl GrantRequest {
-    /// A flag request for the domains the instance may sign in to itself (the PAP join's cookie
-    /// is that material): nothing imported, local sink.
-    pub fn native_login(instance: &str, domains: &[&str]) -> Self {
+    /// A flag request (not interactive) for `domains` from `source`: no device scope, no expiry.
+    pub fn for_domains(source: SourceSpec, domains: &[&str]) -> Self {
         Self {
-            source: SourceSpec::NativeLogin(instance.to_owned()),
+            source,
             scope: ScopeRequest::Domains(domains.iter().map(|d| (*d).to_owned()).collect()),
             interactive: false,
             device_id: None,
             expires_at: None,
         }
+    }
+
+    /// A flag request for the domains the instance may sign in to itself (the PAP join's cookie
+    /// is that material): nothing imported, local sink.
+    pub fn native_login(instance: &str, domains: &[&str]) -> Self {
+        Self::for_domains(SourceSpec::NativeLogin(instance.to_owned()), domains)
     }
 }

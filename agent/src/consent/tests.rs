@@ -71,13 +71,7 @@ fn operator() -> Operator {
 }
 
 fn request(f: &Fixture, domains: &[&str]) -> GrantRequest {
-    GrantRequest {
-        source: SourceSpec::StorageState(f.source.clone()),
-        scope: ScopeRequest::Domains(domains.iter().map(|d| (*d).to_owned()).collect()),
-        interactive: false,
-        device_id: None,
-        expires_at: None,
-    }
+    GrantRequest::for_domains(SourceSpec::StorageState(f.source.clone()), domains)
 }
 
 fn events(f: &Fixture) -> Vec<String> {

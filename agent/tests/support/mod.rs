@@ -340,3 +340,65 @@ pub fn permit(state_dir: &std::path::Path, domain: &str) -> pap_agent::JoinPermi
         .unwrap();
     consent.permit_join(&Caller::local_agent(), domain).unwrap()
 }
+
+/// A signed-in Session with our reference company (the sign-in approved through its operator
+/// API) and an operation proposed on it: the Session and the operation's page.
+pub async fn signed_in_with_operation(
+    company: &pap_company::ReferenceCompany,
+    client: &PapClient,
+    shop: &pap_agent::Company,
+) -> (pap_agent::Session, HttpsUrl) {
+    let mut session = client
+        .start_session(shop, &new_pairwise_user(&SystemRng), client.new_dpop_key().unwrap())
+        .await
+        .unwrap();
+    let device = client
+        .device_begin(shop, &["orders:read", "orders:write"])
+        .await
+        .unwrap();
+    company.approve_device(&device.user_code, "acct_ada", None).unwrap();
+    client.device_wait(shop, &mut session, &device).await.unwrap();
+    let operation = client
+        .propose(
+            shop,
+            &session,
+            "POST",
+            "/api/orders/ord_7Hk2/exchanges",
+            &serde_json::json!({}),
+        )
+        .await
+        .unwrap();
+    let page = HttpsUrl::parse(operation.url.as_deref().unwrap()).unwrap();
+    (session, page)
+}
+
+/// The agent's browser configuration for the stage's company at `addr`: its name routed there,
+/// the one leaf the stage's CA issued pinned (never a blanket bypass).
+pub fn pinned_browser(stage: &Stage, state_dir: PathBuf, addr: SocketAddr) -> ChromiumConfig {
+    let mut config = ChromiumConfig::new(state_dir);
+    config.test_network = TestNetwork {
+        map: [("shop.example".to_owned(), addr)].into(),
+        spki_pins: vec![spki_pin(&stage.cert_pem).unwrap()],
+    };
+    config
+}
+
+/// Every file under `dir` (symbolic links not followed): where a canary looks for a secret.
+pub fn files_under(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_symlink() {
+            continue;
+        }
+        if path.is_dir() {
+            out.extend(files_under(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}

@@ -111,6 +111,7 @@ impl ChromiumUnderTest {
             &PathBuf::from(pap_agent::CHROMIUM),
             &foreign.user_data_dir,
             foreign.port,
+            &[],
             Duration::from_secs(60),
         )
         .await

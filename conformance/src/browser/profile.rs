@@ -44,13 +44,7 @@ fn source(profile: &dyn ProfileUnderTest, label: &str, cookies: &[(&str, &str)])
 }
 
 fn request(source: &Path, domains: &[&str]) -> GrantRequest {
-    GrantRequest {
-        source: SourceSpec::StorageState(source.to_owned()),
-        scope: ScopeRequest::Domains(domains.iter().map(|d| (*d).to_owned()).collect()),
-        interactive: false,
-        device_id: None,
-        expires_at: None,
-    }
+    GrantRequest::for_domains(SourceSpec::StorageState(source.to_owned()), domains)
 }
 
 fn ok(result: ToolResult, what: &str) -> Result<Value, String> {
