@@ -7,7 +7,9 @@
 use std::process::Command;
 use std::time::Duration;
 
-use pap_agent::{BrowserHost, ChromiumConfig, InstanceState, LaunchError, Policy};
+use pap_agent::{
+    BrowserHost, ChromiumConfig, InstanceState, LaunchError, Policy, ProcTable, ProcessInfo, ProcessTable,
+};
 
 fn cli(state: &std::path::Path, args: &[&str]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_pap-agent"))
@@ -53,6 +55,19 @@ async fn status_shows_the_running_browser_and_stop_ends_it() {
     assert!(
         host.attach("probe").await.is_none(),
         "the browser survived the operator's stop"
+    );
+    // Every process of the profile ended before stop reported, the children (whose rewritten
+    // titles carry the profile) too: none is left to write into the profile as it is removed.
+    let profile_arg = format!("--user-data-dir={}", browser.user_data_dir().display());
+    let left: Vec<ProcessInfo> = ProcTable
+        .list()
+        .unwrap()
+        .into_iter()
+        .filter(|p| p.has_arg(&profile_arg))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "stop reported with processes of the profile running: {left:?}"
     );
     assert!(!browser.user_data_dir().exists(), "its profile was left");
     let _ = host.stop("probe", Duration::from_secs(2)).await;

@@ -4,7 +4,9 @@
 //! Chromium puts the command line's marker (`--pap-agent-browser=<instance>`) only on its main
 //! process; its children carry the unique `--user-data-dir`. A process is ours when one of its
 //! arguments *equals* the marker, or equals `--user-data-dir=` one of our profile directories:
-//! whole arguments, never substrings of a `ps` line.
+//! whole arguments, never substrings of a `ps` line. Chromium's children rewrite their title
+//! (`/proc/PID/cmdline` becomes one string, the arguments joined by spaces); in such a title the
+//! argument must stand as a whole space-delimited word ([`ProcessInfo::has_arg`]).
 
 use std::collections::HashSet;
 use std::io;
@@ -20,6 +22,24 @@ pub struct ProcessInfo {
     pub pid: u32,
     /// Its command line, one argument each.
     pub args: Vec<String>,
+}
+
+impl ProcessInfo {
+    /// Whether `wanted` is one of the arguments. A process with a single argument may be a
+    /// rewritten title (Chromium's zygote, renderers, GPU and utility processes do this): there
+    /// `wanted` counts when it stands between spaces or the ends, so `--user-data-dir=/s/a-1`
+    /// is found in `chromium --type=renderer --user-data-dir=/s/a-1 --lang=en` but not in
+    /// `... --user-data-dir=/s/a-10 ...`. Several arguments are never searched inside.
+    pub fn has_arg(&self, wanted: &str) -> bool {
+        match self.args.as_slice() {
+            [title] => title.match_indices(wanted).any(|(at, _)| {
+                let before = &title[..at];
+                let after = &title[at + wanted.len()..];
+                (before.is_empty() || before.ends_with(' ')) && (after.is_empty() || after.starts_with(' '))
+            }),
+            args => args.iter().any(|arg| arg == wanted),
+        }
+    }
 }
 
 /// The host's process table, injected so sweeps are tested exactly (and on real processes).
@@ -142,7 +162,7 @@ pub fn browsers_of(table: &dyn ProcessTable, state_dir: &std::path::Path) -> io:
 }
 
 fn ours(process: &ProcessInfo, scope: &SweepScope, profiles: &HashSet<String>, alive: &HashSet<u32>) -> bool {
-    if process.args.iter().any(|arg| profiles.contains(arg)) {
+    if profiles.iter().any(|profile| process.has_arg(profile)) {
         return true;
     }
     match scope {
@@ -216,8 +236,19 @@ pub async fn sweep(table: &dyn ProcessTable, scope: &SweepScope, grace: Duration
         wait_gone(table, &targets, grace).await?;
         ended.extend(targets);
     }
+    // Every process of these profiles has ended (and none can write into them): a profile that
+    // cannot be removed now is an error to report, not to leave behind with its cookies.
     for dir in dirs {
-        let _ = std::fs::remove_dir_all(dir);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("removing the profile {}: {e}", dir.display()),
+                ));
+            }
+        }
     }
     Ok(ended.len())
 }
@@ -352,6 +383,15 @@ mod tests {
                     &format!("--pap-agent-host={}", std::process::id()),
                 ],
             ),
+            // A child that rewrote its title (as Chromium's do): one string, found by its word.
+            process(
+                19,
+                &["/usr/lib/chromium/chromium --type=utility --user-data-dir=/state/browsers/a-1 --lang=en-US"],
+            ),
+            process(
+                20,
+                &["/usr/lib/chromium/chromium --type=renderer --user-data-dir=/state/browsers/a-10"],
+            ),
             // This host's other instance "a", of another state directory (its own profile).
             process(
                 18,
@@ -367,10 +407,27 @@ mod tests {
             instance: "a".into(),
             user_data_dir: dir,
         };
-        assert_eq!(sweep(&table, &scope, Duration::from_millis(50)).await.unwrap(), 3);
+        assert_eq!(sweep(&table, &scope, Duration::from_millis(50)).await.unwrap(), 4);
         let left: Vec<u32> = table.processes.lock().unwrap().iter().map(|p| p.pid).collect();
-        assert_eq!(left, [12, 13, 14, 15, 16, 18]);
-        assert_eq!(*table.signals.lock().unwrap(), [(10, false), (11, false), (17, false)]);
+        assert_eq!(left, [12, 13, 14, 15, 16, 20, 18]);
+        assert_eq!(
+            *table.signals.lock().unwrap(),
+            [(10, false), (11, false), (17, false), (19, false)]
+        );
+    }
+
+    #[test]
+    fn a_rewritten_title_is_searched_by_whole_words_and_argument_lists_are_not() {
+        let profile = "--user-data-dir=/s/browsers/a-1";
+        let title = |t: &str| process(1, &[t]);
+        assert!(title("chromium --type=zygote --user-data-dir=/s/browsers/a-1 --no-sandbox").has_arg(profile));
+        assert!(title("chromium --type=zygote --user-data-dir=/s/browsers/a-1").has_arg(profile));
+        assert!(title("--user-data-dir=/s/browsers/a-1").has_arg(profile));
+        assert!(!title("chromium --user-data-dir=/s/browsers/a-10 --x").has_arg(profile));
+        assert!(!title("chromium x--user-data-dir=/s/browsers/a-1").has_arg(profile));
+        // Several arguments: whole arguments only, even when one holds the words.
+        assert!(!process(2, &["sh", "-c", "chromium --user-data-dir=/s/browsers/a-1"]).has_arg(profile));
+        assert!(process(3, &["chromium", "--user-data-dir=/s/browsers/a-1"]).has_arg(profile));
     }
 
     #[tokio::test]
