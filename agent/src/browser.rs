@@ -30,7 +30,7 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
 use crate::provider::lifecycle::{InstanceState, OperatorReset};
-use crate::provider::processes::{ProcTable, SweepScope, sweep};
+use crate::provider::processes::{ProcTable, SweepScope, end_processes, sweep};
 use crate::provider::supervisor::{Health, Policy, Record as SupervisorRecord, Supervisor};
 use crate::state::private_dir;
 
@@ -1006,17 +1006,19 @@ impl BrowserHost {
         let Some(browser) = browser else { return Ok(()) };
         self.supervisor().stop(instance);
         let stopped = browser.stop_with(grace, force).await;
-        // An attached browser carries no marker of ours; its processes are swept (by its
-        // profile directory) only when the operator forced its end.
-        let swept = if browser.was_already_running && !force {
-            Ok(0)
-        } else {
-            let scope = SweepScope::Instance {
-                instance: instance.to_owned(),
-                user_data_dir: browser.user_data_dir.clone(),
-            };
-            sweep(&ProcTable, &scope, grace).await.map_err(BrowserError::Profile)
+        // An attached browser carries no marker of ours; its processes are ended (found by its
+        // profile directory) only when the operator forced its end, and its profile, which the
+        // host did not create, stays.
+        let scope = SweepScope::Instance {
+            instance: instance.to_owned(),
+            user_data_dir: browser.user_data_dir.clone(),
         };
+        let swept = match (browser.was_already_running, force) {
+            (true, false) => Ok(0),
+            (true, true) => end_processes(&ProcTable, &scope, grace).await,
+            (false, _) => sweep(&ProcTable, &scope, grace).await,
+        }
+        .map_err(BrowserError::Profile);
         self.supervisor().gone(instance);
         self.keep_records();
         stopped.and(swept.map(|_| ()))

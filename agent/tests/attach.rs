@@ -67,6 +67,11 @@ async fn a_running_chromium_is_attached_left_running_by_stop_and_ended_only_by_f
         foreign.exited_within(Duration::from_secs(10)).await,
         "the forced stop left the browser running"
     );
+    // Its profile is not the host's to delete: the forced stop ends processes, never data.
+    assert!(
+        dir.join("foreign-profile").exists(),
+        "the forced stop deleted the foreign profile"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -204,10 +204,36 @@ fn ours(process: &ProcessInfo, scope: &SweepScope, profiles: &HashSet<String>, a
 /// How many times a sweep looks again: a browser may start a child after the first listing.
 const SWEEP_ROUNDS: usize = 5;
 
+/// Ends the processes in `scope` (see [`end_processes`]), then removes the profiles in scope.
+/// Returns how many processes were ours.
+pub async fn sweep(table: &dyn ProcessTable, scope: &SweepScope, grace: Duration) -> io::Result<usize> {
+    let (ended, dirs) = end(table, scope, grace).await?;
+    // Every process of these profiles has ended (and none can write into them): a profile that
+    // cannot be removed now is an error to report, not to leave behind with its cookies.
+    for dir in dirs {
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("removing the profile {}: {e}", dir.display()),
+                ));
+            }
+        }
+    }
+    Ok(ended)
+}
+
 /// Ends the processes in `scope`: SIGTERM, up to `grace` for them to go, then SIGKILL for the
 /// rest; then looks again, for children started meanwhile. Returns how many were ours.
-/// Processes without the marker are never touched.
-pub async fn sweep(table: &dyn ProcessTable, scope: &SweepScope, grace: Duration) -> io::Result<usize> {
+/// Processes without the marker or one of the scope's profiles are never touched, and the
+/// profiles stay: for a browser the host did not start, whose profile is not the host's to delete.
+pub(crate) async fn end_processes(table: &dyn ProcessTable, scope: &SweepScope, grace: Duration) -> io::Result<usize> {
+    end(table, scope, grace).await.map(|(ended, _)| ended)
+}
+
+async fn end(table: &dyn ProcessTable, scope: &SweepScope, grace: Duration) -> io::Result<(usize, Vec<PathBuf>)> {
     let me = std::process::id();
     let mut ended = HashSet::new();
     let mut dirs = Vec::new();
@@ -236,21 +262,7 @@ pub async fn sweep(table: &dyn ProcessTable, scope: &SweepScope, grace: Duration
         wait_gone(table, &targets, grace).await?;
         ended.extend(targets);
     }
-    // Every process of these profiles has ended (and none can write into them): a profile that
-    // cannot be removed now is an error to report, not to leave behind with its cookies.
-    for dir in dirs {
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("removing the profile {}: {e}", dir.display()),
-                ));
-            }
-        }
-    }
-    Ok(ended.len())
+    Ok((ended.len(), dirs))
 }
 
 /// Waits up to `grace` for `targets` to end, then kills those left.
