@@ -619,19 +619,48 @@ fn user_data_dir_of(pid: u32) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-/// Chromium's and Chrome's default user-data directories (the user's own profiles).
-fn is_default_profile(dir: &Path) -> bool {
+/// Whether `dir` is in one of the user's own Chromium or Chrome profiles (L13: an instance must
+/// run on a fresh, non-default user-data directory). Compared as given and resolved through
+/// symlinks (both `dir` and the home directory), so `~/.config/../.config/chromium` and a home
+/// reached through a link are caught too.
+pub fn is_default_profile(dir: &Path) -> bool {
     let Some(home) = std::env::var_os("HOME").map(PathBuf::from) else {
         return false;
     };
-    [
-        ".config/chromium",
-        ".config/google-chrome",
-        ".config/google-chrome-beta",
-        ".config/chromium-browser",
-    ]
-    .iter()
-    .any(|d| dir.starts_with(home.join(d)))
+    let xdg_config = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from);
+    let resolved = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let dirs = [dir.to_path_buf(), resolved(dir)];
+    [home.clone(), resolved(&home)]
+        .iter()
+        .flat_map(|home| default_profiles(home, xdg_config.as_deref()))
+        .any(|default| dirs.iter().any(|dir| dir.starts_with(&default)))
+}
+
+/// The default user-data directories on Linux: Chromium's and each Chrome channel's under the
+/// XDG config directory (`$XDG_CONFIG_HOME`, absolute, or `~/.config`; both when they differ),
+/// and the snap and flatpak packages' own.
+fn default_profiles(home: &Path, xdg_config: Option<&Path>) -> Vec<PathBuf> {
+    const NAMES: [&str; 5] = [
+        "chromium",
+        "chromium-browser",
+        "google-chrome",
+        "google-chrome-beta",
+        "google-chrome-unstable",
+    ];
+    let mut configs = vec![home.join(".config")];
+    if let Some(xdg) = xdg_config.filter(|x| x.is_absolute() && *x != home.join(".config")) {
+        configs.push(xdg.to_path_buf());
+    }
+    let mut out: Vec<PathBuf> = configs
+        .iter()
+        .flat_map(|config| NAMES.iter().map(move |name| config.join(name)))
+        .collect();
+    out.extend([
+        home.join("snap/chromium/common/chromium"),
+        home.join(".var/app/org.chromium.Chromium/config/chromium"),
+        home.join(".var/app/com.google.Chrome/config/google-chrome"),
+    ]);
+    out
 }
 
 fn remove_profile(dir: &Path) -> Result<(), BrowserError> {
@@ -1148,6 +1177,31 @@ pub async fn pin_served_leaf(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_profiles_cover_each_channel_the_xdg_config_and_the_snap_and_flatpak_packages() {
+        let home = Path::new("/home/u");
+        let defaults = default_profiles(home, Some(Path::new("/cfg")));
+        let is_default = |dir: &str| defaults.iter().any(|d| Path::new(dir).starts_with(d));
+        for dir in [
+            "/home/u/.config/chromium/Default",
+            "/home/u/.config/google-chrome-unstable",
+            "/cfg/google-chrome/Profile 1",
+            "/home/u/snap/chromium/common/chromium/Default",
+            "/home/u/.var/app/com.google.Chrome/config/google-chrome",
+        ] {
+            assert!(is_default(dir), "{dir}");
+        }
+        for dir in [
+            "/home/u/.config/chromium-copy",
+            "/state/browsers/a-1",
+            "/home/u/profiles/chromium",
+        ] {
+            assert!(!is_default(dir), "{dir}");
+        }
+        // A relative XDG_CONFIG_HOME is ignored (the XDG spec says so): ~/.config alone.
+        assert_eq!(default_profiles(home, Some(Path::new("cfg"))).len(), 8);
+    }
 
     #[test]
     fn arguments_carry_the_marker_loopback_devtools_and_only_the_given_test_routing() {

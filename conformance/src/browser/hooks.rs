@@ -522,11 +522,7 @@ async fn fresh_userdir(p: &dyn ProviderUnderTest) -> Result<(), String> {
             pap_agent::Location::Local => Err("a local provider does not report its user-data directory".into()),
         };
     };
-    let home = std::env::var_os("HOME")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_default();
-    let defaults = [home.join(".config/chromium"), home.join(".config/google-chrome")];
-    if defaults.iter().any(|d| dir.starts_with(d)) {
+    if pap_agent::is_default_profile(&dir) {
         return Err(format!(
             "the instance runs on a default user-data directory {}",
             dir.display()
