@@ -122,6 +122,25 @@ pub struct DeviceAuthorization {
     pub expires_in: u64,
 }
 
+/// How the client waits between Device Sign-In polls (RFC 8628 §3.5): injected, like the clock,
+/// so the pacing is tested exactly and without real waits.
+#[async_trait::async_trait]
+pub trait Pause: Send + Sync {
+    /// Returns after `wait`.
+    async fn pause(&self, wait: Duration);
+}
+
+/// The real wait: a Tokio timer.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TokioPause;
+
+#[async_trait::async_trait]
+impl Pause for TokioPause {
+    async fn pause(&self, wait: Duration) {
+        tokio::time::sleep(wait).await;
+    }
+}
+
 /// The PAP client of one agent.
 #[derive(Clone)]
 pub struct PapClient {
@@ -129,6 +148,7 @@ pub struct PapClient {
     identity: Arc<Identity>,
     clock: Arc<dyn Clock>,
     rng: Arc<dyn Rng>,
+    pause: Arc<dyn Pause>,
 }
 
 impl fmt::Debug for PapClient {
@@ -165,7 +185,16 @@ impl PapClient {
             identity,
             clock,
             rng,
+            pause: Arc::new(TokioPause),
         })
+    }
+
+    /// The same client, waiting between Device Sign-In polls with `pause` (tests pair it with
+    /// the clock they inject; the default is [`TokioPause`]).
+    #[must_use]
+    pub fn with_pause(mut self, pause: Arc<dyn Pause>) -> Self {
+        self.pause = pause;
+        self
     }
 
     /// The agent's identity.
@@ -318,7 +347,8 @@ impl PapClient {
     }
 
     /// Polls a Device Sign-In for `session` until approved, denied or expired, honouring
-    /// `interval` and `slow_down` (RFC 8628 §3.5). On success the Session is signed in.
+    /// `interval` and `slow_down` (RFC 8628 §3.5: every later wait 5 s longer). On success the
+    /// Session is signed in. Past `expires_in` it answers `expired_token` without polling again.
     pub async fn device_wait(
         &self,
         company: &Company,
@@ -328,7 +358,7 @@ impl PapClient {
         let mut interval = device.interval;
         let deadline = self.clock.now().plus(i64::try_from(device.expires_in).unwrap_or(600));
         loop {
-            tokio::time::sleep(Duration::from_secs(interval)).await;
+            self.pause.pause(Duration::from_secs(interval)).await;
             if self.clock.now() >= deadline {
                 return Err(ClientError::Protocol {
                     status: 400,

@@ -29,7 +29,8 @@ pub use browser::{
     StandaloneChromium, TestNetwork, click_and_land, is_default_profile, pin_served_leaf, probe_profile, spki_pin,
 };
 pub use client::{
-    ClientConfig, ClientError, Company, DeviceAuthorization, PapClient, SecretToken, Session, new_pairwise_user,
+    ClientConfig, ClientError, Company, DeviceAuthorization, PapClient, Pause, SecretToken, Session, TokioPause,
+    new_pairwise_user,
 };
 pub use consent::ledger::{Actor, Broken, Derived, Entry, Ledger, LedgerError, Summary};
 pub use consent::{

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use pap_shared::{SystemClock, SystemRng};
+use pap_shared::{Clock, SystemClock, SystemRng};
 
 use crate::client::{HttpClientResolver, ResolverConfig};
 use crate::dev_certs::DevCerts;
@@ -33,6 +33,17 @@ impl LocalCompany {
         agents: HashMap<String, SocketAddr>,
         wrap: impl FnOnce(Router) -> Router,
     ) -> Result<Self, LocalCompanyError> {
+        Self::start_with_clock(config, certs, agents, Arc::new(SystemClock), wrap).await
+    }
+
+    /// [`Self::start`] on `clock` (tests share one with the agent to step time exactly).
+    pub async fn start_with_clock(
+        config: CompanyConfig,
+        certs: &DevCerts,
+        agents: HashMap<String, SocketAddr>,
+        clock: Arc<dyn Clock>,
+        wrap: impl FnOnce(Router) -> Router,
+    ) -> Result<Self, LocalCompanyError> {
         let ca = std::fs::read(&certs.ca).map_err(LocalCompanyError::Io)?;
         let mut extra_roots = Vec::new();
         for cert in rustls_pemfile::certs(&mut &ca[..]) {
@@ -43,7 +54,6 @@ impl LocalCompany {
             overrides: agents,
             ..ResolverConfig::default()
         };
-        let clock = Arc::new(SystemClock);
         let clients = HttpClientResolver::new(resolver, clock.clone()).map_err(|_| LocalCompanyError::Client)?;
         let company = ReferenceCompany::new(config, clock, Arc::new(SystemRng), Arc::new(clients));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

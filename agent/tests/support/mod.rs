@@ -150,17 +150,21 @@ pub async fn approve_on_device_page(
 /// The agent's PAP client for the company `domain` served at `addr`, trusting the stage's CA,
 /// and the company discovered.
 pub async fn client_for(stage: &Stage, domain: &str, addr: SocketAddr) -> (PapClient, pap_agent::Company) {
+    client_on(stage, domain, addr, Arc::new(SystemClock)).await
+}
+
+/// [`client_for`] on `clock`.
+pub async fn client_on(
+    stage: &Stage,
+    domain: &str,
+    addr: SocketAddr,
+    clock: Arc<dyn pap_shared::Clock>,
+) -> (PapClient, pap_agent::Company) {
     let config = ClientConfig {
         extra_roots: vec![stage.ca_der.clone()],
         connect: [(domain.to_owned(), addr)].into(),
     };
-    let client = PapClient::new(
-        stage.identity.clone(),
-        &config,
-        Arc::new(SystemClock),
-        Arc::new(SystemRng),
-    )
-    .unwrap();
+    let client = PapClient::new(stage.identity.clone(), &config, clock, Arc::new(SystemRng)).unwrap();
     let company = client
         .discover(&CompanyDomain::try_from(domain).unwrap())
         .await
@@ -309,6 +313,15 @@ pub async fn story(stage: &Stage, target: &Target, logs: &Captured) {
 /// Our reference company in process over TLS on 127.0.0.1, reaching the stage's agent documents
 /// through its test allow-list.
 pub async fn start_reference_company(stage: &Stage) -> (pap_company::ReferenceCompany, SocketAddr) {
+    start_reference_company_on(stage, Arc::new(SystemClock), |router| router).await
+}
+
+/// [`start_reference_company`] on `clock`, with `wrap`'s layers in front of its router.
+pub async fn start_reference_company_on(
+    stage: &Stage,
+    clock: Arc<dyn pap_shared::Clock>,
+    wrap: impl FnOnce(axum::Router) -> axum::Router,
+) -> (pap_company::ReferenceCompany, SocketAddr) {
     let config = pap_company::CompanyConfig::parse(include_str!("../../../company/shop.example.toml")).unwrap();
     let certs = pap_company::DevCerts {
         ca: stage.ca_pem.clone(),
@@ -316,7 +329,7 @@ pub async fn start_reference_company(stage: &Stage) -> (pap_company::ReferenceCo
         key: stage.key.clone(),
     };
     let agents = [("atlas.example".to_owned(), stage.documents_addr)].into();
-    let local = pap_company::LocalCompany::start(config, &certs, agents, |router| router)
+    let local = pap_company::LocalCompany::start_with_clock(config, &certs, agents, clock, wrap)
         .await
         .unwrap();
     (local.company, local.addr)
