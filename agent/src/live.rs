@@ -94,8 +94,31 @@ async fn inject_storage(browser: &Browser, origin: &crate::consent::StorageOrigi
         Ok(())
     }
     .await;
-    let _ = tokio::time::timeout(STEP, page.close()).await;
+    close_tab(browser, page).await;
     result
+}
+
+/// Closes `page` and returns once Chromium reports its target destroyed (at most [`STEP`]):
+/// `Page.close` is answered before the tab is gone, and a revoke listing tabs right after an
+/// injection would otherwise find this one still closing.
+async fn close_tab(browser: &Browser, page: chromiumoxide::Page) {
+    use chromiumoxide::cdp::browser_protocol::target::EventTargetDestroyed;
+    let id = page.target_id().clone();
+    // Listening before the close, so the event cannot pass unseen.
+    let destroyed = browser.event_listener::<EventTargetDestroyed>().await;
+    if tokio::time::timeout(STEP, page.close()).await.is_err() {
+        return;
+    }
+    if let Ok(mut destroyed) = destroyed {
+        let _ = tokio::time::timeout(STEP, async {
+            while let Some(event) = destroyed.next().await {
+                if event.target_id == id {
+                    break;
+                }
+            }
+        })
+        .await;
+    }
 }
 
 async fn inject_cookies(browser: &Browser, injection: &Injection) -> Result<usize, String> {
@@ -203,11 +226,28 @@ pub(crate) async fn forget(browser: &Browser, scope: Scope<'_>) -> Result<Forgot
     }
     let mut closed = 0;
     for target in &closing {
-        tokio::time::timeout(STEP, browser.execute(CloseTargetParams::new(target.target_id.clone())))
+        let closing = tokio::time::timeout(STEP, browser.execute(CloseTargetParams::new(target.target_id.clone())))
             .await
-            .map_err(timed("closing a tab"))?
-            .map_err(cdp("closing a tab"))?;
-        closed += 1;
+            .map_err(timed("closing a tab"))?;
+        match closing {
+            Ok(_) => closed += 1,
+            // A tab may close on its own between the listing and here (Chromium then answers
+            // "No target with given id found"): gone is what the revoke wants. Any other
+            // failure, or the tab still listed, is an error.
+            Err(error) => {
+                let still_open = tokio::time::timeout(STEP, browser.execute(GetTargetsParams::default()))
+                    .await
+                    .map_err(timed("listing tabs"))?
+                    .map_err(cdp("listing tabs"))?
+                    .result
+                    .target_infos
+                    .iter()
+                    .any(|t| t.target_id == target.target_id);
+                if still_open {
+                    return Err(cdp("closing a tab")(error));
+                }
+            }
+        }
     }
     // The blank tab stays only when it is the last one.
     if pages.len() > closing.len() {
