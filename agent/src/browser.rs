@@ -373,6 +373,14 @@ impl ControlledBrowser {
         Ok(cookies.into_iter().map(|c| (c.name, c.domain)).collect())
     }
 
+    /// The keys of `origin`'s local storage (`https://host[:port]`): never their values. Read in a
+    /// blank document of the origin that the browser answers itself, closed again.
+    pub async fn local_storage_keys(&self, origin: &str) -> Result<Vec<String>, BrowserError> {
+        crate::live::local_storage_keys(&self.browser, origin)
+            .await
+            .map_err(BrowserError::Cdp)
+    }
+
     /// The URLs of the browser's tabs.
     pub async fn tab_urls(&self) -> Result<Vec<String>, BrowserError> {
         use chromiumoxide::cdp::browser_protocol::target::GetTargetsParams;

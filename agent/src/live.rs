@@ -32,51 +32,12 @@ pub(crate) async fn inject(browser: &Browser, injection: &Injection) -> Result<u
     Ok(count)
 }
 
-/// Local storage lives with a document of its origin, so one is made for it: a blank tab whose
-/// request for the origin is answered in the browser itself (CDP `Fetch`, an empty 200 page;
-/// nothing reaches the network), the items set there, the tab closed.
+/// Local storage lives with a document of its origin, so one is made for it
+/// ([`origin_document`]), the items set there, the tab closed.
 async fn inject_storage(browser: &Browser, origin: &crate::consent::StorageOrigin) -> Result<(), String> {
-    use chromiumoxide::cdp::browser_protocol::fetch::{
-        DisableParams, EnableParams, EventRequestPaused, FulfillRequestParams, HeaderEntry, RequestPattern,
-        RequestStage,
-    };
     let failed = |what: &str| format!("putting granted storage into {}: {what}", origin.origin);
-    let page = tokio::time::timeout(STEP, browser.new_page("about:blank"))
-        .await
-        .map_err(|_| failed("no blank tab"))?
-        .map_err(|e| failed(&scrub(&e.to_string())))?;
+    let page = origin_document(browser, &origin.origin).await.map_err(|e| failed(&e))?;
     let result = async {
-        let pattern = RequestPattern {
-            url_pattern: Some(format!("{}/*", origin.origin)),
-            resource_type: None,
-            request_stage: Some(RequestStage::Request),
-        };
-        page.execute(EnableParams {
-            patterns: Some(vec![pattern]),
-            handle_auth_requests: None,
-        })
-        .await
-        .map_err(|e| failed(&scrub(&e.to_string())))?;
-        let mut paused = page
-            .event_listener::<EventRequestPaused>()
-            .await
-            .map_err(|e| failed(&scrub(&e.to_string())))?;
-        let answer = async {
-            if let Some(event) = paused.next().await {
-                let mut reply = FulfillRequestParams::new(event.request_id.clone(), 200);
-                reply.response_headers = Some(vec![HeaderEntry::new("Content-Type", "text/html")]);
-                page.execute(reply).await.map(|_| ()).map_err(|e| scrub(&e.to_string()))
-            } else {
-                Err("the tab closed".to_owned())
-            }
-        };
-        let (loaded, answered) = tokio::time::timeout(STEP, async {
-            tokio::join!(page.goto(format!("{}/", origin.origin)), answer)
-        })
-        .await
-        .map_err(|_| failed("the origin's blank document did not load"))?;
-        answered.map_err(|e| failed(&e))?;
-        loaded.map_err(|e| failed(&scrub(&e.to_string())))?;
         // The values travel inside the script as JSON string literals, never in a URL.
         let mut script = String::from("(() => {");
         for item in &origin.local_storage {
@@ -88,14 +49,86 @@ async fn inject_storage(browser: &Browser, origin: &crate::consent::StorageOrigi
         page.evaluate(script)
             .await
             .map_err(|e| failed(&scrub(&e.to_string())))?;
-        page.execute(DisableParams::default())
-            .await
-            .map_err(|e| failed(&scrub(&e.to_string())))?;
         Ok(())
     }
     .await;
     close_tab(browser, page).await;
     result
+}
+
+/// The keys (never the values) of `origin`'s local storage, read in a document of the origin
+/// ([`origin_document`]) that is closed again.
+pub(crate) async fn local_storage_keys(browser: &Browser, origin: &str) -> Result<Vec<String>, String> {
+    let failed = |what: &str| format!("reading the storage keys of {origin}: {what}");
+    let page = origin_document(browser, origin).await.map_err(|e| failed(&e))?;
+    let keys = page
+        .evaluate("Object.keys(localStorage)")
+        .await
+        .map_err(|e| failed(&scrub(&e.to_string())))
+        .and_then(|keys| {
+            keys.into_value::<Vec<String>>()
+                .map_err(|_| failed("not a list of keys"))
+        });
+    close_tab(browser, page).await;
+    keys
+}
+
+/// A new tab showing a blank document of `origin`: its request is answered in the browser
+/// itself (CDP `Fetch`, an empty 200 page; nothing reaches the network), and interception is
+/// off again when it returns. Close it with [`close_tab`].
+async fn origin_document(browser: &Browser, origin: &str) -> Result<chromiumoxide::Page, String> {
+    use chromiumoxide::cdp::browser_protocol::fetch::{
+        DisableParams, EnableParams, EventRequestPaused, FulfillRequestParams, HeaderEntry, RequestPattern,
+        RequestStage,
+    };
+    let page = tokio::time::timeout(STEP, browser.new_page("about:blank"))
+        .await
+        .map_err(|_| "no blank tab".to_owned())?
+        .map_err(|e| scrub(&e.to_string()))?;
+    let loaded = async {
+        let pattern = RequestPattern {
+            url_pattern: Some(format!("{origin}/*")),
+            resource_type: None,
+            request_stage: Some(RequestStage::Request),
+        };
+        page.execute(EnableParams {
+            patterns: Some(vec![pattern]),
+            handle_auth_requests: None,
+        })
+        .await
+        .map_err(|e| scrub(&e.to_string()))?;
+        let mut paused = page
+            .event_listener::<EventRequestPaused>()
+            .await
+            .map_err(|e| scrub(&e.to_string()))?;
+        let answer = async {
+            if let Some(event) = paused.next().await {
+                let mut reply = FulfillRequestParams::new(event.request_id.clone(), 200);
+                reply.response_headers = Some(vec![HeaderEntry::new("Content-Type", "text/html")]);
+                page.execute(reply).await.map(|_| ()).map_err(|e| scrub(&e.to_string()))
+            } else {
+                Err("the tab closed".to_owned())
+            }
+        };
+        let (loaded, answered) =
+            tokio::time::timeout(STEP, async { tokio::join!(page.goto(format!("{origin}/")), answer) })
+                .await
+                .map_err(|_| "the origin's blank document did not load".to_owned())?;
+        answered?;
+        loaded.map_err(|e| scrub(&e.to_string()))?;
+        page.execute(DisableParams::default())
+            .await
+            .map_err(|e| scrub(&e.to_string()))?;
+        Ok(())
+    }
+    .await;
+    match loaded {
+        Ok(()) => Ok(page),
+        Err(error) => {
+            close_tab(browser, page).await;
+            Err(error)
+        }
+    }
 }
 
 /// Closes `page` and returns once Chromium reports its target destroyed (at most [`STEP`]):
@@ -160,7 +193,7 @@ async fn inject_cookies(browser: &Browser, injection: &Injection) -> Result<usiz
 /// (`Storage.clearDataForOrigin`), and the tabs on those hosts (`Target.closeTarget`). The work
 /// happens from a blank tab, which stays only when every other tab was closed, so the browser
 /// outlives the revoke.
-pub(crate) async fn forget(browser: &Browser, scope: Scope<'_>) -> Result<Forgotten, String> {
+pub(crate) async fn forget(browser: &Browser, scope: Scope<'_>, granted: &[String]) -> Result<Forgotten, String> {
     let cdp =
         |what: &'static str| move |e: chromiumoxide::error::CdpError| format!("{what}: {}", scrub(&e.to_string()));
     let timed = |what: &'static str| move |_| format!("{what}: no answer in {} s", STEP.as_secs());
@@ -178,6 +211,7 @@ pub(crate) async fn forget(browser: &Browser, scope: Scope<'_>) -> Result<Forgot
     };
     let pages: Vec<_> = targets.iter().filter(|t| t.r#type == "page").collect();
     let closing: Vec<_> = pages.iter().filter(|t| in_scope(&t.url)).collect();
+    let tab_urls: Vec<&str> = closing.iter().map(|t| t.url.as_str()).collect();
     let mut hosts: Vec<String> = closing
         .iter()
         .filter_map(|t| url::Url::parse(&t.url).ok()?.host_str().map(str::to_owned))
@@ -209,20 +243,13 @@ pub(crate) async fn forget(browser: &Browser, scope: Scope<'_>) -> Result<Forgot
     if let Scope::Domains(domains) = scope {
         hosts.extend(domains.iter().map(|d| d.as_str().to_owned()));
     }
-    hosts.sort();
-    hosts.dedup();
     // Through the tab's session: at the browser target Chromium answers this with an internal
     // error and clears nothing.
-    for host in &hosts {
-        for scheme in ["https", "http"] {
-            tokio::time::timeout(
-                STEP,
-                helper.execute(ClearDataForOriginParams::new(format!("{scheme}://{host}"), "all")),
-            )
+    for origin in storage_origins(&hosts, &tab_urls, granted) {
+        tokio::time::timeout(STEP, helper.execute(ClearDataForOriginParams::new(origin, "all")))
             .await
             .map_err(timed("clearing storage"))?
             .map_err(cdp("clearing storage"))?;
-        }
     }
     let mut closed = 0;
     for target in &closing {
@@ -259,6 +286,24 @@ pub(crate) async fn forget(browser: &Browser, scope: Scope<'_>) -> Result<Forgot
     })
 }
 
+/// The origins whose storage a revoke clears: `https://` and `http://` on the default ports for
+/// every host involved, each closing tab's own origin (its port included), and the granted
+/// material's origins in scope. Sorted, each once.
+fn storage_origins(hosts: &[String], tab_urls: &[&str], granted: &[String]) -> Vec<String> {
+    let mut origins: Vec<String> = hosts
+        .iter()
+        .flat_map(|host| [format!("https://{host}"), format!("http://{host}")])
+        .collect();
+    origins.extend(tab_urls.iter().filter_map(|url| {
+        let origin = url::Url::parse(url).ok()?.origin();
+        origin.is_tuple().then(|| origin.ascii_serialization())
+    }));
+    origins.extend(granted.iter().cloned());
+    origins.sort();
+    origins.dedup();
+    origins
+}
+
 /// CDP error text may quote what was sent; a cookie value never crosses the host boundary (C9):
 /// only the text before the first quote or bracket, at most 200 characters.
 pub(crate) fn scrub(text: &str) -> String {
@@ -271,10 +316,10 @@ pub(crate) fn scrub(text: &str) -> String {
 
 #[async_trait]
 impl LiveInstances for BrowserHost {
-    async fn forget(&self, scope: Scope<'_>) -> Result<Forgotten, String> {
+    async fn forget(&self, scope: Scope<'_>, origins: &[String]) -> Result<Forgotten, String> {
         let mut total = Forgotten::default();
         for browser in self.running().await {
-            total += forget(browser.cdp(), scope).await?;
+            total += forget(browser.cdp(), scope, origins).await?;
         }
         Ok(total)
     }
@@ -357,10 +402,10 @@ impl std::ops::AddAssign for Forgotten {
 
 #[async_trait]
 impl LiveInstances for LiveProfiles {
-    async fn forget(&self, scope: Scope<'_>) -> Result<Forgotten, String> {
+    async fn forget(&self, scope: Scope<'_>, origins: &[String]) -> Result<Forgotten, String> {
         let mut total = Forgotten::default();
         for connected in self.connect().await {
-            total += forget(&connected.browser, scope).await?;
+            total += forget(&connected.browser, scope, origins).await?;
         }
         Ok(total)
     }
@@ -371,5 +416,30 @@ impl LiveInstances for LiveProfiles {
             total += inject(&connected.browser, injection).await?;
         }
         Ok(total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::storage_origins;
+
+    #[test]
+    fn storage_origins_cover_default_ports_tab_ports_and_granted_origins_once_each() {
+        let hosts = ["shop.example".to_owned(), "shop.example".to_owned()];
+        let tabs = [
+            "https://shop.example:8443/orders?x=1",
+            "https://shop.example/operations/op_1",
+            "about:blank",
+        ];
+        let granted = ["https://www.shop.example:9443".to_owned()];
+        assert_eq!(
+            storage_origins(&hosts, &tabs, &granted),
+            [
+                "http://shop.example",
+                "https://shop.example",
+                "https://shop.example:8443",
+                "https://www.shop.example:9443",
+            ]
+        );
     }
 }

@@ -53,6 +53,8 @@ async fn revoke_deletes_the_cookies_closes_the_tabs_and_the_company_refuses_the_
             ],
             "origins": [
                 {"origin": "https://shop.example", "localStorage": [{"name": "token", "value": planted}]},
+                // On another port: no tab shows it and the scope's host names do not say it.
+                {"origin": "https://shop.example:8443", "localStorage": [{"name": "token", "value": planted}]},
                 {"origin": "https://other.example", "localStorage": [{"name": "token", "value": planted}]}
             ]
         })
@@ -158,6 +160,11 @@ async fn revoke_deletes_the_cookies_closes_the_tabs_and_the_company_refuses_the_
     )
     .unwrap();
     assert_eq!(stored["value"], "[granted value redacted]");
+    assert_eq!(
+        browser.local_storage_keys("https://shop.example:8443").await.unwrap(),
+        ["token"],
+        "the storage of the granted origin on port 8443 went in"
+    );
 
     // The agent lists, refreshes within the grant, and is refused a widening (recorded).
     let listed = record(tools.call("browser.profile.list", &json!({})).await).unwrap();
@@ -218,6 +225,14 @@ async fn revoke_deletes_the_cookies_closes_the_tabs_and_the_company_refuses_the_
         storage.value().is_none_or(Value::is_null),
         "the granted storage is gone: {:?}",
         storage.value()
+    );
+    assert!(
+        browser
+            .local_storage_keys("https://shop.example:8443")
+            .await
+            .unwrap()
+            .is_empty(),
+        "the granted storage on port 8443 is gone"
     );
     // And a second join is refused before anything is signed.
     assert_eq!(

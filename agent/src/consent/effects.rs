@@ -62,8 +62,9 @@ impl RemoteOutcome {
 #[async_trait]
 pub trait LiveInstances: Send + Sync {
     /// Deletes the cookies and storage `scope` covers from every running instance and closes
-    /// the tabs showing it.
-    async fn forget(&self, scope: Scope<'_>) -> Result<Forgotten, String>;
+    /// the tabs showing it. `origins` are the storage origins the grant's material held in scope
+    /// (`https://host:port`): cleared too, as a port is not in the scope's host names.
+    async fn forget(&self, scope: Scope<'_>, origins: &[String]) -> Result<Forgotten, String>;
     /// Puts granted material into the running instances (C1); how many cookies went in.
     async fn inject(&self, injection: &Injection) -> Result<usize, String>;
     /// Asks remote provider `provider_id` to end its session for the grant.
@@ -79,7 +80,7 @@ pub struct NoInstances;
 
 #[async_trait]
 impl LiveInstances for NoInstances {
-    async fn forget(&self, _scope: Scope<'_>) -> Result<Forgotten, String> {
+    async fn forget(&self, _scope: Scope<'_>, _origins: &[String]) -> Result<Forgotten, String> {
         Ok(Forgotten::default())
     }
 

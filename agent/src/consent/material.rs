@@ -114,6 +114,15 @@ impl Material {
             .retain(|o| origin_host(&o.origin).is_some_and(|h| covers(&h)));
     }
 
+    /// The origins of its local storage whose host `covers` accepts, as written (port included).
+    pub(crate) fn origins_where(&self, covers: impl Fn(&str) -> bool) -> Vec<String> {
+        self.origins
+            .iter()
+            .filter(|o| origin_host(&o.origin).is_some_and(|h| covers(&h)))
+            .map(|o| o.origin.clone())
+            .collect()
+    }
+
     /// Puts `fresh` in place of what `scope` covers, keeping the rest.
     pub(crate) fn replace(&mut self, fresh: Material, scope: impl Fn(&str) -> bool) {
         self.retain(|host| !scope(host));

@@ -350,7 +350,7 @@ impl ConsentHost {
         domains: Option<&[String]>,
         live: &dyn LiveInstances,
     ) -> Result<Revoked, ConsentError> {
-        let (scope, grant, whole, local_deleted) = {
+        let (scope, grant, whole, local_deleted, origins) = {
             let _lock = self.lock()?;
             let grants = self.load()?;
             let revoked_devices = self.revoked_devices()?;
@@ -393,21 +393,30 @@ impl ConsentHost {
             } else {
                 grant.domains = Some(remaining);
             }
-            let local_deleted = if whole {
-                self.store.delete(grant_id)?
+            // The storage origins the material held in scope, ports included, go to the live
+            // instances with the scope.
+            let (local_deleted, origins) = if whole {
+                // A grant without material (a native login) has nothing to load.
+                let origins = self
+                    .store
+                    .load(grant_id)
+                    .map(|stored| stored.origins_where(|_| true))
+                    .unwrap_or_default();
+                (self.store.delete(grant_id)?, origins)
             } else {
                 let mut stored = self.store.load(grant_id)?;
                 let before = stored.cookies.len() + stored.origins.len();
                 let asked = scope.clone().unwrap_or_default();
+                let origins = stored.origins_where(|host| asked.iter().any(|d| d.covers(host)));
                 stored.retain(|host| !asked.iter().any(|d| d.covers(host)));
                 let deleted = before != stored.cookies.len() + stored.origins.len();
                 grant.cookie_count = stored.cookie_count();
                 self.store.save(self.rng.as_ref(), grant_id, &stored)?;
-                deleted
+                (deleted, origins)
             };
             let snapshot = grant.clone();
             self.save(&grants)?;
-            (scope, snapshot, whole, local_deleted)
+            (scope, snapshot, whole, local_deleted, origins)
         };
         let full = grant.full_profile == Some(true);
         let live_scope: Vec<GrantDomain> = match &scope {
@@ -415,11 +424,14 @@ impl ConsentHost {
             None => grant.domains.clone().unwrap_or_default(),
         };
         let forgotten = live
-            .forget(if full && whole {
-                Scope::Everything
-            } else {
-                Scope::Domains(&live_scope)
-            })
+            .forget(
+                if full && whole {
+                    Scope::Everything
+                } else {
+                    Scope::Domains(&live_scope)
+                },
+                &origins,
+            )
             .await;
         let mut remote = "not-applicable";
         for sink in &grant.sinks {

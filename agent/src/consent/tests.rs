@@ -25,16 +25,18 @@ impl Clock for TestClock {
 #[derive(Default)]
 struct Live {
     forgotten: Mutex<Vec<String>>,
+    origins: Mutex<Vec<Vec<String>>>,
 }
 
 #[async_trait]
 impl LiveInstances for Live {
-    async fn forget(&self, scope: Scope<'_>) -> Result<Forgotten, String> {
+    async fn forget(&self, scope: Scope<'_>, origins: &[String]) -> Result<Forgotten, String> {
         let label = match scope {
             Scope::Domains(d) => names(d).join(","),
             Scope::Everything => "*".into(),
         };
         self.forgotten.lock().unwrap().push(label);
+        self.origins.lock().unwrap().push(origins.to_vec());
         Ok(Forgotten { cookies: 1, tabs: 1 })
     }
 
@@ -187,6 +189,43 @@ fn an_agent_refreshes_within_its_grant_and_every_widening_is_denied_and_recorded
     let after = &f.host.list(&agent).unwrap()[0];
     assert_eq!(after.domains, grant.domains, "nothing widened");
     assert_eq!(after.source, grant.source);
+}
+
+#[tokio::test]
+async fn revoke_hands_live_instances_the_material_storage_origins_in_scope_ports_included() {
+    let f = fixture("revoke-origins");
+    let item = r#"[{"name":"k","value":"CANARY-STORED"}]"#;
+    std::fs::write(
+        &f.source,
+        format!(
+            r#"{{"cookies":[],"origins":[
+                {{"origin":"https://shop.example:8443","localStorage":{item}}},
+                {{"origin":"https://www.shop.example","localStorage":{item}}},
+                {{"origin":"https://tracker.example","localStorage":{item}}}]}}"#
+        ),
+    )
+    .unwrap();
+    let grant = f
+        .host
+        .grant(&operator(), request(&f, &["shop.example", "tracker.example"]))
+        .unwrap();
+    let live = Live::default();
+    let agent = Caller::local_agent();
+    f.host
+        .revoke(&agent, &grant.id, Some(&["tracker.example".to_owned()]), &live)
+        .await
+        .unwrap();
+    f.host.revoke(&agent, &grant.id, None, &live).await.unwrap();
+    assert_eq!(
+        *live.origins.lock().unwrap(),
+        [
+            vec!["https://tracker.example".to_owned()],
+            vec![
+                "https://shop.example:8443".to_owned(),
+                "https://www.shop.example".to_owned()
+            ],
+        ]
+    );
 }
 
 #[tokio::test]

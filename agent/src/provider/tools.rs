@@ -643,7 +643,7 @@ impl ToolHost {
 /// handles of closed tabs go with them.
 #[async_trait::async_trait]
 impl LiveInstances for ToolHost {
-    async fn forget(&self, scope: Scope<'_>) -> Result<Forgotten, String> {
+    async fn forget(&self, scope: Scope<'_>, origins: &[String]) -> Result<Forgotten, String> {
         let mut closing = Vec::new();
         for (id, target) in self.targets.lock().await.iter() {
             let url = target.page.url().await.ok().flatten().unwrap_or_default();
@@ -652,7 +652,7 @@ impl LiveInstances for ToolHost {
                 closing.push(id.clone());
             }
         }
-        let forgotten = LiveInstances::forget(&self.host, scope).await?;
+        let forgotten = LiveInstances::forget(&self.host, scope, origins).await?;
         let mut targets = self.targets.lock().await;
         for id in closing {
             targets.remove(&id);

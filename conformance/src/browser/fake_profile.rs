@@ -34,7 +34,7 @@ fn host_of(url: &str) -> Option<String> {
 
 #[async_trait]
 impl LiveInstances for Instance {
-    async fn forget(&self, scope: Scope<'_>) -> Result<Forgotten, String> {
+    async fn forget(&self, scope: Scope<'_>, _origins: &[String]) -> Result<Forgotten, String> {
         let mut cookies = lock(&self.cookies);
         let before = cookies.len();
         cookies.retain(|(_, domain)| !scope.covers(domain.trim_start_matches('.')));
