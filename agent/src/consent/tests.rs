@@ -11,7 +11,10 @@ const STATE: &str = r#"{"cookies":[
     {"name":"sid","value":"CANARY-COOKIE-VALUE","domain":".shop.example","path":"/","httpOnly":true,"secure":true,"sameSite":"Lax"},
     {"name":"pref","value":"CANARY-PREF","domain":"www.shop.example","path":"/"},
     {"name":"t","value":"CANARY-TRACKER","domain":"tracker.example","path":"/"}],
-  "origins":[]}"#;
+  "origins":[
+    {"origin":"https://shop.example:8443","localStorage":[{"name":"k","value":"CANARY-STORED"}]},
+    {"origin":"https://www.shop.example","localStorage":[{"name":"k","value":"CANARY-STORED"}]},
+    {"origin":"https://tracker.example","localStorage":[{"name":"k","value":"CANARY-STORED"}]}]}"#;
 
 #[derive(Debug)]
 struct TestClock(AtomicI64);
@@ -192,43 +195,6 @@ fn an_agent_refreshes_within_its_grant_and_every_widening_is_denied_and_recorded
 }
 
 #[tokio::test]
-async fn revoke_hands_live_instances_the_material_storage_origins_in_scope_ports_included() {
-    let f = fixture("revoke-origins");
-    let item = r#"[{"name":"k","value":"CANARY-STORED"}]"#;
-    std::fs::write(
-        &f.source,
-        format!(
-            r#"{{"cookies":[],"origins":[
-                {{"origin":"https://shop.example:8443","localStorage":{item}}},
-                {{"origin":"https://www.shop.example","localStorage":{item}}},
-                {{"origin":"https://tracker.example","localStorage":{item}}}]}}"#
-        ),
-    )
-    .unwrap();
-    let grant = f
-        .host
-        .grant(&operator(), request(&f, &["shop.example", "tracker.example"]))
-        .unwrap();
-    let live = Live::default();
-    let agent = Caller::local_agent();
-    f.host
-        .revoke(&agent, &grant.id, Some(&["tracker.example".to_owned()]), &live)
-        .await
-        .unwrap();
-    f.host.revoke(&agent, &grant.id, None, &live).await.unwrap();
-    assert_eq!(
-        *live.origins.lock().unwrap(),
-        [
-            vec!["https://tracker.example".to_owned()],
-            vec![
-                "https://shop.example:8443".to_owned(),
-                "https://www.shop.example".to_owned()
-            ],
-        ]
-    );
-}
-
-#[tokio::test]
 async fn revoke_by_domain_narrows_and_whole_revoke_ends_with_both_outcomes_recorded() {
     let f = fixture("revoke");
     let grant = f
@@ -250,6 +216,17 @@ async fn revoke_by_domain_narrows_and_whole_revoke_ends_with_both_outcomes_recor
     let whole = f.host.revoke(&agent, &grant.id, None, &live).await.unwrap();
     assert!(whole.grant.revoked_at.is_some());
     assert_eq!(*live.forgotten.lock().unwrap(), ["tracker.example", "shop.example"]);
+    // The material's storage origins in each scope reach the live instances, ports included.
+    assert_eq!(
+        *live.origins.lock().unwrap(),
+        [
+            vec!["https://tracker.example".to_owned()],
+            vec![
+                "https://shop.example:8443".to_owned(),
+                "https://www.shop.example".to_owned()
+            ],
+        ]
+    );
     let error = f.host.permit_join(&agent, "shop.example").unwrap_err();
     let tool = error.to_tool_error();
     assert_eq!(tool.code, ToolErrorCode::ConsentRequired);
