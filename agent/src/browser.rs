@@ -446,7 +446,17 @@ impl ControlledBrowser {
         if self.was_already_running {
             return Ok(());
         }
-        remove_profile(&self.user_data_dir)
+        // The main process has ended; its children (network service, zygotes, renderers) may
+        // not have yet, and one writing into the profile would make the removal fail. The sweep
+        // ends what is left of this instance, then removes the profile.
+        let scope = SweepScope::Instance {
+            instance: self.instance.clone(),
+            user_data_dir: self.user_data_dir.clone(),
+        };
+        sweep(&ProcTable, &scope, grace)
+            .await
+            .map(|_| ())
+            .map_err(BrowserError::Profile)
     }
 }
 
@@ -669,14 +679,6 @@ fn default_profiles(home: &Path, xdg_config: Option<&Path>) -> Vec<PathBuf> {
         home.join(".var/app/com.google.Chrome/config/google-chrome"),
     ]);
     out
-}
-
-fn remove_profile(dir: &Path) -> Result<(), BrowserError> {
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(BrowserError::Profile(e)),
-    }
 }
 
 /// What every Chromium the agent runs or has an operator run gets: headless, no first-run or
