@@ -34,6 +34,10 @@ use crate::provider::processes::{ProcTable, SweepScope, end_processes, sweep};
 use crate::provider::supervisor::{Health, Policy, Record as SupervisorRecord, Supervisor};
 use crate::state::private_dir;
 
+/// The directory under the state directory that the agent's browsers get as their
+/// `CHROME_CONFIG_HOME` (where Chromium's crash handler keeps its database).
+pub const CHROMIUM_HOME: &str = "chromium-home";
+
 /// Where Debian's Chromium binary is (the `/usr/bin/chromium` wrapper adds its own flags).
 pub const CHROMIUM: &str = "/usr/lib/chromium/chromium";
 
@@ -187,10 +191,17 @@ impl ControlledBrowser {
             std::fs::remove_dir_all(&user_data_dir).map_err(LaunchError::Profile)?;
         }
         private_dir(&user_data_dir).map_err(LaunchError::Profile)?;
+        let chromium_home = private_dir(&config.state_dir.join(CHROMIUM_HOME)).map_err(LaunchError::Profile)?;
         progress("starting Chromium");
         let mut command = Command::new(&config.executable);
         command
             .args(chromium_args(&user_data_dir, instance, &config.test_network))
+            // Chromium's crash handler keeps its database (minidumps: browser memory, cookies
+            // included) under the config home, by default the user's own `~/.config/chromium`;
+            // no switch turns the handler off. The agent's browsers keep theirs in the state
+            // directory, 0700, outside `browsers/` so no profile sweep removes it under a
+            // running handler.
+            .env("CHROME_CONFIG_HOME", &chromium_home)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

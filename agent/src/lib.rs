@@ -25,8 +25,9 @@ mod wallet;
 
 // The public interface is:
 pub use browser::{
-    BrowserError, BrowserHost, CHROMIUM, ChromiumConfig, ControlledBrowser, HOST_MARKER, LaunchError, ORPHAN_MARKER,
-    StandaloneChromium, TestNetwork, click_and_land, is_default_profile, pin_served_leaf, probe_profile, spki_pin,
+    BrowserError, BrowserHost, CHROMIUM, CHROMIUM_HOME, ChromiumConfig, ControlledBrowser, HOST_MARKER, LaunchError,
+    ORPHAN_MARKER, StandaloneChromium, TestNetwork, click_and_land, is_default_profile, pin_served_leaf, probe_profile,
+    spki_pin,
 };
 pub use client::{
     ClientConfig, ClientError, Company, DeviceAuthorization, PapClient, Pause, SecretToken, Session, TokioPause,

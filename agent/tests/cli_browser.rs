@@ -8,7 +8,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use pap_agent::{
-    BrowserHost, ChromiumConfig, InstanceState, LaunchError, Policy, ProcTable, ProcessInfo, ProcessTable,
+    BrowserHost, CHROMIUM_HOME, ChromiumConfig, InstanceState, LaunchError, Policy, ProcTable, ProcessInfo,
+    ProcessTable,
 };
 
 fn cli(state: &std::path::Path, args: &[&str]) -> String {
@@ -34,6 +35,21 @@ async fn status_shows_the_running_browser_and_stop_ends_it() {
         .await
         .unwrap();
     let pid = browser.pid().unwrap();
+    // Chromium's crash handler keeps its database in the agent's state directory, not in the
+    // user's ~/.config/chromium.
+    let database = format!(
+        "--database={}",
+        state.join(CHROMIUM_HOME).join("chromium/Crash Reports").display()
+    );
+    let processes = ProcTable.list().unwrap();
+    assert!(
+        processes.iter().any(|p| p.has_arg(&database)),
+        "no crash handler with {database}: {:?}",
+        processes
+            .iter()
+            .filter(|p| p.args.iter().any(|a| a.starts_with("--database=")))
+            .collect::<Vec<_>>()
+    );
     let status = cli(&state, &["browser", "status"]);
     let line = format!("probe\thealthy\tpid {pid}\tagent {} running\t", std::process::id());
     assert!(status.contains(&line), "{status}");
