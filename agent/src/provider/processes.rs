@@ -204,8 +204,8 @@ fn ours(process: &ProcessInfo, scope: &SweepScope, profiles: &HashSet<String>, a
 /// How many times a sweep looks again: a browser may start a child after the first listing.
 const SWEEP_ROUNDS: usize = 5;
 
-/// Ends the processes in `scope` (see [`end_processes`]), then removes the profiles in scope.
-/// Returns how many processes were ours.
+/// Ends the processes in `scope` (SIGTERM, up to `grace`, SIGKILL, then looks again for children
+/// started meanwhile), then removes the profiles in scope. Returns how many processes were ours.
 pub async fn sweep(table: &dyn ProcessTable, scope: &SweepScope, grace: Duration) -> io::Result<usize> {
     let (ended, dirs) = end(table, scope, grace).await?;
     // Every process of these profiles has ended (and none can write into them): a profile that
