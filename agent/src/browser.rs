@@ -422,7 +422,7 @@ impl ControlledBrowser {
     }
 
     /// Stops the browser: `Browser.close`, up to `grace` for the process to exit, then a kill,
-    /// then the profile removed. Safe to call twice, or on a browser that already died; pages
+    /// then its children swept and the profile removed. Safe to call twice, or on a browser that already died; pages
     /// still held elsewhere stop working.
     pub async fn stop(&self, grace: Duration) -> Result<(), BrowserError> {
         self.stop_with(grace, false).await
@@ -454,20 +454,21 @@ impl ControlledBrowser {
             }
         }
         self.handler.abort();
-        if self.was_already_running {
-            return Ok(());
-        }
         // The main process has ended; its children (network service, zygotes, renderers) may
         // not have yet, and one writing into the profile would make the removal fail. The sweep
-        // ends what is left of this instance, then removes the profile.
+        // ends what is left of this instance (found by marker or profile), then removes the
+        // profile. An attached browser carries no marker of ours: its processes are ended only
+        // when the operator forced its end, and its profile, which the host did not create, stays.
         let scope = SweepScope::Instance {
             instance: self.instance.clone(),
             user_data_dir: self.user_data_dir.clone(),
         };
-        sweep(&ProcTable, &scope, grace)
-            .await
-            .map(|_| ())
-            .map_err(BrowserError::Profile)
+        let ended = match (self.was_already_running, force) {
+            (true, false) => return Ok(()),
+            (true, true) => end_processes(&ProcTable, &scope, grace).await,
+            (false, _) => sweep(&ProcTable, &scope, grace).await,
+        };
+        ended.map(|_| ()).map_err(BrowserError::Profile)
     }
 }
 
@@ -1056,22 +1057,9 @@ impl BrowserHost {
         let Some(browser) = browser else { return Ok(()) };
         self.supervisor().stop(instance);
         let stopped = browser.stop_with(grace, force).await;
-        // An attached browser carries no marker of ours; its processes are ended (found by its
-        // profile directory) only when the operator forced its end, and its profile, which the
-        // host did not create, stays.
-        let scope = SweepScope::Instance {
-            instance: instance.to_owned(),
-            user_data_dir: browser.user_data_dir.clone(),
-        };
-        let swept = match (browser.was_already_running, force) {
-            (true, false) => Ok(0),
-            (true, true) => end_processes(&ProcTable, &scope, grace).await,
-            (false, _) => sweep(&ProcTable, &scope, grace).await,
-        }
-        .map_err(BrowserError::Profile);
         self.supervisor().gone(instance);
         self.keep_records();
-        stopped.and(swept.map(|_| ()))
+        stopped
     }
 }
 

@@ -64,6 +64,47 @@ fn consent(state: &std::path::Path) -> std::sync::Arc<pap_agent::ConsentHost> {
     )
 }
 
+/// `app` served on loopback HTTP and its `/` open in a launched Chromium behind a tool host.
+struct Served {
+    host: BrowserHost,
+    tools: std::sync::Arc<ToolHost>,
+    /// The instance's state directory.
+    state: PathBuf,
+    /// `http://127.0.0.1:PORT`.
+    base: String,
+    /// The tab showing `/`.
+    target: String,
+}
+
+async fn serve_and_open(app: axum::Router, instance: &str) -> Served {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(axum::serve(listener, app).into_future());
+    let state = std::env::temp_dir().join(format!("pap-tools-{instance}-{}", std::process::id()));
+    let host = BrowserHost::new();
+    let tools = ToolHost::new(
+        manifest(),
+        host.clone(),
+        ChromiumConfig::new(state.clone()),
+        instance,
+        consent(&state),
+    );
+    tools.launch().await.unwrap();
+    let target = ok(tools
+        .call("browser.navigate", &json!({"url": format!("{base}/")}))
+        .await)["target"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    Served {
+        host,
+        tools,
+        state,
+        base,
+        target,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn core_tools_errors_and_stale_handles_on_real_chromium() {
     let state = std::env::temp_dir().join(format!("pap-tools-{}", std::process::id()));
@@ -212,26 +253,13 @@ async fn interaction_and_network_tools_on_real_chromium() {
                 ([(axum::http::header::CONTENT_DISPOSITION, "attachment; filename=\"report.txt\"")], "quarterly numbers\n")
             }),
         );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(axum::serve(listener, app).into_future());
-
-    let state = std::env::temp_dir().join(format!("pap-tools-net-{}", std::process::id()));
-    let host = BrowserHost::new();
-    let tools = ToolHost::new(
-        manifest(),
-        host.clone(),
-        ChromiumConfig::new(state.clone()),
-        "net",
-        consent(&state),
-    );
-    tools.launch().await.unwrap();
-    let target = ok(tools
-        .call("browser.navigate", &json!({"url": format!("{base}/")}))
-        .await)["target"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let Served {
+        host,
+        tools,
+        state,
+        base,
+        target,
+    } = serve_and_open(app, "net").await;
 
     let filled = ok(tools
         .call(
@@ -367,26 +395,13 @@ async fn a_response_body_still_loading_is_retryable_not_missing() {
                 }
             }),
         );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(axum::serve(listener, app).into_future());
-
-    let state = std::env::temp_dir().join(format!("pap-tools-slow-{}", std::process::id()));
-    let host = BrowserHost::new();
-    let tools = ToolHost::new(
-        manifest(),
-        host.clone(),
-        ChromiumConfig::new(state.clone()),
-        "slow",
-        consent(&state),
-    );
-    tools.launch().await.unwrap();
-    let target = ok(tools
-        .call("browser.navigate", &json!({"url": format!("{base}/")}))
-        .await)["target"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let Served {
+        host,
+        tools,
+        state,
+        target,
+        ..
+    } = serve_and_open(app, "slow").await;
     // The response is logged once its headers arrive.
     let request_id = logged_request(&tools, &target, "/slow").await["requestId"].clone();
     let input = json!({"target": target, "requestId": request_id});
