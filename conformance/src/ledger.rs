@@ -73,6 +73,11 @@ impl Ledger {
             if rule.status != Status::Implemented && rule.open.is_none() {
                 problems.push(format!("{}: not implemented but says nothing of what is open", rule.id));
             }
+            for code in &rule.code {
+                if let Some(problem) = code_problem(root, code) {
+                    problems.push(format!("{}: {problem}", rule.id));
+                }
+            }
             for test in &rule.tests {
                 if let Some(case) = test.strip_prefix("pap-conformance:") {
                     if !crate::pap::CASES.iter().any(|c| c.id == case) {
@@ -105,6 +110,35 @@ impl Ledger {
         }
         problems
     }
+}
+
+/// What is wrong with a `code` entry (`FILE` or `FILE: NAME …`), if anything: the file must
+/// exist, and the first name after it must stand in it (a whole word), so a move or a rename
+/// that leaves the ledger behind is caught. Entries outside the repository (`../shared/…`) and
+/// free text are not checked.
+fn code_problem(root: &Path, code: &str) -> Option<String> {
+    let (file, named) = match code.split_once(": ") {
+        Some((file, named)) => (file, Some(named)),
+        None => (code, None),
+    };
+    if file.starts_with("..") || !file.contains('/') {
+        return None;
+    }
+    let Ok(source) = std::fs::read_to_string(root.join(file)) else {
+        return Some(format!("{file} does not exist"));
+    };
+    let name: String = named?
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    let whole_word = |at: usize| {
+        let before = source[..at].chars().next_back();
+        let after = source[at + name.len()..].chars().next();
+        let part = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        !part(before) && !part(after)
+    };
+    let found = name.is_empty() || source.match_indices(name.as_str()).any(|(at, _)| whole_word(at));
+    (!found).then(|| format!("{file} has no {name}"))
 }
 
 /// Why the ledger could not be read.

@@ -10,10 +10,8 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand, ValueEnum};
-use pap_agent::{
-    BrowserHost, ChromiumConfig, ClientConfig, Identity, PapClient, TestNetwork, TlsListener, documents_router,
-    pin_served_leaf,
-};
+use pap_agent::{ClientConfig, Identity, PapClient, TlsListener, documents_router, pin_served_leaf};
+use pap_browser::chromium::{BrowserHost, ChromiumConfig, TestNetwork};
 use pap_conformance::browser;
 use pap_conformance::pap::{self, Approver, Context, Scenario};
 use pap_shared::{CompanyDomain, SystemClock, SystemRng};
@@ -148,7 +146,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let base = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn,chromiumoxide::handler=off".into());
     tracing_subscriber::fmt()
-        .with_env_filter(pap_agent::log_filter(&base))
+        .with_env_filter(pap_browser::chromium::log_filter(&base))
         .with_writer(std::io::stderr)
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

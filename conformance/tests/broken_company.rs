@@ -13,7 +13,8 @@ use axum::extract::Request;
 use axum::middleware::{Next, from_fn};
 use axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
-use pap_agent::{BrowserHost, ChromiumConfig, ClientConfig, Identity, PapClient, TlsListener, documents_router};
+use pap_agent::{ClientConfig, Identity, PapClient, TlsListener, documents_router};
+use pap_browser::chromium::{BrowserHost, ChromiumConfig};
 use pap_company::{CompanyConfig, LocalCompany};
 use pap_conformance::pap::{self, Approver, Context, Outcome, Scenario};
 use pap_shared::{CompanyDomain, SystemClock, SystemRng};
@@ -64,7 +65,7 @@ async fn context_for(label: &str, wrap: impl FnOnce(Router) -> Router) -> Contex
         .await
         .unwrap();
     let roots = pap_agent::trust_roots(&[ca]).unwrap();
-    let http = pap_agent::plain_http_client(roots, &[("shop.example".to_owned(), addr)].into()).unwrap();
+    let http = pap_agent::testkit::plain_http_client(roots, &[("shop.example".to_owned(), addr)].into()).unwrap();
     let scenario = Scenario::parse(include_str!("../interop/shop.example.scenario.json")).unwrap();
     Context {
         client,

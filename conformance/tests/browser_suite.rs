@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use pap_agent::ChromiumConfig;
+use pap_browser::chromium::ChromiumConfig;
 use pap_conformance::browser::{self, ChromiumUnderTest, Defect, FakeProvider, HOOKS, Level};
 use pap_conformance::report::{Outcome, Report};
 
@@ -83,7 +83,8 @@ async fn our_attach_provider_passes_every_level_it_claims_and_leaves_a_foreign_i
     let state = std::env::temp_dir().join(format!("pap-browser-suite-attach-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&state);
     std::fs::create_dir_all(&state).unwrap();
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../agent/providers/chromium-attach/BROWSER.md");
+    let manifest =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../agent/browser/providers/chromium-attach/BROWSER.md");
     let provider = ChromiumUnderTest::attached(&manifest, ChromiumConfig::new(state.clone())).unwrap();
     let report = browser::run(&provider, &[]).await;
     let claimed = HOOKS
@@ -110,7 +111,7 @@ async fn our_chromium_provider_passes_every_level_it_claims() {
     let state = std::env::temp_dir().join(format!("pap-browser-suite-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&state);
     std::fs::create_dir_all(&state).unwrap();
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../agent/providers/chromium/BROWSER.md");
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../agent/browser/providers/chromium/BROWSER.md");
     let provider = ChromiumUnderTest::new(&manifest, ChromiumConfig::new(state.clone())).unwrap();
     let report = browser::run(&provider, &[]).await;
     assert_eq!(report.results.len(), HOOKS.len(), "it claims every level");

@@ -39,7 +39,6 @@ pub use jose::{
 };
 pub use secret::CompactJws;
 pub use time::{Clock, Rng, SystemClock, SystemRng, UnixTime};
-pub use wire::aip14::{ToolError, ToolErrorCode, ToolResult};
 pub use wire::browser_assertion::{
     BROWSER_ASSERTION_TYP, BrowserAssertionClaims, BrowserAssertionRequest, ClaimsError, MAX_BROWSER_ASSERTION_LIFETIME,
 };

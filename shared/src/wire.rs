@@ -1,6 +1,5 @@
 //! PAP messages on the wire, one module per message, each parsing next to its type.
 
-pub(crate) mod aip14;
 pub(crate) mod browser_assertion;
 pub(crate) mod dpop;
 pub(crate) mod ids;

@@ -8,12 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use pap_agent::{
-    BrowserHost, CallGate, Caller, ChromiumConfig, ConsentHost, Grant, GrantRequest, HOST_MARKER, Health, Launch,
-    LiveInstances, ORPHAN_MARKER, Operator, OperatorReset, Policy, ProcTable, ProcessTable, SourceSpec, Stalled,
-    StandaloneChromium, Supervisor, ToolHost, load_manifest,
+use pap_browser::chromium::{
+    BrowserHost, ChromiumConfig, HOST_MARKER, ORPHAN_MARKER, ProcTable, ProcessTable, StandaloneChromium,
 };
-use pap_shared::{ToolError, ToolErrorCode, ToolResult};
+use pap_browser::consent::{Caller, ConsentHost, Grant, GrantRequest, LiveInstances, Operator, SourceSpec};
+use pap_browser::spec::{CallGate, Health, Launch, OperatorReset, Policy, Stalled, Supervisor, load_manifest};
+use pap_browser::spec::{ToolError, ToolErrorCode, ToolResult};
+use pap_browser::tools::ToolHost;
 use serde_json::Value;
 use tokio::sync::Mutex;
 
@@ -108,7 +109,7 @@ impl ChromiumUnderTest {
             return Ok(());
         }
         let started = StandaloneChromium::start(
-            &PathBuf::from(pap_agent::CHROMIUM),
+            &PathBuf::from(pap_browser::chromium::CHROMIUM),
             &foreign.user_data_dir,
             foreign.port,
             &[],
@@ -306,7 +307,7 @@ impl ProfileUnderTest for ChromiumUnderTest {
     }
 
     fn full_profile_warning(&self) -> String {
-        pap_agent::FULL_PROFILE_WARNING.to_owned()
+        pap_browser::consent::FULL_PROFILE_WARNING.to_owned()
     }
 
     fn scan(&self, source: &Path) -> Result<BTreeMap<String, u64>, String> {
@@ -391,7 +392,7 @@ impl ProfileUnderTest for ChromiumUnderTest {
     }
 
     fn verify_ledger(&self, dir: &Path) -> Result<u64, String> {
-        let ledger = pap_agent::Ledger::in_dir(dir).map_err(|e| e.to_string())?;
+        let ledger = pap_browser::consent::Ledger::in_dir(dir).map_err(|e| e.to_string())?;
         ledger.verify().map(|s| s.records).map_err(|e| e.to_string())
     }
 }

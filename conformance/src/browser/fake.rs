@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use pap_agent::{CallGate, Health, InstanceState, Launch, OperatorReset, Policy, Stalled, Supervisor};
-use pap_shared::{ToolError, ToolErrorCode, ToolResult};
+use pap_browser::spec::{CallGate, Health, InstanceState, Launch, OperatorReset, Policy, Stalled, Supervisor};
+use pap_browser::spec::{ToolError, ToolErrorCode, ToolResult};
 use serde_json::{Value, json};
 
 use super::fake_profile::{self, FakeProfile};
@@ -289,7 +289,7 @@ impl FakeProvider {
             if self.has(Defect::UntypedUnsupported) {
                 return Err(ToolError::new(ToolErrorCode::Internal, "no such tool"));
             }
-            let gate = pap_agent::tool_spec(tool).and_then(|s| s.gate).unwrap_or(tool);
+            let gate = pap_browser::spec::tool_spec(tool).and_then(|s| s.gate).unwrap_or(tool);
             return Err(ToolError::unsupported(tool, gate));
         }
         let mut state = self.state();

@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use pap_agent::{
+use pap_browser::consent::{
     Caller, ConsentHost, Forgotten, Grant, GrantRequest, Injection, LiveInstances, NoInstances, Operator, Scope,
     ScopeRequest, SourceSpec,
 };
-use pap_shared::{SystemClock, SystemRng, ToolError, ToolErrorCode, ToolResult};
+use pap_browser::spec::{ToolError, ToolErrorCode, ToolResult};
+use pap_shared::{SystemClock, SystemRng};
 use serde_json::{Value, json};
 
 use super::ProfileUnderTest;
@@ -127,11 +128,11 @@ impl ProfileUnderTest for FakeProfile {
             return Ok(Grant {
                 id: "g_wildcard".into(),
                 session_id: "cs_fake".into(),
-                source: pap_agent::Source {
+                source: pap_browser::consent::Source {
                     kind: "file".into(),
                     profile: String::new(),
                 },
-                sinks: vec![pap_agent::Sink::Local],
+                sinks: vec![pap_browser::consent::Sink::Local],
                 granted_at: "2026-01-01T00:00:00Z".into(),
                 granted_via: "flag".into(),
                 cookie_count: 0,
@@ -157,7 +158,7 @@ impl ProfileUnderTest for FakeProfile {
         if self.has(Defect::FullProfileNoWarning) {
             return String::new();
         }
-        pap_agent::FULL_PROFILE_WARNING.to_owned()
+        pap_browser::consent::FULL_PROFILE_WARNING.to_owned()
     }
 
     fn scan(&self, source: &Path) -> Result<BTreeMap<String, u64>, String> {
@@ -222,7 +223,7 @@ impl ProfileUnderTest for FakeProfile {
         } else {
             &self.instance
         };
-        let result = pap_agent::profile_tool(&self.consent, &caller, tool, &input, live).await;
+        let result = pap_browser::consent::profile_tool(&self.consent, &caller, tool, &input, live).await;
         match result {
             Ok(mut value) => {
                 if tool == "browser.profile.list" && self.has(Defect::ValueInList) {
@@ -284,7 +285,7 @@ impl ProfileUnderTest for FakeProfile {
             let text = std::fs::read_to_string(dir.join("ledger.jsonl")).map_err(|e| e.to_string())?;
             return Ok(u64::try_from(text.lines().count()).unwrap_or(0));
         }
-        let ledger = pap_agent::Ledger::in_dir(dir).map_err(|e| e.to_string())?;
+        let ledger = pap_browser::consent::Ledger::in_dir(dir).map_err(|e| e.to_string())?;
         ledger.verify().map(|s| s.records).map_err(|e| e.to_string())
     }
 }

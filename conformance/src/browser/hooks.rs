@@ -1,7 +1,7 @@
 //! The hooks, by id (aip-63-tables.md §5). Each starts from a known state and says what failed.
 
-use pap_agent::{CallGate, InstanceState, Launch, parse_manifest, tool_spec};
-use pap_shared::{ToolErrorCode, ToolResult};
+use pap_browser::spec::{CallGate, InstanceState, Launch, parse_manifest, tool_spec};
+use pap_browser::spec::{ToolErrorCode, ToolResult};
 use serde_json::{Value, json};
 
 use super::{Hook, Level, ProviderUnderTest, profile};
@@ -185,7 +185,7 @@ async fn settle_stopped(p: &dyn ProviderUnderTest) {
 }
 
 /// The provider's manifest, loaded; when it does not load, every diagnostic.
-fn loaded(p: &dyn ProviderUnderTest) -> Result<pap_agent::BrowserManifest, String> {
+fn loaded(p: &dyn ProviderUnderTest) -> Result<pap_browser::spec::BrowserManifest, String> {
     parse_manifest(&p.manifest_text(), None).map_err(|diagnostics| {
         let all: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
         format!("the manifest does not load: {}", all.join("; "))
@@ -222,14 +222,14 @@ async fn tools_ids(p: &dyn ProviderUnderTest) -> Result<(), String> {
 async fn tools_resolver(p: &dyn ProviderUnderTest) -> Result<(), String> {
     let manifest = loaded(p)?;
     let mut without = manifest.clone();
-    without.browser.capabilities = pap_agent::Capabilities::default();
+    without.browser.capabilities = pap_browser::spec::Capabilities::default();
     without.id = format!("{}-without-capabilities", manifest.id);
     for implements in &manifest.implements {
         let Some(gate) = tool_spec(&implements.tool).and_then(|s| s.gate) else {
             continue;
         };
         let both = [without.clone(), manifest.clone()];
-        let chosen = pap_agent::resolve(&both, &implements.tool, Some(gate)).map(|m| m.id.clone());
+        let chosen = pap_browser::spec::resolve(&both, &implements.tool, Some(gate)).map(|m| m.id.clone());
         if chosen.as_deref() != Some(manifest.id.as_str()) {
             return Err(format!("{} needing {gate} resolved to {chosen:?}", implements.tool));
         }
@@ -241,7 +241,7 @@ async fn tools_unsupported(p: &dyn ProviderUnderTest) -> Result<(), String> {
     let manifest = loaded(p)?;
     let target = fresh_target(p).await?;
     // Without `cdp`, `browser.list_requests` in particular (aip-63-tables §5, core).
-    let missing = pap_agent::RESERVED_TOOLS
+    let missing = pap_browser::spec::RESERVED_TOOLS
         .iter()
         .filter(|t| !manifest.implements.iter().any(|i| i.tool == t.id))
         .min_by_key(|t| (t.id != "browser.list_requests", t.id));
@@ -518,11 +518,13 @@ async fn fresh_userdir(p: &dyn ProviderUnderTest) -> Result<(), String> {
         // Only a remote browser has no profile directory here; a local one must show it.
         let manifest = loaded(p)?;
         return match manifest.browser.location {
-            pap_agent::Location::Remote => Ok(()),
-            pap_agent::Location::Local => Err("a local provider does not report its user-data directory".into()),
+            pap_browser::spec::Location::Remote => Ok(()),
+            pap_browser::spec::Location::Local => {
+                Err("a local provider does not report its user-data directory".into())
+            }
         };
     };
-    if pap_agent::is_default_profile(&dir) {
+    if pap_browser::chromium::is_default_profile(&dir) {
         return Err(format!(
             "the instance runs on a default user-data directory {}",
             dir.display()

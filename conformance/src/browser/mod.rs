@@ -13,10 +13,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use pap_browser::consent::{Grant, GrantRequest};
 /// A conformance level: the levels of AIP-63's tool table, as the agent's tool host knows them.
-pub use pap_agent::Level;
-use pap_agent::{CallGate, Grant, GrantRequest, Health, Launch, Stalled};
-use pap_shared::{ToolError, ToolResult};
+pub use pap_browser::spec::Level;
+use pap_browser::spec::{CallGate, Health, Launch, Stalled};
+use pap_browser::spec::{ToolError, ToolResult};
 use serde_json::Value;
 
 pub use self::chromium::ChromiumUnderTest;
@@ -161,7 +162,7 @@ pub const HOOK_TIMEOUT: Duration = Duration::from_secs(60);
 /// Runs the hooks of `levels` against `provider`, in order. With no levels given, `core` and
 /// the levels the manifest claims in `browser.conformance` (a claim is what the suite checks).
 pub async fn run(provider: &dyn ProviderUnderTest, levels: &[Level]) -> Report {
-    let claimed = pap_agent::parse_manifest(&provider.manifest_text(), None)
+    let claimed = pap_browser::spec::parse_manifest(&provider.manifest_text(), None)
         .map(|m| m.browser.conformance)
         .unwrap_or_default();
     let selected = |hook: &&Hook| {

@@ -4,8 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use pap_agent::{GrantRequest, ScopeRequest, SourceSpec};
-use pap_shared::{Rng as _, SystemRng, ToolError, ToolErrorCode, ToolResult};
+use pap_browser::consent::{GrantRequest, ScopeRequest, SourceSpec};
+use pap_browser::spec::{ToolError, ToolErrorCode, ToolResult};
+use pap_shared::{Rng as _, SystemRng};
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
@@ -239,7 +240,9 @@ pub(super) async fn sink_ack(p: &dyn ProviderUnderTest) -> Result<(), String> {
             .sinks
             .iter()
             .find_map(|s| match s {
-                pap_agent::Sink::Remote { provider_id, ack_seq } if provider_id == "remote.test" => Some(*ack_seq),
+                pap_browser::consent::Sink::Remote { provider_id, ack_seq } if provider_id == "remote.test" => {
+                    Some(*ack_seq)
+                }
                 _ => None,
             })
             .ok_or("the acknowledged sink is not on the grant")?;

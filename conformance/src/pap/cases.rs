@@ -6,7 +6,8 @@ use chromiumoxide::cdp::browser_protocol::network::{
     CookieSameSite, EventRequestWillBeSent, EventResponseReceived, ResourceType,
 };
 use futures_util::StreamExt as _;
-use pap_agent::{ControlledBrowser, click_and_land, join};
+use pap_agent::join;
+use pap_browser::chromium::{ControlledBrowser, click_and_land};
 use pap_shared::{BROWSER_ASSERTION_TYP, HttpsUrl, Operation, OperationState};
 use serde_json::{Value, json};
 
@@ -60,9 +61,9 @@ async fn with_browser<T>(
 
 /// The join needs a grant (AIP-63 C1): the runner, as the operator, grants the agent's browsers
 /// the company's domain once, and the agent takes its permit.
-fn permit(ctx: &Context, rule: &'static str) -> Result<pap_agent::JoinPermit, Failure> {
-    use pap_agent::{Caller, ConsentHost, GrantRequest, Operator};
-    let fail = |e: pap_agent::ConsentError| Failure::new(rule, format!("the consent host: {e}"));
+fn permit(ctx: &Context, rule: &'static str) -> Result<pap_browser::consent::JoinPermit, Failure> {
+    use pap_browser::consent::{Caller, ConsentHost, GrantRequest, Operator};
+    let fail = |e: pap_browser::consent::ConsentError| Failure::new(rule, format!("the consent host: {e}"));
     let consent = ConsentHost::open(
         &ctx.browser.state_dir,
         std::sync::Arc::new(pap_shared::SystemClock),

@@ -14,7 +14,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use pap_agent::{BrowserHost, ChromiumConfig, Company, PapClient, Session, new_pairwise_user};
+use pap_agent::{Company, PapClient, Session, new_pairwise_user};
+use pap_browser::chromium::{BrowserHost, ChromiumConfig};
 use pap_shared::Rng;
 
 pub use self::scenario::{Proposal, Scenario};
@@ -188,7 +189,12 @@ impl Context {
                 Ok(())
             }
             Approver::DevicePage { username, password } => {
-                pap_agent::approve_on_device_page(&self.http, &base, user_code, username, password).await
+                pap_agent::testkit::approve_on_device_page(&self.http, &base, user_code, username, password)
+                    .await
+                    .map_err(|e| match std::error::Error::source(&e) {
+                        Some(cause) => format!("{e}: {cause}"),
+                        None => e.to_string(),
+                    })
             }
         }
     }

@@ -18,10 +18,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use chromiumoxide::cdp::browser_protocol::network::{EventResponseReceived, ResourceType};
 use futures_util::StreamExt as _;
+use pap_agent::testkit::{approve_on_device_page, plain_http_client};
 use pap_agent::{
-    BrowserHost, ChromiumConfig, ClientConfig, Identity, PapClient, TestNetwork, TlsListener, approve_on_device_page,
-    click_and_land, documents_router, join, new_pairwise_user, plain_http_client, spki_pin, trust_roots,
+    ClientConfig, Identity, PapClient, TlsListener, documents_router, join, new_pairwise_user, spki_pin, trust_roots,
 };
+use pap_browser::chromium::{BrowserHost, ChromiumConfig, TestNetwork, click_and_land};
 use pap_company::{CompanyConfig, LocalCompany};
 use pap_shared::{CompanyDomain, HttpsUrl, SystemClock, SystemRng};
 
@@ -44,7 +45,7 @@ fn main() -> std::process::ExitCode {
 
 fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(pap_agent::log_filter("error,chromiumoxide=off"))
+        .with_env_filter(pap_browser::chromium::log_filter("error,chromiumoxide=off"))
         .with_writer(std::io::stderr)
         .init();
     ensure_chromium()?;
@@ -64,7 +65,7 @@ fn run() -> anyhow::Result<()> {
 }
 
 fn ensure_chromium() -> anyhow::Result<()> {
-    if std::path::Path::new(pap_agent::CHROMIUM).exists() {
+    if std::path::Path::new(pap_browser::chromium::CHROMIUM).exists() {
         return Ok(());
     }
     println!("Chromium is missing: installing Debian's chromium package (apt-get)…");
@@ -170,12 +171,13 @@ async fn story(host: &BrowserHost, work: &std::path::Path) -> anyhow::Result<()>
     clock.step("the agent's own Chromium is running");
     // The join needs a grant (AIP-63 C1): the person, on the operator's channel, grants the
     // agent's browser shop.example; the agent takes its permit.
-    let consent = pap_agent::ConsentHost::open(&work.join("agent"), Arc::new(SystemClock), Arc::new(SystemRng))?;
+    let consent =
+        pap_browser::consent::ConsentHost::open(&work.join("agent"), Arc::new(SystemClock), Arc::new(SystemRng))?;
     consent.grant(
-        &pap_agent::Operator::from_operator_channel("demo"),
-        pap_agent::GrantRequest::native_login(INSTANCE, &["shop.example"]),
+        &pap_browser::consent::Operator::from_operator_channel("demo"),
+        pap_browser::consent::GrantRequest::native_login(INSTANCE, &["shop.example"]),
     )?;
-    let permit = consent.permit_join(&pap_agent::Caller::local_agent(), "shop.example")?;
+    let permit = consent.permit_join(&pap_browser::consent::Caller::local_agent(), "shop.example")?;
     clock.step("the person granted the agent's browser shop.example (a grant record in the consent ledger)");
     let joined = join(
         &client,

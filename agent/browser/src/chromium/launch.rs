@@ -1,0 +1,478 @@
+//! The controlled browser: real Chromium, launched and owned by the agent, driven over CDP
+//! (chromiumoxide). The AIP-63 Chromium provider's instance.
+//!
+//! The agent spawns `/usr/lib/chromium/chromium` itself (not the `/usr/bin` wrapper) headless,
+//! with a fresh user-data-dir under its 0700 state directory, `--remote-debugging-port=0` (the
+//! DevTools port is loopback-only), and an orphan marker argument naming the instance. It reads
+//! the DevTools address from Chromium's stderr within a deadline, connects chromiumoxide with
+//! certificate errors *respected*, and owns the process until `stop`: graceful `Browser.close`,
+//! then a kill after a grace period, then the user-data-dir removed.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use chromiumoxide::Page;
+use chromiumoxide::browser::Browser;
+use tokio::process::{Child, Command};
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+
+use super::args::{CHROMIUM, CHROMIUM_HOME, TestNetwork, chromium_args, is_default_profile, profile_dir};
+use super::devtools::{browser_pid, connect_cdp, devtools_address, devtools_version, user_data_dir_of};
+use super::sweep::{ProcTable, SweepScope, end_processes, sweep, wait_gone};
+use crate::spec::Policy;
+use crate::store::private_dir;
+
+/// How to launch Chromium.
+#[derive(Clone, Debug)]
+pub struct ChromiumConfig {
+    /// The Chromium binary.
+    pub executable: PathBuf,
+    /// The agent's state directory; profiles go under `browsers/`.
+    pub state_dir: PathBuf,
+    /// A backstop for the DevTools address to show. Under a [`super::BrowserHost`] the supervisor's
+    /// budget decides first (L9): a quiet launch fails at `budgetMs`, a progressing one may run
+    /// to `hardCeilingMs`, which is this default.
+    pub launch_timeout: Duration,
+    /// How long `stop` waits after `Browser.close` before killing.
+    pub grace: Duration,
+    /// How long the health probe may take (`health.timeoutMs`, L4): a browser that does not
+    /// answer within it is not healthy, and no caller hangs on it.
+    pub health_timeout: Duration,
+    /// Test-only routing.
+    pub test_network: TestNetwork,
+    /// Attach to the Chromium whose DevTools listen here (loopback only) instead of launching
+    /// one: an instance the host did not start (AIP-63 L2 `wasAlreadyRunning`), which `stop`
+    /// leaves running unless forced (L5). It must run on its own, non-default user-data
+    /// directory (L13), which is read from its command line.
+    pub attach_to: Option<SocketAddr>,
+}
+
+impl ChromiumConfig {
+    /// The defaults for a state directory: Debian's Chromium, the hard ceiling (360 s) as the
+    /// launch backstop, 2 s of grace, 5 s for the health probe.
+    pub fn new(state_dir: PathBuf) -> Self {
+        Self {
+            executable: PathBuf::from(CHROMIUM),
+            state_dir,
+            launch_timeout: Duration::from_millis(Policy::default().hard_ceiling),
+            grace: Duration::from_secs(2),
+            health_timeout: Duration::from_secs(5),
+            test_network: TestNetwork::default(),
+            attach_to: None,
+        }
+    }
+}
+
+/// One running Chromium, owned by the agent.
+pub struct ControlledBrowser {
+    instance: String,
+    pid: Option<u32>,
+    /// The process, when this host started it; `None` for an attached instance.
+    child: Mutex<Option<Child>>,
+    /// The host did not start it (an attach): stop leaves it running unless forced (L5).
+    was_already_running: bool,
+    browser: Browser,
+    handler: JoinHandle<()>,
+    user_data_dir: PathBuf,
+    health_timeout: Duration,
+}
+
+impl fmt::Debug for ControlledBrowser {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ControlledBrowser")
+            .field("instance", &self.instance)
+            .field("pid", &self.pid)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The launch step that says the DevTools port is bound: from then on the live process with its
+/// bound port is a progress signal (L9).
+pub(super) const STEP_DEVTOOLS_BOUND: &str = "connecting over CDP";
+
+impl ControlledBrowser {
+    /// Launches Chromium for `instance` with a fresh profile. `progress` is told each step.
+    pub async fn launch(
+        config: &ChromiumConfig,
+        instance: &str,
+        progress: &(dyn Fn(&str) + Sync),
+    ) -> Result<Self, LaunchError> {
+        if !instance
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            || instance.is_empty()
+        {
+            return Err(LaunchError::BadInstance);
+        }
+        if let Some(endpoint) = config.attach_to {
+            return Self::attach(config, instance, endpoint, progress).await;
+        }
+        private_dir(&config.state_dir.join("browsers")).map_err(LaunchError::Profile)?;
+        let user_data_dir = profile_dir(config, instance);
+        if user_data_dir.exists() {
+            std::fs::remove_dir_all(&user_data_dir).map_err(LaunchError::Profile)?;
+        }
+        private_dir(&user_data_dir).map_err(LaunchError::Profile)?;
+        let chromium_home = private_dir(&config.state_dir.join(CHROMIUM_HOME)).map_err(LaunchError::Profile)?;
+        progress("starting Chromium");
+        let mut command = Command::new(&config.executable);
+        command
+            .args(chromium_args(&user_data_dir, instance, &config.test_network))
+            // Chromium's crash handler keeps its database (minidumps: browser memory, cookies
+            // included) under the config home, by default the user's own `~/.config/chromium`;
+            // no switch turns the handler off. The agent's browsers keep theirs in the state
+            // directory, 0700, outside `browsers/` so no profile sweep removes it under a
+            // running handler.
+            .env("CHROME_CONFIG_HOME", &chromium_home)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(error) => {
+                let _ = std::fs::remove_dir_all(&user_data_dir);
+                return Err(LaunchError::Spawn(error));
+            }
+        };
+        match Self::connect(&mut child, config, progress).await {
+            Ok((browser, handler)) => {
+                progress("Chromium is ready");
+                Ok(Self {
+                    instance: instance.to_owned(),
+                    pid: child.id(),
+                    child: Mutex::new(Some(child)),
+                    was_already_running: false,
+                    browser,
+                    handler,
+                    user_data_dir,
+                    health_timeout: config.health_timeout,
+                })
+            }
+            Err(error) => {
+                // One place cleans up a failed launch: the process and its profile.
+                let _ = child.kill().await;
+                let _ = std::fs::remove_dir_all(&user_data_dir);
+                Err(error)
+            }
+        }
+    }
+
+    async fn connect(
+        child: &mut Child,
+        config: &ChromiumConfig,
+        progress: &(dyn Fn(&str) + Sync),
+    ) -> Result<(Browser, JoinHandle<()>), LaunchError> {
+        let ws = devtools_address(child, config.launch_timeout).await?;
+        progress(STEP_DEVTOOLS_BOUND);
+        connect_cdp(ws).await
+    }
+
+    /// Attaches to a Chromium the host did not start (L2 `wasAlreadyRunning`): its DevTools
+    /// address from `/json/version`, its browser process from `SystemInfo.getProcessInfo`, its
+    /// user-data directory from that process's command line. A non-loopback endpoint, or a
+    /// browser on a default profile (the user's own, L13 and C3), is refused.
+    async fn attach(
+        config: &ChromiumConfig,
+        instance: &str,
+        endpoint: SocketAddr,
+        progress: &(dyn Fn(&str) + Sync),
+    ) -> Result<Self, LaunchError> {
+        if !endpoint.ip().is_loopback() {
+            return Err(LaunchError::Attach(format!(
+                "{endpoint} is not a loopback DevTools endpoint"
+            )));
+        }
+        progress("asking the running Chromium for its DevTools address");
+        let version = devtools_version(endpoint.port(), config.health_timeout)
+            .await
+            .ok_or_else(|| LaunchError::Attach(format!("no Chromium answers /json/version on {endpoint}")))?;
+        let ws = version["webSocketDebuggerUrl"]
+            .as_str()
+            .ok_or_else(|| LaunchError::Attach("/json/version names no webSocketDebuggerUrl".into()))?
+            .to_owned();
+        progress(STEP_DEVTOOLS_BOUND);
+        let (browser, handler) = connect_cdp(ws).await?;
+        let refuse = |why: String| {
+            handler.abort();
+            Err(LaunchError::Attach(why))
+        };
+        let Some(pid) = browser_pid(&browser).await else {
+            return refuse("the browser does not tell its process id".into());
+        };
+        let Some(user_data_dir) = user_data_dir_of(pid) else {
+            return refuse(format!(
+                "the browser (pid {pid}) runs on its default user-data directory: attach only to a \
+                 dedicated Chromium started with --user-data-dir"
+            ));
+        };
+        if is_default_profile(&user_data_dir) {
+            return refuse(format!(
+                "the browser (pid {pid}) runs on a default profile, {}",
+                user_data_dir.display()
+            ));
+        }
+        progress("attached to a running Chromium");
+        Ok(Self {
+            instance: instance.to_owned(),
+            pid: Some(pid),
+            child: Mutex::new(None),
+            was_already_running: true,
+            browser,
+            handler,
+            user_data_dir,
+            health_timeout: config.health_timeout,
+        })
+    }
+
+    /// Whether the host found this browser running rather than starting it (L2).
+    pub fn was_already_running(&self) -> bool {
+        self.was_already_running
+    }
+
+    /// The instance key.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// The profile directory this instance runs on (fresh, under the state directory: L13).
+    pub fn user_data_dir(&self) -> &Path {
+        &self.user_data_dir
+    }
+
+    /// How many targets (tabs, workers) the browser has now.
+    pub async fn target_count(&self) -> Result<usize, BrowserError> {
+        use chromiumoxide::cdp::browser_protocol::target::GetTargetsParams;
+        let targets = self
+            .browser
+            .execute(GetTargetsParams::default())
+            .await
+            .map_err(|e| BrowserError::Cdp(e.to_string()))?;
+        Ok(targets.result.target_infos.len())
+    }
+
+    /// The browser's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// Whether the browser answers over CDP (creates no target).
+    pub async fn is_healthy(&self) -> bool {
+        tokio::time::timeout(self.health_timeout, self.browser.version())
+            .await
+            .is_ok_and(|answer| answer.is_ok())
+    }
+
+    /// Lets pages download into `dir` (each file named by its download id), with progress events.
+    pub async fn allow_downloads(&self, dir: &Path) -> Result<(), BrowserError> {
+        use chromiumoxide::cdp::browser_protocol::browser::{SetDownloadBehaviorBehavior, SetDownloadBehaviorParams};
+        let mut params = SetDownloadBehaviorParams::new(SetDownloadBehaviorBehavior::AllowAndName);
+        params.download_path = Some(dir.display().to_string());
+        params.events_enabled = Some(true);
+        self.browser
+            .execute(params)
+            .await
+            .map(|_| ())
+            .map_err(|e| BrowserError::Cdp(e.to_string()))
+    }
+
+    /// The browser's download progress events.
+    pub async fn download_events(
+        &self,
+    ) -> Result<
+        chromiumoxide::listeners::EventStream<chromiumoxide::cdp::browser_protocol::browser::EventDownloadProgress>,
+        BrowserError,
+    > {
+        self.browser
+            .event_listener()
+            .await
+            .map_err(|e| BrowserError::Cdp(e.to_string()))
+    }
+
+    /// Puts a grant's cookies into this browser (C1): the only way session material enters it.
+    pub async fn inject(&self, injection: &crate::consent::Injection) -> Result<usize, BrowserError> {
+        super::cdp::inject(&self.browser, injection)
+            .await
+            .map_err(BrowserError::Cdp)
+    }
+
+    /// The cookies the browser holds, as (name, domain): never their values.
+    pub async fn cookie_names(&self) -> Result<Vec<(String, String)>, BrowserError> {
+        let cookies = self
+            .browser
+            .get_cookies()
+            .await
+            .map_err(|e| BrowserError::Cdp(e.to_string()))?;
+        Ok(cookies.into_iter().map(|c| (c.name, c.domain)).collect())
+    }
+
+    /// The keys of `origin`'s local storage (`https://host[:port]`): never their values. Read in a
+    /// blank document of the origin that the browser answers itself, closed again.
+    pub async fn local_storage_keys(&self, origin: &str) -> Result<Vec<String>, BrowserError> {
+        super::cdp::local_storage_keys(&self.browser, origin)
+            .await
+            .map_err(BrowserError::Cdp)
+    }
+
+    /// The URLs of the browser's tabs.
+    pub async fn tab_urls(&self) -> Result<Vec<String>, BrowserError> {
+        use chromiumoxide::cdp::browser_protocol::target::GetTargetsParams;
+        let targets = self
+            .browser
+            .execute(GetTargetsParams::default())
+            .await
+            .map_err(|e| BrowserError::Cdp(e.to_string()))?;
+        Ok(targets
+            .result
+            .target_infos
+            .into_iter()
+            .filter(|t| t.r#type == "page")
+            .map(|t| t.url)
+            .collect())
+    }
+
+    pub(crate) fn cdp(&self) -> &Browser {
+        &self.browser
+    }
+
+    /// A new tab, on `about:blank`.
+    pub async fn new_page(&self) -> Result<Page, BrowserError> {
+        self.browser
+            .new_page("about:blank")
+            .await
+            .map_err(|e| BrowserError::Cdp(e.to_string()))
+    }
+
+    /// Stops the browser: `Browser.close`, up to `grace` for the process to exit, then a kill,
+    /// then its children swept and the profile removed. Safe to call twice, or on a browser that already died; pages
+    /// still held elsewhere stop working.
+    pub async fn stop(&self, grace: Duration) -> Result<(), BrowserError> {
+        self.stop_with(grace, false).await
+    }
+
+    /// Stops the browser; an attached one (which the host did not start) is only disconnected
+    /// unless `force` (L5), and then closed, and killed after `grace`; its profile is never
+    /// removed.
+    pub(crate) async fn stop_with(&self, grace: Duration, force: bool) -> Result<(), BrowserError> {
+        use chromiumoxide::cdp::browser_protocol::browser::CloseParams;
+        let mut child = self.child.lock().await;
+        match child.as_mut() {
+            Some(child) => {
+                // Already ended (an operator's `pap-agent browser stop`, a crash): nothing to
+                // close, and no grace to wait on a connection that is gone.
+                if !matches!(child.try_wait(), Ok(Some(_))) {
+                    let _ = tokio::time::timeout(grace, self.browser.execute(CloseParams::default())).await;
+                    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+                        let _ = child.kill().await;
+                    }
+                }
+            }
+            None if !force => {}
+            None => {
+                let _ = tokio::time::timeout(grace, self.browser.execute(CloseParams::default())).await;
+                if let Some(pid) = self.pid {
+                    let _ = wait_gone(&ProcTable, &[pid], grace).await;
+                }
+            }
+        }
+        self.handler.abort();
+        // The main process has ended; its children (network service, zygotes, renderers) may
+        // not have yet, and one writing into the profile would make the removal fail. The sweep
+        // ends what is left of this instance (found by marker or profile), then removes the
+        // profile. An attached browser carries no marker of ours: its processes are ended only
+        // when the operator forced its end, and its profile, which the host did not create, stays.
+        let scope = SweepScope::Instance {
+            instance: self.instance.clone(),
+            user_data_dir: self.user_data_dir.clone(),
+        };
+        let ended = match (self.was_already_running, force) {
+            (true, false) => return Ok(()),
+            (true, true) => end_processes(&ProcTable, &scope, grace).await,
+            (false, _) => sweep(&ProcTable, &scope, grace).await,
+        };
+        ended.map(|_| ()).map_err(BrowserError::Profile)
+    }
+}
+
+/// Why a browser could not be launched. Carries what Chromium printed, never page content.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The supervisor refused: crash-looping (L6), or stopping.
+    #[error("the supervisor refused the launch: {}", .0.message)]
+    Refused(crate::spec::ToolError),
+    /// The instance key is not `[A-Za-z0-9_-]+`.
+    #[error("the instance key must be letters, digits, '-' or '_'")]
+    BadInstance,
+    /// Connecting over CDP failed.
+    #[error("connecting to Chromium over CDP failed: {0}")]
+    Cdp(String),
+    /// Chromium exited without a DevTools address; what it printed follows.
+    #[error("Chromium exited before it was ready:\n{0}")]
+    NoDevTools(String),
+    /// The profile directory could not be made.
+    #[error("the browser profile could not be created")]
+    Profile(#[source] std::io::Error),
+    /// The binary could not be started.
+    #[error("Chromium could not be started")]
+    Spawn(#[source] std::io::Error),
+    /// The supervisor ended a launch that used its budget with no progress, or reached its
+    /// hard ceiling (L9); it counted as a failed launch (L6).
+    #[error("the launch stalled: {0}")]
+    Stalled(String),
+    /// The running Chromium could not be attached to (not on loopback, not answering, on a
+    /// default profile).
+    #[error("attaching to the running Chromium failed: {0}")]
+    Attach(String),
+    /// No DevTools address within the launch timeout; what it printed follows.
+    #[error("Chromium was not ready in time:\n{0}")]
+    Timeout(String),
+}
+
+/// Why a browser operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BrowserError {
+    /// A CDP call failed.
+    #[error("a CDP call failed: {0}")]
+    Cdp(String),
+    /// The profile could not be removed.
+    #[error("the browser profile could not be removed")]
+    Profile(#[source] std::io::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_missing_binary_fails_the_launch_and_leaves_no_profile() {
+        let state = std::env::temp_dir().join(format!("pap-agent-launch-{}", std::process::id()));
+        let mut config = ChromiumConfig::new(state.clone());
+        config.executable = PathBuf::from("/nonexistent/chromium");
+        let error = ControlledBrowser::launch(&config, "x", &|_| {}).await.unwrap_err();
+        assert!(matches!(error, LaunchError::Spawn(_)), "{error}");
+        assert_eq!(std::fs::read_dir(state.join("browsers")).unwrap().count(), 0);
+        let bad = ControlledBrowser::launch(&config, "../x", &|_| {}).await.unwrap_err();
+        assert!(matches!(bad, LaunchError::BadInstance));
+        std::fs::remove_dir_all(&state).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_process_that_never_prints_devtools_times_out_and_is_killed() {
+        let state = std::env::temp_dir().join(format!("pap-agent-timeout-{}", std::process::id()));
+        let mut config = ChromiumConfig::new(state.clone());
+        // `sleep` rejects Chromium's flags and exits, printing why: never a DevTools line.
+        config.executable = PathBuf::from("/bin/sleep");
+        config.launch_timeout = Duration::from_secs(5);
+        let error = ControlledBrowser::launch(&config, "y", &|_| {}).await.unwrap_err();
+        assert!(
+            matches!(error, LaunchError::NoDevTools(ref printed) if printed.contains("sleep")),
+            "{error}"
+        );
+        assert_eq!(std::fs::read_dir(state.join("browsers")).unwrap().count(), 0);
+        std::fs::remove_dir_all(&state).unwrap();
+    }
+}

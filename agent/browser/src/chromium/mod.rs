@@ -1,0 +1,35 @@
+//! The Chromium provider (AIP-63 §3 for a Chrome-family browser driven over CDP): the agent's
+//! own Chromium launched on a fresh profile ([`ControlledBrowser`]) or one it attaches to, the
+//! arguments and markers it runs with, the sweep that ends what a stopped or crashed instance
+//! left, the CDP effects of consent (granted material in, revoked material out), and
+//! [`BrowserHost`], which runs instances under the spec's supervisor.
+//!
+//! ```text
+//! host ──> launch ──> devtools      (the process and its DevTools connection)
+//!   │        └──────> args          (arguments, markers, profile directories)
+//!   ├────> sweep ───> args          (what a stop or a start ends, by marker or profile)
+//!   └────> cdp                      (granted material in, revoked material out)
+//! profiles ──> cdp                  (the same effects from another process)
+//! ```
+
+mod args;
+mod cdp;
+mod devtools;
+mod host;
+mod launch;
+mod logging;
+mod profiles;
+mod standalone;
+mod sweep;
+
+// The public interface is:
+pub use self::args::{CHROMIUM, CHROMIUM_HOME, HOST_MARKER, ORPHAN_MARKER, TestNetwork, is_default_profile};
+pub use self::cdp::click_and_land;
+pub(crate) use self::cdp::scrub;
+pub use self::devtools::probe_profile;
+pub use self::host::BrowserHost;
+pub use self::launch::{BrowserError, ChromiumConfig, ControlledBrowser, LaunchError};
+pub use self::logging::{SECRET_SAFE_DIRECTIVES, log_filter};
+pub use self::profiles::LiveProfiles;
+pub use self::standalone::StandaloneChromium;
+pub use self::sweep::{BrowserProcess, ProcTable, ProcessInfo, ProcessTable, SweepScope, browsers_of, sweep};

@@ -1,0 +1,188 @@
+//! What consent does to browsers (AIP-63 C1, C8): the material an injection carries, the
+//! permit a join needs, the scope a revoke covers, and what running instances report back.
+
+use async_trait::async_trait;
+
+use super::grant::Grant;
+use super::ledger::Derived;
+use super::material::{Cookie, Origin};
+use pap_shared::GrantDomain;
+
+/// What a revoke covers.
+#[derive(Clone, Copy, Debug)]
+pub enum Scope<'a> {
+    /// These domains and their subdomains.
+    Domains(&'a [GrantDomain]),
+    /// Everything (a full-profile grant).
+    Everything,
+}
+
+impl Scope<'_> {
+    /// Whether `host` is in scope.
+    pub fn covers(&self, host: &str) -> bool {
+        match self {
+            Self::Domains(domains) => domains.iter().any(|d| d.covers(host)),
+            Self::Everything => true,
+        }
+    }
+}
+
+/// What a live instance gave up for a revoke.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Forgotten {
+    /// Cookies deleted.
+    pub cookies: usize,
+    /// Tabs and contexts closed.
+    pub tabs: usize,
+}
+
+impl std::ops::AddAssign for Forgotten {
+    fn add_assign(&mut self, other: Self) {
+        self.cookies += other.cookies;
+        self.tabs += other.tabs;
+    }
+}
+
+/// The outcome at a remote sink (C8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoteOutcome {
+    /// The remote provider confirmed it ended the session.
+    Confirmed,
+    /// It could not be reached.
+    Unavailable,
+    /// It answered with a failure.
+    Failed,
+}
+
+impl RemoteOutcome {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Self::Confirmed => "confirmed",
+            Self::Unavailable => "unavailable",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// The running browsers a revoke must reach (C8): the agent's own [`crate::BrowserHost`], or the
+/// state directory's browsers over their DevTools port when the CLI revokes.
+#[async_trait]
+pub trait LiveInstances: Send + Sync {
+    /// Deletes the cookies and storage `scope` covers from every running instance and closes
+    /// the tabs showing it. `origins` are the storage origins the grant's material held in scope
+    /// (`https://host:port`): cleared too, as a port is not in the scope's host names.
+    async fn forget(&self, scope: Scope<'_>, origins: &[String]) -> Result<Forgotten, String>;
+    /// Puts granted material into the running instances (C1); how many cookies went in.
+    async fn inject(&self, injection: &Injection) -> Result<usize, String>;
+    /// Asks remote provider `provider_id` to end its session for the grant.
+    async fn end_remote(&self, provider_id: &str) -> RemoteOutcome {
+        let _ = provider_id;
+        RemoteOutcome::Unavailable
+    }
+}
+
+/// No running instance (a host with nothing launched).
+#[derive(Debug, Default)]
+pub struct NoInstances;
+
+#[async_trait]
+impl LiveInstances for NoInstances {
+    async fn forget(&self, _scope: Scope<'_>, _origins: &[String]) -> Result<Forgotten, String> {
+        Ok(Forgotten::default())
+    }
+
+    async fn inject(&self, _injection: &Injection) -> Result<usize, String> {
+        Ok(0)
+    }
+}
+
+/// Granted material on its way into an instance (C1): only the consent host builds one, for an
+/// active grant and a sink it may reach. Never printed.
+pub struct Injection {
+    pub(super) grant_id: String,
+    pub(super) cookies: Vec<Cookie>,
+    pub(super) origins: Vec<Origin>,
+}
+
+impl std::fmt::Debug for Injection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Injection")
+            .field("grant", &self.grant_id)
+            .field("cookies", &self.cookies.len())
+            .field("storage_items", &self.storage_item_count())
+            .finish()
+    }
+}
+
+impl Injection {
+    /// The grant it comes from.
+    pub fn grant_id(&self) -> &str {
+        &self.grant_id
+    }
+
+    /// How many cookies it carries.
+    pub fn cookie_count(&self) -> usize {
+        self.cookies.len()
+    }
+
+    /// Its cookies as (name, domain): never their values.
+    pub fn cookie_names(&self) -> Vec<(String, String)> {
+        self.cookies
+            .iter()
+            .map(|c| (c.name.clone(), c.domain.clone()))
+            .collect()
+    }
+
+    pub(crate) fn cookies(&self) -> &[Cookie] {
+        &self.cookies
+    }
+
+    /// Local storage by origin.
+    pub(crate) fn origins(&self) -> &[Origin] {
+        &self.origins
+    }
+
+    /// How many local-storage items it carries.
+    pub fn storage_item_count(&self) -> usize {
+        self.origins.iter().map(|o| o.local_storage.len()).sum()
+    }
+}
+
+/// Leave to join a company's website from this host's browser (the join needs a grant).
+#[derive(Clone, Debug)]
+pub struct JoinPermit {
+    pub(super) grant_id: String,
+    pub(super) host: String,
+}
+
+impl JoinPermit {
+    /// Whether the permit covers `host`.
+    pub fn covers(&self, host: &str) -> bool {
+        self.host.eq_ignore_ascii_case(host)
+    }
+
+    /// The grant behind it.
+    pub fn grant_id(&self) -> &str {
+        &self.grant_id
+    }
+}
+
+/// The result of a refresh.
+#[derive(Clone, Debug)]
+pub struct Refreshed {
+    /// The grant as it stands.
+    pub grant: Grant,
+    /// The domains re-read.
+    pub domains: Vec<GrantDomain>,
+}
+
+/// The result of a revoke.
+#[derive(Clone, Debug)]
+pub struct Revoked {
+    /// The grant as it stands (revoked, or narrowed).
+    pub grant: Grant,
+    /// What the live instances gave up.
+    pub forgotten: Forgotten,
+    /// The ledger's `derived`.
+    pub derived: Derived,
+}

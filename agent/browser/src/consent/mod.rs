@@ -1,0 +1,761 @@
+//! AIP-63 §4, consent for the agent's browser: per-domain grants (C1-C5), sinks (C6), what an
+//! agent may and may not do (C7), revoke that deletes (C8), values that never print (C9), the
+//! append-only ledger (C10), files 0600/0700 with material sealed (C11), device scope and
+//! pairing revocation (C12, C13).
+//!
+//! [`ConsentHost`] is the one door: a grant is made only with an [`Operator`] (the human's
+//! channel, the CLI), material leaves the store only as an [`Injection`] the host builds for an
+//! active grant, and every grant, refresh, revoke, sink acknowledgement and refused agent attempt
+//! is a ledger record.
+//!
+//! Where things are: `request` (who asks for what), `grant` (the stored shape), `material` and
+//! `chromium_profile` (sources and the sealed store), `effects` (injections, permits, revoke
+//! scopes and what running browsers report), `ledger`, `tools` (the agent's profile tools),
+//! `error`; the host itself is here.
+
+mod chromium_profile;
+mod effects;
+mod error;
+mod grant;
+mod ledger;
+mod material;
+mod request;
+mod tools;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use self::effects::{
+    Forgotten, Injection, JoinPermit, LiveInstances, NoInstances, Refreshed, RemoteOutcome, Revoked, Scope,
+};
+pub use self::error::ConsentError;
+pub use self::grant::{Grant, Sink, Source};
+pub use self::ledger::{Actor, Broken, Derived, Entry, Ledger, LedgerError, Summary};
+pub(crate) use self::material::Origin as StorageOrigin;
+pub use self::material::SourceError;
+use self::material::{MaterialStore, NameSalt};
+use self::request::system;
+pub use self::request::{Caller, FULL_PROFILE_WARNING, GrantRequest, Operator, ScopeRequest, SourceSpec};
+pub use self::tools::profile_tool;
+use crate::store::SealingKey;
+use crate::store::{private_dir, write_private};
+use pap_shared::{Clock, GrantDomain, Rng, UnixTime};
+
+/// The consent host of one agent state directory.
+pub struct ConsentHost {
+    dir: PathBuf,
+    ledger: Ledger,
+    store: MaterialStore,
+    salt: NameSalt,
+    clock: Arc<dyn Clock>,
+    rng: Arc<dyn Rng>,
+}
+
+impl std::fmt::Debug for ConsentHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsentHost")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConsentHost {
+    /// Opens `state_dir/consent/` (0700), its ledger, its sealed store and the key and salt under
+    /// `state_dir/keys/` (0600), making what is missing and tightening what is loose (C11).
+    pub fn open(state_dir: &Path, clock: Arc<dyn Clock>, rng: Arc<dyn Rng>) -> Result<Self, ConsentError> {
+        private_dir(state_dir)?;
+        let dir = private_dir(&state_dir.join("consent"))?;
+        // Whatever is already there (grants, ledger, sealed material, keys) is tightened too.
+        for existing in [dir.clone(), state_dir.join("keys")] {
+            tighten_tree(&existing)?;
+        }
+        let key = SealingKey::open(state_dir, rng.as_ref())?;
+        Ok(Self {
+            ledger: Ledger::open(state_dir)?,
+            store: MaterialStore::open(&dir, key)?,
+            salt: NameSalt::open(state_dir, rng.as_ref())?,
+            dir,
+            clock,
+            rng,
+        })
+    }
+
+    /// The ledger.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// The directory (`state_dir/consent`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn now(&self) -> String {
+        self.clock.now().to_rfc3339()
+    }
+
+    /// The presence scan (C5): per-host cookie counts of a source, reading no value.
+    pub fn scan(&self, source: &SourceSpec) -> Result<BTreeMap<String, u64>, ConsentError> {
+        match source {
+            SourceSpec::StorageState(path) => Ok(material::scan_storage_state(path)?),
+            SourceSpec::ChromiumProfile(path) => Ok(chromium_profile::scan(path)?),
+            SourceSpec::NativeLogin(_) => Ok(BTreeMap::new()),
+        }
+    }
+
+    /// Makes a grant on the operator's channel (C1-C5): domains checked against the Public
+    /// Suffix List, or the full profile by name; only covered material is read, sealed and
+    /// counted; the ledger records it (names as salted hashes).
+    pub fn grant(&self, operator: &Operator, request: GrantRequest) -> Result<Grant, ConsentError> {
+        let domains = match &request.scope {
+            ScopeRequest::Domains(names) if names.is_empty() => return Err(ConsentError::NoDomains),
+            ScopeRequest::Domains(names) => Some(parse_domains(names)?),
+            ScopeRequest::FullProfile => None,
+        };
+        let _lock = self.lock()?;
+        let material = request.source.read(&|host: &str| match &domains {
+            Some(domains) => domains.iter().any(|d| d.covers(host)),
+            None => true,
+        })?;
+        let grant = Grant {
+            id: format!("g_{}", self.random_hex(16)),
+            session_id: format!("cs_{}", self.random_hex(8)),
+            source: request.source.to_source(),
+            sinks: vec![Sink::Local],
+            granted_at: self.now(),
+            granted_via: if request.interactive { "interactive" } else { "flag" }.into(),
+            cookie_count: material.cookie_count(),
+            device_id: request.device_id,
+            expires_at: request.expires_at.map(UnixTime::to_rfc3339),
+            revoked_at: None,
+            full_profile: domains.is_none().then_some(true),
+            domains,
+        };
+        grant::check_grant(&grant).map_err(ConsentError::Invalid)?;
+        self.store.save(self.rng.as_ref(), &grant.id, &material)?;
+        let entry = Entry {
+            event: "grant".into(),
+            actor: Some(Caller::Operator(operator.clone()).actor()),
+            grant_id: Some(grant.id.clone()),
+            session_id: Some(grant.session_id.clone()),
+            domains: grant.domains.as_ref().map(|d| names(d)),
+            full_profile: grant.full_profile,
+            cookie_count: Some(grant.cookie_count),
+            name_hashes: Some(self.salt.hashes(&material)),
+            ..Entry::default()
+        };
+        if let Err(e) = self.ledger.append(&entry, &self.now()) {
+            // Nothing unrecorded stays: the sealed material goes with the failed record.
+            let _ = self.store.delete(&grant.id);
+            return Err(e.into());
+        }
+        let mut grants = self.load()?;
+        grants.push(grant.clone());
+        self.save(&grants)?;
+        Ok(grant)
+    }
+
+    /// A human acknowledges remote sink `provider_id` (run by `operator_name`) for a grant (C6):
+    /// a `sink-ack` record, and the sink joins the grant with that record's `seq`.
+    pub fn acknowledge_sink(
+        &self,
+        operator: &Operator,
+        grant_id: &str,
+        provider_id: &str,
+        operator_name: &str,
+    ) -> Result<Grant, ConsentError> {
+        let _lock = self.lock()?;
+        let mut grants = self.load()?;
+        let now = self.clock.now();
+        let grant = grants
+            .iter_mut()
+            .find(|g| g.id == grant_id && g.is_active(now))
+            .ok_or_else(|| ConsentError::UnknownGrant(grant_id.into()))?;
+        if grant.full_profile == Some(true) {
+            return Err(ConsentError::FullProfileRemote);
+        }
+        let seq = self.ledger.append(
+            &Entry {
+                event: "sink-ack".into(),
+                actor: Some(Caller::Operator(operator.clone()).actor()),
+                grant_id: Some(grant.id.clone()),
+                sink_id: Some(provider_id.into()),
+                reason: Some(truncate(&format!("operated by {operator_name}"))),
+                ..Entry::default()
+            },
+            &self.now(),
+        )?;
+        grant
+            .sinks
+            .retain(|s| !matches!(s, Sink::Remote { provider_id: p, .. } if p == provider_id));
+        grant.sinks.push(Sink::Remote {
+            provider_id: provider_id.into(),
+            ack_seq: seq,
+        });
+        let updated = grant.clone();
+        self.save(&grants)?;
+        Ok(updated)
+    }
+
+    /// The grants `caller` may see (C12: a device-scoped grant only from its device; never
+    /// values), active ones only.
+    pub fn list(&self, caller: &Caller) -> Result<Vec<Grant>, ConsentError> {
+        let now = self.clock.now();
+        let revoked_devices = self.revoked_devices()?;
+        Ok(self
+            .load()?
+            .into_iter()
+            .filter(|g| g.is_active(now) && self.visible(g, caller, &revoked_devices))
+            .collect())
+    }
+
+    fn visible(&self, grant: &Grant, caller: &Caller, revoked_devices: &[String]) -> bool {
+        let device_ok = match caller {
+            Caller::Operator(_) => true,
+            Caller::Agent { .. } => grant.visible_to(caller.device()),
+        };
+        // C13: a revoked pairing's grants are dead at once, whatever the revoke did after.
+        device_ok && !grant.device_id.as_ref().is_some_and(|d| revoked_devices.contains(d))
+    }
+
+    fn find_visible(&self, caller: &Caller, grant_id: &str) -> Result<(Vec<Grant>, usize), ConsentError> {
+        let grants = self.load()?;
+        let now = self.clock.now();
+        let revoked_devices = self.revoked_devices()?;
+        let index = grants
+            .iter()
+            .position(|g| g.id == grant_id && g.is_active(now) && self.visible(g, caller, &revoked_devices))
+            .ok_or_else(|| ConsentError::UnknownGrant(grant_id.into()))?;
+        Ok((grants, index))
+    }
+
+    /// Re-reads a grant's domains (all, or `domains` among them) from its own source (C7: an
+    /// agent may refresh the same source with the same or fewer domains; anything else is refused
+    /// and recorded as `deny`). Returns the injection for the refreshed material.
+    pub fn refresh(
+        &self,
+        caller: &Caller,
+        grant_id: &str,
+        domains: Option<&[String]>,
+        source: Option<&SourceSpec>,
+    ) -> Result<(Refreshed, Injection), ConsentError> {
+        let _lock = self.lock()?;
+        let (mut grants, index) = self.find_visible(caller, grant_id)?;
+        let grant = &grants[index];
+        let own_source = SourceSpec::from_source(&grant.source).ok_or_else(|| {
+            ConsentError::Invalid(format!("the source kind {} cannot be re-read here", grant.source.kind))
+        })?;
+        if source.is_some_and(|s| *s != own_source) {
+            return Err(self.deny(
+                caller,
+                grant_id,
+                "refresh asked for another source profile than the grant's",
+            ));
+        }
+        let scope: Vec<GrantDomain> = match (domains, &grant.domains) {
+            (None, Some(granted)) => granted.clone(),
+            (None, None) => Vec::new(),
+            (Some(asked), granted) => {
+                let asked = parse_domains(asked)?;
+                // Same or fewer: each asked domain is one the grant covers.
+                let within = |d: &GrantDomain| match granted {
+                    Some(granted) => granted.iter().any(|g| g.covers(d.as_str())),
+                    None => true,
+                };
+                if let Some(outside) = asked.iter().find(|d| !within(d)) {
+                    return Err(self.deny(
+                        caller,
+                        grant_id,
+                        &format!("refresh asked for {outside}, which the grant does not name"),
+                    ));
+                }
+                asked
+            }
+        };
+        let full = grant.full_profile == Some(true);
+        let in_scope = |host: &str| {
+            if full && scope.is_empty() {
+                true
+            } else {
+                scope.iter().any(|d| d.covers(host))
+            }
+        };
+        let fresh = own_source.read(&in_scope)?;
+        let mut stored = self.store.load(grant_id)?;
+        stored.replace(fresh.clone(), in_scope);
+        self.store.save(self.rng.as_ref(), grant_id, &stored)?;
+        let count = stored.cookie_count();
+        self.ledger.append(
+            &Entry {
+                event: "refresh".into(),
+                actor: Some(caller.actor()),
+                grant_id: Some(grant_id.into()),
+                domains: Some(names(&scope)),
+                full_profile: (full && scope.is_empty()).then_some(true),
+                cookie_count: Some(count),
+                name_hashes: Some(self.salt.hashes(&fresh)),
+                ..Entry::default()
+            },
+            &self.now(),
+        )?;
+        grants[index].cookie_count = count;
+        let grant = grants[index].clone();
+        self.save(&grants)?;
+        Ok((
+            Refreshed { grant, domains: scope },
+            Injection {
+                grant_id: grant_id.into(),
+                cookies: fresh.cookies,
+                origins: fresh.origins,
+            },
+        ))
+    }
+
+    /// Records an agent's refused attempt (C7) and returns the error it sees.
+    pub fn deny(&self, caller: &Caller, grant_id: &str, reason: &str) -> ConsentError {
+        let entry = Entry {
+            event: "deny".into(),
+            actor: Some(caller.actor()),
+            grant_id: Some(grant_id.into()).filter(|g: &String| !g.is_empty()),
+            reason: Some(truncate(reason)),
+            ..Entry::default()
+        };
+        match self.ledger.append(&entry, &self.now()) {
+            Ok(_) => ConsentError::Refused(reason.into()),
+            Err(e) => e.into(),
+        }
+    }
+
+    /// Revokes a grant whole, or some of its domains (C8): the grant stops counting first, then
+    /// the sealed material for the scope is deleted, the running browsers give up its cookies,
+    /// storage and tabs, remote sinks are asked to end their session, and the `revoke` record
+    /// carries both outcomes. Reports only after all of that.
+    pub async fn revoke(
+        &self,
+        caller: &Caller,
+        grant_id: &str,
+        domains: Option<&[String]>,
+        live: &dyn LiveInstances,
+    ) -> Result<Revoked, ConsentError> {
+        self.revoke_as(caller.actor(), caller, grant_id, domains, live).await
+    }
+
+    async fn revoke_as(
+        &self,
+        actor: Actor,
+        caller: &Caller,
+        grant_id: &str,
+        domains: Option<&[String]>,
+        live: &dyn LiveInstances,
+    ) -> Result<Revoked, ConsentError> {
+        let (scope, grant, whole, local_deleted, origins) = {
+            let _lock = self.lock()?;
+            let grants = self.load()?;
+            let revoked_devices = self.revoked_devices()?;
+            // An expired or pairing-revoked grant can still be revoked (that is how it is cleaned).
+            let index = grants
+                .iter()
+                .position(|g| {
+                    g.id == grant_id
+                        && g.revoked_at.is_none()
+                        && (matches!(caller, Caller::Operator(_))
+                            || self.visible(g, caller, &revoked_devices)
+                            || actor.kind == "system")
+                })
+                .ok_or_else(|| ConsentError::UnknownGrant(grant_id.into()))?;
+            let mut grants = grants;
+            let grant = &mut grants[index];
+            let scope: Option<Vec<GrantDomain>> = match (domains, &grant.domains) {
+                (None, _) => None,
+                (Some(_), None) => {
+                    return Err(ConsentError::Invalid(
+                        "a full-profile grant is revoked whole, not by domain".into(),
+                    ));
+                }
+                (Some(asked), Some(granted)) => {
+                    let asked = parse_domains(asked)?;
+                    if let Some(outside) = asked.iter().find(|d| !granted.contains(d)) {
+                        return Err(ConsentError::Invalid(format!("the grant does not name {outside}")));
+                    }
+                    Some(asked)
+                }
+            };
+            let remaining: Vec<GrantDomain> = match (&scope, &grant.domains) {
+                (Some(asked), Some(granted)) => granted.iter().filter(|d| !asked.contains(d)).cloned().collect(),
+                _ => Vec::new(),
+            };
+            let whole = scope.is_none() || remaining.is_empty();
+            // First the grant stops counting, so nothing can use it while the rest happens.
+            if whole {
+                grant.revoked_at = Some(self.now());
+            } else {
+                grant.domains = Some(remaining);
+            }
+            // The storage origins the material held in scope, ports included, go to the live
+            // instances with the scope.
+            let (local_deleted, origins) = if whole {
+                // A grant without material (a native login) has nothing to load.
+                let origins = self
+                    .store
+                    .load(grant_id)
+                    .map(|stored| stored.origins_where(|_| true))
+                    .unwrap_or_default();
+                (self.store.delete(grant_id)?, origins)
+            } else {
+                let mut stored = self.store.load(grant_id)?;
+                let before = stored.cookies.len() + stored.origins.len();
+                let asked = scope.clone().unwrap_or_default();
+                let origins = stored.origins_where(|host| asked.iter().any(|d| d.covers(host)));
+                stored.retain(|host| !asked.iter().any(|d| d.covers(host)));
+                let deleted = before != stored.cookies.len() + stored.origins.len();
+                grant.cookie_count = stored.cookie_count();
+                self.store.save(self.rng.as_ref(), grant_id, &stored)?;
+                (deleted, origins)
+            };
+            let snapshot = grant.clone();
+            self.save(&grants)?;
+            (scope, snapshot, whole, local_deleted, origins)
+        };
+        let full = grant.full_profile == Some(true);
+        let live_scope: Vec<GrantDomain> = match &scope {
+            Some(asked) => asked.clone(),
+            None => grant.domains.clone().unwrap_or_default(),
+        };
+        let forgotten = live
+            .forget(
+                if full && whole {
+                    Scope::Everything
+                } else {
+                    Scope::Domains(&live_scope)
+                },
+                &origins,
+            )
+            .await;
+        let mut remote = "not-applicable";
+        for sink in &grant.sinks {
+            if let Sink::Remote { provider_id, .. } = sink {
+                let outcome = live.end_remote(provider_id).await;
+                // The worst outcome over the sinks is the one recorded.
+                remote = match (remote, outcome) {
+                    ("failed", _) | (_, RemoteOutcome::Failed) => "failed",
+                    ("unavailable", _) | (_, RemoteOutcome::Unavailable) => "unavailable",
+                    _ => outcome.as_str(),
+                };
+            }
+        }
+        let (forgotten, live_error) = match forgotten {
+            Ok(f) => (f, None),
+            Err(e) => (Forgotten::default(), Some(e)),
+        };
+        let derived = Derived {
+            local: if local_deleted || forgotten.cookies > 0 || forgotten.tabs > 0 {
+                "deleted"
+            } else {
+                "none"
+            }
+            .into(),
+            remote: remote.into(),
+        };
+        self.ledger.append(
+            &Entry {
+                event: "revoke".into(),
+                actor: Some(actor),
+                grant_id: Some(grant_id.into()),
+                domains: scope.as_ref().map(|s| names(s)),
+                derived: Some(derived.clone()),
+                reason: live_error
+                    .as_ref()
+                    .map(|e| truncate(&format!("a running browser could not be cleaned: {e}"))),
+                ..Entry::default()
+            },
+            &self.now(),
+        )?;
+        match live_error {
+            Some(e) => Err(ConsentError::Live(e)),
+            None => Ok(Revoked {
+                grant,
+                forgotten,
+                derived,
+            }),
+        }
+    }
+
+    /// Revokes every grant whose `expiresAt` has passed (a `system` revoke each).
+    pub async fn expire(&self, live: &dyn LiveInstances) -> Result<usize, ConsentError> {
+        let now = self.clock.now();
+        let expired: Vec<String> = self
+            .load()?
+            .into_iter()
+            .filter(|g| g.revoked_at.is_none() && g.is_expired(now))
+            .map(|g| g.id)
+            .collect();
+        for id in &expired {
+            self.revoke_as(system("expiry"), &Caller::local_agent(), id, None, live)
+                .await?;
+        }
+        Ok(expired.len())
+    }
+
+    /// AIP-59 revoked the pairing of `device_id` (C13): its grants stop counting at once (the
+    /// device is recorded first), then each is revoked under C8.
+    pub async fn revoke_pairing(
+        &self,
+        _operator: &Operator,
+        device_id: &str,
+        live: &dyn LiveInstances,
+    ) -> Result<Vec<Revoked>, ConsentError> {
+        {
+            let _lock = self.lock()?;
+            let mut devices = self.revoked_devices()?;
+            if !devices.iter().any(|d| d == device_id) {
+                devices.push(device_id.into());
+                let bytes = serde_json::to_vec_pretty(&devices).map_err(|e| ConsentError::Invalid(e.to_string()))?;
+                write_private(&self.dir.join("revoked-devices.json"), &bytes)?;
+            }
+        }
+        let scoped: Vec<String> = self
+            .load()?
+            .into_iter()
+            .filter(|g| g.revoked_at.is_none() && g.device_id.as_deref() == Some(device_id))
+            .map(|g| g.id)
+            .collect();
+        let mut out = Vec::new();
+        for id in scoped {
+            let mut actor = system("pairing-revoked");
+            actor.device_id = Some(device_id.into());
+            out.push(self.revoke_as(actor, &Caller::local_agent(), &id, None, live).await?);
+        }
+        Ok(out)
+    }
+
+    /// Leave to join `host` from this host's browser: an active grant visible to `caller`, with
+    /// a local sink, that covers it. Otherwise `browser:consent_required` naming the host.
+    pub fn permit_join(&self, caller: &Caller, host: &str) -> Result<JoinPermit, ConsentError> {
+        let grant = self
+            .list(caller)?
+            .into_iter()
+            .find(|g| g.covers(host) && g.sinks.contains(&Sink::Local))
+            .ok_or_else(|| ConsentError::ConsentRequired { domain: host.into() })?;
+        Ok(JoinPermit {
+            grant_id: grant.id,
+            host: host.to_ascii_lowercase(),
+        })
+    }
+
+    /// Replaces every value held for an active grant (cookies and storage, 8 characters or
+    /// longer) wherever it appears in the strings of `value`, and says how many it replaced (C9):
+    /// what a page shows an agent through a tool (`document.cookie` from `browser.evaluate`, a
+    /// body that echoes a cookie) never carries granted material out.
+    pub fn redact(&self, value: &mut serde_json::Value) -> Result<usize, ConsentError> {
+        let now = self.clock.now();
+        let mut materials = Vec::new();
+        for grant in self.load()?.iter().filter(|g| g.is_active(now)) {
+            materials.push(self.store.load(&grant.id)?);
+        }
+        let secrets: Vec<&str> = materials
+            .iter()
+            .flat_map(|m| {
+                m.cookies.iter().map(|c| c.value.expose()).chain(
+                    m.origins
+                        .iter()
+                        .flat_map(|o| o.local_storage.iter().map(|i| i.value.expose())),
+                )
+            })
+            .filter(|s| s.chars().count() >= 8)
+            .collect();
+        Ok(if secrets.is_empty() {
+            0
+        } else {
+            redact_strings(value, &secrets)
+        })
+    }
+
+    /// The material of every grant `caller` may use, for this host's own instances (at launch).
+    pub fn local_injections(&self, caller: &Caller) -> Result<Vec<Injection>, ConsentError> {
+        let mut out = Vec::new();
+        for grant in self.list(caller)? {
+            if grant.sinks.contains(&Sink::Local) {
+                let material = self.store.load(&grant.id)?;
+                out.push(Injection {
+                    cookies: material.cookies,
+                    origins: material.origins,
+                    grant_id: grant.id,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The material of a grant for remote provider `provider_id` (C6): refused unless the grant
+    /// names that sink with the `seq` of a human `sink-ack` record for it.
+    pub fn remote_injection(
+        &self,
+        caller: &Caller,
+        grant_id: &str,
+        provider_id: &str,
+    ) -> Result<Injection, ConsentError> {
+        let (grants, index) = self.find_visible(caller, grant_id)?;
+        let grant = &grants[index];
+        let refused = || ConsentError::SinkNotAcknowledged {
+            provider_id: provider_id.into(),
+        };
+        let ack_seq = grant
+            .sinks
+            .iter()
+            .find_map(|s| match s {
+                Sink::Remote {
+                    provider_id: p,
+                    ack_seq,
+                } if p == provider_id => Some(*ack_seq),
+                _ => None,
+            })
+            .ok_or_else(refused)?;
+        let records = self.ledger.records().map_err(LedgerError::Broken)?;
+        let acknowledged = records.iter().any(|r| {
+            r["seq"].as_u64() == Some(ack_seq)
+                && r["event"] == "sink-ack"
+                && r["grantId"] == grant_id
+                && r["sinkId"] == provider_id
+                && r["actor"]["kind"] == "human"
+        });
+        if !acknowledged || grant.full_profile == Some(true) {
+            return Err(refused());
+        }
+        let material = self.store.load(grant_id)?;
+        Ok(Injection {
+            grant_id: grant_id.into(),
+            cookies: material.cookies,
+            origins: material.origins,
+        })
+    }
+
+    fn random_hex(&self, bytes: usize) -> String {
+        let mut buf = vec![0u8; bytes];
+        self.rng.fill(&mut buf);
+        buf.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// An exclusive lock on the consent store, across processes (the CLI and a running agent).
+    fn lock(&self) -> Result<FileLock, ConsentError> {
+        let mut options = std::fs::OpenOptions::new();
+        options.create(true).truncate(false).write(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let file = options.open(self.dir.join("grants.lock"))?;
+        file.lock()?;
+        Ok(FileLock(file))
+    }
+
+    /// All grants, revoked ones included.
+    pub fn all(&self) -> Result<Vec<Grant>, ConsentError> {
+        self.load()
+    }
+
+    fn load(&self) -> Result<Vec<Grant>, ConsentError> {
+        match std::fs::read(self.dir.join("grants.json")) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| ConsentError::Invalid(format!("grants.json is damaged at line {}", e.line()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn save(&self, grants: &[Grant]) -> Result<(), ConsentError> {
+        for grant in grants {
+            grant::check_grant(grant).map_err(ConsentError::Invalid)?;
+        }
+        let bytes = serde_json::to_vec_pretty(grants).map_err(|e| ConsentError::Invalid(e.to_string()))?;
+        write_private(&self.dir.join("grants.json"), &bytes)?;
+        Ok(())
+    }
+
+    fn revoked_devices(&self) -> Result<Vec<String>, ConsentError> {
+        match std::fs::read(self.dir.join("revoked-devices.json")) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|_| ConsentError::Invalid("revoked-devices.json is damaged".into())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+struct FileLock(File);
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
+    }
+}
+
+/// Directories under `dir` (and `dir`) 0700, files 0600 (C11), whatever made them.
+fn tighten_tree(dir: &Path) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    private_dir(dir)?;
+    for entry in entries {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            tighten_tree(&entry.path())?;
+        } else if kind.is_file() {
+            #[cfg(unix)]
+            std::fs::set_permissions(entry.path(), std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        }
+    }
+    Ok(())
+}
+
+fn parse_domains(names: &[String]) -> Result<Vec<GrantDomain>, ConsentError> {
+    let mut out: Vec<GrantDomain> = Vec::new();
+    for name in names {
+        let domain = GrantDomain::parse(name).map_err(|why| ConsentError::InvalidDomain {
+            domain: name.clone(),
+            why,
+        })?;
+        if !out.contains(&domain) {
+            out.push(domain);
+        }
+    }
+    if out.is_empty() {
+        return Err(ConsentError::NoDomains);
+    }
+    Ok(out)
+}
+
+/// What stands where a granted value was.
+const REDACTED: &str = "[granted value redacted]";
+
+fn redact_strings(value: &mut serde_json::Value, secrets: &[&str]) -> usize {
+    match value {
+        serde_json::Value::String(text) => {
+            let mut replaced = 0;
+            for secret in secrets {
+                if text.contains(secret) {
+                    replaced += text.matches(secret).count();
+                    *text = text.replace(secret, REDACTED);
+                }
+            }
+            replaced
+        }
+        serde_json::Value::Array(items) => items.iter_mut().map(|v| redact_strings(v, secrets)).sum(),
+        serde_json::Value::Object(fields) => fields.values_mut().map(|v| redact_strings(v, secrets)).sum(),
+        _ => 0,
+    }
+}
+
+fn names(domains: &[GrantDomain]) -> Vec<String> {
+    domains.iter().map(|d| d.as_str().to_owned()).collect()
+}
+
+/// A ledger `reason` is at most 500 characters.
+fn truncate(text: &str) -> String {
+    text.chars().take(500).collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,24 @@
+//! The AIP-63 vocabulary (agentbrowser/v1), without I/O: the instance lifecycle and the
+//! supervisor's decisions (§3), the manifest and its schema (§1), the tool table (§2) and the
+//! AIP-14 error envelope with the browser codes (T4).
+//!
+//! Nothing here starts a process, opens a socket or reads a clock: the layers above
+//! ([`crate::chromium`], [`crate::tools`]) feed it what happened and when, and tests feed it
+//! exact times. This is what a conformance suite judging *any* provider depends on.
+
+mod aip14;
+mod lifecycle;
+mod manifest;
+pub(crate) mod schema;
+mod supervisor;
+mod tool;
+
+// The public interface is:
+pub use self::aip14::{ToolError, ToolErrorCode, ToolResult};
+pub use self::lifecycle::{IllegalTransition, InstanceState, LifecycleEvent, OperatorReset};
+pub use self::manifest::{
+    BROWSER_SCHEMA, BrowserBlock, BrowserManifest, Capabilities, Diagnostic, DriverKind, Implements, Location,
+    implements_gate, load_manifest, parse_manifest, rule_errors,
+};
+pub use self::supervisor::{CallGate, Health, InstanceRecord, Launch, Policy, Stalled, Supervisor};
+pub use self::tool::{Level, RESERVED_TOOLS, ToolSpec, resolve, tool_spec};

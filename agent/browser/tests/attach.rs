@@ -1,0 +1,95 @@
+//! The attach provider on real processes (AIP-63 L2, L5, L13): a Chromium the host did not
+//! start is attached to with `wasAlreadyRunning`, launched again without a second process, left
+//! running by `stop`, and ended only by a forced stop; a non-loopback endpoint is refused.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use pap_browser::chromium::{BrowserHost, CHROMIUM, ChromiumConfig, LaunchError, StandaloneChromium};
+use pap_browser::spec::InstanceState;
+
+fn alive(pid: u32) -> bool {
+    // A zombie still has /proc/PID but is no longer running.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_chromium_is_attached_left_running_by_stop_and_ended_only_by_force() {
+    let dir = std::env::temp_dir().join(format!("pap-attach-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut foreign = StandaloneChromium::start(
+        &PathBuf::from(CHROMIUM),
+        &dir.join("foreign-profile"),
+        0,
+        &[],
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let foreign_pid = foreign.pid().unwrap();
+    let mut config = ChromiumConfig::new(dir.join("state"));
+    config.attach_to = Some(foreign.endpoint());
+    let host = BrowserHost::new();
+
+    // L2: attached, wasAlreadyRunning, its own pid and profile; a second launch is the same one.
+    let first = host.launch(&config, "attached", &|_| {}).await.unwrap();
+    assert!(first.was_already_running());
+    assert_eq!(first.pid(), Some(foreign_pid));
+    assert_eq!(first.user_data_dir(), dir.join("foreign-profile"));
+    let second = host.launch(&config, "attached", &|_| {}).await.unwrap();
+    assert!(
+        std::sync::Arc::ptr_eq(&first, &second),
+        "no second connection or process"
+    );
+    assert_eq!(host.health("attached").state, InstanceState::Healthy);
+    drop((first, second));
+
+    // L5: stop disconnects and leaves the foreign browser running, its profile untouched.
+    host.stop("attached", Duration::from_secs(2)).await.unwrap();
+    assert_eq!(host.health("attached").state, InstanceState::Stopped);
+    assert!(
+        foreign.is_running() && alive(foreign_pid),
+        "stop ended a browser the host did not start"
+    );
+    assert!(dir.join("foreign-profile").exists());
+
+    // Attached again, then the forced stop ends it.
+    let again = host.launch(&config, "attached", &|_| {}).await.unwrap();
+    assert_eq!(again.pid(), Some(foreign_pid));
+    drop(again);
+    host.stop_forced("attached", Duration::from_secs(2)).await.unwrap();
+    assert!(
+        foreign.exited_within(Duration::from_secs(10)).await,
+        "the forced stop left the browser running"
+    );
+    // Its profile is not the host's to delete: the forced stop ends processes, never data.
+    assert!(
+        dir.join("foreign-profile").exists(),
+        "the forced stop deleted the foreign profile"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn only_a_loopback_endpoint_is_attached_to() {
+    let mut config = ChromiumConfig::new(std::env::temp_dir().join(format!("pap-attach-far-{}", std::process::id())));
+    config.attach_to = Some("192.0.2.1:9222".parse().unwrap());
+    let error = BrowserHost::new().launch(&config, "far", &|_| {}).await.unwrap_err();
+    assert!(
+        matches!(error, LaunchError::Attach(ref why) if why.contains("loopback")),
+        "{error}"
+    );
+    // Nothing answers on a closed loopback port: a clear error, no process started.
+    config.attach_to = Some("127.0.0.1:9".parse().unwrap());
+    let error = BrowserHost::new().launch(&config, "closed", &|_| {}).await.unwrap_err();
+    assert!(
+        matches!(error, LaunchError::Attach(ref why) if why.contains("no Chromium answers")),
+        "{error}"
+    );
+}

@@ -1,0 +1,429 @@
+//! The AIP-63 tool surface on real Chromium: the core tools in AIP-14 envelopes, typed
+//! `browser:unsupported` naming the capability (T3), `browser:not_ready` with the state (L3),
+//! `browser:target_gone` for a handle of a previous boot (L12), and a health check that opens
+//! no target (L4).
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use chromiumoxide::cdp::browser_protocol::target::GetTargetsParams;
+use pap_browser::chromium::{BrowserHost, ChromiumConfig};
+use pap_browser::spec::load_manifest;
+use pap_browser::spec::{ToolErrorCode, ToolResult};
+use pap_browser::tools::ToolHost;
+use serde_json::{Value, json};
+
+fn manifest() -> pap_browser::spec::BrowserManifest {
+    load_manifest(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("providers/chromium/BROWSER.md")).unwrap()
+}
+
+fn ok(result: ToolResult) -> Value {
+    match result {
+        ToolResult::Ok(value) => value,
+        ToolResult::Err(error) => panic!("{} {}", error.code.as_str(), error.message),
+    }
+}
+
+fn err(result: ToolResult) -> pap_browser::spec::ToolError {
+    match result {
+        ToolResult::Err(error) => error,
+        ToolResult::Ok(value) => panic!("expected an error, got {value}"),
+    }
+}
+
+/// The first response in `target`'s request log whose URL ends with `suffix`, once it shows
+/// (a page's requests may land after its load event): 10 s at most.
+async fn logged_request(tools: &ToolHost, target: &str, suffix: &str) -> Value {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        loop {
+            tick.tick().await;
+            let requests = ok(tools.call("browser.list_requests", &json!({"target": target})).await);
+            if let Some(found) = requests["requests"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["url"].as_str().unwrap().ends_with(suffix))
+            {
+                return found.clone();
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no response for {suffix} showed in list_requests"))
+}
+
+fn consent(state: &std::path::Path) -> std::sync::Arc<pap_browser::consent::ConsentHost> {
+    std::sync::Arc::new(
+        pap_browser::consent::ConsentHost::open(
+            state,
+            std::sync::Arc::new(pap_shared::SystemClock),
+            std::sync::Arc::new(pap_shared::SystemRng),
+        )
+        .unwrap(),
+    )
+}
+
+/// `app` served on loopback HTTP and its `/` open in a launched Chromium behind a tool host.
+struct Served {
+    host: BrowserHost,
+    tools: std::sync::Arc<ToolHost>,
+    /// The instance's state directory.
+    state: PathBuf,
+    /// `http://127.0.0.1:PORT`.
+    base: String,
+    /// The tab showing `/`.
+    target: String,
+}
+
+async fn serve_and_open(app: axum::Router, instance: &str) -> Served {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(axum::serve(listener, app).into_future());
+    let state = std::env::temp_dir().join(format!("pap-tools-{instance}-{}", std::process::id()));
+    let host = BrowserHost::new();
+    let tools = ToolHost::new(
+        manifest(),
+        host.clone(),
+        ChromiumConfig::new(state.clone()),
+        instance,
+        consent(&state),
+    );
+    tools.launch().await.unwrap();
+    let target = ok(tools
+        .call("browser.navigate", &json!({"url": format!("{base}/")}))
+        .await)["target"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    Served {
+        host,
+        tools,
+        state,
+        base,
+        target,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_tools_errors_and_stale_handles_on_real_chromium() {
+    let state = std::env::temp_dir().join(format!("pap-tools-{}", std::process::id()));
+    let host = BrowserHost::new();
+    let tools = ToolHost::new(
+        manifest(),
+        host.clone(),
+        ChromiumConfig::new(state.clone()),
+        "tools",
+        consent(&state),
+    );
+
+    // Before any launch: not ready, with the state (L3), never an opaque error.
+    let before = err(tools.call("browser.navigate", &json!({"url": "about:blank"})).await);
+    assert_eq!(before.code, ToolErrorCode::NotReady);
+    assert_eq!(before.cause.unwrap()["state"], "absent");
+
+    tools.launch().await.unwrap();
+    let page = "data:text/html,<title>t</title><h1 id=greeting>hello</h1>";
+    let opened = ok(tools.call("browser.navigate", &json!({"url": page})).await);
+    let target = opened["target"].as_str().unwrap().to_owned();
+    let value = ok(tools
+        .call(
+            "browser.evaluate",
+            &json!({"target": target, "expression": "document.getElementById('greeting').textContent"}),
+        )
+        .await);
+    assert_eq!(value["value"], "hello");
+    let dom = ok(tools
+        .call("browser.get_dom", &json!({"target": target, "selector": "#greeting"}))
+        .await);
+    assert_eq!(dom["html"], "<h1 id=\"greeting\">hello</h1>");
+    let shot = ok(tools
+        .call("browser.screenshot", &json!({"target": target, "fullPage": true}))
+        .await);
+    assert!(shot["bytes"].as_u64().unwrap() > 100);
+
+    // T3: a tool the manifest does not list, or whose gate is closed, answers
+    // browser:unsupported naming the capability.
+    let mut without_downloads = manifest();
+    without_downloads.implements.retain(|i| i.tool != "browser.download");
+    let limited = ToolHost::new(
+        without_downloads,
+        host.clone(),
+        ChromiumConfig::new(state.clone()),
+        "tools",
+        consent(&state),
+    );
+    let unlisted = err(limited.call("browser.download", &json!({"target": target})).await);
+    assert_eq!(unlisted.code, ToolErrorCode::Unsupported);
+    assert_eq!(unlisted.cause.unwrap()["capability"], "downloads");
+    let closed = err(tools
+        .call("browser.act", &json!({"target": target, "instruction": "buy"}))
+        .await);
+    assert_eq!(closed.code, ToolErrorCode::Unsupported);
+    assert_eq!(closed.cause.unwrap()["capability"], "aiActions");
+    assert!(closed.message.contains("aiActions"));
+    // Input and lookup errors are typed too.
+    assert_eq!(
+        err(tools.call("browser.evaluate", &json!({"target": target})).await).code,
+        ToolErrorCode::InputInvalid
+    );
+    assert_eq!(
+        err(tools
+            .call("browser.evaluate", &json!({"target": "t9-9", "expression": "1"}))
+            .await)
+        .code,
+        ToolErrorCode::NotFound
+    );
+
+    // L4: health answers without opening a target.
+    let browser = host.attach("tools").await.unwrap();
+    let page = browser.new_page().await.unwrap();
+    let count = || async {
+        page.execute(GetTargetsParams::default())
+            .await
+            .unwrap()
+            .result
+            .target_infos
+            .len()
+    };
+    let before = count().await;
+    for _ in 0..3 {
+        assert!(browser.is_healthy().await);
+        assert!(host.health("tools").state.is_usable());
+    }
+    assert_eq!(count().await, before, "health opened a target");
+    drop((page, browser));
+
+    // L12: after a restart, the old handle is gone, never rebound.
+    host.stop("tools", Duration::from_secs(2)).await.unwrap();
+    let stopped = err(tools
+        .call("browser.evaluate", &json!({"target": target, "expression": "1"}))
+        .await);
+    assert_eq!(stopped.code, ToolErrorCode::NotReady);
+    assert_eq!(stopped.cause.unwrap()["state"], "stopped");
+    tools.launch().await.unwrap();
+    let gone = err(tools
+        .call("browser.evaluate", &json!({"target": target, "expression": "1"}))
+        .await);
+    assert_eq!(gone.code, ToolErrorCode::TargetGone);
+    host.stop("tools", Duration::from_secs(2)).await.unwrap();
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[tokio::test]
+async fn a_provider_without_cdp_answers_list_requests_with_unsupported_cdp() {
+    // The canonical T3 example, on a provider whose manifest has no CDP at all; no browser runs.
+    let mut manifest = manifest();
+    manifest.browser.capabilities.cdp = false;
+    manifest.implements.push(pap_browser::spec::Implements {
+        tool: "browser.list_requests".into(),
+        version: "1".into(),
+    });
+    let tools = ToolHost::new(
+        manifest,
+        BrowserHost::new(),
+        ChromiumConfig::new(std::env::temp_dir()),
+        "no-cdp",
+        consent(&std::env::temp_dir().join(format!("pap-tools-no-cdp-{}", std::process::id()))),
+    );
+    let error = err(tools.call("browser.list_requests", &json!({})).await);
+    assert_eq!(error.code, ToolErrorCode::Unsupported);
+    assert_eq!(error.cause.as_ref().unwrap(), &json!({"capability": "cdp"}));
+    let envelope = ToolResult::Err(error).to_json();
+    assert_eq!(envelope["ok"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interaction_and_network_tools_on_real_chromium() {
+    // A plain page on loopback HTTP: a form, and a JSON resource it fetches.
+    let app = axum::Router::new()
+        .route(
+            "/",
+            axum::routing::get(|| async {
+                axum::response::Html(
+                    "<input id=name><button id=go onclick=\"document.getElementById('out').textContent='hi '+document.getElementById('name').value\">go</button>\
+                     <p id=out></p><script>fetch('/data.json')</script>",
+                )
+            }),
+        )
+        .route("/data.json", axum::routing::get(|| async { axum::Json(json!({"answer": 42})) }))
+        .route(
+            "/report.txt",
+            axum::routing::get(|| async {
+                ([(axum::http::header::CONTENT_DISPOSITION, "attachment; filename=\"report.txt\"")], "quarterly numbers\n")
+            }),
+        );
+    let Served {
+        host,
+        tools,
+        state,
+        base,
+        target,
+    } = serve_and_open(app, "net").await;
+
+    let filled = ok(tools
+        .call(
+            "browser.fill",
+            &json!({"target": target, "selector": "#name", "value": "Ada"}),
+        )
+        .await);
+    assert_eq!(filled["characters"], 3);
+    assert!(!filled.to_string().contains("Ada"), "fill echoed what it typed");
+    ok(tools
+        .call("browser.click", &json!({"target": target, "selector": "#go"}))
+        .await);
+    let out = ok(tools
+        .call(
+            "browser.evaluate",
+            &json!({"target": target, "expression": "document.getElementById('out').textContent"}),
+        )
+        .await);
+    assert_eq!(out["value"], "hi Ada");
+
+    // Tabs: a second target with keepAlive (multiTarget is declared), listed, then closed.
+    let second = ok(tools
+        .call("browser.tabs", &json!({"action": "open", "keepAlive": true}))
+        .await);
+    let second = second["target"].as_str().unwrap().to_owned();
+    assert!(tools.is_kept_alive(&second).await);
+    let listed = ok(tools.call("browser.tabs", &json!({"action": "list"})).await);
+    assert_eq!(listed["targets"].as_array().unwrap().len(), 2);
+    ok(tools
+        .call("browser.tabs", &json!({"action": "close", "target": second}))
+        .await);
+    assert_eq!(
+        err(tools
+            .call("browser.evaluate", &json!({"target": second, "expression": "1"}))
+            .await)
+        .code,
+        ToolErrorCode::NotFound
+    );
+
+    // Network: the requests the page made, and a response body.
+    let request = logged_request(&tools, &target, "/data.json").await;
+    assert_eq!(request["status"], 200);
+    let body = ok(tools
+        .call(
+            "browser.get_request_body",
+            &json!({"target": target, "requestId": request["requestId"]}),
+        )
+        .await);
+    assert_eq!(
+        serde_json::from_str::<Value>(body["body"].as_str().unwrap()).unwrap(),
+        json!({"answer": 42})
+    );
+    assert_eq!(
+        err(tools
+            .call(
+                "browser.get_request_body",
+                &json!({"target": target, "requestId": "nope"})
+            )
+            .await)
+        .code,
+        ToolErrorCode::NotFound
+    );
+
+    // A raw CDP command, and the session-material methods it refuses (C1, C9).
+    let version = ok(tools.call("browser.cdp_send", &json!({"target": target, "method": "Runtime.evaluate", "params": {"expression": "6*7", "returnByValue": true}})).await);
+    assert_eq!(version["result"]["result"]["value"], 42);
+    for method in [
+        "Network.getAllCookies",
+        "Network.setCookies",
+        "Storage.getCookies",
+        "DOMStorage.getDOMStorageItems",
+    ] {
+        let refused = err(tools
+            .call(
+                "browser.cdp_send",
+                &json!({"target": target, "method": method, "params": {}}),
+            )
+            .await);
+        assert_eq!(refused.code, ToolErrorCode::InputInvalid, "{method}");
+    }
+    assert_eq!(
+        err(tools
+            .call(
+                "browser.cdp_send",
+                &json!({"target": target, "method": "No.suchMethod"})
+            )
+            .await)
+        .code,
+        ToolErrorCode::Internal
+    );
+
+    // A download lands in a host path under the state directory.
+    let download = ok(tools
+        .call(
+            "browser.download",
+            &json!({"target": target, "url": format!("{base}/report.txt")}),
+        )
+        .await);
+    let path = PathBuf::from(download["path"].as_str().unwrap());
+    assert!(path.starts_with(&state), "{path:?}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "quarterly numbers\n");
+    assert_eq!(download["bytes"], 18.0);
+
+    host.stop("net", Duration::from_secs(2)).await.unwrap();
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_body_still_loading_is_retryable_not_missing() {
+    use futures_util::StreamExt as _;
+    // `/slow` sends its headers and a first chunk, then holds the rest until the test releases it.
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let released = std::sync::Arc::new(std::sync::Mutex::new(Some(released)));
+    let app = axum::Router::new()
+        .route(
+            "/",
+            axum::routing::get(|| async { axum::response::Html("<script>fetch('/slow')</script>") }),
+        )
+        .route(
+            "/slow",
+            axum::routing::get(move || {
+                let released = released.lock().unwrap().take().unwrap();
+                async move {
+                    let first = futures_util::stream::iter([Ok::<_, std::io::Error>("first ")]);
+                    let rest = futures_util::stream::once(async move {
+                        let _ = released.await;
+                        Ok::<_, std::io::Error>("rest")
+                    });
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "text/plain")],
+                        axum::body::Body::from_stream(first.chain(rest)),
+                    )
+                }
+            }),
+        );
+    let Served {
+        host,
+        tools,
+        state,
+        target,
+        ..
+    } = serve_and_open(app, "slow").await;
+    // The response is logged once its headers arrive.
+    let request_id = logged_request(&tools, &target, "/slow").await["requestId"].clone();
+    let input = json!({"target": target, "requestId": request_id});
+    let loading = err(tools.call("browser.get_request_body", &input).await);
+    assert_eq!(loading.code, ToolErrorCode::Timeout, "{}", loading.message);
+    assert_eq!(loading.retryable, Some(true));
+
+    release.send(()).unwrap();
+    let body = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        loop {
+            tick.tick().await;
+            if let ToolResult::Ok(body) = tools.call("browser.get_request_body", &input).await {
+                return body;
+            }
+        }
+    })
+    .await
+    .expect("the body never became readable");
+    assert_eq!(body["body"], "first rest");
+    host.stop("slow", Duration::from_secs(2)).await.unwrap();
+    let _ = std::fs::remove_dir_all(&state);
+}

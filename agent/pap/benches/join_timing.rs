@@ -1,0 +1,90 @@
+//! Chromium cold launch to a first page, and a warm join (browser running) from signing the
+//! assertion to the landed page loaded, against our reference company over TLS on 127.0.0.1.
+//!
+//! Run with `cargo bench -p pap-agent --bench join_timing` (optionally `-- RUNS`, default 20).
+//! Prints p50, min and max of each.
+
+#![allow(clippy::unwrap_used, clippy::print_stdout, reason = "a benchmark binary")]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use pap_agent::join;
+use pap_browser::chromium::BrowserHost;
+use support::Stage;
+
+fn main() {
+    let runs: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(20);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(run(runs));
+}
+
+async fn run(runs: usize) {
+    let stage = Stage::new("join-timing", &["shop.example", "atlas.example"]).await;
+    let (company, addr) = support::start_reference_company(&stage).await;
+    let (client, shop) = support::client_for(&stage, "shop.example", addr).await;
+    let (session, page_url) = support::signed_in_with_operation(&company, &client, &shop).await;
+
+    let config = support::pinned_browser(&stage, stage.work.join("state"), addr);
+
+    let mut cold = Vec::with_capacity(runs);
+    for i in 0..runs {
+        let host = BrowserHost::new();
+        let instance = format!("cold{i}");
+        let started = Instant::now();
+        let browser = host.launch(&config, &instance, &|_| {}).await.unwrap();
+        let page = browser.new_page().await.unwrap();
+        page.goto("about:blank").await.unwrap();
+        cold.push(started.elapsed());
+        drop((page, browser));
+        host.stop(&instance, Duration::from_secs(2)).await.unwrap();
+    }
+
+    let host = BrowserHost::new();
+    let browser = host.launch(&config, "warm", &|_| {}).await.unwrap();
+    let page = browser.new_page().await.unwrap();
+    let permit = support::permit(&stage.work.join("state"), "shop.example");
+    let mut warm = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let started = Instant::now();
+        let outcome = join(
+            &client,
+            &shop,
+            &session,
+            &page_url,
+            &page,
+            &permit,
+            Duration::from_secs(15),
+        )
+        .await
+        .unwrap();
+        assert_eq!(outcome.status, 200);
+        warm.push(started.elapsed());
+    }
+    drop((page, browser));
+    host.stop("warm", Duration::from_secs(2)).await.unwrap();
+
+    println!(
+        "Chromium timings over {runs} runs ({} cores)",
+        std::thread::available_parallelism().map_or(1, usize::from)
+    );
+    report("cold launch to a first page", &mut cold);
+    report("warm join: sign, form POST, 303, landed page loaded", &mut warm);
+    std::fs::remove_dir_all(&stage.work).unwrap();
+}
+
+fn report(what: &str, samples: &mut [Duration]) {
+    samples.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1_000.0;
+    println!(
+        "{what}: p50 {:.0} ms (min {:.0} ms, max {:.0} ms)",
+        ms(samples[samples.len() / 2]),
+        ms(samples[0]),
+        ms(samples[samples.len() - 1])
+    );
+}

@@ -1,0 +1,744 @@
+//! The PAP client (draft 0.2): discovery, Sessions (jwt-bearer + `private_key_jwt` + DPoP),
+//! Device Sign-In, Account Token revocation, and Operations v1 through the company's API.
+//!
+//! Every request goes over HTTPS only, follows no redirect, and is refused past a size and time
+//! limit. Tokens live in types that cannot print them; errors carry OAuth error codes, never a
+//! response body.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pap_shared::{
+    Clock, CompanyDomain, DpopRequest, HttpsUrl, Jti, Operation, PairwiseUserId, Rng, SessionId, SigningKey, UnixTime,
+    create_dpop_proof,
+};
+use rustls::pki_types::CertificateDer;
+use serde_json::{Value, json};
+use zeroize::Zeroizing;
+
+use crate::identity::Identity;
+
+/// Largest response body read, in bytes.
+const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
+const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
+const DEVICE_CODE: &str = "urn:ietf:params:oauth:grant-type:device_code";
+const CLIENT_ASSERTION_TYPE: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+
+/// How the client reaches the network.
+#[derive(Clone, Debug, Default)]
+pub struct ClientConfig {
+    /// Extra trusted roots (a test CA), added to the web PKI roots.
+    pub extra_roots: Vec<CertificateDer<'static>>,
+    /// Test only: connect these names to these addresses (like curl's `--connect-to`).
+    pub connect: HashMap<String, SocketAddr>,
+}
+
+/// A bearer token (Session Token or Account Token): redacted `Debug`, no `Display`/`Clone`.
+pub struct SecretToken(Zeroizing<String>);
+
+impl SecretToken {
+    /// Wraps a token.
+    pub fn new(token: String) -> Self {
+        Self(Zeroizing::new(token))
+    }
+
+    /// The token.
+    ///
+    /// # Security Warning
+    ///
+    /// A bearer credential: send it only in an `Authorization` header or a token-endpoint form.
+    pub fn secret(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SecretToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretToken([redacted])")
+    }
+}
+
+/// What discovery tells about a company (wire doc §2.1-2.2), checked.
+#[derive(Clone, Debug)]
+pub struct Company {
+    /// `organization.domain`.
+    pub domain: CompanyDomain,
+    /// `organization.name`.
+    pub name: String,
+    /// `auth.issuer`, verbatim: the `aud` of client and Session assertions.
+    pub issuer: String,
+    /// The token endpoint.
+    pub token_endpoint: HttpsUrl,
+    /// The revocation endpoint.
+    pub revocation_endpoint: HttpsUrl,
+    /// The device authorization endpoint, when Device Sign-In is offered.
+    pub device_authorization_endpoint: Option<HttpsUrl>,
+    /// `web.browser_session_endpoint`, verbatim: the browser assertion's `aud`.
+    pub browser_session_endpoint: Option<HttpsUrl>,
+    /// Origin of the first OpenAPI API.
+    pub api_origin: Option<String>,
+    /// The Operations v1 endpoint, when negotiated.
+    pub operations_endpoint: Option<HttpsUrl>,
+}
+
+/// A live Session with a company: its id, user, Session Token and the DPoP key it is bound to.
+#[derive(Debug)]
+pub struct Session {
+    /// The Session's id.
+    pub session_id: SessionId,
+    /// The pairwise User ID.
+    pub user: PairwiseUserId,
+    /// The Session Token.
+    pub access_token: SecretToken,
+    /// Whether it is signed in.
+    pub signed_in: bool,
+    /// Granted scopes.
+    pub scope: String,
+    /// When the token expires.
+    pub expires_at: UnixTime,
+    /// The Account Token, after a sign-in.
+    pub account_token: Option<SecretToken>,
+    /// The DPoP key of (this company, this user).
+    pub dpop_key: Arc<SigningKey>,
+}
+
+/// A pending Device Sign-In (RFC 8628).
+#[derive(Debug)]
+pub struct DeviceAuthorization {
+    /// The device code (kept by the agent).
+    pub device_code: SecretToken,
+    /// The code the user confirms.
+    pub user_code: String,
+    /// Where the user goes.
+    pub verification_uri: HttpsUrl,
+    /// The same with the code filled in, when given.
+    pub verification_uri_complete: Option<HttpsUrl>,
+    /// Seconds between polls.
+    pub interval: u64,
+    /// Seconds until the code expires.
+    pub expires_in: u64,
+}
+
+/// How the client waits between Device Sign-In polls (RFC 8628 §3.5): injected, like the clock,
+/// so the pacing is tested exactly and without real waits.
+#[async_trait::async_trait]
+pub trait Pause: Send + Sync {
+    /// Returns after `wait`.
+    async fn pause(&self, wait: Duration);
+}
+
+/// The real wait: a Tokio timer.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TokioPause;
+
+#[async_trait::async_trait]
+impl Pause for TokioPause {
+    async fn pause(&self, wait: Duration) {
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// The PAP client of one agent.
+#[derive(Clone)]
+pub struct PapClient {
+    http: reqwest::Client,
+    identity: Arc<Identity>,
+    clock: Arc<dyn Clock>,
+    rng: Arc<dyn Rng>,
+    pause: Arc<dyn Pause>,
+}
+
+impl fmt::Debug for PapClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PapClient")
+            .field("client_id", self.identity.client_id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PapClient {
+    /// A client for `identity`.
+    pub fn new(
+        identity: Arc<Identity>,
+        config: &ClientConfig,
+        clock: Arc<dyn Clock>,
+        rng: Arc<dyn Rng>,
+    ) -> Result<Self, ClientError> {
+        let roots = crate::tls::trust_roots(&config.extra_roots)
+            .map_err(|_| ClientError::Setup("an extra root certificate is invalid"))?;
+        let tls = crate::tls::tls_client_config(roots).map_err(|_| ClientError::Setup("TLS"))?;
+        let mut builder = reqwest::Client::builder()
+            .use_preconfigured_tls(tls)
+            .https_only(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(10))
+            .no_proxy();
+        for (name, addr) in &config.connect {
+            builder = builder.resolve(name, *addr);
+        }
+        let http = builder.build().map_err(|_| ClientError::Setup("HTTP client"))?;
+        Ok(Self {
+            http,
+            identity,
+            clock,
+            rng,
+            pause: Arc::new(TokioPause),
+        })
+    }
+
+    /// The same client, waiting between Device Sign-In polls with `pause` (tests pair it with
+    /// the clock they inject; the default is [`TokioPause`]).
+    #[must_use]
+    pub fn with_pause(mut self, pause: Arc<dyn Pause>) -> Self {
+        self.pause = pause;
+        self
+    }
+
+    /// The agent's identity.
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// The clock the client reads.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The client's randomness.
+    pub fn rng(&self) -> &Arc<dyn Rng> {
+        &self.rng
+    }
+
+    fn jti(&self) -> String {
+        Jti::generate(self.rng.as_ref()).as_str().to_owned()
+    }
+
+    /// Discovers `domain` (wire doc §2.1-2.2): `poppy.json` with `protocol_version` `0.2` and an
+    /// `organization.domain` equal to the host asked, then the issuer's metadata, whose `issuer`
+    /// must equal `auth.issuer` exactly and whose `poppy_domains` must list the domain.
+    pub async fn discover(&self, domain: &CompanyDomain) -> Result<Company, ClientError> {
+        let doc = self
+            .get_json(&format!("https://{domain}/.well-known/poppy.json"))
+            .await?;
+        let invalid = ClientError::InvalidDiscovery;
+        if doc["protocol_version"] != "0.2" {
+            return Err(invalid("protocol_version is not 0.2"));
+        }
+        let org_domain = doc["organization"]["domain"]
+            .as_str()
+            .and_then(|d| CompanyDomain::try_from(d).ok())
+            .ok_or(invalid("organization.domain"))?;
+        if &org_domain != domain {
+            return Err(invalid("organization.domain is not the domain asked"));
+        }
+        let name = doc["organization"]["name"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .ok_or(invalid("organization.name"))?
+            .to_owned();
+        let issuer_text = doc["auth"]["issuer"].as_str().ok_or(invalid("auth.issuer"))?;
+        let issuer = HttpsUrl::parse(issuer_text).map_err(|_| invalid("auth.issuer"))?;
+        let https = |v: &Value| v.as_str().and_then(|s| HttpsUrl::parse(s).ok());
+        let browser_session_endpoint = match &doc["web"]["browser_session_endpoint"] {
+            Value::Null => None,
+            v => Some(https(v).ok_or(invalid("web.browser_session_endpoint"))?),
+        };
+        let api_origin = doc["apis"].as_array().and_then(|apis| {
+            apis.iter()
+                .find(|a| a["type"] == "openapi")
+                .and_then(|a| https(&a["url"]))
+                .map(|u| u.origin())
+        });
+        let operations = &doc["extensions"]["operations"];
+        let operations_endpoint = if operations["version"] == "1" {
+            https(&operations["endpoint"])
+        } else {
+            None
+        };
+
+        // RFC 8414 §3.1: the well-known segment goes between host and path.
+        let path = issuer.url().path().trim_end_matches('/');
+        let metadata_url = format!("{}/.well-known/oauth-authorization-server{path}", issuer.origin());
+        let meta = self.get_json(&metadata_url).await?;
+        if meta["issuer"].as_str() != Some(issuer_text) {
+            return Err(invalid("the metadata's issuer differs from auth.issuer"));
+        }
+        let listed = meta["poppy_domains"].as_array().is_some_and(|ds| {
+            ds.iter()
+                .any(|d| d.as_str().is_some_and(|d| d.eq_ignore_ascii_case(domain.as_str())))
+        });
+        if !listed {
+            return Err(invalid("poppy_domains does not list the domain"));
+        }
+        if let Some(algs) = meta["dpop_signing_alg_values_supported"].as_array()
+            && !algs.iter().any(|a| a == "ES256")
+        {
+            return Err(invalid("the company does not accept ES256 DPoP proofs"));
+        }
+        Ok(Company {
+            domain: org_domain,
+            name,
+            issuer: issuer_text.to_owned(),
+            token_endpoint: https(&meta["token_endpoint"]).ok_or(invalid("token_endpoint"))?,
+            revocation_endpoint: https(&meta["revocation_endpoint"]).ok_or(invalid("revocation_endpoint"))?,
+            device_authorization_endpoint: https(&meta["device_authorization_endpoint"]),
+            browser_session_endpoint,
+            api_origin,
+            operations_endpoint,
+        })
+    }
+
+    /// A fresh DPoP key for one (company, user).
+    pub fn new_dpop_key(&self) -> Result<Arc<SigningKey>, ClientError> {
+        SigningKey::generate_es256(self.rng.as_ref(), "dpop")
+            .map(Arc::new)
+            .map_err(|_| ClientError::Setup("DPoP key"))
+    }
+
+    /// Starts a signed-out Session for `user` (PAP §4.2): the jwt-bearer grant with a Session
+    /// assertion, authenticated by a client assertion, with a DPoP proof of `dpop_key`.
+    pub async fn start_session(
+        &self,
+        company: &Company,
+        user: &PairwiseUserId,
+        dpop_key: Arc<SigningKey>,
+    ) -> Result<Session, ClientError> {
+        let assertion = self.jwt_assertion(company, user.as_str())?;
+        let token = self
+            .token_request(
+                company,
+                &dpop_key,
+                vec![("grant_type", JWT_BEARER.to_owned()), ("assertion", assertion)],
+            )
+            .await?;
+        session_from(&token, user.clone(), dpop_key, self.clock.now(), None)
+    }
+
+    /// Begins Device Sign-In for `scopes` (RFC 8628 §3.1).
+    pub async fn device_begin(&self, company: &Company, scopes: &[&str]) -> Result<DeviceAuthorization, ClientError> {
+        let endpoint = company
+            .device_authorization_endpoint
+            .as_ref()
+            .ok_or(ClientError::Unsupported("Device Sign-In"))?;
+        let mut form = self.client_auth(company)?;
+        form.push(("scope", scopes.join(" ")));
+        let body = self.post_form(endpoint, &form, None).await?;
+        let text = |k: &str| body[k].as_str().map(str::to_owned);
+        let on_company = |u: HttpsUrl| u.is_on(&company.domain).then_some(u);
+        let verification_uri = text("verification_uri")
+            .and_then(|u| HttpsUrl::parse(&u).ok())
+            .and_then(on_company)
+            .ok_or(ClientError::InvalidResponse(
+                "verification_uri is not on the company's domain",
+            ))?;
+        Ok(DeviceAuthorization {
+            device_code: SecretToken::new(text("device_code").ok_or(ClientError::InvalidResponse("device_code"))?),
+            user_code: text("user_code").ok_or(ClientError::InvalidResponse("user_code"))?,
+            verification_uri,
+            verification_uri_complete: text("verification_uri_complete")
+                .and_then(|u| HttpsUrl::parse(&u).ok())
+                .and_then(on_company),
+            interval: body["interval"].as_u64().unwrap_or(5).clamp(1, 300),
+            expires_in: body["expires_in"].as_u64().unwrap_or(600),
+        })
+    }
+
+    /// Polls a Device Sign-In for `session` until approved, denied or expired, honouring
+    /// `interval` and `slow_down` (RFC 8628 §3.5: every later wait 5 s longer). On success the
+    /// Session is signed in. Past `expires_in` it answers `expired_token` without polling again.
+    pub async fn device_wait(
+        &self,
+        company: &Company,
+        session: &mut Session,
+        device: &DeviceAuthorization,
+    ) -> Result<(), ClientError> {
+        let mut interval = device.interval;
+        let deadline = self.clock.now().plus(i64::try_from(device.expires_in).unwrap_or(600));
+        loop {
+            self.pause.pause(Duration::from_secs(interval)).await;
+            if self.clock.now() >= deadline {
+                return Err(ClientError::Protocol {
+                    status: 400,
+                    code: "expired_token".into(),
+                });
+            }
+            let form = vec![
+                ("grant_type", DEVICE_CODE.to_owned()),
+                ("device_code", device.device_code.secret().to_owned()),
+                ("session_id", session.session_id.as_str().to_owned()),
+            ];
+            match self.token_request(company, &session.dpop_key, form).await {
+                Ok(token) => {
+                    let signed = session_from(
+                        &token,
+                        session.user.clone(),
+                        session.dpop_key.clone(),
+                        self.clock.now(),
+                        Some(&session.session_id),
+                    )?;
+                    if !signed.signed_in || signed.account_token.is_none() {
+                        return Err(ClientError::InvalidResponse(
+                            "the device grant did not sign the Session in",
+                        ));
+                    }
+                    *session = signed;
+                    return Ok(());
+                }
+                Err(ClientError::Protocol { code, .. }) if code == "authorization_pending" => {}
+                Err(ClientError::Protocol { code, .. }) if code == "slow_down" => interval += 5,
+                Err(other) => return Err(other),
+            }
+        }
+    }
+
+    /// Revokes the Session's Account Token (RFC 7009): the company signs out every Session
+    /// signed in with it.
+    pub async fn revoke(&self, company: &Company, account_token: &SecretToken) -> Result<(), ClientError> {
+        let mut form = self.client_auth(company)?;
+        form.push(("token", account_token.secret().to_owned()));
+        form.push(("token_type_hint", "refresh_token".to_owned()));
+        self.post_form(&company.revocation_endpoint, &form, None)
+            .await
+            .map(|_| ())
+    }
+
+    /// Calls the company's API to propose an operation (`202 {"operation": …}`), with an
+    /// `Idempotency-Key`.
+    pub async fn propose(
+        &self,
+        company: &Company,
+        session: &Session,
+        method: &str,
+        path: &str,
+        body: &Value,
+    ) -> Result<Operation, ClientError> {
+        let origin = company
+            .api_origin
+            .as_deref()
+            .ok_or(ClientError::Unsupported("an OpenAPI API"))?;
+        let url =
+            HttpsUrl::parse(&format!("{origin}{path}")).map_err(|_| ClientError::InvalidResponse("the API path"))?;
+        let answer = self.api_call(&url, method, session, Some(body), 202).await?;
+        serde_json::from_value(answer["operation"].clone()).map_err(|_| ClientError::InvalidResponse("operation"))
+    }
+
+    /// Reads an operation from the operations endpoint.
+    pub async fn read_operation(
+        &self,
+        company: &Company,
+        session: &Session,
+        id: &str,
+    ) -> Result<Operation, ClientError> {
+        let url = operation_url(company, id, "")?;
+        let answer = self.api_call(&url, "GET", session, None, 200).await?;
+        let operation = if answer.get("operation").is_some() {
+            answer["operation"].clone()
+        } else {
+            answer
+        };
+        serde_json::from_value(operation).map_err(|_| ClientError::InvalidResponse("operation"))
+    }
+
+    /// Confirms `operation`'s revision as approved by the user.
+    pub async fn confirm_operation(
+        &self,
+        company: &Company,
+        session: &Session,
+        operation: &Operation,
+    ) -> Result<Operation, ClientError> {
+        let url = operation_url(company, &operation.operation_id, "/confirm")?;
+        let body = json!({"revision": operation.revision, "approved_by": "user"});
+        let answer = self.api_call(&url, "POST", session, Some(&body), 200).await?;
+        serde_json::from_value(answer).map_err(|_| ClientError::InvalidResponse("operation"))
+    }
+
+    async fn api_call(
+        &self,
+        url: &HttpsUrl,
+        method: &str,
+        session: &Session,
+        body: Option<&Value>,
+        expect: u16,
+    ) -> Result<Value, ClientError> {
+        let htu = format!("{}{}", url.origin(), url.url().path());
+        let token = session.access_token.secret();
+        let proof = self.dpop_proof(&session.dpop_key, method, &htu, Some(token), None)?;
+        let method = reqwest::Method::from_bytes(method.as_bytes()).map_err(|_| ClientError::Setup("HTTP method"))?;
+        let mut request = self
+            .http
+            .request(method, url.url().clone())
+            .header(http::header::ACCEPT, "application/json")
+            .header(http::header::AUTHORIZATION, format!("DPoP {token}"))
+            .header("DPoP", proof);
+        if let Some(body) = body {
+            request = request
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .header("Idempotency-Key", self.jti())
+                .body(body.to_string());
+        }
+        let (status, value) = read_json(request.send().await.map_err(|e| transport(&e))?).await?;
+        if status != expect {
+            return Err(protocol_error(status, &value));
+        }
+        Ok(value)
+    }
+
+    fn client_auth(&self, company: &Company) -> Result<Vec<(&'static str, String)>, ClientError> {
+        let assertion = self.jwt_assertion(company, self.identity.client_id().as_str())?;
+        Ok(vec![
+            ("client_id", self.identity.client_id().as_str().to_owned()),
+            ("client_assertion_type", CLIENT_ASSERTION_TYPE.to_owned()),
+            ("client_assertion", assertion),
+        ])
+    }
+
+    /// A client (`sub` = `client_id`) or Session (`sub` = user) assertion: ES256, `typ` JWT,
+    /// `aud` the issuer, 60 s, integer times, a fresh `jti`.
+    fn jwt_assertion(&self, company: &Company, sub: &str) -> Result<String, ClientError> {
+        let now = self.clock.now().as_secs();
+        let claims = json!({
+            "iss": self.identity.client_id().as_str(), "sub": sub, "aud": company.issuer,
+            "iat": now, "exp": now + 60, "jti": self.jti(),
+        });
+        let jws = self
+            .identity
+            .key()
+            .sign("JWT", &claims)
+            .map_err(|_| ClientError::Setup("signing"))?;
+        Ok(jws.secret().to_owned())
+    }
+
+    fn dpop_proof(
+        &self,
+        key: &SigningKey,
+        method: &str,
+        htu: &str,
+        token: Option<&str>,
+        nonce: Option<&str>,
+    ) -> Result<String, ClientError> {
+        let request = DpopRequest {
+            method,
+            htu,
+            access_token: token,
+            nonce,
+        };
+        let proof = create_dpop_proof(key, &request, self.clock.now(), &self.jti())
+            .map_err(|_| ClientError::Setup("DPoP proof"))?;
+        Ok(proof.secret().to_owned())
+    }
+
+    /// A token-endpoint request with client authentication and a DPoP proof; retried once with
+    /// the company's nonce on `use_dpop_nonce`.
+    async fn token_request(
+        &self,
+        company: &Company,
+        dpop_key: &SigningKey,
+        fields: Vec<(&'static str, String)>,
+    ) -> Result<Value, ClientError> {
+        let htu = format!(
+            "{}{}",
+            company.token_endpoint.origin(),
+            company.token_endpoint.url().path()
+        );
+        let mut nonce: Option<String> = None;
+        for _ in 0..2 {
+            let mut form = self.client_auth(company)?;
+            form.extend(fields.iter().cloned());
+            let proof = self.dpop_proof(dpop_key, "POST", &htu, None, nonce.as_deref())?;
+            match self.post_form(&company.token_endpoint, &form, Some(proof)).await {
+                Err(ClientError::Nonce(next)) if nonce.is_none() => nonce = Some(next),
+                other => return other,
+            }
+        }
+        Err(ClientError::Protocol {
+            status: 400,
+            code: "use_dpop_nonce".into(),
+        })
+    }
+
+    async fn post_form(
+        &self,
+        url: &HttpsUrl,
+        form: &[(&'static str, String)],
+        dpop: Option<String>,
+    ) -> Result<Value, ClientError> {
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(form.iter().map(|(k, v)| (*k, v.as_str())))
+            .finish();
+        let mut request = self
+            .http
+            .post(url.url().clone())
+            .header(http::header::ACCEPT, "application/json")
+            .header(http::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(body);
+        if let Some(proof) = dpop {
+            request = request.header("DPoP", proof);
+        }
+        let response = request.send().await.map_err(|e| transport(&e))?;
+        let nonce = response
+            .headers()
+            .get("dpop-nonce")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let (status, value) = read_json(response).await?;
+        if status == 200 {
+            return Ok(value);
+        }
+        if value["error"] == "use_dpop_nonce"
+            && let Some(nonce) = nonce
+        {
+            return Err(ClientError::Nonce(nonce));
+        }
+        Err(protocol_error(status, &value))
+    }
+
+    async fn get_json(&self, url: &str) -> Result<Value, ClientError> {
+        let response = self
+            .http
+            .get(url)
+            .header(http::header::ACCEPT, "application/json")
+            .send()
+            .await
+            .map_err(|e| transport(&e))?;
+        let (status, value) = read_json(response).await?;
+        if status != 200 {
+            return Err(protocol_error(status, &value));
+        }
+        Ok(value)
+    }
+}
+
+fn operation_url(company: &Company, id: &str, suffix: &str) -> Result<HttpsUrl, ClientError> {
+    let endpoint = company
+        .operations_endpoint
+        .as_ref()
+        .ok_or(ClientError::Unsupported("Operations v1"))?;
+    if !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+        return Err(ClientError::InvalidResponse("operation_id"));
+    }
+    HttpsUrl::parse(&format!("{}/{id}{suffix}", endpoint.as_str().trim_end_matches('/')))
+        .map_err(|_| ClientError::InvalidResponse("operation URL"))
+}
+
+fn session_from(
+    token: &Value,
+    user: PairwiseUserId,
+    dpop_key: Arc<SigningKey>,
+    now: UnixTime,
+    same: Option<&SessionId>,
+) -> Result<Session, ClientError> {
+    if token["token_type"] != "DPoP" {
+        return Err(ClientError::InvalidResponse("token_type is not DPoP"));
+    }
+    let session_id = token["session_id"]
+        .as_str()
+        .and_then(|s| SessionId::parse(s).ok())
+        .ok_or(ClientError::InvalidResponse("session_id"))?;
+    if same.is_some_and(|s| s != &session_id) {
+        return Err(ClientError::InvalidResponse("the company answered for another Session"));
+    }
+    let expires_in = token["expires_in"]
+        .as_i64()
+        .filter(|e| *e > 0)
+        .ok_or(ClientError::InvalidResponse("expires_in"))?;
+    Ok(Session {
+        session_id,
+        user,
+        access_token: SecretToken::new(
+            token["access_token"]
+                .as_str()
+                .ok_or(ClientError::InvalidResponse("access_token"))?
+                .to_owned(),
+        ),
+        signed_in: token["signed_in"]
+            .as_bool()
+            .ok_or(ClientError::InvalidResponse("signed_in"))?,
+        scope: token["scope"].as_str().unwrap_or_default().to_owned(),
+        expires_at: now.plus(expires_in),
+        account_token: token["refresh_token"].as_str().map(|t| SecretToken::new(t.to_owned())),
+        dpop_key,
+    })
+}
+
+async fn read_json(mut response: reqwest::Response) -> Result<(u16, Value), ClientError> {
+    let status = response.status().as_u16();
+    if response.status().is_redirection() {
+        return Err(ClientError::Protocol {
+            status,
+            code: "redirect_refused".into(),
+        });
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| transport(&e))? {
+        if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+            return Err(ClientError::InvalidResponse("the response is too large"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    if body.is_empty() {
+        return Ok((status, Value::Null));
+    }
+    let value = serde_json::from_slice(&body).map_err(|_| ClientError::InvalidResponse("the response is not JSON"))?;
+    Ok((status, value))
+}
+
+fn protocol_error(status: u16, body: &Value) -> ClientError {
+    let code = body["error"]
+        .as_str()
+        .filter(|c| c.len() <= 64 && c.bytes().all(|b| b.is_ascii_graphic()))
+        .unwrap_or("unknown");
+    ClientError::Protocol {
+        status,
+        code: code.to_owned(),
+    }
+}
+
+fn transport(error: &reqwest::Error) -> ClientError {
+    ClientError::Transport(if error.is_timeout() {
+        "timed out"
+    } else if error.is_connect() {
+        "could not connect"
+    } else {
+        "transport error"
+    })
+}
+
+/// Why a PAP call failed. No variant carries a token or a response body.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// The company's discovery documents break a rule.
+    #[error("the company's discovery is invalid: {0}")]
+    InvalidDiscovery(&'static str),
+    /// A response lacks or misstates a member.
+    #[error("the company's response is invalid: {0}")]
+    InvalidResponse(&'static str),
+    /// The company asks for a DPoP nonce (handled inside the client).
+    #[error("the company requires a DPoP nonce")]
+    Nonce(String),
+    /// The company refused, with this status and OAuth error code.
+    #[error("the company refused: {status} {code}")]
+    Protocol {
+        /// HTTP status.
+        status: u16,
+        /// The `error` member, or `unknown`.
+        code: String,
+    },
+    /// The client could not be set up or could not sign.
+    #[error("the client could not be set up: {0}")]
+    Setup(&'static str),
+    /// Transport failure (connect, TLS, timeout).
+    #[error("the request failed: {0}")]
+    Transport(&'static str),
+    /// The company does not offer what is needed.
+    #[error("the company does not offer {0}")]
+    Unsupported(&'static str),
+}
+
+/// The pairwise User ID the agent uses with a company: `usr_` + 22 random base64url characters.
+pub fn new_pairwise_user(rng: &dyn Rng) -> PairwiseUserId {
+    let id = format!("usr_{}", Jti::generate(rng).as_str());
+    PairwiseUserId::parse(&id).expect("usr_ + 22 base64url characters is a valid id")
+}

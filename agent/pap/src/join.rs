@@ -1,0 +1,167 @@
+//! The join (PAP §5, agent side): sign a 60-second `poppy-browser+jwt` for the live Session and
+//! have the controlled browser submit it as a top-level form POST to the company's published
+//! endpoint, then wait for the landing on `return_to`.
+//!
+//! The assertion exists only in this function and in the body of that one POST: never in a URL
+//! (no query string, no `data:` URL), a log line, an error or the returned value.
+
+use std::time::Duration;
+
+use chromiumoxide::Page;
+use chromiumoxide::cdp::browser_protocol::network::{EventLoadingFailed, EventResponseReceived, ResourceType};
+use futures_util::StreamExt as _;
+use pap_shared::{BROWSER_ASSERTION_TYP, BrowserAssertionClaims, BrowserAssertionRequest, HttpsUrl, Jti, UnixTime};
+
+use crate::client::{Company, PapClient, Session};
+use pap_browser::consent::JoinPermit;
+
+/// How long the assertion lives: the most PAP allows.
+const LIFETIME: i64 = 60;
+/// `iat` is set this far in the past: the Python reference allows no clock skew at all.
+const IAT_BACKDATE: i64 = 5;
+
+/// What a join tells its caller: never the assertion.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JoinOutcome {
+    /// The endpoint posted to.
+    pub endpoint: HttpsUrl,
+    /// Where the browser landed: the `return_to`.
+    pub landed: HttpsUrl,
+    /// The HTTP status of the landed page.
+    pub status: u16,
+    /// When the assertion expired (or will).
+    pub expires_at: UnixTime,
+}
+
+/// Joins `page`'s browser to `session` at `company`, landing on `return_to`, within `deadline`.
+/// The join needs a grant (AIP-63 C1): `permit`, from [`pap_browser::ConsentHost::permit_join`] for the
+/// company's domain; nothing is signed without it.
+pub async fn join(
+    client: &PapClient,
+    company: &Company,
+    session: &Session,
+    return_to: &HttpsUrl,
+    page: &Page,
+    permit: &JoinPermit,
+    deadline: Duration,
+) -> Result<JoinOutcome, JoinError> {
+    if !permit.covers(company.domain.as_str()) {
+        return Err(JoinError::ConsentRequired(company.domain.as_str().to_owned()));
+    }
+    let endpoint = company.browser_session_endpoint.clone().ok_or(JoinError::NoEndpoint)?;
+    let iat = client.clock().now().plus(-IAT_BACKDATE);
+    let request = BrowserAssertionRequest {
+        client_id: client.identity().client_id(),
+        user: &session.user,
+        endpoint: &endpoint,
+        session_id: &session.session_id,
+        return_to,
+        company_domain: &company.domain,
+    };
+    let claims = BrowserAssertionClaims::build(&request, iat, LIFETIME, Jti::generate(client.rng().as_ref()))
+        .map_err(|_| JoinError::ForeignReturnTo)?;
+    let assertion = client
+        .identity()
+        .key()
+        .sign(BROWSER_ASSERTION_TYP, &claims)
+        .map_err(|_| JoinError::Signing)?;
+
+    page.goto("about:blank").await.map_err(|e| cdp(&e))?;
+    let responses = page
+        .event_listener::<EventResponseReceived>()
+        .await
+        .map_err(|e| cdp(&e))?;
+    let failures = page.event_listener::<EventLoadingFailed>().await.map_err(|e| cdp(&e))?;
+    let mut events = futures_util::stream::select(responses.map(Seen::Response), failures.map(Seen::Failure));
+    // A form built in the page: method POST, the published endpoint as action, one hidden
+    // input. The values travel as JSON string literals inside the script, not in any URL.
+    let script = format!(
+        "(() => {{ const f = document.createElement('form'); f.method = 'post'; f.action = {action}; \
+         f.enctype = 'application/x-www-form-urlencoded'; \
+         const i = document.createElement('input'); i.type = 'hidden'; i.name = 'assertion'; i.value = {value}; \
+         f.appendChild(i); document.body.appendChild(f); f.submit(); return true; }})()",
+        action = serde_json::to_string(endpoint.as_str()).map_err(|_| JoinError::Signing)?,
+        value = serde_json::to_string(assertion.secret()).map_err(|_| JoinError::Signing)?,
+    );
+    drop(assertion);
+    page.evaluate(script).await.map_err(|e| cdp(&e))?;
+
+    let target = return_to.url().clone();
+    let endpoint_url = endpoint.url().clone();
+    let landing = tokio::time::timeout(deadline, async {
+        while let Some(seen) = events.next().await {
+            let event = match seen {
+                Seen::Response(event) => event,
+                // A document that could not load (a certificate error, a refused connection).
+                Seen::Failure(failure) if failure.r#type == ResourceType::Document => {
+                    return Err(JoinError::LoadFailed(failure.error_text.clone()));
+                }
+                Seen::Failure(_) => continue,
+            };
+            if event.r#type != ResourceType::Document {
+                continue;
+            }
+            let url = url::Url::parse(&event.response.url).ok();
+            let status = u16::try_from(event.response.status).unwrap_or(0);
+            if url.as_ref() == Some(&target) {
+                return Ok(status);
+            }
+            if url.as_ref() == Some(&endpoint_url) && status != 303 {
+                return Err(JoinError::Refused(status));
+            }
+        }
+        Err(JoinError::Cdp("the page closed".into()))
+    })
+    .await
+    .map_err(|_| JoinError::Timeout)??;
+    // The landed document's response is in; wait until it has loaded, so the caller can use it.
+    tokio::time::timeout(deadline, page.wait_for_navigation())
+        .await
+        .map_err(|_| JoinError::Timeout)?
+        .map_err(|e| cdp(&e))?;
+    Ok(JoinOutcome {
+        endpoint,
+        landed: return_to.clone(),
+        status: landing,
+        expires_at: claims.exp(),
+    })
+}
+
+/// What the join watches while it waits for the landing.
+enum Seen {
+    Response(std::sync::Arc<EventResponseReceived>),
+    Failure(std::sync::Arc<EventLoadingFailed>),
+}
+
+fn cdp(error: &chromiumoxide::error::CdpError) -> JoinError {
+    JoinError::Cdp(error.to_string())
+}
+
+/// Why a join failed. No variant carries the assertion.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum JoinError {
+    /// A CDP call failed.
+    #[error("the browser failed: {0}")]
+    Cdp(String),
+    /// The permit is for another domain (`browser:consent_required`).
+    #[error("no grant covers {0} for this browser")]
+    ConsentRequired(String),
+    /// `return_to` is not HTTPS on the company's domain (PAP-5-02): nothing was signed.
+    #[error("return_to is not on the company's domain")]
+    ForeignReturnTo,
+    /// The browser could not load the page (e.g. `net::ERR_CERT_AUTHORITY_INVALID`).
+    #[error("the browser could not load the page: {0}")]
+    LoadFailed(String),
+    /// The company publishes no `web.browser_session_endpoint`.
+    #[error("the company offers no browser session")]
+    NoEndpoint,
+    /// The company refused the join with this status.
+    #[error("the company refused the join ({0})")]
+    Refused(u16),
+    /// The assertion could not be signed.
+    #[error("the assertion could not be signed")]
+    Signing,
+    /// The browser did not land on `return_to` in time.
+    #[error("the browser did not land on return_to in time")]
+    Timeout,
+}

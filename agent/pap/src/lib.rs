@@ -1,0 +1,38 @@
+//! The personal agent's side of the PAP browser-session bridge (PAP §5).
+//!
+//! The agent holds a PAP Session with a company ([`PapClient`]) and joins the company's website
+//! from a browser it controls (the AIP-63 kit, [`pap_browser`]: real Chromium over CDP): it signs
+//! a 60-second `poppy-browser+jwt` for the live Session and has the browser form-POST it to the
+//! company's published endpoint ([`join`]); the company answers with its own cookie and a
+//! redirect, and the browser then shows the Session.
+//!
+//! ```text
+//! pap-agent (this crate)    identity, PAP client, wallet, join, the `pap-agent` binary
+//!     │
+//! pap-browser               the AIP-63 kit: spec, consent, Chromium, tool host
+//!     │
+//! pap-shared                wire types, JOSE, domain rules, Clock/Rng
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod client;
+mod documents;
+mod identity;
+mod join;
+#[cfg(feature = "test-support")]
+pub mod testkit;
+mod tls;
+mod wallet;
+
+// The public interface is:
+pub use client::{
+    ClientConfig, ClientError, Company, DeviceAuthorization, PapClient, Pause, SecretToken, Session, TokioPause,
+    new_pairwise_user,
+};
+pub use documents::{TlsListener, documents_router};
+pub use identity::{Identity, IdentityError, KEY_ID};
+pub use join::{JoinError, JoinOutcome, join};
+pub use tls::{PinError, pin_served_leaf, spki_pin, tls_client_config, trust_roots};
+pub use wallet::{Wallet, WalletError};

@@ -1,0 +1,725 @@
+//! `pap-agent`: a personal agent that holds PAP Sessions with companies and joins their
+//! websites from its own Chromium.
+//!
+//! Run with `cargo run -p pap-agent -- --help`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand};
+use pap_agent::{
+    ClientConfig, Company, Identity, PapClient, TlsListener, Wallet, documents_router, join, new_pairwise_user,
+    pin_served_leaf,
+};
+use pap_browser::chromium::{self, BrowserHost, ChromiumConfig, TestNetwork, click_and_land};
+use pap_browser::consent;
+use pap_browser::spec::{InstanceState, OperatorReset, Policy};
+use pap_browser::store::SealingKey;
+use pap_shared::{CompanyDomain, HttpsUrl, SystemClock, SystemRng};
+use rustls::pki_types::CertificateDer;
+
+#[derive(Parser)]
+#[command(
+    name = "pap-agent",
+    version,
+    about = "A personal agent for PAP draft 0.2 that joins company websites from its own Chromium"
+)]
+struct Cli {
+    /// The agent's state directory (identity, company records, browser profiles); made 0700.
+    #[arg(long, global = true, env = "PAP_AGENT_STATE")]
+    state_dir: Option<PathBuf>,
+    /// Test only: connect NAME (port 443) to ADDR:PORT, for both HTTP and the browser.
+    #[arg(long, global = true, value_name = "NAME=ADDR:PORT")]
+    connect: Vec<String>,
+    /// Test only: trust this CA for companies (the browser pins the leaf it checks against it).
+    #[arg(long, global = true, value_name = "PEM")]
+    trust_ca: Option<PathBuf>,
+    /// Join from a dedicated Chromium already running with DevTools on this loopback address
+    /// (its own --user-data-dir) instead of launching one; it is left running afterwards.
+    #[arg(long, global = true, value_name = "ADDR:PORT")]
+    attach: Option<SocketAddr>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The agent's identity: its key, client metadata and JWKS.
+    Identity {
+        #[command(subcommand)]
+        command: IdentityCommand,
+    },
+    /// Discovers a company and prints what it offers.
+    Discover { domain: String },
+    /// Starts a (signed-out) PAP Session with a company.
+    Session { domain: String },
+    /// Signs the Session in with Device Sign-In: prints where the user approves, then waits.
+    Signin {
+        domain: String,
+        /// Scopes to ask for, space-separated.
+        #[arg(long, default_value = "orders:read orders:write")]
+        scope: String,
+    },
+    /// Calls the company's API to propose an operation; prints it.
+    Propose {
+        domain: String,
+        method: String,
+        path: String,
+        /// The JSON body.
+        #[arg(long, default_value = "{}")]
+        body: String,
+    },
+    /// Reads an operation through the operations endpoint.
+    Operation { domain: String, id: String },
+    /// Joins the agent's own Chromium to the Session and opens RETURN_TO.
+    Join {
+        domain: String,
+        return_to: String,
+        /// Write a PNG of the landed page here.
+        #[arg(long)]
+        screenshot: Option<PathBuf>,
+    },
+    /// Joins, opens the operation's page and clicks its own confirm button in Chromium.
+    ConfirmOnPage {
+        domain: String,
+        operation_url: String,
+        /// Write a PNG of the page after confirming here.
+        #[arg(long)]
+        screenshot: Option<PathBuf>,
+    },
+    /// Revokes the Account Token: the company signs the Session out.
+    Revoke { domain: String },
+    /// Consent for the agent's browser (AIP-63 §4).
+    Consent {
+        #[command(subcommand)]
+        command: ConsentCommand,
+    },
+    /// The agent's browsers (AIP-63 status surface and operator stop).
+    Browser {
+        #[command(subcommand)]
+        command: BrowserCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BrowserCommand {
+    /// Lists this state directory's instances with failed launches (stopped, or crash-looping
+    /// with the last failure), then its running browsers: instance, state (L1: starting, healthy
+    /// or degraded, by probing its DevTools port), pid, launching agent (running or gone),
+    /// profile. Starts, opens and ends nothing.
+    Status,
+    /// Ends every browser of this state directory, whether or not the agent that launched it
+    /// still runs (SIGTERM, 2 s, SIGKILL), and removes their profiles.
+    Stop,
+    /// The operator's reset of a crash-looping instance (L7): launches it once (a fresh
+    /// Chromium), and on success stops it again; its failures are forgotten.
+    Reset { instance: String },
+}
+
+#[derive(Subcommand)]
+enum ConsentCommand {
+    /// Grants the agent's browser session material for named domains (the operator's channel:
+    /// no agent tool can do this). Without --interactive, name the domains or ask for
+    /// --full-profile; nothing defaults to all domains.
+    Grant {
+        /// A domain to grant (with its subdomains); repeat for more.
+        #[arg(long = "domain", value_name = "DOMAIN")]
+        domains: Vec<String>,
+        /// A storage-state file ({cookies, origins}) to import from. Without it (or
+        /// --chromium-profile), the grant lets the browser sign in itself (the PAP join) and
+        /// imports nothing.
+        #[arg(long, value_name = "FILE")]
+        source: Option<PathBuf>,
+        /// A Chromium profile directory on Linux (e.g. ~/.config/chromium/Default) to import
+        /// from: scanned by host only; only granted hosts are read and decrypted.
+        #[arg(long, value_name = "DIR", conflicts_with = "source")]
+        chromium_profile: Option<PathBuf>,
+        /// Show per-domain counts from a scan that reads no values, then ask per domain.
+        #[arg(long)]
+        interactive: bool,
+        /// Grant the WHOLE profile (every domain): named on purpose, never implied.
+        #[arg(long, conflicts_with = "domains")]
+        full_profile: bool,
+        /// Scope the grant to this paired device.
+        #[arg(long, value_name = "ID")]
+        device: Option<String>,
+        /// End the grant by itself after this many seconds.
+        #[arg(long, value_name = "SECONDS")]
+        expires_in: Option<i64>,
+    },
+    /// Lists the grants in force (never values).
+    List,
+    /// Re-reads a grant's domains (all, or some) from its own source.
+    Refresh {
+        grant: String,
+        #[arg(long = "domain", value_name = "DOMAIN")]
+        domains: Vec<String>,
+    },
+    /// Revokes a grant, or some of its domains: deletes the stored material, and the cookies,
+    /// storage and tabs of the state directory's running browsers; then records it.
+    Revoke {
+        grant: String,
+        #[arg(long = "domain", value_name = "DOMAIN")]
+        domains: Vec<String>,
+    },
+    /// Acknowledges a remote sink (its id and who operates it) for a grant.
+    SinkAck {
+        grant: String,
+        provider: String,
+        #[arg(long = "operated-by", value_name = "NAME")]
+        operated_by: String,
+    },
+    /// AIP-59 revoked a device's pairing: its grants end now.
+    PairingRevoked { device: String },
+    /// The append-only consent ledger.
+    Ledger {
+        #[command(subcommand)]
+        command: LedgerCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum LedgerCommand {
+    /// Checks every line (seq, prev hash, record shape) and the head anchor; reports the first
+    /// broken line and exits 1 if there is one.
+    Verify,
+}
+
+#[derive(Subcommand)]
+enum IdentityCommand {
+    /// Creates the identity (or shows the existing one) for DOMAIN, where its documents live.
+    Init {
+        domain: String,
+        #[arg(long, default_value = "Atlas")]
+        name: String,
+    },
+    /// Serves /agent.json and /jwks.json over HTTPS.
+    Serve {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long)]
+        cert: PathBuf,
+        #[arg(long)]
+        key: PathBuf,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // chromiumoxide warns once per CDP message it cannot parse (harmless on this Chromium) and
+    // errors when the browser closes its socket at stop; RUST_LOG brings them back.
+    let base = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn,chromiumoxide::handler=off".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(chromium::log_filter(&base))
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(run(cli))
+}
+
+struct Agent {
+    state_dir: PathBuf,
+    client: PapClient,
+    sealing: SealingKey,
+    test_network: Option<(HashMap<String, SocketAddr>, rustls::RootCertStore)>,
+    attach: Option<SocketAddr>,
+}
+
+/// `pap-agent browser status|stop`: what the process table shows of this state directory's
+/// browsers, and the operator's stop. The per-instance supervisor state (crash-looping, and the
+/// operator reset out of it) lives in one agent process today; see the README.
+#[allow(clippy::print_stdout, reason = "the report is the command's output")]
+async fn browser_command(state: &std::path::Path, command: &BrowserCommand) -> anyhow::Result<()> {
+    match command {
+        BrowserCommand::Status => {
+            let browsers = chromium::browsers_of(&chromium::ProcTable, state)?;
+            if browsers.is_empty() {
+                println!("no browsers of {}", state.display());
+            }
+            let host = BrowserHost::persistent(state, Policy::default())?;
+            for (instance, health) in host.recorded() {
+                let reason = health.reason.unwrap_or_default();
+                println!("{instance}\t{}\t{reason}", health.state);
+            }
+            for b in browsers {
+                let host = match (b.host, b.host_alive) {
+                    (Some(pid), true) => format!("agent {pid} running"),
+                    (Some(pid), false) => format!("agent {pid} gone (an orphan: the next start sweeps it)"),
+                    (None, _) => "agent unknown".to_owned(),
+                };
+                let state = chromium::probe_profile(&b.user_data_dir, Duration::from_secs(5)).await;
+                println!(
+                    "{}\t{state}\tpid {}\t{host}\t{}",
+                    b.instance,
+                    b.pid,
+                    b.user_data_dir.display()
+                );
+            }
+            Ok(())
+        }
+        BrowserCommand::Stop => {
+            let scope = chromium::SweepScope::StateDir {
+                state_dir: state.to_owned(),
+            };
+            let ended = chromium::sweep(&chromium::ProcTable, &scope, Duration::from_secs(2)).await?;
+            println!("ended {ended} process(es)");
+            Ok(())
+        }
+        BrowserCommand::Reset { instance } => {
+            let host = BrowserHost::persistent(state, Policy::default())?;
+            let now = host.health(instance).state;
+            if now != InstanceState::CrashLooping {
+                bail!("{instance} is {now}, not crash-looping: there is nothing to reset");
+            }
+            let started = Instant::now();
+            let config = ChromiumConfig::new(state.to_owned());
+            let reset = OperatorReset::from_operator_command();
+            host.reset(&config, instance, reset, &|_| {}).await?;
+            let launched = started.elapsed().as_millis();
+            host.stop(instance, Duration::from_secs(2)).await?;
+            println!("{instance}: reset; Chromium launched in {launched} ms and was stopped; it may launch again");
+            Ok(())
+        }
+    }
+}
+
+fn state_dir(cli: &Cli) -> PathBuf {
+    cli.state_dir.clone().unwrap_or_else(|| {
+        let base = std::env::var_os("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")));
+        base.unwrap_or_else(|| PathBuf::from(".")).join("pap-agent")
+    })
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let state = state_dir(&cli);
+    if let Command::Identity { command } = &cli.command {
+        return identity(&state, command).await;
+    }
+    if let Command::Consent { command } = &cli.command {
+        return consent_command(&state, command).await;
+    }
+    if let Command::Browser { command } = &cli.command {
+        return browser_command(&state, command).await;
+    }
+    let identity = Arc::new(Identity::load(&state)?);
+    let connect = parse_connect(&cli.connect)?;
+    let mut extra_roots: Vec<CertificateDer<'static>> = Vec::new();
+    if let Some(ca) = &cli.trust_ca {
+        let pem = std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?;
+        for cert in rustls_pemfile::certs(&mut &pem[..]) {
+            extra_roots.push(cert.with_context(|| format!("parsing {}", ca.display()))?);
+        }
+    }
+    let test_network = (!connect.is_empty()).then(|| {
+        let mut roots = rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        };
+        for root in &extra_roots {
+            let _ = roots.add(root.clone());
+        }
+        (connect.clone(), roots)
+    });
+    let config = ClientConfig { extra_roots, connect };
+    let client = PapClient::new(identity, &config, Arc::new(SystemClock), Arc::new(SystemRng))?;
+    let sealing = SealingKey::open(&state, &SystemRng)?;
+    let agent = Agent {
+        state_dir: state,
+        client,
+        sealing,
+        test_network,
+        attach: cli.attach,
+    };
+    match cli.command {
+        Command::Identity { .. } | Command::Consent { .. } | Command::Browser { .. } => {
+            unreachable!("handled above")
+        }
+        Command::Discover { domain } => {
+            let company = agent.client.discover(&parse_domain(&domain)?).await?;
+            print_json(&serde_json::json!({
+                "domain": company.domain.as_str(), "name": company.name, "issuer": company.issuer,
+                "browser_session_endpoint": company.browser_session_endpoint.as_ref().map(HttpsUrl::as_str),
+                "operations_endpoint": company.operations_endpoint.as_ref().map(HttpsUrl::as_str),
+                "device_sign_in": company.device_authorization_endpoint.is_some(),
+            }));
+            Ok(())
+        }
+        Command::Session { domain } => session(&agent, &domain).await,
+        Command::Signin { domain, scope } => signin(&agent, &domain, &scope).await,
+        Command::Propose {
+            domain,
+            method,
+            path,
+            body,
+        } => {
+            let (company, wallet) = agent.company(&domain).await?;
+            let session = wallet
+                .session
+                .as_ref()
+                .context("no Session: run `pap-agent session` first")?;
+            let body: serde_json::Value = serde_json::from_str(&body).context("--body is not JSON")?;
+            let operation = agent.client.propose(&company, session, &method, &path, &body).await?;
+            print_json(&serde_json::to_value(&operation)?);
+            Ok(())
+        }
+        Command::Operation { domain, id } => {
+            let (company, wallet) = agent.company(&domain).await?;
+            let session = wallet
+                .session
+                .as_ref()
+                .context("no Session: run `pap-agent session` first")?;
+            print_json(&serde_json::to_value(
+                agent.client.read_operation(&company, session, &id).await?,
+            )?);
+            Ok(())
+        }
+        Command::Join {
+            domain,
+            return_to,
+            screenshot,
+        } => browse(&agent, &domain, &return_to, false, screenshot).await,
+        Command::ConfirmOnPage {
+            domain,
+            operation_url,
+            screenshot,
+        } => browse(&agent, &domain, &operation_url, true, screenshot).await,
+        Command::Revoke { domain } => {
+            let (company, mut wallet) = agent.company(&domain).await?;
+            let session = wallet.session.as_mut().context("no Session")?;
+            let token = session.account_token.take().context("the Session is not signed in")?;
+            agent.client.revoke(&company, &token).await?;
+            session.signed_in = false;
+            wallet.save(&agent.sealing, &SystemRng)?;
+            eprintln!("revoked: the company signed the Session out");
+            Ok(())
+        }
+    }
+}
+
+impl Agent {
+    async fn company(&self, domain: &str) -> anyhow::Result<(Company, Wallet)> {
+        let domain = parse_domain(domain)?;
+        let company = self.client.discover(&domain).await?;
+        let wallet = Wallet::load(&self.state_dir, &domain, &self.sealing)?
+            .context("no record of this company: run `pap-agent session` first")?;
+        Ok((company, wallet))
+    }
+}
+
+async fn identity(state: &std::path::Path, command: &IdentityCommand) -> anyhow::Result<()> {
+    match command {
+        IdentityCommand::Init { domain, name } => {
+            let identity = Identity::init(state, parse_domain(domain)?, name, &SystemRng)?;
+            print_json(&identity.metadata());
+            Ok(())
+        }
+        IdentityCommand::Serve { listen, cert, key } => {
+            let identity = Identity::load(state)?;
+            let cert = std::fs::read(cert).with_context(|| format!("reading {}", cert.display()))?;
+            let key =
+                zeroize::Zeroizing::new(std::fs::read(key).with_context(|| format!("reading {}", key.display()))?);
+            let tcp = tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("binding {listen}"))?;
+            let listener = TlsListener::new(tcp, &cert, &key)?;
+            eprintln!("serving {} on {listen}", identity.client_id());
+            axum::serve(listener, documents_router(&identity)).await?;
+            Ok(())
+        }
+    }
+}
+
+async fn session(agent: &Agent, domain: &str) -> anyhow::Result<()> {
+    let domain = parse_domain(domain)?;
+    let company = agent.client.discover(&domain).await?;
+    let mut wallet = match Wallet::load(&agent.state_dir, &domain, &agent.sealing)? {
+        Some(wallet) => wallet,
+        None => Wallet::new(
+            &agent.state_dir,
+            &domain,
+            new_pairwise_user(&SystemRng),
+            agent.client.new_dpop_key()?,
+        )?,
+    };
+    let session = agent
+        .client
+        .start_session(&company, &wallet.user, wallet.dpop_key.clone())
+        .await?;
+    eprintln!(
+        "Session {} started with {} (signed in: {})",
+        session.session_id, company.name, session.signed_in
+    );
+    wallet.session = Some(session);
+    wallet.save(&agent.sealing, &SystemRng)?;
+    Ok(())
+}
+
+async fn signin(agent: &Agent, domain: &str, scope: &str) -> anyhow::Result<()> {
+    let (company, mut wallet) = agent.company(domain).await?;
+    let session = wallet
+        .session
+        .as_mut()
+        .context("no Session: run `pap-agent session` first")?;
+    let scopes: Vec<&str> = scope.split(' ').filter(|s| !s.is_empty()).collect();
+    let device = agent.client.device_begin(&company, &scopes).await?;
+    let url = device
+        .verification_uri_complete
+        .as_ref()
+        .unwrap_or(&device.verification_uri);
+    eprintln!("to sign in, open {url} and approve the code {}", device.user_code);
+    agent.client.device_wait(&company, session, &device).await?;
+    eprintln!("signed in (scopes: {})", session.scope);
+    wallet.save(&agent.sealing, &SystemRng)?;
+    Ok(())
+}
+
+/// Launches Chromium, joins the Session landing on `url`, optionally clicks the page's confirm
+/// button, optionally saves a screenshot, stops Chromium.
+async fn browse(
+    agent: &Agent,
+    domain: &str,
+    url: &str,
+    confirm: bool,
+    screenshot: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let (company, wallet) = agent.company(domain).await?;
+    let session = wallet
+        .session
+        .as_ref()
+        .context("no Session: run `pap-agent session` first")?;
+    let return_to = HttpsUrl::parse(url).context("the page is not an HTTPS URL")?;
+    let mut config = ChromiumConfig::new(agent.state_dir.clone());
+    if let Some((map, roots)) = &agent.test_network {
+        let mut pins = Vec::new();
+        for (name, addr) in map {
+            pins.push(pin_served_leaf(name, *addr, roots.clone()).await?);
+        }
+        config.test_network = TestNetwork {
+            map: map.clone(),
+            spki_pins: pins,
+        };
+    }
+    config.attach_to = agent.attach;
+    let host = BrowserHost::persistent(&agent.state_dir, Policy::default())?;
+    // L8: before the first launch, end what a killed run of this agent left (never the browsers
+    // of another agent process running now).
+    let swept = host
+        .sweep_previous_run(&agent.state_dir, Duration::from_secs(2))
+        .await?;
+    if swept > 0 {
+        eprintln!("browser: ended {swept} process(es) left by a previous run");
+    }
+    let started = Instant::now();
+    let browser = host
+        .launch(&config, "cli", &|step| {
+            eprintln!("browser: {step} ({} ms)", started.elapsed().as_millis())
+        })
+        .await?;
+    let result = async {
+        // The join needs a grant for the company's domain (`pap-agent consent grant`), and the
+        // granted material goes in first.
+        let consent = consent::ConsentHost::open(&agent.state_dir, Arc::new(SystemClock), Arc::new(SystemRng))?;
+        let caller = consent::Caller::local_agent();
+        let permit = consent.permit_join(&caller, company.domain.as_str())?;
+        for injection in consent.local_injections(&caller)? {
+            browser.inject(&injection).await?;
+        }
+        let page = browser.new_page().await?;
+        let outcome = join(
+            &agent.client,
+            &company,
+            session,
+            &return_to,
+            &page,
+            &permit,
+            Duration::from_secs(20),
+        )
+        .await?;
+        eprintln!(
+            "joined: {} answered {} ({} ms)",
+            outcome.landed,
+            outcome.status,
+            started.elapsed().as_millis()
+        );
+        let mut report = serde_json::json!({
+            "endpoint": outcome.endpoint.as_str(), "landed": outcome.landed.as_str(),
+            "status": outcome.status, "assertion_expires_at": outcome.expires_at.as_secs(),
+        });
+        if confirm {
+            let status = click_and_land(&page, "button[value=confirm]", Duration::from_secs(20)).await?;
+            let state = page
+                .evaluate("document.querySelector('[data-state]')?.getAttribute('data-state')")
+                .await?
+                .into_value::<Option<String>>()
+                .unwrap_or_default();
+            report["after_confirm"] = serde_json::json!({"status": status, "state": state});
+        }
+        if let Some(path) = &screenshot {
+            let png = page
+                .screenshot(chromiumoxide::page::ScreenshotParams::builder().build())
+                .await?;
+            std::fs::write(path, png).with_context(|| format!("writing {}", path.display()))?;
+            report["screenshot"] = serde_json::json!(path.display().to_string());
+        }
+        anyhow::Ok(report)
+    }
+    .await;
+    drop(browser);
+    host.stop("cli", Duration::from_secs(2)).await?;
+    print_json(&result?);
+    Ok(())
+}
+
+/// `pap-agent consent ...`: the operator's channel (C7).
+async fn consent_command(state: &std::path::Path, command: &ConsentCommand) -> anyhow::Result<()> {
+    use pap_browser::chromium::LiveProfiles;
+    use pap_browser::consent::{Caller, ConsentHost, GrantRequest, Operator, ScopeRequest, SourceSpec};
+    if let ConsentCommand::Ledger {
+        command: LedgerCommand::Verify,
+    } = command
+    {
+        let ledger = consent::Ledger::open(state)?;
+        return match ledger.verify() {
+            Ok(summary) => {
+                eprintln!("{}: {} record(s), intact", ledger.path().display(), summary.records);
+                Ok(())
+            }
+            Err(broken) => bail!("{}: {broken}", ledger.path().display()),
+        };
+    }
+    let consent = ConsentHost::open(state, Arc::new(SystemClock), Arc::new(SystemRng))?;
+    let operator = Operator::from_operator_channel("cli");
+    let live = LiveProfiles::new(state);
+    let report = match command {
+        ConsentCommand::Ledger { .. } => unreachable!("handled above"),
+        ConsentCommand::Grant {
+            domains,
+            source,
+            chromium_profile,
+            interactive,
+            full_profile,
+            device,
+            expires_in,
+        } => {
+            let source = match (source, chromium_profile) {
+                (Some(path), _) => SourceSpec::StorageState(path.clone()),
+                (None, Some(dir)) => SourceSpec::ChromiumProfile(dir.clone()),
+                (None, None) => SourceSpec::NativeLogin("cli".into()),
+            };
+            let scope = if *full_profile {
+                eprintln!("{}", consent::FULL_PROFILE_WARNING);
+                ScopeRequest::FullProfile
+            } else if *interactive && domains.is_empty() {
+                ScopeRequest::Domains(ask_per_domain(&consent.scan(&source)?)?)
+            } else {
+                ScopeRequest::Domains(domains.clone())
+            };
+            let grant = consent.grant(
+                &operator,
+                GrantRequest {
+                    source,
+                    scope,
+                    interactive: *interactive,
+                    device_id: device.clone(),
+                    expires_at: expires_in.map(|s| pap_shared::Clock::now(&SystemClock).plus(s)),
+                },
+            )?;
+            serde_json::to_value(&grant)?
+        }
+        ConsentCommand::List => {
+            // Grants past their expiresAt are revoked (C8) before the list is shown.
+            consent.expire(&live).await?;
+            serde_json::json!({ "grants": consent.list(&Caller::Operator(operator))? })
+        }
+        ConsentCommand::Refresh { grant, domains } => {
+            let domains = (!domains.is_empty()).then_some(domains.as_slice());
+            let (refreshed, injection) = consent.refresh(&Caller::Operator(operator), grant, domains, None)?;
+            // The fresh material goes into the state directory's running browsers too.
+            let injected = consent::LiveInstances::inject(&live, &injection)
+                .await
+                .map_err(|e| anyhow::anyhow!("the refresh is recorded, but a running browser did not take it: {e}"))?;
+            serde_json::json!({ "grant": refreshed.grant, "injected": injected })
+        }
+        ConsentCommand::Revoke { grant, domains } => {
+            let domains = (!domains.is_empty()).then_some(domains.as_slice());
+            let revoked = consent
+                .revoke(&Caller::Operator(operator), grant, domains, &live)
+                .await?;
+            serde_json::json!({
+                "grant": revoked.grant, "derived": revoked.derived,
+                "cookiesDeleted": revoked.forgotten.cookies, "tabsClosed": revoked.forgotten.tabs,
+            })
+        }
+        ConsentCommand::SinkAck {
+            grant,
+            provider,
+            operated_by,
+        } => {
+            eprintln!("acknowledging remote sink {provider}, operated by {operated_by}, for grant {grant}");
+            serde_json::to_value(consent.acknowledge_sink(&operator, grant, provider, operated_by)?)?
+        }
+        ConsentCommand::PairingRevoked { device } => {
+            let revoked = consent.revoke_pairing(&operator, device, &live).await?;
+            serde_json::json!({ "revoked": revoked.iter().map(|r| r.grant.id.clone()).collect::<Vec<_>>() })
+        }
+    };
+    print_json(&report);
+    Ok(())
+}
+
+/// C5: the scan's per-domain counts first (no value read yet), then a question per domain; only
+/// the domains answered `y` are granted (and only then are values read).
+fn ask_per_domain(counts: &std::collections::BTreeMap<String, u64>) -> anyhow::Result<Vec<String>> {
+    use std::io::BufRead as _;
+    if counts.is_empty() {
+        bail!("the source holds no cookies or storage");
+    }
+    eprintln!("the source holds (a presence scan: no value has been read):");
+    for (host, count) in counts {
+        eprintln!("  {host}: {count} cookie(s)");
+    }
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    let mut chosen = Vec::new();
+    for host in counts.keys() {
+        eprint!("grant {host}? [y/N] ");
+        let answer = lines.next().transpose()?.unwrap_or_default();
+        if answer.trim().eq_ignore_ascii_case("y") || answer.trim().eq_ignore_ascii_case("yes") {
+            chosen.push(host.clone());
+        }
+    }
+    Ok(chosen)
+}
+
+fn parse_domain(domain: &str) -> anyhow::Result<CompanyDomain> {
+    CompanyDomain::try_from(domain).with_context(|| format!("{domain:?} is not a company domain"))
+}
+
+fn parse_connect(entries: &[String]) -> anyhow::Result<HashMap<String, SocketAddr>> {
+    entries
+        .iter()
+        .map(|entry| {
+            let (name, addr) = entry
+                .split_once('=')
+                .with_context(|| format!("--connect {entry}: expected NAME=ADDR:PORT"))?;
+            if name.is_empty() {
+                bail!("--connect {entry}: the name is empty");
+            }
+            Ok((
+                name.to_ascii_lowercase(),
+                addr.parse()
+                    .with_context(|| format!("--connect {entry}: bad address"))?,
+            ))
+        })
+        .collect()
+}
+
+#[allow(clippy::print_stdout, reason = "the command's output")]
+fn print_json(value: &serde_json::Value) {
+    println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
+}
