@@ -38,7 +38,7 @@ pub use jose::{
     SigningKey, UnverifiedJws,
 };
 pub use secret::CompactJws;
-pub use time::{Clock, Rng, SystemClock, SystemRng, UnixTime};
+pub use time::{Clock, Rng, SystemClock, SystemRng, UnixTime, rfc3339};
 pub use wire::browser_assertion::{
     BROWSER_ASSERTION_TYP, BrowserAssertionClaims, BrowserAssertionRequest, ClaimsError, MAX_BROWSER_ASSERTION_LIFETIME,
 };

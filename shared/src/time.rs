@@ -56,6 +56,107 @@ impl UnixTime {
     }
 }
 
+impl UnixTime {
+    /// Parses the RFC 3339 form [`Self::to_rfc3339`] writes: UTC with a `Z`, whole seconds (a
+    /// fraction is read and dropped), a real calendar date. Anything else is `None`.
+    pub fn parse_rfc3339(text: &str) -> Option<Self> {
+        let (date, time) = text.strip_suffix('Z')?.split_once('T')?;
+        let number = |part: &str, digits: usize| {
+            (part.len() == digits && part.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| part.parse::<i64>().ok())
+                .flatten()
+        };
+        let mut date = date.split('-');
+        let (year, month, day) = (
+            number(date.next()?, 4)?,
+            number(date.next()?, 2)?,
+            number(date.next()?, 2)?,
+        );
+        let mut time = time.split(':');
+        let (hour, minute) = (number(time.next()?, 2)?, number(time.next()?, 2)?);
+        let seconds = time.next()?;
+        let whole = seconds.split_once('.').map_or(seconds, |(whole, fraction)| {
+            // A fraction must be digits; it is dropped (the ledger and grants keep seconds).
+            if fraction.is_empty() || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+                ""
+            } else {
+                whole
+            }
+        });
+        let second = number(whole, 2)?;
+        if date.next().is_some() || time.next().is_some() {
+            return None;
+        }
+        let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+        let month_days = match month {
+            1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+            4 | 6 | 9 | 11 => 30,
+            2 if leap => 29,
+            2 => 28,
+            _ => return None,
+        };
+        if !(1..=month_days).contains(&day) || hour > 23 || minute > 59 || second > 59 {
+            return None;
+        }
+        // Days from the civil date (Howard Hinnant's algorithm, the inverse of to_rfc3339's).
+        let y = if month <= 2 { year - 1 } else { year };
+        let era = y.div_euclid(400);
+        let yoe = y - era * 400;
+        let mp = (month + 9) % 12;
+        let doy = (153 * mp + 2) / 5 + day - 1;
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+        let days = era * 146_097 + doe - 719_468;
+        Some(Self(days * 86_400 + hour * 3_600 + minute * 60 + second))
+    }
+}
+
+/// Serde for a [`UnixTime`] written as RFC 3339 (`"2026-11-30T12:00:00Z"`), the one formatter
+/// and parser of such times: `#[serde(with = "pap_shared::rfc3339")]`, and
+/// `#[serde(with = "pap_shared::rfc3339::option")]` for an optional one.
+pub mod rfc3339 {
+    use serde::{Deserialize as _, Deserializer, Serializer};
+
+    use super::UnixTime;
+
+    /// Writes `time` as RFC 3339.
+    pub fn serialize<S: Serializer>(time: &UnixTime, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&time.to_rfc3339())
+    }
+
+    /// Reads an RFC 3339 time; any other text is an error naming the form expected.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<UnixTime, D::Error> {
+        let text = std::borrow::Cow::<str>::deserialize(deserializer)?;
+        UnixTime::parse_rfc3339(&text)
+            .ok_or_else(|| serde::de::Error::custom("a time must be RFC 3339 in UTC, like 2026-11-30T12:00:00Z"))
+    }
+
+    /// The same for an `Option<UnixTime>` (absent or `null` is `None`).
+    pub mod option {
+        use serde::{Deserialize as _, Deserializer, Serializer};
+
+        use super::UnixTime;
+
+        /// Writes `time` as RFC 3339, or nothing.
+        pub fn serialize<S: Serializer>(time: &Option<UnixTime>, serializer: S) -> Result<S::Ok, S::Error> {
+            match time {
+                Some(time) => super::serialize(time, serializer),
+                None => serializer.serialize_none(),
+            }
+        }
+
+        /// Reads an optional RFC 3339 time.
+        pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<UnixTime>, D::Error> {
+            Option::<std::borrow::Cow<'de, str>>::deserialize(deserializer)?
+                .map(|text| {
+                    UnixTime::parse_rfc3339(&text).ok_or_else(|| {
+                        serde::de::Error::custom("a time must be RFC 3339 in UTC, like 2026-11-30T12:00:00Z")
+                    })
+                })
+                .transpose()
+        }
+    }
+}
+
 impl fmt::Display for UnixTime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
@@ -143,6 +244,55 @@ mod tests {
         assert_eq!(UnixTime::from_secs(1_760_174_105).to_rfc3339(), "2025-10-11T09:15:05Z");
         assert_eq!(UnixTime::from_secs(951_825_600).to_rfc3339(), "2000-02-29T12:00:00Z");
         assert_eq!(UnixTime::from_secs(1_800_000_000).to_rfc3339(), "2027-01-15T08:00:00Z");
+    }
+
+    #[test]
+    fn rfc3339_parses_what_it_writes_and_nothing_else() {
+        for secs in [0, 951_825_600, 1_764_504_000, 1_798_000_123, 4_102_444_799] {
+            let t = UnixTime::from_secs(secs);
+            assert_eq!(UnixTime::parse_rfc3339(&t.to_rfc3339()), Some(t));
+        }
+        assert_eq!(
+            UnixTime::parse_rfc3339("2026-11-30T12:00:00.250Z"),
+            UnixTime::parse_rfc3339("2026-11-30T12:00:00Z")
+        );
+        for bad in [
+            "2026-13-01T00:00:00Z",
+            "2026-02-29T00:00:00Z",
+            "2026-04-31T00:00:00Z",
+            "2026-11-30T24:00:00Z",
+            "2026-11-30T12:00:00+01:00",
+            "2026-11-30T12:00:00",
+            "2026-11-30T12:00:00.Z",
+            "26-11-30T12:00:00Z",
+            "+2026-11-30T12:00:00Z",
+            "2026-11-30T12:00Z",
+            "yesterday",
+            "",
+        ] {
+            assert_eq!(UnixTime::parse_rfc3339(bad), None, "{bad}");
+        }
+        assert!(UnixTime::parse_rfc3339("2024-02-29T00:00:00Z").is_some());
+    }
+
+    #[test]
+    fn rfc3339_serde_is_the_same_formatter_and_parser() {
+        #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+        struct At {
+            #[serde(with = "crate::rfc3339")]
+            at: UnixTime,
+            #[serde(default, with = "crate::rfc3339::option", skip_serializing_if = "Option::is_none")]
+            until: Option<UnixTime>,
+        }
+        let at = At {
+            at: UnixTime::from_secs(1_764_504_000),
+            until: None,
+        };
+        let json = serde_json::to_string(&at).unwrap();
+        assert_eq!(json, r#"{"at":"2025-11-30T12:00:00Z"}"#);
+        assert_eq!(serde_json::from_str::<At>(&json).unwrap(), at);
+        assert!(serde_json::from_str::<At>(r#"{"at":1764504000}"#).is_err());
+        assert!(serde_json::from_str::<At>(r#"{"at":"2025-11-30T12:00:00Z","until":"soon"}"#).is_err());
     }
 
     #[test]

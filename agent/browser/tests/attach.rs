@@ -39,12 +39,13 @@ async fn a_running_chromium_is_attached_left_running_by_stop_and_ended_only_by_f
 
     // L2: attached, wasAlreadyRunning, its own pid and profile; a second launch is the same one.
     let first = host.launch(&config, "attached", &|_| {}).await.unwrap();
-    assert!(first.was_already_running());
-    assert_eq!(first.pid(), Some(foreign_pid));
-    assert_eq!(first.user_data_dir(), dir.join("foreign-profile"));
+    assert!(first.was_already_running && first.browser.was_already_running());
+    assert_eq!(first.browser.pid(), Some(foreign_pid));
+    assert_eq!(first.browser.user_data_dir(), dir.join("foreign-profile"));
     let second = host.launch(&config, "attached", &|_| {}).await.unwrap();
+    assert!(second.was_already_running);
     assert!(
-        std::sync::Arc::ptr_eq(&first, &second),
+        std::sync::Arc::ptr_eq(&first.browser, &second.browser),
         "no second connection or process"
     );
     assert_eq!(host.health("attached").state, InstanceState::Healthy);
@@ -61,7 +62,7 @@ async fn a_running_chromium_is_attached_left_running_by_stop_and_ended_only_by_f
 
     // Attached again, then the forced stop ends it.
     let again = host.launch(&config, "attached", &|_| {}).await.unwrap();
-    assert_eq!(again.pid(), Some(foreign_pid));
+    assert_eq!(again.browser.pid(), Some(foreign_pid));
     drop(again);
     host.stop_forced("attached", Duration::from_secs(2)).await.unwrap();
     assert!(

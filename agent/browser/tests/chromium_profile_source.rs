@@ -100,7 +100,7 @@ async fn a_chromium_profile_is_scanned_by_host_and_only_granted_hosts_are_decryp
         )
         .unwrap();
     assert_eq!(grant.cookie_count, 2);
-    assert_eq!(grant.source.kind, "chrome");
+    assert_eq!(grant.source.kind, pap_browser::consent::SourceKind::Chrome);
     let injections = consent.local_injections(&Caller::local_agent()).unwrap();
     let mut names = injections[0].cookie_names();
     names.sort();

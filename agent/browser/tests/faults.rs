@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use pap_browser::chromium::{BrowserHost, CHROMIUM, ChromiumConfig, LaunchError, ProcTable, ProcessTable};
 use pap_browser::spec::ToolErrorCode;
-use pap_browser::spec::{InstanceState, OperatorReset, Policy};
+use pap_browser::spec::{InstanceState, Operator, OperatorReset, Policy};
 
 fn scratch(label: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("pap-faults-{label}-{}", std::process::id()));
@@ -67,7 +67,12 @@ async fn a_launcher_that_dies_at_once_crash_loops_after_three_and_spawns_no_four
     let mut working = config.clone();
     working.executable = PathBuf::from(CHROMIUM);
     let browser = host
-        .reset(&working, "crashy", OperatorReset::from_operator_command(), &|_| {})
+        .reset(
+            &working,
+            "crashy",
+            OperatorReset::new(&Operator::from_operator_channel("test")),
+            &|_| {},
+        )
         .await
         .unwrap();
     assert_eq!(host.health("crashy").state, InstanceState::Healthy);
@@ -185,7 +190,7 @@ async fn a_browser_that_stops_answering_is_not_healthy_within_the_health_timeout
     let mut config = ChromiumConfig::new(dir.join("state"));
     config.health_timeout = Duration::from_millis(300);
     let host = BrowserHost::new();
-    let browser = host.launch(&config, "frozen", &|_| {}).await.unwrap();
+    let browser = host.launch(&config, "frozen", &|_| {}).await.unwrap().browser;
     assert!(host.attach("frozen").await.is_some());
     // Frozen, the browser keeps its socket open and never answers: the probe must give up by
     // itself (the outer deadline is only there so a regression fails instead of hanging).

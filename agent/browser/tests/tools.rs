@@ -11,12 +11,16 @@ use std::time::Duration;
 use chromiumoxide::cdp::browser_protocol::target::GetTargetsParams;
 use pap_browser::chromium::{BrowserHost, ChromiumConfig};
 use pap_browser::spec::load_manifest;
-use pap_browser::spec::{ToolErrorCode, ToolResult};
+use pap_browser::spec::{InstanceKey, ToolErrorCode, ToolResult};
 use pap_browser::tools::ToolHost;
 use serde_json::{Value, json};
 
 fn manifest() -> pap_browser::spec::BrowserManifest {
     load_manifest(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("providers/chromium/BROWSER.md")).unwrap()
+}
+
+fn key(instance: &str) -> InstanceKey {
+    InstanceKey::try_from(instance).unwrap()
 }
 
 fn ok(result: ToolResult) -> Value {
@@ -88,7 +92,7 @@ async fn serve_and_open(app: axum::Router, instance: &str) -> Served {
         manifest(),
         host.clone(),
         ChromiumConfig::new(state.clone()),
-        instance,
+        key(instance),
         consent(&state),
     );
     tools.launch().await.unwrap();
@@ -115,7 +119,7 @@ async fn core_tools_errors_and_stale_handles_on_real_chromium() {
         manifest(),
         host.clone(),
         ChromiumConfig::new(state.clone()),
-        "tools",
+        key("tools"),
         consent(&state),
     );
 
@@ -152,7 +156,7 @@ async fn core_tools_errors_and_stale_handles_on_real_chromium() {
         without_downloads,
         host.clone(),
         ChromiumConfig::new(state.clone()),
-        "tools",
+        key("tools"),
         consent(&state),
     );
     let unlisted = err(limited.call("browser.download", &json!({"target": target})).await);
@@ -225,7 +229,7 @@ async fn a_provider_without_cdp_answers_list_requests_with_unsupported_cdp() {
         manifest,
         BrowserHost::new(),
         ChromiumConfig::new(std::env::temp_dir()),
-        "no-cdp",
+        key("no-cdp"),
         consent(&std::env::temp_dir().join(format!("pap-tools-no-cdp-{}", std::process::id()))),
     );
     let error = err(tools.call("browser.list_requests", &json!({})).await);

@@ -37,7 +37,7 @@ async fn run(runs: usize) {
         let host = BrowserHost::new();
         let instance = format!("cold{i}");
         let started = Instant::now();
-        let browser = host.launch(&config, &instance, &|_| {}).await.unwrap();
+        let browser = host.launch(&config, &instance, &|_| {}).await.unwrap().browser;
         let page = browser.new_page().await.unwrap();
         page.goto("about:blank").await.unwrap();
         cold.push(started.elapsed());
@@ -46,7 +46,7 @@ async fn run(runs: usize) {
     }
 
     let host = BrowserHost::new();
-    let browser = host.launch(&config, "warm", &|_| {}).await.unwrap();
+    let browser = host.launch(&config, "warm", &|_| {}).await.unwrap().browser;
     let page = browser.new_page().await.unwrap();
     let permit = support::permit(&stage.work.join("state"), "shop.example");
     let mut warm = Vec::with_capacity(runs);

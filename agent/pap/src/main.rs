@@ -17,7 +17,7 @@ use pap_agent::{
 };
 use pap_browser::chromium::{self, BrowserHost, ChromiumConfig, TestNetwork, click_and_land};
 use pap_browser::consent;
-use pap_browser::spec::{InstanceState, OperatorReset, Policy};
+use pap_browser::spec::{InstanceState, Lifecycle, OperatorReset};
 use pap_browser::store::SealingKey;
 use pap_shared::{CompanyDomain, HttpsUrl, SystemClock, SystemRng};
 use rustls::pki_types::CertificateDer;
@@ -240,7 +240,7 @@ async fn browser_command(state: &std::path::Path, command: &BrowserCommand) -> a
             if browsers.is_empty() {
                 println!("no browsers of {}", state.display());
             }
-            let host = BrowserHost::persistent(state, Policy::default())?;
+            let host = BrowserHost::persistent(state, lifecycle()?.policy())?;
             for (instance, health) in host.recorded() {
                 let reason = health.reason.unwrap_or_default();
                 println!("{instance}\t{}\t{reason}", health.state);
@@ -270,14 +270,14 @@ async fn browser_command(state: &std::path::Path, command: &BrowserCommand) -> a
             Ok(())
         }
         BrowserCommand::Reset { instance } => {
-            let host = BrowserHost::persistent(state, Policy::default())?;
+            let host = BrowserHost::persistent(state, lifecycle()?.policy())?;
             let now = host.health(instance).state;
             if now != InstanceState::CrashLooping {
                 bail!("{instance} is {now}, not crash-looping: there is nothing to reset");
             }
             let started = Instant::now();
-            let config = ChromiumConfig::new(state.to_owned());
-            let reset = OperatorReset::from_operator_command();
+            let config = ChromiumConfig::new(state.to_owned()).with_lifecycle(&lifecycle()?);
+            let reset = OperatorReset::new(&consent::Operator::from_operator_channel("cli"));
             host.reset(&config, instance, reset, &|_| {}).await?;
             let launched = started.elapsed().as_millis();
             host.stop(instance, Duration::from_secs(2)).await?;
@@ -285,6 +285,15 @@ async fn browser_command(state: &std::path::Path, command: &BrowserCommand) -> a
             Ok(())
         }
     }
+}
+
+/// The lifecycle the agent's Chromium runs by: its shipped manifest's (AIP-63 §3).
+fn lifecycle() -> anyhow::Result<Lifecycle> {
+    let manifest = chromium::manifest().map_err(|diagnostics| {
+        let all: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
+        anyhow::anyhow!("the shipped Chromium manifest does not load: {}", all.join("; "))
+    })?;
+    Ok(manifest.browser.lifecycle)
 }
 
 fn state_dir(cli: &Cli) -> PathBuf {
@@ -493,7 +502,7 @@ async fn browse(
         .as_ref()
         .context("no Session: run `pap-agent session` first")?;
     let return_to = HttpsUrl::parse(url).context("the page is not an HTTPS URL")?;
-    let mut config = ChromiumConfig::new(agent.state_dir.clone());
+    let mut config = ChromiumConfig::new(agent.state_dir.clone()).with_lifecycle(&lifecycle()?);
     if let Some((map, roots)) = &agent.test_network {
         let mut pins = Vec::new();
         for (name, addr) in map {
@@ -505,7 +514,7 @@ async fn browse(
         };
     }
     config.attach_to = agent.attach;
-    let host = BrowserHost::persistent(&agent.state_dir, Policy::default())?;
+    let host = BrowserHost::persistent(&agent.state_dir, lifecycle()?.policy())?;
     // L8: before the first launch, end what a killed run of this agent left (never the browsers
     // of another agent process running now).
     let swept = host
@@ -519,7 +528,8 @@ async fn browse(
         .launch(&config, "cli", &|step| {
             eprintln!("browser: {step} ({} ms)", started.elapsed().as_millis())
         })
-        .await?;
+        .await?
+        .browser;
     let result = async {
         // The join needs a grant for the company's domain (`pap-agent consent grant`), and the
         // granted material goes in first.

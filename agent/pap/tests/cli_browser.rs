@@ -33,7 +33,8 @@ async fn status_shows_the_running_browser_and_stop_ends_it() {
     let browser = host
         .launch(&ChromiumConfig::new(state.clone()), "probe", &|_| {})
         .await
-        .unwrap();
+        .unwrap()
+        .browser;
     let pid = browser.pid().unwrap();
     // Chromium's crash handler keeps its database in the agent's state directory, not in the
     // user's ~/.config/chromium.

@@ -152,7 +152,8 @@ async fn the_cli_revoke_reaches_a_running_browser() {
     let browser = host
         .launch(&ChromiumConfig::new(state.clone()), "live", &|_| {})
         .await
-        .unwrap();
+        .unwrap()
+        .browser;
     for injection in consent.local_injections(&Caller::local_agent()).unwrap() {
         browser.inject(&injection).await.unwrap();
     }

@@ -81,7 +81,8 @@ async fn revoke_deletes_the_cookies_closes_the_tabs_and_the_company_refuses_the_
     )
     .unwrap();
     let host = BrowserHost::new();
-    let tools = ToolHost::new(manifest, host.clone(), config, INSTANCE, consent.clone());
+    let instance = pap_browser::spec::InstanceKey::try_from(INSTANCE).unwrap();
+    let tools = ToolHost::new(manifest, host.clone(), config, instance, consent.clone());
     let mut results: Vec<String> = Vec::new();
     let mut record = |result: ToolResult| -> Result<Value, pap_browser::spec::ToolError> {
         results.push(result.to_json().to_string());
@@ -254,14 +255,18 @@ async fn revoke_deletes_the_cookies_closes_the_tabs_and_the_company_refuses_the_
     host.stop(INSTANCE, Duration::from_secs(2)).await.unwrap();
 
     // The ledger: grant, refresh, deny, revoke, intact.
-    let events: Vec<String> = consent
+    use pap_browser::consent::EventKind;
+    let events: Vec<EventKind> = consent
         .ledger()
         .records()
         .unwrap()
         .iter()
-        .map(|r| r["event"].as_str().unwrap().to_owned())
+        .map(|r| r.entry.event.kind())
         .collect();
-    assert_eq!(events, ["grant", "refresh", "deny", "revoke"]);
+    assert_eq!(
+        events,
+        [EventKind::Grant, EventKind::Refresh, EventKind::Deny, EventKind::Revoke]
+    );
 
     // C9: the planted value and the assertion are nowhere they must not be.
     let mut places: Vec<(String, String)> = results

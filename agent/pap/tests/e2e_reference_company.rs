@@ -60,7 +60,7 @@ async fn certificate_errors_are_respected(stage: &Stage, addr: std::net::SocketA
         spki_pins: Vec::new(),
     };
     let host = BrowserHost::new();
-    let browser = host.launch(&config, "unpinned", &|_| {}).await.unwrap();
+    let browser = host.launch(&config, "unpinned", &|_| {}).await.unwrap().browser;
     let page = browser.new_page().await.unwrap();
     let home = HttpsUrl::parse("https://shop.example/").unwrap();
     let permit = support::permit(&stage.work.join("state-unpinned"), "shop.example");

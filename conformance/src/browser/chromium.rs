@@ -12,7 +12,9 @@ use pap_browser::chromium::{
     BrowserHost, ChromiumConfig, HOST_MARKER, ORPHAN_MARKER, ProcTable, ProcessTable, StandaloneChromium,
 };
 use pap_browser::consent::{Caller, ConsentHost, Grant, GrantRequest, LiveInstances, Operator, SourceSpec};
-use pap_browser::spec::{CallGate, Health, Launch, OperatorReset, Policy, Stalled, Supervisor, load_manifest};
+use pap_browser::spec::{
+    AgentCaller, CallGate, Health, InstanceKey, Launch, OperatorReset, Policy, Stalled, Supervisor, load_manifest,
+};
 use pap_browser::spec::{ToolError, ToolErrorCode, ToolResult};
 use pap_browser::tools::ToolHost;
 use serde_json::Value;
@@ -83,14 +85,18 @@ impl ChromiumUnderTest {
             let all: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
             anyhow::anyhow!("{} does not load: {}", manifest.display(), all.join("; "))
         })?;
-        let host = BrowserHost::new();
+        // The host runs by the manifest's lifecycle: its supervisor's policy, and (through
+        // the config) the stop grace and the health timeout.
+        let host = BrowserHost::with_policy(parsed.browser.lifecycle.policy());
+        let config = config.with_lifecycle(&parsed.browser.lifecycle);
         let state_dir = config.state_dir.clone();
         let consent = Arc::new(ConsentHost::open(
             &state_dir,
             Arc::new(pap_shared::SystemClock),
             Arc::new(pap_shared::SystemRng),
         )?);
-        let tools = ToolHost::new(parsed, host.clone(), config, INSTANCE, consent);
+        let instance = InstanceKey::try_from(INSTANCE)?;
+        let tools = ToolHost::new(parsed, host.clone(), config, instance, consent);
         Ok(Self {
             manifest_text,
             host,
@@ -184,19 +190,12 @@ impl ProviderUnderTest for ChromiumUnderTest {
 
     async fn launch(&self) -> Result<Launched, ToolError> {
         self.foreign_running().await?;
-        let before = self.host.health(INSTANCE);
-        let was_running = before.state.is_usable();
-        self.tools.launch().await?;
-        let browser = self
-            .host
-            .attach(INSTANCE)
-            .await
-            .ok_or_else(|| ToolError::new(ToolErrorCode::Internal, "the launched browser does not answer"))?;
-        let health = self.host.health(INSTANCE);
+        // What the provider itself reports (L2), nothing inferred.
+        let instance = self.tools.launch().await?;
         Ok(Launched {
-            pid: browser.pid(),
-            boot_id: health.boot_id,
-            was_already_running: browser.was_already_running() || was_running && before.boot_id == health.boot_id,
+            pid: instance.pid,
+            boot_id: instance.boot_id,
+            was_already_running: instance.was_already_running,
         })
     }
 
@@ -209,17 +208,11 @@ impl ProviderUnderTest for ChromiumUnderTest {
     }
 
     async fn stop(&self) -> Result<(), ToolError> {
-        self.host
-            .stop(INSTANCE, Duration::from_secs(2))
-            .await
-            .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("stop failed: {e}")))
+        self.tools.stop(false).await.map(|_| ())
     }
 
     async fn stop_forced(&self) -> Result<(), ToolError> {
-        self.host
-            .stop_forced(INSTANCE, Duration::from_secs(2))
-            .await
-            .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("the forced stop failed: {e}")))?;
+        self.tools.stop(true).await?;
         // The harness reaps the process it started (the host never owned it).
         if let Some(foreign) = &self.foreign
             && let Some(running) = foreign.running.lock().await.as_mut()
@@ -263,8 +256,11 @@ impl ProviderUnderTest for ChromiumUnderTest {
     }
 
     async fn reap_idle(&self) {
-        // Our provider has no idle reaper: every target lives until it is closed or the browser
-        // stops, which keeps keepAlive (L11) by construction.
+        // The reaper's round as if every target had been idle for a day: whatever it may close
+        // it closes, and a keepAlive target must survive it (L11).
+        self.tools
+            .reap_idle(tokio::time::Instant::now() + Duration::from_secs(86_400))
+            .await;
     }
 
     async fn user_data_dir(&self) -> Option<PathBuf> {
@@ -272,7 +268,9 @@ impl ProviderUnderTest for ChromiumUnderTest {
     }
 
     fn supervision(&self) -> Box<dyn SupervisionUnderTest> {
-        Box::new(RealSupervisor(Supervisor::new(Policy::default())))
+        // A supervisor with the policy this provider's host runs by (its manifest's), so the
+        // timing hooks judge the provider's own numbers.
+        Box::new(RealSupervisor(Supervisor::new(self.host.policy())))
     }
 
     fn profile(&self) -> Option<&dyn ProfileUnderTest> {
@@ -280,10 +278,8 @@ impl ProviderUnderTest for ChromiumUnderTest {
     }
 }
 
-fn agent(device: Option<&str>) -> Caller {
-    Caller::Agent {
-        device_id: device.map(str::to_owned),
-    }
+fn agent(device: Option<&str>) -> AgentCaller {
+    device.map_or_else(AgentCaller::local, AgentCaller::paired)
 }
 
 fn operator() -> Operator {
@@ -327,7 +323,7 @@ impl ProfileUnderTest for ChromiumUnderTest {
     fn remote_injection(&self, grant: &str, provider: &str) -> Result<usize, ToolError> {
         self.tools
             .consent()
-            .remote_injection(&agent(None), grant, provider)
+            .remote_injection(&agent(None).into(), grant, provider)
             .map(|i| i.cookie_count())
             .map_err(|e| e.to_tool_error())
     }
@@ -335,7 +331,7 @@ impl ProfileUnderTest for ChromiumUnderTest {
     fn permit_join(&self, device: Option<&str>, host: &str) -> Result<(), ToolError> {
         self.tools
             .consent()
-            .permit_join(&agent(device), host)
+            .permit_join(&agent(device).into(), host)
             .map(|_| ())
             .map_err(|e| e.to_tool_error())
     }
@@ -360,7 +356,9 @@ impl ProfileUnderTest for ChromiumUnderTest {
             .local_injections(&Caller::local_agent())
             .map_err(|e| e.to_string())?;
         for injection in &injections {
-            LiveInstances::inject(self.tools.as_ref(), injection).await?;
+            LiveInstances::inject(self.tools.as_ref(), injection)
+                .await
+                .map_err(|e| e.to_string())?;
         }
         Ok(())
     }
@@ -397,10 +395,13 @@ impl ProfileUnderTest for ChromiumUnderTest {
     }
 }
 
-/// The agent's own supervisor, with AIP-63's default policy.
+/// The agent's own supervisor, with the provider's policy.
 struct RealSupervisor(Supervisor);
 
 impl SupervisionUnderTest for RealSupervisor {
+    fn policy(&self) -> Policy {
+        self.0.policy()
+    }
     fn launch(&mut self, now: u64) -> Result<Launch, ToolError> {
         self.0.launch(INSTANCE, now)
     }
@@ -408,7 +409,7 @@ impl SupervisionUnderTest for RealSupervisor {
         self.0.progress(INSTANCE, now);
     }
     fn ready(&mut self) {
-        self.0.probe_succeeded(INSTANCE);
+        self.0.probe_succeeded(INSTANCE, 0);
     }
     fn launch_failed(&mut self, now: u64, reason: &str) -> bool {
         self.0.launch_failed(INSTANCE, now, reason)
@@ -420,7 +421,11 @@ impl SupervisionUnderTest for RealSupervisor {
         self.0.call(INSTANCE, now)
     }
     fn operator_reset(&mut self, now: u64) -> Result<Launch, ToolError> {
-        self.0.reset(INSTANCE, now, OperatorReset::from_operator_command())
+        self.0.reset(
+            INSTANCE,
+            now,
+            OperatorReset::new(&pap_browser::spec::Operator::from_operator_channel("suite")),
+        )
     }
     fn health(&self) -> Health {
         self.0.health(INSTANCE)

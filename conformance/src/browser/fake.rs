@@ -289,8 +289,8 @@ impl FakeProvider {
             if self.has(Defect::UntypedUnsupported) {
                 return Err(ToolError::new(ToolErrorCode::Internal, "no such tool"));
             }
-            let gate = pap_browser::spec::tool_spec(tool).and_then(|s| s.gate).unwrap_or(tool);
-            return Err(ToolError::unsupported(tool, gate));
+            let gate = pap_browser::spec::ToolId::parse(tool).and_then(|t| t.spec().gate);
+            return Err(ToolError::unsupported(tool, gate.map_or(tool, |g| g.name())));
         }
         let mut state = self.state();
         let Some((_, boot)) = state.running else {
@@ -425,6 +425,7 @@ impl ProviderUnderTest for FakeProvider {
         Health {
             state,
             reason: None,
+            checked_at: 0,
             boot_id,
         }
     }
@@ -529,6 +530,9 @@ struct FakeSupervision {
 }
 
 impl SupervisionUnderTest for FakeSupervision {
+    fn policy(&self) -> Policy {
+        self.real.policy()
+    }
     fn launch(&mut self, now: u64) -> Result<Launch, ToolError> {
         self.started_at = now;
         match self.real.launch(KEY, now) {
@@ -542,7 +546,7 @@ impl SupervisionUnderTest for FakeSupervision {
         self.real.progress(KEY, now);
     }
     fn ready(&mut self) {
-        self.real.probe_succeeded(KEY);
+        self.real.probe_succeeded(KEY, 0);
     }
     fn launch_failed(&mut self, now: u64, reason: &str) -> bool {
         self.real.launch_failed(KEY, now, reason)
@@ -550,7 +554,11 @@ impl SupervisionUnderTest for FakeSupervision {
     fn tick(&mut self, now: u64) -> Option<Stalled> {
         let state = self.real.health(KEY).state;
         if self.defect == Some(Defect::CrashLoopClearedByTimer) && state == InstanceState::CrashLooping {
-            let _ = self.real.reset(KEY, now, OperatorReset::from_operator_command());
+            let _ = self.real.reset(
+                KEY,
+                now,
+                OperatorReset::new(&pap_browser::spec::Operator::from_operator_channel("suite")),
+            );
             return None;
         }
         if self.defect == Some(Defect::SlowLaunchKilled)
@@ -574,7 +582,11 @@ impl SupervisionUnderTest for FakeSupervision {
         }
     }
     fn operator_reset(&mut self, now: u64) -> Result<Launch, ToolError> {
-        self.real.reset(KEY, now, OperatorReset::from_operator_command())
+        self.real.reset(
+            KEY,
+            now,
+            OperatorReset::new(&pap_browser::spec::Operator::from_operator_channel("suite")),
+        )
     }
     fn health(&self) -> Health {
         self.real.health(KEY)

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use pap_browser::consent::{
-    Caller, ConsentHost, Forgotten, Grant, GrantRequest, Injection, LiveInstances, NoInstances, Operator, Scope,
-    ScopeRequest, SourceSpec,
+    Caller, ConsentHost, Forgotten, Grant, GrantRequest, Injection, LiveError, LiveInstances, NoInstances, Operator,
+    Scope, ScopeRequest, SourceSpec,
 };
-use pap_browser::spec::{ToolError, ToolErrorCode, ToolResult};
+use pap_browser::spec::{AgentCaller, ToolError, ToolErrorCode, ToolResult};
 use pap_shared::{SystemClock, SystemRng};
 use serde_json::{Value, json};
 
@@ -35,7 +35,7 @@ fn host_of(url: &str) -> Option<String> {
 
 #[async_trait]
 impl LiveInstances for Instance {
-    async fn forget(&self, scope: Scope<'_>, _origins: &[String]) -> Result<Forgotten, String> {
+    async fn forget(&self, scope: Scope<'_>, _origins: &[String]) -> Result<Forgotten, LiveError> {
         let mut cookies = lock(&self.cookies);
         let before = cookies.len();
         cookies.retain(|(_, domain)| !scope.covers(domain.trim_start_matches('.')));
@@ -48,7 +48,7 @@ impl LiveInstances for Instance {
         })
     }
 
-    async fn inject(&self, injection: &Injection) -> Result<usize, String> {
+    async fn inject(&self, injection: &Injection) -> Result<usize, LiveError> {
         let mut cookies = lock(&self.cookies);
         for cookie in injection.cookie_names() {
             if !cookies.contains(&cookie) {
@@ -89,13 +89,13 @@ impl FakeProfile {
         self.defect == Some(defect)
     }
 
+    /// Who the consent host is told calls: with the defect, everyone is the operator (who
+    /// sees every device's grants).
     fn caller(&self, device: Option<&str>) -> Caller {
         if self.has(Defect::DeviceScopeIgnored) {
             return Caller::Operator(operator());
         }
-        Caller::Agent {
-            device_id: device.map(str::to_owned),
-        }
+        Caller::Agent(agent(device))
     }
 }
 
@@ -107,6 +107,10 @@ impl Drop for FakeProfile {
 
 fn operator() -> Operator {
     Operator::from_operator_channel("fake")
+}
+
+fn agent(device: Option<&str>) -> AgentCaller {
+    device.map_or_else(AgentCaller::local, AgentCaller::paired)
 }
 
 #[async_trait]
@@ -129,18 +133,17 @@ impl ProfileUnderTest for FakeProfile {
                 id: "g_wildcard".into(),
                 session_id: "cs_fake".into(),
                 source: pap_browser::consent::Source {
-                    kind: "file".into(),
+                    kind: pap_browser::consent::SourceKind::File,
                     profile: String::new(),
                 },
                 sinks: vec![pap_browser::consent::Sink::Local],
-                granted_at: "2026-01-01T00:00:00Z".into(),
-                granted_via: "flag".into(),
+                granted_at: pap_shared::UnixTime::from_secs(1_767_225_600),
+                granted_via: pap_browser::consent::GrantedVia::Flag,
                 cookie_count: 0,
                 device_id: None,
                 expires_at: None,
-                revoked_at: Some("2026-01-01T00:00:00Z".into()),
-                domains: None,
-                full_profile: None,
+                revoked_at: Some(pap_shared::UnixTime::from_secs(1_767_225_600)),
+                scope: pap_browser::consent::GrantScope::FullProfile,
             });
         }
         let grant = self.consent.grant(&operator(), request).map_err(|e| e.to_string())?;
@@ -213,7 +216,7 @@ impl ProfileUnderTest for FakeProfile {
     }
 
     async fn call_as(&self, device: Option<&str>, tool: &str, input: Value) -> ToolResult {
-        let caller = self.caller(device);
+        let caller = agent(device);
         let widening = input.get("domains").is_some() || input.get("source").is_some();
         if tool == "browser.profile.refresh" && widening && self.has(Defect::AgentWidens) {
             return ToolResult::Ok(json!({ "grant": input["grantId"], "injected": 0 }));
@@ -223,7 +226,10 @@ impl ProfileUnderTest for FakeProfile {
         } else {
             &self.instance
         };
-        let result = pap_browser::consent::profile_tool(&self.consent, &caller, tool, &input, live).await;
+        let Some(tool_id) = pap_browser::spec::ToolId::parse(tool) else {
+            return ToolResult::Err(ToolError::unsupported(tool, tool));
+        };
+        let result = pap_browser::consent::profile_tool(&self.consent, &caller, tool_id, &input, live).await;
         match result {
             Ok(mut value) => {
                 if tool == "browser.profile.list" && self.has(Defect::ValueInList) {
@@ -257,7 +263,7 @@ impl ProfileUnderTest for FakeProfile {
             .local_injections(&Caller::local_agent())
             .map_err(|e| e.to_string())?;
         for injection in &injections {
-            self.instance.inject(injection).await?;
+            self.instance.inject(injection).await.map_err(|e| e.to_string())?;
         }
         Ok(())
     }

@@ -1,6 +1,6 @@
 //! The hooks, by id (aip-63-tables.md §5). Each starts from a known state and says what failed.
 
-use pap_browser::spec::{CallGate, InstanceState, Launch, parse_manifest, tool_spec};
+use pap_browser::spec::{CallGate, InstanceState, Launch, ToolId, parse_manifest};
 use pap_browser::spec::{ToolErrorCode, ToolResult};
 use serde_json::{Value, json};
 
@@ -209,7 +209,7 @@ fn rule_breaks(p: &dyn ProviderUnderTest, rule: &str) -> Result<(), String> {
 async fn tools_ids(p: &dyn ProviderUnderTest) -> Result<(), String> {
     let manifest = loaded(p)?;
     for implements in &manifest.implements {
-        if implements.tool.starts_with("browser.") && tool_spec(&implements.tool).is_none() {
+        if implements.tool.starts_with("browser.") && implements.reserved().is_none() {
             return Err(format!(
                 "{} is in the reserved browser. namespace but is not a reserved tool",
                 implements.tool
@@ -225,7 +225,7 @@ async fn tools_resolver(p: &dyn ProviderUnderTest) -> Result<(), String> {
     without.browser.capabilities = pap_browser::spec::Capabilities::default();
     without.id = format!("{}-without-capabilities", manifest.id);
     for implements in &manifest.implements {
-        let Some(gate) = tool_spec(&implements.tool).and_then(|s| s.gate) else {
+        let Some(gate) = implements.reserved().and_then(|t| t.spec().gate) else {
             continue;
         };
         let both = [without.clone(), manifest.clone()];
@@ -241,12 +241,13 @@ async fn tools_unsupported(p: &dyn ProviderUnderTest) -> Result<(), String> {
     let manifest = loaded(p)?;
     let target = fresh_target(p).await?;
     // Without `cdp`, `browser.list_requests` in particular (aip-63-tables §5, core).
-    let missing = pap_browser::spec::RESERVED_TOOLS
-        .iter()
-        .filter(|t| !manifest.implements.iter().any(|i| i.tool == t.id))
-        .min_by_key(|t| (t.id != "browser.list_requests", t.id));
+    let missing = ToolId::ALL
+        .into_iter()
+        .filter(|t| !manifest.lists(t.as_str()))
+        .min_by_key(|t| (*t != ToolId::ListRequests, *t));
     let Some(missing) = missing else { return Ok(()) };
-    match p.call(missing.id, json!({ "target": target })).await {
+    let missing = missing.as_str();
+    match p.call(missing, json!({ "target": target })).await {
         ToolResult::Err(e) if e.code == ToolErrorCode::Unsupported => {
             let named = e
                 .cause
@@ -256,17 +257,15 @@ async fn tools_unsupported(p: &dyn ProviderUnderTest) -> Result<(), String> {
             match named {
                 Some(capability) if e.message.contains(&capability) => Ok(()),
                 _ => Err(format!(
-                    "{} answered browser:unsupported without naming the capability",
-                    missing.id
+                    "{missing} answered browser:unsupported without naming the capability"
                 )),
             }
         }
         ToolResult::Err(e) => Err(format!(
-            "{} answered {} instead of browser:unsupported",
-            missing.id,
+            "{missing} answered {} instead of browser:unsupported",
             e.code.as_str()
         )),
-        ToolResult::Ok(_) => Err(format!("{} is not listed but answered a result", missing.id)),
+        ToolResult::Ok(_) => Err(format!("{missing} is not listed but answered a result")),
     }
 }
 
@@ -413,19 +412,24 @@ async fn stop_sweep(p: &dyn ProviderUnderTest) -> Result<(), String> {
 
 async fn crash_loop(p: &dyn ProviderUnderTest) -> Result<(), String> {
     let mut s = p.supervision();
-    for now in [0, 1_000, 2_000] {
+    let policy = s.policy();
+    for n in 0..policy.max_failures {
+        let now = 1_000 * n as u64;
         s.launch(now)
             .map_err(|e| format!("launch {now} refused: {}", e.message))?;
         s.launch_failed(now + 10, "exited with status 1");
     }
     let health = s.health();
     if health.state != InstanceState::CrashLooping {
-        return Err(format!("after three failed launches the state is {}", health.state));
+        return Err(format!(
+            "after {} failed launches in a row the state is {}",
+            policy.max_failures, health.state
+        ));
     }
     if health.reason.as_deref() != Some("exited with status 1") {
         return Err("health() does not carry the last failure".into());
     }
-    match s.launch(3_000) {
+    match s.launch(1_000 * policy.max_failures as u64) {
         Err(e) if e.code == ToolErrorCode::CrashLooping && e.message.contains("exited with status 1") => Ok(()),
         Err(e) => Err(format!(
             "a fourth launch answered {} without the last failure",
@@ -437,7 +441,7 @@ async fn crash_loop(p: &dyn ProviderUnderTest) -> Result<(), String> {
 
 async fn reset_operator_only(p: &dyn ProviderUnderTest) -> Result<(), String> {
     let mut s = p.supervision();
-    for now in [0, 1, 2] {
+    for now in 0..s.policy().max_failures as u64 {
         s.launch(now).map_err(|e| format!("launch refused: {}", e.message))?;
         s.launch_failed(now, "boom");
     }
@@ -471,12 +475,16 @@ async fn reap_on_start(p: &dyn ProviderUnderTest) -> Result<(), String> {
 
 async fn launch_budget(p: &dyn ProviderUnderTest) -> Result<(), String> {
     let mut s = p.supervision();
+    let policy = s.policy();
+    // Progress twice per progress window, to just short of the hard ceiling: never killed.
+    let step = (policy.progress_window / 2).max(1);
+    let last = policy.hard_ceiling.saturating_sub(1);
     s.launch(0).map_err(|e| format!("launch refused: {}", e.message))?;
-    for now in (5_000..=300_000).step_by(5_000) {
+    for now in (step..=last).step_by(usize::try_from(step).unwrap_or(usize::MAX)) {
         s.progress(now);
         if let Some(stalled) = s.tick(now) {
             return Err(format!(
-                "a launch progressing every 5 s was killed at {now} ms: {}",
+                "a launch progressing every {step} ms was killed at {now} ms: {}",
                 stalled.reason
             ));
         }
@@ -487,24 +495,29 @@ async fn launch_budget(p: &dyn ProviderUnderTest) -> Result<(), String> {
     }
     let mut s = p.supervision();
     s.launch(0).map_err(|e| format!("launch refused: {}", e.message))?;
-    if s.tick(120_000).is_none() {
-        return Err("a launch with no progress outlived its 120 s budget".into());
+    if s.tick(policy.budget.max(policy.progress_window)).is_none() {
+        return Err(format!(
+            "a launch with no progress outlived its {} ms budget",
+            policy.budget
+        ));
     }
     Ok(())
 }
 
 async fn starting_wait(p: &dyn ProviderUnderTest) -> Result<(), String> {
     let mut s = p.supervision();
+    let budget = s.policy().budget;
+    let half = budget / 2;
     s.launch(1_000).map_err(|e| format!("launch refused: {}", e.message))?;
-    match s.call(61_000) {
-        CallGate::Wait(60_000) => {}
+    match s.call(1_000 + half) {
+        CallGate::Wait(remaining) if remaining == budget - half => {}
         other => {
             return Err(format!(
                 "a call while starting did not wait the remaining budget: {other:?}"
             ));
         }
     }
-    match s.call(121_000) {
+    match s.call(1_000 + budget) {
         CallGate::Refuse(e) if e.code == ToolErrorCode::Starting && e.retryable == Some(true) => Ok(()),
         other => Err(format!(
             "after the budget the call did not fail with retryable browser:starting: {other:?}"

@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use pap_browser::consent::{Grant, GrantRequest};
 /// A conformance level: the levels of AIP-63's tool table, as the agent's tool host knows them.
 pub use pap_browser::spec::Level;
-use pap_browser::spec::{CallGate, Health, Launch, Stalled};
+use pap_browser::spec::{CallGate, Health, Launch, Policy, Stalled};
 use pap_browser::spec::{ToolError, ToolResult};
 use serde_json::Value;
 
@@ -113,8 +113,11 @@ pub trait ProfileUnderTest: Send + Sync {
     fn verify_ledger(&self, dir: &Path) -> Result<u64, String>;
 }
 
-/// The supervisor's decisions, driven at exact millisecond times.
+/// The provider's supervisor, driven at exact millisecond times, with the policy the provider
+/// runs by (its manifest's `lifecycle`): the hooks take their times from [`Self::policy`].
 pub trait SupervisionUnderTest: Send {
+    /// The policy the provider's supervisor runs by.
+    fn policy(&self) -> Policy;
     /// `launch` at `now`.
     fn launch(&mut self, now: u64) -> Result<Launch, ToolError>;
     /// A progress signal at `now`.
@@ -167,7 +170,7 @@ pub async fn run(provider: &dyn ProviderUnderTest, levels: &[Level]) -> Report {
         .unwrap_or_default();
     let selected = |hook: &&Hook| {
         if levels.is_empty() {
-            hook.level == Level::Core || claimed.iter().any(|c| c == hook.level.name())
+            hook.level == Level::Core || claimed.contains(&hook.level)
         } else {
             levels.contains(&hook.level)
         }

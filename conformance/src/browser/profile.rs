@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use pap_browser::consent::{GrantRequest, ScopeRequest, SourceSpec};
+use pap_browser::consent::{GrantRequest, GrantedVia, ScopeRequest, SourceSpec};
 use pap_browser::spec::{ToolError, ToolErrorCode, ToolResult};
 use pap_shared::{Rng as _, SystemRng};
 use serde_json::{Value, json};
@@ -167,7 +167,7 @@ pub(super) async fn full_profile(p: &dyn ProviderUnderTest) -> Result<(), String
         .any(|r| r["event"] == "grant" && r["grantId"] == grant.id.as_str() && r["fullProfile"] == true);
     let remote = profile.acknowledge_sink(&grant.id, "remote.test");
     revoke(profile, None, &grant.id).await?;
-    if grant.full_profile != Some(true) || grant.domains.is_some() {
+    if !grant.is_full_profile() || grant.domains().is_some() {
         return Err("the full-profile grant is not recorded as fullProfile without domains".into());
     }
     if !recorded {
@@ -187,10 +187,7 @@ pub(super) async fn no_default_all(p: &dyn ProviderUnderTest) -> Result<(), Stri
     match profile.grant(request(&path, &[])) {
         Ok(grant) => {
             let _ = revoke(profile, None, &grant.id).await;
-            Err(format!(
-                "a request without domains made a grant (fullProfile {:?}, domains {:?})",
-                grant.full_profile, grant.domains
-            ))
+            Err(format!("a request without domains made a grant ({:?})", grant.scope))
         }
         Err(_) if ledger(profile).len() != before => Err("the refused request changed the ledger".into()),
         Err(_) => Ok(()),
@@ -217,9 +214,9 @@ pub(super) async fn presence_scan(p: &dyn ProviderUnderTest) -> Result<(), Strin
     asked.interactive = true;
     let grant = profile.grant(asked)?;
     revoke(profile, None, &grant.id).await?;
-    if grant.cookie_count != 2 || grant.granted_via != "interactive" {
+    if grant.cookie_count != 2 || grant.granted_via != GrantedVia::Interactive {
         return Err(format!(
-            "the interactive grant of a.c5.example holds {} cookie(s) via {}",
+            "the interactive grant of a.c5.example holds {} cookie(s) via {:?}",
             grant.cookie_count, grant.granted_via
         ));
     }

@@ -52,7 +52,8 @@ async fn with_browser<T>(
         .host
         .launch(&ctx.browser, instance, &|_| {})
         .await
-        .map_err(|e| Failure::new("PAP-5-04", format!("the agent's browser did not start: {e}")))?;
+        .map_err(|e| Failure::new("PAP-5-04", format!("the agent's browser did not start: {e}")))?
+        .browser;
     let result = body(&browser).await;
     drop(browser);
     let _ = ctx.host.stop(instance, Duration::from_secs(2)).await;

@@ -166,7 +166,7 @@ async fn story(host: &BrowserHost, work: &std::path::Path) -> anyhow::Result<()>
         map: [("shop.example".to_owned(), addr)].into(),
         spki_pins: vec![spki_pin(&cert_pem)?],
     };
-    let browser = host.launch(&browser_config, INSTANCE, &|_| {}).await?;
+    let browser = host.launch(&browser_config, INSTANCE, &|_| {}).await?.browser;
     let page = browser.new_page().await?;
     clock.step("the agent's own Chromium is running");
     // The join needs a grant (AIP-63 C1): the person, on the operator's channel, grants the

@@ -14,15 +14,28 @@ use chromiumoxide::{Browser, Page};
 use futures_util::StreamExt as _;
 
 use super::launch::BrowserError;
-use crate::consent::{Forgotten, Injection, Scope, StorageOrigin};
+use crate::consent::{Forgotten, Injection, LiveError, Scope, StorageOrigin};
 
 /// How long one CDP step of a revoke may take.
 pub(super) const STEP: Duration = Duration::from_secs(10);
 
+/// A CDP error of `step`, as [`LiveError::Refused`] with its head only ([`scrub`]).
+fn refused(step: &'static str) -> impl Fn(chromiumoxide::error::CdpError) -> LiveError {
+    move |e| LiveError::Refused {
+        step,
+        detail: scrub(&e.to_string()),
+    }
+}
+
+/// A step that took longer than [`STEP`].
+fn timed(step: &'static str) -> impl Fn(tokio::time::error::Elapsed) -> LiveError {
+    move |_| LiveError::Timeout { step }
+}
+
 /// Puts a grant's cookies into `browser` (C1): host-only cookies by URL, domain cookies by
 /// domain, with their flags; then its local storage, origin by origin ([`inject_storage`]).
 /// Returns how many cookies went in. Errors name no value.
-pub(crate) async fn inject(browser: &Browser, injection: &Injection) -> Result<usize, String> {
+pub(crate) async fn inject(browser: &Browser, injection: &Injection) -> Result<usize, LiveError> {
     let count = inject_cookies(browser, injection).await?;
     for origin in injection.origins().iter().filter(|o| !o.local_storage.is_empty()) {
         inject_storage(browser, origin).await?;
@@ -32,21 +45,20 @@ pub(crate) async fn inject(browser: &Browser, injection: &Injection) -> Result<u
 
 /// Local storage lives with a document of its origin, so one is made for it
 /// ([`origin_document`]), the items set there, the tab closed.
-async fn inject_storage(browser: &Browser, origin: &StorageOrigin) -> Result<(), String> {
-    let failed = |what: &str| format!("putting granted storage into {}: {what}", origin.origin);
-    let page = origin_document(browser, &origin.origin).await.map_err(|e| failed(&e))?;
+async fn inject_storage(browser: &Browser, origin: &StorageOrigin) -> Result<(), LiveError> {
+    const STEP_NAME: &str = "putting granted storage into its origin";
+    let page = origin_document(browser, &origin.origin).await?;
     let result = async {
         // The values travel inside the script as JSON string literals, never in a URL.
         let mut script = String::from("(() => {");
         for item in &origin.local_storage {
-            let name = serde_json::to_string(&item.name).map_err(|_| failed("an item name"))?;
-            let value = serde_json::to_string(item.value.expose()).map_err(|_| failed("an item"))?;
+            let name = serde_json::to_string(&item.name).map_err(|_| LiveError::Unexpected { step: STEP_NAME })?;
+            let value =
+                serde_json::to_string(item.value.expose()).map_err(|_| LiveError::Unexpected { step: STEP_NAME })?;
             script.push_str(&format!("localStorage.setItem({name}, {value});"));
         }
         script.push_str("return true; })()");
-        page.evaluate(script)
-            .await
-            .map_err(|e| failed(&scrub(&e.to_string())))?;
+        page.evaluate(script).await.map_err(refused(STEP_NAME))?;
         Ok(())
     }
     .await;
@@ -56,16 +68,16 @@ async fn inject_storage(browser: &Browser, origin: &StorageOrigin) -> Result<(),
 
 /// The keys (never the values) of `origin`'s local storage, read in a document of the origin
 /// ([`origin_document`]) that is closed again.
-pub(crate) async fn local_storage_keys(browser: &Browser, origin: &str) -> Result<Vec<String>, String> {
-    let failed = |what: &str| format!("reading the storage keys of {origin}: {what}");
-    let page = origin_document(browser, origin).await.map_err(|e| failed(&e))?;
+pub(crate) async fn local_storage_keys(browser: &Browser, origin: &str) -> Result<Vec<String>, LiveError> {
+    const STEP_NAME: &str = "reading the storage keys of an origin";
+    let page = origin_document(browser, origin).await?;
     let keys = page
         .evaluate("Object.keys(localStorage)")
         .await
-        .map_err(|e| failed(&scrub(&e.to_string())))
+        .map_err(refused(STEP_NAME))
         .and_then(|keys| {
             keys.into_value::<Vec<String>>()
-                .map_err(|_| failed("not a list of keys"))
+                .map_err(|_| LiveError::Unexpected { step: STEP_NAME })
         });
     close_tab(browser, page).await;
     keys
@@ -74,15 +86,16 @@ pub(crate) async fn local_storage_keys(browser: &Browser, origin: &str) -> Resul
 /// A new tab showing a blank document of `origin`: its request is answered in the browser
 /// itself (CDP `Fetch`, an empty 200 page; nothing reaches the network), and interception is
 /// off again when it returns. Close it with [`close_tab`].
-async fn origin_document(browser: &Browser, origin: &str) -> Result<chromiumoxide::Page, String> {
+async fn origin_document(browser: &Browser, origin: &str) -> Result<chromiumoxide::Page, LiveError> {
+    const STEP_NAME: &str = "opening a blank document of an origin";
     use chromiumoxide::cdp::browser_protocol::fetch::{
         DisableParams, EnableParams, EventRequestPaused, FulfillRequestParams, HeaderEntry, RequestPattern,
         RequestStage,
     };
     let page = tokio::time::timeout(STEP, browser.new_page("about:blank"))
         .await
-        .map_err(|_| "no blank tab".to_owned())?
-        .map_err(|e| scrub(&e.to_string()))?;
+        .map_err(timed(STEP_NAME))?
+        .map_err(refused(STEP_NAME))?;
     let loaded = async {
         let pattern = RequestPattern {
             url_pattern: Some(format!("{origin}/*")),
@@ -94,29 +107,29 @@ async fn origin_document(browser: &Browser, origin: &str) -> Result<chromiumoxid
             handle_auth_requests: None,
         })
         .await
-        .map_err(|e| scrub(&e.to_string()))?;
+        .map_err(refused(STEP_NAME))?;
         let mut paused = page
             .event_listener::<EventRequestPaused>()
             .await
-            .map_err(|e| scrub(&e.to_string()))?;
+            .map_err(refused(STEP_NAME))?;
         let answer = async {
             if let Some(event) = paused.next().await {
                 let mut reply = FulfillRequestParams::new(event.request_id.clone(), 200);
                 reply.response_headers = Some(vec![HeaderEntry::new("Content-Type", "text/html")]);
-                page.execute(reply).await.map(|_| ()).map_err(|e| scrub(&e.to_string()))
+                page.execute(reply).await.map(|_| ()).map_err(refused(STEP_NAME))
             } else {
-                Err("the tab closed".to_owned())
+                Err(LiveError::Unexpected { step: STEP_NAME })
             }
         };
         let (loaded, answered) =
             tokio::time::timeout(STEP, async { tokio::join!(page.goto(format!("{origin}/")), answer) })
                 .await
-                .map_err(|_| "the origin's blank document did not load".to_owned())?;
+                .map_err(timed(STEP_NAME))?;
         answered?;
-        loaded.map_err(|e| scrub(&e.to_string()))?;
+        loaded.map_err(refused(STEP_NAME))?;
         page.execute(DisableParams::default())
             .await
-            .map_err(|e| scrub(&e.to_string()))?;
+            .map_err(refused(STEP_NAME))?;
         Ok(())
     }
     .await;
@@ -152,7 +165,7 @@ async fn close_tab(browser: &Browser, page: chromiumoxide::Page) {
     }
 }
 
-async fn inject_cookies(browser: &Browser, injection: &Injection) -> Result<usize, String> {
+async fn inject_cookies(browser: &Browser, injection: &Injection) -> Result<usize, LiveError> {
     let cookies: Vec<CookieParam> = injection
         .cookies()
         .iter()
@@ -180,8 +193,8 @@ async fn inject_cookies(browser: &Browser, injection: &Injection) -> Result<usiz
     if count > 0 {
         tokio::time::timeout(STEP, browser.set_cookies(cookies))
             .await
-            .map_err(|_| "the browser did not take the cookies in time".to_owned())?
-            .map_err(|e| format!("the browser refused the granted cookies: {}", scrub(&e.to_string())))?;
+            .map_err(timed("putting granted cookies in"))?
+            .map_err(refused("putting granted cookies in"))?;
     }
     Ok(count)
 }
@@ -191,10 +204,8 @@ async fn inject_cookies(browser: &Browser, injection: &Injection) -> Result<usiz
 /// (`Storage.clearDataForOrigin`), and the tabs on those hosts (`Target.closeTarget`). The work
 /// happens from a blank tab, which stays only when every other tab was closed, so the browser
 /// outlives the revoke.
-pub(crate) async fn forget(browser: &Browser, scope: Scope<'_>, granted: &[String]) -> Result<Forgotten, String> {
-    let cdp =
-        |what: &'static str| move |e: chromiumoxide::error::CdpError| format!("{what}: {}", scrub(&e.to_string()));
-    let timed = |what: &'static str| move |_| format!("{what}: no answer in {} s", STEP.as_secs());
+pub(crate) async fn forget(browser: &Browser, scope: Scope<'_>, granted: &[String]) -> Result<Forgotten, LiveError> {
+    let cdp = refused;
     let targets = tokio::time::timeout(STEP, browser.execute(GetTargetsParams::default()))
         .await
         .map_err(timed("listing tabs"))?
@@ -316,7 +327,7 @@ pub(crate) fn scrub(text: &str) -> String {
 /// leads to (after any redirects) to load. Returns that document's HTTP status.
 pub async fn click_and_land(page: &Page, selector: &str, deadline: Duration) -> Result<u16, BrowserError> {
     use chromiumoxide::cdp::browser_protocol::network::{EventResponseReceived, ResourceType};
-    let cdp = |e: chromiumoxide::error::CdpError| BrowserError::Cdp(e.to_string());
+    let cdp = BrowserError::cdp;
     let mut responses = page.event_listener::<EventResponseReceived>().await.map_err(cdp)?;
     page.find_element(selector)
         .await

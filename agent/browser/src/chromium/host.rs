@@ -14,8 +14,8 @@ use super::args::profile_dir;
 use super::cdp;
 use super::launch::{BrowserError, ChromiumConfig, ControlledBrowser, LaunchError, STEP_DEVTOOLS_BOUND};
 use super::sweep::{ProcTable, SweepScope, sweep};
-use crate::consent::{Forgotten, Injection, LiveInstances, Scope};
-use crate::spec::{Health, InstanceRecord, OperatorReset, Policy, Supervisor};
+use crate::consent::{Forgotten, Injection, LiveError, LiveInstances, Scope};
+use crate::spec::{CallGate, Health, InstanceRecord, OperatorReset, Policy, Stopped, Supervisor, ToolError};
 use crate::store::private_dir;
 
 /// The supervisor's records under `browsers/`, for a persistent host.
@@ -25,17 +25,35 @@ const SUPERVISOR_RECORDS: &str = "supervisor.json";
 const LAUNCH_TICK: Duration = Duration::from_millis(250);
 
 /// The agent's browsers by instance key, under the AIP-63 supervisor: launching is idempotent
-/// per key (L2: a second launch returns the running browser, no second process, no config
-/// change); consecutive failed launches end in `crash-looping` and no further spawn (L6) until
-/// an operator resets it (L7); stop sweeps the instance's marked processes (L5).
+/// per key (L2: a second launch returns the running browser with `was_already_running`, no
+/// second process, no config change); consecutive failed launches end in `crash-looping` and no
+/// further spawn (L6) until an operator resets it (L7); stop sweeps the instance's marked
+/// processes (L5); a call that finds an instance starting waits for it, at most its remaining
+/// budget (L10).
+///
+/// Launches of one instance take turns (a per-instance gate); no lock is held across a launch,
+/// so other instances, and every status read, go on while Chromium starts.
 #[derive(Clone)]
 pub struct BrowserHost {
-    browsers: Arc<Mutex<HashMap<String, Arc<ControlledBrowser>>>>,
+    browsers: Arc<std::sync::Mutex<HashMap<String, Arc<ControlledBrowser>>>>,
+    /// One gate per instance key: a launch, reset or stop of that instance holds it.
+    gates: Arc<std::sync::Mutex<HashMap<String, Arc<Mutex<()>>>>>,
     supervisor: Arc<std::sync::Mutex<Supervisor>>,
+    /// Counts the supervisor's changes, for callers waiting on a starting instance (L10).
+    changes: Arc<tokio::sync::watch::Sender<u64>>,
     /// Where the supervisor's records outlive this process, for a persistent host.
     records: Option<PathBuf>,
     /// The clock: the wall clock read once when the host was made, plus monotonic time since.
     clock: HostClock,
+}
+
+/// What a launch found or made.
+#[derive(Clone, Debug)]
+pub struct Launched {
+    /// The running browser.
+    pub browser: Arc<ControlledBrowser>,
+    /// It already ran, healthy, under this key: nothing was spawned or changed (L2).
+    pub was_already_running: bool,
 }
 
 /// Milliseconds that never jump inside one run (a launch's budget is measured on them, L9) and
@@ -82,14 +100,25 @@ impl BrowserHost {
         Self::with_policy(Policy::default())
     }
 
-    /// A host with `policy`.
+    /// A host with `policy` (a manifest's: [`crate::spec::Lifecycle::policy`]).
     pub fn with_policy(policy: Policy) -> Self {
+        Self::with_supervisor(Supervisor::new(policy), None)
+    }
+
+    fn with_supervisor(supervisor: Supervisor, records: Option<PathBuf>) -> Self {
         Self {
             browsers: Arc::default(),
-            supervisor: Arc::new(std::sync::Mutex::new(Supervisor::new(policy))),
-            records: None,
+            gates: Arc::default(),
+            supervisor: Arc::new(std::sync::Mutex::new(supervisor)),
+            changes: Arc::new(tokio::sync::watch::Sender::new(0)),
+            records,
             clock: HostClock::start(),
         }
+    }
+
+    /// The policy its supervisor runs by.
+    pub fn policy(&self) -> Policy {
+        self.supervisor().policy()
     }
 
     /// A host whose failed launches and crash-looping outlive this process (L6, L7): it reads
@@ -110,12 +139,7 @@ impl BrowserHost {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        Ok(Self {
-            browsers: Arc::default(),
-            supervisor: Arc::new(std::sync::Mutex::new(supervisor)),
-            records: Some(path),
-            clock: HostClock::start(),
-        })
+        Ok(Self::with_supervisor(supervisor, Some(path)))
     }
 
     /// Writes the supervisor's records, if this host keeps them: to a temporary file, then
@@ -165,27 +189,61 @@ impl BrowserHost {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The browser for `instance`, launched if it is not running.
+    fn registry(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<ControlledBrowser>>> {
+        // Every critical section is one map operation.
+        self.browsers.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The gate of `instance`: launches, resets and stops of one instance take turns.
+    fn gate(&self, instance: &str) -> Arc<Mutex<()>> {
+        let mut gates = self.gates.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        gates.entry(instance.to_owned()).or_default().clone()
+    }
+
+    /// Tells whoever waits on a state change (L10) that one happened.
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// The browser for `instance`, launched if it is not running (L2: when it runs, healthy,
+    /// it is returned as it is, `was_already_running`).
     pub async fn launch(
         &self,
         config: &ChromiumConfig,
         instance: &str,
         progress: &(dyn Fn(&str) + Sync),
-    ) -> Result<Arc<ControlledBrowser>, LaunchError> {
-        let mut browsers = self.browsers.lock().await;
-        if let Some(running) = browsers.get(instance) {
+    ) -> Result<Launched, LaunchError> {
+        let gate = self.gate(instance);
+        let _turn = gate.lock().await;
+        let running = self.registry().get(instance).cloned();
+        if let Some(running) = running {
             if running.is_healthy().await {
-                return Ok(running.clone());
+                self.supervisor().probe_succeeded(instance, self.now());
+                return Ok(Launched {
+                    was_already_running: true,
+                    browser: running,
+                });
             }
             // It died under us: the supervisor learns it before anything relaunches.
-            self.supervisor().probe_failed(instance);
-            self.supervisor().stop(instance);
-            self.supervisor().gone(instance);
-            browsers.remove(instance);
+            let now = self.now();
+            {
+                let mut supervisor = self.supervisor();
+                supervisor.probe_failed(instance, now);
+                supervisor.stop(instance, now);
+                supervisor.gone(instance, now);
+            }
+            self.registry().remove(instance);
+            self.changed();
         }
         let now = self.now();
         self.supervisor().launch(instance, now).map_err(LaunchError::Refused)?;
-        self.spawn(config, instance, progress, &mut browsers).await
+        self.changed();
+        let browser = self.spawn(config, instance, progress).await?;
+        Ok(Launched {
+            // An attached browser is one the host did not start (L2).
+            was_already_running: browser.was_already_running(),
+            browser,
+        })
     }
 
     /// Spawns the browser the supervisor just agreed to start, and tells it how that went.
@@ -194,9 +252,8 @@ impl BrowserHost {
         config: &ChromiumConfig,
         instance: &str,
         progress: &(dyn Fn(&str) + Sync),
-        browsers: &mut HashMap<String, Arc<ControlledBrowser>>,
     ) -> Result<Arc<ControlledBrowser>, LaunchError> {
-        let outcome = self.supervised_spawn(config, instance, progress, browsers).await;
+        let outcome = self.supervised_spawn(config, instance, progress).await;
         self.keep_records();
         outcome
     }
@@ -213,7 +270,6 @@ impl BrowserHost {
         config: &ChromiumConfig,
         instance: &str,
         progress: &(dyn Fn(&str) + Sync),
-        browsers: &mut HashMap<String, Arc<ControlledBrowser>>,
     ) -> Result<Arc<ControlledBrowser>, LaunchError> {
         // L9: the supervisor watches the launch while it runs. Each step is a progress signal,
         // and once the DevTools port is bound the live process with its port is one at every
@@ -224,6 +280,7 @@ impl BrowserHost {
                 bound.store(true, std::sync::atomic::Ordering::Relaxed);
             }
             self.supervisor().progress(instance, self.now());
+            self.changed();
             progress(step);
         };
         let outcome = {
@@ -238,7 +295,9 @@ impl BrowserHost {
                         if bound.load(std::sync::atomic::Ordering::Relaxed) {
                             self.supervisor().progress(instance, now);
                         }
-                        if let Some(stalled) = self.supervisor().tick(instance, now) {
+                        let stalled = self.supervisor().tick(instance, now);
+                        if let Some(stalled) = stalled {
+                            self.changed();
                             break Err(stalled);
                         }
                     }
@@ -259,14 +318,16 @@ impl BrowserHost {
         };
         match launched {
             Ok(launched) => {
-                self.supervisor().probe_succeeded(instance);
                 let launched = Arc::new(launched);
-                browsers.insert(instance.to_owned(), launched.clone());
+                self.registry().insert(instance.to_owned(), launched.clone());
+                self.supervisor().probe_succeeded(instance, self.now());
+                self.changed();
                 Ok(launched)
             }
             Err(error) => {
                 self.supervisor()
                     .launch_failed(instance, self.now(), &error.to_string());
+                self.changed();
                 Err(error)
             }
         }
@@ -292,6 +353,26 @@ impl BrowserHost {
         self.supervisor().health(instance)
     }
 
+    /// Waits until `instance` may take a call (L3, L10): at once when it is healthy or degraded;
+    /// while it is starting, at most the launch's remaining budget, then `browser:starting`
+    /// (retryable); otherwise the supervisor's refusal (`browser:not_ready` with the state,
+    /// `browser:crash_looping` with the last failure). Returns the boot the call belongs to.
+    pub async fn ready(&self, instance: &str) -> Result<u64, ToolError> {
+        let mut changes = self.changes.subscribe();
+        loop {
+            let gate = self.supervisor().call(instance, self.now());
+            match gate {
+                CallGate::Proceed => return Ok(self.health(instance).boot_id),
+                CallGate::Refuse(error) => return Err(error),
+                CallGate::Wait(remaining) => {
+                    // A change (the launch finished, failed or progressed) or the budget's end:
+                    // either way the supervisor is asked again.
+                    let _ = tokio::time::timeout(Duration::from_millis(remaining), changes.changed()).await;
+                }
+            }
+        }
+    }
+
     /// An operator's reset of a crash-looping instance (L7): launches it afresh.
     pub async fn reset(
         &self,
@@ -300,70 +381,123 @@ impl BrowserHost {
         reset: OperatorReset,
         progress: &(dyn Fn(&str) + Sync),
     ) -> Result<Arc<ControlledBrowser>, LaunchError> {
-        let mut browsers = self.browsers.lock().await;
+        let gate = self.gate(instance);
+        let _turn = gate.lock().await;
         let now = self.now();
         self.supervisor()
             .reset(instance, now, reset)
             .map_err(LaunchError::Refused)?;
-        self.spawn(config, instance, progress, &mut browsers).await
+        self.changed();
+        self.spawn(config, instance, progress).await
     }
 
     /// Every running browser of this host.
-    pub(crate) async fn running(&self) -> Vec<Arc<ControlledBrowser>> {
-        self.browsers.lock().await.values().cloned().collect()
+    pub(crate) fn running(&self) -> Vec<Arc<ControlledBrowser>> {
+        self.registry().values().cloned().collect()
     }
 
     /// The running browser for `instance`, without launching one: `None` when there is none or
     /// it no longer answers.
     pub async fn attach(&self, instance: &str) -> Option<Arc<ControlledBrowser>> {
-        let running = self.browsers.lock().await.get(instance).cloned()?;
+        let running = self.registry().get(instance).cloned()?;
         // Every probe tells the supervisor, so health() shows a browser that stopped answering
         // as degraded, and one that answers again as healthy (L1, L4).
-        if running.is_healthy().await {
-            self.supervisor().probe_succeeded(instance);
-            Some(running)
+        self.probe(instance, &running).await.then_some(running)
+    }
+
+    /// Probes `browser` (L4: within its health timeout, opening no target) and tells the
+    /// supervisor; whether it answered.
+    async fn probe(&self, instance: &str, browser: &ControlledBrowser) -> bool {
+        let healthy = browser.is_healthy().await;
+        let now = self.now();
+        let before = self.health(instance).state;
+        if healthy {
+            self.supervisor().probe_succeeded(instance, now);
         } else {
-            self.supervisor().probe_failed(instance);
-            None
+            self.supervisor().probe_failed(instance, now);
+        }
+        if self.health(instance).state != before {
+            self.changed();
+        }
+        healthy
+    }
+
+    /// Probes every running instance now (the health loop's one round): a browser that stopped
+    /// answering shows `degraded`, one that answers again `healthy` (L1, L4).
+    pub async fn probe_all(&self) {
+        let running: Vec<(String, Arc<ControlledBrowser>)> =
+            self.registry().iter().map(|(k, b)| (k.clone(), b.clone())).collect();
+        for (instance, browser) in running {
+            self.probe(&instance, &browser).await;
         }
     }
 
+    /// Runs the supervisor's health loop (`lifecycle.health.intervalMs`): every `interval`, each
+    /// running instance is probed, whether or not anything calls it. Ends when the handle drops.
+    pub fn start_health_loop(&self, interval: Duration) -> HealthLoop {
+        let host = self.clone();
+        HealthLoop(tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(interval);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                host.probe_all().await;
+            }
+        }))
+    }
+
     /// Stops `instance`, if running: graceful, then forced, then a sweep of its marked
-    /// processes and profile (L5). Idempotent.
-    pub async fn stop(&self, instance: &str, grace: Duration) -> Result<(), BrowserError> {
+    /// processes and profile (L5). Idempotent; says how many processes the sweep ended.
+    pub async fn stop(&self, instance: &str, grace: Duration) -> Result<Stopped, BrowserError> {
         self.stop_with(instance, grace, false).await
     }
 
     /// `stop` with `force: true` (L5): the only stop that ends an attached browser, one the
     /// host did not start; for the host's own browsers it is the same as [`Self::stop`].
-    pub async fn stop_forced(&self, instance: &str, grace: Duration) -> Result<(), BrowserError> {
+    pub async fn stop_forced(&self, instance: &str, grace: Duration) -> Result<Stopped, BrowserError> {
         self.stop_with(instance, grace, true).await
     }
 
-    async fn stop_with(&self, instance: &str, grace: Duration, force: bool) -> Result<(), BrowserError> {
-        let browser = self.browsers.lock().await.remove(instance);
-        let Some(browser) = browser else { return Ok(()) };
-        self.supervisor().stop(instance);
+    async fn stop_with(&self, instance: &str, grace: Duration, force: bool) -> Result<Stopped, BrowserError> {
+        let gate = self.gate(instance);
+        let _turn = gate.lock().await;
+        let browser = self.registry().remove(instance);
+        let Some(browser) = browser else {
+            return Ok(Stopped::default());
+        };
+        self.supervisor().stop(instance, self.now());
+        self.changed();
         let stopped = browser.stop_with(grace, force).await;
-        self.supervisor().gone(instance);
+        self.supervisor().gone(instance, self.now());
+        self.changed();
         self.keep_records();
         stopped
     }
 }
 
+/// The health loop of a [`BrowserHost`]; it ends when this is dropped.
+#[derive(Debug)]
+pub struct HealthLoop(tokio::task::JoinHandle<()>);
+
+impl Drop for HealthLoop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 #[async_trait]
 impl LiveInstances for BrowserHost {
-    async fn forget(&self, scope: Scope<'_>, origins: &[String]) -> Result<Forgotten, String> {
+    async fn forget(&self, scope: Scope<'_>, origins: &[String]) -> Result<Forgotten, LiveError> {
         let mut total = Forgotten::default();
-        for browser in self.running().await {
+        for browser in self.running() {
             total += cdp::forget(browser.cdp(), scope, origins).await?;
         }
         Ok(total)
     }
 
-    async fn inject(&self, injection: &Injection) -> Result<usize, String> {
+    async fn inject(&self, injection: &Injection) -> Result<usize, LiveError> {
         let mut total = 0;
-        for browser in self.running().await {
+        for browser in self.running() {
             total += cdp::inject(browser.cdp(), injection).await?;
         }
         Ok(total)

@@ -23,7 +23,8 @@ use tokio::task::JoinHandle;
 use super::args::{CHROMIUM, CHROMIUM_HOME, TestNetwork, chromium_args, is_default_profile, profile_dir};
 use super::devtools::{browser_pid, connect_cdp, devtools_address, devtools_version, user_data_dir_of};
 use super::sweep::{ProcTable, SweepScope, end_processes, sweep, wait_gone};
-use crate::spec::Policy;
+use crate::consent::LiveError;
+use crate::spec::{InstanceEndpoints, InstanceKey, Lifecycle, Policy, Stopped};
 use crate::store::private_dir;
 
 /// How to launch Chromium.
@@ -65,12 +66,23 @@ impl ChromiumConfig {
             attach_to: None,
         }
     }
+
+    /// These settings as a manifest's `lifecycle` gives them: the hard ceiling as the launch
+    /// backstop, `stop.graceMs`, `health.timeoutMs` (L4, L5, L9).
+    pub fn with_lifecycle(mut self, lifecycle: &Lifecycle) -> Self {
+        self.launch_timeout = Duration::from_millis(lifecycle.policy().hard_ceiling);
+        self.grace = Duration::from_millis(lifecycle.stop.grace_ms);
+        self.health_timeout = Duration::from_millis(lifecycle.health.timeout_ms);
+        self
+    }
 }
 
 /// One running Chromium, owned by the agent.
 pub struct ControlledBrowser {
-    instance: String,
+    instance: InstanceKey,
     pid: Option<u32>,
+    /// The DevTools websocket it was connected on.
+    devtools: String,
     /// The process, when this host started it; `None` for an attached instance.
     child: Mutex<Option<Child>>,
     /// The host did not start it (an attach): stop leaves it running unless forced (L5).
@@ -101,18 +113,13 @@ impl ControlledBrowser {
         instance: &str,
         progress: &(dyn Fn(&str) + Sync),
     ) -> Result<Self, LaunchError> {
-        if !instance
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-            || instance.is_empty()
-        {
-            return Err(LaunchError::BadInstance);
-        }
+        let instance = InstanceKey::try_from(instance).map_err(|_| LaunchError::BadInstance)?;
+        let instance = &instance;
         if let Some(endpoint) = config.attach_to {
             return Self::attach(config, instance, endpoint, progress).await;
         }
         private_dir(&config.state_dir.join("browsers")).map_err(LaunchError::Profile)?;
-        let user_data_dir = profile_dir(config, instance);
+        let user_data_dir = profile_dir(config, instance.as_str());
         if user_data_dir.exists() {
             std::fs::remove_dir_all(&user_data_dir).map_err(LaunchError::Profile)?;
         }
@@ -121,7 +128,7 @@ impl ControlledBrowser {
         progress("starting Chromium");
         let mut command = Command::new(&config.executable);
         command
-            .args(chromium_args(&user_data_dir, instance, &config.test_network))
+            .args(chromium_args(&user_data_dir, instance.as_str(), &config.test_network))
             // Chromium's crash handler keeps its database (minidumps: browser memory, cookies
             // included) under the config home, by default the user's own `~/.config/chromium`;
             // no switch turns the handler off. The agent's browsers keep theirs in the state
@@ -140,11 +147,12 @@ impl ControlledBrowser {
             }
         };
         match Self::connect(&mut child, config, progress).await {
-            Ok((browser, handler)) => {
+            Ok((browser, handler, devtools)) => {
                 progress("Chromium is ready");
                 Ok(Self {
-                    instance: instance.to_owned(),
+                    instance: instance.clone(),
                     pid: child.id(),
+                    devtools,
                     child: Mutex::new(Some(child)),
                     was_already_running: false,
                     browser,
@@ -166,10 +174,11 @@ impl ControlledBrowser {
         child: &mut Child,
         config: &ChromiumConfig,
         progress: &(dyn Fn(&str) + Sync),
-    ) -> Result<(Browser, JoinHandle<()>), LaunchError> {
+    ) -> Result<(Browser, JoinHandle<()>, String), LaunchError> {
         let ws = devtools_address(child, config.launch_timeout).await?;
         progress(STEP_DEVTOOLS_BOUND);
-        connect_cdp(ws).await
+        let (browser, handler) = connect_cdp(ws.clone()).await?;
+        Ok((browser, handler, ws))
     }
 
     /// Attaches to a Chromium the host did not start (L2 `wasAlreadyRunning`): its DevTools
@@ -178,7 +187,7 @@ impl ControlledBrowser {
     /// browser on a default profile (the user's own, L13 and C3), is refused.
     async fn attach(
         config: &ChromiumConfig,
-        instance: &str,
+        instance: &InstanceKey,
         endpoint: SocketAddr,
         progress: &(dyn Fn(&str) + Sync),
     ) -> Result<Self, LaunchError> {
@@ -196,7 +205,7 @@ impl ControlledBrowser {
             .ok_or_else(|| LaunchError::Attach("/json/version names no webSocketDebuggerUrl".into()))?
             .to_owned();
         progress(STEP_DEVTOOLS_BOUND);
-        let (browser, handler) = connect_cdp(ws).await?;
+        let (browser, handler) = connect_cdp(ws.clone()).await?;
         let refuse = |why: String| {
             handler.abort();
             Err(LaunchError::Attach(why))
@@ -218,8 +227,9 @@ impl ControlledBrowser {
         }
         progress("attached to a running Chromium");
         Ok(Self {
-            instance: instance.to_owned(),
+            instance: instance.clone(),
             pid: Some(pid),
+            devtools: ws,
             child: Mutex::new(None),
             was_already_running: true,
             browser,
@@ -235,8 +245,16 @@ impl ControlledBrowser {
     }
 
     /// The instance key.
-    pub fn instance(&self) -> &str {
+    pub fn instance(&self) -> &InstanceKey {
         &self.instance
+    }
+
+    /// Where it is reached (`endpoints.cdp`, discovered at launch).
+    pub fn endpoints(&self) -> InstanceEndpoints {
+        InstanceEndpoints {
+            rest: None,
+            cdp: Some(self.devtools.clone()),
+        }
     }
 
     /// The profile directory this instance runs on (fresh, under the state directory: L13).
@@ -251,7 +269,7 @@ impl ControlledBrowser {
             .browser
             .execute(GetTargetsParams::default())
             .await
-            .map_err(|e| BrowserError::Cdp(e.to_string()))?;
+            .map_err(BrowserError::cdp)?;
         Ok(targets.result.target_infos.len())
     }
 
@@ -277,7 +295,7 @@ impl ControlledBrowser {
             .execute(params)
             .await
             .map(|_| ())
-            .map_err(|e| BrowserError::Cdp(e.to_string()))
+            .map_err(BrowserError::cdp)
     }
 
     /// The browser's download progress events.
@@ -287,35 +305,24 @@ impl ControlledBrowser {
         chromiumoxide::listeners::EventStream<chromiumoxide::cdp::browser_protocol::browser::EventDownloadProgress>,
         BrowserError,
     > {
-        self.browser
-            .event_listener()
-            .await
-            .map_err(|e| BrowserError::Cdp(e.to_string()))
+        self.browser.event_listener().await.map_err(BrowserError::cdp)
     }
 
     /// Puts a grant's cookies into this browser (C1): the only way session material enters it.
     pub async fn inject(&self, injection: &crate::consent::Injection) -> Result<usize, BrowserError> {
-        super::cdp::inject(&self.browser, injection)
-            .await
-            .map_err(BrowserError::Cdp)
+        Ok(super::cdp::inject(&self.browser, injection).await?)
     }
 
     /// The cookies the browser holds, as (name, domain): never their values.
     pub async fn cookie_names(&self) -> Result<Vec<(String, String)>, BrowserError> {
-        let cookies = self
-            .browser
-            .get_cookies()
-            .await
-            .map_err(|e| BrowserError::Cdp(e.to_string()))?;
+        let cookies = self.browser.get_cookies().await.map_err(BrowserError::cdp)?;
         Ok(cookies.into_iter().map(|c| (c.name, c.domain)).collect())
     }
 
     /// The keys of `origin`'s local storage (`https://host[:port]`): never their values. Read in a
     /// blank document of the origin that the browser answers itself, closed again.
     pub async fn local_storage_keys(&self, origin: &str) -> Result<Vec<String>, BrowserError> {
-        super::cdp::local_storage_keys(&self.browser, origin)
-            .await
-            .map_err(BrowserError::Cdp)
+        Ok(super::cdp::local_storage_keys(&self.browser, origin).await?)
     }
 
     /// The URLs of the browser's tabs.
@@ -325,7 +332,7 @@ impl ControlledBrowser {
             .browser
             .execute(GetTargetsParams::default())
             .await
-            .map_err(|e| BrowserError::Cdp(e.to_string()))?;
+            .map_err(BrowserError::cdp)?;
         Ok(targets
             .result
             .target_infos
@@ -341,23 +348,20 @@ impl ControlledBrowser {
 
     /// A new tab, on `about:blank`.
     pub async fn new_page(&self) -> Result<Page, BrowserError> {
-        self.browser
-            .new_page("about:blank")
-            .await
-            .map_err(|e| BrowserError::Cdp(e.to_string()))
+        self.browser.new_page("about:blank").await.map_err(BrowserError::cdp)
     }
 
     /// Stops the browser: `Browser.close`, up to `grace` for the process to exit, then a kill,
     /// then its children swept and the profile removed. Safe to call twice, or on a browser that already died; pages
     /// still held elsewhere stop working.
-    pub async fn stop(&self, grace: Duration) -> Result<(), BrowserError> {
+    pub async fn stop(&self, grace: Duration) -> Result<Stopped, BrowserError> {
         self.stop_with(grace, false).await
     }
 
     /// Stops the browser; an attached one (which the host did not start) is only disconnected
     /// unless `force` (L5), and then closed, and killed after `grace`; its profile is never
     /// removed.
-    pub(crate) async fn stop_with(&self, grace: Duration, force: bool) -> Result<(), BrowserError> {
+    pub(crate) async fn stop_with(&self, grace: Duration, force: bool) -> Result<Stopped, BrowserError> {
         use chromiumoxide::cdp::browser_protocol::browser::CloseParams;
         let mut child = self.child.lock().await;
         match child.as_mut() {
@@ -386,15 +390,15 @@ impl ControlledBrowser {
         // profile. An attached browser carries no marker of ours: its processes are ended only
         // when the operator forced its end, and its profile, which the host did not create, stays.
         let scope = SweepScope::Instance {
-            instance: self.instance.clone(),
+            instance: self.instance.as_str().to_owned(),
             user_data_dir: self.user_data_dir.clone(),
         };
         let ended = match (self.was_already_running, force) {
-            (true, false) => return Ok(()),
+            (true, false) => return Ok(Stopped::default()),
             (true, true) => end_processes(&ProcTable, &scope, grace).await,
             (false, _) => sweep(&ProcTable, &scope, grace).await,
         };
-        ended.map(|_| ()).map_err(BrowserError::Profile)
+        ended.map(|swept| Stopped { swept }).map_err(BrowserError::Profile)
     }
 }
 
@@ -435,12 +439,26 @@ pub enum LaunchError {
 /// Why a browser operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum BrowserError {
-    /// A CDP call failed.
+    /// A CDP call failed; the head of its answer, cut before anything it may have quoted.
     #[error("a CDP call failed: {0}")]
     Cdp(String),
+    /// A consent effect (an injection, a storage read) failed.
+    #[error(transparent)]
+    Live(#[from] LiveError),
     /// The profile could not be removed.
     #[error("the browser profile could not be removed")]
     Profile(#[source] std::io::Error),
+}
+
+impl BrowserError {
+    /// A CDP error, cut before anything it may quote back (C9).
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "taken by value to serve as a `map_err` adaptor"
+    )]
+    pub(crate) fn cdp(error: chromiumoxide::error::CdpError) -> Self {
+        Self::Cdp(super::cdp::scrub(&error.to_string()))
+    }
 }
 
 #[cfg(test)]

@@ -26,8 +26,19 @@ mod sweep;
 pub use self::args::{CHROMIUM, CHROMIUM_HOME, HOST_MARKER, ORPHAN_MARKER, TestNetwork, is_default_profile};
 pub use self::cdp::click_and_land;
 pub(crate) use self::cdp::scrub;
+
+use crate::spec::{BrowserManifest, Diagnostic, parse_manifest};
+
+/// The manifest of the agent's own Chromium provider, as shipped
+/// (`agent/browser/providers/chromium/BROWSER.md`): its lifecycle is what a host of it runs by.
+pub const MANIFEST: &str = include_str!("../../providers/chromium/BROWSER.md");
+
+/// [`MANIFEST`], loaded and checked (M1-M6).
+pub fn manifest() -> Result<BrowserManifest, Vec<Diagnostic>> {
+    parse_manifest(MANIFEST, None)
+}
 pub use self::devtools::probe_profile;
-pub use self::host::BrowserHost;
+pub use self::host::{BrowserHost, HealthLoop, Launched};
 pub use self::launch::{BrowserError, ChromiumConfig, ControlledBrowser, LaunchError};
 pub use self::logging::{SECRET_SAFE_DIRECTIVES, log_filter};
 pub use self::profiles::LiveProfiles;

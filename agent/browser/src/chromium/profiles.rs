@@ -9,7 +9,7 @@ use chromiumoxide::Browser;
 use futures_util::StreamExt as _;
 
 use super::cdp::{self, STEP};
-use crate::consent::{Forgotten, Injection, LiveInstances, Scope};
+use crate::consent::{Forgotten, Injection, LiveError, LiveInstances, Scope};
 
 /// The browsers of a state directory, reached from another process through the DevTools port
 /// each wrote into its profile (`DevToolsActivePort`): how `pap-agent consent revoke` reaches a
@@ -73,7 +73,7 @@ impl LiveProfiles {
 
 #[async_trait]
 impl LiveInstances for LiveProfiles {
-    async fn forget(&self, scope: Scope<'_>, origins: &[String]) -> Result<Forgotten, String> {
+    async fn forget(&self, scope: Scope<'_>, origins: &[String]) -> Result<Forgotten, LiveError> {
         let mut total = Forgotten::default();
         for connected in self.connect().await {
             total += cdp::forget(&connected.browser, scope, origins).await?;
@@ -81,7 +81,7 @@ impl LiveInstances for LiveProfiles {
         Ok(total)
     }
 
-    async fn inject(&self, injection: &Injection) -> Result<usize, String> {
+    async fn inject(&self, injection: &Injection) -> Result<usize, LiveError> {
         let mut total = 0;
         for connected in self.connect().await {
             total += cdp::inject(&connected.browser, injection).await?;

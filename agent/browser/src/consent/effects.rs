@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 
 use super::grant::Grant;
-use super::ledger::Derived;
+use super::ledger::{Derived, RemoteOutcome};
 use super::material::{Cookie, Origin};
 use pap_shared::GrantDomain;
 
@@ -43,27 +43,6 @@ impl std::ops::AddAssign for Forgotten {
     }
 }
 
-/// The outcome at a remote sink (C8).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RemoteOutcome {
-    /// The remote provider confirmed it ended the session.
-    Confirmed,
-    /// It could not be reached.
-    Unavailable,
-    /// It answered with a failure.
-    Failed,
-}
-
-impl RemoteOutcome {
-    pub(super) fn as_str(self) -> &'static str {
-        match self {
-            Self::Confirmed => "confirmed",
-            Self::Unavailable => "unavailable",
-            Self::Failed => "failed",
-        }
-    }
-}
-
 /// The running browsers a revoke must reach (C8): the agent's own [`crate::BrowserHost`], or the
 /// state directory's browsers over their DevTools port when the CLI revokes.
 #[async_trait]
@@ -71,14 +50,40 @@ pub trait LiveInstances: Send + Sync {
     /// Deletes the cookies and storage `scope` covers from every running instance and closes
     /// the tabs showing it. `origins` are the storage origins the grant's material held in scope
     /// (`https://host:port`): cleared too, as a port is not in the scope's host names.
-    async fn forget(&self, scope: Scope<'_>, origins: &[String]) -> Result<Forgotten, String>;
+    async fn forget(&self, scope: Scope<'_>, origins: &[String]) -> Result<Forgotten, LiveError>;
     /// Puts granted material into the running instances (C1); how many cookies went in.
-    async fn inject(&self, injection: &Injection) -> Result<usize, String>;
+    async fn inject(&self, injection: &Injection) -> Result<usize, LiveError>;
     /// Asks remote provider `provider_id` to end its session for the grant.
     async fn end_remote(&self, provider_id: &str) -> RemoteOutcome {
         let _ = provider_id;
         RemoteOutcome::Unavailable
     }
+}
+
+/// Why a running instance did not do what consent asked of it. Names the step, never a value:
+/// what a browser answers is cut before anything it may have quoted back.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LiveError {
+    /// The step took longer than it may.
+    #[error("{step}: no answer in time")]
+    Timeout {
+        /// What was being done (`deleting a cookie`).
+        step: &'static str,
+    },
+    /// The browser refused the step; `detail` is its answer up to the first quote or bracket.
+    #[error("{step}: {detail}")]
+    Refused {
+        /// What was being done.
+        step: &'static str,
+        /// The head of the browser's answer.
+        detail: String,
+    },
+    /// The browser answered something that does not fit.
+    #[error("{step}: an unexpected answer")]
+    Unexpected {
+        /// What was being done.
+        step: &'static str,
+    },
 }
 
 /// No running instance (a host with nothing launched).
@@ -87,11 +92,11 @@ pub struct NoInstances;
 
 #[async_trait]
 impl LiveInstances for NoInstances {
-    async fn forget(&self, _scope: Scope<'_>, _origins: &[String]) -> Result<Forgotten, String> {
+    async fn forget(&self, _scope: Scope<'_>, _origins: &[String]) -> Result<Forgotten, LiveError> {
         Ok(Forgotten::default())
     }
 
-    async fn inject(&self, _injection: &Injection) -> Result<usize, String> {
+    async fn inject(&self, _injection: &Injection) -> Result<usize, LiveError> {
         Ok(0)
     }
 }

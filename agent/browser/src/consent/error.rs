@@ -2,6 +2,7 @@
 
 use serde_json::json;
 
+use super::effects::LiveError;
 use super::ledger::LedgerError;
 use super::material::SourceError;
 use crate::spec::{ToolError, ToolErrorCode};
@@ -42,9 +43,29 @@ pub enum ConsentError {
         /// The sink.
         provider_id: String,
     },
-    /// The input does not fit (a domain-level revoke of a full-profile grant, …).
-    #[error("{0}")]
-    Invalid(String),
+    /// A full-profile grant is revoked whole, never by domain.
+    #[error("a full-profile grant is revoked whole, not by domain")]
+    FullProfileByDomain,
+    /// A domain-level revoke names a domain the grant does not.
+    #[error("the grant does not name {domain}")]
+    NotInGrant {
+        /// The domain asked for.
+        domain: String,
+    },
+    /// The grant's source cannot be re-read here (a Firefox profile).
+    #[error("a {kind:?} source cannot be re-read here")]
+    SourceNotReadable {
+        /// Its kind.
+        kind: super::grant::SourceKind,
+    },
+    /// A consent file does not parse: it was edited, or damaged. Nothing was changed.
+    #[error("{file} is damaged (line {line})")]
+    Damaged {
+        /// The file (`grants.json`).
+        file: &'static str,
+        /// Where it stops making sense.
+        line: usize,
+    },
     /// The source could not be read.
     #[error(transparent)]
     Source(#[from] SourceError),
@@ -55,8 +76,8 @@ pub enum ConsentError {
     #[error("the material store: {0}")]
     Store(#[from] SealError),
     /// A running instance could not be reached for a revoke; the grant is revoked regardless.
-    #[error("the revoke is recorded, but a running browser could not be cleaned: {0}")]
-    Live(String),
+    #[error("the revoke is recorded, but a running browser could not be cleaned")]
+    Live(#[source] LiveError),
     /// A file operation failed.
     #[error("the consent store: {0}")]
     Io(#[from] std::io::Error),
@@ -76,10 +97,14 @@ impl ConsentError {
             Self::Refused(_) | Self::SinkNotAcknowledged { .. } => {
                 ToolError::new(ToolErrorCode::PermissionDenied, message)
             }
-            Self::NoDomains | Self::InvalidDomain { .. } | Self::FullProfileRemote | Self::Invalid(_) => {
-                ToolError::new(ToolErrorCode::InputInvalid, message)
-            }
-            Self::Source(_) | Self::Ledger(_) | Self::Store(_) | Self::Live(_) | Self::Io(_) => {
+            Self::NoDomains
+            | Self::InvalidDomain { .. }
+            | Self::FullProfileRemote
+            | Self::FullProfileByDomain
+            | Self::NotInGrant { .. }
+            | Self::SourceNotReadable { .. } => ToolError::new(ToolErrorCode::InputInvalid, message),
+            Self::Live(cause) => ToolError::new(ToolErrorCode::Internal, format!("{message}: {cause}")),
+            Self::Damaged { .. } | Self::Source(_) | Self::Ledger(_) | Self::Store(_) | Self::Io(_) => {
                 ToolError::new(ToolErrorCode::Internal, message)
             }
         }

@@ -8,69 +8,469 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead as _, Write as _};
 use std::path::{Path, PathBuf};
 
+use pap_shared::UnixTime;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
 use crate::store::{private_dir, write_private};
 
 /// Who caused a record.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Actor {
-    /// `human`, `agent` or `system`.
-    pub kind: String,
-    /// The channel (`cli`, `tool`, …).
+    /// A person, an agent's tool call, or the host itself.
+    pub kind: ActorKind,
+    /// The channel (`cli`, `tool`, `expiry`, `pairing-revoked`, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub via: Option<String>,
     /// The paired device, if any.
-    #[serde(default, rename = "deviceId", skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_id: Option<String>,
 }
 
-/// What happened to session material derived for a revoke.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Derived {
-    /// `deleted` or `none`.
-    pub local: String,
-    /// `confirmed`, `unavailable`, `failed` or `not-applicable`.
-    pub remote: String,
+/// The kind of actor (`$defs/ledgerRecord` `actor.kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActorKind {
+    /// A person on an operator channel.
+    Human,
+    /// An agent's tool call (C7: it may refresh, revoke and be denied, nothing else).
+    Agent,
+    /// The host itself (an expiry, a revoked pairing).
+    System,
 }
 
-/// A record to append: everything but `seq`, `at` and `prev`, which the ledger sets.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// What a revoke did to material derived for the scope (C8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Derived {
+    /// On this host.
+    pub local: LocalOutcome,
+    /// At remote sinks.
+    pub remote: RemoteOutcome,
+}
+
+/// What a revoke did locally.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LocalOutcome {
+    /// Stored or live material was deleted.
+    Deleted,
+    /// There was nothing to delete.
+    None,
+}
+
+/// What a remote sink said when asked to end its session (C8). Ordered from best to worst, so
+/// the record of a grant with several sinks carries the worst.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RemoteOutcome {
+    /// The grant had no remote sink.
+    NotApplicable,
+    /// The remote provider confirmed it ended the session.
+    Confirmed,
+    /// It could not be reached.
+    Unavailable,
+    /// It answered with a failure.
+    Failed,
+}
+
+/// What a record says happened: each event carries what `$defs/ledgerRecord` requires of it,
+/// and no field can hold a cookie or storage value (C9).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A grant was made (C1-C5).
+    Grant {
+        /// The grant.
+        grant_id: String,
+        /// The consent session it was given in.
+        session_id: String,
+        /// Its domains, or `None` for the full profile (C3).
+        domains: Option<Vec<String>>,
+        /// How many cookies it took.
+        cookie_count: u64,
+        /// Salted SHA-256 of the cookie names.
+        name_hashes: Vec<String>,
+    },
+    /// Material was re-read within a grant (C7).
+    Refresh {
+        /// The grant.
+        grant_id: String,
+        /// The domains re-read (empty with `full_profile`).
+        domains: Vec<String>,
+        /// The whole profile was re-read.
+        full_profile: bool,
+        /// How many cookies the grant holds now.
+        cookie_count: u64,
+        /// Salted SHA-256 of the names re-read.
+        name_hashes: Vec<String>,
+    },
+    /// A grant, or some of its domains, was revoked (C8).
+    Revoke {
+        /// The grant.
+        grant_id: String,
+        /// The domains revoked; `None` for the whole grant.
+        domains: Option<Vec<String>>,
+        /// Both outcomes.
+        derived: Derived,
+        /// Why something could not be cleaned, if so.
+        reason: Option<String>,
+    },
+    /// A human acknowledged a remote sink (C6).
+    SinkAck {
+        /// The grant.
+        grant_id: String,
+        /// The sink.
+        sink_id: String,
+        /// Who operates it.
+        reason: Option<String>,
+    },
+    /// An agent's attempt was refused (C7).
+    Deny {
+        /// The grant it concerned, if any.
+        grant_id: Option<String>,
+        /// What was refused.
+        reason: String,
+    },
+}
+
+impl Event {
+    /// The event's name (`sink-ack`).
+    pub fn kind(&self) -> EventKind {
+        match self {
+            Self::Grant { .. } => EventKind::Grant,
+            Self::Refresh { .. } => EventKind::Refresh,
+            Self::Revoke { .. } => EventKind::Revoke,
+            Self::SinkAck { .. } => EventKind::SinkAck,
+            Self::Deny { .. } => EventKind::Deny,
+        }
+    }
+
+    /// The grant concerned, if any.
+    pub fn grant_id(&self) -> Option<&str> {
+        match self {
+            Self::Grant { grant_id, .. }
+            | Self::Refresh { grant_id, .. }
+            | Self::Revoke { grant_id, .. }
+            | Self::SinkAck { grant_id, .. } => Some(grant_id),
+            Self::Deny { grant_id, .. } => grant_id.as_deref(),
+        }
+    }
+}
+
+/// The five events (C10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EventKind {
+    /// `grant`.
+    Grant,
+    /// `refresh`.
+    Refresh,
+    /// `revoke`.
+    Revoke,
+    /// `sink-ack`.
+    SinkAck,
+    /// `deny`.
+    Deny,
+}
+
+/// A record to append: who, and what; the ledger sets `seq`, `at` and `prev`.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
-    /// `grant`, `refresh`, `revoke`, `sink-ack` or `deny`.
-    pub event: String,
     /// Who.
-    pub actor: Option<Actor>,
-    /// The grant concerned.
+    pub actor: Actor,
+    /// What.
+    pub event: Event,
+}
+
+/// A record as the ledger holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// Its place, from 0 without gaps.
+    pub seq: u64,
+    /// When it was appended.
+    pub at: UnixTime,
+    /// The SHA-256 of the line before (absent on the first).
+    pub prev: Option<String>,
+    /// Who and what.
+    pub entry: Entry,
+}
+
+/// The longest `reason` a record carries (`$defs/ledgerRecord`).
+pub const MAX_REASON: usize = 500;
+
+/// One line of the ledger, field for field `$defs/ledgerRecord` (closed): what is written and
+/// read. [`Record`] is made from it only when the event's rules hold.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Line {
+    seq: u64,
+    #[serde(with = "pap_shared::rfc3339")]
+    at: UnixTime,
+    event: EventKind,
+    actor: Actor,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub grant_id: Option<String>,
-    /// The session concerned.
+    grant_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_id: Option<String>,
-    /// Domains (never values).
+    session_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub domains: Option<Vec<String>>,
-    /// A full-profile grant.
+    domains: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub full_profile: Option<bool>,
-    /// How many cookies (never which values).
+    full_profile: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cookie_count: Option<u64>,
-    /// Salted SHA-256 of cookie names.
+    cookie_count: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name_hashes: Option<Vec<String>>,
-    /// The sink acknowledged.
+    name_hashes: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sink_id: Option<String>,
-    /// What a revoke deleted.
+    sink_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub derived: Option<Derived>,
-    /// Why (a deny).
+    derived: Option<Derived>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    prev: Option<String>,
+}
+
+impl From<&Record> for Line {
+    fn from(record: &Record) -> Self {
+        let mut line = Line {
+            seq: record.seq,
+            at: record.at,
+            event: record.entry.event.kind(),
+            actor: record.entry.actor.clone(),
+            grant_id: record.entry.event.grant_id().map(str::to_owned),
+            session_id: None,
+            domains: None,
+            full_profile: None,
+            cookie_count: None,
+            name_hashes: None,
+            sink_id: None,
+            derived: None,
+            reason: None,
+            prev: record.prev.clone(),
+        };
+        match &record.entry.event {
+            Event::Grant {
+                session_id,
+                domains,
+                cookie_count,
+                name_hashes,
+                ..
+            } => {
+                line.session_id = Some(session_id.clone());
+                line.full_profile = domains.is_none().then_some(true);
+                line.domains = domains.clone();
+                line.cookie_count = Some(*cookie_count);
+                line.name_hashes = Some(name_hashes.clone());
+            }
+            Event::Refresh {
+                domains,
+                full_profile,
+                cookie_count,
+                name_hashes,
+                ..
+            } => {
+                line.domains = Some(domains.clone());
+                line.full_profile = full_profile.then_some(true);
+                line.cookie_count = Some(*cookie_count);
+                line.name_hashes = Some(name_hashes.clone());
+            }
+            Event::Revoke {
+                domains,
+                derived,
+                reason,
+                ..
+            } => {
+                line.domains = domains.clone();
+                line.derived = Some(*derived);
+                line.reason = reason.clone();
+            }
+            Event::SinkAck { sink_id, reason, .. } => {
+                line.sink_id = Some(sink_id.clone());
+                line.reason = reason.clone();
+            }
+            Event::Deny { reason, .. } => line.reason = Some(reason.clone()),
+        }
+        line
+    }
+}
+
+/// Why a line is not a record of `$defs/ledgerRecord`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// Not JSON of the closed shape; serde's words, without the line's text.
+    #[error("not a record: {0}")]
+    Shape(String),
+    /// The event lacks a field it requires.
+    #[error("a {event:?} record needs {field}")]
+    Missing {
+        /// The event.
+        event: EventKind,
+        /// The field (`grantId`).
+        field: &'static str,
+    },
+    /// This kind of actor cannot cause this event (C7: an agent never grants).
+    #[error("a {actor:?} actor cannot cause a {event:?} record")]
+    ActorMayNot {
+        /// Who.
+        actor: ActorKind,
+        /// What.
+        event: EventKind,
+    },
+    /// `fullProfile` is `false` (it is `true` or absent), or beside `domains` on a grant.
+    #[error("a record names its domains or the full profile (true), never both or false")]
+    Scope,
+    /// A hash is not SHA-256 in lowercase hex.
+    #[error("{0} must be SHA-256 in lowercase hex")]
+    Hash(&'static str),
+    /// The reason is longer than [`MAX_REASON`].
+    #[error("a reason has at most {MAX_REASON} characters")]
+    ReasonTooLong,
+    /// A domain is not a lowercase host name of two labels or more (`$defs/domain`): no
+    /// wildcard, no leading dot, no IP literal.
+    #[error("a domain is a lowercase host name (no wildcard)")]
+    Domain,
+}
+
+/// `$defs/domain`'s syntax: lowercase labels of letters, digits and inner hyphens, at least
+/// two, a top label of letters (or a punycode one), 253 characters at most. (The Public Suffix
+/// List is checked when a grant is made, not when a record is read back: a later list must not
+/// break an old ledger.)
+fn is_domain(name: &str) -> bool {
+    let labels: Vec<&str> = name.split('.').collect();
+    let label = |l: &&str| {
+        (1..=63).contains(&l.len())
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    let top = labels.last().is_some_and(|top| {
+        (2..=63).contains(&top.len()) && top.bytes().all(|b| b.is_ascii_lowercase())
+            || top.strip_prefix("xn--").is_some_and(|rest| {
+                (1..=59).contains(&rest.len())
+                    && rest
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            })
+    });
+    name.len() <= 253 && labels.len() >= 2 && labels.iter().all(label) && top
+}
+
+impl TryFrom<Line> for Record {
+    type Error = RecordError;
+
+    /// The schema's per-event rules: each event's required fields, `fullProfile` only `true`
+    /// and never beside `domains` on a grant, an agent only refreshing, revoking or denied,
+    /// a sink acknowledged only by a human, hashes in hex, a reason of at most 500 characters.
+    fn try_from(line: Line) -> Result<Self, RecordError> {
+        let event = line.event;
+        let missing = |field: &'static str| RecordError::Missing { event, field };
+        let hex64 = |h: &String| h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        if line.full_profile == Some(false) {
+            return Err(RecordError::Scope);
+        }
+        if line.name_hashes.as_ref().is_some_and(|h| !h.iter().all(hex64)) {
+            return Err(RecordError::Hash("nameHashes"));
+        }
+        if line.prev.as_ref().is_some_and(|p| !hex64(p)) {
+            return Err(RecordError::Hash("prev"));
+        }
+        if line.reason.as_ref().is_some_and(|r| r.chars().count() > MAX_REASON) {
+            return Err(RecordError::ReasonTooLong);
+        }
+        if line
+            .domains
+            .as_ref()
+            .is_some_and(|d| !d.iter().all(|name| is_domain(name)))
+        {
+            return Err(RecordError::Domain);
+        }
+        let allowed = match line.actor.kind {
+            ActorKind::Agent => matches!(line.event, EventKind::Refresh | EventKind::Revoke | EventKind::Deny),
+            ActorKind::System => line.event != EventKind::SinkAck,
+            ActorKind::Human => true,
+        };
+        if !allowed {
+            return Err(RecordError::ActorMayNot {
+                actor: line.actor.kind,
+                event,
+            });
+        }
+        let grant_id = line.grant_id.clone().ok_or_else(|| missing("grantId"));
+        let event = match line.event {
+            EventKind::Grant => {
+                if line.domains.is_some() == line.full_profile.is_some() {
+                    return Err(RecordError::Scope);
+                }
+                Event::Grant {
+                    grant_id: grant_id?,
+                    session_id: line.session_id.ok_or_else(|| missing("sessionId"))?,
+                    domains: line.domains,
+                    cookie_count: line.cookie_count.ok_or_else(|| missing("cookieCount"))?,
+                    name_hashes: line.name_hashes.unwrap_or_default(),
+                }
+            }
+            EventKind::Refresh => Event::Refresh {
+                grant_id: grant_id?,
+                domains: line.domains.ok_or_else(|| missing("domains"))?,
+                full_profile: line.full_profile.is_some(),
+                cookie_count: line.cookie_count.ok_or_else(|| missing("cookieCount"))?,
+                name_hashes: line.name_hashes.unwrap_or_default(),
+            },
+            EventKind::Revoke => Event::Revoke {
+                grant_id: grant_id?,
+                domains: line.domains,
+                derived: line.derived.ok_or_else(|| missing("derived"))?,
+                reason: line.reason,
+            },
+            EventKind::SinkAck => {
+                if line.actor.kind != ActorKind::Human {
+                    return Err(RecordError::ActorMayNot {
+                        actor: line.actor.kind,
+                        event,
+                    });
+                }
+                Event::SinkAck {
+                    grant_id: grant_id?,
+                    sink_id: line.sink_id.ok_or_else(|| missing("sinkId"))?,
+                    reason: line.reason,
+                }
+            }
+            EventKind::Deny => Event::Deny {
+                grant_id: line.grant_id,
+                reason: line.reason.ok_or_else(|| missing("reason"))?,
+            },
+        };
+        Ok(Record {
+            seq: line.seq,
+            at: line.at,
+            prev: line.prev,
+            entry: Entry {
+                actor: line.actor,
+                event,
+            },
+        })
+    }
+}
+
+impl Record {
+    /// The record as its ledger line (JSON, no newline).
+    pub fn to_line(&self) -> String {
+        // A struct of strings, numbers and enums always serialises.
+        serde_json::to_string(&Line::from(self)).unwrap_or_default()
+    }
+
+    /// Parses one ledger line: JSON of the closed shape, then the event's rules.
+    pub fn parse_line(line: &str) -> Result<Self, RecordError> {
+        let line: Line = serde_json::from_str(line).map_err(|e| {
+            // serde names the field or the kind of mismatch; the line's text is never quoted.
+            let text = e.to_string();
+            let cut = text.find(" at line ").map_or(text.as_str(), |at| &text[..at]);
+            RecordError::Shape(cut.split('"').next().unwrap_or_default().trim().to_owned())
+        })?;
+        Record::try_from(line)
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -109,7 +509,7 @@ impl Ledger {
     /// Appends `entry` at `at` (RFC 3339): under an exclusive lock, the next `seq`, `prev` the
     /// hash of the last line, fsynced, then the head anchor replaced. Refuses a record that does
     /// not fit `$defs/ledgerRecord` (an agent granting, a deny without reason, …).
-    pub fn append(&self, entry: &Entry, at: &str) -> Result<u64, LedgerError> {
+    pub fn append(&self, entry: &Entry, at: UnixTime) -> Result<u64, LedgerError> {
         let mut options = OpenOptions::new();
         options.create(true).append(true).read(true);
         #[cfg(unix)]
@@ -125,20 +525,30 @@ impl Ledger {
         result
     }
 
-    fn append_locked(&self, file: &mut File, entry: &Entry, at: &str) -> Result<u64, LedgerError> {
+    fn append_locked(&self, file: &mut File, entry: &Entry, at: UnixTime) -> Result<u64, LedgerError> {
         // The ledger as it stands must be sound before anything is added to it.
         let (count, last) = match self.verify() {
             Ok(summary) => (summary.records, summary.last_hash),
             Err(broken) => return Err(LedgerError::Broken(broken)),
         };
-        let mut record = serde_json::to_value(entry).map_err(|_| LedgerError::Invalid("not serialisable".into()))?;
-        record["seq"] = Value::from(count);
-        record["at"] = Value::from(at);
-        if let Some(prev) = last {
-            record["prev"] = Value::from(prev);
+        let record = Record {
+            seq: count,
+            at,
+            prev: last,
+            entry: entry.clone(),
+        };
+        let mut line = record.to_line();
+        // What is written must read back as the same record (an agent granting, a deny
+        // without a reason, a reason too long: refused here, and nothing is written).
+        match Record::parse_line(&line) {
+            Ok(read) if read == record => {}
+            Ok(_) => {
+                return Err(LedgerError::Invalid(RecordError::Shape(
+                    "it does not read back the same".into(),
+                )));
+            }
+            Err(error) => return Err(LedgerError::Invalid(error)),
         }
-        check_record(&record).map_err(LedgerError::Invalid)?;
-        let mut line = serde_json::to_string(&record).map_err(|_| LedgerError::Invalid("not serialisable".into()))?;
         let hash = hex(&Sha256::digest(line.as_bytes()));
         line.push('\n');
         file.write_all(line.as_bytes()).map_err(LedgerError::Io)?;
@@ -147,13 +557,13 @@ impl Ledger {
             seq: count,
             sha256: hash,
         })
-        .map_err(|_| LedgerError::Invalid("head".into()))?;
+        .map_err(|e| LedgerError::Io(e.into()))?;
         write_private(&self.head, &head).map_err(LedgerError::Io)?;
         Ok(count)
     }
 
     /// The records of a sound ledger, in order (for lookups such as a sink-ack's `seq`).
-    pub fn records(&self) -> Result<Vec<Value>, Broken> {
+    pub fn records(&self) -> Result<Vec<Record>, Broken> {
         self.verify()?;
         let text = match std::fs::read_to_string(&self.path) {
             Ok(text) => text,
@@ -165,10 +575,7 @@ impl Ledger {
                 });
             }
         };
-        Ok(text
-            .lines()
-            .filter_map(|line| serde_json::from_str(line).ok())
-            .collect())
+        Ok(text.lines().filter_map(|line| Record::parse_line(line).ok()).collect())
     }
 
     /// Checks the whole ledger: each line a valid record, `seq` from 0 without gaps, `prev` the
@@ -195,12 +602,11 @@ impl Ledger {
                 let number = index + 1;
                 let broken = |why: String| Broken { line: number, why };
                 let line = line.map_err(|e| broken(format!("unreadable: {e}")))?;
-                let record: Value = serde_json::from_str(&line).map_err(|_| broken("not a JSON record".into()))?;
-                check_record(&record).map_err(broken)?;
-                if record["seq"].as_u64() != Some(count) {
-                    return Err(broken(format!("seq is {}, expected {count}", record["seq"])));
+                let record = Record::parse_line(&line).map_err(|e| broken(e.to_string()))?;
+                if record.seq != count {
+                    return Err(broken(format!("seq is {}, expected {count}", record.seq)));
                 }
-                if record.get("prev").and_then(Value::as_str).map(str::to_owned) != last {
+                if record.prev != last {
                     return Err(broken(
                         "prev is not the hash of the line before (edited or deleted)".into(),
                     ));
@@ -257,17 +663,12 @@ pub enum LedgerError {
     /// The ledger is already broken: nothing is appended to it.
     #[error("the ledger is broken")]
     Broken(#[source] Broken),
-    /// The record does not fit `$defs/ledgerRecord`.
-    #[error("the record is invalid: {0}")]
-    Invalid(String),
+    /// The record does not fit `$defs/ledgerRecord`; nothing was written.
+    #[error("the record is invalid")]
+    Invalid(#[source] RecordError),
     /// A file operation failed.
     #[error("the ledger could not be written")]
     Io(#[source] io::Error),
-}
-
-/// Checks a record against the schema's `$defs/ledgerRecord`.
-fn check_record(record: &Value) -> Result<(), String> {
-    crate::spec::schema::check_def("ledgerRecord", record)
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -8,44 +8,49 @@
 //! active grant, and every grant, refresh, revoke, sink acknowledgement and refused agent attempt
 //! is a ledger record.
 //!
-//! Where things are: `request` (who asks for what), `grant` (the stored shape), `material` and
-//! `chromium_profile` (sources and the sealed store), `effects` (injections, permits, revoke
-//! scopes and what running browsers report), `ledger`, `tools` (the agent's profile tools),
-//! `error`; the host itself is here.
+//! Where things are: `request` (who asks for what), `grant` (the stored shape), `grants` (the
+//! grants file and its lock), `material` and `chromium_profile` (sources and the sealed store),
+//! `effects` (injections, permits, revoke scopes and what running browsers report), `ledger`,
+//! `tools` (the agent's profile tools), `error`; the policy itself is here.
 
 mod chromium_profile;
 mod effects;
 mod error;
 mod grant;
+mod grants;
 mod ledger;
 mod material;
 mod request;
 mod tools;
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use self::effects::{
-    Forgotten, Injection, JoinPermit, LiveInstances, NoInstances, Refreshed, RemoteOutcome, Revoked, Scope,
+    Forgotten, Injection, JoinPermit, LiveError, LiveInstances, NoInstances, Refreshed, Revoked, Scope,
 };
 pub use self::error::ConsentError;
-pub use self::grant::{Grant, Sink, Source};
-pub use self::ledger::{Actor, Broken, Derived, Entry, Ledger, LedgerError, Summary};
+pub use self::grant::{Grant, GrantScope, GrantedVia, InvalidGrant, Sink, Source, SourceKind};
+use self::grants::GrantStore;
+pub use self::ledger::{
+    Actor, ActorKind, Broken, Derived, Entry, Event, EventKind, Ledger, LedgerError, LocalOutcome, MAX_REASON, Record,
+    RecordError, RemoteOutcome, Summary,
+};
 pub(crate) use self::material::Origin as StorageOrigin;
 pub use self::material::SourceError;
 use self::material::{MaterialStore, NameSalt};
 use self::request::system;
-pub use self::request::{Caller, FULL_PROFILE_WARNING, GrantRequest, Operator, ScopeRequest, SourceSpec};
+pub use self::request::{Caller, FULL_PROFILE_WARNING, GrantRequest, ScopeRequest, SourceSpec};
 pub use self::tools::profile_tool;
-use crate::store::SealingKey;
-use crate::store::{private_dir, write_private};
-use pap_shared::{Clock, GrantDomain, Rng, UnixTime};
+pub use crate::spec::{AgentCaller, Operator};
+use crate::store::{SealingKey, private_dir};
+use pap_shared::{Clock, GrantDomain, Rng};
 
 /// The consent host of one agent state directory.
 pub struct ConsentHost {
     dir: PathBuf,
+    grants: GrantStore,
     ledger: Ledger,
     store: MaterialStore,
     salt: NameSalt,
@@ -61,6 +66,37 @@ impl std::fmt::Debug for ConsentHost {
     }
 }
 
+/// Who revokes: a caller (the operator, or an agent within what it may see), or the host itself
+/// (an expiry, a revoked pairing), which may revoke any grant.
+enum Revoker<'a> {
+    Caller(&'a Caller),
+    System(Actor),
+}
+
+impl Revoker<'_> {
+    fn actor(&self) -> Actor {
+        match self {
+            Self::Caller(caller) => caller.actor(),
+            Self::System(actor) => actor.clone(),
+        }
+    }
+}
+
+/// What the first step of a revoke did under the store's lock: the grant stopped counting (or
+/// narrowed), its sealed material for the scope deleted.
+struct Narrowed {
+    /// The grant as it now stands.
+    grant: Grant,
+    /// The domains revoked; `None` for the whole grant.
+    domains: Option<Vec<GrantDomain>>,
+    /// The whole grant ended.
+    whole: bool,
+    /// Sealed material was deleted.
+    deleted: bool,
+    /// The storage origins (ports included) the material held in the scope.
+    origins: Vec<String>,
+}
+
 impl ConsentHost {
     /// Opens `state_dir/consent/` (0700), its ledger, its sealed store and the key and salt under
     /// `state_dir/keys/` (0600), making what is missing and tightening what is loose (C11).
@@ -73,6 +109,7 @@ impl ConsentHost {
         }
         let key = SealingKey::open(state_dir, rng.as_ref())?;
         Ok(Self {
+            grants: GrantStore::new(&dir),
             ledger: Ledger::open(state_dir)?,
             store: MaterialStore::open(&dir, key)?,
             salt: NameSalt::open(state_dir, rng.as_ref())?,
@@ -92,10 +129,6 @@ impl ConsentHost {
         &self.dir
     }
 
-    fn now(&self) -> String {
-        self.clock.now().to_rfc3339()
-    }
-
     /// The presence scan (C5): per-host cookie counts of a source, reading no value.
     pub fn scan(&self, source: &SourceSpec) -> Result<BTreeMap<String, u64>, ConsentError> {
         match source {
@@ -109,51 +142,52 @@ impl ConsentHost {
     /// Suffix List, or the full profile by name; only covered material is read, sealed and
     /// counted; the ledger records it (names as salted hashes).
     pub fn grant(&self, operator: &Operator, request: GrantRequest) -> Result<Grant, ConsentError> {
-        let domains = match &request.scope {
+        let scope = match &request.scope {
             ScopeRequest::Domains(names) if names.is_empty() => return Err(ConsentError::NoDomains),
-            ScopeRequest::Domains(names) => Some(parse_domains(names)?),
-            ScopeRequest::FullProfile => None,
+            ScopeRequest::Domains(names) => GrantScope::Domains(parse_domains(names)?),
+            ScopeRequest::FullProfile => GrantScope::FullProfile,
         };
-        let _lock = self.lock()?;
-        let material = request.source.read(&|host: &str| match &domains {
-            Some(domains) => domains.iter().any(|d| d.covers(host)),
-            None => true,
+        let _lock = self.grants.lock()?;
+        let material = request.source.read(&|host: &str| match &scope {
+            GrantScope::Domains(domains) => domains.iter().any(|d| d.covers(host)),
+            GrantScope::FullProfile => true,
         })?;
         let grant = Grant {
             id: format!("g_{}", self.random_hex(16)),
             session_id: format!("cs_{}", self.random_hex(8)),
             source: request.source.to_source(),
             sinks: vec![Sink::Local],
-            granted_at: self.now(),
-            granted_via: if request.interactive { "interactive" } else { "flag" }.into(),
+            granted_at: self.clock.now(),
+            granted_via: if request.interactive {
+                GrantedVia::Interactive
+            } else {
+                GrantedVia::Flag
+            },
             cookie_count: material.cookie_count(),
             device_id: request.device_id,
-            expires_at: request.expires_at.map(UnixTime::to_rfc3339),
+            expires_at: request.expires_at,
             revoked_at: None,
-            full_profile: domains.is_none().then_some(true),
-            domains,
+            scope,
         };
-        grant::check_grant(&grant).map_err(ConsentError::Invalid)?;
         self.store.save(self.rng.as_ref(), &grant.id, &material)?;
         let entry = Entry {
-            event: "grant".into(),
-            actor: Some(Caller::Operator(operator.clone()).actor()),
-            grant_id: Some(grant.id.clone()),
-            session_id: Some(grant.session_id.clone()),
-            domains: grant.domains.as_ref().map(|d| names(d)),
-            full_profile: grant.full_profile,
-            cookie_count: Some(grant.cookie_count),
-            name_hashes: Some(self.salt.hashes(&material)),
-            ..Entry::default()
+            actor: Caller::Operator(operator.clone()).actor(),
+            event: Event::Grant {
+                grant_id: grant.id.clone(),
+                session_id: grant.session_id.clone(),
+                domains: grant.domains().map(names),
+                cookie_count: grant.cookie_count,
+                name_hashes: self.salt.hashes(&material),
+            },
         };
-        if let Err(e) = self.ledger.append(&entry, &self.now()) {
+        if let Err(e) = self.ledger.append(&entry, self.clock.now()) {
             // Nothing unrecorded stays: the sealed material goes with the failed record.
             let _ = self.store.delete(&grant.id);
             return Err(e.into());
         }
-        let mut grants = self.load()?;
+        let mut grants = self.grants.load()?;
         grants.push(grant.clone());
-        self.save(&grants)?;
+        self.grants.save(&grants)?;
         Ok(grant)
     }
 
@@ -166,26 +200,26 @@ impl ConsentHost {
         provider_id: &str,
         operator_name: &str,
     ) -> Result<Grant, ConsentError> {
-        let _lock = self.lock()?;
-        let mut grants = self.load()?;
+        let _lock = self.grants.lock()?;
+        let mut grants = self.grants.load()?;
         let now = self.clock.now();
         let grant = grants
             .iter_mut()
             .find(|g| g.id == grant_id && g.is_active(now))
             .ok_or_else(|| ConsentError::UnknownGrant(grant_id.into()))?;
-        if grant.full_profile == Some(true) {
+        if grant.is_full_profile() {
             return Err(ConsentError::FullProfileRemote);
         }
         let seq = self.ledger.append(
             &Entry {
-                event: "sink-ack".into(),
-                actor: Some(Caller::Operator(operator.clone()).actor()),
-                grant_id: Some(grant.id.clone()),
-                sink_id: Some(provider_id.into()),
-                reason: Some(truncate(&format!("operated by {operator_name}"))),
-                ..Entry::default()
+                actor: Caller::Operator(operator.clone()).actor(),
+                event: Event::SinkAck {
+                    grant_id: grant.id.clone(),
+                    sink_id: provider_id.into(),
+                    reason: Some(truncate(&format!("operated by {operator_name}"))),
+                },
             },
-            &self.now(),
+            now,
         )?;
         grant
             .sinks
@@ -195,7 +229,7 @@ impl ConsentHost {
             ack_seq: seq,
         });
         let updated = grant.clone();
-        self.save(&grants)?;
+        self.grants.save(&grants)?;
         Ok(updated)
     }
 
@@ -203,30 +237,22 @@ impl ConsentHost {
     /// values), active ones only.
     pub fn list(&self, caller: &Caller) -> Result<Vec<Grant>, ConsentError> {
         let now = self.clock.now();
-        let revoked_devices = self.revoked_devices()?;
+        let revoked_devices = self.grants.revoked_devices()?;
         Ok(self
+            .grants
             .load()?
             .into_iter()
-            .filter(|g| g.is_active(now) && self.visible(g, caller, &revoked_devices))
+            .filter(|g| g.is_active(now) && visible(g, caller, &revoked_devices))
             .collect())
     }
 
-    fn visible(&self, grant: &Grant, caller: &Caller, revoked_devices: &[String]) -> bool {
-        let device_ok = match caller {
-            Caller::Operator(_) => true,
-            Caller::Agent { .. } => grant.visible_to(caller.device()),
-        };
-        // C13: a revoked pairing's grants are dead at once, whatever the revoke did after.
-        device_ok && !grant.device_id.as_ref().is_some_and(|d| revoked_devices.contains(d))
-    }
-
     fn find_visible(&self, caller: &Caller, grant_id: &str) -> Result<(Vec<Grant>, usize), ConsentError> {
-        let grants = self.load()?;
+        let grants = self.grants.load()?;
         let now = self.clock.now();
-        let revoked_devices = self.revoked_devices()?;
+        let revoked_devices = self.grants.revoked_devices()?;
         let index = grants
             .iter()
-            .position(|g| g.id == grant_id && g.is_active(now) && self.visible(g, caller, &revoked_devices))
+            .position(|g| g.id == grant_id && g.is_active(now) && visible(g, caller, &revoked_devices))
             .ok_or_else(|| ConsentError::UnknownGrant(grant_id.into()))?;
         Ok((grants, index))
     }
@@ -241,11 +267,11 @@ impl ConsentHost {
         domains: Option<&[String]>,
         source: Option<&SourceSpec>,
     ) -> Result<(Refreshed, Injection), ConsentError> {
-        let _lock = self.lock()?;
+        let _lock = self.grants.lock()?;
         let (mut grants, index) = self.find_visible(caller, grant_id)?;
         let grant = &grants[index];
-        let own_source = SourceSpec::from_source(&grant.source).ok_or_else(|| {
-            ConsentError::Invalid(format!("the source kind {} cannot be re-read here", grant.source.kind))
+        let own_source = SourceSpec::from_source(&grant.source).ok_or(ConsentError::SourceNotReadable {
+            kind: grant.source.kind,
         })?;
         if source.is_some_and(|s| *s != own_source) {
             return Err(self.deny(
@@ -254,34 +280,22 @@ impl ConsentHost {
                 "refresh asked for another source profile than the grant's",
             ));
         }
-        let scope: Vec<GrantDomain> = match (domains, &grant.domains) {
-            (None, Some(granted)) => granted.clone(),
+        let scope: Vec<GrantDomain> = match (domains, grant.domains()) {
+            (None, Some(granted)) => granted.to_vec(),
             (None, None) => Vec::new(),
             (Some(asked), granted) => {
                 let asked = parse_domains(asked)?;
                 // Same or fewer: each asked domain is one the grant covers.
-                let within = |d: &GrantDomain| match granted {
-                    Some(granted) => granted.iter().any(|g| g.covers(d.as_str())),
-                    None => true,
-                };
-                if let Some(outside) = asked.iter().find(|d| !within(d)) {
-                    return Err(self.deny(
-                        caller,
-                        grant_id,
-                        &format!("refresh asked for {outside}, which the grant does not name"),
-                    ));
+                if let Some(outside) = asked.iter().find(|d| !grant.covers(d.as_str())) {
+                    let reason = format!("refresh asked for {outside}, which the grant does not name");
+                    return Err(self.deny(caller, grant_id, &reason));
                 }
+                let _ = granted;
                 asked
             }
         };
-        let full = grant.full_profile == Some(true);
-        let in_scope = |host: &str| {
-            if full && scope.is_empty() {
-                true
-            } else {
-                scope.iter().any(|d| d.covers(host))
-            }
-        };
+        let everything = grant.is_full_profile() && scope.is_empty();
+        let in_scope = |host: &str| everything || scope.iter().any(|d| d.covers(host));
         let fresh = own_source.read(&in_scope)?;
         let mut stored = self.store.load(grant_id)?;
         stored.replace(fresh.clone(), in_scope);
@@ -289,20 +303,20 @@ impl ConsentHost {
         let count = stored.cookie_count();
         self.ledger.append(
             &Entry {
-                event: "refresh".into(),
-                actor: Some(caller.actor()),
-                grant_id: Some(grant_id.into()),
-                domains: Some(names(&scope)),
-                full_profile: (full && scope.is_empty()).then_some(true),
-                cookie_count: Some(count),
-                name_hashes: Some(self.salt.hashes(&fresh)),
-                ..Entry::default()
+                actor: caller.actor(),
+                event: Event::Refresh {
+                    grant_id: grant_id.into(),
+                    domains: names(&scope),
+                    full_profile: everything,
+                    cookie_count: count,
+                    name_hashes: self.salt.hashes(&fresh),
+                },
             },
-            &self.now(),
+            self.clock.now(),
         )?;
         grants[index].cookie_count = count;
         let grant = grants[index].clone();
-        self.save(&grants)?;
+        self.grants.save(&grants)?;
         Ok((
             Refreshed { grant, domains: scope },
             Injection {
@@ -316,13 +330,13 @@ impl ConsentHost {
     /// Records an agent's refused attempt (C7) and returns the error it sees.
     pub fn deny(&self, caller: &Caller, grant_id: &str, reason: &str) -> ConsentError {
         let entry = Entry {
-            event: "deny".into(),
-            actor: Some(caller.actor()),
-            grant_id: Some(grant_id.into()).filter(|g: &String| !g.is_empty()),
-            reason: Some(truncate(reason)),
-            ..Entry::default()
+            actor: caller.actor(),
+            event: Event::Deny {
+                grant_id: Some(grant_id.to_owned()).filter(|g| !g.is_empty()),
+                reason: truncate(reason),
+            },
         };
-        match self.ledger.append(&entry, &self.now()) {
+        match self.ledger.append(&entry, self.clock.now()) {
             Ok(_) => ConsentError::Refused(reason.into()),
             Err(e) => e.into(),
         }
@@ -339,160 +353,156 @@ impl ConsentHost {
         domains: Option<&[String]>,
         live: &dyn LiveInstances,
     ) -> Result<Revoked, ConsentError> {
-        self.revoke_as(caller.actor(), caller, grant_id, domains, live).await
+        self.revoke_as(Revoker::Caller(caller), grant_id, domains, live).await
     }
 
     async fn revoke_as(
         &self,
-        actor: Actor,
-        caller: &Caller,
+        revoker: Revoker<'_>,
         grant_id: &str,
         domains: Option<&[String]>,
         live: &dyn LiveInstances,
     ) -> Result<Revoked, ConsentError> {
-        let (scope, grant, whole, local_deleted, origins) = {
-            let _lock = self.lock()?;
-            let grants = self.load()?;
-            let revoked_devices = self.revoked_devices()?;
-            // An expired or pairing-revoked grant can still be revoked (that is how it is cleaned).
-            let index = grants
-                .iter()
-                .position(|g| {
-                    g.id == grant_id
-                        && g.revoked_at.is_none()
-                        && (matches!(caller, Caller::Operator(_))
-                            || self.visible(g, caller, &revoked_devices)
-                            || actor.kind == "system")
-                })
-                .ok_or_else(|| ConsentError::UnknownGrant(grant_id.into()))?;
-            let mut grants = grants;
-            let grant = &mut grants[index];
-            let scope: Option<Vec<GrantDomain>> = match (domains, &grant.domains) {
-                (None, _) => None,
-                (Some(_), None) => {
-                    return Err(ConsentError::Invalid(
-                        "a full-profile grant is revoked whole, not by domain".into(),
-                    ));
-                }
-                (Some(asked), Some(granted)) => {
-                    let asked = parse_domains(asked)?;
-                    if let Some(outside) = asked.iter().find(|d| !granted.contains(d)) {
-                        return Err(ConsentError::Invalid(format!("the grant does not name {outside}")));
-                    }
-                    Some(asked)
-                }
-            };
-            let remaining: Vec<GrantDomain> = match (&scope, &grant.domains) {
-                (Some(asked), Some(granted)) => granted.iter().filter(|d| !asked.contains(d)).cloned().collect(),
-                _ => Vec::new(),
-            };
-            let whole = scope.is_none() || remaining.is_empty();
-            // First the grant stops counting, so nothing can use it while the rest happens.
-            if whole {
-                grant.revoked_at = Some(self.now());
-            } else {
-                grant.domains = Some(remaining);
-            }
-            // The storage origins the material held in scope, ports included, go to the live
-            // instances with the scope.
-            let (local_deleted, origins) = if whole {
-                // A grant without material (a native login) has nothing to load.
-                let origins = self
-                    .store
-                    .load(grant_id)
-                    .map(|stored| stored.origins_where(|_| true))
-                    .unwrap_or_default();
-                (self.store.delete(grant_id)?, origins)
-            } else {
-                let mut stored = self.store.load(grant_id)?;
-                let before = stored.cookies.len() + stored.origins.len();
-                let asked = scope.clone().unwrap_or_default();
-                let origins = stored.origins_where(|host| asked.iter().any(|d| d.covers(host)));
-                stored.retain(|host| !asked.iter().any(|d| d.covers(host)));
-                let deleted = before != stored.cookies.len() + stored.origins.len();
-                grant.cookie_count = stored.cookie_count();
-                self.store.save(self.rng.as_ref(), grant_id, &stored)?;
-                (deleted, origins)
-            };
-            let snapshot = grant.clone();
-            self.save(&grants)?;
-            (scope, snapshot, whole, local_deleted, origins)
+        let narrowed = self.narrow(&revoker, grant_id, domains)?;
+        let live_scope = match (&narrowed.domains, narrowed.grant.domains()) {
+            (Some(asked), _) => asked.clone(),
+            (None, Some(granted)) => granted.to_vec(),
+            (None, None) => Vec::new(),
         };
-        let full = grant.full_profile == Some(true);
-        let live_scope: Vec<GrantDomain> = match &scope {
-            Some(asked) => asked.clone(),
-            None => grant.domains.clone().unwrap_or_default(),
+        let scope = if narrowed.grant.is_full_profile() && narrowed.whole {
+            Scope::Everything
+        } else {
+            Scope::Domains(&live_scope)
         };
-        let forgotten = live
-            .forget(
-                if full && whole {
-                    Scope::Everything
-                } else {
-                    Scope::Domains(&live_scope)
-                },
-                &origins,
-            )
-            .await;
-        let mut remote = "not-applicable";
-        for sink in &grant.sinks {
-            if let Sink::Remote { provider_id, .. } = sink {
-                let outcome = live.end_remote(provider_id).await;
-                // The worst outcome over the sinks is the one recorded.
-                remote = match (remote, outcome) {
-                    ("failed", _) | (_, RemoteOutcome::Failed) => "failed",
-                    ("unavailable", _) | (_, RemoteOutcome::Unavailable) => "unavailable",
-                    _ => outcome.as_str(),
-                };
-            }
-        }
+        let forgotten = live.forget(scope, &narrowed.origins).await;
+        let remote = end_remote_sinks(&narrowed.grant, live).await;
         let (forgotten, live_error) = match forgotten {
             Ok(f) => (f, None),
             Err(e) => (Forgotten::default(), Some(e)),
         };
         let derived = Derived {
-            local: if local_deleted || forgotten.cookies > 0 || forgotten.tabs > 0 {
-                "deleted"
+            local: if narrowed.deleted || forgotten.cookies > 0 || forgotten.tabs > 0 {
+                LocalOutcome::Deleted
             } else {
-                "none"
-            }
-            .into(),
-            remote: remote.into(),
+                LocalOutcome::None
+            },
+            remote,
         };
         self.ledger.append(
             &Entry {
-                event: "revoke".into(),
-                actor: Some(actor),
-                grant_id: Some(grant_id.into()),
-                domains: scope.as_ref().map(|s| names(s)),
-                derived: Some(derived.clone()),
-                reason: live_error
-                    .as_ref()
-                    .map(|e| truncate(&format!("a running browser could not be cleaned: {e}"))),
-                ..Entry::default()
+                actor: revoker.actor(),
+                event: Event::Revoke {
+                    grant_id: grant_id.into(),
+                    domains: narrowed.domains.as_deref().map(names),
+                    derived,
+                    reason: live_error
+                        .as_ref()
+                        .map(|e| truncate(&format!("a running browser could not be cleaned: {e}"))),
+                },
             },
-            &self.now(),
+            self.clock.now(),
         )?;
         match live_error {
             Some(e) => Err(ConsentError::Live(e)),
             None => Ok(Revoked {
-                grant,
+                grant: narrowed.grant,
                 forgotten,
                 derived,
             }),
         }
     }
 
+    /// The first step of a revoke, under the store's lock: the grant stops counting (a whole
+    /// revoke) or narrows (some domains) before anything else, and the sealed material for the
+    /// scope is deleted. An expired or pairing-revoked grant can still be revoked: that is how
+    /// it is cleaned.
+    fn narrow(
+        &self,
+        revoker: &Revoker<'_>,
+        grant_id: &str,
+        domains: Option<&[String]>,
+    ) -> Result<Narrowed, ConsentError> {
+        let _lock = self.grants.lock()?;
+        let mut grants = self.grants.load()?;
+        let revoked_devices = self.grants.revoked_devices()?;
+        let may_revoke = |g: &Grant| match revoker {
+            Revoker::System(_) => true,
+            Revoker::Caller(caller) => visible(g, caller, &revoked_devices),
+        };
+        let index = grants
+            .iter()
+            .position(|g| g.id == grant_id && g.revoked_at.is_none() && may_revoke(g))
+            .ok_or_else(|| ConsentError::UnknownGrant(grant_id.into()))?;
+        let grant = &mut grants[index];
+        let asked: Option<Vec<GrantDomain>> = match (domains, &grant.scope) {
+            (None, _) => None,
+            (Some(_), GrantScope::FullProfile) => return Err(ConsentError::FullProfileByDomain),
+            (Some(asked), GrantScope::Domains(granted)) => {
+                let asked = parse_domains(asked)?;
+                if let Some(outside) = asked.iter().find(|d| !granted.contains(d)) {
+                    return Err(ConsentError::NotInGrant {
+                        domain: outside.as_str().to_owned(),
+                    });
+                }
+                Some(asked)
+            }
+        };
+        let remaining: Vec<GrantDomain> = match (&asked, grant.domains()) {
+            (Some(asked), Some(granted)) => granted.iter().filter(|d| !asked.contains(d)).cloned().collect(),
+            _ => Vec::new(),
+        };
+        let whole = asked.is_none() || remaining.is_empty();
+        // First the grant stops counting, so nothing can use it while the rest happens.
+        if whole {
+            grant.revoked_at = Some(self.clock.now());
+        } else {
+            grant.scope = GrantScope::Domains(remaining);
+        }
+        // The storage origins the material held in scope, ports included, go to the live
+        // instances with the scope.
+        let (deleted, origins) = if whole {
+            // A grant without material (a native login) has nothing to load.
+            let origins = self
+                .store
+                .load(grant_id)
+                .map(|stored| stored.origins_where(|_| true))
+                .unwrap_or_default();
+            (self.store.delete(grant_id)?, origins)
+        } else {
+            let asked = asked.clone().unwrap_or_default();
+            let covered = |host: &str| asked.iter().any(|d| d.covers(host));
+            let mut stored = self.store.load(grant_id)?;
+            let before = stored.cookies.len() + stored.origins.len();
+            let origins = stored.origins_where(covered);
+            stored.retain(|host| !covered(host));
+            let deleted = before != stored.cookies.len() + stored.origins.len();
+            grant.cookie_count = stored.cookie_count();
+            self.store.save(self.rng.as_ref(), grant_id, &stored)?;
+            (deleted, origins)
+        };
+        let grant = grant.clone();
+        self.grants.save(&grants)?;
+        Ok(Narrowed {
+            grant,
+            domains: asked,
+            whole,
+            deleted,
+            origins,
+        })
+    }
+
     /// Revokes every grant whose `expiresAt` has passed (a `system` revoke each).
     pub async fn expire(&self, live: &dyn LiveInstances) -> Result<usize, ConsentError> {
         let now = self.clock.now();
         let expired: Vec<String> = self
+            .grants
             .load()?
             .into_iter()
             .filter(|g| g.revoked_at.is_none() && g.is_expired(now))
             .map(|g| g.id)
             .collect();
         for id in &expired {
-            self.revoke_as(system("expiry"), &Caller::local_agent(), id, None, live)
+            self.revoke_as(Revoker::System(system("expiry", None)), id, None, live)
                 .await?;
         }
         Ok(expired.len())
@@ -507,15 +517,11 @@ impl ConsentHost {
         live: &dyn LiveInstances,
     ) -> Result<Vec<Revoked>, ConsentError> {
         {
-            let _lock = self.lock()?;
-            let mut devices = self.revoked_devices()?;
-            if !devices.iter().any(|d| d == device_id) {
-                devices.push(device_id.into());
-                let bytes = serde_json::to_vec_pretty(&devices).map_err(|e| ConsentError::Invalid(e.to_string()))?;
-                write_private(&self.dir.join("revoked-devices.json"), &bytes)?;
-            }
+            let _lock = self.grants.lock()?;
+            self.grants.add_revoked_device(device_id)?;
         }
         let scoped: Vec<String> = self
+            .grants
             .load()?
             .into_iter()
             .filter(|g| g.revoked_at.is_none() && g.device_id.as_deref() == Some(device_id))
@@ -523,9 +529,8 @@ impl ConsentHost {
             .collect();
         let mut out = Vec::new();
         for id in scoped {
-            let mut actor = system("pairing-revoked");
-            actor.device_id = Some(device_id.into());
-            out.push(self.revoke_as(actor, &Caller::local_agent(), &id, None, live).await?);
+            let revoker = Revoker::System(system("pairing-revoked", Some(device_id)));
+            out.push(self.revoke_as(revoker, &id, None, live).await?);
         }
         Ok(out)
     }
@@ -547,11 +552,11 @@ impl ConsentHost {
     /// Replaces every value held for an active grant (cookies and storage, 8 characters or
     /// longer) wherever it appears in the strings of `value`, and says how many it replaced (C9):
     /// what a page shows an agent through a tool (`document.cookie` from `browser.evaluate`, a
-    /// body that echoes a cookie) never carries granted material out.
+    /// body that echoes a cookie) is redacted where it carries a value as it was granted.
     pub fn redact(&self, value: &mut serde_json::Value) -> Result<usize, ConsentError> {
         let now = self.clock.now();
         let mut materials = Vec::new();
-        for grant in self.load()?.iter().filter(|g| g.is_active(now)) {
+        for grant in self.grants.load()?.iter().filter(|g| g.is_active(now)) {
             materials.push(self.store.load(&grant.id)?);
         }
         let secrets: Vec<&str> = materials
@@ -614,13 +619,12 @@ impl ConsentHost {
             .ok_or_else(refused)?;
         let records = self.ledger.records().map_err(LedgerError::Broken)?;
         let acknowledged = records.iter().any(|r| {
-            r["seq"].as_u64() == Some(ack_seq)
-                && r["event"] == "sink-ack"
-                && r["grantId"] == grant_id
-                && r["sinkId"] == provider_id
-                && r["actor"]["kind"] == "human"
+            r.seq == ack_seq
+                && r.entry.actor.kind == ActorKind::Human
+                && matches!(&r.entry.event, Event::SinkAck { grant_id: g, sink_id, .. }
+                    if g == grant_id && sink_id == provider_id)
         });
-        if !acknowledged || grant.full_profile == Some(true) {
+        if !acknowledged || grant.is_full_profile() {
             return Err(refused());
         }
         let material = self.store.load(grant_id)?;
@@ -637,56 +641,32 @@ impl ConsentHost {
         buf.iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    /// An exclusive lock on the consent store, across processes (the CLI and a running agent).
-    fn lock(&self) -> Result<FileLock, ConsentError> {
-        let mut options = std::fs::OpenOptions::new();
-        options.create(true).truncate(false).write(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let file = options.open(self.dir.join("grants.lock"))?;
-        file.lock()?;
-        Ok(FileLock(file))
-    }
-
     /// All grants, revoked ones included.
     pub fn all(&self) -> Result<Vec<Grant>, ConsentError> {
-        self.load()
-    }
-
-    fn load(&self) -> Result<Vec<Grant>, ConsentError> {
-        match std::fs::read(self.dir.join("grants.json")) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| ConsentError::Invalid(format!("grants.json is damaged at line {}", e.line()))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    fn save(&self, grants: &[Grant]) -> Result<(), ConsentError> {
-        for grant in grants {
-            grant::check_grant(grant).map_err(ConsentError::Invalid)?;
-        }
-        let bytes = serde_json::to_vec_pretty(grants).map_err(|e| ConsentError::Invalid(e.to_string()))?;
-        write_private(&self.dir.join("grants.json"), &bytes)?;
-        Ok(())
-    }
-
-    fn revoked_devices(&self) -> Result<Vec<String>, ConsentError> {
-        match std::fs::read(self.dir.join("revoked-devices.json")) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|_| ConsentError::Invalid("revoked-devices.json is damaged".into())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(e.into()),
-        }
+        self.grants.load()
     }
 }
 
-struct FileLock(File);
+/// Whether `caller` may see `grant` (C12: a device-scoped grant only from its device; the
+/// operator sees all), and no revoked pairing has ended it (C13: at once, whatever the revoke
+/// did after).
+fn visible(grant: &Grant, caller: &Caller, revoked_devices: &[String]) -> bool {
+    let device_ok = match caller {
+        Caller::Operator(_) => true,
+        Caller::Agent(_) => grant.visible_to(caller.device()),
+    };
+    device_ok && !grant.device_id.as_ref().is_some_and(|d| revoked_devices.contains(d))
+}
 
-impl Drop for FileLock {
-    fn drop(&mut self) {
-        let _ = self.0.unlock();
+/// Asks each remote sink of `grant` to end its session (C8); the worst outcome over the sinks.
+async fn end_remote_sinks(grant: &Grant, live: &dyn LiveInstances) -> RemoteOutcome {
+    let mut worst = RemoteOutcome::NotApplicable;
+    for sink in &grant.sinks {
+        if let Sink::Remote { provider_id, .. } = sink {
+            worst = worst.max(live.end_remote(provider_id).await);
+        }
     }
+    worst
 }
 
 /// Directories under `dir` (and `dir`) 0700, files 0600 (C11), whatever made them.
@@ -752,9 +732,9 @@ fn names(domains: &[GrantDomain]) -> Vec<String> {
     domains.iter().map(|d| d.as_str().to_owned()).collect()
 }
 
-/// A ledger `reason` is at most 500 characters.
+/// A ledger `reason` is at most [`MAX_REASON`] characters.
 fn truncate(text: &str) -> String {
-    text.chars().take(500).collect()
+    text.chars().take(MAX_REASON).collect()
 }
 
 #[cfg(test)]

@@ -4,75 +4,73 @@
 use std::path::PathBuf;
 
 use super::chromium_profile;
-use super::grant::Source;
-use super::ledger::Actor;
+use super::grant::{Source, SourceKind};
+use super::ledger::{Actor, ActorKind};
 use super::material::{self, Material, SourceError};
+use crate::spec::{AgentCaller, Operator};
 use pap_shared::UnixTime;
 
 /// What the operator sees before a full-profile grant (C3).
 pub const FULL_PROFILE_WARNING: &str = "WARNING: a full-profile grant exposes the ENTIRE profile to the agent's \
      browser: every cookie and every site's storage, for every domain, including ones you did not name.";
 
-/// The human's channel (C7): grants, sink acknowledgements and pairing revocations need one.
-/// Made by the operator's command line and by nothing an agent's tool call can reach.
-#[derive(Clone, Debug)]
-pub struct Operator {
-    via: &'static str,
-}
-
-impl Operator {
-    /// The operator, on the channel `via` (`cli`).
-    pub fn from_operator_channel(via: &'static str) -> Self {
-        Self { via }
-    }
-}
-
-/// Who calls.
+/// Who calls the consent host: the operator (a human on an operator channel), or an agent's
+/// tool call (C7). The tool surface only ever holds an [`AgentCaller`].
 #[derive(Clone, Debug)]
 pub enum Caller {
     /// A human on the operator's channel.
     Operator(Operator),
-    /// An agent's tool call, from a paired device or the local runtime (`None`).
-    Agent {
-        /// The AIP-59 paired device the call came from.
-        device_id: Option<String>,
-    },
+    /// An agent's tool call, from a paired device or the local runtime.
+    Agent(AgentCaller),
 }
 
 impl Caller {
     /// An agent call from the local runtime (no paired device).
     pub fn local_agent() -> Self {
-        Self::Agent { device_id: None }
+        Self::Agent(AgentCaller::local())
     }
 
     pub(super) fn device(&self) -> Option<&str> {
         match self {
             Self::Operator(_) => None,
-            Self::Agent { device_id } => device_id.as_deref(),
+            Self::Agent(agent) => agent.device_id(),
         }
     }
 
     pub(super) fn actor(&self) -> Actor {
         match self {
             Self::Operator(operator) => Actor {
-                kind: "human".into(),
-                via: Some(operator.via.into()),
+                kind: ActorKind::Human,
+                via: Some(operator.via().into()),
                 device_id: None,
             },
-            Self::Agent { device_id } => Actor {
-                kind: "agent".into(),
+            Self::Agent(agent) => Actor {
+                kind: ActorKind::Agent,
                 via: Some("tool".into()),
-                device_id: device_id.clone(),
+                device_id: agent.device_id().map(str::to_owned),
             },
         }
     }
 }
 
-pub(super) fn system(via: &str) -> Actor {
+impl From<AgentCaller> for Caller {
+    fn from(agent: AgentCaller) -> Self {
+        Self::Agent(agent)
+    }
+}
+
+impl From<Operator> for Caller {
+    fn from(operator: Operator) -> Self {
+        Self::Operator(operator)
+    }
+}
+
+/// The host itself revoking (an expiry, a revoked pairing): the ledger's `system` actor.
+pub(super) fn system(via: &str, device_id: Option<&str>) -> Actor {
     Actor {
-        kind: "system".into(),
+        kind: ActorKind::System,
         via: Some(via.into()),
-        device_id: None,
+        device_id: device_id.map(str::to_owned),
     }
 }
 
@@ -92,26 +90,26 @@ impl SourceSpec {
     pub(super) fn to_source(&self) -> Source {
         match self {
             Self::StorageState(path) => Source {
-                kind: "file".into(),
+                kind: SourceKind::File,
                 profile: path.display().to_string(),
             },
             Self::ChromiumProfile(path) => Source {
-                kind: "chrome".into(),
+                kind: SourceKind::Chrome,
                 profile: path.display().to_string(),
             },
             Self::NativeLogin(instance) => Source {
-                kind: "native-login".into(),
+                kind: SourceKind::NativeLogin,
                 profile: instance.clone(),
             },
         }
     }
 
     pub(super) fn from_source(source: &Source) -> Option<Self> {
-        match source.kind.as_str() {
-            "file" => Some(Self::StorageState(PathBuf::from(&source.profile))),
-            "chrome" => Some(Self::ChromiumProfile(PathBuf::from(&source.profile))),
-            "native-login" => Some(Self::NativeLogin(source.profile.clone())),
-            _ => None,
+        match source.kind {
+            SourceKind::File => Some(Self::StorageState(PathBuf::from(&source.profile))),
+            SourceKind::Chrome => Some(Self::ChromiumProfile(PathBuf::from(&source.profile))),
+            SourceKind::NativeLogin => Some(Self::NativeLogin(source.profile.clone())),
+            SourceKind::Firefox => None,
         }
     }
 

@@ -1,47 +1,79 @@
-//! The profile level's tools (AIP-63 §3): `browser.profile.list`, `.refresh` and `.revoke`, as
+//! The profile level's tools (AIP-63 §2): `browser.profile.list`, `.refresh` and `.revoke`, as
 //! an agent calls them. An agent lists, refreshes within its grant and revokes; it never creates
 //! or widens one (C7), and what it cannot see (another device's grant, C12) is absent.
 
+use std::path::PathBuf;
+
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{Caller, ConsentHost, LiveInstances, SourceSpec};
-use crate::spec::{ToolError, ToolErrorCode};
+use crate::spec::{AgentCaller, Gate, ToolError, ToolErrorCode, ToolId};
 
-/// Serves profile tool `tool` for `caller`, reaching running instances through `live`: the
-/// refreshed material goes into them, a revoke takes it out before the call answers (C8).
+/// `browser.profile.list`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProfileList {}
+
+/// `browser.profile.refresh`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ProfileRefresh {
+    /// The grant.
+    grant_id: String,
+    /// Some of its domains; absent: all.
+    #[serde(default)]
+    domains: Option<Vec<String>>,
+    /// The source (a storage-state path); absent: the grant's own.
+    #[serde(default)]
+    source: Option<PathBuf>,
+}
+
+/// `browser.profile.revoke`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ProfileRevoke {
+    /// The grant.
+    grant_id: String,
+    /// Some of its domains; absent: the whole grant.
+    #[serde(default)]
+    domains: Option<Vec<String>>,
+}
+
+/// Serves profile tool `tool` for the agent `caller`, reaching running instances through
+/// `live`: the refreshed material goes into them, a revoke takes it out before the call answers
+/// (C8).
 pub async fn profile_tool(
     consent: &ConsentHost,
-    caller: &Caller,
-    tool: &str,
+    caller: &AgentCaller,
+    tool: ToolId,
     input: &Value,
     live: &dyn LiveInstances,
 ) -> Result<Value, ToolError> {
-    let internal = |e: String| ToolError::new(ToolErrorCode::Internal, e);
+    let caller = Caller::Agent(caller.clone());
     match tool {
-        "browser.profile.list" => {
+        ToolId::ProfileList => {
+            let ProfileList {} = tool.parse_input(input)?;
             consent.expire(live).await.map_err(|e| e.to_tool_error())?;
-            let grants = consent.list(caller).map_err(|e| e.to_tool_error())?;
+            let grants = consent.list(&caller).map_err(|e| e.to_tool_error())?;
             Ok(json!({ "grants": grants }))
         }
-        "browser.profile.refresh" => {
-            let grant = text(input, "grantId")?;
-            let domains = strings(input, "domains")?;
-            let source = match input.get("source") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(path)) => Some(SourceSpec::StorageState(path.into())),
-                Some(_) => return Err(ToolError::new(ToolErrorCode::InputInvalid, "source is a path")),
-            };
+        ToolId::ProfileRefresh => {
+            let asked: ProfileRefresh = tool.parse_input(input)?;
+            let source = asked.source.map(SourceSpec::StorageState);
             let (refreshed, injection) = consent
-                .refresh(caller, grant, domains.as_deref(), source.as_ref())
+                .refresh(&caller, &asked.grant_id, asked.domains.as_deref(), source.as_ref())
                 .map_err(|e| e.to_tool_error())?;
-            let injected = live.inject(&injection).await.map_err(internal)?;
+            let injected = live
+                .inject(&injection)
+                .await
+                .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
             Ok(json!({ "grant": refreshed.grant, "injected": injected }))
         }
-        "browser.profile.revoke" => {
-            let grant = text(input, "grantId")?;
-            let domains = strings(input, "domains")?;
+        ToolId::ProfileRevoke => {
+            let asked: ProfileRevoke = tool.parse_input(input)?;
             let revoked = consent
-                .revoke(caller, grant, domains.as_deref(), live)
+                .revoke(&caller, &asked.grant_id, asked.domains.as_deref(), live)
                 .await
                 .map_err(|e| e.to_tool_error())?;
             Ok(json!({
@@ -51,28 +83,6 @@ pub async fn profile_tool(
                 "tabsClosed": revoked.forgotten.tabs,
             }))
         }
-        other => Err(ToolError::unsupported(other, "cookies")),
-    }
-}
-
-fn text<'a>(input: &'a Value, field: &str) -> Result<&'a str, ToolError> {
-    input
-        .get(field)
-        .and_then(Value::as_str)
-        .ok_or_else(|| ToolError::new(ToolErrorCode::InputInvalid, format!("{field} is required")))
-}
-
-/// An optional array of strings.
-fn strings(input: &Value, field: &str) -> Result<Option<Vec<String>>, ToolError> {
-    let invalid = || ToolError::new(ToolErrorCode::InputInvalid, format!("{field} is a list of names"));
-    match input.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|v| v.as_str().map(str::to_owned))
-            .collect::<Option<Vec<_>>>()
-            .map(Some)
-            .ok_or_else(invalid),
-        Some(_) => Err(invalid()),
+        other => Err(ToolError::unsupported(other.as_str(), Gate::SessionMaterial.name())),
     }
 }

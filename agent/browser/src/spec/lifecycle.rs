@@ -14,6 +14,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use super::principal::Operator;
+
 /// An instance's state (L1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -121,15 +123,15 @@ impl LifecycleEvent {
     }
 }
 
-/// Proof that a human operator, on an operator channel (the `pap-agent browser reset` command),
-/// asked to leave `crash-looping` (L7). The tool surface never makes one, timers and retries
-/// cannot: the only constructor is named for the channel it belongs to.
+/// Proof that a human operator, on an operator channel, asked to leave `crash-looping` (L7).
+/// Only an [`Operator`] makes one: timers, retries and agent tool calls cannot.
 #[derive(Debug)]
 pub struct OperatorReset(());
 
 impl OperatorReset {
-    /// Made by the operator's command-line reset, and by nothing an agent can call.
-    pub fn from_operator_command() -> Self {
+    /// The reset `operator` asks for.
+    pub fn new(operator: &Operator) -> Self {
+        let _ = operator;
         Self(())
     }
 }
@@ -158,7 +160,7 @@ mod tests {
             LifecycleEvent::CrashLoopThreshold,
             LifecycleEvent::Stop,
             LifecycleEvent::Gone,
-            LifecycleEvent::Reset(OperatorReset::from_operator_command()),
+            LifecycleEvent::Reset(OperatorReset::new(&Operator::from_operator_channel("test"))),
         ]
     }
 

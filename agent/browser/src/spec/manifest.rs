@@ -8,6 +8,9 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::supervisor::Policy;
+use super::tool::{Capability, Gate, Level, ToolId};
+
 /// Where the schema states M2-M6: its top-level `allOf[1]`, a `$ref` to `$defs/manifestRules`.
 const MANIFEST_RULES_PATH: &str = "/allOf/1/";
 
@@ -34,6 +37,13 @@ pub struct BrowserManifest {
     pub browser: BrowserBlock,
 }
 
+impl BrowserManifest {
+    /// Whether `implements[]` lists the tool `id` (a reserved id or a vendor one).
+    pub fn lists(&self, id: &str) -> bool {
+        self.implements.iter().any(|i| i.tool == id)
+    }
+}
+
 /// AIP-30's transport axis, in its preference order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -53,38 +63,46 @@ pub enum DriverKind {
 /// One `implements[]` entry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Implements {
-    /// A tool id (`browser.navigate`), or a path to a TOOL.md before resolution.
+    /// A tool id (`browser.navigate`, or a vendor's own), or a path to a TOOL.md before
+    /// resolution.
     pub tool: String,
     /// The tool contract's version.
     pub version: String,
 }
 
-/// The `browser:` block.
+impl Implements {
+    /// The reserved tool it names, if it names one (T1).
+    pub fn reserved(&self) -> Option<ToolId> {
+        ToolId::parse(&self.tool)
+    }
+}
+
+/// The `browser:` block (AIP-63 §1).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BrowserBlock {
     /// `local` or `remote`.
     pub location: Location,
     /// `headless` / `headed`.
-    pub display: Vec<String>,
+    pub display: Vec<Display>,
     /// `single` or `multi`.
-    pub instances: String,
+    pub instances: Instances,
     /// REST and CDP endpoints.
     #[serde(default)]
-    pub endpoints: Option<Value>,
+    pub endpoints: Endpoints,
     /// What it can do.
     pub capabilities: Capabilities,
-    /// Profile modes.
-    pub profiles: Value,
-    /// Lifecycle settings.
+    /// Profile modes and who stores session material.
+    pub profiles: Profiles,
+    /// Lifecycle settings, with the spec's defaults for what is absent.
     #[serde(default)]
-    pub lifecycle: Option<Value>,
+    pub lifecycle: Lifecycle,
     /// Where session material may go.
     #[serde(default)]
-    pub sinks: Option<Vec<Value>>,
+    pub sinks: Vec<ManifestSink>,
     /// Claimed conformance levels.
     #[serde(default)]
-    pub conformance: Vec<String>,
+    pub conformance: Vec<Level>,
 }
 
 /// `local` or `remote` (a third party's machine: a credential sink).
@@ -95,6 +113,50 @@ pub enum Location {
     Local,
     /// Someone else's.
     Remote,
+}
+
+/// How an instance shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Display {
+    /// No window.
+    Headless,
+    /// A window.
+    Headed,
+}
+
+/// Whether the provider runs one instance or several.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Instances {
+    /// One.
+    Single,
+    /// Several, by instance key.
+    Multi,
+}
+
+/// `browser.endpoints`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Endpoints {
+    /// The REST endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rest: Option<Endpoint>,
+    /// The CDP endpoint (M3: exactly when `capabilities.cdp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cdp: Option<Endpoint>,
+}
+
+/// An endpoint: a fixed URL, or discovered at launch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Endpoint {
+    /// Where it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// It is found at launch (a DevTools port the browser chose).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovered: Option<bool>,
 }
 
 /// `browser.capabilities`: an absent boolean is false.
@@ -127,22 +189,269 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
-    /// Whether the named capability (as the spec spells it) is declared.
-    pub fn has(&self, name: &str) -> bool {
-        match name {
-            "cdp" => self.cdp,
-            "downloads" => self.downloads,
-            "stealth" => self.stealth,
-            "fullPageScreenshot" => self.full_page_screenshot,
-            "trustedInput" => self.trusted_input,
-            "multiTarget" => self.multi_target,
-            "aiActions" => self.ai_actions,
-            "cookies" => self.cookies,
-            "storageState" => self.storage_state,
-            "persistentProfile" => self.persistent_profile,
-            "cookies|storageState" => self.cookies || self.storage_state,
-            _ => false,
+    /// Whether `capability` is declared.
+    pub fn has(&self, capability: Capability) -> bool {
+        match capability {
+            Capability::Cdp => self.cdp,
+            Capability::Downloads => self.downloads,
+            Capability::Stealth => self.stealth,
+            Capability::FullPageScreenshot => self.full_page_screenshot,
+            Capability::TrustedInput => self.trusted_input,
+            Capability::MultiTarget => self.multi_target,
+            Capability::AiActions => self.ai_actions,
+            Capability::Cookies => self.cookies,
+            Capability::StorageState => self.storage_state,
+            Capability::PersistentProfile => self.persistent_profile,
         }
+    }
+
+    /// Whether `gate` is open.
+    pub fn opens(&self, gate: Gate) -> bool {
+        match gate {
+            Gate::One(capability) => self.has(capability),
+            Gate::SessionMaterial => self.cookies || self.storage_state,
+        }
+    }
+}
+
+/// `browser.profiles`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Profiles {
+    /// How an instance may be seeded.
+    pub modes: Vec<ProfileMode>,
+    /// Who persists session material between runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_by: Option<StoredBy>,
+}
+
+/// A profile mode (AIP-63 §1, §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProfileMode {
+    /// A fresh profile each launch.
+    Ephemeral,
+    /// A named profile that survives stop.
+    Persistent,
+    /// Material imported from a source under a grant.
+    Import,
+    /// The instance signs in itself (a PAP join's cookie).
+    NativeLogin,
+    /// A copy of a whole profile.
+    Clone,
+}
+
+/// Who persists session material between runs (C11).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoredBy {
+    /// The host's store (sealed, 0600/0700).
+    Host,
+    /// The provider's own jar, outside the host's protections.
+    Provider,
+}
+
+/// One `browser.sinks[]` entry: where session material may go.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ManifestSink {
+    /// The sink's id.
+    pub id: String,
+    /// `local` or `remote`.
+    pub kind: SinkKind,
+    /// Who runs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<String>,
+    /// Where it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<Vec<String>>,
+    /// Whether a human must acknowledge it (M2: `required` for a remote sink).
+    pub ack: Ack,
+}
+
+/// A sink's kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SinkKind {
+    /// This machine.
+    Local,
+    /// A third party's.
+    Remote,
+}
+
+/// Whether a sink needs a human acknowledgement (C6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Ack {
+    /// No.
+    None,
+    /// Yes.
+    Required,
+}
+
+/// `browser.lifecycle` (AIP-63 §3), every value with the schema's default when absent. A host
+/// runs its instances by these: [`Lifecycle::policy`] for the supervisor, the health loop's
+/// interval and timeout, the stop grace, the idle reaper.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Lifecycle {
+    /// `launch`.
+    #[serde(default)]
+    pub launch: LaunchSettings,
+    /// `health`.
+    #[serde(default)]
+    pub health: HealthSettings,
+    /// `stop`.
+    #[serde(default)]
+    pub stop: StopSettings,
+    /// `supervision`.
+    #[serde(default)]
+    pub supervision: SupervisionSettings,
+}
+
+impl Lifecycle {
+    /// The supervisor's policy these settings give (L6, L9).
+    pub fn policy(&self) -> Policy {
+        let budget = self.launch.budget_ms;
+        Policy {
+            budget,
+            progress_window: self.launch.progress_window_ms,
+            hard_ceiling: self.launch.hard_ceiling_ms.unwrap_or(budget.saturating_mul(3)),
+            max_failures: self.supervision.crash_loop.max_failures,
+            failure_window: self.supervision.crash_loop.window_ms,
+        }
+    }
+}
+
+/// `lifecycle.launch`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LaunchSettings {
+    /// Always `true` when present (L2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotent: Option<bool>,
+    /// The soft deadline of a launch (L9).
+    #[serde(default = "defaults::budget")]
+    pub budget_ms: u64,
+    /// Progress within this trailing window keeps a launch alive.
+    #[serde(default = "defaults::progress_window")]
+    pub progress_window_ms: u64,
+    /// No launch lasts longer; absent: three times the budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hard_ceiling_ms: Option<u64>,
+}
+
+impl Default for LaunchSettings {
+    fn default() -> Self {
+        Self {
+            idempotent: None,
+            budget_ms: defaults::budget(),
+            progress_window_ms: defaults::progress_window(),
+            hard_ceiling_ms: None,
+        }
+    }
+}
+
+/// `lifecycle.health`: the supervisor's loop.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HealthSettings {
+    /// An HTTP path to probe (REST providers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// How often the supervisor probes a running instance.
+    #[serde(default = "defaults::health_interval")]
+    pub interval_ms: u64,
+    /// How long one probe may take (L4).
+    #[serde(default = "defaults::health_timeout")]
+    pub timeout_ms: u64,
+}
+
+impl Default for HealthSettings {
+    fn default() -> Self {
+        Self {
+            path: None,
+            interval_ms: defaults::health_interval(),
+            timeout_ms: defaults::health_timeout(),
+        }
+    }
+}
+
+/// `lifecycle.stop`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StopSettings {
+    /// How long a graceful stop may take before it is forced (L5).
+    #[serde(default = "defaults::grace")]
+    pub grace_ms: u64,
+}
+
+impl Default for StopSettings {
+    fn default() -> Self {
+        Self {
+            grace_ms: defaults::grace(),
+        }
+    }
+}
+
+/// `lifecycle.supervision`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SupervisionSettings {
+    /// `crashLoop` (L6).
+    #[serde(default)]
+    pub crash_loop: CrashLoopSettings,
+    /// The argument that marks the provider's processes (L5, L8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orphan_marker: Option<String>,
+    /// Targets idle this long are closed, never `keepAlive` ones (L11); absent: no reaper.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_reap_ms: Option<u64>,
+}
+
+/// `supervision.crashLoop`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CrashLoopSettings {
+    /// Consecutive failed launches that make an instance crash-looping.
+    #[serde(default = "defaults::max_failures")]
+    pub max_failures: usize,
+    /// The window they are counted in.
+    #[serde(default = "defaults::failure_window")]
+    pub window_ms: u64,
+}
+
+impl Default for CrashLoopSettings {
+    fn default() -> Self {
+        Self {
+            max_failures: defaults::max_failures(),
+            window_ms: defaults::failure_window(),
+        }
+    }
+}
+
+/// The schema's defaults (`$defs/browser/properties/lifecycle`), in one place.
+mod defaults {
+    pub(super) fn budget() -> u64 {
+        120_000
+    }
+    pub(super) fn progress_window() -> u64 {
+        10_000
+    }
+    pub(super) fn health_interval() -> u64 {
+        10_000
+    }
+    pub(super) fn health_timeout() -> u64 {
+        5_000
+    }
+    pub(super) fn grace() -> u64 {
+        5_000
+    }
+    pub(super) fn max_failures() -> usize {
+        3
+    }
+    pub(super) fn failure_window() -> u64 {
+        300_000
     }
 }
 
@@ -158,16 +467,6 @@ pub struct Diagnostic {
 impl std::fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.rule, self.message)
-    }
-}
-
-/// The capability gate of a reserved tool in `implements[]` (M4), if any.
-pub fn implements_gate(tool: &str) -> Option<&'static str> {
-    match tool {
-        "browser.list_requests" | "browser.get_request_body" | "browser.cdp_send" => Some("cdp"),
-        "browser.download" => Some("downloads"),
-        "browser.act" => Some("aiActions"),
-        _ => None,
     }
 }
 
@@ -247,28 +546,24 @@ pub fn rule_errors(manifest: &BrowserManifest) -> Vec<Diagnostic> {
     let b = &manifest.browser;
     let caps = &b.capabilities;
     let mut diag = |rule: &'static str, message: String| out.push(Diagnostic { rule, message });
-    let sinks = b.sinks.as_deref().unwrap_or_default();
-    let remote_sinks: Vec<&Value> = sinks.iter().filter(|s| s["kind"] == "remote").collect();
+    let remote_sinks: Vec<&ManifestSink> = b.sinks.iter().filter(|s| s.kind == SinkKind::Remote).collect();
     if b.location == Location::Remote && remote_sinks.is_empty() {
         diag("M2", "a remote provider declares no remote sink".into());
     }
-    for sink in &remote_sinks {
-        if sink["ack"] != "required" {
-            diag(
-                "M2",
-                format!(
-                    "remote sink {} does not require a human acknowledgement (ack: required)",
-                    sink["id"]
-                ),
-            );
-        }
+    for sink in remote_sinks.iter().filter(|s| s.ack != Ack::Required) {
+        diag(
+            "M2",
+            format!(
+                "remote sink {:?} does not require a human acknowledgement (ack: required)",
+                sink.id
+            ),
+        );
     }
-    let cdp_endpoint = b.endpoints.as_ref().is_some_and(|e| e.get("cdp").is_some());
-    if caps.cdp != cdp_endpoint {
+    if caps.cdp != b.endpoints.cdp.is_some() {
         diag("M3", "capabilities.cdp and endpoints.cdp must appear together".into());
     }
     for implements in &manifest.implements {
-        if let Some(gate) = implements_gate(&implements.tool)
+        if let Some(gate) = implements.reserved().and_then(ToolId::implements_gate)
             && !caps.has(gate)
         {
             diag(
@@ -277,31 +572,29 @@ pub fn rule_errors(manifest: &BrowserManifest) -> Vec<Diagnostic> {
             );
         }
     }
-    let modes = b
-        .profiles
-        .get("modes")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    if modes.iter().any(|m| m == "persistent") && !caps.persistent_profile {
+    let modes = &b.profiles.modes;
+    if modes.contains(&ProfileMode::Persistent) && !caps.persistent_profile {
         diag(
             "M5",
             "profiles.modes has persistent without capabilities.persistentProfile".into(),
         );
     }
-    if modes.iter().any(|m| m == "import" || m == "clone") && !caps.has("cookies|storageState") {
+    if (modes.contains(&ProfileMode::Import) || modes.contains(&ProfileMode::Clone))
+        && !caps.opens(Gate::SessionMaterial)
+    {
         diag(
             "M5",
             "profiles.modes has import or clone without cookies or storageState".into(),
         );
     }
-    for (level, gate) in [
-        ("network", "cdp"),
-        ("download", "downloads"),
-        ("profile", "cookies|storageState"),
-    ] {
-        if b.conformance.iter().any(|c| c == level) && !caps.has(gate) {
-            diag("M6", format!("conformance level {level} is claimed without {gate}"));
+    for level in &b.conformance {
+        if let Some(gate) = level.gate()
+            && !caps.opens(gate)
+        {
+            diag(
+                "M6",
+                format!("conformance level {} is claimed without {gate}", level.name()),
+            );
         }
     }
     out

@@ -7,18 +7,25 @@
 //! exact times. This is what a conformance suite judging *any* provider depends on.
 
 mod aip14;
+mod instance;
 mod lifecycle;
 mod manifest;
+mod principal;
+#[cfg(test)]
 pub(crate) mod schema;
 mod supervisor;
 mod tool;
 
 // The public interface is:
 pub use self::aip14::{ToolError, ToolErrorCode, ToolResult};
+pub use self::instance::{HealthReport, InstanceEndpoints, InstanceInfo, InstanceKey, InvalidInstanceKey, Stopped};
 pub use self::lifecycle::{IllegalTransition, InstanceState, LifecycleEvent, OperatorReset};
 pub use self::manifest::{
-    BROWSER_SCHEMA, BrowserBlock, BrowserManifest, Capabilities, Diagnostic, DriverKind, Implements, Location,
-    implements_gate, load_manifest, parse_manifest, rule_errors,
+    Ack, BROWSER_SCHEMA, BrowserBlock, BrowserManifest, Capabilities, CrashLoopSettings, Diagnostic, Display,
+    DriverKind, Endpoint, Endpoints, HealthSettings, Implements, Instances, LaunchSettings, Lifecycle, Location,
+    ManifestSink, ProfileMode, Profiles, SinkKind, StopSettings, StoredBy, SupervisionSettings, load_manifest,
+    parse_manifest, rule_errors,
 };
+pub use self::principal::{AgentCaller, Operator};
 pub use self::supervisor::{CallGate, Health, InstanceRecord, Launch, Policy, Stalled, Supervisor};
-pub use self::tool::{Level, RESERVED_TOOLS, ToolSpec, resolve, tool_spec};
+pub use self::tool::{Capability, Gate, Level, ToolId, ToolSpec, reserved_tools, resolve};

@@ -83,13 +83,17 @@ pub struct Stalled {
     pub crash_looping: bool,
 }
 
-/// What `health()` reports (L1, L6, L12).
+/// What `health()` reports (L1, L6, L12), in the shape of AIP-63's `health()`:
+/// `{state, reason?, checkedAt, bootId?}`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Health {
     /// The state.
     pub state: InstanceState,
     /// The last failure, while crash-looping or stopped after a failure.
     pub reason: Option<String>,
+    /// When the state was last established (a probe, a launch, a stop), in the caller's
+    /// milliseconds; 0 for an instance never seen.
+    pub checked_at: u64,
     /// Changes at every launch, so clients can tell a restart (L12).
     pub boot_id: u64,
 }
@@ -100,6 +104,7 @@ struct Instance {
     boot_id: u64,
     started_at: u64,
     last_progress: u64,
+    checked_at: u64,
     /// Times of the consecutive failed launches (cleared by a success).
     failures: Vec<u64>,
     last_failure: Option<String>,
@@ -112,6 +117,7 @@ impl Instance {
             boot_id: 0,
             started_at: 0,
             last_progress: 0,
+            checked_at: 0,
             failures: Vec::new(),
             last_failure: None,
         }
@@ -153,6 +159,11 @@ impl Supervisor {
             policy,
             instances: HashMap::new(),
         }
+    }
+
+    /// The policy it runs by.
+    pub fn policy(&self) -> Policy {
+        self.policy
     }
 
     /// What should outlive this host, by instance key: instances with failed launches or
@@ -215,6 +226,7 @@ impl Supervisor {
         instance.boot_id += 1;
         instance.started_at = now;
         instance.last_progress = now;
+        instance.checked_at = now;
         Launch::Spawn {
             boot_id: instance.boot_id,
         }
@@ -229,10 +241,11 @@ impl Supervisor {
         }
     }
 
-    /// The health probe answered: `starting`/`degraded` become `healthy`; consecutive failures
-    /// reset.
-    pub fn probe_succeeded(&mut self, key: &str) {
+    /// The health probe answered at `now`: `starting`/`degraded` become `healthy`; consecutive
+    /// failures reset.
+    pub fn probe_succeeded(&mut self, key: &str, now: u64) {
         let instance = self.instance(key);
+        instance.checked_at = instance.checked_at.max(now);
         if matches!(
             instance.state,
             InstanceState::Starting | InstanceState::Healthy | InstanceState::Degraded
@@ -243,9 +256,10 @@ impl Supervisor {
         }
     }
 
-    /// The health probe failed on a running instance: `degraded`.
-    pub fn probe_failed(&mut self, key: &str) {
+    /// The health probe failed at `now` on a running instance: `degraded`.
+    pub fn probe_failed(&mut self, key: &str, now: u64) {
         let instance = self.instance(key);
+        instance.checked_at = instance.checked_at.max(now);
         if instance.state.is_usable() {
             instance.go(&LifecycleEvent::ProbeFailed);
         }
@@ -264,6 +278,7 @@ impl Supervisor {
             .retain(|t| now.saturating_sub(*t) < policy.failure_window);
         instance.failures.push(now);
         instance.last_failure = Some(reason.to_owned());
+        instance.checked_at = now;
         if instance.failures.len() >= policy.max_failures {
             instance.go(&LifecycleEvent::CrashLoopThreshold);
             true
@@ -324,9 +339,10 @@ impl Supervisor {
 
     /// `stop` on a running instance: `stopping`. Idempotent: stopping a stopped (or never
     /// launched) instance changes nothing.
-    pub fn stop(&mut self, key: &str) -> bool {
+    pub fn stop(&mut self, key: &str, now: u64) -> bool {
         let instance = self.instance(key);
         if instance.state.is_usable() {
+            instance.checked_at = now;
             instance.go(&LifecycleEvent::Stop);
             true
         } else {
@@ -335,9 +351,10 @@ impl Supervisor {
     }
 
     /// The process tree is gone and the orphans swept: `stopped`.
-    pub fn gone(&mut self, key: &str) {
+    pub fn gone(&mut self, key: &str, now: u64) {
         let instance = self.instance(key);
         if instance.state == InstanceState::Stopping {
+            instance.checked_at = now;
             instance.go(&LifecycleEvent::Gone);
         }
     }
@@ -360,11 +377,13 @@ impl Supervisor {
             Health {
                 state: InstanceState::Absent,
                 reason: None,
+                checked_at: 0,
                 boot_id: 0,
             },
             |i| Health {
                 state: i.state,
                 reason: i.last_failure.clone(),
+                checked_at: i.checked_at,
                 boot_id: i.boot_id,
             },
         )

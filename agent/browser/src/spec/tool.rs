@@ -1,11 +1,109 @@
 //! AIP-63 §2, the tool table: the reserved tool ids with their capability gates and the
 //! conformance level that tests each (T1), and the resolver that considers only providers
 //! declaring a needed capability, in AIP-30's preference order (T2).
+//!
+//! Ids, capabilities, gates and levels are closed sets here: a typo does not compile, and the
+//! table is one exhaustive `match`.
 
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::aip14::{ToolError, ToolErrorCode};
 use super::manifest::{BrowserManifest, DriverKind};
 
-/// The conformance level that tests a tool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A capability a provider declares under `browser.capabilities` (AIP-63 §1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Capability {
+    /// A CDP endpoint.
+    Cdp,
+    /// Downloads land in a host path.
+    Downloads,
+    /// A design goal, never a promise.
+    Stealth,
+    /// Full-page screenshots.
+    FullPageScreenshot,
+    /// Input at browser or OS level (the `trusted` option of click and fill).
+    TrustedInput,
+    /// More than one target per instance.
+    MultiTarget,
+    /// Natural-language actions.
+    AiActions,
+    /// The host can set and read cookies on a context.
+    Cookies,
+    /// Full storage state can be loaded.
+    StorageState,
+    /// A named profile survives stop.
+    PersistentProfile,
+}
+
+impl Capability {
+    /// Every boolean capability of the manifest (`recording` is a mode, not one of them).
+    pub const ALL: [Capability; 10] = [
+        Self::Cdp,
+        Self::Downloads,
+        Self::Stealth,
+        Self::FullPageScreenshot,
+        Self::TrustedInput,
+        Self::MultiTarget,
+        Self::AiActions,
+        Self::Cookies,
+        Self::StorageState,
+        Self::PersistentProfile,
+    ];
+
+    /// As the spec spells it (`fullPageScreenshot`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cdp => "cdp",
+            Self::Downloads => "downloads",
+            Self::Stealth => "stealth",
+            Self::FullPageScreenshot => "fullPageScreenshot",
+            Self::TrustedInput => "trustedInput",
+            Self::MultiTarget => "multiTarget",
+            Self::AiActions => "aiActions",
+            Self::Cookies => "cookies",
+            Self::StorageState => "storageState",
+            Self::PersistentProfile => "persistentProfile",
+        }
+    }
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a tool (or a level, or a profile mode) needs declared: one capability, or either of
+/// `cookies` and `storageState` (session material, AIP-63 §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Gate {
+    /// This capability.
+    One(Capability),
+    /// `cookies` or `storageState`.
+    SessionMaterial,
+}
+
+impl Gate {
+    /// The name a `browser:unsupported` error gives in `cause.capability` (T3).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::One(capability) => capability.as_str(),
+            Self::SessionMaterial => "cookies|storageState",
+        }
+    }
+}
+
+impl fmt::Display for Gate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The conformance level that tests a tool, as a manifest claims it in `browser.conformance`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Level {
     /// Every provider.
     Core,
@@ -20,7 +118,16 @@ pub enum Level {
 }
 
 impl Level {
-    /// The level's name, as a manifest claims it in `browser.conformance`.
+    /// Every level, in the spec's order.
+    pub const ALL: [Level; 5] = [
+        Self::Core,
+        Self::Interaction,
+        Self::Network,
+        Self::Download,
+        Self::Profile,
+    ];
+
+    /// The level's name (`network`).
     pub fn name(self) -> &'static str {
         match self {
             Self::Core => "core",
@@ -30,115 +137,180 @@ impl Level {
             Self::Profile => "profile",
         }
     }
+
+    /// The level named `name`, if there is one.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|level| level.name() == name)
+    }
+
+    /// What a provider must declare to claim the level (M6).
+    pub fn gate(self) -> Option<Gate> {
+        match self {
+            Self::Core | Self::Interaction => None,
+            Self::Network => Some(Gate::One(Capability::Cdp)),
+            Self::Download => Some(Gate::One(Capability::Downloads)),
+            Self::Profile => Some(Gate::SessionMaterial),
+        }
+    }
 }
 
-/// A reserved tool: its id, the capability gate of the tool (or of one of its options), its level.
+/// A tool id AIP-63 reserves (T1). No id creates or widens a grant (C7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ToolId {
+    /// `browser.navigate`: load a URL in a target.
+    Navigate,
+    /// `browser.evaluate`: evaluate an expression in a target.
+    Evaluate,
+    /// `browser.get_dom`: the document, or one selector's subtree.
+    GetDom,
+    /// `browser.screenshot`: the viewport, or the full page.
+    Screenshot,
+    /// `browser.click`: pointer input.
+    Click,
+    /// `browser.fill`: text input.
+    Fill,
+    /// `browser.act`: a natural-language action.
+    Act,
+    /// `browser.tabs`: list, open and close targets.
+    Tabs,
+    /// `browser.list_requests`: the requests a target made.
+    ListRequests,
+    /// `browser.get_request_body`: a captured response body.
+    GetRequestBody,
+    /// `browser.cdp_send`: a raw CDP command.
+    CdpSend,
+    /// `browser.download`: a download captured to a host path.
+    Download,
+    /// `browser.profile.list`: the grants in force, never values.
+    ProfileList,
+    /// `browser.profile.refresh`: re-read a grant's domains from its own source.
+    ProfileRefresh,
+    /// `browser.profile.revoke`: revoke a grant or some of its domains.
+    ProfileRevoke,
+}
+
+/// A reserved tool: its id, the gate of the tool itself (or `None`), its level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ToolSpec {
-    /// The AIP-14 tool id.
-    pub id: &'static str,
-    /// The capability the tool needs at all, if any.
-    pub gate: Option<&'static str>,
+    /// The tool.
+    pub id: ToolId,
+    /// What the tool needs at all, if anything.
+    pub gate: Option<Gate>,
     /// The level that tests it.
     pub level: Level,
 }
 
-/// The tool ids AIP-63 reserves (T1), with gates and levels. No tool creates or widens a grant.
-pub const RESERVED_TOOLS: &[ToolSpec] = &[
-    ToolSpec {
-        id: "browser.navigate",
-        gate: None,
-        level: Level::Core,
-    },
-    ToolSpec {
-        id: "browser.evaluate",
-        gate: None,
-        level: Level::Core,
-    },
-    ToolSpec {
-        id: "browser.get_dom",
-        gate: None,
-        level: Level::Core,
-    },
-    ToolSpec {
-        id: "browser.screenshot",
-        gate: None,
-        level: Level::Core,
-    },
-    ToolSpec {
-        id: "browser.click",
-        gate: None,
-        level: Level::Interaction,
-    },
-    ToolSpec {
-        id: "browser.fill",
-        gate: None,
-        level: Level::Interaction,
-    },
-    ToolSpec {
-        id: "browser.act",
-        gate: Some("aiActions"),
-        level: Level::Interaction,
-    },
-    ToolSpec {
-        id: "browser.tabs",
-        gate: None,
-        level: Level::Interaction,
-    },
-    ToolSpec {
-        id: "browser.list_requests",
-        gate: Some("cdp"),
-        level: Level::Network,
-    },
-    ToolSpec {
-        id: "browser.get_request_body",
-        gate: Some("cdp"),
-        level: Level::Network,
-    },
-    ToolSpec {
-        id: "browser.cdp_send",
-        gate: Some("cdp"),
-        level: Level::Network,
-    },
-    ToolSpec {
-        id: "browser.download",
-        gate: Some("downloads"),
-        level: Level::Download,
-    },
-    ToolSpec {
-        id: "browser.profile.list",
-        gate: Some("cookies|storageState"),
-        level: Level::Profile,
-    },
-    ToolSpec {
-        id: "browser.profile.refresh",
-        gate: Some("cookies|storageState"),
-        level: Level::Profile,
-    },
-    ToolSpec {
-        id: "browser.profile.revoke",
-        gate: Some("cookies|storageState"),
-        level: Level::Profile,
-    },
-];
+impl ToolId {
+    /// Every reserved id, in the table's order.
+    pub const ALL: [ToolId; 15] = [
+        Self::Navigate,
+        Self::Evaluate,
+        Self::GetDom,
+        Self::Screenshot,
+        Self::Click,
+        Self::Fill,
+        Self::Act,
+        Self::Tabs,
+        Self::ListRequests,
+        Self::GetRequestBody,
+        Self::CdpSend,
+        Self::Download,
+        Self::ProfileList,
+        Self::ProfileRefresh,
+        Self::ProfileRevoke,
+    ];
 
-/// The reserved spec of `tool`, if it is reserved.
-pub fn tool_spec(tool: &str) -> Option<&'static ToolSpec> {
-    RESERVED_TOOLS.iter().find(|t| t.id == tool)
+    /// The AIP-14 id (`browser.get_dom`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Navigate => "browser.navigate",
+            Self::Evaluate => "browser.evaluate",
+            Self::GetDom => "browser.get_dom",
+            Self::Screenshot => "browser.screenshot",
+            Self::Click => "browser.click",
+            Self::Fill => "browser.fill",
+            Self::Act => "browser.act",
+            Self::Tabs => "browser.tabs",
+            Self::ListRequests => "browser.list_requests",
+            Self::GetRequestBody => "browser.get_request_body",
+            Self::CdpSend => "browser.cdp_send",
+            Self::Download => "browser.download",
+            Self::ProfileList => "browser.profile.list",
+            Self::ProfileRefresh => "browser.profile.refresh",
+            Self::ProfileRevoke => "browser.profile.revoke",
+        }
+    }
+
+    /// The reserved id spelled `id`, if it is one (a vendor tool is not).
+    pub fn parse(id: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|tool| tool.as_str() == id)
+    }
+
+    /// Its row of the table (T1): gate and level.
+    pub fn spec(self) -> ToolSpec {
+        use Capability::{AiActions, Cdp, Downloads};
+        let (gate, level) = match self {
+            Self::Navigate | Self::Evaluate | Self::GetDom | Self::Screenshot => (None, Level::Core),
+            Self::Click | Self::Fill | Self::Tabs => (None, Level::Interaction),
+            Self::Act => (Some(Gate::One(AiActions)), Level::Interaction),
+            Self::ListRequests | Self::GetRequestBody | Self::CdpSend => (Some(Gate::One(Cdp)), Level::Network),
+            Self::Download => (Some(Gate::One(Downloads)), Level::Download),
+            Self::ProfileList | Self::ProfileRefresh | Self::ProfileRevoke => {
+                (Some(Gate::SessionMaterial), Level::Profile)
+            }
+        };
+        ToolSpec { id: self, gate, level }
+    }
+
+    /// Parses `input` as this tool's input `T`, once, at the tool surface (`null` reads as
+    /// `{}`). A missing, unknown or mistyped field is `input_invalid` naming the field; a value
+    /// serde would quote is cut off, as an input may be a secret the caller typed (C9).
+    pub fn parse_input<T: serde::de::DeserializeOwned>(self, input: &serde_json::Value) -> Result<T, ToolError> {
+        let input = if input.is_null() {
+            serde_json::json!({})
+        } else {
+            input.clone()
+        };
+        serde_json::from_value(input).map_err(|e| {
+            let text = e.to_string();
+            let cut = text
+                .split(['"', '\''])
+                .next()
+                .unwrap_or_default()
+                .trim_end_matches([' ', ':']);
+            ToolError::new(ToolErrorCode::InputInvalid, format!("{self}: {cut}"))
+        })
+    }
+
+    /// The capability a manifest must declare to list the tool in `implements[]` (M4): the
+    /// network tools need `cdp`, `download` needs `downloads`, `act` needs `aiActions`.
+    pub fn implements_gate(self) -> Option<Capability> {
+        match self.spec().gate {
+            Some(Gate::One(capability)) => Some(capability),
+            Some(Gate::SessionMaterial) | None => None,
+        }
+    }
 }
 
-/// T2: among `providers`, the one to serve `tool` when the call needs `capability`: only
-/// providers that list the tool and declare the capability, in AIP-30's preference order
-/// (builtin, sdk, http, mcp, cli), the first listed winning a tie.
-pub fn resolve<'a>(
-    providers: &'a [BrowserManifest],
-    tool: &str,
-    capability: Option<&str>,
-) -> Option<&'a BrowserManifest> {
+impl fmt::Display for ToolId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The reserved tools (T1), each with its gate and level.
+pub fn reserved_tools() -> impl Iterator<Item = ToolSpec> {
+    ToolId::ALL.into_iter().map(ToolId::spec)
+}
+
+/// T2: among `providers`, the one to serve `tool` when the call needs `gate`: only providers
+/// that list the tool and declare the gate, in AIP-30's preference order (builtin, sdk, http,
+/// mcp, cli), the first listed winning a tie.
+pub fn resolve<'a>(providers: &'a [BrowserManifest], tool: &str, gate: Option<Gate>) -> Option<&'a BrowserManifest> {
     providers
         .iter()
-        .filter(|p| p.implements.iter().any(|i| i.tool == tool))
-        .filter(|p| capability.is_none_or(|c| p.browser.capabilities.has(c)))
+        .filter(|p| p.lists(tool))
+        .filter(|p| gate.is_none_or(|g| p.browser.capabilities.opens(g)))
         .min_by_key(|p| kind_rank(p.kind))
 }
 
@@ -176,43 +348,58 @@ mod tests {
 
     #[test]
     fn reserved_ids_keep_their_gates_and_none_creates_a_grant() {
-        assert_eq!(RESERVED_TOOLS.len(), 15);
-        assert_eq!(tool_spec("browser.list_requests").unwrap().gate, Some("cdp"));
-        assert_eq!(tool_spec("browser.download").unwrap().gate, Some("downloads"));
-        assert_eq!(tool_spec("browser.act").unwrap().gate, Some("aiActions"));
-        assert!(
-            RESERVED_TOOLS
-                .iter()
-                .all(|t| !t.id.contains("grant") && !t.id.ends_with(".create"))
+        assert_eq!(reserved_tools().count(), 15);
+        let cdp = Some(Gate::One(Capability::Cdp));
+        assert_eq!(ToolId::ListRequests.spec().gate, cdp);
+        assert_eq!(ToolId::Download.spec().gate, Some(Gate::One(Capability::Downloads)));
+        assert_eq!(ToolId::Act.spec().gate, Some(Gate::One(Capability::AiActions)));
+        assert_eq!(ToolId::ProfileRevoke.spec().gate, Some(Gate::SessionMaterial));
+        assert!(reserved_tools().all(|t| !t.id.as_str().contains("grant") && !t.id.as_str().ends_with(".create")));
+        // M4 gates exactly the tools with a single-capability gate.
+        let m4: Vec<ToolId> = ToolId::ALL
+            .into_iter()
+            .filter(|t| t.implements_gate().is_some())
+            .collect();
+        assert_eq!(
+            m4,
+            [
+                ToolId::Act,
+                ToolId::ListRequests,
+                ToolId::GetRequestBody,
+                ToolId::CdpSend,
+                ToolId::Download
+            ]
         );
-        for spec in RESERVED_TOOLS {
-            assert_eq!(
-                crate::spec::manifest::implements_gate(spec.id).is_some(),
-                matches!(spec.gate, Some("cdp" | "downloads" | "aiActions")),
-                "{}",
-                spec.id
-            );
+    }
+
+    #[test]
+    fn ids_and_names_round_trip_and_nothing_else_parses() {
+        for tool in ToolId::ALL {
+            assert_eq!(ToolId::parse(tool.as_str()), Some(tool));
         }
+        assert_eq!(ToolId::parse("browser.Navigate"), None);
+        assert_eq!(ToolId::parse("vendor.scrape"), None);
+        for level in Level::ALL {
+            assert_eq!(Level::from_name(level.name()), Some(level));
+            assert_eq!(serde_json::to_value(level).unwrap(), level.name());
+        }
+        assert_eq!(Gate::SessionMaterial.name(), "cookies|storageState");
+        assert_eq!(Capability::FullPageScreenshot.to_string(), "fullPageScreenshot");
     }
 
     #[test]
     fn the_resolver_considers_only_providers_declaring_the_capability_in_preference_order() {
+        let cdp = Some(Gate::One(Capability::Cdp));
         let providers = [
             manifest("cli-cdp", "cli", true),
             manifest("http-plain", "http", false),
             manifest("sdk-cdp", "sdk", true),
         ];
-        assert_eq!(
-            resolve(&providers, "browser.list_requests", Some("cdp")).unwrap().id,
-            "sdk-cdp"
-        );
+        assert_eq!(resolve(&providers, "browser.list_requests", cdp).unwrap().id, "sdk-cdp");
         assert_eq!(resolve(&providers, "browser.navigate", None).unwrap().id, "sdk-cdp");
         let plain_only = [manifest("http-plain", "http", false)];
-        assert!(resolve(&plain_only, "browser.list_requests", Some("cdp")).is_none());
+        assert!(resolve(&plain_only, "browser.list_requests", cdp).is_none());
         let cli_only = [manifest("http-plain", "http", false), manifest("cli-cdp", "cli", true)];
-        assert_eq!(
-            resolve(&cli_only, "browser.list_requests", Some("cdp")).unwrap().id,
-            "cli-cdp"
-        );
+        assert_eq!(resolve(&cli_only, "browser.list_requests", cdp).unwrap().id, "cli-cdp");
     }
 }

@@ -1,21 +1,31 @@
-//! AIP-63 §2, the tool surface: the reserved tool ids with their gates and levels (T1), the
-//! resolver that only considers providers declaring a needed capability (T2), and a host that
-//! serves the tools of one Chromium instance with AIP-14 results, answering `browser:unsupported`
-//! naming the capability for a tool it does not list or whose gate is closed (T3), and the
-//! lifecycle's errors (T4, L3, L10, L12).
+//! The tool host (AIP-63 §2): the reserved tools of one Chromium instance, as its manifest
+//! declares them, with AIP-14 results. A tool the manifest does not list, or whose gate (or
+//! option's gate) is closed, is `browser:unsupported` naming the capability (T3); a call that
+//! finds the instance starting waits for it, at most the launch's remaining budget, then fails
+//! `browser:starting` (L10); a handle of a previous boot is `browser:target_gone` (L12).
+//!
+//! The tool surface acts for agents only: every call carries an [`AgentCaller`], and nothing
+//! here can make an operator's proof (C7). Granted values are redacted from every result (C9).
+
+mod cdp_send;
+mod input;
+mod page;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
 use chromiumoxide::Page;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
+use tokio::time::Instant;
 
-use crate::chromium::{BrowserHost, ChromiumConfig, LaunchError};
-use crate::consent::{Caller, ConsentHost, Forgotten, LiveInstances, Scope};
-use crate::spec::{BrowserManifest, ToolError, ToolErrorCode, ToolResult, tool_spec};
+use crate::chromium::{BrowserHost, ChromiumConfig, ControlledBrowser, LaunchError};
+use crate::consent::{Caller, ConsentHost, Forgotten, Injection, LiveError, LiveInstances, Scope};
+use crate::spec::{
+    AgentCaller, BrowserManifest, Capability, HealthReport, InstanceInfo, InstanceKey, Stopped, ToolError,
+    ToolErrorCode, ToolId, ToolResult,
+};
 
 /// A target (tab) handle: which boot of the instance issued it, and what it has fetched.
 #[derive(Clone)]
@@ -23,18 +33,17 @@ struct Target {
     boot_id: u64,
     page: Page,
     keep_alive: bool,
+    /// When a call last used it (the idle reaper's clock, L11).
+    last_used: Instant,
     requests: Arc<std::sync::Mutex<Vec<Value>>>,
 }
-
-/// How many requests a target's log keeps (the oldest drop first).
-const REQUEST_LOG: usize = 500;
 
 /// Serves the tools of one Chromium instance, as its manifest declares them.
 pub struct ToolHost {
     manifest: BrowserManifest,
     host: BrowserHost,
     config: ChromiumConfig,
-    instance: String,
+    instance: InstanceKey,
     targets: Mutex<HashMap<String, Target>>,
     next_target: std::sync::atomic::AtomicU64,
     consent: Arc<ConsentHost>,
@@ -58,14 +67,14 @@ impl ToolHost {
         manifest: BrowserManifest,
         host: BrowserHost,
         config: ChromiumConfig,
-        instance: &str,
+        instance: InstanceKey,
         consent: Arc<ConsentHost>,
     ) -> Arc<Self> {
         Arc::new(Self {
             manifest,
             host,
             config,
-            instance: instance.to_owned(),
+            instance,
             targets: Mutex::default(),
             next_target: std::sync::atomic::AtomicU64::new(1),
             consent,
@@ -83,278 +92,171 @@ impl ToolHost {
         &self.manifest
     }
 
-    /// Launches (or returns) the instance: idempotent (L2). A fresh boot gets the material of
-    /// the grants in force for this host's browsers, through the consent host (C1).
-    pub async fn launch(&self) -> Result<(), ToolError> {
-        let browser = self
+    /// Launches (or returns) the instance: idempotent (L2), answering the `BrowserInstance`
+    /// shape with `wasAlreadyRunning`. A fresh boot gets the material of the grants in force for
+    /// this host's browsers, through the consent host (C1), when the provider takes any.
+    pub async fn launch(&self) -> Result<InstanceInfo, ToolError> {
+        let launched = self
             .host
-            .launch(&self.config, &self.instance, &|_| {})
+            .launch(&self.config, self.instance.as_str(), &|_| {})
             .await
             .map_err(|e| match e {
                 LaunchError::Refused(error) => error,
                 other => ToolError::new(ToolErrorCode::Internal, format!("the browser did not start: {other}")),
             })?;
-        let boot_id = self.host.health(&self.instance).boot_id;
+        let health = self.host.health(self.instance.as_str());
+        self.inject_granted(&launched.browser, health.boot_id).await?;
+        Ok(InstanceInfo {
+            id: self.instance.clone(),
+            state: health.state,
+            endpoints: launched.browser.endpoints(),
+            pid: launched.browser.pid(),
+            was_already_running: launched.was_already_running,
+            boot_id: health.boot_id,
+        })
+    }
+
+    /// Puts the granted material into a fresh boot, once (C1). Only a provider declaring
+    /// `cookies` or `storageState` takes any (M6).
+    async fn inject_granted(&self, browser: &ControlledBrowser, boot_id: u64) -> Result<(), ToolError> {
+        let takes_material = self
+            .manifest
+            .browser
+            .capabilities
+            .opens(crate::spec::Gate::SessionMaterial);
         let mut injected = self.injected_boot.lock().await;
-        // Only a provider declaring cookies or storageState takes session material (C1; M6).
-        let takes_material = self.manifest.browser.capabilities.has("cookies|storageState");
-        if takes_material && *injected != Some(boot_id) {
-            self.consent.expire(self).await.map_err(|e| e.to_tool_error())?;
-            let injections = self
-                .consent
-                .local_injections(&Caller::local_agent())
-                .map_err(|e| e.to_tool_error())?;
-            for injection in &injections {
-                browser
-                    .inject(injection)
-                    .await
-                    .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
-            }
-            *injected = Some(boot_id);
+        if !takes_material || *injected == Some(boot_id) {
+            return Ok(());
         }
+        self.consent.expire(self).await.map_err(|e| e.to_tool_error())?;
+        let injections = self
+            .consent
+            .local_injections(&Caller::local_agent())
+            .map_err(|e| e.to_tool_error())?;
+        for injection in &injections {
+            browser
+                .inject(injection)
+                .await
+                .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
+        }
+        *injected = Some(boot_id);
         Ok(())
+    }
+
+    /// `health()`: the instance's state, when it was established, its boot (L1, L4, L12).
+    pub fn health(&self) -> HealthReport {
+        HealthReport::from(&self.host.health(self.instance.as_str()))
+    }
+
+    /// `stop({force})` (L5): how many processes its sweep ended.
+    pub async fn stop(&self, force: bool) -> Result<Stopped, ToolError> {
+        let grace = self.config.grace;
+        let stopped = if force {
+            self.host.stop_forced(self.instance.as_str(), grace).await
+        } else {
+            self.host.stop(self.instance.as_str(), grace).await
+        };
+        stopped.map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))
     }
 
     /// Calls `tool` with `input` as the local agent would: an AIP-14 result, never a panic or an
     /// opaque transport error.
     pub async fn call(&self, tool: &str, input: &Value) -> ToolResult {
-        self.call_as(&Caller::local_agent(), tool, input).await
+        self.call_as(&AgentCaller::local(), tool, input).await
     }
 
     /// Calls `tool` as `caller` (an agent on a paired device sees only the grants scoped to it
-    /// or to no device, C12).
-    /// Granted cookie and storage values are redacted from every result (C9).
-    pub async fn call_as(&self, caller: &Caller, tool: &str, input: &Value) -> ToolResult {
+    /// or to no device, C12). Granted cookie and storage values are redacted from every result
+    /// and error (C9).
+    pub async fn call_as(&self, caller: &AgentCaller, tool: &str, input: &Value) -> ToolResult {
         match self.dispatch(caller, tool, input).await {
-            Ok(mut value) => match self.consent.redact(&mut value) {
-                Ok(_) => ToolResult::Ok(value),
-                // A result that cannot be checked does not leave.
-                Err(e) => ToolResult::Err(ToolError::new(
-                    ToolErrorCode::Internal,
-                    format!("the result could not be checked for granted values: {e}"),
-                )),
-            },
-            Err(mut error) => {
-                let mut message = Value::String(std::mem::take(&mut error.message));
-                let checked = self.consent.redact(&mut message).is_ok()
-                    && error
-                        .cause
-                        .as_mut()
-                        .is_none_or(|cause| self.consent.redact(cause).is_ok());
-                error.message = match (checked, message) {
-                    (true, Value::String(text)) => text,
-                    _ => format!(
-                        "{} (its text was withheld: it could not be checked)",
-                        error.code.as_str()
-                    ),
-                };
-                ToolResult::Err(error)
-            }
+            Ok(value) => self.redacted(value),
+            Err(error) => ToolResult::Err(self.redacted_error(error)),
         }
     }
 
-    async fn dispatch(&self, caller: &Caller, tool: &str, input: &Value) -> Result<Value, ToolError> {
-        // T3: a tool the manifest does not list, or whose gate is closed, is unsupported by name.
-        let spec = tool_spec(tool);
-        let listed = self.manifest.implements.iter().any(|i| i.tool == tool);
-        let gate = spec.and_then(|s| s.gate);
-        if !listed || gate.is_some_and(|g| !self.manifest.browser.capabilities.has(g)) {
-            return Err(ToolError::unsupported(tool, gate.unwrap_or(tool)));
+    fn redacted(&self, mut value: Value) -> ToolResult {
+        match self.consent.redact(&mut value) {
+            Ok(_) => ToolResult::Ok(value),
+            // A result that cannot be checked does not leave.
+            Err(e) => ToolResult::Err(ToolError::new(
+                ToolErrorCode::Internal,
+                format!("the result could not be checked for granted values: {e}"),
+            )),
+        }
+    }
+
+    fn redacted_error(&self, mut error: ToolError) -> ToolError {
+        let mut message = Value::String(std::mem::take(&mut error.message));
+        let checked = self.consent.redact(&mut message).is_ok()
+            && error
+                .cause
+                .as_mut()
+                .is_none_or(|cause| self.consent.redact(cause).is_ok());
+        error.message = match (checked, message) {
+            (true, Value::String(text)) => text,
+            _ => format!(
+                "{} (its text was withheld: it could not be checked)",
+                error.code.as_str()
+            ),
+        };
+        error
+    }
+
+    /// T3 first (a tool the manifest does not list, or whose gate is closed, is unsupported by
+    /// name), then the tool.
+    async fn dispatch(&self, caller: &AgentCaller, tool: &str, input: &Value) -> Result<Value, ToolError> {
+        let reserved = ToolId::parse(tool);
+        let gate = reserved.and_then(|t| t.spec().gate);
+        let capabilities = &self.manifest.browser.capabilities;
+        let Some(tool) = reserved.filter(|_| self.manifest.lists(tool)) else {
+            return Err(ToolError::unsupported(tool, gate.map_or(tool, |g| g.name())));
+        };
+        if let Some(gate) = gate.filter(|g| !capabilities.opens(*g)) {
+            return Err(ToolError::unsupported(tool.as_str(), gate.name()));
         }
         match tool {
-            "browser.navigate" => self.navigate(input).await,
-            "browser.evaluate" => {
-                let (target, page) = self.target(input).await?;
-                let expression = text(input, "expression")?;
-                let result = page.evaluate(expression).await.map_err(|e| cdp(&e))?;
-                Ok(json!({ "target": target, "value": result.value().cloned().unwrap_or(Value::Null) }))
-            }
-            "browser.get_dom" => {
-                let (target, page) = self.target(input).await?;
-                let html = match input.get("selector").and_then(Value::as_str) {
-                    Some(selector) => page
-                        .find_element(selector)
-                        .await
-                        .map_err(|_| not_found(selector))?
-                        .outer_html()
-                        .await
-                        .map_err(|e| cdp(&e))?
-                        .unwrap_or_default(),
-                    None => page.content().await.map_err(|e| cdp(&e))?,
-                };
-                Ok(json!({ "target": target, "html": html }))
-            }
-            "browser.screenshot" => {
-                let full_page = input.get("fullPage").and_then(Value::as_bool).unwrap_or(false);
-                if full_page && !self.manifest.browser.capabilities.full_page_screenshot {
-                    return Err(ToolError::unsupported(tool, "fullPageScreenshot"));
-                }
-                let (target, page) = self.target(input).await?;
-                let params = chromiumoxide::page::ScreenshotParams::builder()
-                    .full_page(full_page)
-                    .build();
-                let png = page.screenshot(params).await.map_err(|e| cdp(&e))?;
-                Ok(
-                    json!({ "target": target, "format": "png", "bytes": png.len(), "data": base64::engine::general_purpose::STANDARD.encode(png) }),
-                )
-            }
-            "browser.click" => {
-                let (target, page) = self.target(input).await?;
-                let selector = text(input, "selector")?;
-                let element = page.find_element(selector).await.map_err(|_| not_found(selector))?;
-                element.click().await.map_err(|e| cdp(&e))?;
-                Ok(json!({ "target": target, "clicked": selector }))
-            }
-            "browser.fill" => {
-                let (target, page) = self.target(input).await?;
-                let selector = text(input, "selector")?;
-                let value = text(input, "value")?;
-                let element = page.find_element(selector).await.map_err(|_| not_found(selector))?;
-                element
-                    .click()
-                    .await
-                    .map_err(|e| cdp(&e))?
-                    .type_str(value)
-                    .await
-                    .map_err(|e| cdp(&e))?;
-                // Never echo what was typed: it may be a secret (C9).
-                Ok(json!({ "target": target, "filled": selector, "characters": value.chars().count() }))
-            }
-            "browser.tabs" => self.tabs(input).await,
-            "browser.list_requests" => {
-                let (target, _) = self.target(input).await?;
-                let log = self.targets.lock().await.get(&target).map(|t| t.requests.clone());
-                let requests = log
-                    .map(|l| l.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone())
-                    .unwrap_or_default();
-                Ok(json!({ "target": target, "requests": requests }))
-            }
-            "browser.get_request_body" => {
-                let (target, page) = self.target(input).await?;
-                let request_id = text(input, "requestId")?;
-                let params =
-                    chromiumoxide::cdp::browser_protocol::network::GetResponseBodyParams::new(request_id.to_owned());
-                let body = match page.execute(params).await {
-                    Ok(body) => body,
-                    // A logged response whose body has not finished loading: retryable, not
-                    // "no such request".
-                    Err(_) if self.has_logged(&target, request_id).await => {
-                        return Err(ToolError::new(
-                            ToolErrorCode::Timeout,
-                            format!("the body of request {request_id} has not finished loading; ask again"),
-                        ));
-                    }
-                    Err(_) => return Err(not_found(request_id)),
-                };
-                Ok(json!({ "target": target, "body": body.result.body, "base64Encoded": body.result.base64_encoded }))
-            }
-            "browser.cdp_send" => {
-                let (target, page) = self.target(input).await?;
-                let method = text(input, "method")?;
-                if touches_session_material(method) {
-                    // Cookies and storage enter or leave only through grants (C1, C9).
-                    return Err(ToolError::new(
-                        ToolErrorCode::InputInvalid,
-                        format!("{method} reads or writes session material, which moves only through grants"),
-                    ));
-                }
-                let params = input.get("params").cloned().unwrap_or_else(|| json!({}));
-                let response = page
-                    .execute(RawCommand {
-                        method: method.to_owned(),
-                        params,
-                    })
-                    .await
-                    .map_err(|e| cdp(&e))?;
-                Ok(json!({ "target": target, "result": response.result }))
-            }
-            "browser.download" => self.download(input).await,
-            "browser.profile.list" | "browser.profile.refresh" | "browser.profile.revoke" => {
+            ToolId::Navigate => self.navigate(tool.parse_input(input)?).await,
+            ToolId::Evaluate => self.evaluate(tool.parse_input(input)?).await,
+            ToolId::GetDom => self.get_dom(tool.parse_input(input)?).await,
+            ToolId::Screenshot => self.screenshot(tool.parse_input(input)?).await,
+            ToolId::Click => self.click(tool.parse_input(input)?).await,
+            ToolId::Fill => self.fill(tool.parse_input(input)?).await,
+            ToolId::Tabs => self.tabs(tool.parse_input(&tabs_input(input))?).await,
+            ToolId::ListRequests => self.list_requests(tool.parse_input(input)?).await,
+            ToolId::GetRequestBody => self.get_request_body(tool.parse_input(input)?).await,
+            ToolId::CdpSend => self.cdp_send(tool.parse_input(input)?).await,
+            ToolId::Download => self.download(tool.parse_input(input)?).await,
+            ToolId::ProfileList | ToolId::ProfileRefresh | ToolId::ProfileRevoke => {
                 crate::consent::profile_tool(&self.consent, caller, tool, input, self).await
             }
-            other => Err(ToolError::unsupported(other, gate.unwrap_or(other))),
+            // No provider here serves natural-language actions; M4 keeps it out of a manifest
+            // without `aiActions`, and a manifest with it is not one of ours.
+            ToolId::Act => Err(ToolError::unsupported(tool.as_str(), Capability::AiActions.as_str())),
         }
     }
 
-    /// `browser.download`: the page fetches `url` as a download into a host path under the
-    /// state directory (0700), and the tool answers with the path and size once complete.
-    async fn download(&self, input: &Value) -> Result<Value, ToolError> {
-        use chromiumoxide::cdp::browser_protocol::browser::DownloadProgressState;
-        use futures_util::StreamExt as _;
-        let (target, page) = self.target(input).await?;
-        let url = text(input, "url")?;
-        let browser = self.host.attach(&self.instance).await.ok_or_else(|| {
+    /// Waits for the instance to take a call (L3, L10): the boot the call belongs to.
+    async fn ready(&self) -> Result<u64, ToolError> {
+        self.host.ready(self.instance.as_str()).await
+    }
+
+    /// Whether an option gated by `capability` may be used (T3 for options: `fullPage`,
+    /// `trusted`).
+    fn option_gate(&self, tool: ToolId, capability: Capability) -> Result<(), ToolError> {
+        if self.manifest.browser.capabilities.has(capability) {
+            Ok(())
+        } else {
+            Err(ToolError::unsupported(tool.as_str(), capability.as_str()))
+        }
+    }
+
+    /// The running browser, for a call that needs the browser itself.
+    async fn browser(&self) -> Result<Arc<ControlledBrowser>, ToolError> {
+        self.host.attach(self.instance.as_str()).await.ok_or_else(|| {
             ToolError::new(ToolErrorCode::NotReady, "the browser is not running")
                 .with_cause(json!({ "state": "stopped" }))
-        })?;
-        let dir = crate::store::private_dir(&self.config.state_dir.join("downloads").join(&self.instance))
-            .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("the download directory: {e}")))?;
-        browser
-            .allow_downloads(&dir)
-            .await
-            .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
-        let mut events = browser
-            .download_events()
-            .await
-            .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
-        let script = format!(
-            "(() => {{ const a = document.createElement('a'); a.href = {}; a.download = ''; document.body.appendChild(a); a.click(); return true; }})()",
-            serde_json::to_string(url).map_err(|_| ToolError::new(ToolErrorCode::InputInvalid, "url"))?
-        );
-        page.evaluate(script).await.map_err(|e| cdp(&e))?;
-        let done = tokio::time::timeout(Duration::from_secs(60), async {
-            while let Some(event) = events.next().await {
-                match event.state {
-                    DownloadProgressState::Completed => {
-                        return Ok((event.guid.clone(), event.file_path.clone(), event.received_bytes));
-                    }
-                    DownloadProgressState::Canceled => {
-                        return Err(ToolError::new(ToolErrorCode::Internal, "the download was canceled"));
-                    }
-                    DownloadProgressState::InProgress => {}
-                }
-            }
-            Err(ToolError::new(ToolErrorCode::Internal, "the browser closed"))
         })
-        .await
-        .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the download did not finish in 60 s"))??;
-        let (guid, file_path, bytes) = done;
-        let path = file_path.map_or_else(|| dir.join(&guid), std::path::PathBuf::from);
-        Ok(json!({ "target": target, "path": path.display().to_string(), "bytes": bytes }))
-    }
-
-    /// Waits for the instance to be usable (L3, L10).
-    async fn ready(&self) -> Result<u64, ToolError> {
-        let health = self.host.health(&self.instance);
-        if !health.state.is_usable() {
-            return Err(ToolError::new(
-                ToolErrorCode::NotReady,
-                format!("the browser is {}, not ready", health.state),
-            )
-            .with_cause(json!({ "state": health.state })));
-        }
-        Ok(health.boot_id)
-    }
-
-    async fn navigate(&self, input: &Value) -> Result<Value, ToolError> {
-        let url = text(input, "url")?;
-        let boot_id = self.ready().await?;
-        let (target, page) = match input.get("target").and_then(Value::as_str) {
-            Some(_) => self.target(input).await?,
-            None => {
-                self.open_target(
-                    boot_id,
-                    input.get("keepAlive").and_then(Value::as_bool).unwrap_or(false),
-                )
-                .await?
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(30), page.goto(url))
-            .await
-            .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the page did not load in 30 s"))?
-            .map_err(|e| cdp(&e))?;
-        let landed = page.url().await.map_err(|e| cdp(&e))?.unwrap_or_default();
-        Ok(json!({ "target": target, "url": landed }))
     }
 
     /// Opens a new target (tab) and starts its request log. A second open target needs
@@ -367,40 +269,16 @@ impl ToolHost {
             .values()
             .filter(|t| t.boot_id == boot_id)
             .count();
-        if open >= 1 && !self.manifest.browser.capabilities.multi_target {
-            return Err(ToolError::unsupported("browser.tabs", "multiTarget"));
+        if open >= 1 {
+            self.option_gate(ToolId::Tabs, Capability::MultiTarget)?;
         }
-        let browser = self.host.attach(&self.instance).await.ok_or_else(|| {
-            ToolError::new(ToolErrorCode::NotReady, "the browser is not running")
-                .with_cause(json!({ "state": "stopped" }))
-        })?;
-        let page = browser
+        let page = self
+            .browser()
+            .await?
             .new_page()
             .await
             .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
-        let requests: Arc<std::sync::Mutex<Vec<Value>>> = Arc::default();
-        let mut responses = page
-            .event_listener::<chromiumoxide::cdp::browser_protocol::network::EventResponseReceived>()
-            .await
-            .map_err(|e| cdp(&e))?;
-        let log = requests.clone();
-        tokio::spawn(async move {
-            use futures_util::StreamExt as _;
-            while let Some(event) = responses.next().await {
-                let entry = json!({
-                    "requestId": event.request_id.inner(),
-                    "url": event.response.url,
-                    "status": event.response.status,
-                    "mimeType": event.response.mime_type,
-                    "type": format!("{:?}", event.r#type),
-                });
-                let mut log = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                if log.len() >= REQUEST_LOG {
-                    log.remove(0);
-                }
-                log.push(entry);
-            }
-        });
+        let requests = page::log_responses(&page).await?;
         let id = format!(
             "t{boot_id}-{}",
             self.next_target.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -411,60 +289,19 @@ impl ToolHost {
                 boot_id,
                 page: page.clone(),
                 keep_alive,
+                last_used: Instant::now(),
                 requests,
             },
         );
         Ok((id, page))
     }
 
-    /// `browser.tabs`: `list`, `open` (optionally `keepAlive`, `url`), `close`.
-    async fn tabs(&self, input: &Value) -> Result<Value, ToolError> {
+    /// The target `id`: unknown -> `not_found`; issued by a previous boot ->
+    /// `browser:target_gone`, never rebound (L12). Using it resets its idle time (L11).
+    async fn target(&self, id: &str) -> Result<Page, ToolError> {
         let boot_id = self.ready().await?;
-        match input.get("action").and_then(Value::as_str).unwrap_or("list") {
-            "list" => {
-                let targets = self.targets.lock().await;
-                let mut list: Vec<Value> = targets
-                    .iter()
-                    .filter(|(_, t)| t.boot_id == boot_id)
-                    .map(|(id, t)| json!({ "target": id, "keepAlive": t.keep_alive }))
-                    .collect();
-                list.sort_by(|a, b| a["target"].as_str().cmp(&b["target"].as_str()));
-                Ok(json!({ "targets": list }))
-            }
-            "open" => {
-                let keep_alive = input.get("keepAlive").and_then(Value::as_bool).unwrap_or(false);
-                let (id, page) = self.open_target(boot_id, keep_alive).await?;
-                if let Some(url) = input.get("url").and_then(Value::as_str) {
-                    page.goto(url).await.map_err(|e| cdp(&e))?;
-                }
-                Ok(json!({ "target": id, "keepAlive": keep_alive }))
-            }
-            "close" => {
-                let (id, _) = self.target(input).await?;
-                if let Some(target) = self.targets.lock().await.remove(&id) {
-                    target.page.close().await.map_err(|e| cdp(&e))?;
-                }
-                Ok(json!({ "closed": id }))
-            }
-            other => Err(ToolError::new(
-                ToolErrorCode::InputInvalid,
-                format!("unknown tabs action {other}"),
-            )),
-        }
-    }
-
-    /// The target named in `input`: unknown -> `not_found`; issued by a previous boot ->
-    /// `browser:target_gone`, never rebound (L12).
-    async fn target(&self, input: &Value) -> Result<(String, Page), ToolError> {
-        let id = text(input, "target")?;
-        let boot_id = self.ready().await?;
-        let target = self
-            .targets
-            .lock()
-            .await
-            .get(id)
-            .cloned()
-            .ok_or_else(|| not_found(id))?;
+        let mut targets = self.targets.lock().await;
+        let target = targets.get_mut(id).ok_or_else(|| page::not_found(id))?;
         if target.boot_id != boot_id {
             return Err(ToolError::new(
                 ToolErrorCode::TargetGone,
@@ -472,21 +309,81 @@ impl ToolHost {
             )
             .with_cause(json!({ "target": id })));
         }
-        Ok((id.to_owned(), target.page))
-    }
-
-    /// Whether `target`'s request log has a response for `request_id`.
-    async fn has_logged(&self, target: &str, request_id: &str) -> bool {
-        let Some(requests) = self.targets.lock().await.get(target).map(|t| t.requests.clone()) else {
-            return false;
-        };
-        let log = requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        log.iter().any(|entry| entry["requestId"] == request_id)
+        target.last_used = Instant::now();
+        Ok(target.page.clone())
     }
 
     /// Whether `target` was opened with `keepAlive` (L11).
     pub async fn is_kept_alive(&self, target: &str) -> bool {
         self.targets.lock().await.get(target).is_some_and(|t| t.keep_alive)
+    }
+
+    /// The idle reaper's round at `now` (`supervision.idleReapMs`, L11): closes every target no
+    /// call has used for that long, never a `keepAlive` one. Without `idleReapMs` (or with 0)
+    /// nothing is reaped. Returns how many it closed.
+    pub async fn reap_idle(&self, now: Instant) -> usize {
+        let Some(idle) = self.idle_reap() else { return 0 };
+        let reaped: Vec<Target> = {
+            let mut targets = self.targets.lock().await;
+            let stale: Vec<String> = targets
+                .iter()
+                .filter(|(_, t)| !t.keep_alive && now.saturating_duration_since(t.last_used) >= idle)
+                .map(|(id, _)| id.clone())
+                .collect();
+            stale.iter().filter_map(|id| targets.remove(id)).collect()
+        };
+        for target in &reaped {
+            let _ = target.page.clone().close().await;
+        }
+        reaped.len()
+    }
+
+    fn idle_reap(&self) -> Option<Duration> {
+        self.manifest
+            .browser
+            .lifecycle
+            .supervision
+            .idle_reap_ms
+            .filter(|ms| *ms > 0)
+            .map(Duration::from_millis)
+    }
+
+    /// Runs the idle reaper every `idleReapMs / 2` (none without `idleReapMs`), until the
+    /// handle drops.
+    pub fn start_idle_reaper(self: &Arc<Self>) -> Option<IdleReaper> {
+        let idle = self.idle_reap()?;
+        let host = Arc::downgrade(self);
+        Some(IdleReaper(tokio::spawn(async move {
+            let mut ticks = tokio::time::interval((idle / 2).max(Duration::from_millis(10)));
+            loop {
+                ticks.tick().await;
+                let Some(host) = host.upgrade() else { return };
+                host.reap_idle(Instant::now()).await;
+            }
+        })))
+    }
+}
+
+/// The idle reaper of a [`ToolHost`]; it ends when this is dropped.
+#[derive(Debug)]
+pub struct IdleReaper(tokio::task::JoinHandle<()>);
+
+impl Drop for IdleReaper {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// `browser.tabs` without an `action` lists.
+fn tabs_input(input: &Value) -> Value {
+    match input {
+        Value::Object(fields) if !fields.contains_key("action") => {
+            let mut fields = fields.clone();
+            fields.insert("action".into(), "list".into());
+            Value::Object(fields)
+        }
+        Value::Null => json!({ "action": "list" }),
+        other => other.clone(),
     }
 }
 
@@ -494,7 +391,7 @@ impl ToolHost {
 /// handles of closed tabs go with them.
 #[async_trait::async_trait]
 impl LiveInstances for ToolHost {
-    async fn forget(&self, scope: Scope<'_>, origins: &[String]) -> Result<Forgotten, String> {
+    async fn forget(&self, scope: Scope<'_>, origins: &[String]) -> Result<Forgotten, LiveError> {
         let mut closing = Vec::new();
         for (id, target) in self.targets.lock().await.iter() {
             let url = target.page.url().await.ok().flatten().unwrap_or_default();
@@ -511,67 +408,16 @@ impl LiveInstances for ToolHost {
         Ok(forgotten)
     }
 
-    async fn inject(&self, injection: &crate::consent::Injection) -> Result<usize, String> {
-        match self.host.attach(&self.instance).await {
-            Some(browser) => browser.inject(injection).await.map_err(|e| e.to_string()),
+    async fn inject(&self, injection: &Injection) -> Result<usize, LiveError> {
+        match self.host.attach(self.instance.as_str()).await {
+            Some(browser) => browser.inject(injection).await.map_err(|e| match e {
+                crate::chromium::BrowserError::Live(live) => live,
+                other => LiveError::Refused {
+                    step: "putting granted material in",
+                    detail: other.to_string(),
+                },
+            }),
             None => Ok(0),
         }
     }
-}
-
-/// CDP methods that read or write cookies or storage: refused through `browser.cdp_send`.
-fn touches_session_material(method: &str) -> bool {
-    const DOMAINS: [&str; 4] = ["Storage.", "DOMStorage.", "IndexedDB.", "CacheStorage."];
-    const NETWORK: [&str; 6] = [
-        "Network.getCookies",
-        "Network.getAllCookies",
-        "Network.setCookie",
-        "Network.setCookies",
-        "Network.deleteCookies",
-        "Network.clearBrowserCookies",
-    ];
-    DOMAINS.iter().any(|d| method.starts_with(d)) || NETWORK.contains(&method)
-}
-
-/// A CDP command by name, for `browser.cdp_send`: its params are sent as given, its result
-/// comes back as JSON.
-#[derive(Debug)]
-struct RawCommand {
-    method: String,
-    params: Value,
-}
-
-impl serde::Serialize for RawCommand {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.params.serialize(serializer)
-    }
-}
-
-impl chromiumoxide::Method for RawCommand {
-    fn identifier(&self) -> chromiumoxide::types::MethodId {
-        self.method.clone().into()
-    }
-}
-
-impl chromiumoxide::Command for RawCommand {
-    type Response = Value;
-}
-
-fn text<'a>(input: &'a Value, field: &str) -> Result<&'a str, ToolError> {
-    input
-        .get(field)
-        .and_then(Value::as_str)
-        .ok_or_else(|| ToolError::new(ToolErrorCode::InputInvalid, format!("{field} is required")))
-}
-
-fn not_found(what: &str) -> ToolError {
-    ToolError::new(ToolErrorCode::NotFound, format!("nothing matches {what}"))
-}
-
-fn cdp(error: &chromiumoxide::error::CdpError) -> ToolError {
-    // CDP's text may quote what a page or a command held (C9): only its head crosses.
-    ToolError::new(
-        ToolErrorCode::Internal,
-        format!("the browser failed: {}", crate::chromium::scrub(&error.to_string())),
-    )
 }

@@ -200,9 +200,16 @@ pub async fn story(stage: &Stage, target: &Target, logs: &Captured) {
         spki_pins: vec![spki_pin(&stage.cert_pem).unwrap()],
     };
     let host = BrowserHost::new();
-    let browser = host.launch(&browser_config, "e2e", &|_| {}).await.unwrap();
+    let launched = host.launch(&browser_config, "e2e", &|_| {}).await.unwrap();
     let again = host.launch(&browser_config, "e2e", &|_| {}).await.unwrap();
-    assert_eq!(browser.pid(), again.pid(), "launch is idempotent per instance key");
+    // L2: the second launch returns the same browser and says it was already running.
+    assert!(!launched.was_already_running && again.was_already_running);
+    let browser = launched.browser;
+    assert_eq!(
+        browser.pid(),
+        again.browser.pid(),
+        "launch is idempotent per instance key"
+    );
     let page = browser.new_page().await.unwrap();
     let mut requests = page.event_listener::<EventRequestWillBeSent>().await.unwrap();
 

@@ -1,6 +1,6 @@
 use super::*;
 
-const AT: &str = "2026-11-30T10:00:00Z";
+const AT: UnixTime = UnixTime::from_secs(1_796_032_800);
 
 fn scratch(label: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("pap-ledger-{label}-{}", std::process::id()));
@@ -8,36 +8,34 @@ fn scratch(label: &str) -> PathBuf {
     dir
 }
 
-fn human() -> Option<Actor> {
-    Some(Actor {
-        kind: "human".into(),
+fn actor(kind: ActorKind) -> Actor {
+    Actor {
+        kind,
         via: Some("cli".into()),
         device_id: None,
-    })
+    }
 }
 
 fn grant() -> Entry {
     Entry {
-        event: "grant".into(),
-        actor: human(),
-        grant_id: Some("g1".into()),
-        session_id: Some("s1".into()),
-        domains: Some(vec!["shop.example".into()]),
-        cookie_count: Some(2),
-        ..Entry::default()
+        actor: actor(ActorKind::Human),
+        event: Event::Grant {
+            grant_id: "g1".into(),
+            session_id: "s1".into(),
+            domains: Some(vec!["shop.example".into()]),
+            cookie_count: 2,
+            name_hashes: Vec::new(),
+        },
     }
 }
 
 fn deny() -> Entry {
     Entry {
-        event: "deny".into(),
-        actor: Some(Actor {
-            kind: "agent".into(),
-            via: Some("tool".into()),
-            device_id: None,
-        }),
-        reason: Some("widening refused".into()),
-        ..Entry::default()
+        actor: actor(ActorKind::Agent),
+        event: Event::Deny {
+            grant_id: None,
+            reason: "widening refused".into(),
+        },
     }
 }
 
@@ -71,9 +69,10 @@ fn appends_chain_and_verify() {
     let (dir, ledger) = three("chain");
     assert_eq!(ledger.verify().unwrap().records, 3);
     let lines = lines(&ledger);
-    let first: Value = serde_json::from_str(&lines[0]).unwrap();
-    let second: Value = serde_json::from_str(&lines[1]).unwrap();
+    let first: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    let second: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
     assert!(first.get("prev").is_none());
+    assert_eq!(first["at"], "2026-11-30T10:00:00Z");
     assert_eq!(second["prev"], hex(&Sha256::digest(lines[0].as_bytes())));
     assert_eq!(second["seq"], 1);
     #[cfg(unix)]
@@ -132,24 +131,181 @@ fn records_outside_the_schema_are_refused_and_change_nothing() {
     let (dir, ledger) = three("schema");
     let before = lines(&ledger);
     let by_agent = Entry {
-        actor: Some(Actor {
-            kind: "agent".into(),
-            via: None,
-            device_id: None,
-        }),
+        actor: actor(ActorKind::Agent),
         ..grant()
     };
-    assert!(matches!(ledger.append(&by_agent, AT), Err(LedgerError::Invalid(_))));
-    let no_reason = Entry { reason: None, ..deny() };
-    assert!(matches!(ledger.append(&no_reason, AT), Err(LedgerError::Invalid(_))));
-    let wildcard = Entry {
-        domains: Some(vec!["*.shop.example".into()]),
-        ..grant()
+    assert!(matches!(
+        ledger.append(&by_agent, AT),
+        Err(LedgerError::Invalid(RecordError::ActorMayNot { .. }))
+    ));
+    let sink_ack_by_system = Entry {
+        actor: actor(ActorKind::System),
+        event: Event::SinkAck {
+            grant_id: "g1".into(),
+            sink_id: "cloud".into(),
+            reason: None,
+        },
     };
-    assert!(matches!(ledger.append(&wildcard, AT), Err(LedgerError::Invalid(_))));
+    assert!(matches!(
+        ledger.append(&sink_ack_by_system, AT),
+        Err(LedgerError::Invalid(_))
+    ));
+    let long_reason = Entry {
+        event: Event::Deny {
+            grant_id: None,
+            reason: "x".repeat(MAX_REASON + 1),
+        },
+        ..deny()
+    };
+    assert!(matches!(
+        ledger.append(&long_reason, AT),
+        Err(LedgerError::Invalid(RecordError::ReasonTooLong))
+    ));
+    for bad in ["*.shop.example", ".shop.example", "Shop.example", "example", "10.0.0.1"] {
+        let wildcard = Entry {
+            event: Event::Grant {
+                grant_id: "g1".into(),
+                session_id: "s1".into(),
+                domains: Some(vec![bad.into()]),
+                cookie_count: 2,
+                name_hashes: Vec::new(),
+            },
+            ..grant()
+        };
+        assert!(
+            matches!(
+                ledger.append(&wildcard, AT),
+                Err(LedgerError::Invalid(RecordError::Domain))
+            ),
+            "{bad}"
+        );
+    }
     assert_eq!(lines(&ledger), before);
     assert_eq!(ledger.verify().unwrap().records, 3);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_line_the_schema_refuses_is_not_a_record_either() {
+    // Lines the schema refuses (each checked against it too), by hand: a deny without a
+    // reason, a grant with both scopes, fullProfile false, an unknown field, a time that is
+    // not RFC 3339, an agent granting.
+    let base = r#"{"seq":0,"at":"2026-12-01T10:00:00Z","event":"deny","actor":{"kind":"agent"},"reason":"r"}"#;
+    assert!(Record::parse_line(base).is_ok());
+    for bad in [
+        r#"{"seq":0,"at":"2026-12-01T10:00:00Z","event":"deny","actor":{"kind":"agent"}}"#,
+        r#"{"seq":0,"at":"2026-12-01T10:00:00Z","event":"grant","actor":{"kind":"human"},"grantId":"g","sessionId":"s","cookieCount":1,"domains":["shop.example"],"fullProfile":true}"#,
+        r#"{"seq":0,"at":"2026-12-01T10:00:00Z","event":"grant","actor":{"kind":"human"},"grantId":"g","sessionId":"s","cookieCount":1,"fullProfile":false}"#,
+        r#"{"seq":0,"at":"2026-12-01T10:00:00Z","event":"deny","actor":{"kind":"agent"},"reason":"r","value":"x"}"#,
+        r#"{"seq":0,"at":"2026-12-01T10:00:00Z","event":"grant","actor":{"kind":"agent"},"grantId":"g","sessionId":"s","cookieCount":1,"domains":["shop.example"]}"#,
+        r#"{"seq":0,"at":"2026-12-01T10:00:00Z","event":"revoke","actor":{"kind":"human"},"grantId":"g"}"#,
+    ] {
+        assert!(Record::parse_line(bad).is_err(), "{bad}");
+        let value: serde_json::Value = serde_json::from_str(bad).unwrap();
+        assert!(
+            crate::spec::schema::check_def("ledgerRecord", &value).is_err(),
+            "the schema takes {bad}"
+        );
+    }
+    // The schema's `format: date-time` is an annotation its validators need not assert; the
+    // ledger reads only RFC 3339 in UTC.
+    let vague = r#"{"seq":0,"at":"yesterday","event":"deny","actor":{"kind":"agent"},"reason":"r"}"#;
+    assert!(Record::parse_line(vague).is_err());
+}
+
+#[test]
+fn every_event_the_host_writes_fits_the_schema() {
+    // Lockstep: one record of each event, with every optional field, serialised by the typed
+    // writer and checked against `$defs/ledgerRecord`.
+    let hash = "ab".repeat(32);
+    let events = [
+        (
+            ActorKind::Human,
+            Event::Grant {
+                grant_id: "g".into(),
+                session_id: "s".into(),
+                domains: Some(vec!["shop.example".into()]),
+                cookie_count: 2,
+                name_hashes: vec![hash.clone()],
+            },
+        ),
+        (
+            ActorKind::Human,
+            Event::Grant {
+                grant_id: "g".into(),
+                session_id: "s".into(),
+                domains: None,
+                cookie_count: 2,
+                name_hashes: Vec::new(),
+            },
+        ),
+        (
+            ActorKind::Agent,
+            Event::Refresh {
+                grant_id: "g".into(),
+                domains: vec!["shop.example".into()],
+                full_profile: false,
+                cookie_count: 1,
+                name_hashes: vec![hash.clone()],
+            },
+        ),
+        (
+            ActorKind::Human,
+            Event::Refresh {
+                grant_id: "g".into(),
+                domains: Vec::new(),
+                full_profile: true,
+                cookie_count: 1,
+                name_hashes: Vec::new(),
+            },
+        ),
+        (
+            ActorKind::System,
+            Event::Revoke {
+                grant_id: "g".into(),
+                domains: Some(vec!["www.shop.example".into()]),
+                derived: Derived {
+                    local: LocalOutcome::Deleted,
+                    remote: RemoteOutcome::NotApplicable,
+                },
+                reason: Some("a running browser could not be cleaned".into()),
+            },
+        ),
+        (
+            ActorKind::Human,
+            Event::SinkAck {
+                grant_id: "g".into(),
+                sink_id: "cloud".into(),
+                reason: Some("operated by Example Inc".into()),
+            },
+        ),
+        (
+            ActorKind::Agent,
+            Event::Deny {
+                grant_id: Some("g".into()),
+                reason: "widening refused".into(),
+            },
+        ),
+    ];
+    for (seq, (kind, event)) in events.into_iter().enumerate() {
+        let record = Record {
+            seq: seq as u64,
+            at: AT,
+            prev: (seq > 0).then(|| hash.clone()),
+            entry: Entry {
+                actor: Actor {
+                    kind,
+                    via: Some("cli".into()),
+                    device_id: Some("phone".into()),
+                },
+                event,
+            },
+        };
+        let line = record.to_line();
+        let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+        crate::spec::schema::check_def("ledgerRecord", &value).unwrap_or_else(|e| panic!("{line}: {e}"));
+        assert_eq!(Record::parse_line(&line).unwrap(), record, "{line}");
+    }
 }
 
 #[test]

@@ -1,6 +1,7 @@
 use std::path::PathBuf;
 
 use super::*;
+use crate::spec::{Capability, Level};
 
 fn shipped() -> String {
     std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("providers/chromium/BROWSER.md")).unwrap()
@@ -28,7 +29,13 @@ fn the_shipped_chromium_manifest_is_valid() {
     assert!(manifest.browser.capabilities.cdp);
     assert_eq!(
         manifest.browser.conformance,
-        ["core", "interaction", "network", "download", "profile"]
+        [
+            Level::Core,
+            Level::Interaction,
+            Level::Network,
+            Level::Download,
+            Level::Profile
+        ]
     );
 }
 
@@ -164,13 +171,24 @@ fn the_schema_and_the_capability_type_name_the_same_capabilities() {
     in_schema.sort();
     in_type.sort();
     assert_eq!(in_schema, in_type);
-    for name in in_schema {
-        if name != "recording" {
-            let mut caps = serde_json::Map::new();
-            caps.insert(name.clone(), serde_json::Value::Bool(true));
-            let caps: Capabilities = serde_json::from_value(serde_json::Value::Object(caps)).unwrap();
-            assert!(caps.has(name), "{name}");
-        }
+    let booleans: Vec<&String> = in_schema.into_iter().filter(|n| *n != "recording").collect();
+    assert_eq!(booleans.len(), Capability::ALL.len());
+    for name in booleans {
+        let capability = Capability::ALL
+            .into_iter()
+            .find(|c| c.as_str() == name)
+            .unwrap_or_else(|| panic!("no Capability spells {name}"));
+        let mut caps = serde_json::Map::new();
+        caps.insert(name.clone(), serde_json::Value::Bool(true));
+        let caps: Capabilities = serde_json::from_value(serde_json::Value::Object(caps)).unwrap();
+        assert!(caps.has(capability), "{name}");
+        assert!(
+            Capability::ALL
+                .into_iter()
+                .filter(|c| *c != capability)
+                .all(|c| !caps.has(c)),
+            "{name}"
+        );
     }
 }
 

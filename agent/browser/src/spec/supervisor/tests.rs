@@ -1,4 +1,5 @@
 use super::*;
+use crate::spec::Operator;
 
 const KEY: &str = "chromium:default";
 
@@ -12,9 +13,9 @@ fn launch_is_idempotent_per_instance_key() {
     assert_eq!(s.launch(KEY, 0), Ok(Launch::Spawn { boot_id: 1 }));
     // While starting: no second spawn.
     assert_eq!(s.launch(KEY, 10), Ok(Launch::AlreadyStarting { boot_id: 1 }));
-    s.probe_succeeded(KEY);
+    s.probe_succeeded(KEY, 0);
     assert_eq!(s.launch(KEY, 20), Ok(Launch::AlreadyRunning { boot_id: 1 }));
-    s.probe_failed(KEY);
+    s.probe_failed(KEY, 0);
     assert_eq!(s.health(KEY).state, InstanceState::Degraded);
     assert_eq!(s.launch(KEY, 30), Ok(Launch::AlreadyRunning { boot_id: 1 }));
     // Another key is another instance.
@@ -50,9 +51,9 @@ fn failures_outside_the_window_or_broken_by_a_success_do_not_count() {
     assert!(!s.launch_failed(KEY, 400_000, "c"));
     // A success resets the run of failures.
     s.launch(KEY, 400_001).unwrap();
-    s.probe_succeeded(KEY);
-    s.stop(KEY);
-    s.gone(KEY);
+    s.probe_succeeded(KEY, 0);
+    s.stop(KEY, 0);
+    s.gone(KEY, 0);
     s.launch(KEY, 400_002).unwrap();
     assert!(!s.launch_failed(KEY, 400_002, "d"));
     assert_eq!(s.health(KEY).state, InstanceState::Stopped);
@@ -77,7 +78,11 @@ fn time_and_retries_never_clear_a_crash_loop_only_an_operator_reset() {
         ));
     }
     assert_eq!(
-        s.reset(KEY, 100_000_001, OperatorReset::from_operator_command()),
+        s.reset(
+            KEY,
+            100_000_001,
+            OperatorReset::new(&Operator::from_operator_channel("test"))
+        ),
         Ok(Launch::Spawn { boot_id: 4 })
     );
     assert_eq!(s.health(KEY).state, InstanceState::Starting);
@@ -93,7 +98,7 @@ fn a_slow_launch_that_keeps_progressing_is_neither_killed_nor_counted() {
         s.progress(KEY, now);
         assert_eq!(s.tick(KEY, now), None, "killed at {now} ms while progressing");
     }
-    s.probe_succeeded(KEY);
+    s.probe_succeeded(KEY, 0);
     assert_eq!(s.health(KEY).state, InstanceState::Healthy);
     assert_eq!(s.health(KEY).reason, None);
 }
@@ -142,7 +147,7 @@ fn calls_while_starting_wait_the_remaining_budget_then_fail_retryable() {
         }
         other => panic!("{other:?}"),
     }
-    s.probe_succeeded(KEY);
+    s.probe_succeeded(KEY, 0);
     assert_eq!(s.call(KEY, 122_000), CallGate::Proceed);
 }
 
@@ -150,9 +155,9 @@ fn calls_while_starting_wait_the_remaining_budget_then_fail_retryable() {
 fn not_ready_carries_the_state_and_stop_is_idempotent() {
     let mut s = supervisor();
     s.launch(KEY, 0).unwrap();
-    s.probe_succeeded(KEY);
-    assert!(s.stop(KEY));
-    assert!(!s.stop(KEY), "a second stop changes nothing");
+    s.probe_succeeded(KEY, 0);
+    assert!(s.stop(KEY, 0));
+    assert!(!s.stop(KEY, 0), "a second stop changes nothing");
     match s.call(KEY, 1) {
         CallGate::Refuse(error) => {
             assert_eq!(error.code, ToolErrorCode::NotReady);
@@ -160,9 +165,9 @@ fn not_ready_carries_the_state_and_stop_is_idempotent() {
         }
         other => panic!("{other:?}"),
     }
-    s.gone(KEY);
+    s.gone(KEY, 0);
     assert_eq!(s.health(KEY).state, InstanceState::Stopped);
-    assert!(!s.stop(KEY));
+    assert!(!s.stop(KEY, 0));
     // Relaunch: a new boot.
     assert_eq!(s.launch(KEY, 2), Ok(Launch::Spawn { boot_id: 2 }));
 }
@@ -200,7 +205,11 @@ fn failures_and_crash_looping_outlive_the_host_and_nothing_else_does() {
         ToolErrorCode::CrashLooping
     );
     assert!(matches!(
-        third.reset(KEY, 1_000_001, OperatorReset::from_operator_command()),
+        third.reset(
+            KEY,
+            1_000_001,
+            OperatorReset::new(&Operator::from_operator_channel("test"))
+        ),
         Ok(Launch::Spawn { .. })
     ));
 }

@@ -1,0 +1,204 @@
+//! Each reserved tool's input, parsed once at the tool surface (serde, closed shapes): a field
+//! that is missing, unknown or of the wrong type is `input_invalid` naming the field, before
+//! anything touches the browser. Nothing here echoes an input's value back.
+
+use serde::Deserialize;
+use serde_json::Value;
+use zeroize::Zeroizing;
+
+/// `browser.navigate`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct Navigate {
+    /// Where to go.
+    pub(super) url: String,
+    /// An open target; absent opens a new one.
+    #[serde(default)]
+    pub(super) target: Option<String>,
+    /// For a new target: no idle reaper closes it (L11).
+    #[serde(default)]
+    pub(super) keep_alive: bool,
+}
+
+/// A tool that acts on one target.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct OnTarget {
+    /// The target handle.
+    pub(super) target: String,
+}
+
+/// `browser.evaluate`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct Evaluate {
+    /// The target handle.
+    pub(super) target: String,
+    /// The expression.
+    pub(super) expression: String,
+}
+
+/// `browser.get_dom`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct GetDom {
+    /// The target handle.
+    pub(super) target: String,
+    /// One element's subtree; absent: the document.
+    #[serde(default)]
+    pub(super) selector: Option<String>,
+}
+
+/// `browser.screenshot`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct Screenshot {
+    /// The target handle.
+    pub(super) target: String,
+    /// The whole page, not the viewport (gate `fullPageScreenshot`).
+    #[serde(default)]
+    pub(super) full_page: bool,
+}
+
+/// `browser.click`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct Click {
+    /// The target handle.
+    pub(super) target: String,
+    /// The element.
+    pub(super) selector: String,
+    /// Input at browser level (gate `trustedInput`); otherwise a page-level click.
+    #[serde(default)]
+    pub(super) trusted: bool,
+}
+
+/// `browser.fill`. The value is kept in memory that is wiped when dropped, and never echoed.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct Fill {
+    /// The target handle.
+    pub(super) target: String,
+    /// The element.
+    pub(super) selector: String,
+    /// What to type.
+    #[serde(deserialize_with = "zeroizing")]
+    pub(super) value: Zeroizing<String>,
+    /// Input at browser level (gate `trustedInput`); otherwise set at page level.
+    #[serde(default)]
+    pub(super) trusted: bool,
+}
+
+impl std::fmt::Debug for Fill {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fill")
+            .field("target", &self.target)
+            .field("selector", &self.selector)
+            .field("value", &"[not shown]")
+            .finish()
+    }
+}
+
+fn zeroizing<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Zeroizing<String>, D::Error> {
+    String::deserialize(deserializer).map(Zeroizing::new)
+}
+
+/// `browser.tabs`, by action.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "action", rename_all = "camelCase", deny_unknown_fields)]
+pub(super) enum Tabs {
+    /// The targets of the running boot.
+    List,
+    /// A new target (a second one needs `multiTarget`).
+    #[serde(rename_all = "camelCase")]
+    Open {
+        /// No idle reaper closes it (L11).
+        #[serde(default)]
+        keep_alive: bool,
+        /// Where to go.
+        #[serde(default)]
+        url: Option<String>,
+    },
+    /// Close a target.
+    Close {
+        /// The target handle.
+        target: String,
+    },
+}
+
+/// `browser.get_request_body`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct GetRequestBody {
+    /// The target handle.
+    pub(super) target: String,
+    /// A request id from `browser.list_requests`.
+    pub(super) request_id: String,
+}
+
+/// `browser.cdp_send`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct CdpSend {
+    /// The target handle.
+    pub(super) target: String,
+    /// The CDP method.
+    pub(super) method: String,
+    /// Its parameters.
+    #[serde(default)]
+    pub(super) params: Option<Value>,
+}
+
+/// `browser.download`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct Download {
+    /// The target handle.
+    pub(super) target: String,
+    /// What to download.
+    pub(super) url: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::spec::{ToolErrorCode, ToolId};
+
+    fn parse<T: serde::de::DeserializeOwned>(tool: ToolId, input: &Value) -> Result<T, crate::spec::ToolError> {
+        tool.parse_input(input)
+    }
+
+    #[test]
+    fn inputs_are_closed_and_errors_name_the_field_never_the_value() {
+        let missing = parse::<Evaluate>(ToolId::Evaluate, &json!({"target": "t1-1"})).unwrap_err();
+        assert_eq!(missing.code, ToolErrorCode::InputInvalid);
+        assert!(missing.message.contains("expression"), "{}", missing.message);
+        let unknown = parse::<OnTarget>(ToolId::ListRequests, &json!({"target": "t", "extra": 1})).unwrap_err();
+        assert!(unknown.message.contains("extra"), "{}", unknown.message);
+        let wrong = parse::<Fill>(ToolId::Fill, &json!({"target": "t", "selector": "#a", "value": 7})).unwrap_err();
+        assert!(
+            wrong.message.contains("value") || wrong.message.contains("integer"),
+            "{}",
+            wrong.message
+        );
+        let secret = parse::<Click>(
+            ToolId::Click,
+            &json!({"target": "t", "selector": "#a", "trusted": "hunter2-secret"}),
+        )
+        .unwrap_err();
+        assert!(!secret.message.contains("hunter2"), "{}", secret.message);
+        let tabs = parse::<Tabs>(ToolId::Tabs, &json!({"action": "open", "keepAlive": true})).unwrap();
+        assert!(matches!(
+            tabs,
+            Tabs::Open {
+                keep_alive: true,
+                url: None
+            }
+        ));
+        assert!(parse::<Tabs>(ToolId::Tabs, &json!({"action": "shred"})).is_err());
+        let fill: Fill = parse(ToolId::Fill, &json!({"target": "t", "selector": "#a", "value": "pw"})).unwrap();
+        assert!(!format!("{fill:?}").contains("pw\""));
+    }
+}

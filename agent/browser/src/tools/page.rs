@@ -1,0 +1,327 @@
+//! The tools that act on a page, one method each: navigate, evaluate, get_dom, screenshot,
+//! click, fill, tabs, list_requests, get_request_body, cdp_send, download.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use chromiumoxide::Page;
+use futures_util::StreamExt as _;
+use serde_json::{Value, json};
+
+use super::cdp_send::{RawCommand, touches_session_material};
+use super::input::{self, Tabs};
+use super::{Target, ToolHost};
+use crate::spec::{Capability, ToolError, ToolErrorCode, ToolId};
+
+/// How many responses a target's log keeps (the oldest drop first).
+const REQUEST_LOG: usize = 500;
+
+/// How long a navigation may take.
+const NAVIGATION: Duration = Duration::from_secs(30);
+
+/// How long a download may take.
+const DOWNLOAD: Duration = Duration::from_secs(60);
+
+impl ToolHost {
+    pub(super) async fn navigate(&self, input: input::Navigate) -> Result<Value, ToolError> {
+        let boot_id = self.ready().await?;
+        let (target, page) = match input.target {
+            Some(target) => {
+                let page = self.target(&target).await?;
+                (target, page)
+            }
+            None => self.open_target(boot_id, input.keep_alive).await?,
+        };
+        tokio::time::timeout(NAVIGATION, page.goto(input.url.as_str()))
+            .await
+            .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the page did not load in 30 s"))?
+            .map_err(|e| cdp(&e))?;
+        let landed = page.url().await.map_err(|e| cdp(&e))?.unwrap_or_default();
+        Ok(json!({ "target": target, "url": landed }))
+    }
+
+    pub(super) async fn evaluate(&self, input: input::Evaluate) -> Result<Value, ToolError> {
+        let page = self.target(&input.target).await?;
+        let result = page.evaluate(input.expression).await.map_err(|e| cdp(&e))?;
+        Ok(json!({ "target": input.target, "value": result.value().cloned().unwrap_or(Value::Null) }))
+    }
+
+    pub(super) async fn get_dom(&self, input: input::GetDom) -> Result<Value, ToolError> {
+        let page = self.target(&input.target).await?;
+        let html = match &input.selector {
+            Some(selector) => page
+                .find_element(selector.as_str())
+                .await
+                .map_err(|_| not_found(selector))?
+                .outer_html()
+                .await
+                .map_err(|e| cdp(&e))?
+                .unwrap_or_default(),
+            None => page.content().await.map_err(|e| cdp(&e))?,
+        };
+        Ok(json!({ "target": input.target, "html": html }))
+    }
+
+    pub(super) async fn screenshot(&self, input: input::Screenshot) -> Result<Value, ToolError> {
+        if input.full_page {
+            self.option_gate(ToolId::Screenshot, Capability::FullPageScreenshot)?;
+        }
+        let page = self.target(&input.target).await?;
+        let params = chromiumoxide::page::ScreenshotParams::builder()
+            .full_page(input.full_page)
+            .build();
+        let png = page.screenshot(params).await.map_err(|e| cdp(&e))?;
+        Ok(json!({
+            "target": input.target, "format": "png", "bytes": png.len(),
+            "data": base64::engine::general_purpose::STANDARD.encode(png),
+        }))
+    }
+
+    /// A page-level click (the element's `click()`, an untrusted event), or with `trusted` a
+    /// browser-level one (CDP `Input`, as a person's mouse: gate `trustedInput`).
+    pub(super) async fn click(&self, input: input::Click) -> Result<Value, ToolError> {
+        if input.trusted {
+            self.option_gate(ToolId::Click, Capability::TrustedInput)?;
+        }
+        let page = self.target(&input.target).await?;
+        if input.trusted {
+            let element = page
+                .find_element(input.selector.as_str())
+                .await
+                .map_err(|_| not_found(&input.selector))?;
+            element.click().await.map_err(|e| cdp(&e))?;
+        } else {
+            let script = format!(
+                "(() => {{ const e = document.querySelector({}); if (!e) return false; e.click(); return true; }})()",
+                literal(&input.selector)?
+            );
+            if !evaluated_true(&page, script).await? {
+                return Err(not_found(&input.selector));
+            }
+        }
+        Ok(json!({ "target": input.target, "clicked": input.selector, "trusted": input.trusted }))
+    }
+
+    /// Page-level input (the value set and `input`/`change` dispatched), or with `trusted`
+    /// browser-level typing (gate `trustedInput`). Never echoes what was typed (C9).
+    pub(super) async fn fill(&self, input: input::Fill) -> Result<Value, ToolError> {
+        if input.trusted {
+            self.option_gate(ToolId::Fill, Capability::TrustedInput)?;
+        }
+        let page = self.target(&input.target).await?;
+        let characters = input.value.chars().count();
+        if input.trusted {
+            let element = page
+                .find_element(input.selector.as_str())
+                .await
+                .map_err(|_| not_found(&input.selector))?;
+            element
+                .click()
+                .await
+                .map_err(|e| cdp(&e))?
+                .type_str(input.value.as_str())
+                .await
+                .map_err(|e| cdp(&e))?;
+        } else {
+            // The value travels inside the script as a JSON string literal; an error is cut
+            // before any quote (`cdp`), so it never comes back.
+            let script = zeroize::Zeroizing::new(format!(
+                "(() => {{ const e = document.querySelector({}); if (!e) return false; e.focus(); \
+                 const set = Object.getOwnPropertyDescriptor(Object.getPrototypeOf(e), 'value'); \
+                 if (set && set.set) {{ set.set.call(e, {}); }} else {{ e.value = {1}; }} \
+                 e.dispatchEvent(new Event('input', {{ bubbles: true }})); \
+                 e.dispatchEvent(new Event('change', {{ bubbles: true }})); return true; }})()",
+                literal(&input.selector)?,
+                literal(input.value.as_str())?
+            ));
+            if !evaluated_true(&page, script.as_str()).await? {
+                return Err(not_found(&input.selector));
+            }
+        }
+        Ok(json!({
+            "target": input.target, "filled": input.selector, "characters": characters, "trusted": input.trusted,
+        }))
+    }
+
+    /// `browser.tabs`: `list`, `open` (optionally `keepAlive`, `url`), `close`.
+    pub(super) async fn tabs(&self, input: Tabs) -> Result<Value, ToolError> {
+        let boot_id = self.ready().await?;
+        match input {
+            Tabs::List => {
+                let targets = self.targets.lock().await;
+                let mut list: Vec<Value> = targets
+                    .iter()
+                    .filter(|(_, t)| t.boot_id == boot_id)
+                    .map(|(id, t)| json!({ "target": id, "keepAlive": t.keep_alive }))
+                    .collect();
+                list.sort_by(|a, b| a["target"].as_str().cmp(&b["target"].as_str()));
+                Ok(json!({ "targets": list }))
+            }
+            Tabs::Open { keep_alive, url } => {
+                let (id, page) = self.open_target(boot_id, keep_alive).await?;
+                if let Some(url) = url {
+                    page.goto(url).await.map_err(|e| cdp(&e))?;
+                }
+                Ok(json!({ "target": id, "keepAlive": keep_alive }))
+            }
+            Tabs::Close { target } => {
+                self.target(&target).await?;
+                let closed: Option<Target> = self.targets.lock().await.remove(&target);
+                if let Some(closed) = closed {
+                    closed.page.close().await.map_err(|e| cdp(&e))?;
+                }
+                Ok(json!({ "closed": target }))
+            }
+        }
+    }
+
+    pub(super) async fn list_requests(&self, input: input::OnTarget) -> Result<Value, ToolError> {
+        self.target(&input.target).await?;
+        let log = self.targets.lock().await.get(&input.target).map(|t| t.requests.clone());
+        let requests = log
+            .map(|l| l.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone())
+            .unwrap_or_default();
+        Ok(json!({ "target": input.target, "requests": requests }))
+    }
+
+    pub(super) async fn get_request_body(&self, input: input::GetRequestBody) -> Result<Value, ToolError> {
+        use chromiumoxide::cdp::browser_protocol::network::GetResponseBodyParams;
+        let page = self.target(&input.target).await?;
+        let body = match page.execute(GetResponseBodyParams::new(input.request_id.clone())).await {
+            Ok(body) => body,
+            // A logged response whose body has not finished loading: retryable, not
+            // "no such request".
+            Err(_) if self.has_logged(&input.target, &input.request_id).await => {
+                return Err(ToolError::new(
+                    ToolErrorCode::Timeout,
+                    format!(
+                        "the body of request {} has not finished loading; ask again",
+                        input.request_id
+                    ),
+                ));
+            }
+            Err(_) => return Err(not_found(&input.request_id)),
+        };
+        Ok(json!({ "target": input.target, "body": body.result.body, "base64Encoded": body.result.base64_encoded }))
+    }
+
+    pub(super) async fn cdp_send(&self, input: input::CdpSend) -> Result<Value, ToolError> {
+        let page = self.target(&input.target).await?;
+        if touches_session_material(&input.method) {
+            // Cookies and storage enter or leave only through grants (C1, C9).
+            return Err(ToolError::new(
+                ToolErrorCode::InputInvalid,
+                format!(
+                    "{} reads or writes session material, which moves only through grants",
+                    input.method
+                ),
+            ));
+        }
+        let response = page
+            .execute(RawCommand {
+                method: input.method,
+                params: input.params.unwrap_or_else(|| json!({})),
+            })
+            .await
+            .map_err(|e| cdp(&e))?;
+        Ok(json!({ "target": input.target, "result": response.result }))
+    }
+
+    /// `browser.download`: the page fetches `url` as a download into a host path under the
+    /// state directory (0700), and the tool answers with the path and size once complete.
+    pub(super) async fn download(&self, input: input::Download) -> Result<Value, ToolError> {
+        use chromiumoxide::cdp::browser_protocol::browser::DownloadProgressState;
+        let page = self.target(&input.target).await?;
+        let browser = self.browser().await?;
+        let dir = crate::store::private_dir(&self.config.state_dir.join("downloads").join(self.instance.as_str()))
+            .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("the download directory: {e}")))?;
+        let internal = |e: crate::chromium::BrowserError| ToolError::new(ToolErrorCode::Internal, e.to_string());
+        browser.allow_downloads(&dir).await.map_err(internal)?;
+        let mut events = browser.download_events().await.map_err(internal)?;
+        let script = format!(
+            "(() => {{ const a = document.createElement('a'); a.href = {}; a.download = ''; \
+             document.body.appendChild(a); a.click(); return true; }})()",
+            literal(&input.url)?
+        );
+        page.evaluate(script).await.map_err(|e| cdp(&e))?;
+        let (guid, file_path, bytes) = tokio::time::timeout(DOWNLOAD, async {
+            while let Some(event) = events.next().await {
+                match event.state {
+                    DownloadProgressState::Completed => {
+                        return Ok((event.guid.clone(), event.file_path.clone(), event.received_bytes));
+                    }
+                    DownloadProgressState::Canceled => {
+                        return Err(ToolError::new(ToolErrorCode::Internal, "the download was canceled"));
+                    }
+                    DownloadProgressState::InProgress => {}
+                }
+            }
+            Err(ToolError::new(ToolErrorCode::Internal, "the browser closed"))
+        })
+        .await
+        .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the download did not finish in 60 s"))??;
+        let path = file_path.map_or_else(|| dir.join(&guid), std::path::PathBuf::from);
+        Ok(json!({ "target": input.target, "path": path.display().to_string(), "bytes": bytes }))
+    }
+
+    /// Whether `target`'s request log has a response for `request_id`.
+    async fn has_logged(&self, target: &str, request_id: &str) -> bool {
+        let Some(requests) = self.targets.lock().await.get(target).map(|t| t.requests.clone()) else {
+            return false;
+        };
+        let log = requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        log.iter().any(|entry| entry["requestId"] == request_id)
+    }
+}
+
+/// Starts logging `page`'s responses (the last [`REQUEST_LOG`]) for `browser.list_requests`.
+pub(super) async fn log_responses(page: &Page) -> Result<Arc<std::sync::Mutex<Vec<Value>>>, ToolError> {
+    use chromiumoxide::cdp::browser_protocol::network::EventResponseReceived;
+    let requests: Arc<std::sync::Mutex<Vec<Value>>> = Arc::default();
+    let mut responses = page
+        .event_listener::<EventResponseReceived>()
+        .await
+        .map_err(|e| cdp(&e))?;
+    let log = requests.clone();
+    tokio::spawn(async move {
+        while let Some(event) = responses.next().await {
+            let entry = json!({
+                "requestId": event.request_id.inner(),
+                "url": event.response.url,
+                "status": event.response.status,
+                "mimeType": event.response.mime_type,
+                "type": format!("{:?}", event.r#type),
+            });
+            let mut log = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if log.len() >= REQUEST_LOG {
+                log.remove(0);
+            }
+            log.push(entry);
+        }
+    });
+    Ok(requests)
+}
+
+/// `text` as a JavaScript string literal (JSON).
+fn literal(text: &str) -> Result<String, ToolError> {
+    serde_json::to_string(text).map_err(|_| ToolError::new(ToolErrorCode::InputInvalid, "not text"))
+}
+
+/// Evaluates `script` on `page`; whether it answered `true`.
+async fn evaluated_true(page: &Page, script: impl Into<String>) -> Result<bool, ToolError> {
+    let result = page.evaluate(script.into()).await.map_err(|e| cdp(&e))?;
+    Ok(result.value().and_then(Value::as_bool).unwrap_or(false))
+}
+
+pub(super) fn not_found(what: &str) -> ToolError {
+    ToolError::new(ToolErrorCode::NotFound, format!("nothing matches {what}"))
+}
+
+fn cdp(error: &chromiumoxide::error::CdpError) -> ToolError {
+    // CDP's text may quote what a page or a command held (C9): only its head crosses.
+    ToolError::new(
+        ToolErrorCode::Internal,
+        format!("the browser failed: {}", crate::chromium::scrub(&error.to_string())),
+    )
+}
