@@ -12,7 +12,7 @@
 //!   │
 //! consent   grants, sealed material, the hash-chained ledger, revoke (§4)
 //!   │
-//! spec      the vocabulary without I/O: lifecycle, supervisor, manifest and schema, tool
+//! spec      the vocabulary, sans I/O: lifecycle, supervisor, manifest and schema, tool
 //!           table, AIP-14 errors (§1-§3, T4); what a conformance suite depends on
 //! ```
 //!

@@ -431,3 +431,206 @@ async fn a_response_body_still_loading_is_retryable_not_missing() {
     host.stop("slow", Duration::from_secs(2)).await.unwrap();
     let _ = std::fs::remove_dir_all(&state);
 }
+
+/// The shipped manifest with `from` replaced by `to`.
+fn manifest_with(from: &str, to: &str) -> pap_browser::spec::BrowserManifest {
+    let text = pap_browser::chromium::MANIFEST;
+    assert!(text.contains(from), "{from:?} is not in the shipped manifest");
+    pap_browser::spec::parse_manifest(&text.replacen(from, to, 1), None).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_instance_answers_in_the_shapes_of_the_tables() {
+    let state = std::env::temp_dir().join(format!("pap-tools-shape-{}", std::process::id()));
+    let host = BrowserHost::new();
+    let tools = ToolHost::new(
+        manifest(),
+        host.clone(),
+        ChromiumConfig::new(state.clone()),
+        key("shape"),
+        consent(&state),
+    );
+    // launch -> {id, state, endpoints, pid, wasAlreadyRunning}; a second launch of the host's
+    // own running instance says it was already running, with the same process (L2).
+    let first = tools.launch().await.unwrap();
+    let second = tools.launch().await.unwrap();
+    assert!(!first.was_already_running && second.was_already_running);
+    assert_eq!((first.pid, first.boot_id), (second.pid, second.boot_id));
+    let shape = serde_json::to_value(&second).unwrap();
+    assert_eq!(shape["id"], "shape");
+    assert_eq!(shape["state"], "healthy");
+    assert_eq!(shape["wasAlreadyRunning"], true);
+    let cdp = shape["endpoints"]["cdp"].as_str().unwrap();
+    assert!(cdp.starts_with("ws://127.0.0.1:"), "the discovered endpoint: {cdp}");
+    // health -> {state, checkedAt, bootId}, checkedAt in RFC 3339 and recent.
+    let health = serde_json::to_value(tools.health()).unwrap();
+    assert_eq!(health["state"], "healthy");
+    let checked = pap_shared::UnixTime::parse_rfc3339(health["checkedAt"].as_str().unwrap()).unwrap();
+    let now = pap_shared::Clock::now(&pap_shared::SystemClock);
+    assert!(now.since(checked) <= 60, "checkedAt {checked} is not recent");
+    // stop -> {swept}: what the sweep still had to end after the graceful close (a clean close
+    // leaves it nothing), never more than the instance ran; none of them is left; a second
+    // stop sweeps nothing (L5).
+    use pap_browser::chromium::{ProcTable, ProcessTable as _};
+    let profile = format!(
+        "--user-data-dir={}",
+        host.attach("shape").await.unwrap().user_data_dir().display()
+    );
+    let ours = || {
+        ProcTable
+            .list()
+            .unwrap()
+            .into_iter()
+            .filter(|p| p.has_arg(&profile))
+            .count()
+    };
+    let running = ours();
+    assert!(running >= 1);
+    let stopped = tools.stop(false).await.unwrap();
+    assert!(stopped.swept <= running, "{stopped:?} of {running}");
+    assert_eq!(ours(), 0, "a process of the instance outlived its stop");
+    assert_eq!(tools.stop(false).await.unwrap().swept, 0);
+    assert_eq!(serde_json::to_value(tools.health()).unwrap()["state"], "stopped");
+    std::fs::remove_dir_all(&state).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trusted_input_is_an_option_gated_by_trusted_input() {
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::get(|| async {
+            axum::response::Html(
+                "<input id=name oninput=\"document.body.dataset.typed=event.isTrusted\">\
+                 <button id=go onclick=\"document.body.dataset.clicked=event.isTrusted\">go</button>",
+            )
+        }),
+    );
+    let Served {
+        host,
+        tools,
+        state,
+        target,
+        ..
+    } = serve_and_open(app, "trusted").await;
+    let flag = async |name: &str| {
+        ok(tools
+            .call(
+                "browser.evaluate",
+                &json!({"target": target, "expression": format!("document.body.dataset.{name}")}),
+            )
+            .await)["value"]
+            .clone()
+    };
+    // Page-level input by default: the page sees untrusted events.
+    ok(tools
+        .call("browser.click", &json!({"target": target, "selector": "#go"}))
+        .await);
+    assert_eq!(flag("clicked").await, "false");
+    ok(tools
+        .call(
+            "browser.fill",
+            &json!({"target": target, "selector": "#name", "value": "Ada"}),
+        )
+        .await);
+    assert_eq!(flag("typed").await, "false");
+    // With `trusted`, browser-level input: trusted events.
+    let clicked = ok(tools
+        .call(
+            "browser.click",
+            &json!({"target": target, "selector": "#go", "trusted": true}),
+        )
+        .await);
+    assert_eq!(clicked["trusted"], true);
+    assert_eq!(flag("clicked").await, "true");
+    ok(tools
+        .call(
+            "browser.fill",
+            &json!({"target": target, "selector": "#name", "value": "B", "trusted": true}),
+        )
+        .await);
+    assert_eq!(flag("typed").await, "true");
+    let missing = err(tools
+        .call("browser.click", &json!({"target": target, "selector": "#nothing"}))
+        .await);
+    assert_eq!(missing.code, ToolErrorCode::NotFound);
+
+    // A provider without trustedInput refuses the option by name (T3), and still clicks.
+    let limited = ToolHost::new(
+        manifest_with("    trustedInput: true\n", ""),
+        host.clone(),
+        ChromiumConfig::new(state.clone()),
+        key("trusted"),
+        consent(&state),
+    );
+    limited.launch().await.unwrap();
+    let refused = err(limited
+        .call(
+            "browser.click",
+            &json!({"target": "t0-0", "selector": "#go", "trusted": true}),
+        )
+        .await);
+    assert_eq!(refused.code, ToolErrorCode::Unsupported);
+    assert_eq!(refused.cause.unwrap()["capability"], "trustedInput");
+    let refused_fill = err(limited
+        .call(
+            "browser.fill",
+            &json!({"target": "t0-0", "selector": "#name", "value": "x", "trusted": true}),
+        )
+        .await);
+    assert_eq!(refused_fill.code, ToolErrorCode::Unsupported);
+    host.stop("trusted", Duration::from_secs(2)).await.unwrap();
+    std::fs::remove_dir_all(&state).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_idle_reaper_closes_idle_targets_and_never_a_keep_alive_one() {
+    let state = std::env::temp_dir().join(format!("pap-tools-reap-{}", std::process::id()));
+    let host = BrowserHost::new();
+    let reaping = manifest_with(
+        "crashLoop: { maxFailures: 3, windowMs: 300000 }",
+        "crashLoop: { maxFailures: 3, windowMs: 300000 }\n      idleReapMs: 60000",
+    );
+    let tools = ToolHost::new(
+        reaping,
+        host.clone(),
+        ChromiumConfig::new(state.clone()),
+        key("reap"),
+        consent(&state),
+    );
+    tools.launch().await.unwrap();
+    let idle = ok(tools.call("browser.navigate", &json!({"url": "about:blank"})).await)["target"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let kept = ok(tools
+        .call("browser.tabs", &json!({"action": "open", "keepAlive": true}))
+        .await)["target"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let now = tokio::time::Instant::now();
+    // Not idle long enough yet: nothing goes.
+    assert_eq!(tools.reap_idle(now + Duration::from_secs(30)).await, 0);
+    // A minute idle: the plain target goes, the keepAlive one stays (L11).
+    assert_eq!(tools.reap_idle(now + Duration::from_secs(61)).await, 1);
+    let gone = err(tools
+        .call("browser.evaluate", &json!({"target": idle, "expression": "1"}))
+        .await);
+    assert_eq!(gone.code, ToolErrorCode::NotFound);
+    ok(tools
+        .call("browser.evaluate", &json!({"target": kept, "expression": "1"}))
+        .await);
+    assert_eq!(tools.reap_idle(now + Duration::from_secs(86_400)).await, 0);
+    // The shipped manifest names no idleReapMs: its host reaps nothing, ever.
+    let plain = ToolHost::new(
+        manifest(),
+        host.clone(),
+        ChromiumConfig::new(state.clone()),
+        key("reap"),
+        consent(&state),
+    );
+    assert!(plain.start_idle_reaper().is_none());
+    assert_eq!(plain.reap_idle(now + Duration::from_secs(86_400)).await, 0);
+    host.stop("reap", Duration::from_secs(2)).await.unwrap();
+    std::fs::remove_dir_all(&state).unwrap();
+}

@@ -160,6 +160,22 @@ async fn the_cli_revoke_reaches_a_running_browser() {
     let page = browser.new_page().await.unwrap();
     // shop.example does not resolve here: the tab shows its error page at that URL.
     let _ = tokio::time::timeout(Duration::from_secs(10), page.goto("https://shop.example/")).await;
+    // The revoke (another process) finds tabs by their URL: wait until the browser lists this
+    // one at it (under load the error page may commit after goto returns).
+    tokio::time::timeout(Duration::from_secs(10), async {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        while !browser
+            .tab_urls()
+            .await
+            .unwrap()
+            .iter()
+            .any(|u| u.contains("shop.example"))
+        {
+            tick.tick().await;
+        }
+    })
+    .await
+    .expect("the tab never showed shop.example");
     let before = browser.cookie_names().await.unwrap();
     let tabs_before = browser.tab_urls().await.unwrap().len();
     assert_eq!(

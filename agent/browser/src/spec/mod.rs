@@ -2,7 +2,8 @@
 //! supervisor's decisions (§3), the manifest and its schema (§1), the tool table (§2) and the
 //! AIP-14 error envelope with the browser codes (T4).
 //!
-//! Nothing here starts a process, opens a socket or reads a clock: the layers above
+//! Nothing here starts a process, opens a socket, drives a browser or reads a clock (it reads a
+//! manifest's file when asked to load one): the layers above
 //! ([`crate::chromium`], [`crate::tools`]) feed it what happened and when, and tests feed it
 //! exact times. This is what a conformance suite judging *any* provider depends on.
 

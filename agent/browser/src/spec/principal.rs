@@ -2,6 +2,13 @@
 //! different types, so a function that needs the operator cannot be handed an agent, and the
 //! tool surface, which only ever holds an [`AgentCaller`], has nothing to hand over.
 //!
+//! ```
+//! use pap_browser::spec::{Operator, OperatorReset};
+//! // The operator's channel names itself (the command line), and only then may reset.
+//! let operator = Operator::from_operator_channel("cli");
+//! let _reset = OperatorReset::new(&operator);
+//! ```
+//!
 //! ```compile_fail
 //! // An operator cannot be assembled from its parts: the only constructor is the named one.
 //! let operator = pap_browser::spec::Operator { via: "tool" };

@@ -6,6 +6,23 @@
 //!
 //! The tool surface acts for agents only: every call carries an [`AgentCaller`], and nothing
 //! here can make an operator's proof (C7). Granted values are redacted from every result (C9).
+//!
+//! ```compile_fail
+//! // An operator's proof does not fit where the tool surface takes its caller (C7).
+//! async fn escalate(tools: &pap_browser::ToolHost) {
+//!     let operator = pap_browser::spec::Operator::from_operator_channel("cli");
+//!     let _ = tools.call_as(&operator, "browser.profile.list", &serde_json::json!({})).await;
+//! }
+//! ```
+//!
+//! ```no_run
+//! # async fn run(tools: &pap_browser::ToolHost) {
+//! // What an agent does: it calls as itself, from the local runtime or a paired device.
+//! let caller = pap_browser::spec::AgentCaller::paired("phone");
+//! let listed = tools.call_as(&caller, "browser.profile.list", &serde_json::json!({})).await;
+//! # let _ = listed;
+//! # }
+//! ```
 
 mod cdp_send;
 mod input;

@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 
 use super::*;
-use crate::spec::{Capability, Level};
+use crate::spec::{Capability, Level, Policy, ProfileMode, StoredBy};
 
 fn shipped() -> String {
     std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("providers/chromium/BROWSER.md")).unwrap()
@@ -36,6 +36,57 @@ fn the_shipped_chromium_manifest_is_valid() {
             Level::Download,
             Level::Profile
         ]
+    );
+}
+
+#[test]
+fn the_chromium_manifest_lists_native_login_since_joins_use_it() {
+    // A PAP join's cookie is material the instance makes by signing in itself, under a
+    // native-login grant: the provider must say it supports that mode (AIP-63 §4).
+    let manifest = crate::chromium::manifest().unwrap();
+    assert_eq!(
+        manifest.browser.profiles.modes,
+        [ProfileMode::Ephemeral, ProfileMode::Import, ProfileMode::NativeLogin]
+    );
+    assert_eq!(manifest.browser.profiles.stored_by, Some(StoredBy::Host));
+}
+
+#[test]
+fn lifecycle_values_become_the_supervisors_policy_with_the_schemas_defaults() {
+    let edited = shipped().replacen(
+        "launch: { idempotent: true, budgetMs: 120000, progressWindowMs: 10000, hardCeilingMs: 360000 }",
+        "launch: { budgetMs: 1500 }",
+        1,
+    );
+    let edited = edited.replacen(
+        "crashLoop: { maxFailures: 3, windowMs: 300000 }",
+        "crashLoop: { maxFailures: 5 }\n      idleReapMs: 60000",
+        1,
+    );
+    let manifest = parse_manifest(&edited, None).unwrap();
+    let lifecycle = &manifest.browser.lifecycle;
+    assert_eq!(
+        lifecycle.policy(),
+        Policy {
+            budget: 1_500,
+            progress_window: 10_000,
+            // Absent: three times the budget.
+            hard_ceiling: 4_500,
+            max_failures: 5,
+            failure_window: 300_000,
+        }
+    );
+    assert_eq!(lifecycle.health.interval_ms, 10_000, "the schema's default");
+    assert_eq!(lifecycle.health.timeout_ms, 5_000);
+    assert_eq!(lifecycle.stop.grace_ms, 2_000);
+    assert_eq!(lifecycle.supervision.idle_reap_ms, Some(60_000));
+    // Every value of the shipped manifest is the policy its host runs by.
+    let shipped = crate::chromium::manifest().unwrap();
+    assert_eq!(shipped.browser.lifecycle.policy(), Policy::default());
+    assert_eq!(
+        shipped.browser.lifecycle.supervision.orphan_marker.as_deref(),
+        Some(crate::chromium::ORPHAN_MARKER),
+        "the manifest's orphanMarker is the one the sweep matches"
     );
 }
 
@@ -122,8 +173,8 @@ fn m4_applies_to_tools_named_by_path_too() {
 fn m5_profile_modes_need_their_capabilities() {
     assert_eq!(
         rules(&edited(
-            "modes: [ephemeral, import]",
-            "modes: [ephemeral, import, persistent]"
+            "modes: [ephemeral, import, native-login]",
+            "modes: [ephemeral, import, native-login, persistent]"
         )),
         ["M5"]
     );
