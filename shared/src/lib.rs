@@ -37,10 +37,14 @@ pub use jose::{
     Algorithm, JoseError, JoseHeader, JwkError, Jwks, KeyError, MAX_COMPACT_LEN, MIN_RSA_BITS, PublicJwk, PublicKey,
     SigningKey, UnverifiedJws,
 };
-pub use secret::CompactJws;
+pub use secret::{CompactJws, SecretToken};
 pub use time::{Clock, Rng, SystemClock, SystemRng, UnixTime, rfc3339};
 pub use wire::browser_assertion::{
     BROWSER_ASSERTION_TYP, BrowserAssertionClaims, BrowserAssertionRequest, ClaimsError, MAX_BROWSER_ASSERTION_LIFETIME,
+};
+pub use wire::discovery::{
+    Api, AuthorizationServerMetadata, DeviceSignIn, Discovery, DiscoveryAuth, Extensions, OperationsExtension,
+    Organization, PROTOCOL_VERSION, Web,
 };
 pub use wire::dpop::{
     DPOP_IAT_WINDOW, DPOP_TYP, DpopError, DpopRequest, VerifiedDpop, access_token_hash, create_dpop_proof,
@@ -48,4 +52,7 @@ pub use wire::dpop::{
 };
 pub use wire::ids::{ClientId, InvalidId, Jti, PairwiseUserId, SessionId};
 pub use wire::jwt_assertion::{JWT_ASSERTION_SKEW, JwtAssertionClaims, JwtAssertionError, MAX_JWT_ASSERTION_LIFETIME};
+pub use wire::oauth::{
+    CLIENT_ASSERTION_TYPE, DeviceAuthorizationResponse, OAuthErrorBody, OAuthErrorCode, TokenResponse, grant_type,
+};
 pub use wire::operation::{Confirmation, Operation, OperationResult, OperationState};

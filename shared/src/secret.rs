@@ -37,6 +37,40 @@ impl fmt::Debug for CompactJws {
     }
 }
 
+/// A bearer token: a Session Token, an Account Token, a device code. Whoever holds one acts as
+/// the Session (or its sign-in), so it is read (`Deserialize`) but never written by accident:
+/// no `Serialize`, no `Display`, a redacted `Debug`.
+pub struct SecretToken(Zeroizing<String>);
+
+impl SecretToken {
+    /// Wraps a token.
+    pub fn new(token: String) -> Self {
+        Self(Zeroizing::new(token))
+    }
+
+    /// The token.
+    ///
+    /// # Security Warning
+    ///
+    /// A bearer credential: send it only in an `Authorization` header or a token-endpoint form,
+    /// and store it only sealed.
+    pub fn secret(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SecretToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretToken([redacted])")
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for SecretToken {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Self::new)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,20 +12,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pap_shared::{
-    Clock, CompanyDomain, DpopRequest, HttpsUrl, Jti, Operation, PairwiseUserId, Rng, SessionId, SigningKey, UnixTime,
-    create_dpop_proof,
+    AuthorizationServerMetadata, CLIENT_ASSERTION_TYPE, Clock, CompanyDomain, DeviceAuthorizationResponse, Discovery,
+    DpopRequest, HttpsUrl, Jti, OAuthErrorCode, Operation, PROTOCOL_VERSION, PairwiseUserId, Rng, SecretToken,
+    SessionId, SigningKey, TokenResponse, UnixTime, create_dpop_proof, grant_type,
 };
 use rustls::pki_types::CertificateDer;
 use serde_json::{Value, json};
-use zeroize::Zeroizing;
 
 use crate::identity::Identity;
 
 /// Largest response body read, in bytes.
 const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
-const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
-const DEVICE_CODE: &str = "urn:ietf:params:oauth:grant-type:device_code";
-const CLIENT_ASSERTION_TYPE: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
 
 /// How the client reaches the network.
 #[derive(Clone, Debug, Default)]
@@ -34,31 +31,6 @@ pub struct ClientConfig {
     pub extra_roots: Vec<CertificateDer<'static>>,
     /// Test only: connect these names to these addresses (like curl's `--connect-to`).
     pub connect: HashMap<String, SocketAddr>,
-}
-
-/// A bearer token (Session Token or Account Token): redacted `Debug`, no `Display`/`Clone`.
-pub struct SecretToken(Zeroizing<String>);
-
-impl SecretToken {
-    /// Wraps a token.
-    pub fn new(token: String) -> Self {
-        Self(Zeroizing::new(token))
-    }
-
-    /// The token.
-    ///
-    /// # Security Warning
-    ///
-    /// A bearer credential: send it only in an `Authorization` header or a token-endpoint form.
-    pub fn secret(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for SecretToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("SecretToken([redacted])")
-    }
 }
 
 /// What discovery tells about a company (wire doc §2.1-2.2), checked.
@@ -220,71 +192,67 @@ impl PapClient {
     /// `organization.domain` equal to the host asked, then the issuer's metadata, whose `issuer`
     /// must equal `auth.issuer` exactly and whose `poppy_domains` must list the domain.
     pub async fn discover(&self, domain: &CompanyDomain) -> Result<Company, ClientError> {
-        let doc = self
-            .get_json(&format!("https://{domain}/.well-known/poppy.json"))
-            .await?;
         let invalid = ClientError::InvalidDiscovery;
-        if doc["protocol_version"] != "0.2" {
+        let doc: Discovery = serde_json::from_value(
+            self.get_json(&format!("https://{domain}/.well-known/poppy.json"))
+                .await?,
+        )
+        .map_err(|_| invalid("poppy.json does not have PAP's shape"))?;
+        if doc.protocol_version != PROTOCOL_VERSION {
             return Err(invalid("protocol_version is not 0.2"));
         }
-        let org_domain = doc["organization"]["domain"]
-            .as_str()
-            .and_then(|d| CompanyDomain::try_from(d).ok())
-            .ok_or(invalid("organization.domain"))?;
-        if &org_domain != domain {
+        if &doc.organization.domain != domain {
             return Err(invalid("organization.domain is not the domain asked"));
         }
-        let name = doc["organization"]["name"]
-            .as_str()
-            .filter(|n| !n.is_empty())
-            .ok_or(invalid("organization.name"))?
-            .to_owned();
-        let issuer_text = doc["auth"]["issuer"].as_str().ok_or(invalid("auth.issuer"))?;
-        let issuer = HttpsUrl::parse(issuer_text).map_err(|_| invalid("auth.issuer"))?;
-        let https = |v: &Value| v.as_str().and_then(|s| HttpsUrl::parse(s).ok());
-        let browser_session_endpoint = match &doc["web"]["browser_session_endpoint"] {
-            Value::Null => None,
-            v => Some(https(v).ok_or(invalid("web.browser_session_endpoint"))?),
+        if doc.organization.name.is_empty() {
+            return Err(invalid("organization.name"));
+        }
+        let issuer = HttpsUrl::parse(&doc.auth.issuer).map_err(|_| invalid("auth.issuer"))?;
+        let https = |v: &str| HttpsUrl::parse(v).ok();
+        let browser_session_endpoint = match doc.web.as_ref().and_then(|w| w.browser_session_endpoint.as_deref()) {
+            None => None,
+            Some(url) => Some(https(url).ok_or(invalid("web.browser_session_endpoint"))?),
         };
-        let api_origin = doc["apis"].as_array().and_then(|apis| {
-            apis.iter()
-                .find(|a| a["type"] == "openapi")
-                .and_then(|a| https(&a["url"]))
-                .map(|u| u.origin())
-        });
-        let operations = &doc["extensions"]["operations"];
-        let operations_endpoint = if operations["version"] == "1" {
-            https(&operations["endpoint"])
-        } else {
-            None
-        };
+        let api_origin = doc
+            .apis
+            .iter()
+            .find(|a| a.kind == "openapi")
+            .and_then(|a| https(&a.url))
+            .map(|u| u.origin());
+        let operations_endpoint = doc
+            .extensions
+            .operations
+            .as_ref()
+            .filter(|o| o.version == "1")
+            .and_then(|o| https(&o.endpoint));
 
         // RFC 8414 §3.1: the well-known segment goes between host and path.
         let path = issuer.url().path().trim_end_matches('/');
         let metadata_url = format!("{}/.well-known/oauth-authorization-server{path}", issuer.origin());
-        let meta = self.get_json(&metadata_url).await?;
-        if meta["issuer"].as_str() != Some(issuer_text) {
+        let meta: AuthorizationServerMetadata = serde_json::from_value(self.get_json(&metadata_url).await?)
+            .map_err(|_| invalid("the issuer's metadata does not have RFC 8414's shape"))?;
+        if meta.issuer != doc.auth.issuer {
             return Err(invalid("the metadata's issuer differs from auth.issuer"));
         }
-        let listed = meta["poppy_domains"].as_array().is_some_and(|ds| {
-            ds.iter()
-                .any(|d| d.as_str().is_some_and(|d| d.eq_ignore_ascii_case(domain.as_str())))
-        });
-        if !listed {
+        if !meta
+            .poppy_domains
+            .iter()
+            .any(|d| d.eq_ignore_ascii_case(domain.as_str()))
+        {
             return Err(invalid("poppy_domains does not list the domain"));
         }
-        if let Some(algs) = meta["dpop_signing_alg_values_supported"].as_array()
+        if let Some(algs) = &meta.dpop_signing_alg_values_supported
             && !algs.iter().any(|a| a == "ES256")
         {
             return Err(invalid("the company does not accept ES256 DPoP proofs"));
         }
         Ok(Company {
-            domain: org_domain,
-            name,
-            issuer: issuer_text.to_owned(),
-            token_endpoint: https(&meta["token_endpoint"]).ok_or(invalid("token_endpoint"))?,
-            revocation_endpoint: https(&meta["revocation_endpoint"]).ok_or(invalid("revocation_endpoint"))?,
-            device_authorization_endpoint: https(&meta["device_authorization_endpoint"]),
+            domain: doc.organization.domain,
+            name: doc.organization.name,
+            issuer: doc.auth.issuer,
+            token_endpoint: https(&meta.token_endpoint).ok_or(invalid("token_endpoint"))?,
+            revocation_endpoint: https(&meta.revocation_endpoint).ok_or(invalid("revocation_endpoint"))?,
+            device_authorization_endpoint: meta.device_authorization_endpoint.as_deref().and_then(https),
             browser_session_endpoint,
             api_origin,
             operations_endpoint,
@@ -311,10 +279,13 @@ impl PapClient {
             .token_request(
                 company,
                 &dpop_key,
-                vec![("grant_type", JWT_BEARER.to_owned()), ("assertion", assertion)],
+                vec![
+                    ("grant_type", grant_type::JWT_BEARER.to_owned()),
+                    ("assertion", assertion),
+                ],
             )
             .await?;
-        session_from(&token, user.clone(), dpop_key, self.clock.now(), None)
+        session_from(token, user.clone(), dpop_key, self.clock.now(), None)
     }
 
     /// Begins Device Sign-In for `scopes` (RFC 8628 §3.1).
@@ -325,24 +296,26 @@ impl PapClient {
             .ok_or(ClientError::Unsupported("Device Sign-In"))?;
         let mut form = self.client_auth(company)?;
         form.push(("scope", scopes.join(" ")));
-        let body = self.post_form(endpoint, &form, None).await?;
-        let text = |k: &str| body[k].as_str().map(str::to_owned);
+        let body: DeviceAuthorizationResponse = serde_json::from_value(self.post_form(endpoint, &form, None).await?)
+            .map_err(|_| ClientError::InvalidResponse("the device authorization does not have RFC 8628's shape"))?;
         let on_company = |u: HttpsUrl| u.is_on(&company.domain).then_some(u);
-        let verification_uri = text("verification_uri")
-            .and_then(|u| HttpsUrl::parse(&u).ok())
+        let verification_uri = HttpsUrl::parse(&body.verification_uri)
+            .ok()
             .and_then(on_company)
             .ok_or(ClientError::InvalidResponse(
                 "verification_uri is not on the company's domain",
             ))?;
         Ok(DeviceAuthorization {
-            device_code: SecretToken::new(text("device_code").ok_or(ClientError::InvalidResponse("device_code"))?),
-            user_code: text("user_code").ok_or(ClientError::InvalidResponse("user_code"))?,
+            device_code: body.device_code,
+            user_code: body.user_code,
             verification_uri,
-            verification_uri_complete: text("verification_uri_complete")
-                .and_then(|u| HttpsUrl::parse(&u).ok())
+            verification_uri_complete: body
+                .verification_uri_complete
+                .as_deref()
+                .and_then(|u| HttpsUrl::parse(u).ok())
                 .and_then(on_company),
-            interval: body["interval"].as_u64().unwrap_or(5).clamp(1, 300),
-            expires_in: body["expires_in"].as_u64().unwrap_or(600),
+            interval: body.interval.unwrap_or(5).clamp(1, 300),
+            expires_in: body.expires_in.unwrap_or(600),
         })
     }
 
@@ -362,18 +335,18 @@ impl PapClient {
             if self.clock.now() >= deadline {
                 return Err(ClientError::Protocol {
                     status: 400,
-                    code: "expired_token".into(),
+                    code: OAuthErrorCode::ExpiredToken,
                 });
             }
             let form = vec![
-                ("grant_type", DEVICE_CODE.to_owned()),
+                ("grant_type", grant_type::DEVICE_CODE.to_owned()),
                 ("device_code", device.device_code.secret().to_owned()),
                 ("session_id", session.session_id.as_str().to_owned()),
             ];
             match self.token_request(company, &session.dpop_key, form).await {
                 Ok(token) => {
                     let signed = session_from(
-                        &token,
+                        token,
                         session.user.clone(),
                         session.dpop_key.clone(),
                         self.clock.now(),
@@ -387,8 +360,14 @@ impl PapClient {
                     *session = signed;
                     return Ok(());
                 }
-                Err(ClientError::Protocol { code, .. }) if code == "authorization_pending" => {}
-                Err(ClientError::Protocol { code, .. }) if code == "slow_down" => interval += 5,
+                Err(ClientError::Protocol {
+                    code: OAuthErrorCode::AuthorizationPending,
+                    ..
+                }) => {}
+                Err(ClientError::Protocol {
+                    code: OAuthErrorCode::SlowDown,
+                    ..
+                }) => interval += 5,
                 Err(other) => return Err(other),
             }
         }
@@ -555,7 +534,7 @@ impl PapClient {
         }
         Err(ClientError::Protocol {
             status: 400,
-            code: "use_dpop_nonce".into(),
+            code: OAuthErrorCode::UseDpopNonce,
         })
     }
 
@@ -587,7 +566,7 @@ impl PapClient {
         if status == 200 {
             return Ok(value);
         }
-        if value["error"] == "use_dpop_nonce"
+        if value["error"] == OAuthErrorCode::UseDpopNonce.as_str()
             && let Some(nonce) = nonce
         {
             return Err(ClientError::Nonce(nonce));
@@ -624,41 +603,32 @@ fn operation_url(company: &Company, id: &str, suffix: &str) -> Result<HttpsUrl, 
 }
 
 fn session_from(
-    token: &Value,
+    token: Value,
     user: PairwiseUserId,
     dpop_key: Arc<SigningKey>,
     now: UnixTime,
     same: Option<&SessionId>,
 ) -> Result<Session, ClientError> {
-    if token["token_type"] != "DPoP" {
+    let token: TokenResponse = serde_json::from_value(token)
+        .map_err(|_| ClientError::InvalidResponse("the token response does not have PAP's shape"))?;
+    if token.token_type != "DPoP" {
         return Err(ClientError::InvalidResponse("token_type is not DPoP"));
     }
-    let session_id = token["session_id"]
-        .as_str()
-        .and_then(|s| SessionId::parse(s).ok())
-        .ok_or(ClientError::InvalidResponse("session_id"))?;
+    let session_id = SessionId::parse(&token.session_id).map_err(|_| ClientError::InvalidResponse("session_id"))?;
     if same.is_some_and(|s| s != &session_id) {
         return Err(ClientError::InvalidResponse("the company answered for another Session"));
     }
-    let expires_in = token["expires_in"]
-        .as_i64()
-        .filter(|e| *e > 0)
-        .ok_or(ClientError::InvalidResponse("expires_in"))?;
+    if token.expires_in <= 0 {
+        return Err(ClientError::InvalidResponse("expires_in"));
+    }
     Ok(Session {
         session_id,
         user,
-        access_token: SecretToken::new(
-            token["access_token"]
-                .as_str()
-                .ok_or(ClientError::InvalidResponse("access_token"))?
-                .to_owned(),
-        ),
-        signed_in: token["signed_in"]
-            .as_bool()
-            .ok_or(ClientError::InvalidResponse("signed_in"))?,
-        scope: token["scope"].as_str().unwrap_or_default().to_owned(),
-        expires_at: now.plus(expires_in),
-        account_token: token["refresh_token"].as_str().map(|t| SecretToken::new(t.to_owned())),
+        access_token: token.access_token,
+        signed_in: token.signed_in,
+        scope: token.scope.unwrap_or_default(),
+        expires_at: now.plus(token.expires_in),
+        account_token: token.refresh_token,
         dpop_key,
     })
 }
@@ -666,10 +636,7 @@ fn session_from(
 async fn read_json(mut response: reqwest::Response) -> Result<(u16, Value), ClientError> {
     let status = response.status().as_u16();
     if response.status().is_redirection() {
-        return Err(ClientError::Protocol {
-            status,
-            code: "redirect_refused".into(),
-        });
+        return Err(ClientError::Redirected { status });
     }
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(|e| transport(&e))? {
@@ -686,13 +653,9 @@ async fn read_json(mut response: reqwest::Response) -> Result<(u16, Value), Clie
 }
 
 fn protocol_error(status: u16, body: &Value) -> ClientError {
-    let code = body["error"]
-        .as_str()
-        .filter(|c| c.len() <= 64 && c.bytes().all(|b| b.is_ascii_graphic()))
-        .unwrap_or("unknown");
     ClientError::Protocol {
         status,
-        code: code.to_owned(),
+        code: OAuthErrorCode::from_wire(body["error"].as_str().unwrap_or_default()),
     }
 }
 
@@ -723,8 +686,14 @@ pub enum ClientError {
     Protocol {
         /// HTTP status.
         status: u16,
-        /// The `error` member, or `unknown`.
-        code: String,
+        /// The `error` member (`unknown` when it is missing or not printable).
+        code: OAuthErrorCode,
+    },
+    /// The company answered with a redirect, which the agent never follows (SSRF, PAP-3-10).
+    #[error("the company answered {status} with a redirect, which is not followed")]
+    Redirected {
+        /// HTTP status.
+        status: u16,
     },
     /// The client could not be set up or could not sign.
     #[error("the client could not be set up: {0}")]

@@ -28,8 +28,7 @@ mod wallet;
 
 // The public interface is:
 pub use client::{
-    ClientConfig, ClientError, Company, DeviceAuthorization, PapClient, Pause, SecretToken, Session, TokioPause,
-    new_pairwise_user,
+    ClientConfig, ClientError, Company, DeviceAuthorization, PapClient, Pause, Session, TokioPause, new_pairwise_user,
 };
 pub use documents::{TlsListener, documents_router};
 pub use identity::{Identity, IdentityError, KEY_ID};

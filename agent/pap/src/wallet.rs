@@ -9,9 +9,10 @@ use pap_shared::{CompanyDomain, PairwiseUserId, SessionId, SigningKey, UnixTime}
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
-use crate::client::{SecretToken, Session};
+use crate::client::Session;
 use pap_browser::store::SealingKey;
 use pap_browser::store::{private_dir, write_private};
+use pap_shared::SecretToken;
 
 /// Bound into every sealed company record.
 const PURPOSE: &str = "pap-agent company record v1";

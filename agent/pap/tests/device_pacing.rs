@@ -140,7 +140,13 @@ async fn after_slow_down_every_later_wait_is_five_seconds_longer() {
 async fn an_unapproved_code_expires_and_is_not_polled_past_its_lifetime() {
     let run = poll("pacing-expiry", 0, None).await;
     assert!(
-        matches!(&run.outcome, Err(ClientError::Protocol { code, .. }) if code == "expired_token"),
+        matches!(
+            &run.outcome,
+            Err(ClientError::Protocol {
+                code: pap_shared::OAuthErrorCode::ExpiredToken,
+                ..
+            })
+        ),
         "{:?}",
         run.outcome.as_ref().err()
     );

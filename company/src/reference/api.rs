@@ -9,7 +9,7 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::{HeaderMap, Method, StatusCode, Uri, header};
-use pap_shared::{ClientId, SessionId};
+use pap_shared::{ClientId, OAuthErrorCode, SessionId};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -65,11 +65,17 @@ async fn read_call(
     let result = async {
         let caller = company.caller(&headers, &method, &uri).await?;
         if !caller.record.is_signed_in() {
-            return Err(ApiError::challenge(StatusCode::FORBIDDEN, "sign_in_required"));
+            return Err(ApiError::challenge(
+                StatusCode::FORBIDDEN,
+                OAuthErrorCode::SignInRequired,
+            ));
         }
         let read = &company.inner.config.reads[index];
         if !caller.record.scopes.contains(&read.scope) {
-            return Err(ApiError::challenge(StatusCode::FORBIDDEN, "insufficient_scope").with_scope(read.scope.clone()));
+            return Err(
+                ApiError::challenge(StatusCode::FORBIDDEN, OAuthErrorCode::InsufficientScope)
+                    .with_scope(read.scope.clone()),
+            );
         }
         let body: Value = serde_json::from_str(&read.body).unwrap_or(Value::Null);
         Ok(json_response(StatusCode::OK, &body))
@@ -82,12 +88,12 @@ impl ReferenceCompany {
     /// DPoP scheme; never a cookie, never a URL), a live token, a proof for this request with
     /// `ath`, made with the key the token is bound to.
     pub(crate) async fn caller(&self, headers: &HeaderMap, method: &Method, uri: &Uri) -> Result<Caller, ApiError> {
-        let invalid_token = || ApiError::challenge(StatusCode::UNAUTHORIZED, "invalid_token");
+        let invalid_token = || ApiError::challenge(StatusCode::UNAUTHORIZED, OAuthErrorCode::InvalidToken);
         if uri
             .query()
             .is_some_and(|q| url::form_urlencoded::parse(q.as_bytes()).any(|(k, _)| k == "access_token"))
         {
-            return Err(ApiError::bad_request("invalid_request"));
+            return Err(ApiError::bad_request(OAuthErrorCode::InvalidRequest));
         }
         let mut values = headers.get_all(header::AUTHORIZATION).iter();
         let (Some(value), None) = (values.next(), values.next()) else {
@@ -103,7 +109,10 @@ impl ReferenceCompany {
             .check_dpop(headers, method.as_str(), uri.path(), Some(token))
             .await?;
         if thumbprint != record.thumbprint {
-            return Err(ApiError::challenge(StatusCode::UNAUTHORIZED, "invalid_dpop_proof"));
+            return Err(ApiError::challenge(
+                StatusCode::UNAUTHORIZED,
+                OAuthErrorCode::InvalidDpopProof,
+            ));
         }
         let session = self.session_record(&record.session).await.ok_or_else(invalid_token)?;
         Ok(Caller {
@@ -164,11 +173,15 @@ async fn propose(
     let result = async {
         let caller = company.caller(&headers, &method, &uri).await?;
         if !caller.record.is_signed_in() {
-            return Err(ApiError::challenge(StatusCode::FORBIDDEN, "sign_in_required"));
+            return Err(ApiError::challenge(
+                StatusCode::FORBIDDEN,
+                OAuthErrorCode::SignInRequired,
+            ));
         }
         if !company.supports_operations(&caller.client_id).await {
             return Err(
-                ApiError::challenge(StatusCode::FORBIDDEN, "extension_required").with("extension", json!("operations"))
+                ApiError::challenge(StatusCode::FORBIDDEN, OAuthErrorCode::ExtensionRequired)
+                    .with("extension", json!("operations")),
             );
         }
         let body = read_json(body).await?;
@@ -191,7 +204,10 @@ async fn propose(
             .and_then(|id| lock(&company.inner.idempotency).get(id).cloned());
         if let Some(seen) = seen {
             if seen.fingerprint != fingerprint {
-                return Err(ApiError::new(StatusCode::CONFLICT, "idempotency_key_conflict"));
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    OAuthErrorCode::IdempotencyKeyConflict,
+                ));
             }
             return Ok(json_response(seen.status, &seen.body));
         }
@@ -227,15 +243,17 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     match (first, second) {
         (None, _) => Ok(None),
         (Some(v), None) => {
-            let text = v.to_str().map_err(|_| ApiError::bad_request("invalid_request"))?;
+            let text = v
+                .to_str()
+                .map_err(|_| ApiError::bad_request(OAuthErrorCode::InvalidRequest))?;
             let visible = text.bytes().all(|b| (0x21..=0x7e).contains(&b));
             if (1..=255).contains(&text.len()) && visible {
                 Ok(Some(text.to_owned()))
             } else {
-                Err(ApiError::bad_request("invalid_request"))
+                Err(ApiError::bad_request(OAuthErrorCode::InvalidRequest))
             }
         }
-        (Some(_), Some(_)) => Err(ApiError::bad_request("invalid_request")),
+        (Some(_), Some(_)) => Err(ApiError::bad_request(OAuthErrorCode::InvalidRequest)),
     }
 }
 

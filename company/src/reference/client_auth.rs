@@ -5,14 +5,11 @@
 use std::collections::HashMap;
 
 use http::StatusCode;
-use pap_shared::{Algorithm, ClientId, JwtAssertionClaims, UnverifiedJws};
+use pap_shared::{Algorithm, CLIENT_ASSERTION_TYPE, ClientId, JwtAssertionClaims, OAuthErrorCode, UnverifiedJws};
 
 use super::ReferenceCompany;
 use super::protocol::ApiError;
 use crate::replay::{ReplayGuard as _, ReplayKey};
-
-/// The jwt-bearer client assertion type (RFC 7523 §2.2).
-pub(crate) const CLIENT_ASSERTION_TYPE: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
 
 /// Why a JWT assertion failed; the caller maps it to `invalid_client` or `invalid_grant`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,7 +23,7 @@ impl ReferenceCompany {
     pub(crate) async fn authenticate_client(&self, form: &HashMap<String, String>) -> Result<ClientId, ApiError> {
         let invalid = |why: &'static str| {
             tracing::info!(why, "client authentication failed");
-            ApiError::new(StatusCode::UNAUTHORIZED, "invalid_client")
+            ApiError::new(StatusCode::UNAUTHORIZED, OAuthErrorCode::InvalidClient)
         };
         if form.get("client_assertion_type").map(String::as_str) != Some(CLIENT_ASSERTION_TYPE) {
             return Err(invalid("client_assertion_type"));

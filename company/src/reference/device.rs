@@ -11,9 +11,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use hmac::{Hmac, Mac};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
-use pap_shared::{ClientId, SessionId, UnixTime};
+use pap_shared::{ClientId, DeviceAuthorizationResponse, OAuthErrorCode, SecretToken, SessionId, UnixTime};
 use serde::Deserialize;
-use serde_json::json;
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
@@ -143,11 +142,11 @@ impl ReferenceCompany {
     ) -> Result<Response, ApiError> {
         let device_code = form
             .get("device_code")
-            .ok_or_else(|| ApiError::bad_request("invalid_request"))?;
+            .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidRequest))?;
         let session = form
             .get("session_id")
             .and_then(|s| SessionId::parse(s).ok())
-            .ok_or_else(|| ApiError::bad_request("invalid_request"))?;
+            .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidRequest))?;
         let now = self.now();
         let (account, granted) = {
             let mut devices = lock(&self.inner.devices);
@@ -155,20 +154,20 @@ impl ReferenceCompany {
                 .by_device_code
                 .get_mut(device_code)
                 .filter(|p| &p.client_id == client_id)
-                .ok_or_else(|| ApiError::bad_request("invalid_grant"))?;
+                .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidGrant))?;
             if now >= pending.expires_at {
-                return Err(ApiError::bad_request("expired_token"));
+                return Err(ApiError::bad_request(OAuthErrorCode::ExpiredToken));
             }
             match pending.decision.clone() {
-                Decision::Denied => return Err(ApiError::bad_request("access_denied")),
+                Decision::Denied => return Err(ApiError::bad_request(OAuthErrorCode::AccessDenied)),
                 Decision::Waiting if now < pending.next_poll => {
                     pending.interval += 5;
                     pending.next_poll = now.plus(i64::try_from(pending.interval).unwrap_or(300));
-                    return Err(ApiError::bad_request("slow_down"));
+                    return Err(ApiError::bad_request(OAuthErrorCode::SlowDown));
                 }
                 Decision::Waiting => {
                     pending.next_poll = now.plus(i64::try_from(pending.interval).unwrap_or(300));
-                    return Err(ApiError::bad_request("authorization_pending"));
+                    return Err(ApiError::bad_request(OAuthErrorCode::AuthorizationPending));
                 }
                 Decision::Approved { account, scopes } => {
                     let user_code = pending.user_code.clone();
@@ -182,12 +181,12 @@ impl ReferenceCompany {
         let record = self
             .session_record(&session)
             .await
-            .ok_or_else(|| ApiError::bad_request("invalid_session"))?;
+            .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidSession))?;
         if &record.client_id != client_id {
-            return Err(ApiError::bad_request("invalid_session"));
+            return Err(ApiError::bad_request(OAuthErrorCode::InvalidSession));
         }
         if !self.account_fits(&session, &account) {
-            return Err(ApiError::bad_request("account_mismatch"));
+            return Err(ApiError::bad_request(OAuthErrorCode::AccountMismatch));
         }
         let account_token = self.sign_in(client_id, &record.user, &session, &account, granted);
         self.issue(client_id, &session, thumbprint, Some(account_token)).await
@@ -201,7 +200,7 @@ async fn authorize(State(company): State<ReferenceCompany>, headers: HeaderMap, 
         let requested = scopes(form.get("scope").map(String::as_str).unwrap_or_default());
         let offered = |s: &String| company.inner.config.scopes.iter().any(|o| &o.name == s);
         if requested.is_empty() || !requested.iter().all(offered) {
-            return Err(ApiError::bad_request("invalid_scope"));
+            return Err(ApiError::bad_request(OAuthErrorCode::InvalidScope));
         }
         let now = company.now();
         let device_code = company.random_token("dev");
@@ -224,14 +223,14 @@ async fn authorize(State(company): State<ReferenceCompany>, headers: HeaderMap, 
         let base = &company.inner.base;
         Ok(json_response(
             StatusCode::OK,
-            &json!({
-                "device_code": device_code,
-                "user_code": user_code,
-                "verification_uri": format!("{base}/device"),
-                "verification_uri_complete": format!("{base}/device?user_code={user_code}"),
-                "expires_in": DEVICE_CODE_LIFETIME,
-                "interval": interval,
-            }),
+            &DeviceAuthorizationResponse {
+                device_code: SecretToken::new(device_code),
+                verification_uri: format!("{base}/device"),
+                verification_uri_complete: Some(format!("{base}/device?user_code={user_code}")),
+                user_code,
+                expires_in: Some(DEVICE_CODE_LIFETIME.unsigned_abs()),
+                interval: Some(interval),
+            },
         ))
     };
     result.await.unwrap_or_else(IntoResponse::into_response)

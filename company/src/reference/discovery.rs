@@ -6,7 +6,10 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::routing::get;
 use http::StatusCode;
-use serde_json::json;
+use pap_shared::{
+    Api, AuthorizationServerMetadata, DeviceSignIn, Discovery, DiscoveryAuth, Extensions, OperationsExtension,
+    Organization, PROTOCOL_VERSION, Web, grant_type,
+};
 
 use super::ReferenceCompany;
 use super::protocol::json_response;
@@ -21,40 +24,61 @@ pub(super) fn routes() -> Router<ReferenceCompany> {
 async fn poppy(State(company): State<ReferenceCompany>) -> Response {
     let config = company.config();
     let base = &company.inner.base;
-    // `custom_scopes` maps each of the company's own scopes to what it lets the agent do.
-    let scopes: serde_json::Map<String, serde_json::Value> = config
-        .scopes
-        .iter()
-        .map(|s| (s.name.clone(), json!(s.description)))
-        .collect();
-    let body = json!({
-        "protocol_version": "0.2",
-        "organization": {"name": config.name, "domain": config.domain.as_str()},
-        "auth": {
-            "issuer": base,
-            "device": {"scopes": config.scopes.iter().map(|s| &s.name).collect::<Vec<_>>()},
-            "custom_scopes": scopes,
+    let body = Discovery {
+        protocol_version: PROTOCOL_VERSION.to_owned(),
+        organization: Organization {
+            name: config.name.clone(),
+            domain: config.domain.clone(),
         },
-        "apis": [{"type": "openapi", "url": format!("{base}/api/openapi.json"), "description": format!("The {} API", config.name)}],
-        "web": {"browser_session_endpoint": format!("{base}{BROWSER_SESSION_PATH}")},
-        "extensions": {"operations": {"version": "1", "endpoint": format!("{base}/poppy/operations")}},
-    });
+        auth: DiscoveryAuth {
+            issuer: base.clone(),
+            device: Some(DeviceSignIn {
+                scopes: config.scopes.iter().map(|s| s.name.clone()).collect(),
+            }),
+            // Each of the company's own scopes, with what it lets the agent do.
+            custom_scopes: config
+                .scopes
+                .iter()
+                .map(|s| (s.name.clone(), s.description.clone()))
+                .collect(),
+        },
+        apis: vec![Api {
+            kind: "openapi".to_owned(),
+            url: format!("{base}/api/openapi.json"),
+            description: Some(format!("The {} API", config.name)),
+        }],
+        web: Some(Web {
+            browser_session_endpoint: Some(format!("{base}{BROWSER_SESSION_PATH}")),
+        }),
+        extensions: Extensions {
+            operations: Some(OperationsExtension {
+                version: "1".to_owned(),
+                endpoint: format!("{base}/poppy/operations"),
+            }),
+        },
+    };
     json_response(StatusCode::OK, &body)
 }
 
 async fn oauth_metadata(State(company): State<ReferenceCompany>) -> Response {
     let base = &company.inner.base;
-    let body = json!({
-        "issuer": base,
-        "token_endpoint": format!("{base}/oauth/token"),
-        "revocation_endpoint": format!("{base}/oauth/revoke"),
-        "device_authorization_endpoint": format!("{base}/oauth/device"),
-        "grant_types_supported": [super::token::JWT_BEARER, super::token::DEVICE_CODE, super::token::REFRESH_TOKEN],
-        "token_endpoint_auth_methods_supported": ["private_key_jwt"],
-        "token_endpoint_auth_signing_alg_values_supported": ["ES256", "RS256"],
-        "dpop_signing_alg_values_supported": ["ES256", "RS256"],
-        "scopes_supported": company.config().scopes.iter().map(|s| &s.name).collect::<Vec<_>>(),
-        "poppy_domains": [company.config().domain.as_str()],
-    });
+    let body = AuthorizationServerMetadata {
+        issuer: base.clone(),
+        token_endpoint: format!("{base}/oauth/token"),
+        revocation_endpoint: format!("{base}/oauth/revoke"),
+        device_authorization_endpoint: Some(format!("{base}/oauth/device")),
+        grant_types_supported: [
+            grant_type::JWT_BEARER,
+            grant_type::DEVICE_CODE,
+            grant_type::REFRESH_TOKEN,
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        token_endpoint_auth_methods_supported: vec!["private_key_jwt".to_owned()],
+        token_endpoint_auth_signing_alg_values_supported: vec!["ES256".to_owned(), "RS256".to_owned()],
+        dpop_signing_alg_values_supported: Some(vec!["ES256".to_owned(), "RS256".to_owned()]),
+        scopes_supported: company.config().scopes.iter().map(|s| s.name.clone()).collect(),
+        poppy_domains: vec![company.config().domain.as_str().to_owned()],
+    };
     json_response(StatusCode::OK, &body)
 }

@@ -25,7 +25,7 @@ use axum::extract::FromRef;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::HeaderMap;
-use pap_shared::{Clock, DpopRequest, Rng, UnixTime, verify_dpop_proof};
+use pap_shared::{Clock, DpopRequest, OAuthErrorCode, Rng, UnixTime, verify_dpop_proof};
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
@@ -163,9 +163,9 @@ impl ReferenceCompany {
     ) -> Result<String, ApiError> {
         let invalid = |status| {
             if token.is_some() {
-                ApiError::challenge(status, "invalid_dpop_proof")
+                ApiError::challenge(status, OAuthErrorCode::InvalidDpopProof)
             } else {
-                ApiError::new(status, "invalid_dpop_proof")
+                ApiError::new(status, OAuthErrorCode::InvalidDpopProof)
             }
         };
         let status = if token.is_some() {

@@ -13,7 +13,9 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
-use pap_shared::{ClientId, Confirmation, Operation, OperationResult, OperationState, PairwiseUserId, UnixTime};
+use pap_shared::{
+    ClientId, Confirmation, OAuthErrorCode, Operation, OperationResult, OperationState, PairwiseUserId, UnixTime,
+};
 use serde_json::{Value, json};
 
 use super::api::Caller;
@@ -64,14 +66,14 @@ pub(crate) enum ConfirmError {
 }
 
 impl ConfirmError {
-    pub(crate) fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> OAuthErrorCode {
         match self {
-            Self::NotFound => "operation_not_found",
-            Self::SignInRequired => "sign_in_required",
-            Self::InsufficientScope(_) => "insufficient_scope",
-            Self::TermsChanged(_) => "terms_changed",
-            Self::InvalidRequest => "invalid_request",
-            Self::UserApprovalRequired => "user_approval_required",
+            Self::NotFound => OAuthErrorCode::OperationNotFound,
+            Self::SignInRequired => OAuthErrorCode::SignInRequired,
+            Self::InsufficientScope(_) => OAuthErrorCode::InsufficientScope,
+            Self::TermsChanged(_) => OAuthErrorCode::TermsChanged,
+            Self::InvalidRequest => OAuthErrorCode::InvalidRequest,
+            Self::UserApprovalRequired => OAuthErrorCode::UserApprovalRequired,
         }
     }
 
@@ -87,9 +89,13 @@ impl ConfirmError {
     fn into_api_error(self) -> ApiError {
         let status = self.status();
         match self {
-            Self::TermsChanged(current) => ApiError::new(status, "terms_changed").with("operation", json!(current)),
-            Self::InsufficientScope(scope) => ApiError::challenge(status, "insufficient_scope").with_scope(scope),
-            Self::SignInRequired => ApiError::challenge(status, "sign_in_required"),
+            Self::TermsChanged(current) => {
+                ApiError::new(status, OAuthErrorCode::TermsChanged).with("operation", json!(current))
+            }
+            Self::InsufficientScope(scope) => {
+                ApiError::challenge(status, OAuthErrorCode::InsufficientScope).with_scope(scope)
+            }
+            Self::SignInRequired => ApiError::challenge(status, OAuthErrorCode::SignInRequired),
             other => ApiError::new(status, other.code()),
         }
     }
@@ -267,7 +273,8 @@ async fn endpoint_caller(
     let caller = company.caller(headers, method, uri).await?;
     if !company.supports_operations(&caller.client_id).await {
         return Err(
-            ApiError::challenge(StatusCode::FORBIDDEN, "extension_required").with("extension", json!("operations"))
+            ApiError::challenge(StatusCode::FORBIDDEN, OAuthErrorCode::ExtensionRequired)
+                .with("extension", json!("operations")),
         );
     }
     Ok(caller)

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
+use pap_shared::OAuthErrorCode;
 use serde_json::{Value, json};
 
 /// Largest form or JSON body a PAP endpoint reads.
@@ -16,14 +17,14 @@ pub(crate) const MAX_BODY_BYTES: usize = 64 * 1024;
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ApiError {
     pub(crate) status: StatusCode,
-    pub(crate) code: &'static str,
+    pub(crate) code: OAuthErrorCode,
     pub(crate) challenge: bool,
     pub(crate) scope: Option<String>,
     pub(crate) extra: Option<(&'static str, Value)>,
 }
 
 impl ApiError {
-    pub(crate) fn new(status: StatusCode, code: &'static str) -> Self {
+    pub(crate) fn new(status: StatusCode, code: OAuthErrorCode) -> Self {
         Self {
             status,
             code,
@@ -33,12 +34,12 @@ impl ApiError {
         }
     }
 
-    pub(crate) fn bad_request(code: &'static str) -> Self {
+    pub(crate) fn bad_request(code: OAuthErrorCode) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code)
     }
 
     /// A 401/403 for a call made with a Session Token: adds the DPoP challenge.
-    pub(crate) fn challenge(status: StatusCode, code: &'static str) -> Self {
+    pub(crate) fn challenge(status: StatusCode, code: OAuthErrorCode) -> Self {
         Self {
             challenge: true,
             ..Self::new(status, code)
@@ -58,7 +59,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut body = json!({ "error": self.code });
+        let mut body = json!({ "error": self.code.as_str() });
         if let Some((key, value)) = self.extra.clone() {
             body[key] = value;
         }
@@ -68,21 +69,27 @@ impl IntoResponse for ApiError {
             if let Some(scope) = &self.scope {
                 challenge.push_str(&format!(", scope=\"{scope}\""));
             }
-            if self.code == "extension_required" {
+            if self.code == OAuthErrorCode::ExtensionRequired {
                 challenge.push_str(", extension=\"operations\"");
             }
             if let Ok(value) = HeaderValue::try_from(challenge) {
                 response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
             }
         }
-        tracing::info!(status = self.status.as_u16(), error = self.code, "PAP request refused");
+        tracing::info!(
+            status = self.status.as_u16(),
+            error = self.code.as_str(),
+            "PAP request refused"
+        );
         response
     }
 }
 
 /// A JSON answer with `Cache-Control: no-store`.
-pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
-    let mut response = (status, body.to_string()).into_response();
+pub(crate) fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Response {
+    // Every body here is built from strings, numbers and maps: it serialises.
+    let text = serde_json::to_string(body).unwrap_or_default();
+    let mut response = (status, text).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -93,15 +100,15 @@ pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
 /// parameter at most once (RFC 6749 §3.2).
 pub(crate) async fn read_form(headers: &HeaderMap, body: Body) -> Result<HashMap<String, String>, ApiError> {
     if !content_type_is(headers, "application/x-www-form-urlencoded") {
-        return Err(ApiError::bad_request("invalid_request"));
+        return Err(ApiError::bad_request(OAuthErrorCode::InvalidRequest));
     }
     let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
         .await
-        .map_err(|_| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large"))?;
+        .map_err(|_| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, OAuthErrorCode::RequestTooLarge))?;
     let mut form = HashMap::new();
     for (name, value) in url::form_urlencoded::parse(&bytes) {
         if form.insert(name.into_owned(), value.into_owned()).is_some() {
-            return Err(ApiError::bad_request("invalid_request"));
+            return Err(ApiError::bad_request(OAuthErrorCode::InvalidRequest));
         }
     }
     Ok(form)
@@ -111,13 +118,13 @@ pub(crate) async fn read_form(headers: &HeaderMap, body: Body) -> Result<HashMap
 pub(crate) async fn read_json(body: Body) -> Result<serde_json::Map<String, Value>, ApiError> {
     let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
         .await
-        .map_err(|_| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large"))?;
+        .map_err(|_| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, OAuthErrorCode::RequestTooLarge))?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(serde_json::Map::new());
     }
     match serde_json::from_slice(&bytes) {
         Ok(Value::Object(map)) => Ok(map),
-        _ => Err(ApiError::bad_request("invalid_request")),
+        _ => Err(ApiError::bad_request(OAuthErrorCode::InvalidRequest)),
     }
 }
 

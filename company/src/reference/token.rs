@@ -12,14 +12,13 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::routing::post;
 use http::{HeaderMap, StatusCode};
-use pap_shared::{ClientId, PairwiseUserId, SessionId, UnixTime};
+use pap_shared::{
+    ClientId, OAuthErrorCode, PairwiseUserId, SecretToken, SessionId, TokenResponse, UnixTime, grant_type,
+};
 use serde_json::json;
 
 use super::protocol::{ApiError, json_response, read_form};
 use super::{ReferenceCompany, lock, token_hash};
-
-pub(crate) const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
-pub(crate) const DEVICE_CODE: &str = "urn:ietf:params:oauth:grant-type:device_code";
 
 /// Account Tokens live 90 days.
 const ACCOUNT_TOKEN_LIFETIME: i64 = 90 * 86_400;
@@ -65,9 +64,6 @@ pub(crate) struct Tokens {
     session_accounts: HashMap<SessionId, String>,
 }
 
-/// The `refresh_token` grant type (RFC 6749 §6), carrying an Account Token.
-pub(crate) const REFRESH_TOKEN: &str = "refresh_token";
-
 pub(super) fn routes() -> Router<ReferenceCompany> {
     Router::new()
         .route("/oauth/token", post(token))
@@ -94,11 +90,11 @@ impl ReferenceCompany {
         let client_id = self.authenticate_client(&form).await?;
         let thumbprint = self.check_dpop(headers, "POST", "/oauth/token", None).await?;
         match form.get("grant_type").map(String::as_str) {
-            Some(JWT_BEARER) => self.session_grant(&client_id, &form, &thumbprint).await,
-            Some(DEVICE_CODE) => self.device_grant(&client_id, &form, &thumbprint).await,
-            Some(REFRESH_TOKEN) => self.refresh_grant(&client_id, &form, &thumbprint).await,
-            Some(_) => Err(ApiError::bad_request("unsupported_grant_type")),
-            None => Err(ApiError::bad_request("invalid_request")),
+            Some(grant_type::JWT_BEARER) => self.session_grant(&client_id, &form, &thumbprint).await,
+            Some(grant_type::DEVICE_CODE) => self.device_grant(&client_id, &form, &thumbprint).await,
+            Some(grant_type::REFRESH_TOKEN) => self.refresh_grant(&client_id, &form, &thumbprint).await,
+            Some(_) => Err(ApiError::bad_request(OAuthErrorCode::UnsupportedGrantType)),
+            None => Err(ApiError::bad_request(OAuthErrorCode::InvalidRequest)),
         }
     }
 
@@ -110,7 +106,7 @@ impl ReferenceCompany {
         form: &HashMap<String, String>,
         thumbprint: &str,
     ) -> Result<Response, ApiError> {
-        let invalid_grant = || ApiError::bad_request("invalid_grant");
+        let invalid_grant = || ApiError::bad_request(OAuthErrorCode::InvalidGrant);
         let assertion = form.get("assertion").ok_or_else(invalid_grant)?;
         let claims = self
             .check_jwt_assertion(client_id, assertion)
@@ -123,13 +119,13 @@ impl ReferenceCompany {
                 .sessions
                 .start(client_id.clone(), user, self.inner.config.session_lifetime),
             Some(id) => {
-                let id = SessionId::parse(id).map_err(|_| ApiError::bad_request("invalid_session"))?;
+                let id = SessionId::parse(id).map_err(|_| ApiError::bad_request(OAuthErrorCode::InvalidSession))?;
                 let record = self
                     .session_record(&id)
                     .await
-                    .ok_or_else(|| ApiError::bad_request("invalid_session"))?;
+                    .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidSession))?;
                 if &record.client_id != client_id || record.user != user {
-                    return Err(ApiError::bad_request("invalid_session"));
+                    return Err(ApiError::bad_request(OAuthErrorCode::InvalidSession));
                 }
                 // A renewal continues signed out.
                 self.inner.sessions.sign_out(&id);
@@ -156,7 +152,7 @@ impl ReferenceCompany {
         let record = self
             .session_record(session)
             .await
-            .ok_or_else(|| ApiError::bad_request("invalid_session"))?;
+            .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidSession))?;
         let access_token = self.random_token("sat");
         let expires_in = record.expires_at.since(self.now()).max(1);
         lock(&self.inner.tokens).access.insert(
@@ -168,17 +164,15 @@ impl ReferenceCompany {
                 expires_at: record.expires_at,
             },
         );
-        let mut body = json!({
-            "access_token": access_token,
-            "token_type": "DPoP",
-            "expires_in": expires_in,
-            "scope": record.scopes.join(" "),
-            "session_id": session.as_str(),
-            "signed_in": record.is_signed_in(),
-        });
-        if let Some(account_token) = account_token {
-            body["refresh_token"] = json!(account_token);
-        }
+        let body = TokenResponse {
+            access_token: SecretToken::new(access_token),
+            token_type: "DPoP".to_owned(),
+            expires_in,
+            scope: Some(record.scopes.join(" ")),
+            session_id: session.as_str().to_owned(),
+            signed_in: record.is_signed_in(),
+            refresh_token: account_token.map(SecretToken::new),
+        };
         Ok(json_response(StatusCode::OK, &body))
     }
 
@@ -239,7 +233,7 @@ impl ReferenceCompany {
         form: &HashMap<String, String>,
         thumbprint: &str,
     ) -> Result<Response, ApiError> {
-        let invalid_grant = || ApiError::bad_request("invalid_grant");
+        let invalid_grant = || ApiError::bad_request(OAuthErrorCode::InvalidGrant);
         let presented = token_hash(form.get("refresh_token").ok_or_else(invalid_grant)?);
         let grant = {
             let tokens = lock(&self.inner.tokens);
@@ -253,20 +247,20 @@ impl ReferenceCompany {
         let session = form
             .get("session_id")
             .and_then(|s| SessionId::parse(s).ok())
-            .ok_or_else(|| ApiError::bad_request("invalid_session"))?;
+            .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidSession))?;
         let record = self
             .session_record(&session)
             .await
-            .ok_or_else(|| ApiError::bad_request("invalid_session"))?;
+            .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidSession))?;
         if &record.client_id != client_id || record.user != grant.user {
-            return Err(ApiError::bad_request("invalid_session"));
+            return Err(ApiError::bad_request(OAuthErrorCode::InvalidSession));
         }
         if !self.account_fits(&session, &grant.account) {
-            return Err(ApiError::bad_request("account_mismatch"));
+            return Err(ApiError::bad_request(OAuthErrorCode::AccountMismatch));
         }
         let requested = super::scopes(form.get("scope").map(String::as_str).unwrap_or_default());
         if requested.iter().any(|s| !grant.scopes.contains(s)) {
-            return Err(ApiError::bad_request("invalid_scope"));
+            return Err(ApiError::bad_request(OAuthErrorCode::InvalidScope));
         }
         let scopes = if requested.is_empty() {
             grant.scopes.clone()
@@ -310,7 +304,7 @@ impl ReferenceCompany {
         let client_id = self.authenticate_client(&form).await?;
         let token = form
             .get("token")
-            .ok_or_else(|| ApiError::bad_request("invalid_request"))?;
+            .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidRequest))?;
         let sessions = {
             let mut tokens = lock(&self.inner.tokens);
             let family = tokens
