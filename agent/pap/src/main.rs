@@ -53,6 +53,23 @@ enum Command {
         #[command(subcommand)]
         command: IdentityCommand,
     },
+    /// Consent for the agent's browser (AIP-63 §4).
+    Consent {
+        #[command(subcommand)]
+        command: ConsentCommand,
+    },
+    /// The agent's browsers (AIP-63 status surface and operator stop).
+    Browser {
+        #[command(subcommand)]
+        command: BrowserCommand,
+    },
+    #[command(flatten)]
+    Pap(PapCommand),
+}
+
+/// What the agent does with companies: PAP Sessions and joins.
+#[derive(Subcommand)]
+enum PapCommand {
     /// Discovers a company and prints what it offers.
     Discover { domain: String },
     /// Starts a (signed-out) PAP Session with a company.
@@ -93,16 +110,6 @@ enum Command {
     },
     /// Revokes the Account Token: the company signs the Session out.
     Revoke { domain: String },
-    /// Consent for the agent's browser (AIP-63 §4).
-    Consent {
-        #[command(subcommand)]
-        command: ConsentCommand,
-    },
-    /// The agent's browsers (AIP-63 status surface and operator stop).
-    Browser {
-        #[command(subcommand)]
-        command: BrowserCommand,
-    },
 }
 
 #[derive(Subcommand)]
@@ -307,110 +314,113 @@ fn state_dir(cli: &Cli) -> PathBuf {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let state = state_dir(&cli);
-    if let Command::Identity { command } = &cli.command {
-        return identity(&state, command).await;
-    }
-    if let Command::Consent { command } = &cli.command {
-        return consent_command(&state, command).await;
-    }
-    if let Command::Browser { command } = &cli.command {
-        return browser_command(&state, command).await;
-    }
-    let identity = Arc::new(Identity::load(&state)?);
-    let connect = parse_connect(&cli.connect)?;
-    let mut extra_roots: Vec<CertificateDer<'static>> = Vec::new();
-    if let Some(ca) = &cli.trust_ca {
-        let pem = std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?;
-        for cert in rustls_pemfile::certs(&mut &pem[..]) {
-            extra_roots.push(cert.with_context(|| format!("parsing {}", ca.display()))?);
-        }
-    }
-    let test_network = (!connect.is_empty()).then(|| {
-        let mut roots = rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        };
-        for root in &extra_roots {
-            let _ = roots.add(root.clone());
-        }
-        (connect.clone(), roots)
-    });
-    let config = ClientConfig { extra_roots, connect };
-    let client = PapClient::new(identity, &config, Arc::new(SystemClock), Arc::new(SystemRng))?;
-    let sealing = SealingKey::open(&state, &SystemRng)?;
-    let agent = Agent {
-        state_dir: state,
-        client,
-        sealing,
-        test_network,
-        attach: cli.attach,
-    };
     match cli.command {
-        Command::Identity { .. } | Command::Consent { .. } | Command::Browser { .. } => {
-            unreachable!("handled above")
-        }
-        Command::Discover { domain } => {
-            let company = agent.client.discover(&parse_domain(&domain)?).await?;
-            print_json(&serde_json::json!({
-                "domain": company.domain.as_str(), "name": company.name, "issuer": company.issuer,
-                "browser_session_endpoint": company.browser_session_endpoint.as_ref().map(HttpsUrl::as_str),
-                "operations_endpoint": company.operations_endpoint.as_ref().map(HttpsUrl::as_str),
-                "device_sign_in": company.device_authorization_endpoint.is_some(),
-            }));
-            Ok(())
-        }
-        Command::Session { domain } => session(&agent, &domain).await,
-        Command::Signin { domain, scope } => signin(&agent, &domain, &scope).await,
-        Command::Propose {
-            domain,
-            method,
-            path,
-            body,
-        } => {
-            let (company, wallet) = agent.company(&domain).await?;
-            let session = wallet
-                .session
-                .as_ref()
-                .context("no Session: run `pap-agent session` first")?;
-            let body: serde_json::Value = serde_json::from_str(&body).context("--body is not JSON")?;
-            let operation = agent.client.propose(&company, session, &method, &path, &body).await?;
-            print_json(&serde_json::to_value(&operation)?);
-            Ok(())
-        }
-        Command::Operation { domain, id } => {
-            let (company, wallet) = agent.company(&domain).await?;
-            let session = wallet
-                .session
-                .as_ref()
-                .context("no Session: run `pap-agent session` first")?;
-            print_json(&serde_json::to_value(
-                agent.client.read_operation(&company, session, &id).await?,
-            )?);
-            Ok(())
-        }
-        Command::Join {
-            domain,
-            return_to,
-            screenshot,
-        } => browse(&agent, &domain, &return_to, false, screenshot).await,
-        Command::ConfirmOnPage {
-            domain,
-            operation_url,
-            screenshot,
-        } => browse(&agent, &domain, &operation_url, true, screenshot).await,
-        Command::Revoke { domain } => {
-            let (company, mut wallet) = agent.company(&domain).await?;
-            let session = wallet.session.as_mut().context("no Session")?;
-            let token = session.account_token.take().context("the Session is not signed in")?;
-            agent.client.revoke(&company, &token).await?;
-            session.signed_in = false;
-            wallet.save(&agent.sealing, &SystemRng)?;
-            eprintln!("revoked: the company signed the Session out");
-            Ok(())
+        Command::Identity { command } => identity(&state, &command).await,
+        Command::Consent { command } => consent_command(&state, &command).await,
+        Command::Browser { command } => browser_command(&state, &command).await,
+        Command::Pap(command) => {
+            let agent = Agent::open(state, &cli.connect, cli.trust_ca.as_deref(), cli.attach)?;
+            agent.run(command).await
         }
     }
 }
 
 impl Agent {
+    /// The agent of `state`, reaching companies as the test-only `--connect`/`--trust-ca` say.
+    fn open(
+        state: PathBuf,
+        connect: &[String],
+        trust_ca: Option<&std::path::Path>,
+        attach: Option<SocketAddr>,
+    ) -> anyhow::Result<Self> {
+        let identity = Arc::new(Identity::load(&state)?);
+        let connect = parse_connect(connect)?;
+        let mut extra_roots: Vec<CertificateDer<'static>> = Vec::new();
+        if let Some(ca) = trust_ca {
+            let pem = std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?;
+            for cert in rustls_pemfile::certs(&mut &pem[..]) {
+                extra_roots.push(cert.with_context(|| format!("parsing {}", ca.display()))?);
+            }
+        }
+        let test_network = (!connect.is_empty())
+            .then(|| pap_agent::trust_roots(&extra_roots).map(|roots| (connect.clone(), roots)))
+            .transpose()?;
+        let config = ClientConfig { extra_roots, connect };
+        let client = PapClient::new(identity, &config, Arc::new(SystemClock), Arc::new(SystemRng))?;
+        let sealing = SealingKey::open(&state, &SystemRng)?;
+        Ok(Self {
+            state_dir: state,
+            client,
+            sealing,
+            test_network,
+            attach,
+        })
+    }
+
+    async fn run(&self, command: PapCommand) -> anyhow::Result<()> {
+        match command {
+            PapCommand::Discover { domain } => {
+                let company = self.client.discover(&parse_domain(&domain)?).await?;
+                print_json(&serde_json::json!({
+                    "domain": company.domain.as_str(), "name": company.name, "issuer": company.issuer,
+                    "browser_session_endpoint": company.browser_session_endpoint.as_ref().map(HttpsUrl::as_str),
+                    "operations_endpoint": company.operations_endpoint.as_ref().map(HttpsUrl::as_str),
+                    "device_sign_in": company.device_authorization_endpoint.is_some(),
+                }));
+                Ok(())
+            }
+            PapCommand::Session { domain } => session(self, &domain).await,
+            PapCommand::Signin { domain, scope } => signin(self, &domain, &scope).await,
+            PapCommand::Propose {
+                domain,
+                method,
+                path,
+                body,
+            } => {
+                let (company, wallet) = self.company(&domain).await?;
+                let session = wallet
+                    .session
+                    .as_ref()
+                    .context("no Session: run `pap-agent session` first")?;
+                let body: serde_json::Value = serde_json::from_str(&body).context("--body is not JSON")?;
+                let operation = self.client.propose(&company, session, &method, &path, &body).await?;
+                print_json(&serde_json::to_value(&operation)?);
+                Ok(())
+            }
+            PapCommand::Operation { domain, id } => {
+                let (company, wallet) = self.company(&domain).await?;
+                let session = wallet
+                    .session
+                    .as_ref()
+                    .context("no Session: run `pap-agent session` first")?;
+                print_json(&serde_json::to_value(
+                    self.client.read_operation(&company, session, &id).await?,
+                )?);
+                Ok(())
+            }
+            PapCommand::Join {
+                domain,
+                return_to,
+                screenshot,
+            } => browse(self, &domain, &return_to, false, screenshot).await,
+            PapCommand::ConfirmOnPage {
+                domain,
+                operation_url,
+                screenshot,
+            } => browse(self, &domain, &operation_url, true, screenshot).await,
+            PapCommand::Revoke { domain } => {
+                let (company, mut wallet) = self.company(&domain).await?;
+                let session = wallet.session.as_mut().context("no Session")?;
+                let token = session.account_token.take().context("the Session is not signed in")?;
+                self.client.revoke(&company, &token).await?;
+                session.signed_in = false;
+                wallet.save(&self.sealing, &SystemRng)?;
+                eprintln!("revoked: the company signed the Session out");
+                Ok(())
+            }
+        }
+    }
+
     async fn company(&self, domain: &str) -> anyhow::Result<(Company, Wallet)> {
         let domain = parse_domain(domain)?;
         let company = self.client.discover(&domain).await?;
@@ -589,24 +599,23 @@ async fn browse(
 async fn consent_command(state: &std::path::Path, command: &ConsentCommand) -> anyhow::Result<()> {
     use pap_browser::chromium::LiveProfiles;
     use pap_browser::consent::{Caller, ConsentHost, GrantRequest, Operator, ScopeRequest, SourceSpec};
-    if let ConsentCommand::Ledger {
-        command: LedgerCommand::Verify,
-    } = command
-    {
-        let ledger = consent::Ledger::open(state)?;
-        return match ledger.verify() {
-            Ok(summary) => {
-                eprintln!("{}: {} record(s), intact", ledger.path().display(), summary.records);
-                Ok(())
-            }
-            Err(broken) => bail!("{}: {broken}", ledger.path().display()),
-        };
-    }
-    let consent = ConsentHost::open(state, Arc::new(SystemClock), Arc::new(SystemRng))?;
+    // The ledger is checked as it stands: nothing is opened (or made) to do it.
+    let open = || ConsentHost::open(state, Arc::new(SystemClock), Arc::new(SystemRng));
     let operator = Operator::from_operator_channel("cli");
     let live = LiveProfiles::new(state);
     let report = match command {
-        ConsentCommand::Ledger { .. } => unreachable!("handled above"),
+        ConsentCommand::Ledger {
+            command: LedgerCommand::Verify,
+        } => {
+            let ledger = consent::Ledger::open(state)?;
+            return match ledger.verify() {
+                Ok(summary) => {
+                    eprintln!("{}: {} record(s), intact", ledger.path().display(), summary.records);
+                    Ok(())
+                }
+                Err(broken) => bail!("{}: {broken}", ledger.path().display()),
+            };
+        }
         ConsentCommand::Grant {
             domains,
             source,
@@ -616,6 +625,7 @@ async fn consent_command(state: &std::path::Path, command: &ConsentCommand) -> a
             device,
             expires_in,
         } => {
+            let host = open()?;
             let source = match (source, chromium_profile) {
                 (Some(path), _) => SourceSpec::StorageState(path.clone()),
                 (None, Some(dir)) => SourceSpec::ChromiumProfile(dir.clone()),
@@ -625,11 +635,11 @@ async fn consent_command(state: &std::path::Path, command: &ConsentCommand) -> a
                 eprintln!("{}", consent::FULL_PROFILE_WARNING);
                 ScopeRequest::FullProfile
             } else if *interactive && domains.is_empty() {
-                ScopeRequest::Domains(ask_per_domain(&consent.scan(&source)?)?)
+                ScopeRequest::Domains(ask_per_domain(&host.scan(&source)?)?)
             } else {
                 ScopeRequest::Domains(domains.clone())
             };
-            let grant = consent.grant(
+            let grant = host.grant(
                 &operator,
                 GrantRequest {
                     source,
@@ -642,13 +652,15 @@ async fn consent_command(state: &std::path::Path, command: &ConsentCommand) -> a
             serde_json::to_value(&grant)?
         }
         ConsentCommand::List => {
+            let host = open()?;
             // Grants past their expiresAt are revoked (C8) before the list is shown.
-            consent.expire(&live).await?;
-            serde_json::json!({ "grants": consent.list(&Caller::Operator(operator))? })
+            host.expire(&live).await?;
+            serde_json::json!({ "grants": host.list(&Caller::Operator(operator))? })
         }
         ConsentCommand::Refresh { grant, domains } => {
+            let host = open()?;
             let domains = (!domains.is_empty()).then_some(domains.as_slice());
-            let (refreshed, injection) = consent.refresh(&Caller::Operator(operator), grant, domains, None)?;
+            let (refreshed, injection) = host.refresh(&Caller::Operator(operator), grant, domains, None)?;
             // The fresh material goes into the state directory's running browsers too.
             let injected = consent::LiveInstances::inject(&live, &injection)
                 .await
@@ -656,10 +668,9 @@ async fn consent_command(state: &std::path::Path, command: &ConsentCommand) -> a
             serde_json::json!({ "grant": refreshed.grant, "injected": injected })
         }
         ConsentCommand::Revoke { grant, domains } => {
+            let host = open()?;
             let domains = (!domains.is_empty()).then_some(domains.as_slice());
-            let revoked = consent
-                .revoke(&Caller::Operator(operator), grant, domains, &live)
-                .await?;
+            let revoked = host.revoke(&Caller::Operator(operator), grant, domains, &live).await?;
             serde_json::json!({
                 "grant": revoked.grant, "derived": revoked.derived,
                 "cookiesDeleted": revoked.forgotten.cookies, "tabsClosed": revoked.forgotten.tabs,
@@ -670,11 +681,13 @@ async fn consent_command(state: &std::path::Path, command: &ConsentCommand) -> a
             provider,
             operated_by,
         } => {
+            let host = open()?;
             eprintln!("acknowledging remote sink {provider}, operated by {operated_by}, for grant {grant}");
-            serde_json::to_value(consent.acknowledge_sink(&operator, grant, provider, operated_by)?)?
+            serde_json::to_value(host.acknowledge_sink(&operator, grant, provider, operated_by)?)?
         }
         ConsentCommand::PairingRevoked { device } => {
-            let revoked = consent.revoke_pairing(&operator, device, &live).await?;
+            let host = open()?;
+            let revoked = host.revoke_pairing(&operator, device, &live).await?;
             serde_json::json!({ "revoked": revoked.iter().map(|r| r.grant.id.clone()).collect::<Vec<_>>() })
         }
     };
