@@ -8,8 +8,8 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use http::{HeaderMap, Method, StatusCode, Uri, header};
-use pap_shared::{ClientId, OAuthErrorCode, SessionId};
+use http::{HeaderMap, Method, StatusCode, Uri};
+use pap_shared::{ClientId, OAuthErrorCode};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -17,14 +17,6 @@ use super::config::{CompanyConfig, ProposalConfig};
 use super::operations::NewOperation;
 use super::protocol::{ApiError, json_response, read_json};
 use super::{ReferenceCompany, lock};
-
-/// Who is calling: a live Session Token, its proof checked.
-#[derive(Clone, Debug)]
-pub(crate) struct Caller {
-    pub(crate) client_id: ClientId,
-    pub(crate) session: SessionId,
-    pub(crate) record: crate::session::SessionRecord,
-}
 
 pub(super) fn routes(config: &CompanyConfig) -> Router<ReferenceCompany> {
     let mut router = Router::new().route("/api/openapi.json", get(openapi));
@@ -84,44 +76,6 @@ async fn read_call(
 }
 
 impl ReferenceCompany {
-    /// Authenticates an API call: `Authorization: DPoP <Session Token>` (exactly one header, the
-    /// DPoP scheme; never a cookie, never a URL), a live token, a proof for this request with
-    /// `ath`, made with the key the token is bound to.
-    pub(crate) async fn caller(&self, headers: &HeaderMap, method: &Method, uri: &Uri) -> Result<Caller, ApiError> {
-        let invalid_token = || ApiError::challenge(StatusCode::UNAUTHORIZED, OAuthErrorCode::InvalidToken);
-        if uri
-            .query()
-            .is_some_and(|q| url::form_urlencoded::parse(q.as_bytes()).any(|(k, _)| k == "access_token"))
-        {
-            return Err(ApiError::bad_request(OAuthErrorCode::InvalidRequest));
-        }
-        let mut values = headers.get_all(header::AUTHORIZATION).iter();
-        let (Some(value), None) = (values.next(), values.next()) else {
-            return Err(invalid_token());
-        };
-        let value = value.to_str().map_err(|_| invalid_token())?;
-        let (scheme, token) = value.split_once(' ').ok_or_else(invalid_token)?;
-        if !scheme.eq_ignore_ascii_case("DPoP") || token.is_empty() {
-            return Err(invalid_token());
-        }
-        let record = self.access_token(token).ok_or_else(invalid_token)?;
-        let thumbprint = self
-            .check_dpop(headers, method.as_str(), uri.path(), Some(token))
-            .await?;
-        if thumbprint != record.thumbprint {
-            return Err(ApiError::challenge(
-                StatusCode::UNAUTHORIZED,
-                OAuthErrorCode::InvalidDpopProof,
-            ));
-        }
-        let session = self.session_record(&record.session).await.ok_or_else(invalid_token)?;
-        Ok(Caller {
-            client_id: record.client_id,
-            session: record.session,
-            record: session,
-        })
-    }
-
     /// Whether the agent declared Operations v1 in its metadata (OPS-2-01).
     pub(crate) async fn supports_operations(&self, client_id: &ClientId) -> bool {
         self.inner

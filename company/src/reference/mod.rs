@@ -7,6 +7,7 @@
 //! public HTTPS surface and [`ReferenceCompany::operator_router`] the loopback-only operator API.
 
 mod api;
+mod caller;
 mod client_auth;
 mod config;
 mod device;

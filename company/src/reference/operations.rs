@@ -18,7 +18,7 @@ use pap_shared::{
 };
 use serde_json::{Value, json};
 
-use super::api::Caller;
+use super::caller::Caller;
 use super::protocol::{ApiError, json_response, read_json};
 use super::{ReferenceCompany, lock};
 

@@ -16,7 +16,7 @@ use pap_shared::{SystemClock, SystemRng};
 use serde_json::{Value, json};
 
 use super::ProfileUnderTest;
-use super::fake::Defect;
+use super::defect::Defect;
 
 /// The fake instance: what a browser would hold, without values.
 #[derive(Debug, Default)]

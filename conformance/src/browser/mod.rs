@@ -3,6 +3,7 @@
 //! broken on purpose, each of which must turn exactly its hook red.
 
 mod chromium;
+mod defect;
 mod fake;
 mod fake_profile;
 mod hooks;
@@ -21,7 +22,8 @@ use pap_browser::spec::{ToolError, ToolResult};
 use serde_json::Value;
 
 pub use self::chromium::ChromiumUnderTest;
-pub use self::fake::{Defect, FakeProvider};
+pub use self::defect::Defect;
+pub use self::fake::FakeProvider;
 pub use self::hooks::HOOKS;
 use crate::report::{CaseResult, Report};
 

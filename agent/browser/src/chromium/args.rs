@@ -7,18 +7,13 @@
 //! `--host-resolver-rules` map for the test names, and `--ignore-certificate-errors-spki-list`
 //! pinning the test leaf's key. Both are passed in explicitly ([`TestNetwork`]), never implied.
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use super::launch::ChromiumConfig;
+use super::config::{ChromiumConfig, TestNetwork};
 
 /// The directory under the state directory that the agent's browsers get as their
 /// `CHROME_CONFIG_HOME` (where Chromium's crash handler keeps its database).
 pub const CHROMIUM_HOME: &str = "chromium-home";
-
-/// Where Debian's Chromium binary is (the `/usr/bin/chromium` wrapper adds its own flags).
-pub const CHROMIUM: &str = "/usr/lib/chromium/chromium";
 
 /// The argument that marks a process as one of this agent's browsers, for the orphan sweep.
 pub const ORPHAN_MARKER: &str = "--pap-agent-browser";
@@ -26,15 +21,6 @@ pub const ORPHAN_MARKER: &str = "--pap-agent-browser";
 /// The argument naming the host process that launched a browser: a sweep at start ends only
 /// browsers whose host is gone, never those of another agent process running now.
 pub const HOST_MARKER: &str = "--pap-agent-host";
-
-/// Test-only routing: names mapped to loopback addresses, and the SPKI hashes of test leaves.
-#[derive(Clone, Debug, Default)]
-pub struct TestNetwork {
-    /// `MAP name:443 addr` rules.
-    pub map: HashMap<String, SocketAddr>,
-    /// Base64 SHA-256 of each accepted test leaf's SubjectPublicKeyInfo.
-    pub spki_pins: Vec<String>,
-}
 
 /// The profile directory of `instance` in this agent process: unique per host process, so a
 /// previous run's is never reused (L13) and a sweep can find its children by it.

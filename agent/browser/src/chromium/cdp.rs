@@ -13,7 +13,7 @@ use chromiumoxide::cdp::browser_protocol::target::{CloseTargetParams, GetTargets
 use chromiumoxide::{Browser, Page};
 use futures_util::StreamExt as _;
 
-use super::launch::BrowserError;
+use super::error::{BrowserError, scrub};
 use crate::consent::{Forgotten, Injection, LiveError, Scope, StorageOrigin};
 
 /// How long one CDP step of a revoke may take.
@@ -311,16 +311,6 @@ fn storage_origins(hosts: &[String], tab_urls: &[&str], granted: &[String]) -> V
     origins.sort();
     origins.dedup();
     origins
-}
-
-/// CDP error text may quote what was sent; a cookie value never crosses the host boundary (C9):
-/// only the text before the first quote or bracket, at most 200 characters.
-pub(crate) fn scrub(text: &str) -> String {
-    text.chars()
-        .take_while(|c| !matches!(c, '"' | '\'' | '{' | '['))
-        .filter(|c| !c.is_control())
-        .take(200)
-        .collect()
 }
 
 /// Clicks the element at `selector` on `page` and waits, within `deadline`, for the document it

@@ -13,7 +13,7 @@ use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::Child;
 use tokio::task::JoinHandle;
 
-use super::launch::LaunchError;
+use super::error::LaunchError;
 use crate::spec::InstanceState;
 
 /// The state of a browser seen only from outside (a status surface in another process, L1):

@@ -12,7 +12,9 @@ use tokio::sync::Mutex;
 
 use super::args::profile_dir;
 use super::cdp;
-use super::launch::{BrowserError, ChromiumConfig, ControlledBrowser, LaunchError, STEP_DEVTOOLS_BOUND};
+use super::config::ChromiumConfig;
+use super::error::{BrowserError, LaunchError};
+use super::launch::{ControlledBrowser, STEP_DEVTOOLS_BOUND};
 use super::sweep::{ProcTable, SweepScope, sweep};
 use crate::consent::{Forgotten, Injection, LiveError, LiveInstances, Scope};
 use crate::spec::{CallGate, Health, InstanceRecord, OperatorReset, Policy, Stopped, Supervisor, ToolError};

@@ -20,62 +20,13 @@ use tokio::process::{Child, Command};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
-use super::args::{CHROMIUM, CHROMIUM_HOME, TestNetwork, chromium_args, is_default_profile, profile_dir};
+use super::args::{CHROMIUM_HOME, chromium_args, is_default_profile, profile_dir};
+use super::config::ChromiumConfig;
 use super::devtools::{browser_pid, connect_cdp, devtools_address, devtools_version, user_data_dir_of};
+use super::error::{BrowserError, LaunchError};
 use super::sweep::{ProcTable, SweepScope, end_processes, sweep, wait_gone};
-use crate::consent::LiveError;
-use crate::spec::{InstanceEndpoints, InstanceKey, Lifecycle, Policy, Stopped};
+use crate::spec::{InstanceEndpoints, InstanceKey, Stopped};
 use crate::store::private_dir;
-
-/// How to launch Chromium.
-#[derive(Clone, Debug)]
-pub struct ChromiumConfig {
-    /// The Chromium binary.
-    pub executable: PathBuf,
-    /// The agent's state directory; profiles go under `browsers/`.
-    pub state_dir: PathBuf,
-    /// A backstop for the DevTools address to show. Under a [`super::BrowserHost`] the supervisor's
-    /// budget decides first (L9): a quiet launch fails at `budgetMs`, a progressing one may run
-    /// to `hardCeilingMs`, which is this default.
-    pub launch_timeout: Duration,
-    /// How long `stop` waits after `Browser.close` before killing.
-    pub grace: Duration,
-    /// How long the health probe may take (`health.timeoutMs`, L4): a browser that does not
-    /// answer within it is not healthy, and no caller hangs on it.
-    pub health_timeout: Duration,
-    /// Test-only routing.
-    pub test_network: TestNetwork,
-    /// Attach to the Chromium whose DevTools listen here (loopback only) instead of launching
-    /// one: an instance the host did not start (AIP-63 L2 `wasAlreadyRunning`), which `stop`
-    /// leaves running unless forced (L5). It must run on its own, non-default user-data
-    /// directory (L13), which is read from its command line.
-    pub attach_to: Option<SocketAddr>,
-}
-
-impl ChromiumConfig {
-    /// The defaults for a state directory: Debian's Chromium, the hard ceiling (360 s) as the
-    /// launch backstop, 2 s of grace, 5 s for the health probe.
-    pub fn new(state_dir: PathBuf) -> Self {
-        Self {
-            executable: PathBuf::from(CHROMIUM),
-            state_dir,
-            launch_timeout: Duration::from_millis(Policy::default().hard_ceiling),
-            grace: Duration::from_secs(2),
-            health_timeout: Duration::from_secs(5),
-            test_network: TestNetwork::default(),
-            attach_to: None,
-        }
-    }
-
-    /// These settings as a manifest's `lifecycle` gives them: the hard ceiling as the launch
-    /// backstop, `stop.graceMs`, `health.timeoutMs` (L4, L5, L9).
-    pub fn with_lifecycle(mut self, lifecycle: &Lifecycle) -> Self {
-        self.launch_timeout = Duration::from_millis(lifecycle.policy().hard_ceiling);
-        self.grace = Duration::from_millis(lifecycle.stop.grace_ms);
-        self.health_timeout = Duration::from_millis(lifecycle.health.timeout_ms);
-        self
-    }
-}
 
 /// One running Chromium, owned by the agent.
 pub struct ControlledBrowser {
@@ -399,65 +350,6 @@ impl ControlledBrowser {
             (false, _) => sweep(&ProcTable, &scope, grace).await,
         };
         ended.map(|swept| Stopped { swept }).map_err(BrowserError::Profile)
-    }
-}
-
-/// Why a browser could not be launched. Carries what Chromium printed, never page content.
-#[derive(Debug, thiserror::Error)]
-pub enum LaunchError {
-    /// The supervisor refused: crash-looping (L6), or stopping.
-    #[error("the supervisor refused the launch: {}", .0.message)]
-    Refused(crate::spec::ToolError),
-    /// The instance key is not `[A-Za-z0-9_-]+`.
-    #[error("the instance key must be letters, digits, '-' or '_'")]
-    BadInstance,
-    /// Connecting over CDP failed.
-    #[error("connecting to Chromium over CDP failed: {0}")]
-    Cdp(String),
-    /// Chromium exited without a DevTools address; what it printed follows.
-    #[error("Chromium exited before it was ready:\n{0}")]
-    NoDevTools(String),
-    /// The profile directory could not be made.
-    #[error("the browser profile could not be created")]
-    Profile(#[source] std::io::Error),
-    /// The binary could not be started.
-    #[error("Chromium could not be started")]
-    Spawn(#[source] std::io::Error),
-    /// The supervisor ended a launch that used its budget with no progress, or reached its
-    /// hard ceiling (L9); it counted as a failed launch (L6).
-    #[error("the launch stalled: {0}")]
-    Stalled(String),
-    /// The running Chromium could not be attached to (not on loopback, not answering, on a
-    /// default profile).
-    #[error("attaching to the running Chromium failed: {0}")]
-    Attach(String),
-    /// No DevTools address within the launch timeout; what it printed follows.
-    #[error("Chromium was not ready in time:\n{0}")]
-    Timeout(String),
-}
-
-/// Why a browser operation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum BrowserError {
-    /// A CDP call failed; the head of its answer, cut before anything it may have quoted.
-    #[error("a CDP call failed: {0}")]
-    Cdp(String),
-    /// A consent effect (an injection, a storage read) failed.
-    #[error(transparent)]
-    Live(#[from] LiveError),
-    /// The profile could not be removed.
-    #[error("the browser profile could not be removed")]
-    Profile(#[source] std::io::Error),
-}
-
-impl BrowserError {
-    /// A CDP error, cut before anything it may quote back (C9).
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "taken by value to serve as a `map_err` adaptor"
-    )]
-    pub(crate) fn cdp(error: chromiumoxide::error::CdpError) -> Self {
-        Self::Cdp(super::cdp::scrub(&error.to_string()))
     }
 }
 

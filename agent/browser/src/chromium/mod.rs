@@ -6,15 +6,18 @@
 //!
 //! ```text
 //! host ──> launch ──> devtools      (the process and its DevTools connection)
-//!   │        └──────> args          (arguments, markers, profile directories)
+//!   │        ├──────> args ──> config (arguments, markers, profile directories; the settings)
 //!   ├────> sweep ───> args          (what a stop or a start ends, by marker or profile)
 //!   └────> cdp                      (granted material in, revoked material out)
 //! profiles ──> cdp                  (the same effects from another process)
+//! every module ──> error            (typed errors, scrubbed CDP text)
 //! ```
 
 mod args;
 mod cdp;
+mod config;
 mod devtools;
+mod error;
 mod host;
 mod launch;
 mod logging;
@@ -23,9 +26,9 @@ mod standalone;
 mod sweep;
 
 // The public interface is:
-pub use self::args::{CHROMIUM, CHROMIUM_HOME, HOST_MARKER, ORPHAN_MARKER, TestNetwork, is_default_profile};
+pub use self::args::{CHROMIUM_HOME, HOST_MARKER, ORPHAN_MARKER, is_default_profile};
 pub use self::cdp::click_and_land;
-pub(crate) use self::cdp::scrub;
+pub(crate) use self::error::scrub;
 
 use crate::spec::{BrowserManifest, Diagnostic, parse_manifest};
 
@@ -37,9 +40,11 @@ pub const MANIFEST: &str = include_str!("../../providers/chromium/BROWSER.md");
 pub fn manifest() -> Result<BrowserManifest, Vec<Diagnostic>> {
     parse_manifest(MANIFEST, None)
 }
+pub use self::config::{CHROMIUM, ChromiumConfig, TestNetwork};
 pub use self::devtools::probe_profile;
+pub use self::error::{BrowserError, LaunchError};
 pub use self::host::{BrowserHost, HealthLoop, Launched};
-pub use self::launch::{BrowserError, ChromiumConfig, ControlledBrowser, LaunchError};
+pub use self::launch::ControlledBrowser;
 pub use self::logging::{SECRET_SAFE_DIRECTIVES, log_filter};
 pub use self::profiles::LiveProfiles;
 pub use self::standalone::StandaloneChromium;

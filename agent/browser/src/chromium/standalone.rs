@@ -10,7 +10,7 @@ use tokio::process::{Child, Command};
 
 use super::args::HEADLESS_ARGS;
 use super::devtools::devtools_address;
-use super::launch::LaunchError;
+use super::error::LaunchError;
 use crate::store::private_dir;
 
 /// A Chromium run on its own, outside any [`super::BrowserHost`]: what an operator starts for the
