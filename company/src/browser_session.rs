@@ -33,8 +33,9 @@ use http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use pap_shared::{CompactJws, Rng};
 
 use crate::page::message_page;
+use crate::store::StoreError;
 use crate::verify::{Verifier, VerifyError};
-use crate::web_cookie::{CookieBindings, SessionCookie};
+use crate::web_cookie::{Binding, CookieBindings, SessionCookie};
 
 /// Where the route is mounted.
 pub const BROWSER_SESSION_PATH: &str = "/poppy/browser-session";
@@ -84,14 +85,15 @@ impl BrowserSession {
             .await
             .map_err(JoinRefusal::Verify)?;
         let cookie = SessionCookie::generate(self.inner.rng.as_ref());
+        let binding = Binding {
+            session: verified.session_id().clone(),
+            epoch: verified.session_epoch(),
+        };
         self.inner
             .cookies
-            .bind(
-                cookie.hash(),
-                verified.session_id().clone(),
-                verified.session_expires_at(),
-            )
-            .await;
+            .bind(cookie.hash(), binding, verified.session_expires_at())
+            .await
+            .map_err(|e| JoinRefusal::Verify(VerifyError::Store(e)))?;
         // The normalised serialisation is ASCII and cannot break the header; it names the same
         // page as the `return_to` that was checked.
         let location = HeaderValue::try_from(verified.return_to().url().as_str())
@@ -216,12 +218,34 @@ impl JoinRefusal {
 }
 
 impl IntoResponse for JoinRefusal {
+    /// 400 with a short page for every refusal of the request or the assertion; 503 when a
+    /// store could not answer (the assertion was not accepted, and may be tried again).
     fn into_response(self) -> Response {
         tracing::warn!(reason = self.code(), "browser join refused");
+        if let Self::Verify(VerifyError::Store(error)) = self {
+            return unavailable(error);
+        }
         message_page(
             StatusCode::BAD_REQUEST,
             "Sign in",
             "This browser could not join the session.",
         )
     }
+}
+
+/// The answer when a store cannot answer: 503, no cookie, a short page, `Retry-After`.
+pub(crate) fn unavailable(error: StoreError) -> Response {
+    let mut response = message_page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Try again",
+        "The company cannot take this request right now. Try again shortly.",
+    );
+    let retry = match error {
+        StoreError::Full => "60",
+        StoreError::Unavailable => "5",
+    };
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static(retry));
+    response
 }

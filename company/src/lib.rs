@@ -7,8 +7,8 @@
 //! ```text
 //!  POST /poppy/browser-session  assertion=<jws>
 //!     -> parse, alg, typ, claims, aud, time, return_to      (cheap, local)
-//!     -> client_id -> metadata -> JWKS, signature           (ClientKeys)
 //!     -> Session live and the same client and user          (SessionDirectory)
+//!     -> client_id -> metadata -> JWKS, signature           (ClientKeys)
 //!     -> (client_id, jti) marked once until exp             (ReplayGuard)
 //!  303 Location: return_to
 //!  Set-Cookie: __Host-poppy_session=<32 random bytes>; Path=/; Secure; HttpOnly; SameSite=Lax
@@ -32,6 +32,7 @@ mod page;
 mod reference;
 mod replay;
 mod session;
+mod store;
 mod tls;
 mod verify;
 mod web_cookie;
@@ -51,9 +52,13 @@ pub use page::escape_html;
 pub use reference::{
     AccountConfig, CompanyConfig, ConfigError, ProposalConfig, ReadConfig, ReferenceCompany, ScopeConfig,
 };
-pub use replay::{MemoryReplayGuard, MokaReplayGuard, ReplayGuard, ReplayKey};
-pub use session::{MemorySessionDirectory, SessionDirectory, SessionRecord};
+pub use replay::{MemoryReplayGuard, REPLAY_CAPACITY, ReplayGuard, ReplayKey};
+pub use session::{MemorySessionDirectory, SESSION_CAPACITY, SESSIONS_PER_CLIENT, SessionDirectory, SessionRecord};
+pub use store::StoreError;
 pub use tls::{TlsError, load_server_config, serve_tls, server_config_from_pem};
 pub use verify::{IAT_SKEW_SECONDS, VerifiedAssertion, Verifier, VerifierParts, VerifyError};
-pub use web_cookie::{CookieBindings, CookieHash, MemoryCookieBindings, SESSION_COOKIE_NAME, SessionCookie};
+pub use web_cookie::{
+    BINDINGS_PER_SESSION, Binding, COOKIE_CAPACITY, CookieBindings, CookieHash, MemoryCookieBindings,
+    SESSION_COOKIE_NAME, SessionCookie,
+};
 pub use web_session::{WebSession, WebSessionRejection};

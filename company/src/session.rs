@@ -4,14 +4,15 @@
 //! (PAP-5-08); the website asks the same on every request, so sign-in, sign-out and scope
 //! changes show at once (PAP-5-10) and the cookie never outlives the Session (PAP-5-11).
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use pap_shared::{ClientId, Clock, PairwiseUserId, Rng, SessionId, UnixTime};
+
+use crate::store::{Bounded, StoreError, WhenFull};
 
 /// A Session as the directory knows it now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +29,10 @@ pub struct SessionRecord {
     pub expires_at: UnixTime,
     /// Whether the Session was ended before `expires_at`.
     pub ended: bool,
+    /// How many times the Session was signed out. A cookie bound in an earlier epoch stands for
+    /// nothing: signing out logs every joined browser out for good, and a later sign-in of the
+    /// same Session does not bring those cookies back (only a new join does).
+    pub epoch: u64,
 }
 
 impl SessionRecord {
@@ -46,92 +51,139 @@ impl SessionRecord {
 /// every request, so it must be cheap.
 #[async_trait]
 pub trait SessionDirectory: Send + Sync + fmt::Debug {
-    /// The Session's current record, or `None` if the id is unknown.
-    async fn session(&self, id: &SessionId) -> Option<SessionRecord>;
+    /// The Session's current record, `Ok(None)` if the id is unknown, an error when the
+    /// directory cannot answer (the caller refuses: a page is not shown, a join not accepted).
+    async fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError>;
 }
 
-/// Sessions held in this process. The reference company and the tests use it.
+/// How many Sessions the embedded directory holds at most.
+pub const SESSION_CAPACITY: u64 = 100_000;
+
+/// How many live Sessions one client may hold in the embedded directory: past it, a new one is
+/// refused ([`StoreError::Full`], answered 429) until one ends or expires.
+pub const SESSIONS_PER_CLIENT: usize = 1_000;
+
+/// Sessions held in this process, in moka, each until it expires; the reference company and
+/// the tests use it. It refuses a new Session when it is full or the client holds
+/// [`SESSIONS_PER_CLIENT`] live ones, and drops none that is live.
 #[derive(Clone, Debug)]
 pub struct MemorySessionDirectory {
-    sessions: Arc<RwLock<HashMap<SessionId, SessionRecord>>>,
+    sessions: Arc<Bounded<SessionId, SessionRecord>>,
+    by_client: Arc<Bounded<ClientId, Vec<(SessionId, UnixTime)>>>,
     clock: Arc<dyn Clock>,
     rng: Arc<dyn Rng>,
 }
 
 impl MemorySessionDirectory {
-    /// An empty directory.
+    /// An empty directory of [`SESSION_CAPACITY`] Sessions.
     pub fn new(clock: Arc<dyn Clock>, rng: Arc<dyn Rng>) -> Self {
+        Self::with_capacity(SESSION_CAPACITY, clock, rng)
+    }
+
+    /// An empty directory of at most `capacity` Sessions.
+    pub fn with_capacity(capacity: u64, clock: Arc<dyn Clock>, rng: Arc<dyn Rng>) -> Self {
         Self {
-            sessions: Arc::default(),
+            sessions: Arc::new(Bounded::new(capacity, WhenFull::Refuse, clock.clone())),
+            by_client: Arc::new(Bounded::new(capacity, WhenFull::Refuse, clock.clone())),
             clock,
             rng,
         }
     }
 
     /// Starts a signed-out Session for `(client_id, user)` that lives `lifetime` seconds, with a
-    /// fresh `ses_` + 22-character id.
-    pub fn start(&self, client_id: ClientId, user: PairwiseUserId, lifetime: i64) -> SessionId {
+    /// fresh `ses_` + 22-character id; refused when the directory is full or the client holds
+    /// its cap of live Sessions.
+    pub fn start(&self, client_id: ClientId, user: PairwiseUserId, lifetime: i64) -> Result<SessionId, StoreError> {
         let mut bytes = [0u8; 16];
         self.rng.fill(&mut bytes);
         let id = format!("ses_{}", URL_SAFE_NO_PAD.encode(bytes));
         // "ses_" + 22 base64url characters always fits the SessionId alphabet and length.
         let id = SessionId::parse(&id).expect("a generated session id is valid");
+        let now = self.clock.now();
+        let expires_at = now.plus(lifetime);
+        // The client's live Sessions, counted and capped in one atomic step.
+        self.by_client
+            .compute(&client_id, |held| {
+                let mut live: Vec<(SessionId, UnixTime)> = held
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|(_, until)| now < *until)
+                    .collect();
+                if live.len() >= SESSIONS_PER_CLIENT {
+                    return Err(StoreError::Full);
+                }
+                live.push((id.clone(), expires_at));
+                let until = live.iter().map(|(_, until)| *until).max().unwrap_or(expires_at);
+                Ok((live, until))
+            })
+            .and_then(|capped| capped)?;
         let record = SessionRecord {
             client_id,
             user,
             account: None,
             scopes: Vec::new(),
-            expires_at: self.clock.now().plus(lifetime),
+            expires_at,
             ended: false,
+            epoch: 0,
         };
-        self.write().insert(id.clone(), record);
-        id
+        self.sessions.insert(id.clone(), record, expires_at)?;
+        Ok(id)
     }
 
     /// Signs the Session in to `account` with `scopes`. Returns false for an unknown Session.
     pub fn sign_in(&self, id: &SessionId, account: &str, scopes: Vec<String>) -> bool {
-        self.update(id, |r| {
+        self.sessions.update(id, |r| {
             r.account = Some(account.to_owned());
             r.scopes = scopes;
         })
     }
 
-    /// Signs the Session out; it stays live, with no account and no scopes.
+    /// Signs the Session out; it stays live, with no account and no scopes, in a new epoch (the
+    /// browsers it joined are logged out for good).
     pub fn sign_out(&self, id: &SessionId) -> bool {
-        self.update(id, |r| {
-            r.account = None;
+        self.sessions.update(id, |r| {
+            if r.account.take().is_some() {
+                r.epoch += 1;
+            }
             r.scopes.clear();
         })
     }
 
     /// Replaces the Session's scopes.
     pub fn set_scopes(&self, id: &SessionId, scopes: Vec<String>) -> bool {
-        self.update(id, |r| r.scopes = scopes)
+        self.sessions.update(id, |r| r.scopes = scopes)
     }
 
     /// Ends the Session now.
     pub fn end(&self, id: &SessionId) -> bool {
-        self.update(id, |r| r.ended = true)
+        self.sessions.update(id, |r| r.ended = true)
     }
 
-    fn update(&self, id: &SessionId, change: impl FnOnce(&mut SessionRecord)) -> bool {
-        self.write().get_mut(id).map(change).is_some()
+    /// The Session's record, if it is held (live or not yet swept).
+    pub fn get(&self, id: &SessionId) -> Option<SessionRecord> {
+        self.sessions.get(id)
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<SessionId, SessionRecord>> {
-        // A panic while holding the lock cannot leave a record half-written (every change is
-        // one assignment), so the map stays usable.
-        self.sessions.write().unwrap_or_else(PoisonError::into_inner)
+    /// How many Sessions are held.
+    pub fn len(&self) -> u64 {
+        self.sessions.len()
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops the Sessions (and the per-client counts) whose time has passed.
+    pub fn sweep(&self) {
+        self.sessions.sweep();
+        self.by_client.sweep();
     }
 }
 
 #[async_trait]
 impl SessionDirectory for MemorySessionDirectory {
-    async fn session(&self, id: &SessionId) -> Option<SessionRecord> {
-        self.sessions
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(id)
-            .cloned()
+    async fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
+        Ok(self.sessions.get(id))
     }
 }

@@ -2,9 +2,10 @@
 //!
 //! Cheap, local checks come first (shape, `alg`, `typ`, claims, audience, time, `return_to`),
 //! so a bad assertion costs neither a network fetch nor a signature verification. Then the
-//! agent's keys and the signature, then the Session, and last the one-time use of
-//! `(client_id, jti)`: an assertion refused for any other reason is not consumed, and one
-//! that is consumed has passed every other check.
+//! Session (a lookup: live, and the same client and user), so only an agent with a live
+//! Session of its own can make the company fetch its keys; then the keys and the signature;
+//! and last the one-time use of `(client_id, jti)`: an assertion refused for any other reason
+//! is not consumed, and one that is consumed has passed every other check.
 
 use std::fmt;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use pap_shared::{
 use crate::client::{ClientKeys, ResolveError};
 use crate::replay::{ReplayGuard, ReplayKey};
 use crate::session::SessionDirectory;
+use crate::store::StoreError;
 
 /// How far in the future an assertion's `iat` may be, in seconds, to absorb clock drift between
 /// the agent and the company. The Python reference allows none; five seconds refuses nothing an
@@ -101,7 +103,22 @@ impl Verifier {
         if !claims.return_to().is_on(&self.parts.domain) {
             return Err(VerifyError::ForeignReturnTo);
         }
-        // 8. Signature, with a key from the `iss` client's JWKS.
+        // 8. The Session: live, and the same client and user. Before any key is fetched: a
+        //    stranger without a live Session of its own makes the company fetch nothing.
+        let session = self
+            .parts
+            .sessions
+            .session(claims.session_id())
+            .await
+            .map_err(VerifyError::Store)?
+            .ok_or(VerifyError::SessionNotLive)?;
+        if !session.is_live(now) {
+            return Err(VerifyError::SessionNotLive);
+        }
+        if &session.client_id != claims.iss() || &session.user != claims.sub() {
+            return Err(VerifyError::SessionOwnerMismatch);
+        }
+        // 9. Signature, with a key from the `iss` client's JWKS (the Session's own client).
         let kid = jws.header().kid.as_deref();
         let keys = self
             .parts
@@ -126,26 +143,15 @@ impl Verifier {
                 return Err(VerifyError::BadSignature);
             }
         }
-        // 9. The Session: live, and the same client and user.
-        let session = self
-            .parts
-            .sessions
-            .session(claims.session_id())
-            .await
-            .ok_or(VerifyError::SessionNotLive)?;
-        if !session.is_live(now) {
-            return Err(VerifyError::SessionNotLive);
-        }
-        if &session.client_id != claims.iss() || &session.user != claims.sub() {
-            return Err(VerifyError::SessionOwnerMismatch);
-        }
-        // 10. Last: `(client_id, jti)` used once, atomically, until `exp`.
-        if !self
+        // 10. Last: `(client_id, jti)` used once, atomically, until `exp`. A mark that cannot be
+        //     made refuses the join: never accepted unmarked.
+        let first = self
             .parts
             .replay
             .mark_once(ReplayKey::browser_assertion(claims.iss(), claims.jti()), claims.exp())
             .await
-        {
+            .map_err(VerifyError::Store)?;
+        if !first {
             return Err(VerifyError::Replayed);
         }
         Ok(VerifiedAssertion {
@@ -154,6 +160,7 @@ impl Verifier {
             session_id: claims.session_id().clone(),
             return_to: claims.return_to().clone(),
             session_expires_at: session.expires_at,
+            session_epoch: session.epoch,
         })
     }
 }
@@ -176,6 +183,7 @@ pub struct VerifiedAssertion {
     session_id: SessionId,
     return_to: HttpsUrl,
     session_expires_at: UnixTime,
+    session_epoch: u64,
 }
 
 impl VerifiedAssertion {
@@ -198,6 +206,10 @@ impl VerifiedAssertion {
     /// When the Session expires, as it stood at verification.
     pub fn session_expires_at(&self) -> UnixTime {
         self.session_expires_at
+    }
+    /// The Session's sign-out epoch at verification: a cookie issued now stands for this epoch.
+    pub fn session_epoch(&self) -> u64 {
+        self.session_epoch
     }
 }
 
@@ -238,6 +250,9 @@ pub enum VerifyError {
     /// The Session is unknown, ended or expired (PAP-5-08).
     #[error("the Session is not live")]
     SessionNotLive,
+    /// A store could not answer (full, or unreachable): nothing is accepted without it.
+    #[error("a store could not answer")]
+    Store(#[source] StoreError),
     /// `alg` is not ES256 or RS256 (PAP-5-05).
     #[error("the algorithm is not ES256 or RS256")]
     UnsupportedAlgorithm,
@@ -264,6 +279,8 @@ impl VerifyError {
             Self::Replayed => "replayed",
             Self::SessionOwnerMismatch => "session_owner_mismatch",
             Self::SessionNotLive => "session_not_live",
+            Self::Store(StoreError::Full) => "store_full",
+            Self::Store(StoreError::Unavailable) => "store_unavailable",
             Self::UnsupportedAlgorithm => "unsupported_algorithm",
             Self::WrongAudience => "wrong_audience",
             Self::WrongType => "wrong_type",

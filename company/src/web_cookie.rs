@@ -3,6 +3,7 @@
 //! The value is 32 random bytes (base64url, 43 characters); the company stores only its
 //! SHA-256, bound to the Session id, and looks the Session up on every request.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
@@ -10,12 +11,11 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::HeaderValue;
-use moka::sync::Cache;
 use pap_shared::{Clock, Rng, SessionId, UnixTime};
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
-use crate::expiry::{ExpireAt, Expiring};
+use crate::store::{Bounded, StoreError, WhenFull};
 
 /// The cookie's name. The `__Host-` prefix makes browsers insist on `Secure`, `Path=/` and no
 /// `Domain`, so no subdomain can set or shadow it.
@@ -110,64 +110,108 @@ impl fmt::Debug for CookieHash {
     }
 }
 
+/// What a cookie stands for: its Session, in the sign-out epoch it joined
+/// ([`crate::SessionRecord::epoch`]). A cookie of an earlier epoch stands for nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Binding {
+    /// The Session.
+    pub session: SessionId,
+    /// The Session's epoch when the browser joined.
+    pub epoch: u64,
+}
+
+/// How many cookies one Session keeps bound in the embedded store: a join past it ends the
+/// Session's oldest cookie (that browser is logged out), so one Session joining in a loop holds
+/// a fixed amount of memory.
+pub const BINDINGS_PER_SESSION: usize = 16;
+
+/// How many cookie bindings the embedded store holds at most; past it the least recently used
+/// goes (its browser is logged out: safe, never a wrong Session).
+pub const COOKIE_CAPACITY: u64 = 1_000_000;
+
 /// Which Session a cookie stands for.
 #[async_trait]
 pub trait CookieBindings: Send + Sync + fmt::Debug {
-    /// Binds `cookie` to `session` until `until` (the Session's expiry).
-    async fn bind(&self, cookie: CookieHash, session: SessionId, until: UnixTime);
-    /// The Session `cookie` is bound to, if any.
-    async fn lookup(&self, cookie: &CookieHash) -> Option<SessionId>;
-    /// Forgets `cookie` (its Session ended).
-    async fn forget(&self, cookie: &CookieHash);
+    /// Binds `cookie` to `binding` until `until` (the Session's expiry). A store may end the
+    /// Session's oldest cookies to keep its share bounded.
+    async fn bind(&self, cookie: CookieHash, binding: Binding, until: UnixTime) -> Result<(), StoreError>;
+    /// What `cookie` is bound to, if anything.
+    async fn lookup(&self, cookie: &CookieHash) -> Result<Option<Binding>, StoreError>;
+    /// Forgets `cookie` (its Session ended, or was signed out since).
+    async fn forget(&self, cookie: &CookieHash) -> Result<(), StoreError>;
 }
 
-#[derive(Clone)]
-struct Binding {
-    session: SessionId,
-    until: UnixTime,
-}
-
-impl Expiring for Binding {
-    fn expires_at(&self) -> UnixTime {
-        self.until
-    }
-}
-
-/// Cookie bindings held in this process, dropped when their Session expires.
+/// Cookie bindings held in this process (moka), each until its Session's expiry, at most
+/// [`BINDINGS_PER_SESSION`] per Session and [`COOKIE_CAPACITY`] in all.
 #[derive(Clone)]
 pub struct MemoryCookieBindings {
-    bindings: Cache<CookieHash, Binding>,
+    bindings: Arc<Bounded<CookieHash, Binding>>,
+    /// Each Session's cookies, oldest first.
+    by_session: Arc<Bounded<SessionId, VecDeque<CookieHash>>>,
 }
 
 impl MemoryCookieBindings {
     /// Empty bindings whose expiry reads `clock`.
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         Self {
-            bindings: Cache::builder().expire_after(ExpireAt::new(clock)).build(),
+            bindings: Arc::new(Bounded::new(COOKIE_CAPACITY, WhenFull::Evict, clock.clone())),
+            by_session: Arc::new(Bounded::new(COOKIE_CAPACITY, WhenFull::Evict, clock)),
         }
+    }
+
+    /// How many cookies are bound.
+    pub fn len(&self) -> u64 {
+        self.bindings.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops the bindings whose Session has expired.
+    pub fn sweep(&self) {
+        self.bindings.sweep();
+        self.by_session.sweep();
     }
 }
 
 impl fmt::Debug for MemoryCookieBindings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryCookieBindings")
-            .field("entries", &self.bindings.entry_count())
+            .field("bindings", &self.bindings)
             .finish()
     }
 }
 
 #[async_trait]
 impl CookieBindings for MemoryCookieBindings {
-    async fn bind(&self, cookie: CookieHash, session: SessionId, until: UnixTime) {
-        self.bindings.insert(cookie, Binding { session, until });
+    async fn bind(&self, cookie: CookieHash, binding: Binding, until: UnixTime) -> Result<(), StoreError> {
+        let mut ended = Vec::new();
+        // The Session's list and its cap, in one atomic step; the cookies past the cap end.
+        self.by_session
+            .compute(&binding.session, |held| {
+                let mut cookies = held.unwrap_or_default();
+                cookies.push_back(cookie);
+                while cookies.len() > BINDINGS_PER_SESSION {
+                    ended.extend(cookies.pop_front());
+                }
+                Ok::<_, StoreError>((cookies, until))
+            })
+            .and_then(|capped| capped)?;
+        for old in ended {
+            self.bindings.remove(&old);
+        }
+        self.bindings.insert(cookie, binding, until)
     }
 
-    async fn lookup(&self, cookie: &CookieHash) -> Option<SessionId> {
-        self.bindings.get(cookie).map(|b| b.session)
+    async fn lookup(&self, cookie: &CookieHash) -> Result<Option<Binding>, StoreError> {
+        Ok(self.bindings.get(cookie))
     }
 
-    async fn forget(&self, cookie: &CookieHash) {
-        self.bindings.invalidate(cookie);
+    async fn forget(&self, cookie: &CookieHash) -> Result<(), StoreError> {
+        self.bindings.remove(cookie);
+        Ok(())
     }
 }
 
@@ -176,6 +220,42 @@ mod tests {
     use pap_shared::SystemRng;
 
     use super::*;
+
+    #[derive(Debug)]
+    struct Fixed;
+    impl Clock for Fixed {
+        fn now(&self) -> UnixTime {
+            UnixTime::from_secs(1_000)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_session_keeps_its_newest_cookies_and_the_oldest_end_first() {
+        let bindings = MemoryCookieBindings::new(Arc::new(Fixed));
+        let session = SessionId::parse("ses_AAAAAAAAAAAAAAAAAAAAAA").unwrap();
+        let cookies: Vec<SessionCookie> = (0..BINDINGS_PER_SESSION + 4)
+            .map(|_| SessionCookie::generate(&SystemRng))
+            .collect();
+        for cookie in &cookies {
+            let binding = Binding {
+                session: session.clone(),
+                epoch: 0,
+            };
+            bindings
+                .bind(cookie.hash(), binding, UnixTime::from_secs(2_000))
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            bindings.len(),
+            BINDINGS_PER_SESSION as u64,
+            "one Session joining in a loop holds a fixed share"
+        );
+        for (i, cookie) in cookies.iter().enumerate() {
+            let bound = bindings.lookup(&cookie.hash()).await.unwrap().is_some();
+            assert_eq!(bound, i >= 4, "cookie {i}");
+        }
+    }
 
     #[test]
     fn set_cookie_is_exactly_as_specified() {

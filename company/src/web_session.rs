@@ -10,6 +10,7 @@ use pap_shared::SessionId;
 use crate::browser_session::BrowserSession;
 use crate::page::message_page;
 use crate::session::SessionRecord;
+use crate::store::StoreError;
 use crate::web_cookie::SessionCookie;
 
 /// The live, signed-in Session behind the request's `__Host-poppy_session` cookie, read fresh
@@ -64,14 +65,20 @@ pub enum WebSessionRejection {
     /// The Session has ended or expired.
     #[error("the Session is not live")]
     SessionEnded,
-    /// The Session is live but signed out.
+    /// The Session is live but signed out, or was signed out since this browser joined.
     #[error("the Session is signed out")]
     SignedOut,
+    /// A store could not answer: nothing is shown without it (503).
+    #[error("a store could not answer")]
+    Store(#[source] StoreError),
 }
 
 impl IntoResponse for WebSessionRejection {
     fn into_response(self) -> Response {
         tracing::info!(reason = %self, "web request without a live signed-in Session");
+        if let Self::Store(error) = self {
+            return crate::browser_session::unavailable(error);
+        }
         message_page(
             StatusCode::UNAUTHORIZED,
             "Session ended",
@@ -93,22 +100,39 @@ where
         let mut rejection = WebSessionRejection::NoCookie;
         for cookie in SessionCookie::from_headers(&parts.headers) {
             let hash = cookie.hash();
-            let Some(id) = browser_session.cookies().lookup(&hash).await else {
+            let cookies = browser_session.cookies();
+            let Some(binding) = cookies.lookup(&hash).await.map_err(WebSessionRejection::Store)? else {
                 rejection = WebSessionRejection::UnknownCookie;
                 continue;
             };
-            let record = browser_session.verifier().sessions().session(&id).await;
+            let record = browser_session
+                .verifier()
+                .sessions()
+                .session(&binding.session)
+                .await
+                .map_err(WebSessionRejection::Store)?;
             let Some(record) = record.filter(|r| r.is_live(now)) else {
                 // The cookie must not outlive its Session (PAP-5-11).
-                browser_session.cookies().forget(&hash).await;
+                cookies.forget(&hash).await.map_err(WebSessionRejection::Store)?;
                 rejection = WebSessionRejection::SessionEnded;
                 continue;
             };
+            if record.epoch != binding.epoch {
+                // Signed out since this browser joined: the cookie is over for good, whatever
+                // sign-in follows (only a new join makes a new one).
+                cookies.forget(&hash).await.map_err(WebSessionRejection::Store)?;
+                rejection = WebSessionRejection::SignedOut;
+                continue;
+            }
             if !record.is_signed_in() {
                 rejection = WebSessionRejection::SignedOut;
                 continue;
             }
-            return Ok(Self { id, record, cookie });
+            return Ok(Self {
+                id: binding.session,
+                record,
+                cookie,
+            });
         }
         Err(rejection)
     }

@@ -149,18 +149,25 @@ async fn the_website_follows_the_session_on_the_next_request() {
         send(&world, page_request(Some(&value))).await.status(),
         StatusCode::UNAUTHORIZED
     );
-    // Signing in again shows too: the cookie follows the Session, both ways.
+    // Signing in again does not revive it (L4): a browser the user meant to log out stays out;
+    // a new join is needed, and that one works.
     world.sessions.sign_in(&world.session, "ada", vec![]);
-    assert_eq!(send(&world, page_request(Some(&value))).await.status(), StatusCode::OK);
-    // Ending the Session ends the cookie for good.
-    world.sessions.end(&world.session);
     assert_eq!(
         send(&world, page_request(Some(&value))).await.status(),
         StatusCode::UNAUTHORIZED
     );
+    let rejoined = send(&world, join_request(&world.assertion())).await;
+    let fresh = cookie_value(&set_cookie(&rejoined).unwrap());
+    assert_eq!(send(&world, page_request(Some(&fresh))).await.status(), StatusCode::OK);
+    // Ending the Session ends the cookie for good.
+    world.sessions.end(&world.session);
+    assert_eq!(
+        send(&world, page_request(Some(&fresh))).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
     world.sessions.sign_in(&world.session, "ada", vec![]);
     assert_eq!(
-        send(&world, page_request(Some(&value))).await.status(),
+        send(&world, page_request(Some(&fresh))).await.status(),
         StatusCode::UNAUTHORIZED
     );
 }

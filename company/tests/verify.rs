@@ -207,7 +207,22 @@ async fn refuses_a_foreign_return_to() {
 #[tokio::test]
 async fn refuses_an_unknown_client() {
     let world = World::new();
-    let assertion = world.with("iss", json!("https://stranger.example/agent.json"));
+    let stranger = pap_shared::ClientId::parse("https://stranger.example/agent.json").unwrap();
+    // Without a live Session of its own, a stranger is refused before any key is looked up (H1).
+    let assertion = world.with("iss", json!(stranger.as_str()));
+    assert_eq!(
+        verify(&world, &assertion).await.unwrap_err(),
+        VerifyError::SessionOwnerMismatch
+    );
+    // With one, its keys are looked up, and it has none.
+    let session = world
+        .sessions
+        .start(stranger.clone(), world.user.clone(), 3_600)
+        .unwrap();
+    let mut claims = world.claims();
+    claims["iss"] = json!(stranger.as_str());
+    claims["session_id"] = json!(session.as_str());
+    let assertion = world.agent.sign(BROWSER_ASSERTION_TYP, &claims);
     assert_eq!(
         verify(&world, &assertion).await.unwrap_err(),
         VerifyError::Client(pap_company::ResolveError::UnknownClient)
@@ -329,7 +344,8 @@ async fn refuses_an_expired_session() {
     let world = World::new();
     let expired = world
         .sessions
-        .start(world.agent.client_id.clone(), world.user.clone(), 1);
+        .start(world.agent.client_id.clone(), world.user.clone(), 1)
+        .unwrap();
     world.clock.set(NOW + 1);
     let assertion = world.with("session_id", json!(expired.as_str()));
     assert_eq!(
@@ -353,11 +369,14 @@ async fn refuses_another_users_or_clients_session() {
         verify(&world, &other_user).await.unwrap_err(),
         VerifyError::SessionOwnerMismatch
     );
-    let other = world.sessions.start(
-        pap_shared::ClientId::parse("https://other.example/agent.json").unwrap(),
-        world.user.clone(),
-        3_600,
-    );
+    let other = world
+        .sessions
+        .start(
+            pap_shared::ClientId::parse("https://other.example/agent.json").unwrap(),
+            world.user.clone(),
+            3_600,
+        )
+        .unwrap();
     let other_client = world.with("session_id", json!(other.as_str()));
     assert_eq!(
         verify(&world, &other_client).await.unwrap_err(),

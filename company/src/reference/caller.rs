@@ -46,7 +46,7 @@ impl ReferenceCompany {
                 OAuthErrorCode::InvalidDpopProof,
             ));
         }
-        let session = self.session_record(&record.session).await.ok_or_else(invalid_token)?;
+        let session = self.session_record(&record.session).await?.ok_or_else(invalid_token)?;
         Ok(Caller {
             client_id: record.client_id,
             session: record.session,

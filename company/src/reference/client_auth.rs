@@ -15,6 +15,8 @@ use crate::replay::{ReplayGuard as _, ReplayKey};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum AssertionFailure {
     Refused(&'static str),
+    /// The replay store could not mark the `jti`: nothing is accepted unmarked.
+    Store(crate::store::StoreError),
 }
 
 impl ReferenceCompany {
@@ -38,7 +40,10 @@ impl ReferenceCompany {
         let claims = self
             .check_jwt_assertion(&client_id, assertion)
             .await
-            .map_err(|AssertionFailure::Refused(why)| invalid(why))?;
+            .map_err(|failure| match failure {
+                AssertionFailure::Refused(why) => invalid(why),
+                AssertionFailure::Store(error) => ApiError::store(error),
+            })?;
         if claims.sub != client_id.as_str() {
             return Err(invalid("sub"));
         }
@@ -85,12 +90,13 @@ impl ReferenceCompany {
             return Err(refuse("signature"));
         }
         let key = ReplayKey::of("jwt-assertion", client_id.as_str(), &claims.jti);
-        if !self
+        let first = self
             .inner
             .replay
             .mark_once(key, claims.exp.plus(pap_shared::JWT_ASSERTION_SKEW))
             .await
-        {
+            .map_err(AssertionFailure::Store)?;
+        if !first {
             return Err(refuse("replayed jti"));
         }
         Ok(claims)

@@ -180,7 +180,7 @@ impl ReferenceCompany {
         };
         let record = self
             .session_record(&session)
-            .await
+            .await?
             .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidSession))?;
         if &record.client_id != client_id {
             return Err(ApiError::bad_request(OAuthErrorCode::InvalidSession));

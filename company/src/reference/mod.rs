@@ -192,12 +192,13 @@ impl ReferenceCompany {
             invalid(status)
         })?;
         let key = ReplayKey::of("dpop", &verified.thumbprint, &verified.jti);
-        if !self
+        let first = self
             .inner
             .replay
             .mark_once(key, verified.iat.plus(pap_shared::DPOP_IAT_WINDOW))
             .await
-        {
+            .map_err(ApiError::store)?;
+        if !first {
             return Err(invalid(status));
         }
         Ok(verified.thumbprint)

@@ -7,7 +7,12 @@ use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use pap_shared::OAuthErrorCode;
+
+use crate::store::StoreError;
 use serde_json::{Value, json};
+
+/// How long a refused (429) caller is asked to wait, in seconds.
+pub(crate) const RETRY_AFTER_SECONDS: &str = "60";
 
 /// Largest form or JSON body a PAP endpoint reads.
 pub(crate) const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -51,6 +56,17 @@ impl ApiError {
         self
     }
 
+    /// A store could not take the request: a full one is 429 with `Retry-After` (too much at
+    /// once, from someone), an unreachable one 503. Nothing was done.
+    pub(crate) fn store(error: StoreError) -> Self {
+        match error {
+            StoreError::Full => Self::new(StatusCode::TOO_MANY_REQUESTS, OAuthErrorCode::TemporarilyUnavailable),
+            StoreError::Unavailable => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, OAuthErrorCode::TemporarilyUnavailable)
+            }
+        }
+    }
+
     pub(crate) fn with_scope(mut self, scope: String) -> Self {
         self.scope = Some(scope);
         self
@@ -64,6 +80,11 @@ impl IntoResponse for ApiError {
             body[key] = value;
         }
         let mut response = json_response(self.status, &body);
+        if self.status == StatusCode::TOO_MANY_REQUESTS {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECONDS));
+        }
         if self.challenge {
             let mut challenge = format!("DPoP error=\"{}\"", self.code);
             if let Some(scope) = &self.scope {

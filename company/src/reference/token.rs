@@ -111,18 +111,22 @@ impl ReferenceCompany {
         let claims = self
             .check_jwt_assertion(client_id, assertion)
             .await
-            .map_err(|_| invalid_grant())?;
+            .map_err(|failure| match failure {
+                super::client_auth::AssertionFailure::Refused(_) => invalid_grant(),
+                super::client_auth::AssertionFailure::Store(error) => ApiError::store(error),
+            })?;
         let user = PairwiseUserId::parse(&claims.sub).map_err(|_| invalid_grant())?;
         let session = match form.get("session_id") {
             None => self
                 .inner
                 .sessions
-                .start(client_id.clone(), user, self.inner.config.session_lifetime),
+                .start(client_id.clone(), user, self.inner.config.session_lifetime)
+                .map_err(ApiError::store)?,
             Some(id) => {
                 let id = SessionId::parse(id).map_err(|_| ApiError::bad_request(OAuthErrorCode::InvalidSession))?;
                 let record = self
                     .session_record(&id)
-                    .await
+                    .await?
                     .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidSession))?;
                 if &record.client_id != client_id || record.user != user {
                     return Err(ApiError::bad_request(OAuthErrorCode::InvalidSession));
@@ -135,9 +139,16 @@ impl ReferenceCompany {
         self.issue(client_id, &session, thumbprint, None).await
     }
 
-    pub(crate) async fn session_record(&self, id: &SessionId) -> Option<crate::session::SessionRecord> {
-        let record = crate::session::SessionDirectory::session(&self.inner.sessions, id).await?;
-        record.is_live(self.now()).then_some(record)
+    /// The live record of Session `id` (`None`: unknown, ended or expired); a store that cannot
+    /// answer is the caller's 503.
+    pub(crate) async fn session_record(
+        &self,
+        id: &SessionId,
+    ) -> Result<Option<crate::session::SessionRecord>, ApiError> {
+        let record = crate::session::SessionDirectory::session(&self.inner.sessions, id)
+            .await
+            .map_err(ApiError::store)?;
+        Ok(record.filter(|r| r.is_live(self.now())))
     }
 
     /// A token response for `session`, with a new Session Token bound to `thumbprint`, and the
@@ -151,7 +162,7 @@ impl ReferenceCompany {
     ) -> Result<Response, ApiError> {
         let record = self
             .session_record(session)
-            .await
+            .await?
             .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidSession))?;
         let access_token = self.random_token("sat");
         let expires_in = record.expires_at.since(self.now()).max(1);
@@ -250,7 +261,7 @@ impl ReferenceCompany {
             .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidSession))?;
         let record = self
             .session_record(&session)
-            .await
+            .await?
             .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidSession))?;
         if &record.client_id != client_id || record.user != grant.user {
             return Err(ApiError::bad_request(OAuthErrorCode::InvalidSession));

@@ -99,7 +99,7 @@ impl World {
             Arc::new(SystemRng),
         );
         let user = PairwiseUserId::parse("usr_conf_abcdefghijklmnopqrstuv").unwrap();
-        let session = sessions.start(agent.client_id.clone(), user.clone(), 3_600);
+        let session = sessions.start(agent.client_id.clone(), user.clone(), 3_600).unwrap();
         sessions.sign_in(&session, "ada", vec!["orders:read".into()]);
         Self {
             clock,

@@ -67,6 +67,9 @@ pub enum OAuthErrorCode {
     IdempotencyKeyConflict,
     /// The request body is larger than the endpoint reads.
     RequestTooLarge,
+    /// RFC 6749 §4.1.2.1: the server cannot take the request now (a store is full or down);
+    /// retry later.
+    TemporarilyUnavailable,
     /// PAP Operations: no such operation for this Session.
     OperationNotFound,
     /// PAP Operations: the person must approve (it is not the agent's to confirm).
@@ -77,7 +80,7 @@ pub enum OAuthErrorCode {
 
 impl OAuthErrorCode {
     /// Every known code (not [`Self::Extension`]).
-    const KNOWN: [OAuthErrorCode; 23] = [
+    const KNOWN: [OAuthErrorCode; 24] = [
         Self::InvalidRequest,
         Self::InvalidClient,
         Self::InvalidGrant,
@@ -99,6 +102,7 @@ impl OAuthErrorCode {
         Self::TermsChanged,
         Self::IdempotencyKeyConflict,
         Self::RequestTooLarge,
+        Self::TemporarilyUnavailable,
         Self::OperationNotFound,
         Self::UserApprovalRequired,
     ];
@@ -127,6 +131,7 @@ impl OAuthErrorCode {
             Self::TermsChanged => "terms_changed",
             Self::IdempotencyKeyConflict => "idempotency_key_conflict",
             Self::RequestTooLarge => "request_too_large",
+            Self::TemporarilyUnavailable => "temporarily_unavailable",
             Self::OperationNotFound => "operation_not_found",
             Self::UserApprovalRequired => "user_approval_required",
             Self::Extension(code) => code,

@@ -1,0 +1,307 @@
+//! What the company's stores share: the one way a store fails ([`StoreError`]), and the one
+//! building block of the embedded stores ([`Bounded`]): a moka cache of records that expire by
+//! the injected clock, bounded by a capacity.
+//!
+//! A store that holds what must not be lost before it expires (a replay mark, a Session, a
+//! device code, an operation) *refuses* new records when full, and the caller answers 429 or
+//! 503; one whose records may go early at no risk (a cookie binding only logs a browser out, a
+//! cached document is fetched again) *evicts* the least used.
+
+use std::fmt;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use moka::sync::Cache;
+use pap_shared::{Clock, UnixTime};
+
+use crate::expiry::{ExpireAt, Expiring};
+
+/// Why a store could not do what was asked. Every caller fails closed on it: a join is not
+/// accepted, a page is not shown (503), nothing is half-done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The store is at its capacity and holds nothing it may drop: new work is refused.
+    #[error("the store is full")]
+    Full,
+    /// The store cannot be reached (a distributed store down): nothing is decided without it.
+    #[error("the store is unavailable")]
+    Unavailable,
+}
+
+/// What a full [`Bounded`] does with a new record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WhenFull {
+    /// Drops the least recently used record to make room.
+    Evict,
+    /// Refuses the new record ([`StoreError::Full`]); nothing live is dropped.
+    Refuse,
+}
+
+#[derive(Clone)]
+struct Timed<V> {
+    value: V,
+    until: UnixTime,
+}
+
+impl<V> Expiring for Timed<V> {
+    fn expires_at(&self) -> UnixTime {
+        self.until
+    }
+}
+
+/// Records that live until their own `until` (read on the injected clock), at most `capacity`
+/// of them.
+pub(crate) struct Bounded<K, V> {
+    cache: Cache<K, Timed<V>>,
+    clock: Arc<dyn Clock>,
+    capacity: u64,
+    when_full: WhenFull,
+    /// The injected clock's second of the last sweep a full store made.
+    last_sweep: AtomicI64,
+}
+
+impl<K, V> Bounded<K, V>
+where
+    K: Hash + Eq + Send + Sync + Clone + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// An empty store of at most `capacity` records.
+    pub(crate) fn new(capacity: u64, when_full: WhenFull, clock: Arc<dyn Clock>) -> Self {
+        let builder = Cache::builder().expire_after(ExpireAt::new(clock.clone()));
+        let cache = match when_full {
+            WhenFull::Evict => builder.max_capacity(capacity).build(),
+            // No eviction at all: the capacity is kept by refusing (see `admit`).
+            WhenFull::Refuse => builder.build(),
+        };
+        Self {
+            cache,
+            clock,
+            capacity,
+            when_full,
+            last_sweep: AtomicI64::new(i64::MIN),
+        }
+    }
+
+    /// The live record of `key`.
+    pub(crate) fn get(&self, key: &K) -> Option<V> {
+        let now = self.clock.now();
+        self.cache.get(key).filter(|t| now < t.until).map(|t| t.value)
+    }
+
+    /// Stores `value` for `key` until `until`, replacing what was there.
+    pub(crate) fn insert(&self, key: K, value: V, until: UnixTime) -> Result<(), StoreError> {
+        if !self.cache.contains_key(&key) {
+            self.admit()?;
+        }
+        self.cache.insert(key, Timed { value, until });
+        Ok(())
+    }
+
+    /// Stores `value` for `key` until `until` unless a live record is there: true for exactly
+    /// one caller per key while the record lives, however many call at once.
+    pub(crate) fn insert_once(&self, key: K, value: V, until: UnixTime) -> Result<bool, StoreError> {
+        if self.get(&key).is_some() {
+            // Held: the answer is no whether or not the store is full.
+            return Ok(false);
+        }
+        self.admit()?;
+        let now = self.clock.now();
+        let entry = self
+            .cache
+            .entry(key)
+            .or_insert_with_if(|| Timed { value, until }, |held| held.until <= now);
+        Ok(entry.is_fresh())
+    }
+
+    /// Changes the live record of `key` in place, atomically; false when there is none.
+    pub(crate) fn update(&self, key: &K, change: impl FnOnce(&mut V)) -> bool {
+        use moka::ops::compute::Op;
+        let now = self.clock.now();
+        let mut changed = false;
+        self.cache.entry(key.clone()).and_compute_with(|held| match held {
+            Some(entry) if now < entry.value().until => {
+                let mut timed = entry.into_value();
+                change(&mut timed.value);
+                changed = true;
+                Op::Put(timed)
+            }
+            Some(_) => Op::Remove,
+            None => Op::Nop,
+        });
+        changed
+    }
+
+    /// Computes `key`'s record from the live one (or `None`), atomically: `compute` answers the
+    /// new record and its time, or refuses with its own error, which leaves the record as it
+    /// was. A new record counts against the capacity.
+    pub(crate) fn compute<E>(
+        &self,
+        key: &K,
+        compute: impl FnOnce(Option<V>) -> Result<(V, UnixTime), E>,
+    ) -> Result<Result<(), E>, StoreError> {
+        use moka::ops::compute::Op;
+        if self.get(key).is_none() {
+            self.admit()?;
+        }
+        let now = self.clock.now();
+        let mut outcome = Ok(());
+        self.cache.entry(key.clone()).and_compute_with(|held| {
+            let live = held.map(|e| e.into_value()).filter(|t| now < t.until).map(|t| t.value);
+            match compute(live) {
+                Ok((value, until)) => Op::Put(Timed { value, until }),
+                Err(refused) => {
+                    outcome = Err(refused);
+                    Op::Nop
+                }
+            }
+        });
+        Ok(outcome)
+    }
+
+    /// Removes `key`'s record, live or not; the live one it held.
+    pub(crate) fn remove(&self, key: &K) -> Option<V> {
+        let now = self.clock.now();
+        self.cache.remove(key).filter(|t| now < t.until).map(|t| t.value)
+    }
+
+    /// Drops every record whose `until` has passed on the injected clock. moka drops them on
+    /// its own as real time passes; this is for a clock that moves otherwise (a test's), and
+    /// for an exact count.
+    pub(crate) fn sweep(&self) {
+        let now = self.clock.now();
+        for (key, timed) in self.cache.iter() {
+            if timed.until <= now {
+                self.cache.invalidate(key.as_ref());
+            }
+        }
+        self.cache.run_pending_tasks();
+    }
+
+    /// How many records it holds (after pending work is done).
+    pub(crate) fn len(&self) -> u64 {
+        self.cache.run_pending_tasks();
+        self.cache.entry_count()
+    }
+
+    /// A refusing store takes a new record only below its capacity.
+    ///
+    /// moka counts lazily, at most [`COUNT_LAG`] writes behind: far below the capacity the
+    /// stale count is enough; near it the pending writes are applied first, so a store never
+    /// refuses on a stale count and at most the inserts in flight go past the capacity. A full
+    /// store also drops what the injected clock has expired, at most once per second of that
+    /// clock, so a flood of refused inserts costs no more than one scan a second.
+    fn admit(&self) -> Result<(), StoreError> {
+        if self.when_full == WhenFull::Evict || self.cache.entry_count().saturating_add(COUNT_LAG) < self.capacity {
+            return Ok(());
+        }
+        self.cache.run_pending_tasks();
+        if self.cache.entry_count() < self.capacity {
+            return Ok(());
+        }
+        let now = self.clock.now().as_secs();
+        if self.last_sweep.swap(now, Ordering::AcqRel) < now {
+            self.sweep();
+            if self.cache.entry_count() < self.capacity {
+                return Ok(());
+            }
+        }
+        Err(StoreError::Full)
+    }
+}
+
+/// How far behind the writes moka's entry count may be: its write log holds 64 x 6 entries
+/// before a writer applies them itself (moka 0.12's `WRITE_LOG_CH_SIZE`), rounded up.
+const COUNT_LAG: u64 = 512;
+
+impl<K, V> fmt::Debug for Bounded<K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bounded")
+            .field("entries", &self.cache.entry_count())
+            .field("capacity", &self.capacity)
+            .field("when_full", &self.when_full)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Settable(AtomicI64);
+
+    impl Clock for Settable {
+        fn now(&self) -> UnixTime {
+            UnixTime::from_secs(self.0.load(Ordering::SeqCst))
+        }
+    }
+
+    fn clock() -> Arc<Settable> {
+        Arc::new(Settable(AtomicI64::new(1_000)))
+    }
+
+    #[test]
+    fn records_live_until_their_own_time_on_the_injected_clock() {
+        let clock = clock();
+        let store: Bounded<u32, &str> = Bounded::new(10, WhenFull::Refuse, clock.clone());
+        store.insert(1, "a", UnixTime::from_secs(1_060)).unwrap();
+        assert_eq!(store.get(&1), Some("a"));
+        clock.0.store(1_060, Ordering::SeqCst);
+        assert_eq!(store.get(&1), None, "expiry is exclusive");
+        assert_eq!(store.len(), 1, "still held until swept");
+        store.sweep();
+        assert_eq!(store.len(), 0);
+    }
+
+    #[test]
+    fn a_refusing_store_refuses_when_full_and_takes_again_once_records_expire() {
+        let clock = clock();
+        let store: Bounded<u32, ()> = Bounded::new(3, WhenFull::Refuse, clock.clone());
+        for key in 0..3 {
+            store.insert(key, (), UnixTime::from_secs(1_010)).unwrap();
+        }
+        assert_eq!(store.insert(3, (), UnixTime::from_secs(1_010)), Err(StoreError::Full));
+        assert_eq!(
+            store.insert_once(4, (), UnixTime::from_secs(1_010)),
+            Err(StoreError::Full)
+        );
+        // Replacing a held key is no new record.
+        store.insert(2, (), UnixTime::from_secs(1_020)).unwrap();
+        assert!((0..3).all(|k| store.get(&k).is_some()), "nothing live was dropped");
+        clock.0.store(1_010, Ordering::SeqCst);
+        store.insert(3, (), UnixTime::from_secs(1_030)).unwrap();
+    }
+
+    #[test]
+    fn an_evicting_store_stays_within_its_capacity() {
+        let store: Bounded<u32, ()> = Bounded::new(100, WhenFull::Evict, clock());
+        for key in 0..10_000 {
+            store.insert(key, (), UnixTime::from_secs(2_000)).unwrap();
+        }
+        assert!(store.len() <= 100, "{}", store.len());
+    }
+
+    #[test]
+    fn insert_once_has_one_winner_and_an_expired_record_counts_as_absent() {
+        let clock = clock();
+        let store: Arc<Bounded<u32, u32>> = Arc::new(Bounded::new(10, WhenFull::Refuse, clock.clone()));
+        let winners: usize = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..16)
+                .map(|i| {
+                    let store = store.clone();
+                    scope.spawn(move || store.insert_once(7, i, UnixTime::from_secs(1_005)).unwrap())
+                })
+                .collect();
+            handles.into_iter().map(|h| usize::from(h.join().unwrap())).sum()
+        });
+        assert_eq!(winners, 1);
+        assert!(!store.insert_once(7, 99, UnixTime::from_secs(1_005)).unwrap());
+        clock.0.store(1_005, Ordering::SeqCst);
+        assert!(store.insert_once(7, 99, UnixTime::from_secs(1_010)).unwrap());
+        assert_eq!(store.get(&7), Some(99));
+        assert!(store.update(&7, |v| *v += 1));
+        assert_eq!(store.get(&7), Some(100));
+        assert!(!store.update(&8, |v| *v += 1));
+    }
+}
