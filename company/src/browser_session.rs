@@ -32,8 +32,8 @@ use axum::routing::post;
 use http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use pap_shared::{CompactJws, Rng};
 
+use crate::client::ResolveError;
 use crate::page::message_page;
-use crate::store::StoreError;
 use crate::verify::{Verifier, VerifyError};
 use crate::web_cookie::{Binding, CookieBindings, SessionCookie};
 
@@ -222,8 +222,10 @@ impl IntoResponse for JoinRefusal {
     /// store could not answer (the assertion was not accepted, and may be tried again).
     fn into_response(self) -> Response {
         tracing::warn!(reason = self.code(), "browser join refused");
-        if let Self::Verify(VerifyError::Store(error)) = self {
-            return unavailable(error);
+        match self {
+            Self::Verify(VerifyError::Store(error)) => return unavailable(error.retry_after()),
+            Self::Verify(VerifyError::Client(ResolveError::Busy)) => return unavailable(BUSY_RETRY_SECONDS),
+            _ => {}
         }
         message_page(
             StatusCode::BAD_REQUEST,
@@ -233,19 +235,19 @@ impl IntoResponse for JoinRefusal {
     }
 }
 
-/// The answer when a store cannot answer: 503, no cookie, a short page, `Retry-After`.
-pub(crate) fn unavailable(error: StoreError) -> Response {
+/// How long a browser is asked to wait when the client resolver is at its fetch limit.
+const BUSY_RETRY_SECONDS: &str = "5";
+
+/// The answer when a store (or the resolver) cannot answer now: 503, no cookie, a short page,
+/// `Retry-After: retry_after` seconds.
+pub(crate) fn unavailable(retry_after: &'static str) -> Response {
     let mut response = message_page(
         StatusCode::SERVICE_UNAVAILABLE,
         "Try again",
         "The company cannot take this request right now. Try again shortly.",
     );
-    let retry = match error {
-        StoreError::Full => "60",
-        StoreError::Unavailable => "5",
-    };
     response
         .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static(retry));
+        .insert(header::RETRY_AFTER, HeaderValue::from_static(retry_after));
     response
 }

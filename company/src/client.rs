@@ -11,7 +11,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use pap_shared::{ClientId, Jwks};
 
-pub use self::http::{HttpClientResolver, ResolverBuildError, ResolverConfig};
+pub use self::http::{FAILURE_CAPACITY, HttpClientResolver, ResolverBuildError, ResolverConfig, ResolverHolds};
 pub use self::metadata::ClientMetadata;
 
 /// Where the verifier gets an agent's public keys.
@@ -66,6 +66,10 @@ pub enum ResolveError {
     /// The client is not known to a static resolver, or recently failed to resolve.
     #[error("unknown client")]
     UnknownClient,
+    /// Too many clients' documents are being fetched at once; nothing was fetched for this one.
+    /// Answered with 503 and `Retry-After`: the client may try again shortly.
+    #[error("too many client documents are being fetched; try again shortly")]
+    Busy,
 }
 
 /// A fixed map of `client_id` to key set: for unit tests and for companies that register their

@@ -11,6 +11,12 @@ pub(crate) trait Expiring {
     fn expires_at(&self) -> UnixTime;
 }
 
+impl<T: Expiring> Expiring for Arc<T> {
+    fn expires_at(&self) -> UnixTime {
+        T::expires_at(self)
+    }
+}
+
 impl Expiring for UnixTime {
     fn expires_at(&self) -> UnixTime {
         *self

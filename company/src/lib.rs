@@ -43,8 +43,8 @@ pub use browser_session::{
     BROWSER_SESSION_PATH, BrowserSession, JoinRefusal, MAX_FORM_BYTES, RequestError, browser_session_router,
 };
 pub use client::{
-    ClientKeys, ClientMetadata, ClientRegistry, HttpClientResolver, ResolveError, ResolverBuildError, ResolverConfig,
-    StaticClientKeys,
+    ClientKeys, ClientMetadata, ClientRegistry, FAILURE_CAPACITY, HttpClientResolver, ResolveError, ResolverBuildError,
+    ResolverConfig, ResolverHolds, StaticClientKeys,
 };
 pub use dev_certs::{DevCerts, DevCertsError, write_dev_certs};
 pub use local::{LocalCompany, LocalCompanyError};

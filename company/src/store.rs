@@ -29,6 +29,18 @@ pub enum StoreError {
     Unavailable,
 }
 
+impl StoreError {
+    /// How long a caller refused for it is asked to wait, in seconds (`Retry-After`): a full
+    /// store frees room as records expire (a minute covers a replay mark), a store that is
+    /// down is worth trying again soon.
+    pub fn retry_after(self) -> &'static str {
+        match self {
+            Self::Full => "60",
+            Self::Unavailable => "5",
+        }
+    }
+}
+
 /// What a full [`Bounded`] does with a new record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum WhenFull {
@@ -96,6 +108,16 @@ where
         }
         self.cache.insert(key, Timed { value, until });
         Ok(())
+    }
+
+    /// Stores `value` for `key` until `until` in a store that evicts, so it never refuses.
+    pub(crate) fn remember(&self, key: K, value: V, until: UnixTime) {
+        debug_assert_eq!(
+            self.when_full,
+            WhenFull::Evict,
+            "a refusing store's refusal must be handled"
+        );
+        self.cache.insert(key, Timed { value, until });
     }
 
     /// Stores `value` for `key` until `until` unless a live record is there: true for exactly

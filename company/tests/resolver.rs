@@ -35,6 +35,10 @@ struct Site {
 struct Served {
     site: Arc<Mutex<Site>>,
     hits: Arc<Mutex<HashMap<&'static str, usize>>>,
+    /// Held for writing by a test, it keeps every answer waiting.
+    hold: Arc<tokio::sync::RwLock<()>>,
+    /// Told each time a request arrives, before it waits on `hold`.
+    arrived: Arc<tokio::sync::Notify>,
 }
 
 impl Served {
@@ -43,8 +47,10 @@ impl Served {
     }
 }
 
-fn answer(served: &Served, path: &'static str) -> Response {
+async fn answer(served: &Served, path: &'static str, host: Option<&str>) -> Response {
     *served.hits.lock().unwrap().entry(path).or_default() += 1;
+    served.arrived.notify_one();
+    let _held = served.hold.read().await;
     let site = served.site.lock().unwrap().clone();
     let (redirect, body) = match path {
         "/agent.json" => (site.metadata_redirect, site.metadata),
@@ -59,7 +65,21 @@ fn answer(served: &Served, path: &'static str) -> Response {
     if let Some(cc) = site.cache_control {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(cc));
     }
-    (headers, body.to_string()).into_response()
+    // Every name of the certificate serves the same agent, under its own name.
+    let body = body
+        .to_string()
+        .replace("atlas.example", host.unwrap_or("atlas.example"));
+    (headers, body).into_response()
+}
+
+/// The name the request was sent to: HTTP/2's `:authority`, or HTTP/1.1's `Host`.
+fn host(uri: &axum::http::Uri, headers: &HeaderMap) -> Option<String> {
+    uri.host().map(str::to_owned).or_else(|| {
+        headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_owned)
+    })
 }
 
 struct Harness {
@@ -72,9 +92,20 @@ struct Harness {
     _shutdown: tokio::sync::oneshot::Sender<()>,
 }
 
+/// Names the test site also answers as, each a distinct agent.
+const MANY: usize = 64;
+
+fn many(i: usize) -> String {
+    format!("a{i}.many.example")
+}
+
 async fn harness_with(overrides: bool) -> Harness {
-    // A CA and one leaf for the agent's name, as in the interop harness.
-    let pki = support::test_pki(&["atlas.example", "localhost"]);
+    harness_configured(overrides, ResolverConfig::default()).await
+}
+
+async fn harness_configured(overrides: bool, config: ResolverConfig) -> Harness {
+    // A CA and one leaf for the agent's names, as in the interop harness.
+    let pki = support::test_pki(&["atlas.example", "localhost", "*.many.example"]);
 
     let key = SigningKey::generate_es256(&SystemRng, "key-1").unwrap();
     let served = Served {
@@ -93,19 +124,27 @@ async fn harness_with(overrides: bool) -> Harness {
             jwks_redirect: None,
         })),
         hits: Arc::default(),
+        hold: Arc::default(),
+        arrived: Arc::default(),
     };
     let app = Router::new()
         .route(
             "/agent.json",
-            get(|State(s): State<Served>| async move { answer(&s, "/agent.json") }),
+            get(|State(s): State<Served>, u: axum::http::Uri, h: HeaderMap| async move {
+                answer(&s, "/agent.json", host(&u, &h).as_deref()).await
+            }),
         )
         .route(
             "/jwks.json",
-            get(|State(s): State<Served>| async move { answer(&s, "/jwks.json") }),
+            get(|State(s): State<Served>, u: axum::http::Uri, h: HeaderMap| async move {
+                answer(&s, "/jwks.json", host(&u, &h).as_deref()).await
+            }),
         )
         .route(
             "/moved/jwks.json",
-            get(|State(s): State<Served>| async move { answer(&s, "/moved/jwks.json") }),
+            get(|State(s): State<Served>, u: axum::http::Uri, h: HeaderMap| async move {
+                answer(&s, "/moved/jwks.json", host(&u, &h).as_deref()).await
+            }),
         )
         .with_state(served.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -118,10 +157,11 @@ async fn harness_with(overrides: bool) -> Harness {
     let clock = TestClock::at(NOW);
     let mut config = ResolverConfig {
         extra_roots: vec![CertificateDer::from(pki.ca_der)],
-        ..ResolverConfig::default()
+        ..config
     };
     if overrides {
         config.overrides.insert("atlas.example".to_owned(), addr);
+        config.overrides.extend((0..MANY).map(|i| (many(i), addr)));
     }
     let resolver = HttpClientResolver::new(config, clock.clone()).unwrap();
     let client_id = ClientId::parse("https://atlas.example/agent.json").unwrap();
@@ -394,4 +434,69 @@ async fn refuses_a_server_whose_certificate_is_not_trusted() {
     assert_eq!(h.served.hits("/agent.json"), 0);
     assert!(h.resolver.keys(&h.client_id, None).await.is_ok());
     assert_eq!(h.served.hits("/agent.json"), 1);
+}
+
+#[tokio::test]
+async fn concurrent_requests_for_one_client_share_one_fetch() {
+    let h = Arc::new(harness().await);
+    let callers: Vec<_> = (0..50)
+        .map(|_| {
+            let h = h.clone();
+            tokio::spawn(async move { h.resolver.keys(&h.client_id, Some("key-1")).await.is_ok() })
+        })
+        .collect();
+    for caller in callers {
+        assert!(caller.await.unwrap());
+    }
+    assert_eq!((h.served.hits("/agent.json"), h.served.hits("/jwks.json")), (1, 1));
+}
+
+#[tokio::test]
+async fn fetches_past_the_global_limit_fail_at_once_and_are_not_remembered() {
+    let config = ResolverConfig {
+        max_in_flight: 1,
+        ..ResolverConfig::default()
+    };
+    let h = Arc::new(harness_configured(true, config).await);
+    let held = h.served.hold.write().await;
+    let first = {
+        let h = h.clone();
+        tokio::spawn(async move { h.resolver.keys(&h.client_id, None).await.is_ok() })
+    };
+    h.served.arrived.notified().await;
+    // The one permit is taken: another client's fetch fails at once, with nothing sent.
+    let other = ClientId::parse(&format!("https://{}/agent.json", many(0))).unwrap();
+    assert_eq!(h.resolver.keys(&other, None).await.unwrap_err(), ResolveError::Busy);
+    assert_eq!(h.served.hits("/agent.json"), 1);
+    drop(held);
+    assert!(first.await.unwrap());
+    // Busy was not remembered as the client's failure: it resolves now.
+    assert!(h.resolver.keys(&other, None).await.is_ok());
+}
+
+#[tokio::test]
+async fn the_document_cache_holds_at_most_its_bytes_and_failures_at_most_their_count() {
+    // Room for about four agents' documents (each ~1 KiB here).
+    let config = ResolverConfig {
+        cache_bytes: 4 * 1024,
+        ..ResolverConfig::default()
+    };
+    let h = harness_configured(true, config).await;
+    for i in 0..MANY {
+        let client = ClientId::parse(&format!("https://{}/agent.json", many(i))).unwrap();
+        let resolved = h.resolver.keys(&client, None).await;
+        assert!(resolved.is_ok(), "{i}: {resolved:?}");
+    }
+    let held = h.resolver.held().await;
+    assert!(held.bytes <= 4 * 1024, "{held:?}");
+    assert!((1..MANY as u64 / 4).contains(&held.clients), "{held:?}");
+    assert_eq!(held.failures, 0);
+    // Failed clients are remembered up to FAILURE_CAPACITY; past it the least used go.
+    // (IP literals: refused before any network, so the loop costs no DNS.)
+    for i in 0..pap_company::FAILURE_CAPACITY + 100 {
+        let client = ClientId::parse(&format!("https://10.0.{}.{}/agent.json", i / 256, i % 256)).unwrap();
+        assert!(h.resolver.keys(&client, None).await.is_err());
+    }
+    let held = h.resolver.held().await;
+    assert!(held.failures <= pap_company::FAILURE_CAPACITY, "{held:?}");
 }

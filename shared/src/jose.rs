@@ -325,6 +325,11 @@ fn rsa_key(jwk: &PublicJwk) -> Result<DecodingKey, JwkError> {
     Ok(DecodingKey::from_rsa_raw_components(&n, &e))
 }
 
+/// Most keys a JWKS may list. An agent needs one, two while it rotates; a set past this is
+/// refused whole, so one request naming a `kid`-less header costs at most this many signature
+/// checks (security review M1: some 900 P-256 keys fit in 100 KiB).
+pub const MAX_JWKS_KEYS: usize = 16;
+
 /// A JSON Web Key Set (RFC 7517 §5) of usable public keys, in publication order.
 #[derive(Clone, Debug)]
 pub struct Jwks {
@@ -332,18 +337,25 @@ pub struct Jwks {
 }
 
 impl Jwks {
-    /// Parses a JWKS document: `{"keys": [...]}` with at least one EC P-256 or RSA key. One bad
-    /// key (private members, another curve, an `alg` or `use` that does not fit) refuses the whole
-    /// set: a publisher that leaks a private key must not be half-trusted.
+    /// Parses a JWKS document: `{"keys": [...]}` with at least one EC P-256 or RSA key, at
+    /// most [`MAX_JWKS_KEYS`] keys, each `kid` at most once. One bad key (private members,
+    /// another curve, an `alg` or `use` that does not fit) refuses the whole set: a publisher
+    /// that leaks a private key must not be half-trusted.
     pub fn parse(json: &[u8]) -> Result<Self, JwkError> {
         let value: serde_json::Value = serde_json::from_slice(json).map_err(|_| JwkError::NotAnObject)?;
         let keys = value
             .get("keys")
             .and_then(|k| k.as_array())
             .ok_or(JwkError::NotAnObject)?;
-        let mut usable = Vec::with_capacity(keys.len());
+        if keys.len() > MAX_JWKS_KEYS {
+            return Err(JwkError::TooManyKeys);
+        }
+        let mut usable: Vec<PublicKey> = Vec::with_capacity(keys.len());
         for key in keys {
             if let Some(key) = PublicKey::from_jwk(key)? {
+                if key.kid.is_some() && usable.iter().any(|k| k.kid == key.kid) {
+                    return Err(JwkError::DuplicateKid);
+                }
                 usable.push(key);
             }
         }
@@ -392,6 +404,9 @@ pub enum JwkError {
     /// Coordinates or modulus are not valid base64url, the wrong size, or not a valid key.
     #[error("the key material is invalid")]
     BadKeyMaterial,
+    /// Two keys of the set share a `kid`: which one a header names would be a guess.
+    #[error("two keys share a kid")]
+    DuplicateKid,
     /// A required member (`x`, `y`, `n`, `e`) is missing.
     #[error("a required key member is missing")]
     MissingMember,
@@ -404,6 +419,9 @@ pub enum JwkError {
     /// `use` is present and not `sig`.
     #[error("the key is not for signatures")]
     NotForSigning,
+    /// The set lists more than [`MAX_JWKS_KEYS`] keys.
+    #[error("the key set has more than 16 keys")]
+    TooManyKeys,
     /// The JWK carries private key members.
     #[error("the key carries private members")]
     PrivateMember,

@@ -34,8 +34,8 @@ mod wire;
 pub use consent::{GrantDomain, InvalidGrantDomain};
 pub use domain::{CompanyDomain, HttpsUrl, InvalidCompanyDomain, InvalidHttpsUrl, MAX_URL_LEN};
 pub use jose::{
-    Algorithm, JoseError, JoseHeader, JwkError, Jwks, KeyError, MAX_COMPACT_LEN, MIN_RSA_BITS, PublicJwk, PublicKey,
-    SigningKey, UnverifiedJws,
+    Algorithm, JoseError, JoseHeader, JwkError, Jwks, KeyError, MAX_COMPACT_LEN, MAX_JWKS_KEYS, MIN_RSA_BITS,
+    PublicJwk, PublicKey, SigningKey, UnverifiedJws,
 };
 pub use secret::{CompactJws, SecretToken};
 pub use time::{Clock, Rng, SystemClock, SystemRng, UnixTime, rfc3339};

@@ -5,25 +5,34 @@
 //!   off the `client_id`'s host.
 //! - HTTPS only, to names only (no IP literals), resolving to public addresses only, unless the
 //!   test allow-list ([`ResolverConfig::overrides`]) maps the name (PAP-3-10).
-//! - Each document at most [`ResolverConfig::max_bytes`], within [`ResolverConfig::timeout`].
+//! - Each document at most [`ResolverConfig::max_bytes`], within [`ResolverConfig::timeout`];
+//!   a JWKS of at most [`pap_shared::MAX_JWKS_KEYS`] keys.
 //! - Cached by `Cache-Control` (`max-age` clamped to 60 s..1 day, 60 s when absent, never with
 //!   `no-store`/`no-cache`); an unknown `kid`, or a signature none of the cached keys verifies,
-//!   refetches the JWKS at most once per 60 s; a failed
-//!   `client_id` is remembered for 30 s.
+//!   refetches the JWKS at most once per 60 s; a failed `client_id` is remembered for 30 s.
+//!
+//! What strangers can make it do is bounded (security review H1): the cached documents weigh at
+//! most [`ResolverConfig::cache_bytes`] and the remembered failures number at most
+//! [`FAILURE_CAPACITY`], both dropping the least used first; concurrent requests for one
+//! `client_id` share one fetch; and at most [`ResolverConfig::max_in_flight`] fetches run at
+//! once across all clients, the next failing at once with [`ResolveError::Busy`].
 
 use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use pap_shared::{ClientId, Clock, HttpsUrl, Jwks, UnixTime};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use rustls::pki_types::CertificateDer;
+use tokio::sync::Semaphore;
 
 use super::metadata::ClientMetadata;
 use super::{ClientKeys, ClientRegistry, ResolveError};
+use crate::expiry::{ExpireAt, Expiring};
+use crate::store::{Bounded, WhenFull};
 
 /// Shortest time a fetched document is cached, in seconds.
 const MIN_CACHE_SECONDS: i64 = 60;
@@ -35,8 +44,11 @@ const KID_REFETCH_SECONDS: i64 = 60;
 const FAILURE_SECONDS: i64 = 30;
 /// Most redirects followed for a JWKS.
 const MAX_JWKS_REDIRECTS: usize = 3;
+/// Most failed `client_id`s remembered at once (each at most ~2 KiB with its URL); beyond it
+/// the least used is forgotten, which costs at most one more fetch.
+pub const FAILURE_CAPACITY: u64 = 4_096;
 
-/// How the resolver reaches the network.
+/// How the resolver reaches the network, and how much it may hold.
 #[derive(Clone, Debug)]
 pub struct ResolverConfig {
     /// Extra trusted roots, added to the web PKI roots (a test CA).
@@ -48,6 +60,11 @@ pub struct ResolverConfig {
     pub timeout: Duration,
     /// Size limit for one document.
     pub max_bytes: usize,
+    /// Most bytes of fetched documents held in the cache (32 MiB by default: some 300 agents
+    /// at the worst size, thousands at a usual one).
+    pub cache_bytes: u64,
+    /// Most fetches under way at once, over all clients (32 by default).
+    pub max_in_flight: usize,
 }
 
 impl Default for ResolverConfig {
@@ -57,26 +74,81 @@ impl Default for ResolverConfig {
             overrides: HashMap::new(),
             timeout: Duration::from_secs(5),
             max_bytes: 100 * 1024,
+            cache_bytes: 32 * 1024 * 1024,
+            max_in_flight: 32,
         }
     }
 }
 
+/// What a resolver holds: see [`HttpClientResolver::held`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResolverHolds {
+    /// Clients whose documents are cached.
+    pub clients: u64,
+    /// Their weight: the documents' bytes as fetched plus each `client_id`'s.
+    pub bytes: u64,
+    /// Failed clients remembered.
+    pub failures: u64,
+}
+
+/// One client's documents as fetched, and until when each may be used.
+#[derive(Debug)]
 struct Entry {
     metadata: Arc<ClientMetadata>,
     metadata_until: UnixTime,
     keys: Arc<Jwks>,
     keys_until: UnixTime,
     last_kid_refetch: Option<UnixTime>,
+    /// The metadata document's size as fetched.
+    metadata_bytes: u32,
+    /// Both documents' size as fetched: the entry's weight in the cache.
+    bytes: u32,
 }
 
-/// Resolves `client_id` -> metadata -> JWKS over HTTPS, with caching.
+impl Entry {
+    fn fresh(&self, now: UnixTime) -> bool {
+        now < self.metadata_until && now < self.keys_until
+    }
+
+    fn may_refetch_keys(&self, now: UnixTime) -> bool {
+        self.last_kid_refetch
+            .is_none_or(|t| now.since(t) >= KID_REFETCH_SECONDS)
+    }
+
+    /// The same entry with the keys refetched at `now` (`None`: the refetch failed, and the
+    /// cached keys stay).
+    fn after_refetch(&self, fresh: Option<(Arc<Jwks>, i64, u32)>, now: UnixTime) -> Self {
+        let (keys, keys_until, bytes) = match fresh {
+            Some((keys, lifetime, bytes)) => (keys, now.plus(lifetime), self.metadata_bytes.saturating_add(bytes)),
+            None => (self.keys.clone(), self.keys_until, self.bytes),
+        };
+        Self {
+            metadata: self.metadata.clone(),
+            metadata_until: self.metadata_until,
+            keys,
+            keys_until,
+            last_kid_refetch: Some(now),
+            metadata_bytes: self.metadata_bytes,
+            bytes,
+        }
+    }
+}
+
+impl Expiring for Entry {
+    fn expires_at(&self) -> UnixTime {
+        self.metadata_until.min(self.keys_until)
+    }
+}
+
+/// Resolves `client_id` -> metadata -> JWKS over HTTPS, with bounded caching.
 #[derive(Clone)]
 pub struct HttpClientResolver {
     http: reqwest::Client,
     clock: Arc<dyn Clock>,
     max_bytes: usize,
-    cache: Arc<Mutex<HashMap<ClientId, Entry>>>,
-    failures: Arc<Mutex<HashMap<ClientId, (UnixTime, ResolveError)>>>,
+    documents: moka::future::Cache<ClientId, Arc<Entry>>,
+    failures: Arc<Bounded<ClientId, ResolveError>>,
+    fetches: Arc<Semaphore>,
 }
 
 impl HttpClientResolver {
@@ -107,111 +179,111 @@ impl HttpClientResolver {
             }))
             .build()
             .map_err(|_| ResolverBuildError::Tls)?;
+        let documents = moka::future::Cache::builder()
+            .max_capacity(config.cache_bytes)
+            .weigher(|client_id: &ClientId, entry: &Arc<Entry>| {
+                u32::try_from(client_id.as_str().len())
+                    .unwrap_or(u32::MAX)
+                    .saturating_add(entry.bytes)
+            })
+            .expire_after(ExpireAt::new(clock.clone()))
+            .build();
         Ok(Self {
             http,
+            failures: Arc::new(Bounded::new(FAILURE_CAPACITY, WhenFull::Evict, clock.clone())),
             clock,
             max_bytes: config.max_bytes,
-            cache: Arc::default(),
-            failures: Arc::default(),
+            documents,
+            fetches: Arc::new(Semaphore::new(config.max_in_flight)),
         })
     }
 
-    async fn resolve(
-        &self,
-        client_id: &ClientId,
-        kid: Option<&str>,
-    ) -> Result<(Arc<ClientMetadata>, Arc<Jwks>), ResolveError> {
-        let now = self.clock.now();
-        if let Some((until, error)) = lock(&self.failures).get(client_id)
-            && now < *until
-        {
-            return Err(error.clone());
+    /// What the resolver holds now (after pending work is done): for load tests and metrics.
+    pub async fn held(&self) -> ResolverHolds {
+        self.documents.run_pending_tasks().await;
+        ResolverHolds {
+            clients: self.documents.entry_count(),
+            bytes: self.documents.weighted_size(),
+            failures: self.failures.len(),
         }
-        let result = self.resolve_uncached_failures(client_id, kid, now).await;
-        if let Err(error) = &result {
-            lock(&self.failures).insert(client_id.clone(), (now.plus(FAILURE_SECONDS), error.clone()));
-        }
-        result
     }
 
-    async fn resolve_uncached_failures(
-        &self,
-        client_id: &ClientId,
-        kid: Option<&str>,
-        now: UnixTime,
-    ) -> Result<(Arc<ClientMetadata>, Arc<Jwks>), ResolveError> {
-        let cached = lock(&self.cache)
-            .get(client_id)
-            .filter(|e| now < e.metadata_until && now < e.keys_until)
-            .map(|e| {
-                let wants_kid = kid.is_some_and(|kid| !e.keys.has_kid(kid));
-                let may_refetch = e.last_kid_refetch.is_none_or(|t| now.since(t) >= KID_REFETCH_SECONDS);
-                (
-                    e.metadata.clone(),
-                    e.metadata_until,
-                    e.keys.clone(),
-                    wants_kid && may_refetch,
-                )
-            });
-        match cached {
-            Some((metadata, _, keys, false)) => Ok((metadata, keys)),
-            Some((metadata, metadata_until, keys, true)) => {
-                // The agent may have rotated its key: refetch the JWKS, at most once per 60 s.
-                // A failed refetch keeps the cached keys rather than locking the client out.
-                let fresh = self.fetch_keys(client_id, &metadata).await;
-                let (keys, keys_until) = match fresh {
-                    Ok((fresh, lifetime)) => (fresh, now.plus(lifetime)),
-                    Err(error) => {
-                        tracing::info!(%client_id, %error, "JWKS refetch for an unknown kid failed; keeping the cached keys");
-                        (keys, lock(&self.cache).get(client_id).map_or(now, |e| e.keys_until))
-                    }
-                };
-                self.store(
-                    client_id,
-                    Entry {
-                        metadata: metadata.clone(),
-                        metadata_until,
-                        keys: keys.clone(),
-                        keys_until,
-                        last_kid_refetch: Some(now),
-                    },
-                );
-                Ok((metadata, keys))
+    async fn resolve(&self, client_id: &ClientId, kid: Option<&str>) -> Result<Arc<Entry>, ResolveError> {
+        let now = self.clock.now();
+        if let Some(entry) = self.documents.get(client_id).await {
+            if entry.fresh(now) {
+                let wants_kid = kid.is_some_and(|kid| !entry.keys.has_kid(kid));
+                if wants_kid && entry.may_refetch_keys(now) {
+                    // The agent may have rotated its key: refetch the JWKS, at most once per
+                    // 60 s. A failed refetch keeps the cached keys rather than lock it out.
+                    return Ok(self.refetch_keys(client_id, &entry, now).await);
+                }
+                return Ok(entry);
             }
-            None => {
-                let (body, lifetime) = self.fetch(&client_id.url(), "client metadata", None).await?;
-                let metadata = Arc::new(ClientMetadata::parse(&body, client_id)?);
-                let (keys, keys_lifetime) = self.fetch_keys(client_id, &metadata).await?;
-                self.store(
-                    client_id,
-                    Entry {
-                        metadata: metadata.clone(),
-                        metadata_until: now.plus(lifetime),
-                        keys: keys.clone(),
-                        keys_until: now.plus(keys_lifetime),
-                        last_kid_refetch: None,
-                    },
-                );
-                Ok((metadata, keys))
-            }
+            // Stale on the injected clock (moka's own timer runs on the real one).
+            self.documents.invalidate(client_id).await;
         }
+        if let Some(error) = self.failures.get(client_id) {
+            return Err(error);
+        }
+        // One fetch per client however many ask at once; they all get its outcome.
+        let fetched = self
+            .documents
+            .try_get_with_by_ref(client_id, self.fetch_entry(client_id, now))
+            .await
+            .map_err(|error| (*error).clone());
+        if let Err(error) = &fetched
+            && *error != ResolveError::Busy
+        {
+            self.failures
+                .remember(client_id.clone(), error.clone(), now.plus(FAILURE_SECONDS));
+        }
+        fetched
+    }
+
+    /// Fetches both documents, under one of the global fetch permits.
+    async fn fetch_entry(&self, client_id: &ClientId, now: UnixTime) -> Result<Arc<Entry>, ResolveError> {
+        let _permit = self.fetches.try_acquire().map_err(|_| ResolveError::Busy)?;
+        let (body, lifetime) = self.fetch(&client_id.url(), "client metadata", None).await?;
+        let metadata = Arc::new(ClientMetadata::parse(&body, client_id)?);
+        let metadata_bytes = u32::try_from(body.len()).unwrap_or(u32::MAX);
+        let (keys, keys_lifetime, keys_bytes) = self.fetch_keys(client_id, &metadata).await?;
+        Ok(Arc::new(Entry {
+            metadata_bytes,
+            bytes: metadata_bytes.saturating_add(keys_bytes),
+            metadata,
+            metadata_until: now.plus(lifetime),
+            keys,
+            keys_until: now.plus(keys_lifetime),
+            last_kid_refetch: None,
+        }))
+    }
+
+    /// Refetches `entry`'s JWKS and caches the outcome; the entry as it now stands.
+    async fn refetch_keys(&self, client_id: &ClientId, entry: &Entry, now: UnixTime) -> Arc<Entry> {
+        let fresh = match self.fetches.try_acquire() {
+            Err(_) => Err(ResolveError::Busy),
+            Ok(_permit) => self.fetch_keys(client_id, &entry.metadata).await,
+        };
+        let fresh = fresh
+            .inspect_err(|error| {
+                tracing::info!(%client_id, %error, "JWKS refetch failed; keeping the cached keys");
+            })
+            .ok();
+        let updated = Arc::new(entry.after_refetch(fresh, now));
+        self.documents.insert(client_id.clone(), updated.clone()).await;
+        updated
     }
 
     async fn fetch_keys(
         &self,
         client_id: &ClientId,
         metadata: &ClientMetadata,
-    ) -> Result<(Arc<Jwks>, i64), ResolveError> {
+    ) -> Result<(Arc<Jwks>, i64, u32), ResolveError> {
         let host = client_id.url().domain().map(str::to_owned);
         let (body, lifetime) = self.fetch(metadata.jwks_uri(), "client JWKS", host.as_deref()).await?;
-        Ok((
-            Arc::new(Jwks::parse(&body).map_err(ResolveError::InvalidKeys)?),
-            lifetime,
-        ))
-    }
-
-    fn store(&self, client_id: &ClientId, entry: Entry) {
-        lock(&self.cache).insert(client_id.clone(), entry);
+        let keys = Jwks::parse(&body).map_err(ResolveError::InvalidKeys)?;
+        Ok((Arc::new(keys), lifetime, u32::try_from(body.len()).unwrap_or(u32::MAX)))
     }
 
     /// GETs `url`; follows up to three redirects only when `redirect_host` names the one host
@@ -270,14 +342,14 @@ impl HttpClientResolver {
 #[async_trait]
 impl ClientRegistry for HttpClientResolver {
     async fn metadata(&self, client_id: &ClientId) -> Result<Arc<ClientMetadata>, ResolveError> {
-        self.resolve(client_id, None).await.map(|(metadata, _)| metadata)
+        self.resolve(client_id, None).await.map(|entry| entry.metadata.clone())
     }
 }
 
 #[async_trait]
 impl ClientKeys for HttpClientResolver {
     async fn keys(&self, client_id: &ClientId, kid: Option<&str>) -> Result<Arc<Jwks>, ResolveError> {
-        self.resolve(client_id, kid).await.map(|(_, keys)| keys)
+        self.resolve(client_id, kid).await.map(|entry| entry.keys.clone())
     }
 
     /// One refetch of the JWKS, under the unknown-`kid` rate limit (once per 60 s per client),
@@ -288,35 +360,14 @@ impl ClientKeys for HttpClientResolver {
         _kid: Option<&str>,
     ) -> Result<Option<Arc<Jwks>>, ResolveError> {
         let now = self.clock.now();
-        let Some(mut entry) = lock(&self.cache).get(client_id).map(|e| Entry {
-            metadata: e.metadata.clone(),
-            metadata_until: e.metadata_until,
-            keys: e.keys.clone(),
-            keys_until: e.keys_until,
-            last_kid_refetch: e.last_kid_refetch,
-        }) else {
+        let Some(entry) = self.documents.get(client_id).await else {
             return Ok(None);
         };
-        if entry
-            .last_kid_refetch
-            .is_some_and(|t| now.since(t) < KID_REFETCH_SECONDS)
-        {
+        if !entry.may_refetch_keys(now) {
             return Ok(None);
         }
-        entry.last_kid_refetch = Some(now);
-        let fresh = match self.fetch_keys(client_id, &entry.metadata).await {
-            Ok((fresh, lifetime)) => {
-                entry.keys = fresh.clone();
-                entry.keys_until = now.plus(lifetime);
-                Some(fresh)
-            }
-            Err(error) => {
-                tracing::info!(%client_id, %error, "JWKS refetch after a failed signature failed; keeping the cached keys");
-                None
-            }
-        };
-        self.store(client_id, entry);
-        Ok(fresh)
+        let updated = self.refetch_keys(client_id, &entry, now).await;
+        Ok((!Arc::ptr_eq(&updated.keys, &entry.keys)).then(|| updated.keys.clone()))
     }
 }
 
@@ -324,6 +375,8 @@ impl fmt::Debug for HttpClientResolver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HttpClientResolver")
             .field("max_bytes", &self.max_bytes)
+            .field("cached", &self.documents.entry_count())
+            .field("fetch_permits", &self.fetches.available_permits())
             .finish_non_exhaustive()
     }
 }
@@ -337,11 +390,6 @@ pub enum ResolverBuildError {
     /// The TLS client could not be configured.
     #[error("the HTTPS client could not be configured")]
     Tls,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Every critical section is a single map operation; a poisoned map is still consistent.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn transport_reason(error: &reqwest::Error) -> String {

@@ -9,6 +9,7 @@ use pap_shared::{Algorithm, CLIENT_ASSERTION_TYPE, ClientId, JwtAssertionClaims,
 
 use super::ReferenceCompany;
 use super::protocol::ApiError;
+use crate::client::ResolveError;
 use crate::replay::{ReplayGuard as _, ReplayKey};
 
 /// Why a JWT assertion failed; the caller maps it to `invalid_client` or `invalid_grant`.
@@ -17,6 +18,8 @@ pub(crate) enum AssertionFailure {
     Refused(&'static str),
     /// The replay store could not mark the `jti`: nothing is accepted unmarked.
     Store(crate::store::StoreError),
+    /// The client's keys could not be fetched now (too many fetches under way): try again.
+    Busy,
 }
 
 impl ReferenceCompany {
@@ -43,6 +46,7 @@ impl ReferenceCompany {
             .map_err(|failure| match failure {
                 AssertionFailure::Refused(why) => invalid(why),
                 AssertionFailure::Store(error) => ApiError::store(error),
+                AssertionFailure::Busy => ApiError::busy(),
             })?;
         if claims.sub != client_id.as_str() {
             return Err(invalid("sub"));
@@ -79,7 +83,10 @@ impl ReferenceCompany {
             .clients
             .keys(client_id, kid)
             .await
-            .map_err(|_| refuse("client unresolved"))?;
+            .map_err(|error| match error {
+                ResolveError::Busy => AssertionFailure::Busy,
+                _ => refuse("client unresolved"),
+            })?;
         // As the reference's token endpoint: a key without a kid may verify a header with one.
         let verified = keys
             .keys()

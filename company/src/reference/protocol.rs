@@ -14,6 +14,9 @@ use serde_json::{Value, json};
 /// How long a refused (429) caller is asked to wait, in seconds.
 pub(crate) const RETRY_AFTER_SECONDS: &str = "60";
 
+/// How long a caller answered 503 is asked to wait, in seconds.
+pub(crate) const UNAVAILABLE_RETRY_SECONDS: &str = "5";
+
 /// Largest form or JSON body a PAP endpoint reads.
 pub(crate) const MAX_BODY_BYTES: usize = 64 * 1024;
 
@@ -67,6 +70,11 @@ impl ApiError {
         }
     }
 
+    /// Too much under way to take this request now (the client resolver's fetch limit): 503.
+    pub(crate) fn busy() -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, OAuthErrorCode::TemporarilyUnavailable)
+    }
+
     pub(crate) fn with_scope(mut self, scope: String) -> Self {
         self.scope = Some(scope);
         self
@@ -84,6 +92,10 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECONDS));
+        } else if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static(UNAVAILABLE_RETRY_SECONDS));
         }
         if self.challenge {
             let mut challenge = format!("DPoP error=\"{}\"", self.code);

@@ -114,6 +114,7 @@ impl ReferenceCompany {
             .map_err(|failure| match failure {
                 super::client_auth::AssertionFailure::Refused(_) => invalid_grant(),
                 super::client_auth::AssertionFailure::Store(error) => ApiError::store(error),
+                super::client_auth::AssertionFailure::Busy => ApiError::busy(),
             })?;
         let user = PairwiseUserId::parse(&claims.sub).map_err(|_| invalid_grant())?;
         let session = match form.get("session_id") {

@@ -206,6 +206,37 @@ fn jwks_rules() {
 }
 
 #[test]
+fn a_jwks_past_the_cap_or_with_a_repeated_kid_is_refused_whole() {
+    let parse = |v: serde_json::Value| Jwks::parse(&serde_json::to_vec(&v).unwrap()).map(|s| s.keys().len());
+    let keyed = |n: usize| -> Vec<serde_json::Value> {
+        (0..n)
+            .map(|i| {
+                serde_json::to_value(
+                    SigningKey::generate_es256(&SystemRng, &format!("k{i}"))
+                        .unwrap()
+                        .public_key()
+                        .jwk(),
+                )
+                .unwrap()
+            })
+            .collect()
+    };
+    assert_eq!(parse(json!({"keys": keyed(MAX_JWKS_KEYS)})), Ok(MAX_JWKS_KEYS));
+    assert_eq!(
+        parse(json!({"keys": keyed(MAX_JWKS_KEYS + 1)})),
+        Err(JwkError::TooManyKeys)
+    );
+    // 1,000 entries are refused before any is parsed, even ones no parser would take.
+    let junk = vec![json!({"kty": "OKP"}); 1_000];
+    assert_eq!(parse(json!({ "keys": junk })), Err(JwkError::TooManyKeys));
+    let good = ec_jwk();
+    assert_eq!(
+        parse(json!({"keys": [good.clone(), good]})),
+        Err(JwkError::DuplicateKid)
+    );
+}
+
+#[test]
 fn candidates_follow_the_kid_rules() {
     let a = es256();
     let mut no_kid = serde_json::to_value(es256().public_key().jwk()).unwrap();
