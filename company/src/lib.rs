@@ -31,6 +31,7 @@ mod local;
 mod page;
 mod reference;
 mod replay;
+mod serve;
 mod session;
 mod store;
 mod tls;
@@ -53,9 +54,10 @@ pub use reference::{
     AccountConfig, CompanyConfig, ConfigError, ProposalConfig, ReadConfig, ReferenceCompany, ScopeConfig,
 };
 pub use replay::{MemoryReplayGuard, REPLAY_CAPACITY, ReplayGuard, ReplayKey};
+pub use serve::{RESERVED_FILES, ServeLimits, raise_open_file_limit, serve_tls, serve_tls_with};
 pub use session::{MemorySessionDirectory, SESSION_CAPACITY, SESSIONS_PER_CLIENT, SessionDirectory, SessionRecord};
 pub use store::StoreError;
-pub use tls::{TlsError, load_server_config, serve_tls, server_config_from_pem};
+pub use tls::{TlsError, load_server_config, server_config_from_pem};
 pub use verify::{IAT_SKEW_SECONDS, VerifiedAssertion, Verifier, VerifierParts, VerifyError};
 pub use web_cookie::{
     BINDINGS_PER_SESSION, Binding, COOKIE_CAPACITY, CookieBindings, CookieHash, MemoryCookieBindings,

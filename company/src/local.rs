@@ -12,7 +12,8 @@ use pap_shared::{Clock, SystemClock, SystemRng};
 use crate::client::{HttpClientResolver, ResolverConfig};
 use crate::dev_certs::DevCerts;
 use crate::reference::{CompanyConfig, ReferenceCompany};
-use crate::tls::{TlsError, load_server_config, serve_tls};
+use crate::serve::serve_tls;
+use crate::tls::{TlsError, load_server_config};
 
 /// A running local company.
 #[derive(Clone, Debug)]

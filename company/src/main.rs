@@ -162,6 +162,10 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     let company = ReferenceCompany::new(config, clock, Arc::new(SystemRng), clients);
     let tls = load_server_config(&cert, &key).context("loading the TLS certificate and key")?;
 
+    match pap_company::raise_open_file_limit() {
+        Ok(files) => tracing::info!(files, "open-file limit"),
+        Err(error) => tracing::warn!(%error, "could not raise the open-file limit"),
+    }
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;

@@ -1,20 +1,11 @@
-//! Serving an axum router over TLS (rustls with aws-lc-rs), HTTP/1.1 and HTTP/2.
+//! The server's TLS configuration (rustls with aws-lc-rs), offering HTTP/2 and HTTP/1.1;
+//! serving with it is in `serve`.
 
-use std::future::Future;
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
-use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
 use rustls::ServerConfig;
-use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
-
-/// How long a TLS handshake may take.
-const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Loads a certificate chain and a private key (PEM files) into a server configuration that
 /// offers `h2` and `http/1.1`.
@@ -44,45 +35,6 @@ pub fn server_config_from_pem(cert: &[u8], key: &[u8]) -> Result<Arc<ServerConfi
         .map_err(TlsError::Config)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
-}
-
-/// Serves `app` on `listener` over TLS until `shutdown` completes. Each connection runs in its
-/// own task; a failed handshake or a broken connection ends only that connection.
-pub async fn serve_tls(
-    listener: TcpListener,
-    app: Router,
-    config: Arc<ServerConfig>,
-    shutdown: impl Future<Output = ()>,
-) {
-    let acceptor = TlsAcceptor::from(config);
-    tokio::pin!(shutdown);
-    loop {
-        let (tcp, _peer) = tokio::select! {
-            () = &mut shutdown => return,
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
-                Err(error) => {
-                    tracing::warn!(%error, "accept failed");
-                    continue;
-                }
-            },
-        };
-        let acceptor = acceptor.clone();
-        let app = app.clone();
-        tokio::spawn(async move {
-            // A stalled handshake ends within a bound instead of holding a task forever.
-            let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await else {
-                return;
-            };
-            let service = TowerToHyperService::new(app);
-            if let Err(error) = auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(tls), service)
-                .await
-            {
-                tracing::debug!(%error, "connection ended with an error");
-            }
-        });
-    }
 }
 
 /// Why TLS could not be set up.

@@ -1,0 +1,287 @@
+//! Serving an axum router over TLS to strangers: every wait has a deadline, the connections
+//! have a cap, and a failing `accept` backs off (security review H2).
+//!
+//! ```text
+//!  accept          waits for one of `max_connections` slots (the kernel queues the rest)
+//!  TLS handshake   at most `handshake_timeout`
+//!  HTTP/1.1        each request's headers within `header_read_timeout` of waiting for them
+//!                  (this is also how long an idle keep-alive connection is kept)
+//!  HTTP/2          a PING every `idle_timeout`, answered within 20 s, or the connection ends
+//!  any connection  closed after `idle_timeout` without a byte either way
+//!  any request     answered within `request_timeout`, body read included (408 otherwise)
+//! ```
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use http::StatusCode;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use rustls::ServerConfig;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
+use tower_http::timeout::TimeoutLayer;
+
+/// How a server bounds what each stranger may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// Most connections open at once; the next waits in the kernel's queue. Clamped to the
+    /// process's open-file limit, less [`RESERVED_FILES`].
+    pub max_connections: usize,
+    /// Longest a TLS handshake may take.
+    pub handshake_timeout: Duration,
+    /// Longest an HTTP/1.1 connection may take to send a request's headers once the server
+    /// waits for them, the first request's or the next one's (so also the keep-alive idle time).
+    pub header_read_timeout: Duration,
+    /// Longest a connection may go without a byte read or written.
+    pub idle_timeout: Duration,
+    /// Longest one request may take, from its headers to its answer, its body read included.
+    pub request_timeout: Duration,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 8_192,
+            handshake_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Open files kept for what is not a connection (logs, stores, outbound fetches).
+pub const RESERVED_FILES: usize = 256;
+
+/// How long `accept` rests after an error that is not one connection's (out of files, say),
+/// so a full process does not spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+
+/// How long an HTTP/2 PING may go unanswered.
+const H2_PING_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Serves `app` on `listener` over TLS with the default [`ServeLimits`] until `shutdown`
+/// completes. Each connection runs in its own task; a failed handshake or a broken connection
+/// ends only that connection.
+pub async fn serve_tls(
+    listener: TcpListener,
+    app: Router,
+    config: Arc<ServerConfig>,
+    shutdown: impl Future<Output = ()>,
+) {
+    serve_tls_with(listener, app, config, ServeLimits::default(), shutdown).await;
+}
+
+/// [`serve_tls`] with the given limits.
+pub async fn serve_tls_with(
+    listener: TcpListener,
+    app: Router,
+    config: Arc<ServerConfig>,
+    limits: ServeLimits,
+    shutdown: impl Future<Output = ()>,
+) {
+    let max_connections = clamp_to_open_files(limits.max_connections);
+    let slots = Arc::new(Semaphore::new(max_connections));
+    let app = app.layer(TimeoutLayer::with_status_code(
+        StatusCode::REQUEST_TIMEOUT,
+        limits.request_timeout,
+    ));
+    let acceptor = TlsAcceptor::from(config);
+    tokio::pin!(shutdown);
+    loop {
+        let slot = tokio::select! {
+            () = &mut shutdown => return,
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                // The semaphore is never closed.
+                Err(_) => return,
+            },
+        };
+        let tcp = tokio::select! {
+            () = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _peer)) => tcp,
+                Err(error) if is_connection_error(&error) => continue,
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed; resting before the next");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+        };
+        let acceptor = acceptor.clone();
+        let app = app.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            serve_connection(tcp, acceptor, app, limits).await;
+        });
+    }
+}
+
+async fn serve_connection(tcp: tokio::net::TcpStream, acceptor: TlsAcceptor, app: Router, limits: ServeLimits) {
+    let _ = tcp.set_nodelay(true);
+    let Ok(Ok(tls)) = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await else {
+        return;
+    };
+    // The protocol is the one ALPN agreed: no bytes are read to guess it.
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let activity = Arc::new(Activity::new());
+    let io = TokioIo::new(Watched {
+        inner: tls,
+        activity: activity.clone(),
+    });
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(limits.idle_timeout)
+        .keep_alive_timeout(H2_PING_TIMEOUT);
+    let builder = if h2 { builder.http2_only() } else { builder.http1_only() };
+    let connection = builder.serve_connection(io, TowerToHyperService::new(app));
+    tokio::select! {
+        result = connection => {
+            if let Err(error) = result {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+        }
+        () = activity.idle_for(limits.idle_timeout) => {
+            tracing::debug!("idle connection closed");
+        }
+    }
+}
+
+/// When a connection last moved a byte, in milliseconds since it began.
+struct Activity {
+    began: Instant,
+    last: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            began: Instant::now(),
+            last: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let now = u64::try_from(self.began.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last.store(now, Ordering::Relaxed);
+    }
+
+    /// Completes once `limit` has passed with no byte moved.
+    async fn idle_for(&self, limit: Duration) {
+        loop {
+            let last = Duration::from_millis(self.last.load(Ordering::Relaxed));
+            let deadline = self.began + last + limit;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline.into()).await;
+        }
+    }
+}
+
+/// A stream that records each byte moved in its [`Activity`].
+struct Watched<S> {
+    inner: S,
+    activity: Arc<Activity>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// An `accept` error that is one connection's (it went away before it was taken): try the next
+/// at once. Anything else (out of files, out of memory) is the process's, and waits.
+fn is_connection_error(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
+    )
+}
+
+/// Raises this process's soft open-file limit to its hard limit, so the connection cap rather
+/// than the file table is what bounds the server; the limit now in force.
+pub fn raise_open_file_limit() -> io::Result<u64> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(io::Error::from)?;
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(io::Error::from)?;
+    }
+    Ok(hard.max(soft))
+}
+
+/// `wanted` connections, or fewer if the open-file limit cannot hold them and the reserve.
+fn clamp_to_open_files(wanted: usize) -> usize {
+    let Ok((soft, _)) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE) else {
+        return wanted;
+    };
+    let room = usize::try_from(soft)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(RESERVED_FILES)
+        .max(1);
+    if room < wanted {
+        tracing::warn!(
+            wanted,
+            room,
+            "the open-file limit holds fewer connections than the cap; the cap is lowered to fit"
+        );
+    }
+    wanted.min(room)
+}

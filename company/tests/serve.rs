@@ -1,0 +1,176 @@
+//! `serve_tls_with` against real TLS clients on 127.0.0.1: what a stranger can hold and for how
+//! long (security review H2). Limits are short here so each bound is seen in about a second.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::{get, post};
+use pap_company::{ServeLimits, serve_tls_with};
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+const SHORT: Duration = Duration::from_secs(1);
+/// How long past a limit a closed connection may take to be seen closed.
+const GRACE: Duration = Duration::from_secs(2);
+
+struct Server {
+    addr: SocketAddr,
+    connector: TlsConnector,
+    _shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn server(limits: ServeLimits) -> Server {
+    let pki = support::test_pki(&["shop.example"]);
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route("/echo", post(|body: String| async move { body }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(serve_tls_with(listener, app, pki.server, limits, async move {
+        let _ = stopped.await;
+    }));
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from(pki.ca_der)).unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Server {
+        addr,
+        connector: TlsConnector::from(Arc::new(config)),
+        _shutdown: shutdown,
+    }
+}
+
+fn short_limits() -> ServeLimits {
+    ServeLimits {
+        header_read_timeout: SHORT,
+        idle_timeout: SHORT,
+        request_timeout: SHORT,
+        ..ServeLimits::default()
+    }
+}
+
+async fn connect(server: &Server) -> TlsStream<TcpStream> {
+    let tcp = TcpStream::connect(server.addr).await.unwrap();
+    let name = ServerName::try_from("shop.example").unwrap();
+    server.connector.connect(name, tcp).await.unwrap()
+}
+
+/// Reads until the server closes; how long that took. Fails past `deadline`.
+async fn closed_within(stream: &mut TlsStream<TcpStream>, deadline: Duration) -> Duration {
+    let started = Instant::now();
+    let mut sink = Vec::new();
+    tokio::time::timeout(deadline, async {
+        // An error is a close too (the server may reset rather than say goodbye).
+        let _ = stream.read_to_end(&mut sink).await;
+    })
+    .await
+    .expect("the server kept the connection open past the deadline");
+    started.elapsed()
+}
+
+#[tokio::test]
+async fn a_connection_that_sends_nothing_is_closed_within_its_limit() {
+    let server = server(short_limits()).await;
+    let mut idle = connect(&server).await;
+    let took = closed_within(&mut idle, SHORT + GRACE).await;
+    assert!(took >= SHORT / 2, "closed too early: {took:?}");
+}
+
+#[tokio::test]
+async fn headers_sent_a_byte_at_a_time_are_cut_off_at_the_header_limit() {
+    let server = server(short_limits()).await;
+    let mut slow = connect(&server).await;
+    let started = Instant::now();
+    let request = b"GET / HTTP/1.1\r\nHost: shop.example\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    // One byte every 100 ms keeps the connection busy (so the idle limit never fires) but never
+    // finishes the headers.
+    let mut ticks = tokio::time::interval(Duration::from_millis(100));
+    for byte in request {
+        ticks.tick().await;
+        if slow.write_all(&[*byte]).await.is_err() || slow.flush().await.is_err() {
+            break;
+        }
+        if started.elapsed() > SHORT + GRACE {
+            panic!(
+                "the server still reads a trickle of headers after {:?}",
+                started.elapsed()
+            );
+        }
+    }
+    closed_within(&mut slow, SHORT + GRACE).await;
+    assert!(started.elapsed() < SHORT + GRACE);
+}
+
+#[tokio::test]
+async fn a_request_whose_body_never_ends_is_answered_408_within_the_request_limit() {
+    let limits = ServeLimits {
+        idle_timeout: Duration::from_secs(30),
+        ..short_limits()
+    };
+    let server = server(limits).await;
+    let mut stream = connect(&server).await;
+    stream
+        .write_all(b"POST /echo HTTP/1.1\r\nHost: shop.example\r\nContent-Length: 100\r\n\r\nabc")
+        .await
+        .unwrap();
+    let mut answer = vec![0; 64];
+    let n = tokio::time::timeout(SHORT + GRACE, stream.read(&mut answer))
+        .await
+        .expect("no answer within the request limit")
+        .unwrap();
+    assert!(
+        answer[..n].starts_with(b"HTTP/1.1 408"),
+        "{:?}",
+        String::from_utf8_lossy(&answer[..n])
+    );
+}
+
+#[tokio::test]
+async fn connections_past_the_cap_wait_until_one_closes() {
+    let limits = ServeLimits {
+        max_connections: 2,
+        header_read_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(30),
+        ..ServeLimits::default()
+    };
+    let server = server(limits).await;
+    let first = connect(&server).await;
+    let _second = connect(&server).await;
+    // The third is queued by the kernel; its handshake gets no answer while both slots are held.
+    let tcp = TcpStream::connect(server.addr).await.unwrap();
+    let name = ServerName::try_from("shop.example").unwrap();
+    let mut third = Box::pin(server.connector.connect(name, tcp));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut third)
+            .await
+            .is_err(),
+        "a third connection was served past a cap of two"
+    );
+    drop(first);
+    let mut third = tokio::time::timeout(GRACE, third)
+        .await
+        .expect("the freed slot was not given to the waiting connection")
+        .unwrap();
+    third
+        .write_all(b"GET / HTTP/1.1\r\nHost: shop.example\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    third.read_to_end(&mut answer).await.unwrap();
+    assert!(answer.starts_with(b"HTTP/1.1 200"));
+}
