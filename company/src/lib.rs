@@ -34,18 +34,36 @@ mod replay;
 mod serve;
 mod session;
 mod store;
+mod throttle;
 mod tls;
 mod verify;
 mod web_cookie;
 mod web_session;
+
+/// Every bound the company puts on what strangers can make it hold or do, in one place: each
+/// store's capacity and per-owner caps, the throttles, the resolver's and the server's limits
+/// ([`ServeLimits`], [`ResolverConfig`] hold the configurable ones). A store at its capacity
+/// refuses new work (429 or 503) rather than drop what must not be lost.
+pub mod limits {
+    pub use crate::client::FAILURE_CAPACITY;
+    pub use crate::reference::{
+        ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, DEVICE_CODE_CAPACITY, OPERATION_CAPACITY,
+        OPERATION_RETENTION, OPERATIONS_PER_ACCOUNT, PENDING_PER_CLIENT, SESSION_TOKENS_PER_SESSION, TOKEN_CAPACITY,
+    };
+    pub use crate::replay::REPLAY_CAPACITY;
+    pub use crate::serve::RESERVED_FILES;
+    pub use crate::session::{SESSION_CAPACITY, SESSIONS_PER_CLIENT};
+    pub use crate::web_cookie::{BINDINGS_PER_SESSION, COOKIE_CAPACITY};
+    pub use pap_shared::MAX_JWKS_KEYS;
+}
 
 // The public interface is:
 pub use browser_session::{
     BROWSER_SESSION_PATH, BrowserSession, JoinRefusal, MAX_FORM_BYTES, RequestError, browser_session_router,
 };
 pub use client::{
-    ClientKeys, ClientMetadata, ClientRegistry, FAILURE_CAPACITY, HttpClientResolver, ResolveError, ResolverBuildError,
-    ResolverConfig, ResolverHolds, StaticClientKeys,
+    ClientKeys, ClientMetadata, ClientRegistry, HttpClientResolver, ResolveError, ResolverBuildError, ResolverConfig,
+    ResolverHolds, StaticClientKeys,
 };
 pub use dev_certs::{DevCerts, DevCertsError, write_dev_certs};
 pub use local::{LocalCompany, LocalCompanyError};
@@ -53,14 +71,11 @@ pub use page::escape_html;
 pub use reference::{
     AccountConfig, CompanyConfig, ConfigError, ProposalConfig, ReadConfig, ReferenceCompany, ScopeConfig,
 };
-pub use replay::{MemoryReplayGuard, REPLAY_CAPACITY, ReplayGuard, ReplayKey};
-pub use serve::{RESERVED_FILES, ServeLimits, raise_open_file_limit, serve_tls, serve_tls_with};
-pub use session::{MemorySessionDirectory, SESSION_CAPACITY, SESSIONS_PER_CLIENT, SessionDirectory, SessionRecord};
+pub use replay::{MemoryReplayGuard, ReplayGuard, ReplayKey};
+pub use serve::{ServeLimits, raise_open_file_limit, serve_tls, serve_tls_with};
+pub use session::{MemorySessionDirectory, SessionDirectory, SessionRecord};
 pub use store::StoreError;
 pub use tls::{TlsError, load_server_config, server_config_from_pem};
 pub use verify::{IAT_SKEW_SECONDS, VerifiedAssertion, Verifier, VerifierParts, VerifyError};
-pub use web_cookie::{
-    BINDINGS_PER_SESSION, Binding, COOKIE_CAPACITY, CookieBindings, CookieHash, MemoryCookieBindings,
-    SESSION_COOKIE_NAME, SessionCookie,
-};
+pub use web_cookie::{Binding, CookieBindings, CookieHash, MemoryCookieBindings, SESSION_COOKIE_NAME, SessionCookie};
 pub use web_session::{WebSession, WebSessionRejection};

@@ -58,6 +58,10 @@ struct Serve {
     /// Where to serve the operator API (plain HTTP; loopback addresses only).
     #[arg(long)]
     admin_listen: Option<SocketAddr>,
+    /// Where to write the operator API's credential (mode 0600, replaced at each start); needed
+    /// with --admin-listen. Callers send it as a Bearer token or a Basic password.
+    #[arg(long)]
+    admin_credential_file: Option<PathBuf>,
     /// Test only (the config must set `testing = true`): an extra trusted root for outbound
     /// fetches of agents' documents.
     #[arg(long)]
@@ -160,6 +164,7 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     let clock = Arc::new(SystemClock);
     let clients = Arc::new(HttpClientResolver::new(resolver, clock.clone()).context("building the HTTPS client")?);
     let company = ReferenceCompany::new(config, clock, Arc::new(SystemRng), clients);
+    let _maintenance = company.start_maintenance(MAINTENANCE_EVERY);
     let tls = load_server_config(&cert, &key).context("loading the TLS certificate and key")?;
 
     match pap_company::raise_open_file_limit() {
@@ -176,6 +181,12 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     let public = serve_tls(listener, company.router(), tls, std::future::pending());
     match admin {
         Some(admin) => {
+            let credential_file = args
+                .admin_credential_file
+                .as_deref()
+                .context("--admin-listen needs --admin-credential-file: where to write the operator's credential")?;
+            write_private(credential_file, company.operator_credential().secret())
+                .with_context(|| format!("writing {}", credential_file.display()))?;
             let admin_listener = tokio::net::TcpListener::bind(admin)
                 .await
                 .with_context(|| format!("binding {admin}"))?;
@@ -190,6 +201,25 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// How often expired records are swept from every store.
+const MAINTENANCE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Writes `text` to `path`, readable and writable by this user only (0600), replacing it.
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    // A file that existed keeps its mode through `open`: set it.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()
 }
 
 async fn serve_tls_until(

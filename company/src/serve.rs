@@ -19,7 +19,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use std::net::SocketAddr;
+
 use axum::Router;
+use axum::extract::ConnectInfo;
 use http::StatusCode;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -107,10 +110,10 @@ pub async fn serve_tls_with(
                 Err(_) => return,
             },
         };
-        let tcp = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             () = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _peer)) => tcp,
+                Ok(pair) => pair,
                 Err(error) if is_connection_error(&error) => continue,
                 Err(error) => {
                     tracing::warn!(%error, "accept failed; resting before the next");
@@ -123,12 +126,21 @@ pub async fn serve_tls_with(
         let app = app.clone();
         tokio::spawn(async move {
             let _slot = slot;
-            serve_connection(tcp, acceptor, app, limits).await;
+            serve_connection(tcp, peer, acceptor, app, limits).await;
         });
     }
 }
 
-async fn serve_connection(tcp: tokio::net::TcpStream, acceptor: TlsAcceptor, app: Router, limits: ServeLimits) {
+/// One connection: handshake, then HTTP until it ends or idles. Each request carries the
+/// peer's address as axum's `ConnectInfo<SocketAddr>`, as `into_make_service_with_connect_info`
+/// would give it, for per-address limits.
+async fn serve_connection(
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    acceptor: TlsAcceptor,
+    app: Router,
+    limits: ServeLimits,
+) {
     let _ = tcp.set_nodelay(true);
     let Ok(Ok(tls)) = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await else {
         return;
@@ -151,7 +163,13 @@ async fn serve_connection(tcp: tokio::net::TcpStream, acceptor: TlsAcceptor, app
         .keep_alive_interval(limits.idle_timeout)
         .keep_alive_timeout(H2_PING_TIMEOUT);
     let builder = if h2 { builder.http2_only() } else { builder.http1_only() };
-    let connection = builder.serve_connection(io, TowerToHyperService::new(app));
+    let service = tower::ServiceBuilder::new()
+        .map_request(move |mut request: http::Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            request
+        })
+        .service(app);
+    let connection = builder.serve_connection(io, TowerToHyperService::new(service));
     tokio::select! {
         result = connection => {
             if let Err(error) = result {

@@ -12,7 +12,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use pap_shared::{ClientId, Clock, PairwiseUserId, Rng, SessionId, UnixTime};
 
-use crate::store::{Bounded, StoreError, WhenFull};
+use crate::store::{Bounded, PerOwner, StoreError, WhenFull};
 
 /// A Session as the directory knows it now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,7 +69,7 @@ pub const SESSIONS_PER_CLIENT: usize = 1_000;
 #[derive(Clone, Debug)]
 pub struct MemorySessionDirectory {
     sessions: Arc<Bounded<SessionId, SessionRecord>>,
-    by_client: Arc<Bounded<ClientId, Vec<(SessionId, UnixTime)>>>,
+    by_client: Arc<PerOwner<ClientId, SessionId>>,
     clock: Arc<dyn Clock>,
     rng: Arc<dyn Rng>,
 }
@@ -84,7 +84,7 @@ impl MemorySessionDirectory {
     pub fn with_capacity(capacity: u64, clock: Arc<dyn Clock>, rng: Arc<dyn Rng>) -> Self {
         Self {
             sessions: Arc::new(Bounded::new(capacity, WhenFull::Refuse, clock.clone())),
-            by_client: Arc::new(Bounded::new(capacity, WhenFull::Refuse, clock.clone())),
+            by_client: Arc::new(PerOwner::new(SESSIONS_PER_CLIENT, capacity, clock.clone())),
             clock,
             rng,
         }
@@ -102,21 +102,7 @@ impl MemorySessionDirectory {
         let now = self.clock.now();
         let expires_at = now.plus(lifetime);
         // The client's live Sessions, counted and capped in one atomic step.
-        self.by_client
-            .compute(&client_id, |held| {
-                let mut live: Vec<(SessionId, UnixTime)> = held
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|(_, until)| now < *until)
-                    .collect();
-                if live.len() >= SESSIONS_PER_CLIENT {
-                    return Err(StoreError::Full);
-                }
-                live.push((id.clone(), expires_at));
-                let until = live.iter().map(|(_, until)| *until).max().unwrap_or(expires_at);
-                Ok((live, until))
-            })
-            .and_then(|capped| capped)?;
+        self.by_client.add(&client_id, id.clone(), expires_at)?;
         let record = SessionRecord {
             client_id,
             user,

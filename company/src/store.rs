@@ -236,6 +236,68 @@ where
 /// before a writer applies them itself (moka 0.12's `WRITE_LOG_CH_SIZE`), rounded up.
 const COUNT_LAG: u64 = 512;
 
+/// Each owner's live items, at most `cap` of them: how a store limits what one client holds
+/// (Sessions, pending device codes), so no one client fills a store meant for all.
+pub(crate) struct PerOwner<K, T> {
+    lists: Bounded<K, Vec<(T, UnixTime)>>,
+    cap: usize,
+}
+
+impl<K, T> PerOwner<K, T>
+where
+    K: Hash + Eq + Send + Sync + Clone + 'static,
+    T: Clone + Send + Sync + 'static,
+{
+    /// At most `cap` live items per owner, `owners` owners.
+    pub(crate) fn new(cap: usize, owners: u64, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            lists: Bounded::new(owners, WhenFull::Refuse, clock),
+            cap,
+        }
+    }
+
+    /// Counts `item` against `owner` until `until`, in one atomic step with the count; refused
+    /// ([`StoreError::Full`]) when the owner holds `cap` live items, or the store is full.
+    pub(crate) fn add(&self, owner: &K, item: T, until: UnixTime) -> Result<(), StoreError> {
+        let now = self.lists.clock.now();
+        let cap = self.cap;
+        self.lists
+            .compute(owner, |held| {
+                let mut live: Vec<(T, UnixTime)> = held
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|(_, until)| now < *until)
+                    .collect();
+                if live.len() >= cap {
+                    return Err(StoreError::Full);
+                }
+                live.push((item, until));
+                let last = live.iter().map(|(_, until)| *until).max().unwrap_or(until);
+                Ok((live, last))
+            })
+            .and_then(|capped| capped)
+    }
+
+    /// Drops what has expired (see [`Bounded::sweep`]).
+    pub(crate) fn sweep(&self) {
+        self.lists.sweep();
+    }
+
+    /// How many owners hold live items.
+    pub(crate) fn len(&self) -> u64 {
+        self.lists.len()
+    }
+}
+
+impl<K, T> fmt::Debug for PerOwner<K, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PerOwner")
+            .field("owners", &self.lists)
+            .field("cap", &self.cap)
+            .finish()
+    }
+}
+
 impl<K, V> fmt::Debug for Bounded<K, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Bounded")

@@ -26,6 +26,7 @@ const PASSWORD: &str = "correct horse battery staple";
 struct Shop {
     app: Router,
     operator: Router,
+    operator_credential: String,
     clock: Arc<TestClock>,
     agent: SigningKey,
     dpop: SigningKey,
@@ -59,6 +60,7 @@ fn shop_with(operations: bool) -> Shop {
     Shop {
         app: company.router(),
         operator: company.operator_router(),
+        operator_credential: company.operator_credential().secret().to_owned(),
         clock,
         agent,
         dpop,
@@ -355,7 +357,11 @@ impl Shop {
         let response = self
             .operator
             .clone()
-            .oneshot(Request::get(format!("/performed/{id}")).body(Body::empty()).unwrap())
+            .oneshot(
+                shop_operator(self, Request::get(format!("/performed/{id}")))
+                    .body(Body::empty())
+                    .unwrap(),
+            )
             .await
             .unwrap();
         body_json(response).await["count"].as_u64().unwrap()
@@ -785,7 +791,7 @@ async fn operator_api_approves_and_counts() {
         .operator
         .clone()
         .oneshot(
-            Request::post("/approve-device")
+            shop_operator(&shop, Request::post("/approve-device"))
                 .header(header::CONTENT_TYPE, "application/json")
                 .body(Body::from(
                     json!({"user_code": "BCDF-GHJK", "account": "acct_ada"}).to_string(),
@@ -798,10 +804,61 @@ async fn operator_api_approves_and_counts() {
     let missing = shop
         .operator
         .clone()
-        .oneshot(Request::get("/performed/op_nothing").body(Body::empty()).unwrap())
+        .oneshot(
+            shop_operator(&shop, Request::get("/performed/op_nothing"))
+                .body(Body::empty())
+                .unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+}
+
+/// An operator API request as the operator makes it: a loopback `Host`, the credential.
+fn shop_operator(shop: &Shop, request: http::request::Builder) -> http::request::Builder {
+    request
+        .header(header::HOST, "127.0.0.1:8444")
+        .header(header::AUTHORIZATION, format!("Bearer {}", shop.operator_credential))
+}
+
+#[tokio::test]
+async fn the_operator_api_wants_its_credential_and_a_loopback_host() {
+    let shop = shop();
+    let ask = |request: http::request::Builder| {
+        let operator = shop.operator.clone();
+        async move {
+            operator
+                .oneshot(request.body(Body::empty()).unwrap())
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    // No credential, a wrong one: 401. The credential as a Basic password works too.
+    let bare = Request::get("/performed/op_x").header(header::HOST, "127.0.0.1:8444");
+    assert_eq!(ask(bare).await, StatusCode::UNAUTHORIZED);
+    let wrong = Request::get("/performed/op_x")
+        .header(header::HOST, "127.0.0.1:8444")
+        .header(header::AUTHORIZATION, "Bearer not-the-credential");
+    assert_eq!(ask(wrong).await, StatusCode::UNAUTHORIZED);
+    let basic = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        format!("operator:{}", shop.operator_credential),
+    );
+    let with_basic = Request::get("/performed/op_x")
+        .header(header::HOST, "localhost:8444")
+        .header(header::AUTHORIZATION, format!("Basic {basic}"));
+    assert_eq!(
+        ask(with_basic).await,
+        StatusCode::NOT_FOUND,
+        "let through: no such operation"
+    );
+    // A rebound name (a web page's own, resolving to 127.0.0.1) is refused even with the
+    // credential.
+    let rebound = Request::get("/performed/op_x")
+        .header(header::HOST, "evil.example:8444")
+        .header(header::AUTHORIZATION, format!("Bearer {}", shop.operator_credential));
+    assert_eq!(ask(rebound).await, StatusCode::MISDIRECTED_REQUEST);
 }
 
 #[tokio::test]

@@ -493,10 +493,10 @@ async fn the_document_cache_holds_at_most_its_bytes_and_failures_at_most_their_c
     assert_eq!(held.failures, 0);
     // Failed clients are remembered up to FAILURE_CAPACITY; past it the least used go.
     // (IP literals: refused before any network, so the loop costs no DNS.)
-    for i in 0..pap_company::FAILURE_CAPACITY + 100 {
+    for i in 0..pap_company::limits::FAILURE_CAPACITY + 100 {
         let client = ClientId::parse(&format!("https://10.0.{}.{}/agent.json", i / 256, i % 256)).unwrap();
         assert!(h.resolver.keys(&client, None).await.is_err());
     }
     let held = h.resolver.held().await;
-    assert!(held.failures <= pap_company::FAILURE_CAPACITY, "{held:?}");
+    assert!(held.failures <= pap_company::limits::FAILURE_CAPACITY, "{held:?}");
 }

@@ -53,10 +53,13 @@ start_rust_company() {  # the agent's documents are at atlas.example = 127.0.0.1
     : > "$out/company.log"
     "$company_bin" serve --config "$repo/company/shop.example.toml" \
         --listen "127.0.0.1:$company_port" --cert "$out/certs/cert.pem" --key "$out/certs/key.pem" \
-        --admin-listen "127.0.0.1:$admin_port" --trust-ca "$out/certs/ca.pem" \
+        --admin-listen "127.0.0.1:$admin_port" --admin-credential-file "$out/operator.credential" \
+        --trust-ca "$out/certs/ca.pem" \
         --resolve "atlas.example=127.0.0.1:$agent_port" > "$out/company.log" 2>&1 &
     pids+=($!)
     ready "$!" "$out/company.log" "serving the operator API"
+    # The operator API asks for its credential (written 0600 at start), here as a Basic password.
+    operator="http://operator:$(cat "$out/operator.credential")@127.0.0.1:$admin_port"
 }
 
 check_company_log() {  # a compact JWS starts with the base64url of `{"`: none may be logged
@@ -72,7 +75,7 @@ rust-agent-x-rust-company)
     status=0
     "$runner_bin" pap --company https://shop.example --connect "shop.example=127.0.0.1:$company_port" \
         --trust-ca "$out/certs/ca.pem" --scenario "$repo/conformance/interop/shop.example.scenario.json" \
-        --approve device-page --username ada --password "$password" --operator "http://127.0.0.1:$admin_port" \
+        --approve device-page --username ada --password "$password" --operator "$operator" \
         --serve-agent "127.0.0.1:$agent_port" --agent-cert "$out/certs/cert.pem" --agent-key "$out/certs/key.pem" \
         --json "$out/report.json" --junit "$out/junit.xml" || status=$?
     check_company_log
@@ -85,7 +88,7 @@ python-agent-x-rust-company)
             --ca "$out/certs/ca.pem" --cert "$out/certs/cert.pem" --key "$out/certs/key.pem" \
             --agent-port "$agent_port" --agent-key "$out/agent-key.pem" \
             --scenario "$repo/conformance/interop/shop.example.scenario.json" --approve device-page --username ada --password "$password" \
-            --performed --operator "http://127.0.0.1:$admin_port" "$@")
+            --performed --operator "$operator" "$@")
     }
     status=0
     case_args=()

@@ -13,10 +13,10 @@ use pap_shared::{ClientId, OAuthErrorCode};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use super::ReferenceCompany;
 use super::config::{CompanyConfig, ProposalConfig};
 use super::operations::NewOperation;
 use super::protocol::{ApiError, json_response, read_json};
-use super::{ReferenceCompany, lock};
 
 pub(super) fn routes(config: &CompanyConfig) -> Router<ReferenceCompany> {
     let mut router = Router::new().route("/api/openapi.json", get(openapi));
@@ -107,6 +107,14 @@ async fn openapi(State(company): State<ReferenceCompany>) -> Response {
     json_response(StatusCode::OK, &body)
 }
 
+/// How long an `Idempotency-Key`'s answer is remembered, in seconds: a day, well past any
+/// retry. Past it, or when the store is full and drops the least used, a retried proposal is
+/// still the same operation while it is proposed (OPS-4-01).
+const IDEMPOTENCY_LIFETIME: i64 = 86_400;
+
+/// Most `Idempotency-Key` answers remembered at once.
+pub(crate) const IDEMPOTENCY_CAPACITY: u64 = 100_000;
+
 /// What one `Idempotency-Key` answered: the request's fingerprint and the answer.
 #[derive(Clone, Debug)]
 pub(crate) struct Remembered {
@@ -146,16 +154,18 @@ async fn propose(
             .chain_update(Value::Object(body.clone()).to_string().as_bytes())
             .finalize()
             .into();
-        let remember_as = key.map(|k| {
-            (
-                caller.client_id.as_str().to_owned(),
-                caller.session.as_str().to_owned(),
-                k,
-            )
+        // Remembered per client and Session, by a digest of the three (never the key itself).
+        let remember_as: Option<[u8; 32]> = key.map(|k| {
+            Sha256::new()
+                .chain_update(caller.client_id.as_str().as_bytes())
+                .chain_update(b"\0")
+                .chain_update(caller.session.as_str().as_bytes())
+                .chain_update(b"\0")
+                .chain_update(k.as_bytes())
+                .finalize()
+                .into()
         });
-        let seen = remember_as
-            .as_ref()
-            .and_then(|id| lock(&company.inner.idempotency).get(id).cloned());
+        let seen = remember_as.as_ref().and_then(|id| company.inner.idempotency.get(id));
         if let Some(seen) = seen {
             if seen.fingerprint != fingerprint {
                 return Err(ApiError::new(
@@ -166,23 +176,26 @@ async fn propose(
             return Ok(json_response(seen.status, &seen.body));
         }
         let proposal: &ProposalConfig = &company.inner.config.proposals[index];
-        let operation = company.propose_operation(NewOperation {
-            caller: &caller,
-            action: uri.path(),
-            summary: fill(&proposal.summary, &params),
-            terms: json!({ "action": uri.path(), "parameters": params }),
-            user_approval_required: proposal.user_approval_required,
-            scopes: proposal.scopes.clone(),
-        });
+        let operation = company
+            .propose_operation(NewOperation {
+                caller: &caller,
+                action: uri.path(),
+                summary: fill(&proposal.summary, &params),
+                terms: json!({ "action": uri.path(), "parameters": params }),
+                user_approval_required: proposal.user_approval_required,
+                scopes: proposal.scopes.clone(),
+            })
+            .map_err(ApiError::store)?;
         let answer = json!({ "operation": operation });
         if let Some(id) = remember_as {
-            lock(&company.inner.idempotency).insert(
+            company.inner.idempotency.remember(
                 id,
                 Remembered {
                     fingerprint,
                     status: StatusCode::ACCEPTED,
                     body: answer.clone(),
                 },
+                company.now().plus(IDEMPOTENCY_LIFETIME),
             );
         }
         Ok(json_response(StatusCode::ACCEPTED, &answer))

@@ -3,23 +3,31 @@
 //! Session in.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
-use axum::Router;
 use axum::body::Body;
-use axum::extract::{Query, State};
+use axum::extract::{ConnectInfo, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::{Extension, Router};
 use hmac::{Hmac, Mac};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
-use pap_shared::{ClientId, DeviceAuthorizationResponse, OAuthErrorCode, SecretToken, SessionId, UnixTime};
+use pap_shared::{ClientId, Clock, DeviceAuthorizationResponse, OAuthErrorCode, SecretToken, SessionId, UnixTime};
 use serde::Deserialize;
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
+use tokio::sync::Semaphore;
+use zeroize::Zeroizing;
 
+use super::config::AccountConfig;
 use super::protocol::{ApiError, json_response, read_form};
 use super::website::same_site;
-use super::{ReferenceCompany, lock, scopes};
+use super::{ReferenceCompany, scopes, token_hash};
 use crate::page::{escape_html, html, message_page};
+use crate::store::{Bounded, PerOwner, StoreError, WhenFull};
+use crate::throttle::Throttle;
 
 /// A device code lives ten minutes.
 const DEVICE_CODE_LIFETIME: i64 = 600;
@@ -27,8 +35,30 @@ const DEVICE_CODE_LIFETIME: i64 = 600;
 /// The device page's CSRF cookie (double submit, bound by HMAC to the user code).
 const DEVICE_COOKIE: &str = "__Host-device_csrf";
 
-/// Letters for user codes: no vowels (no words), no look-alikes.
+/// Letters for user codes: no vowels (no words), no look-alikes. Eight of them: 20^8, about
+/// 34.5 bits, drawn without bias and never two live codes alike.
 const USER_CODE_ALPHABET: &[u8] = b"BCDFGHJKLMNPQRSTVWXZ";
+
+/// Most pending device codes held at once; past it, `/oauth/device` answers 429.
+pub const DEVICE_CODE_CAPACITY: u64 = 100_000;
+
+/// Most pending device codes one client may hold (each lives ten minutes).
+pub const PENDING_PER_CLIENT: usize = 32;
+
+/// Password attempts on `/device` per account name per window: past it, 429 for that name.
+pub const ACCOUNT_ATTEMPTS: u32 = 10;
+
+/// Password attempts on `/device` per client address per window.
+pub const ADDRESS_ATTEMPTS: u32 = 30;
+
+/// The attempt window, in seconds.
+pub const ATTEMPT_WINDOW: i64 = 900;
+
+/// Most account names and addresses whose attempts are counted at once.
+const ATTEMPT_KEYS: u64 = 100_000;
+
+/// How long a password check may wait for its turn before the page answers 503.
+const PASSWORD_QUEUE_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Debug)]
 struct Pending {
@@ -48,11 +78,63 @@ enum Decision {
     Denied,
 }
 
-/// Pending device codes, by device code, with an index by user code.
-#[derive(Default)]
+/// A device code as the store keys it: its SHA-256, never the code.
+type DeviceKey = [u8; 32];
+
+/// Pending device codes (by the hash of the device code, with an index by user code), each
+/// until it expires; the attempt counts of the device page; the turns of its password checks.
 pub(crate) struct Devices {
-    by_device_code: HashMap<String, Pending>,
-    by_user_code: HashMap<String, String>,
+    pending: Bounded<DeviceKey, Pending>,
+    by_user_code: Bounded<String, DeviceKey>,
+    per_client: PerOwner<ClientId, DeviceKey>,
+    account_attempts: Throttle,
+    address_attempts: Throttle,
+    /// Argon2 runs off the async workers, at most half the cores at once, so a flood of
+    /// passwords leaves the other routes a core.
+    password_checks: Arc<Semaphore>,
+}
+
+impl Devices {
+    pub(crate) fn new(clock: Arc<dyn Clock>) -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, usize::from);
+        Self {
+            pending: Bounded::new(DEVICE_CODE_CAPACITY, WhenFull::Refuse, clock.clone()),
+            by_user_code: Bounded::new(DEVICE_CODE_CAPACITY, WhenFull::Refuse, clock.clone()),
+            per_client: PerOwner::new(PENDING_PER_CLIENT, DEVICE_CODE_CAPACITY, clock.clone()),
+            account_attempts: Throttle::new(ACCOUNT_ATTEMPTS, ATTEMPT_WINDOW, ATTEMPT_KEYS, clock.clone()),
+            address_attempts: Throttle::new(ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, ATTEMPT_KEYS, clock),
+            password_checks: Arc::new(Semaphore::new((cores / 2).max(1))),
+        }
+    }
+
+    /// Drops every expired record.
+    pub(crate) fn sweep(&self) {
+        self.pending.sweep();
+        self.by_user_code.sweep();
+        self.per_client.sweep();
+        self.account_attempts.sweep();
+        self.address_attempts.sweep();
+    }
+
+    /// How many records each part holds: pending codes, user codes, clients, counted names
+    /// and addresses.
+    pub(crate) fn sizes(&self) -> [(&'static str, u64); 5] {
+        [
+            ("device_codes", self.pending.len()),
+            ("user_codes", self.by_user_code.len()),
+            ("device_clients", self.per_client.len()),
+            ("attempts_by_account", self.account_attempts.len()),
+            ("attempts_by_address", self.address_attempts.len()),
+        ]
+    }
+
+    fn waiting(&self, user_code: &str, now: UnixTime) -> Option<DeviceKey> {
+        let key = self.by_user_code.get(&normalise_user_code(user_code))?;
+        self.pending
+            .get(&key)
+            .filter(|p| p.decision == Decision::Waiting && now < p.expires_at)
+            .map(|_| key)
+    }
 }
 
 pub(super) fn routes() -> Router<ReferenceCompany> {
@@ -86,51 +168,64 @@ impl ReferenceCompany {
             .config
             .account(account)
             .ok_or(ApprovalError::UnknownAccount)?;
-        let now = self.now();
-        let mut devices = lock(&self.inner.devices);
-        let device_code = devices
-            .by_user_code
-            .get(&normalise_user_code(user_code))
-            .cloned()
+        let devices = &self.inner.devices;
+        let key = devices
+            .waiting(user_code, self.now())
             .ok_or(ApprovalError::UnknownCode)?;
-        let pending = devices
-            .by_device_code
-            .get_mut(&device_code)
-            .ok_or(ApprovalError::UnknownCode)?;
-        if pending.decision != Decision::Waiting || now >= pending.expires_at {
+        let mut approved = false;
+        devices.pending.update(&key, |pending| {
+            // Decided once: a code another request decided meanwhile stays as it is.
+            if pending.decision != Decision::Waiting {
+                return;
+            }
+            let wanted = scopes.unwrap_or_else(|| pending.scopes.clone());
+            let granted = wanted
+                .into_iter()
+                .filter(|s| pending.scopes.contains(s) && account.scopes.contains(s))
+                .collect();
+            pending.decision = Decision::Approved {
+                account: account.id.clone(),
+                scopes: granted,
+            };
+            approved = true;
+        });
+        if !approved {
             return Err(ApprovalError::UnknownCode);
         }
-        let wanted = scopes.unwrap_or_else(|| pending.scopes.clone());
-        let granted = wanted
-            .into_iter()
-            .filter(|s| pending.scopes.contains(s) && account.scopes.contains(s))
-            .collect();
-        pending.decision = Decision::Approved {
-            account: account.id.clone(),
-            scopes: granted,
-        };
         tracing::info!(account = %account.id, "device sign-in approved");
         Ok(())
     }
 
     fn deny_device(&self, user_code: &str) {
-        let mut devices = lock(&self.inner.devices);
-        let device_code = devices.by_user_code.get(&normalise_user_code(user_code)).cloned();
-        if let Some(pending) = device_code.and_then(|code| devices.by_device_code.get_mut(&code))
-            && pending.decision == Decision::Waiting
-        {
-            pending.decision = Decision::Denied;
+        let devices = &self.inner.devices;
+        if let Some(key) = devices.waiting(user_code, self.now()) {
+            devices.pending.update(&key, |pending| {
+                if pending.decision == Decision::Waiting {
+                    pending.decision = Decision::Denied;
+                }
+            });
         }
     }
 
+    /// Eight letters of the alphabet, each from one random byte below 240 (12 x 20), so every
+    /// letter is equally likely.
     fn user_code(&self) -> String {
-        let mut bytes = [0u8; 8];
-        self.inner.rng.fill(&mut bytes);
-        let letters: String = bytes
-            .iter()
-            .map(|b| char::from(USER_CODE_ALPHABET[usize::from(*b) % USER_CODE_ALPHABET.len()]))
-            .collect();
-        format!("{}-{}", &letters[..4], &letters[4..])
+        let mut letters = String::with_capacity(9);
+        while letters.len() < 9 {
+            let mut bytes = [0u8; 16];
+            self.inner.rng.fill(&mut bytes);
+            for byte in bytes.into_iter().filter(|b| *b < 240) {
+                if letters.len() == 4 {
+                    letters.push('-');
+                }
+                if letters.len() < 9 {
+                    letters.push(char::from(
+                        USER_CODE_ALPHABET[usize::from(byte) % USER_CODE_ALPHABET.len()],
+                    ));
+                }
+            }
+        }
+        letters
     }
 
     /// The device grant: poll a device code for `session_id`.
@@ -148,36 +243,15 @@ impl ReferenceCompany {
             .and_then(|s| SessionId::parse(s).ok())
             .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidRequest))?;
         let now = self.now();
-        let (account, granted) = {
-            let mut devices = lock(&self.inner.devices);
-            let pending = devices
-                .by_device_code
-                .get_mut(device_code)
-                .filter(|p| &p.client_id == client_id)
-                .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidGrant))?;
-            if now >= pending.expires_at {
-                return Err(ApiError::bad_request(OAuthErrorCode::ExpiredToken));
-            }
-            match pending.decision.clone() {
-                Decision::Denied => return Err(ApiError::bad_request(OAuthErrorCode::AccessDenied)),
-                Decision::Waiting if now < pending.next_poll => {
-                    pending.interval += 5;
-                    pending.next_poll = now.plus(i64::try_from(pending.interval).unwrap_or(300));
-                    return Err(ApiError::bad_request(OAuthErrorCode::SlowDown));
-                }
-                Decision::Waiting => {
-                    pending.next_poll = now.plus(i64::try_from(pending.interval).unwrap_or(300));
-                    return Err(ApiError::bad_request(OAuthErrorCode::AuthorizationPending));
-                }
-                Decision::Approved { account, scopes } => {
-                    let user_code = pending.user_code.clone();
-                    // Consumed once: a second poll finds nothing.
-                    devices.by_device_code.remove(device_code);
-                    devices.by_user_code.remove(&user_code);
-                    (account, scopes)
-                }
-            }
-        };
+        let devices = &self.inner.devices;
+        let key = token_hash(device_code);
+        let mut polled = Err(ApiError::bad_request(OAuthErrorCode::InvalidGrant));
+        devices.pending.update(&key, |pending| {
+            polled = poll(pending, client_id, now);
+        });
+        let (account, granted) = polled?;
+        // The Session is checked before the approval is used: a bad `session_id` leaves the
+        // user's approval for a good one (review L11).
         let record = self
             .session_record(&session)
             .await?
@@ -188,8 +262,42 @@ impl ReferenceCompany {
         if !self.account_fits(&session, &account) {
             return Err(ApiError::bad_request(OAuthErrorCode::AccountMismatch));
         }
-        let account_token = self.sign_in(client_id, &record.user, &session, &account, granted);
+        // Consumed once: of two polls racing here, one gets the sign-in, the other nothing.
+        let Some(pending) = devices.pending.remove(&key) else {
+            return Err(ApiError::bad_request(OAuthErrorCode::InvalidGrant));
+        };
+        devices.by_user_code.remove(&pending.user_code);
+        let account_token = self.sign_in(client_id, &record.user, &session, &account, granted)?;
         self.issue(client_id, &session, thumbprint, Some(account_token)).await
+    }
+
+    /// Whether `user_code` names a pending, undecided code.
+    fn device_waiting(&self, user_code: &str) -> bool {
+        self.inner.devices.waiting(user_code, self.now()).is_some()
+    }
+}
+
+/// One poll of a pending code by `client_id` (RFC 8628 §3.5): the approval, or why not yet.
+fn poll(pending: &mut Pending, client_id: &ClientId, now: UnixTime) -> Result<(String, Vec<String>), ApiError> {
+    if &pending.client_id != client_id {
+        return Err(ApiError::bad_request(OAuthErrorCode::InvalidGrant));
+    }
+    if now >= pending.expires_at {
+        return Err(ApiError::bad_request(OAuthErrorCode::ExpiredToken));
+    }
+    let interval = |p: &Pending| i64::try_from(p.interval).unwrap_or(300);
+    match pending.decision.clone() {
+        Decision::Denied => Err(ApiError::bad_request(OAuthErrorCode::AccessDenied)),
+        Decision::Waiting if now < pending.next_poll => {
+            pending.interval += 5;
+            pending.next_poll = now.plus(interval(pending));
+            Err(ApiError::bad_request(OAuthErrorCode::SlowDown))
+        }
+        Decision::Waiting => {
+            pending.next_poll = now.plus(interval(pending));
+            Err(ApiError::bad_request(OAuthErrorCode::AuthorizationPending))
+        }
+        Decision::Approved { account, scopes } => Ok((account, scopes)),
     }
 }
 
@@ -204,21 +312,40 @@ async fn authorize(State(company): State<ReferenceCompany>, headers: HeaderMap, 
         }
         let now = company.now();
         let device_code = company.random_token("dev");
-        let user_code = company.user_code();
+        let key = token_hash(&device_code);
+        let expires_at = now.plus(DEVICE_CODE_LIFETIME);
+        let devices = &company.inner.devices;
+        devices
+            .per_client
+            .add(&client_id, key, expires_at)
+            .map_err(ApiError::store)?;
+        // A user code is never that of another live code: a collision draws again.
+        let mut user_code = company.user_code();
+        let mut draws = 1;
+        while !devices
+            .by_user_code
+            .insert_once(user_code.clone(), key, expires_at)
+            .map_err(ApiError::store)?
+        {
+            if draws == 8 {
+                return Err(ApiError::store(StoreError::Full));
+            }
+            user_code = company.user_code();
+            draws += 1;
+        }
         let interval = company.inner.config.device_interval;
         let pending = Pending {
             client_id,
             user_code: user_code.clone(),
             scopes: requested,
-            expires_at: now.plus(DEVICE_CODE_LIFETIME),
+            expires_at,
             interval,
             next_poll: now.plus(i64::try_from(interval).unwrap_or(5)),
             decision: Decision::Waiting,
         };
-        {
-            let mut devices = lock(&company.inner.devices);
-            devices.by_user_code.insert(user_code.clone(), device_code.clone());
-            devices.by_device_code.insert(device_code.clone(), pending);
+        if let Err(error) = devices.pending.insert(key, pending, expires_at) {
+            devices.by_user_code.remove(&user_code);
+            return Err(ApiError::store(error));
         }
         let base = &company.inner.base;
         Ok(json_response(
@@ -314,9 +441,20 @@ impl ReferenceCompany {
     }
 }
 
-/// `POST /device`: the user's decision. Same-site, CSRF bound to the page's cookie, the
-/// account's password; any failure approves nothing.
-async fn decide(State(company): State<ReferenceCompany>, headers: HeaderMap, body: Body) -> Response {
+/// `POST /device`: the user's decision. Same-site, CSRF bound to the page's cookie, a pending
+/// code, the account's password; any failure approves nothing.
+///
+/// Guessing is throttled (review H5): the code is checked before any password work, so a
+/// made-up code learns nothing of the password; attempts are counted per account name and per
+/// client address ([`ACCOUNT_ATTEMPTS`], [`ADDRESS_ATTEMPTS`] per [`ATTEMPT_WINDOW`] seconds,
+/// then 429 with `Retry-After`); Argon2 runs on the blocking pool, a few at a time; and an
+/// unknown user name is checked against a stand-in hash, so it takes as long as a known one.
+async fn decide(
+    State(company): State<ReferenceCompany>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let page = |status, text: &str| message_page(status, &company.inner.config.name, text);
     if !same_site(&headers, &company.inner.base) {
         return page(StatusCode::FORBIDDEN, "This request did not come from this site.");
@@ -339,38 +477,125 @@ async fn decide(State(company): State<ReferenceCompany>, headers: HeaderMap, bod
     if field("decision") != "approve" {
         return page(StatusCode::BAD_REQUEST, "Choose approve or deny.");
     }
-    let Some(account) = company
-        .inner
-        .config
-        .account(field("username"))
-        .filter(|a| a.username == field("username"))
-    else {
-        return page(
-            StatusCode::UNAUTHORIZED,
-            "The user name or password is wrong. Nothing was approved.",
-        );
-    };
-    if !password_matches(&account.password_hash, field("password")) {
-        return page(
-            StatusCode::UNAUTHORIZED,
-            "The user name or password is wrong. Nothing was approved.",
-        );
-    }
-    match company.approve_device(&user_code, &account.id, None) {
-        Ok(()) => page(StatusCode::OK, "Your agent is signed in. You can close this page."),
-        Err(_) => page(
+    let unknown_code = || {
+        page(
             StatusCode::BAD_REQUEST,
             "This code is unknown or has expired. Nothing was approved.",
-        ),
+        )
+    };
+    if !company.device_waiting(&user_code) {
+        return unknown_code();
+    }
+    let username = field("username");
+    let address = peer.map_or_else(|| "unknown".to_owned(), |Extension(ConnectInfo(a))| a.ip().to_string());
+    let devices = &company.inner.devices;
+    if let Err(wait) = devices
+        .address_attempts
+        .attempt(&address)
+        .and_then(|()| devices.account_attempts.attempt(username))
+    {
+        tracing::warn!("device sign-in attempts throttled");
+        return too_many_attempts(
+            page(
+                StatusCode::TOO_MANY_REQUESTS,
+                "Too many attempts. Nothing was approved; try again later.",
+            ),
+            wait,
+        );
+    }
+    let account = company
+        .inner
+        .config
+        .account(username)
+        .filter(|a| a.username == username);
+    let password = Zeroizing::new(field("password").to_owned());
+    match company.password_matches(account, password).await {
+        Err(Busy) => {
+            return too_many_attempts(
+                page(StatusCode::SERVICE_UNAVAILABLE, "The site is busy. Try again shortly."),
+                5,
+            );
+        }
+        Ok(false) => {
+            return page(
+                StatusCode::UNAUTHORIZED,
+                "The user name or password is wrong. Nothing was approved.",
+            );
+        }
+        Ok(true) => {}
+    }
+    let Some(account) = account else {
+        return unknown_code();
+    };
+    match company.approve_device(&user_code, &account.id, None) {
+        Ok(()) => page(StatusCode::OK, "Your agent is signed in. You can close this page."),
+        Err(_) => unknown_code(),
     }
 }
 
-fn password_matches(hash: &str, password: &str) -> bool {
+fn too_many_attempts(mut response: Response, wait_seconds: u64) -> Response {
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(wait_seconds));
+    response
+}
+
+/// No turn for a password check came within [`PASSWORD_QUEUE_WAIT`].
+struct Busy;
+
+impl ReferenceCompany {
+    /// Whether `password` is `account`'s, checked on the blocking pool when a turn is free; an
+    /// absent account is checked against a stand-in hash (and never matches), so both take the
+    /// same time.
+    async fn password_matches(
+        &self,
+        account: Option<&AccountConfig>,
+        password: Zeroizing<String>,
+    ) -> Result<bool, Busy> {
+        let turns = self.inner.devices.password_checks.clone();
+        let turn = tokio::time::timeout(PASSWORD_QUEUE_WAIT, turns.acquire_owned())
+            .await
+            .map_err(|_| Busy)?
+            .map_err(|_| Busy)?;
+        let hash = account.map(|a| a.password_hash.clone());
+        let checked = tokio::task::spawn_blocking(move || {
+            let _turn = turn;
+            match hash {
+                Some(hash) => verify_password(&hash, &password),
+                None => {
+                    verify_password(stand_in_hash(), &password);
+                    false
+                }
+            }
+        })
+        .await;
+        checked.map_err(|_| Busy)
+    }
+}
+
+fn verify_password(hash: &str, password: &str) -> bool {
     use argon2::PasswordVerifier as _;
     argon2::PasswordHash::new(hash).is_ok_and(|h| {
         argon2::Argon2::default()
             .verify_password(password.as_bytes(), &h)
             .is_ok()
+    })
+}
+
+/// An Argon2 hash with the default parameters (those `pap-company hash-password` writes) of a
+/// password nobody has, made once.
+fn stand_in_hash() -> &'static str {
+    static HASH: OnceLock<String> = OnceLock::new();
+    HASH.get_or_init(|| {
+        use argon2::PasswordHasher as _;
+        let salt = argon2::password_hash::SaltString::encode_b64(b"pap-stand-in-salt").ok();
+        salt.and_then(|salt| {
+            argon2::Argon2::default()
+                .hash_password(b"no account has this password", &salt)
+                .ok()
+                .map(|h| h.to_string())
+        })
+        .unwrap_or_default()
     })
 }
 

@@ -18,27 +18,33 @@ mod protocol;
 mod token;
 mod website;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::FromRef;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::HeaderMap;
-use pap_shared::{Clock, DpopRequest, OAuthErrorCode, Rng, UnixTime, verify_dpop_proof};
+use pap_shared::{Clock, DpopRequest, OAuthErrorCode, Rng, SecretToken, UnixTime, verify_dpop_proof};
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
 pub use self::config::{AccountConfig, CompanyConfig, ConfigError, ProposalConfig, ReadConfig, ScopeConfig};
 use self::device::Devices;
+pub use self::device::{ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, DEVICE_CODE_CAPACITY, PENDING_PER_CLIENT};
 use self::operations::Operations;
+pub use self::operations::{OPERATION_CAPACITY, OPERATION_RETENTION, OPERATIONS_PER_ACCOUNT};
 use self::protocol::ApiError;
 use self::token::Tokens;
+pub use self::token::{SESSION_TOKENS_PER_SESSION, TOKEN_CAPACITY};
 use crate::browser_session::{BROWSER_SESSION_PATH, BrowserSession, browser_session_router};
 use crate::client::ClientRegistry;
 use crate::replay::{MemoryReplayGuard, ReplayGuard, ReplayKey};
 use crate::session::MemorySessionDirectory;
+use crate::store::{Bounded, WhenFull};
 use crate::verify::{Verifier, VerifierParts};
 use crate::web_cookie::MemoryCookieBindings;
 
@@ -57,12 +63,15 @@ struct Inner {
     sessions: MemorySessionDirectory,
     replay: MemoryReplayGuard,
     browser: BrowserSession,
+    cookies: MemoryCookieBindings,
     tokens: Mutex<Tokens>,
-    devices: Mutex<Devices>,
+    devices: Devices,
     operations: Mutex<Operations>,
-    idempotency: Mutex<std::collections::HashMap<(String, String, String), api::Remembered>>,
+    idempotency: Bounded<[u8; 32], api::Remembered>,
     /// Keys the device page's CSRF tokens.
     csrf_key: Zeroizing<[u8; 32]>,
+    /// What the operator API asks of its callers.
+    operator_credential: SecretToken,
 }
 
 impl ReferenceCompany {
@@ -86,13 +95,15 @@ impl ReferenceCompany {
             sessions: Arc::new(sessions.clone()),
             replay: Arc::new(replay.clone()),
         });
-        let browser = BrowserSession::new(
-            verifier,
-            Arc::new(MemoryCookieBindings::new(clock.clone())),
-            rng.clone(),
-        );
+        let cookies = MemoryCookieBindings::new(clock.clone());
+        let browser = BrowserSession::new(verifier, Arc::new(cookies.clone()), rng.clone());
+        let devices = Devices::new(clock.clone());
+        let idempotency = Bounded::new(api::IDEMPOTENCY_CAPACITY, WhenFull::Evict, clock.clone());
         let mut csrf_key = Zeroizing::new([0u8; 32]);
         rng.fill(csrf_key.as_mut());
+        let mut credential = Zeroizing::new([0u8; 32]);
+        rng.fill(credential.as_mut());
+        let operator_credential = SecretToken::new(URL_SAFE_NO_PAD.encode(credential.as_ref()));
         Self {
             inner: Arc::new(Inner {
                 config,
@@ -103,11 +114,13 @@ impl ReferenceCompany {
                 sessions,
                 replay,
                 browser,
+                cookies,
                 tokens: Mutex::default(),
-                devices: Mutex::default(),
+                devices,
                 operations: Mutex::default(),
-                idempotency: Mutex::default(),
+                idempotency,
                 csrf_key,
+                operator_credential,
             }),
         }
     }
@@ -135,10 +148,61 @@ impl ReferenceCompany {
             .with_state(self.clone())
     }
 
-    /// The operator API (approve a device code, count performed operations). Serve it only on
-    /// a loopback address.
+    /// The operator API (approve a device code, count performed operations, store sizes), for
+    /// callers with [`Self::operator_credential`] and a loopback `Host`. Serve it only on a
+    /// loopback address.
     pub fn operator_router(&self) -> Router {
-        operator::routes().with_state(self.clone())
+        operator::routes(self).with_state(self.clone())
+    }
+
+    /// The operator API's credential, drawn when the company was made. Give it to the operator
+    /// through a file only they can read; never log it.
+    pub fn operator_credential(&self) -> &SecretToken {
+        &self.inner.operator_credential
+    }
+
+    /// Every store's record count, by name: what the week simulation and the load tool watch
+    /// return to their baseline once records expire.
+    pub fn store_sizes(&self) -> BTreeMap<&'static str, u64> {
+        let inner = &self.inner;
+        let mut sizes = BTreeMap::from([
+            ("sessions", inner.sessions.len()),
+            ("replay_marks", inner.replay.len()),
+            ("cookie_bindings", inner.cookies.len()),
+            ("idempotency_keys", inner.idempotency.len()),
+        ]);
+        sizes.extend(inner.devices.sizes());
+        sizes.extend(lock(&inner.tokens).sizes());
+        sizes.extend(lock(&inner.operations).sizes());
+        sizes
+    }
+
+    /// Drops every expired record of every store. moka drops its records as real time passes
+    /// on its own; the maps of tokens and operations need this, and so does a test's clock.
+    pub fn sweep(&self) {
+        let inner = &self.inner;
+        let now = self.now();
+        inner.sessions.sweep();
+        inner.replay.sweep();
+        inner.cookies.sweep();
+        inner.idempotency.sweep();
+        inner.devices.sweep();
+        lock(&inner.tokens).sweep(now);
+        lock(&inner.operations).sweep(now);
+    }
+
+    /// Sweeps every `every` on a task of its own, until the company is dropped.
+    pub fn start_maintenance(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let company = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                let Some(inner) = company.upgrade() else { return };
+                ReferenceCompany { inner }.sweep();
+            }
+        })
     }
 
     /// A random token with `prefix`: `prefix_` + 22 base64url characters (128 bits).

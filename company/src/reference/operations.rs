@@ -21,9 +21,21 @@ use serde_json::{Value, json};
 use super::caller::Caller;
 use super::protocol::{ApiError, json_response, read_json};
 use super::{ReferenceCompany, lock};
+use crate::store::StoreError;
 
 /// A proposal stays confirmable for 15 minutes.
 const PROPOSAL_LIFETIME: i64 = 15 * 60;
+
+/// How long an operation's record (its state, and whether it was performed) is kept after it
+/// was proposed, in seconds: a week. Nothing drops a record before that.
+pub const OPERATION_RETENTION: i64 = 7 * 86_400;
+
+/// Most operation records one account holds at once (within [`OPERATION_RETENTION`]); past
+/// it, a new proposal is refused with 429 until old records go.
+pub const OPERATIONS_PER_ACCOUNT: usize = 1_000;
+
+/// Most operation records held at once; past it, new proposals are refused with 429.
+pub const OPERATION_CAPACITY: usize = 1_000_000;
 
 /// Who may see an operation, what it needs, and how often it was performed.
 #[derive(Clone, Debug)]
@@ -35,13 +47,95 @@ struct Record {
     action: String,
     scopes: Vec<String>,
     expires_at: UnixTime,
+    /// When the record is dropped: [`OPERATION_RETENTION`] after the proposal.
+    kept_until: UnixTime,
     performed: u32,
 }
 
-/// The operations, by id.
+impl Record {
+    /// Who proposed what: two proposals with the same key are the same operation while it is
+    /// proposed (OPS-4-01).
+    fn proposal_key(&self) -> ProposalKey {
+        ProposalKey::of(
+            &self.client_id,
+            &self.user,
+            &self.account,
+            &self.action,
+            &self.operation.summary,
+        )
+    }
+}
+
+/// A digest of (client, user, account, action, summary).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct ProposalKey([u8; 32]);
+
+impl ProposalKey {
+    fn of(client_id: &ClientId, user: &PairwiseUserId, account: &str, action: &str, summary: &str) -> Self {
+        use sha2::{Digest, Sha256};
+        let mut digest = Sha256::new();
+        for part in [client_id.as_str(), user.as_str(), account, action, summary] {
+            digest.update(part.len().to_be_bytes());
+            digest.update(part.as_bytes());
+        }
+        Self(digest.finalize().into())
+    }
+}
+
+/// The operations, by id, with an index of the proposed ones (so a proposal is found without a
+/// scan) and a count per account (so no account fills the store).
 #[derive(Default)]
 pub(crate) struct Operations {
     records: HashMap<String, Record>,
+    proposed: HashMap<ProposalKey, String>,
+    per_account: HashMap<String, usize>,
+}
+
+impl Operations {
+    /// Drops every record past its retention.
+    pub(crate) fn sweep(&mut self, now: UnixTime) {
+        let Self {
+            records,
+            proposed,
+            per_account,
+        } = self;
+        records.retain(|id, record| {
+            if now < record.kept_until {
+                return true;
+            }
+            let key = record.proposal_key();
+            if proposed.get(&key) == Some(id) {
+                proposed.remove(&key);
+            }
+            if let Some(count) = per_account.get_mut(&record.account) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    per_account.remove(&record.account);
+                }
+            }
+            false
+        });
+    }
+
+    /// How many records it holds: operations, indexed proposals, accounts.
+    pub(crate) fn sizes(&self) -> [(&'static str, u64); 3] {
+        let n = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        [
+            ("operations", n(self.records.len())),
+            ("proposed_index", n(self.proposed.len())),
+            ("operation_accounts", n(self.per_account.len())),
+        ]
+    }
+
+    /// Leaves the index when a record stops being proposed.
+    fn settled(&mut self, id: &str) {
+        if let Some(record) = self.records.get(id) {
+            let key = record.proposal_key();
+            if self.proposed.get(&key).is_some_and(|indexed| indexed == id) {
+                self.proposed.remove(&key);
+            }
+        }
+    }
 }
 
 /// What a proposing API call asks for.
@@ -112,21 +206,32 @@ pub(crate) struct Viewer<'a> {
 impl ReferenceCompany {
     /// Proposes an operation, or returns the same one when the same action is still proposed
     /// for the same account (OPS-4-01).
-    pub(crate) fn propose_operation(&self, new: NewOperation<'_>) -> Operation {
+    pub(crate) fn propose_operation(&self, new: NewOperation<'_>) -> Result<Operation, StoreError> {
         let now = self.now();
         let account = new.caller.record.account.clone().unwrap_or_default();
+        let key = ProposalKey::of(
+            &new.caller.client_id,
+            &new.caller.record.user,
+            &account,
+            new.action,
+            &new.summary,
+        );
         let mut store = lock(&self.inner.operations);
-        let existing = store.records.values().find(|r| {
-            r.operation.state == OperationState::Proposed
-                && r.client_id == new.caller.client_id
-                && r.user == new.caller.record.user
-                && r.account == account
-                && r.action == new.action
-                && r.operation.summary == new.summary
-                && now < r.expires_at
-        });
+        let existing = store
+            .proposed
+            .get(&key)
+            .and_then(|id| store.records.get(id))
+            .filter(|r| r.operation.state == OperationState::Proposed && now < r.expires_at);
         if let Some(record) = existing {
-            return record.operation.clone();
+            return Ok(record.operation.clone());
+        }
+        if store.records.len() >= OPERATION_CAPACITY
+            || store
+                .per_account
+                .get(&account)
+                .is_some_and(|n| *n >= OPERATIONS_PER_ACCOUNT)
+        {
+            return Err(StoreError::Full);
         }
         let id = self.random_token("op");
         let expires_at = now.plus(PROPOSAL_LIFETIME);
@@ -142,6 +247,8 @@ impl ReferenceCompany {
             confirmation: None,
             result: None,
         };
+        *store.per_account.entry(account.clone()).or_default() += 1;
+        store.proposed.insert(key, id.clone());
         store.records.insert(
             id,
             Record {
@@ -152,10 +259,11 @@ impl ReferenceCompany {
                 action: new.action.to_owned(),
                 scopes: new.scopes,
                 expires_at,
+                kept_until: now.plus(OPERATION_RETENTION),
                 performed: 0,
             },
         );
-        operation
+        Ok(operation)
     }
 
     /// The operation as `viewer` may see it: another client's or user's, or one proposed under
@@ -208,7 +316,9 @@ impl ReferenceCompany {
             summary: format!("Done: {}", record.operation.summary),
         });
         tracing::info!(operation = %record.operation.operation_id, approved_by, "operation performed");
-        Ok(record.operation.clone())
+        let operation = record.operation.clone();
+        store.settled(id);
+        Ok(operation)
     }
 
     /// Cancels a proposed operation; a final one is returned unchanged.
@@ -223,7 +333,9 @@ impl ReferenceCompany {
                 summary: "Nothing was changed.".into(),
             });
         }
-        Ok(record.operation.clone())
+        let operation = record.operation.clone();
+        store.settled(id);
+        Ok(operation)
     }
 
     /// How many times the operation was performed (the operator API).

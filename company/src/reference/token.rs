@@ -4,7 +4,7 @@
 //! long as the Session; Account Tokens (`acct_…`) stand for a sign-in and, when revoked, sign
 //! every Session signed in with them out, which the website shows on its next request.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use axum::Router;
 use axum::body::Body;
@@ -19,6 +19,7 @@ use serde_json::json;
 
 use super::protocol::{ApiError, json_response, read_form};
 use super::{ReferenceCompany, lock, token_hash};
+use crate::store::StoreError;
 
 /// Account Tokens live 90 days.
 const ACCOUNT_TOKEN_LIFETIME: i64 = 90 * 86_400;
@@ -45,23 +46,84 @@ struct AccountToken {
     expires_at: UnixTime,
 }
 
-/// One sign-in: every Session signed in with any of its tokens, and whether it was revoked.
-#[derive(Clone, Debug, Default)]
+/// One sign-in: every Session signed in with any of its tokens, whether it was revoked, and
+/// until when one of its tokens may still be presented.
+#[derive(Clone, Debug)]
 struct Family {
     sessions: Vec<SessionId>,
     revoked: bool,
+    kept_until: UnixTime,
 }
 
-/// Token records, by SHA-256 of the token.
+/// Most token records (Session and Account Tokens together) held at once; past it, the token
+/// endpoint answers 429 until expired ones are swept.
+pub const TOKEN_CAPACITY: usize = 1_000_000;
+
+/// Most live Session Tokens one Session holds: a newer one ends the oldest (its agent asks
+/// again), so renewing in a loop holds no more.
+pub const SESSION_TOKENS_PER_SESSION: usize = 8;
+
+/// Token records, by SHA-256 of the token. One lock: a refresh and a revoke of the same
+/// sign-in are ordered by it, wholly (review L2).
 #[derive(Default)]
 pub(crate) struct Tokens {
     access: HashMap<[u8; 32], AccessToken>,
+    /// Each Session's live Session Tokens, oldest first.
+    access_by_session: HashMap<SessionId, VecDeque<[u8; 32]>>,
     account: HashMap<[u8; 32], AccountToken>,
     families: HashMap<u64, Family>,
     next_family: u64,
-    /// The account each Session was ever signed in to: it may not sign in to another one, even
-    /// after signing out (PAP-4.8-03, PAP-4.8-04).
-    session_accounts: HashMap<SessionId, String>,
+    /// The account each Session was ever signed in to, until the Session expires: it may not
+    /// sign in to another one, even after signing out (PAP-4.8-03, PAP-4.8-04).
+    session_accounts: HashMap<SessionId, (String, UnixTime)>,
+}
+
+impl Tokens {
+    fn full(&self) -> bool {
+        self.access.len() + self.account.len() >= TOKEN_CAPACITY
+    }
+
+    fn add_access(&mut self, hash: [u8; 32], token: AccessToken) {
+        let held = self.access_by_session.entry(token.session.clone()).or_default();
+        while held.len() >= SESSION_TOKENS_PER_SESSION {
+            if let Some(oldest) = held.pop_front() {
+                self.access.remove(&oldest);
+            }
+        }
+        held.push_back(hash);
+        self.access.insert(hash, token);
+    }
+
+    /// Drops every expired record.
+    pub(crate) fn sweep(&mut self, now: UnixTime) {
+        let Self {
+            access,
+            access_by_session,
+            account,
+            families,
+            session_accounts,
+            ..
+        } = self;
+        access.retain(|_, t| now < t.expires_at);
+        access_by_session.retain(|_, held| {
+            held.retain(|hash| access.contains_key(hash));
+            !held.is_empty()
+        });
+        account.retain(|_, t| now < t.expires_at);
+        families.retain(|_, f| now < f.kept_until);
+        session_accounts.retain(|_, (_, until)| now < *until);
+    }
+
+    /// How many records it holds.
+    pub(crate) fn sizes(&self) -> [(&'static str, u64); 4] {
+        let n = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        [
+            ("session_tokens", n(self.access.len())),
+            ("account_tokens", n(self.account.len())),
+            ("sign_in_families", n(self.families.len())),
+            ("session_accounts", n(self.session_accounts.len())),
+        ]
+    }
 }
 
 pub(super) fn routes() -> Router<ReferenceCompany> {
@@ -167,15 +229,21 @@ impl ReferenceCompany {
             .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidSession))?;
         let access_token = self.random_token("sat");
         let expires_in = record.expires_at.since(self.now()).max(1);
-        lock(&self.inner.tokens).access.insert(
-            token_hash(&access_token),
-            AccessToken {
-                session: session.clone(),
-                client_id: client_id.clone(),
-                thumbprint: thumbprint.to_owned(),
-                expires_at: record.expires_at,
-            },
-        );
+        {
+            let mut tokens = lock(&self.inner.tokens);
+            if tokens.full() {
+                return Err(ApiError::store(StoreError::Full));
+            }
+            tokens.add_access(
+                token_hash(&access_token),
+                AccessToken {
+                    session: session.clone(),
+                    client_id: client_id.clone(),
+                    thumbprint: thumbprint.to_owned(),
+                    expires_at: record.expires_at,
+                },
+            );
+        }
         let body = TokenResponse {
             access_token: SecretToken::new(access_token),
             token_type: "DPoP".to_owned(),
@@ -194,7 +262,7 @@ impl ReferenceCompany {
         lock(&self.inner.tokens)
             .session_accounts
             .get(session)
-            .is_none_or(|a| a == account)
+            .is_none_or(|(a, _)| a == account)
     }
 
     /// Signs `session` (of `user`) in to `account` with `scopes` in a new sign-in family and
@@ -206,8 +274,15 @@ impl ReferenceCompany {
         session: &SessionId,
         account: &str,
         scopes: Vec<String>,
-    ) -> String {
+    ) -> Result<String, ApiError> {
+        let now = self.now();
+        let session_until = self.inner.sessions.get(session).map_or(now, |r| r.expires_at);
+        let token = self.random_token("acct");
+        let expires_at = now.plus(ACCOUNT_TOKEN_LIFETIME);
         let mut tokens = lock(&self.inner.tokens);
+        if tokens.full() {
+            return Err(ApiError::store(StoreError::Full));
+        }
         let family = tokens.next_family;
         tokens.next_family += 1;
         tokens.families.insert(
@@ -215,10 +290,12 @@ impl ReferenceCompany {
             Family {
                 sessions: vec![session.clone()],
                 revoked: false,
+                kept_until: expires_at,
             },
         );
-        tokens.session_accounts.insert(session.clone(), account.to_owned());
-        let token = self.random_token("acct");
+        tokens
+            .session_accounts
+            .insert(session.clone(), (account.to_owned(), session_until));
         tokens.account.insert(
             token_hash(&token),
             AccountToken {
@@ -228,12 +305,11 @@ impl ReferenceCompany {
                 scopes: scopes.clone(),
                 family,
                 claimed: false,
-                expires_at: self.now().plus(ACCOUNT_TOKEN_LIFETIME),
+                expires_at,
             },
         );
-        drop(tokens);
         self.inner.sessions.sign_in(session, account, scopes);
-        token
+        Ok(token)
     }
 
     /// The refresh grant (PAP §4.8): an Account Token of this client signs a Session of the
@@ -280,27 +356,56 @@ impl ReferenceCompany {
             requested
         };
         let rotated = self.random_token("acct");
-        {
-            let mut tokens = lock(&self.inner.tokens);
-            // The claim: exactly one refresh wins the presented token.
-            let Some(old) = tokens.account.get_mut(&presented).filter(|t| !t.claimed) else {
-                return Err(invalid_grant());
-            };
-            old.claimed = true;
-            let next = AccountToken {
-                scopes: scopes.clone(),
-                claimed: false,
-                ..grant.clone()
-            };
-            tokens.account.insert(token_hash(&rotated), next);
-            let family = tokens.families.entry(grant.family).or_default();
-            if !family.sessions.contains(&session) {
+        self.claim_and_sign_in(&presented, &grant, &session, record.expires_at, &rotated, scopes)?;
+        self.issue(client_id, &session, thumbprint, Some(rotated)).await
+    }
+
+    /// The claim of a refresh, in one critical section with the sign-in it makes: exactly one
+    /// refresh wins the presented token, and only while its sign-in is neither revoked nor
+    /// expired, so a revoke that lands first leaves the Session signed out (review L2).
+    fn claim_and_sign_in(
+        &self,
+        presented: &[u8; 32],
+        grant: &AccountToken,
+        session: &SessionId,
+        session_until: UnixTime,
+        rotated: &str,
+        scopes: Vec<String>,
+    ) -> Result<(), ApiError> {
+        let invalid_grant = || ApiError::bad_request(OAuthErrorCode::InvalidGrant);
+        let now = self.now();
+        let mut tokens = lock(&self.inner.tokens);
+        if tokens.full() {
+            return Err(ApiError::store(StoreError::Full));
+        }
+        let family_live = tokens.families.get(&grant.family).is_some_and(|f| !f.revoked);
+        let Some(old) = tokens
+            .account
+            .get_mut(presented)
+            .filter(|t| !t.claimed && now < t.expires_at && family_live)
+        else {
+            return Err(invalid_grant());
+        };
+        old.claimed = true;
+        let next = AccountToken {
+            scopes: scopes.clone(),
+            claimed: false,
+            expires_at: now.plus(ACCOUNT_TOKEN_LIFETIME),
+            ..grant.clone()
+        };
+        let next_until = next.expires_at;
+        tokens.account.insert(token_hash(rotated), next);
+        if let Some(family) = tokens.families.get_mut(&grant.family) {
+            family.kept_until = family.kept_until.max(next_until);
+            if !family.sessions.contains(session) {
                 family.sessions.push(session.clone());
             }
-            tokens.session_accounts.insert(session.clone(), grant.account.clone());
         }
-        self.inner.sessions.sign_in(&session, &grant.account, scopes);
-        self.issue(client_id, &session, thumbprint, Some(rotated)).await
+        tokens
+            .session_accounts
+            .insert(session.clone(), (grant.account.clone(), session_until));
+        self.inner.sessions.sign_in(session, &grant.account, scopes);
+        Ok(())
     }
 
     /// The live Session Token `token`, if any.
