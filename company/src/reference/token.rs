@@ -408,6 +408,31 @@ impl ReferenceCompany {
         Ok(())
     }
 
+    /// Revokes the sign-in of Account Token `token` (of `client_id`): every token of its family
+    /// and every Session it signed in, signed out now. The Sessions it signed out.
+    fn end_sign_in(&self, token: &str, client_id: &ClientId) -> Vec<SessionId> {
+        let sessions = {
+            let mut tokens = lock(&self.inner.tokens);
+            let family = tokens
+                .account
+                .get(&token_hash(token))
+                .filter(|t| &t.client_id == client_id)
+                .map(|t| t.family);
+            match family.and_then(|f| tokens.families.get_mut(&f)) {
+                // The whole sign-in ends: every token of the family, every Session it signed in.
+                Some(family) if !family.revoked => {
+                    family.revoked = true;
+                    std::mem::take(&mut family.sessions)
+                }
+                _ => Vec::new(),
+            }
+        };
+        for session in &sessions {
+            self.inner.sessions.sign_out(session);
+        }
+        sessions
+    }
+
     /// The live Session Token `token`, if any.
     pub(crate) fn access_token(&self, token: &str) -> Option<AccessToken> {
         let record = lock(&self.inner.tokens).access.get(&token_hash(token)).cloned()?;
@@ -422,26 +447,47 @@ impl ReferenceCompany {
         let token = form
             .get("token")
             .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidRequest))?;
-        let sessions = {
-            let mut tokens = lock(&self.inner.tokens);
-            let family = tokens
-                .account
-                .get(&token_hash(token))
-                .filter(|t| t.client_id == client_id)
-                .map(|t| t.family);
-            match family.and_then(|f| tokens.families.get_mut(&f)) {
-                // The whole sign-in ends: every token of the family, every Session it signed in.
-                Some(family) if !family.revoked => {
-                    family.revoked = true;
-                    std::mem::take(&mut family.sessions)
-                }
-                _ => Vec::new(),
-            }
-        };
-        for session in &sessions {
-            self.inner.sessions.sign_out(session);
-        }
+        let sessions = self.end_sign_in(token, &client_id);
         tracing::info!(sessions = sessions.len(), "Account Token revoked");
         Ok(json_response(StatusCode::OK, &json!({})))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use pap_shared::{PairwiseUserId, SystemClock, SystemRng};
+
+    use super::*;
+    use crate::client::StaticClientKeys;
+    use crate::reference::CompanyConfig;
+
+    #[allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    #[test]
+    fn a_revoke_landing_between_a_refreshs_checks_and_its_claim_wins() {
+        let config = CompanyConfig::parse(include_str!("../../shop.example.toml")).unwrap();
+        let company = ReferenceCompany::new(
+            config,
+            Arc::new(SystemClock),
+            Arc::new(SystemRng),
+            Arc::new(StaticClientKeys::new()),
+        );
+        let client = ClientId::parse("https://atlas.example/agent.json").unwrap();
+        let user = PairwiseUserId::parse("usr_race_AAAAAAAAAAAAAAAAAAAAAA").unwrap();
+        let session = company.inner.sessions.start(client.clone(), user, 3_600).unwrap();
+        let record = company.inner.sessions.get(&session).unwrap();
+        let token = company
+            .sign_in(&client, &record.user, &session, "acct_ada", vec![])
+            .unwrap();
+        // The refresh's first checks pass on the token as it is now...
+        let presented = token_hash(&token);
+        let grant = lock(&company.inner.tokens).account.get(&presented).cloned().unwrap();
+        // ...then the revoke lands, and signs the Session out.
+        assert_eq!(company.end_sign_in(&token, &client), vec![session.clone()]);
+        // Before: the claim re-checked only `claimed`, and signed the Session back in.
+        let claimed = company.claim_and_sign_in(&presented, &grant, &session, record.expires_at, "acct_next", vec![]);
+        assert_eq!(claimed.unwrap_err().code, OAuthErrorCode::InvalidGrant);
+        assert!(!company.inner.sessions.get(&session).unwrap().is_signed_in());
     }
 }

@@ -20,6 +20,8 @@ use pap_shared::{
 };
 use serde_json::Value;
 
+pub mod shop;
+
 pub const NOW: i64 = 1_800_000_000;
 pub const ENDPOINT: &str = "https://shop.example/poppy/browser-session";
 pub const CLIENT_ID: &str = "https://atlas.example/agent.json";

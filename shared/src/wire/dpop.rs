@@ -87,7 +87,8 @@ pub fn verify_dpop_proof(proof: &str, request: &DpopRequest<'_>, now: UnixTime) 
         Some(serde_json::Value::Number(n)) => n.as_i64().ok_or(DpopError::InvalidClaim("iat"))?,
         _ => return Err(DpopError::InvalidClaim("iat")),
     };
-    if (iat - now.as_secs()).abs() > DPOP_IAT_WINDOW {
+    // Saturating: an `iat` near i64::MIN must neither overflow nor wrap into the window (L1).
+    if now.since(UnixTime::from_secs(iat)).unsigned_abs() > DPOP_IAT_WINDOW.unsigned_abs() {
         return Err(DpopError::OutsideWindow);
     }
     if claims.htm.as_ref().and_then(|v| v.as_str()) != Some(request.method) {
@@ -244,6 +245,22 @@ mod tests {
             ..request(Some("sat_x"))
         };
         assert_eq!(check(&with_token, &nonce, NOW), Err(DpopError::NonceRequired));
+    }
+
+    #[test]
+    fn an_iat_at_the_ends_of_the_integers_is_outside_the_window() {
+        let key = key();
+        // i64::MIN overflowed `iat - now` (a panic in debug); i64::MIN + now wrapped to
+        // i64::MIN, whose `abs()` is negative, so the window check passed (review L1).
+        for iat in [i64::MIN, i64::MIN + NOW, i64::MAX, -NOW] {
+            let proof =
+                create_dpop_proof(&key, &request(None), UnixTime::from_secs(iat), "jti-0123456789abcdef").unwrap();
+            assert_eq!(
+                verify_dpop_proof(proof.secret(), &request(None), UnixTime::from_secs(NOW)),
+                Err(DpopError::OutsideWindow),
+                "iat {iat}"
+            );
+        }
     }
 
     #[test]

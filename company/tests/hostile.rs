@@ -1,0 +1,195 @@
+//! The reference company under a stranger's use (security review H5, M2, M3, L2, L11): guessing
+//! is throttled and learns nothing, what one client asks for is capped, and a week of traffic
+//! leaves every store as it found it once the records expire.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+mod support;
+
+use http::{StatusCode, header};
+use pap_company::limits::{ACCOUNT_ATTEMPTS, ATTEMPT_WINDOW, PENDING_PER_CLIENT};
+use serde_json::{Value, json};
+use support::shop::*;
+
+const USER: &str = "usr_conf_AAAAAAAAAAAAAAAAAAAAAA";
+
+async fn pending_code(shop: &Shop) -> Value {
+    let device = shop.device_code("orders:read").await;
+    assert_eq!(device.status(), StatusCode::OK);
+    body_json(device).await
+}
+
+#[tokio::test]
+async fn a_made_up_code_answers_the_same_for_a_right_and_a_wrong_password() {
+    let shop = shop();
+    // Before: 400 for the right password (it got as far as the code), 401 for a wrong one.
+    for password in [PASSWORD, "wrong"] {
+        assert_eq!(
+            shop.approve_on_page("BBBB-BBBB", "ada", password).await,
+            StatusCode::BAD_REQUEST,
+            "{password}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn password_guesses_past_the_limit_get_429_with_retry_after_for_known_and_unknown_names() {
+    let shop = shop();
+    let code = pending_code(&shop).await;
+    let user_code = code["user_code"].as_str().unwrap();
+    for name in ["ada", "nobody"] {
+        for _ in 0..ACCOUNT_ATTEMPTS {
+            assert_eq!(
+                shop.approve_on_page(user_code, name, "guess").await,
+                StatusCode::UNAUTHORIZED
+            );
+        }
+        let refused = shop.approve_on_page_answer(user_code, name, "guess").await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS, "{name}");
+        let wait: i64 = refused.headers()[header::RETRY_AFTER]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=ATTEMPT_WINDOW).contains(&wait), "{wait}");
+    }
+    // Even the right password waits out the window: the limit is on trying, not on failing.
+    assert_eq!(
+        shop.approve_on_page(user_code, "ada", PASSWORD).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    shop.clock.advance(ATTEMPT_WINDOW);
+    // The code lives ten minutes, the window fifteen: a fresh code for the new window.
+    let fresh = pending_code(&shop).await;
+    assert_eq!(
+        shop.approve_on_page(fresh["user_code"].as_str().unwrap(), "ada", PASSWORD)
+            .await,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn a_client_holds_at_most_its_cap_of_pending_codes() {
+    let shop = shop();
+    let mut user_codes = std::collections::HashSet::new();
+    for _ in 0..PENDING_PER_CLIENT {
+        let code = pending_code(&shop).await;
+        assert!(
+            user_codes.insert(code["user_code"].as_str().unwrap().to_owned()),
+            "codes are distinct"
+        );
+    }
+    let refused = shop.device_code("orders:read").await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(body_json(refused).await, json!({"error": "temporarily_unavailable"}));
+    // Codes live ten minutes: then the client may ask again.
+    shop.clock.advance(600);
+    assert_eq!(shop.device_code("orders:read").await.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn an_approval_polled_with_a_bad_session_is_kept_for_the_right_one() {
+    let shop = shop();
+    let session = shop.start_session(USER).await;
+    let code = pending_code(&shop).await;
+    assert_eq!(
+        shop.approve_on_page(code["user_code"].as_str().unwrap(), "ada", PASSWORD)
+            .await,
+        StatusCode::OK
+    );
+    shop.clock.advance(1);
+    let poll = |session_id: String| {
+        let device_code = code["device_code"].as_str().unwrap().to_owned();
+        let shop = &shop;
+        async move {
+            shop.token_request(&[
+                ("grant_type", "urn:ietf:params:oauth:grant-type:device_code"),
+                ("device_code", &device_code),
+                ("session_id", &session_id),
+            ])
+            .await
+        }
+    };
+    // Before: the approval was consumed before the Session was checked, and lost.
+    let wrong = poll("ses_AAAAAAAAAAAAAAAAAAAAAA".to_owned()).await;
+    assert_eq!(body_json(wrong).await, json!({"error": "invalid_session"}));
+    let right = poll(session["session_id"].as_str().unwrap().to_owned()).await;
+    assert_eq!(right.status(), StatusCode::OK);
+    // Consumed once.
+    let again = poll(session["session_id"].as_str().unwrap().to_owned()).await;
+    assert_eq!(body_json(again).await, json!({"error": "invalid_grant"}));
+}
+
+#[tokio::test]
+async fn renewing_a_session_in_a_loop_holds_a_bounded_number_of_tokens() {
+    let shop = shop();
+    let session = shop.start_session(USER).await;
+    let session_id = session["session_id"].as_str().unwrap().to_owned();
+    for _ in 0..50 {
+        let assertion = shop.session_assertion(USER, "JWT");
+        let renewed = shop
+            .token_request(&[
+                ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"),
+                ("assertion", &assertion),
+                ("session_id", &session_id),
+            ])
+            .await;
+        assert_eq!(renewed.status(), StatusCode::OK);
+    }
+    let sizes = shop.company.store_sizes();
+    assert_eq!(sizes["sessions"], 1);
+    assert_eq!(
+        sizes["session_tokens"],
+        u64::try_from(pap_company::limits::SESSION_TOKENS_PER_SESSION).unwrap()
+    );
+}
+
+/// A week of traffic on an injected clock: each simulated hour an agent starts a Session,
+/// signs in on the device page, joins a browser, proposes and confirms an operation with an
+/// idempotency key, renews, refreshes, and a stranger guesses a password. Once every record's
+/// time has passed, every store is back to where it started.
+#[tokio::test]
+async fn a_week_of_traffic_leaves_every_store_at_its_baseline_once_records_expire() {
+    let shop = shop();
+    let baseline = shop.company.store_sizes();
+    assert!(baseline.values().all(|n| *n == 0), "{baseline:?}");
+    let mut peak = baseline.clone();
+    for hour in 0..7 * 24 {
+        let user = format!("usr_week_{hour:0>22}");
+        let signed = shop.sign_in(&user).await;
+        let cookie = shop
+            .join(&user, &signed.session_id, "https://shop.example/orders")
+            .await;
+        assert!(cookie.starts_with("__Host-poppy_session="));
+        let operation = shop.propose(&signed, "exchanges").await;
+        assert_eq!(operation["state"], json!("proposed"));
+        let refreshed = shop
+            .token_request(&[
+                ("grant_type", "refresh_token"),
+                ("refresh_token", &signed.account_token),
+                ("session_id", &signed.session_id),
+            ])
+            .await;
+        assert_eq!(refreshed.status(), StatusCode::OK);
+        let stranger = pending_code(&shop).await;
+        assert_eq!(
+            shop.approve_on_page(stranger["user_code"].as_str().unwrap(), "ada", "guess")
+                .await,
+            StatusCode::UNAUTHORIZED
+        );
+        for (store, n) in shop.company.store_sizes() {
+            let high = peak.entry(store).or_default();
+            *high = (*high).max(n);
+        }
+        shop.clock.advance(3_600);
+        // Maintenance, as `pap-company serve` runs it each minute.
+        shop.company.sweep();
+    }
+    // Every kind of record was held at some point: the check below is not vacuous.
+    let idle: Vec<_> = peak.iter().filter(|(_, n)| **n == 0).map(|(s, _)| *s).collect();
+    assert!(idle.is_empty(), "never used: {idle:?}");
+    // The longest-lived records (Account Tokens, 90 days) then expire.
+    shop.clock.advance(91 * 86_400);
+    shop.company.sweep();
+    assert_eq!(shop.company.store_sizes(), baseline, "peak was {peak:?}");
+}
