@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod abuse;
 pub mod browser;
 mod ledger;
 pub mod pap;

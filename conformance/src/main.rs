@@ -12,8 +12,8 @@ use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use pap_agent::{ClientConfig, Identity, PapClient, TlsListener, documents_router, pin_served_leaf};
 use pap_browser::chromium::{BrowserHost, ChromiumConfig, TestNetwork};
-use pap_conformance::browser;
 use pap_conformance::pap::{self, Approver, Context, Scenario};
+use pap_conformance::{abuse, browser};
 use pap_shared::{CompanyDomain, SystemClock, SystemRng};
 use rustls::pki_types::CertificateDer;
 
@@ -34,6 +34,31 @@ enum Command {
     Pap(Box<PapArgs>),
     /// Runs the AIP-63 (agentbrowser/v1) suite's hooks against a browser provider.
     Browser(BrowserArgs),
+    /// Runs a hostile load against a `pap-company serve` process it starts, and prints what it
+    /// measured; fails when a stated bound is broken.
+    Abuse(AbuseArgs),
+}
+
+#[derive(clap::Args)]
+struct AbuseArgs {
+    /// The company binary (default: `pap-company` beside this one).
+    #[arg(long)]
+    company_bin: Option<PathBuf>,
+    /// Its configuration (testing on, `ada`'s password the shipped one).
+    #[arg(long, default_value = "company/shop.example.toml")]
+    config: PathBuf,
+    /// Where certificates, the company's log and its credential go (default: a new temp dir).
+    #[arg(long)]
+    work: Option<PathBuf>,
+    /// The full size (100,000 assertions, 3,000 connections) instead of CI's.
+    #[arg(long)]
+    full: bool,
+    /// Write the figures as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// The company predates the operator credential (to measure a release from before it).
+    #[arg(long)]
+    before_credential: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -159,6 +184,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Pap(args) => runtime.block_on(run_pap(*args)),
         Command::Browser(args) => runtime.block_on(run_browser(args)),
+        Command::Abuse(args) => runtime.block_on(run_abuse(args)),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,
@@ -168,6 +194,38 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+async fn run_abuse(args: AbuseArgs) -> anyhow::Result<bool> {
+    let company_bin = match args.company_bin {
+        Some(path) => path,
+        None => std::env::current_exe()?
+            .parent()
+            .context("the runner has no directory")?
+            .join("pap-company"),
+    };
+    let plan = abuse::Plan {
+        company_bin,
+        config: args.config,
+        work: args
+            .work
+            .unwrap_or_else(|| std::env::temp_dir().join(format!("pap-abuse-{}", std::process::id()))),
+        size: if args.full {
+            abuse::Size::Full
+        } else {
+            abuse::Size::Small
+        },
+        before_credential: args.before_credential,
+    };
+    let figures = abuse::run(&plan).await?;
+    #[allow(clippy::print_stdout, reason = "the figures are the command's output")]
+    {
+        print!("{}", figures.text());
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&figures)?)?;
+    }
+    Ok(figures.all_held())
 }
 
 async fn run_browser(args: BrowserArgs) -> anyhow::Result<bool> {

@@ -54,7 +54,8 @@ pub struct ResolverConfig {
     /// Extra trusted roots, added to the web PKI roots (a test CA).
     pub extra_roots: Vec<CertificateDer<'static>>,
     /// Test allow-list: these names connect to these addresses (which may be loopback), like
-    /// curl's `--resolve`. Every other name must resolve to public addresses.
+    /// curl's `--resolve`; `*.parent` covers every name under `parent`. Every other name must
+    /// resolve to public addresses.
     pub overrides: HashMap<String, SocketAddr>,
     /// Time limit for one fetch, body included.
     pub timeout: Duration,
@@ -455,8 +456,8 @@ impl Resolve for PublicOnly {
     fn resolve(&self, name: Name) -> Resolving {
         let overrides = self.overrides.clone();
         Box::pin(async move {
-            if let Some(addr) = overrides.get(name.as_str()) {
-                return Ok(Box::new(std::iter::once(*addr)) as Addrs);
+            if let Some(addr) = overridden(&overrides, name.as_str()) {
+                return Ok(Box::new(std::iter::once(addr)) as Addrs);
             }
             let public: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0))
                 .await?
@@ -468,6 +469,22 @@ impl Resolve for PublicOnly {
             Ok(Box::new(public.into_iter()) as Addrs)
         })
     }
+}
+
+/// The allow-listed address of `name`: its own entry, or a `*.parent` entry for a name under
+/// `parent` (a load test's many agents on one test server).
+fn overridden(overrides: &HashMap<String, SocketAddr>, name: &str) -> Option<SocketAddr> {
+    if let Some(addr) = overrides.get(name) {
+        return Some(*addr);
+    }
+    let mut rest = name;
+    while let Some((_, parent)) = rest.split_once('.') {
+        if let Some(addr) = overrides.get(&format!("*.{parent}")) {
+            return Some(*addr);
+        }
+        rest = parent;
+    }
+    None
 }
 
 /// Whether `ip` is a globally routable unicast address (not loopback, private, link-local,
@@ -535,6 +552,18 @@ mod tests {
         for public in ["93.184.216.34", "1.1.1.1", "2606:4700::1111", "::ffff:8.8.8.8"] {
             assert!(is_public(public.parse().unwrap()), "{public}");
         }
+    }
+
+    #[test]
+    fn overrides_match_a_name_or_a_wildcard_parent() {
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let overrides: HashMap<String, SocketAddr> =
+            [("atlas.example".to_owned(), addr), ("*.atk.example".to_owned(), addr)].into();
+        assert_eq!(overridden(&overrides, "atlas.example"), Some(addr));
+        assert_eq!(overridden(&overrides, "a1.atk.example"), Some(addr));
+        assert_eq!(overridden(&overrides, "x.a1.atk.example"), Some(addr));
+        assert_eq!(overridden(&overrides, "atk.example"), None);
+        assert_eq!(overridden(&overrides, "other.example"), None);
     }
 
     #[test]

@@ -1,0 +1,214 @@
+//! The company under load: a real `pap-company serve` process, started here so its memory and
+//! CPU can be read from `/proc`, and stopped when dropped.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::process::{Child, Command};
+
+/// How long the company may take to say it serves.
+const START_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Linux's `USER_HZ`: the unit of `/proc/PID/stat`'s CPU times.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// A running company process.
+pub(crate) struct CompanyProcess {
+    /// Killed when dropped.
+    _child: Child,
+    pid: u32,
+    /// Where it serves HTTPS.
+    pub(crate) addr: SocketAddr,
+    /// Its operator API, credential included (`http://operator:…@127.0.0.1:port`).
+    pub(crate) operator: Option<String>,
+}
+
+/// Where to start the company and what it may reach.
+pub(crate) struct Launch<'a> {
+    pub(crate) binary: &'a Path,
+    pub(crate) config: &'a Path,
+    pub(crate) certs: &'a Path,
+    pub(crate) work: &'a Path,
+    /// `NAME=ADDR:PORT` entries for its outbound fetches (`*.parent` allowed).
+    pub(crate) resolve: Vec<String>,
+    /// A company from before the operator credential (to measure a "before"): no
+    /// `--admin-credential-file`, no operator figures.
+    pub(crate) before_credential: bool,
+}
+
+impl CompanyProcess {
+    /// Starts `pap-company serve` on free loopback ports and waits for it to say it serves the
+    /// operator API (the last thing it does before serving).
+    pub(crate) async fn start(launch: Launch<'_>) -> anyhow::Result<Self> {
+        let addr = free_port()?;
+        let admin = free_port()?;
+        let credential_file = launch.work.join("operator.credential");
+        let log_path = launch.work.join("company.log");
+        let mut command = Command::new(launch.binary);
+        command
+            .arg("serve")
+            .arg("--config")
+            .arg(launch.config)
+            .arg("--listen")
+            .arg(addr.to_string())
+            .arg("--cert")
+            .arg(launch.certs.join("cert.pem"))
+            .arg("--key")
+            .arg(launch.certs.join("key.pem"))
+            .arg("--admin-listen")
+            .arg(admin.to_string())
+            .arg("--trust-ca")
+            .arg(launch.certs.join("ca.pem"))
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if !launch.before_credential {
+            command.arg("--admin-credential-file").arg(&credential_file);
+        }
+        for entry in &launch.resolve {
+            command.arg("--resolve").arg(entry);
+        }
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("starting {}", launch.binary.display()))?;
+        let pid = child.id().context("the company exited at once")?;
+        let stderr = child.stderr.take().context("no stderr")?;
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(copy_log(stderr, log_path.clone(), ready_tx));
+        match tokio::time::timeout(START_DEADLINE, ready_rx).await {
+            Ok(Ok(())) => {}
+            _ => bail!("the company did not start; see {}", log_path.display()),
+        }
+        let operator = if launch.before_credential {
+            None
+        } else {
+            let credential = std::fs::read_to_string(&credential_file)
+                .with_context(|| format!("reading {}", credential_file.display()))?;
+            Some(format!("http://operator:{}@{admin}", credential.trim()))
+        };
+        Ok(Self {
+            _child: child,
+            pid,
+            addr,
+            operator,
+        })
+    }
+
+    /// Its resident memory now, in bytes.
+    pub(crate) fn rss(&self) -> anyhow::Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))?;
+        let kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .context("no VmRSS")?;
+        Ok(kib * 1024)
+    }
+
+    /// The CPU time it has used, user and system.
+    pub(crate) fn cpu(&self) -> anyhow::Result<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))?;
+        // Fields after the command name (which may hold spaces) start at state, field 3.
+        let after = stat.rsplit_once(')').map(|(_, rest)| rest).context("no stat")?;
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        // utime and stime are fields 14 and 15, that is 11 and 12 after the state.
+        Ok(Duration::from_secs_f64((ticks(11) + ticks(12)) / TICKS_PER_SECOND))
+    }
+
+    /// Its open file descriptors now.
+    pub(crate) fn open_files(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid)).map_or(0, Iterator::count)
+    }
+}
+
+/// Samples a process's memory until stopped; the highest it saw.
+pub(crate) struct PeakRss {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<u64>,
+}
+
+impl PeakRss {
+    pub(crate) fn start(company: &CompanyProcess) -> Self {
+        let pid = company.pid;
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            let mut peak = 0;
+            let mut ticks = tokio::time::interval(Duration::from_millis(50));
+            loop {
+                tokio::select! {
+                    _ = ticks.tick() => {}
+                    _ = stopped.changed() => return peak,
+                }
+                if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+                    let kib = status
+                        .lines()
+                        .find_map(|l| l.strip_prefix("VmRSS:"))
+                        .and_then(|v| v.split_whitespace().next())
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .unwrap_or(0);
+                    peak = peak.max(kib * 1024);
+                }
+            }
+        });
+        Self { stop, task }
+    }
+
+    pub(crate) async fn peak(self) -> u64 {
+        let _ = self.stop.send(true);
+        self.task.await.unwrap_or(0)
+    }
+}
+
+/// The company's CPU share over a stretch of wall time.
+pub(crate) struct CpuShare {
+    cpu: Duration,
+    wall: Instant,
+}
+
+impl CpuShare {
+    pub(crate) fn start(company: &CompanyProcess) -> anyhow::Result<Self> {
+        Ok(Self {
+            cpu: company.cpu()?,
+            wall: Instant::now(),
+        })
+    }
+
+    /// CPU time over wall time since the start, as a fraction of one core.
+    pub(crate) fn share(&self, company: &CompanyProcess) -> anyhow::Result<f64> {
+        let used = company.cpu()?.saturating_sub(self.cpu);
+        Ok(used.as_secs_f64() / self.wall.elapsed().as_secs_f64().max(1e-3))
+    }
+}
+
+async fn copy_log(
+    stderr: tokio::process::ChildStderr,
+    path: PathBuf,
+    ready: tokio::sync::oneshot::Sender<()>,
+) -> anyhow::Result<()> {
+    let mut ready = Some(ready);
+    let mut log = tokio::fs::File::create(&path).await?;
+    let mut lines = BufReader::new(stderr).lines();
+    while let Some(line) = lines.next_line().await? {
+        if line.contains("serving the operator API")
+            && let Some(ready) = ready.take()
+        {
+            let _ = ready.send(());
+        }
+        log.write_all(line.as_bytes()).await?;
+        log.write_all(b"\n").await?;
+    }
+    Ok(())
+}
+
+fn free_port() -> anyhow::Result<SocketAddr> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?)
+}

@@ -1,0 +1,915 @@
+//! `pap-conformance abuse`: a hostile load run against a real `pap-company serve` process
+//! (security review H1, H2, H5, M1), printing what it measured and failing when a stated bound
+//! is broken.
+//!
+//! 1. A flood of unsigned browser assertions, each naming a new `iss`: junk names, then names
+//!    that serve valid documents at their largest. The company's memory stays bounded, it
+//!    fetches nothing for an `iss` without a live Session, and honest joins keep flowing.
+//! 2. Idle TLS connections and a slowloris: each closed within the server's limits, the CPU
+//!    share low, an honest join in the middle quick.
+//! 3. Password guessing on `/device` from 64 addresses at once: 429 with `Retry-After` past the
+//!    limits, a made-up code learns nothing, known and unknown names take the same time, and
+//!    the other routes' p99 stays within twice its idle value.
+//! 4. An agent whose JWKS lists 1,000 keys is refused.
+//!
+//! The fifth figure of the issue, a simulated week returning every store to its baseline,
+//! needs an injected clock, so it is a test (`company/tests/hostile.rs`), not part of this run.
+
+mod agents;
+mod company;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use pap_agent::{ClientConfig, Identity, PapClient, Session};
+use pap_shared::{
+    BROWSER_ASSERTION_TYP, BrowserAssertionClaims, BrowserAssertionRequest, CompanyDomain, HttpsUrl, Jti, SystemClock,
+    SystemRng,
+};
+use rustls::pki_types::CertificateDer;
+use serde_json::json;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use self::company::{CompanyProcess, CpuShare, Launch, PeakRss};
+
+/// The company's domain in the run.
+const DOMAIN: &str = "shop.example";
+/// Its password for `ada` (company/shop.example.toml).
+const PASSWORD: &str = "correct horse battery staple";
+/// Requests in flight at once in the floods.
+const CONCURRENCY: usize = 64;
+
+/// How big a run is.
+#[derive(Clone, Copy, Debug)]
+pub enum Size {
+    /// A few thousand requests: for CI, under a minute and a half.
+    Small,
+    /// The issue's figures: 100,000 assertions, 3,000 idle connections.
+    Full,
+}
+
+struct Scale {
+    junk: usize,
+    attacker: usize,
+    idle: usize,
+    slowloris: usize,
+    guesses: usize,
+}
+
+impl Size {
+    fn scale(self) -> Scale {
+        match self {
+            Self::Small => Scale {
+                junk: 5_000,
+                attacker: 2_000,
+                idle: 300,
+                slowloris: 20,
+                guesses: 640,
+            },
+            Self::Full => Scale {
+                junk: 100_000,
+                attacker: 100_000,
+                idle: 3_000,
+                slowloris: 100,
+                guesses: 6_400,
+            },
+        }
+    }
+}
+
+/// What a run needs.
+#[derive(Debug)]
+pub struct Plan {
+    /// The `pap-company` binary.
+    pub company_bin: PathBuf,
+    /// Its configuration (`company/shop.example.toml`: testing on, `ada`'s password known).
+    pub config: PathBuf,
+    /// Where certificates, logs and the credential go.
+    pub work: PathBuf,
+    /// How big.
+    pub size: Size,
+    /// The company predates the operator credential (to measure a "before").
+    pub before_credential: bool,
+}
+
+/// One figure: what was measured, the bound it must keep, and whether it did.
+#[derive(Debug, serde::Serialize)]
+pub struct Figure {
+    /// The scenario, 1 to 4.
+    pub scenario: u8,
+    /// What.
+    pub name: String,
+    /// How much.
+    pub value: String,
+    /// The bound stated for it, if any.
+    pub bound: String,
+    /// Whether the bound held.
+    pub ok: bool,
+}
+
+/// Everything a run measured.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct Figures(pub Vec<Figure>);
+
+impl Figures {
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "a figure is any printable value, taken as the caller has it"
+    )]
+    fn add(&mut self, scenario: u8, name: &str, value: impl ToString, bound: &str, ok: bool) {
+        self.0.push(Figure {
+            scenario,
+            name: name.to_owned(),
+            value: value.to_string(),
+            bound: bound.to_owned(),
+            ok,
+        });
+    }
+
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "a figure is any printable value, taken as the caller has it"
+    )]
+    fn info(&mut self, scenario: u8, name: &str, value: impl ToString) {
+        self.add(scenario, name, value, "", true);
+    }
+
+    /// Whether every bound held.
+    pub fn all_held(&self) -> bool {
+        self.0.iter().all(|f| f.ok)
+    }
+
+    /// The figures as an aligned table.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for f in &self.0 {
+            let mark = if f.bound.is_empty() {
+                "    "
+            } else if f.ok {
+                "ok  "
+            } else {
+                "FAIL"
+            };
+            out.push_str(&format!(
+                "{mark} {} {:<58} {:>16}  {}\n",
+                f.scenario, f.name, f.value, f.bound
+            ));
+        }
+        out
+    }
+}
+
+/// The run's parts: the company process, the agents' server, an honest agent with a live
+/// Session, and HTTP clients that reach the company.
+struct Stage {
+    company: CompanyProcess,
+    fetches: Arc<agents::Fetches>,
+    agent: PapClient,
+    big_agent: PapClient,
+    pap_company: pap_agent::Company,
+    session: Session,
+    roots: rustls::RootCertStore,
+    http: reqwest::Client,
+}
+
+/// Runs every scenario; the figures.
+pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
+    // Thousands of sockets on both ends: the connection cap must bound the company, not
+    // the file table.
+    pap_company::raise_open_file_limit().context("raising the open-file limit")?;
+    std::fs::create_dir_all(&plan.work)?;
+    let names: Vec<String> = [
+        DOMAIN,
+        "atlas.example",
+        &format!("*.{}", agents::ATTACKER_PARENT),
+        agents::BIG_JWKS_AGENT,
+    ]
+    .iter()
+    .map(|n| (*n).to_owned())
+    .collect();
+    let certs_dir = plan.work.join("certs");
+    let certs = pap_company::write_dev_certs(&certs_dir, &names)?;
+    let ca_pem = std::fs::read(&certs.ca)?;
+    let mut roots = rustls::RootCertStore::empty();
+    let mut extra_roots: Vec<CertificateDer<'static>> = Vec::new();
+    for cert in rustls_pemfile::certs(&mut &ca_pem[..]) {
+        let cert = cert?;
+        roots.add(cert.clone())?;
+        extra_roots.push(cert);
+    }
+
+    let honest = Arc::new(Identity::ephemeral(
+        CompanyDomain::try_from("atlas.example")?,
+        "Atlas (abuse run)",
+        &SystemRng,
+    )?);
+    let big = Arc::new(Identity::ephemeral(
+        CompanyDomain::try_from(agents::BIG_JWKS_AGENT)?,
+        "Big JWKS",
+        &SystemRng,
+    )?);
+    let agents_addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let fetches = agents::serve(
+        agents_addr,
+        &honest,
+        &big,
+        &std::fs::read(&certs.cert)?,
+        &std::fs::read(&certs.key)?,
+    )
+    .await?;
+    let company = CompanyProcess::start(Launch {
+        binary: &plan.company_bin,
+        config: &plan.config,
+        certs: &certs_dir,
+        work: &plan.work,
+        resolve: vec![
+            format!("atlas.example={agents_addr}"),
+            format!("*.{}={agents_addr}", agents::ATTACKER_PARENT),
+            format!("{}={agents_addr}", agents::BIG_JWKS_AGENT),
+        ],
+        before_credential: plan.before_credential,
+    })
+    .await?;
+
+    let client_config = ClientConfig {
+        extra_roots,
+        connect: [(DOMAIN.to_owned(), company.addr)].into(),
+    };
+    let agent = PapClient::new(honest, &client_config, Arc::new(SystemClock), Arc::new(SystemRng))?;
+    let big_agent = PapClient::new(big, &client_config, Arc::new(SystemClock), Arc::new(SystemRng))?;
+    let pap_company = agent.discover(&CompanyDomain::try_from(DOMAIN)?).await?;
+    let user = pap_agent::new_pairwise_user(&SystemRng);
+    let session = agent
+        .start_session(&pap_company, &user, agent.new_dpop_key()?)
+        .await
+        .context("starting the honest agent's Session")?;
+    let http = https_client(&roots, company.addr, None)?;
+    let stage = Stage {
+        company,
+        fetches,
+        agent,
+        big_agent,
+        pap_company,
+        session,
+        roots,
+        http,
+    };
+
+    let stage = Arc::new(stage);
+    let scale = plan.size.scale();
+    let mut figures = Figures::default();
+    flood_of_strangers(&stage, &scale, &mut figures).await?;
+    idle_and_slow_connections(&stage, &scale, &mut figures).await?;
+    password_guessing(&stage, &scale, &mut figures).await?;
+    oversized_jwks(&stage, &mut figures).await;
+    // The company process ends with the stage (it is killed on drop).
+    drop(stage);
+    Ok(figures)
+}
+
+fn https_client(
+    roots: &rustls::RootCertStore,
+    company: SocketAddr,
+    from: Option<IpAddr>,
+) -> anyhow::Result<reqwest::Client> {
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots.clone())
+        .with_no_client_auth();
+    let mut builder = reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .resolve(DOMAIN, company)
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(30))
+        .no_proxy();
+    if let Some(from) = from {
+        builder = builder.local_address(from);
+    }
+    Ok(builder.build()?)
+}
+
+impl Stage {
+    fn endpoint(&self) -> String {
+        format!("https://{DOMAIN}/poppy/browser-session")
+    }
+
+    /// One honest join: a fresh assertion for the live Session, POSTed; its status and time.
+    async fn join(&self) -> anyhow::Result<(u16, Duration)> {
+        let endpoint = HttpsUrl::parse(&self.endpoint())?;
+        let return_to = HttpsUrl::parse(&format!("https://{DOMAIN}/"))?;
+        let domain = CompanyDomain::try_from(DOMAIN)?;
+        let request = BrowserAssertionRequest {
+            client_id: self.agent.identity().client_id(),
+            user: &self.session.user,
+            endpoint: &endpoint,
+            session_id: &self.session.session_id,
+            return_to: &return_to,
+            company_domain: &domain,
+        };
+        let now = self.agent.clock().now().plus(-5);
+        let claims = BrowserAssertionClaims::build(&request, now, 60, Jti::generate(&SystemRng))?;
+        let assertion = self.agent.identity().key().sign(BROWSER_ASSERTION_TYP, &claims)?;
+        let started = Instant::now();
+        let status = self.post_assertion(&self.http, assertion.secret()).await?;
+        Ok((status, started.elapsed()))
+    }
+
+    async fn post_assertion(&self, http: &reqwest::Client, assertion: &str) -> anyhow::Result<u16> {
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("assertion", assertion)
+            .finish();
+        let answer = http
+            .post(self.endpoint())
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await?;
+        Ok(answer.status().as_u16())
+    }
+
+    /// The p99 of `samples` honest joins and of as many discovery reads, one after another.
+    async fn probe_p99(&self, samples: usize) -> anyhow::Result<(Duration, Duration)> {
+        let mut joins = Vec::with_capacity(samples);
+        let mut reads = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            let (status, took) = self.join().await?;
+            anyhow::ensure!(status == 303, "an honest join got {status}");
+            joins.push(took);
+            let started = Instant::now();
+            let read = self
+                .http
+                .get(format!("https://{DOMAIN}/.well-known/poppy.json"))
+                .send()
+                .await?;
+            anyhow::ensure!(read.status() == 200, "discovery got {}", read.status());
+            read.bytes().await?;
+            reads.push(started.elapsed());
+        }
+        Ok((p99(&mut reads), p99(&mut joins)))
+    }
+}
+
+fn p99(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples
+        .get((samples.len() * 99 / 100).min(samples.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or_default()
+}
+
+fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// An unsigned browser assertion (a junk signature) naming `iss`: it passes every cheap check
+/// but the Session's, which is where the company must stop.
+fn stranger_assertion(iss: &str, now: i64, n: usize) -> String {
+    let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"ES256","typ":"poppy-browser+jwt"}"#);
+    let claims = json!({
+        "iss": iss, "sub": "usr_stranger", "aud": format!("https://{DOMAIN}/poppy/browser-session"),
+        "session_id": format!("ses_stranger{n:0>16}"), "return_to": format!("https://{DOMAIN}/"),
+        "iat": now - 5, "exp": now + 55, "jti": format!("{n:0>22}"),
+    });
+    let payload = URL_SAFE_NO_PAD.encode(claims.to_string());
+    let signature = URL_SAFE_NO_PAD.encode([7u8; 64]);
+    format!("{header}.{payload}.{signature}")
+}
+
+/// Sends `total` assertions from `make(i)` at [`CONCURRENCY`]; the count of each status.
+async fn flood(
+    stage: &Stage,
+    total: usize,
+    make: impl Fn(usize) -> String + Send + Sync + 'static,
+) -> BTreeMap<u16, usize> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let make = Arc::new(make);
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..CONCURRENCY {
+        let (next, make, http, endpoint) = (next.clone(), make.clone(), stage.http.clone(), stage.endpoint());
+        tasks.spawn(async move {
+            let mut statuses = BTreeMap::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total {
+                    return statuses;
+                }
+                let body = url::form_urlencoded::Serializer::new(String::new())
+                    .append_pair("assertion", &make(i))
+                    .finish();
+                let status = match http
+                    .post(&endpoint)
+                    .header("content-type", "application/x-www-form-urlencoded")
+                    .body(body)
+                    .send()
+                    .await
+                {
+                    Ok(answer) => answer.status().as_u16(),
+                    Err(_) => 0,
+                };
+                *statuses.entry(status).or_insert(0) += 1;
+            }
+        });
+    }
+    let mut all = BTreeMap::new();
+    while let Some(done) = tasks.join_next().await {
+        for (status, n) in done.unwrap_or_default() {
+            *all.entry(status).or_insert(0) += n;
+        }
+    }
+    all
+}
+
+/// Scenario 1.
+async fn flood_of_strangers(stage: &Arc<Stage>, scale: &Scale, figures: &mut Figures) -> anyhow::Result<()> {
+    // Warm up, then the baseline.
+    for _ in 0..20 {
+        stage.join().await?;
+    }
+    let baseline = stage.company.rss()?;
+    let peak = PeakRss::start(&stage.company);
+    let probe = HonestProbe::start(stage);
+    let now = unix_now();
+    let started = Instant::now();
+    let junk = flood(stage, scale.junk, move |i| {
+        stranger_assertion(&format!("https://nx{i}.invalid/agent.json"), now, i)
+    })
+    .await;
+    let junk_rate = scale.junk as f64 / started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let parent = agents::ATTACKER_PARENT;
+    let attacker = flood(stage, scale.attacker, move |i| {
+        stranger_assertion(&format!("https://a{i}.{parent}/agent.json"), now, i)
+    })
+    .await;
+    let attacker_rate = scale.attacker as f64 / started.elapsed().as_secs_f64();
+    let (_, mut joins) = probe.finish().await;
+    let peak = peak.peak().await;
+    let after = stage.company.rss()?;
+    figures.add(
+        1,
+        "honest joins during the floods (all 303), p99",
+        format!("{} in {}", joins.len(), ms(p99(&mut joins))),
+        "> 0, p99 < 100 ms",
+        !joins.is_empty() && p99(&mut joins) < Duration::from_millis(100),
+    );
+    let refused = |s: &BTreeMap<u16, usize>| s.get(&400).copied().unwrap_or(0);
+    figures.add(
+        1,
+        &format!("junk iss assertions refused (400) of {}", scale.junk),
+        refused(&junk),
+        "all",
+        refused(&junk) == scale.junk,
+    );
+    figures.info(1, "junk iss rate", format!("{junk_rate:.0}/s"));
+    figures.add(
+        1,
+        &format!("valid-document iss assertions refused (400) of {}", scale.attacker),
+        refused(&attacker),
+        "all",
+        refused(&attacker) == scale.attacker,
+    );
+    figures.info(1, "valid-document iss rate", format!("{attacker_rate:.0}/s"));
+    let attacker_fetches = stage.fetches.attacker.load(Ordering::Relaxed);
+    figures.add(
+        1,
+        "fetches of an iss without a live Session",
+        attacker_fetches,
+        "= 0",
+        attacker_fetches == 0,
+    );
+    figures.info(1, "company RSS before", mib(baseline));
+    let growth = peak.saturating_sub(baseline);
+    figures.add(
+        1,
+        "company RSS peak over before",
+        mib(growth),
+        "< 64 MiB",
+        growth < 64 * 1024 * 1024,
+    );
+    figures.info(1, "company RSS after", mib(after));
+    if let Some(operator) = &stage.company.operator {
+        let stores = https_client(&stage.roots, stage.company.addr, None)?
+            .get(format!("{operator}/stores"))
+            .send()
+            .await?
+            .error_for_status()?
+            .bytes()
+            .await?;
+        let stores: serde_json::Value = serde_json::from_slice(&stores)?;
+        figures.info(
+            1,
+            "company stores after: sessions / replay marks / cookies",
+            format!(
+                "{} / {} / {}",
+                stores["sessions"], stores["replay_marks"], stores["cookie_bindings"]
+            ),
+        );
+    }
+    let (status, took) = stage.join().await?;
+    figures.add(
+        1,
+        "honest join after the flood",
+        format!("{status} in {}", ms(took)),
+        "303",
+        status == 303,
+    );
+    Ok(())
+}
+
+/// Now, in Unix seconds.
+fn unix_now() -> i64 {
+    pap_shared::Clock::now(&SystemClock).as_secs()
+}
+
+/// Scenario 2.
+async fn idle_and_slow_connections(stage: &Stage, scale: &Scale, figures: &mut Figures) -> anyhow::Result<()> {
+    let limits = pap_company::ServeLimits::default();
+    let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(stage.roots.clone())
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
+    let cpu = CpuShare::start(&stage.company)?;
+    let files_before = stage.company.open_files();
+    let opened = Instant::now();
+    // Each connection waits, reading, for the server to close it: when, from the open.
+    let mut watchers = tokio::task::JoinSet::new();
+    let mut established = 0;
+    for batch in 0..scale.idle.div_ceil(100) {
+        let mut handshakes = tokio::task::JoinSet::new();
+        for _ in (batch * 100)..((batch + 1) * 100).min(scale.idle) {
+            let (connector, addr) = (connector.clone(), stage.company.addr);
+            handshakes.spawn(async move {
+                let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
+                let name = rustls::pki_types::ServerName::try_from(DOMAIN).ok()?;
+                connector.connect(name, tcp).await.ok()
+            });
+        }
+        while let Some(done) = handshakes.join_next().await {
+            if let Ok(Some(mut stream)) = done {
+                established += 1;
+                watchers.spawn(async move {
+                    let mut sink = [0u8; 256];
+                    while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+                    (false, opened.elapsed())
+                });
+            }
+        }
+    }
+    for i in 0..scale.slowloris {
+        let (connector, addr) = (connector.clone(), stage.company.addr);
+        watchers.spawn(async move {
+            let started = Instant::now();
+            let Ok(tcp) = tokio::net::TcpStream::connect(addr).await else {
+                return (true, Duration::MAX);
+            };
+            let Ok(name) = rustls::pki_types::ServerName::try_from(DOMAIN) else {
+                return (true, Duration::MAX);
+            };
+            let Ok(mut stream) = connector.connect(name, tcp).await else {
+                return (true, Duration::MAX);
+            };
+            let head = format!("GET / HTTP/1.1\r\nHost: {DOMAIN}\r\nX-Slow-{i}: ");
+            if stream.write_all(head.as_bytes()).await.is_err() {
+                return (true, started.elapsed());
+            }
+            // A byte a second, forever: only the server can end it.
+            let mut ticks = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                ticks.tick().await;
+                if stream.write_all(b"a").await.is_err() || stream.flush().await.is_err() {
+                    return (true, started.elapsed());
+                }
+            }
+        });
+    }
+    let held = stage.company.open_files();
+    let (status, took) = stage.join().await?;
+    figures.add(
+        2,
+        &format!("idle TLS connections held ({} asked) + slowloris", scale.idle),
+        format!("{established} + {}", scale.slowloris),
+        "",
+        true,
+    );
+    figures.info(
+        2,
+        "company open files before / while held",
+        format!("{files_before} / {held}"),
+    );
+    figures.add(
+        2,
+        "honest join while they are held",
+        format!("{status} in {}", ms(took)),
+        "303 in < 100 ms",
+        status == 303 && took < Duration::from_millis(100),
+    );
+    let deadline = limits.idle_timeout + limits.handshake_timeout + Duration::from_secs(5);
+    let (mut idle_last, mut slow_last, mut unclosed) = (Duration::ZERO, Duration::ZERO, 0usize);
+    let waited = tokio::time::timeout(deadline, async {
+        while let Some(done) = watchers.join_next().await {
+            match done {
+                Ok((false, at)) => idle_last = idle_last.max(at),
+                Ok((true, at)) => slow_last = slow_last.max(at),
+                Err(_) => unclosed += 1,
+            }
+        }
+    })
+    .await;
+    if waited.is_err() {
+        unclosed += watchers.len();
+        watchers.abort_all();
+    }
+    let share = cpu.share(&stage.company)?;
+    figures.add(
+        2,
+        "connections still open past the limits",
+        unclosed,
+        "= 0",
+        unclosed == 0,
+    );
+    let idle_bound = limits.idle_timeout.min(limits.header_read_timeout) + Duration::from_secs(2);
+    figures.add(
+        2,
+        "last idle connection closed after",
+        format!("{:.1} s", idle_last.as_secs_f64()),
+        &format!("<= {:.0} s", idle_bound.as_secs_f64()),
+        idle_last <= idle_bound,
+    );
+    // The client sees the close on its next byte after it, a second apart: two late at most.
+    let slow_bound = limits.header_read_timeout + Duration::from_secs(3);
+    figures.add(
+        2,
+        "last slowloris closed after",
+        format!("{:.1} s", slow_last.as_secs_f64()),
+        &format!("<= {:.0} s", slow_bound.as_secs_f64()),
+        slow_last <= slow_bound,
+    );
+    figures.add(
+        2,
+        "company CPU while held (share of one core)",
+        format!("{:.1} %", share * 100.0),
+        "< 25 %",
+        share < 0.25,
+    );
+    Ok(())
+}
+
+/// The `/device` page for `user_code`: its CSRF cookie and hidden inputs.
+async fn device_form(http: &reqwest::Client, user_code: &str) -> anyhow::Result<(String, Vec<(String, String)>)> {
+    let page = http
+        .get(format!("https://{DOMAIN}/device"))
+        .query(&[("user_code", user_code)])
+        .send()
+        .await?;
+    let cookie = page
+        .headers()
+        .get("set-cookie")
+        .and_then(|c| c.to_str().ok())
+        .and_then(|c| c.split(';').next())
+        .context("the device page set no cookie")?
+        .to_owned();
+    let inputs = pap_agent::testkit::hidden_inputs(&page.text().await?);
+    Ok((cookie, inputs))
+}
+
+/// One approval attempt on `/device`: status, `Retry-After`, time.
+async fn attempt(
+    http: &reqwest::Client,
+    form: &(String, Vec<(String, String)>),
+    username: &str,
+    password: &str,
+) -> anyhow::Result<(u16, Option<String>, Duration)> {
+    let mut fields = form.1.clone();
+    fields.extend([
+        ("username".to_owned(), username.to_owned()),
+        ("password".to_owned(), password.to_owned()),
+        ("decision".to_owned(), "approve".to_owned()),
+    ]);
+    let body = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(&fields)
+        .finish();
+    let started = Instant::now();
+    let answer = http
+        .post(format!("https://{DOMAIN}/device"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", format!("https://{DOMAIN}"))
+        .header("sec-fetch-site", "same-origin")
+        .header("cookie", &form.0)
+        .body(body)
+        .send()
+        .await?;
+    let status = answer.status().as_u16();
+    let retry = answer
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    answer.bytes().await?;
+    Ok((status, retry, started.elapsed()))
+}
+
+/// Scenario 3.
+async fn password_guessing(stage: &Arc<Stage>, scale: &Scale, figures: &mut Figures) -> anyhow::Result<()> {
+    let (idle_read, idle_join) = stage.probe_p99(100).await?;
+
+    // A made-up code: the right password answers as a wrong one.
+    let made_up = device_form(&stage.http, "BBBB-BBBB").await?;
+    let (right, _, _) = attempt(&stage.http, &made_up, "ada", PASSWORD).await?;
+    let (wrong, _, _) = attempt(&stage.http, &made_up, "ada", "guess").await?;
+    figures.add(
+        3,
+        "made-up code: right / wrong password",
+        format!("{right} / {wrong}"),
+        "equal",
+        right == wrong,
+    );
+
+    // Known and unknown names, alternately, within the limits.
+    let device = stage.agent.device_begin(&stage.pap_company, &["orders:read"]).await?;
+    let form = device_form(&stage.http, &device.user_code).await?;
+    let (mut known, mut unknown) = (Vec::new(), Vec::new());
+    for i in 0..pap_company::limits::ACCOUNT_ATTEMPTS {
+        let (status, _, took) = attempt(&stage.http, &form, "ada", "guess").await?;
+        anyhow::ensure!(status == 401, "a wrong password got {status}");
+        known.push(took);
+        let (status, _, took) = attempt(&stage.http, &form, &format!("nobody{i}"), "guess").await?;
+        anyhow::ensure!(status == 401, "an unknown name got {status}");
+        unknown.push(took);
+    }
+    let (known, unknown) = (median(&mut known), median(&mut unknown));
+    let ratio = known.as_secs_f64() / unknown.as_secs_f64().max(1e-6);
+    figures.add(
+        3,
+        "median wrong password, known / unknown name",
+        format!("{} / {}", ms(known), ms(unknown)),
+        "ratio 0.5..2",
+        (0.5..=2.0).contains(&ratio),
+    );
+
+    // The flood: 64 addresses at once, each past its limits, while an honest agent joins and
+    // reads discovery as fast as it can.
+    let probe = HonestProbe::start(stage);
+    let next = Arc::new(AtomicUsize::new(0));
+    let form = Arc::new(form);
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..CONCURRENCY {
+        let http = https_client(&stage.roots, stage.company.addr, Some(loopback(i)))?;
+        let (next, form, total) = (next.clone(), form.clone(), scale.guesses);
+        tasks.spawn(async move {
+            let mut seen: BTreeMap<u16, usize> = BTreeMap::new();
+            let mut bare_429 = 0usize;
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= total {
+                    return (seen, bare_429);
+                }
+                let name = if n % 8 == 0 {
+                    "ada".to_owned()
+                } else {
+                    format!("guess{n}")
+                };
+                let (status, retry) = match attempt(&http, &form, &name, "guess").await {
+                    Ok((status, retry, _)) => (status, retry),
+                    Err(_) => (0, None),
+                };
+                if status == 429 && retry.is_none() {
+                    bare_429 += 1;
+                }
+                *seen.entry(status).or_insert(0) += 1;
+            }
+        });
+    }
+    let (mut statuses, mut bare_429) = (BTreeMap::new(), 0);
+    while let Some(done) = tasks.join_next().await {
+        let (seen, bare) = done.unwrap_or_default();
+        bare_429 += bare;
+        for (status, n) in seen {
+            *statuses.entry(status).or_insert(0) += n;
+        }
+    }
+    let (mut reads, mut joins) = probe.finish().await;
+    let (busy_read, busy_join) = (p99(&mut reads), p99(&mut joins));
+    let count = |s: u16| statuses.get(&s).copied().unwrap_or(0);
+    figures.add(
+        3,
+        &format!(
+            "{} guesses from {CONCURRENCY} addresses: 401 / 429 / other",
+            scale.guesses
+        ),
+        format!(
+            "{} / {} / {}",
+            count(401),
+            count(429),
+            scale.guesses - count(401) - count(429)
+        ),
+        "429s, nothing else",
+        count(429) > 0 && count(401) + count(429) == scale.guesses,
+    );
+    figures.add(3, "429 answers without Retry-After", bare_429, "= 0", bare_429 == 0);
+    let within = |busy: Duration, idle: Duration| busy <= 2 * idle.max(Duration::from_millis(1));
+    figures.add(
+        3,
+        "p99 of /.well-known/poppy.json, idle / under guessing",
+        format!("{} / {}", ms(idle_read), ms(busy_read)),
+        "<= 2 x max(idle, 1 ms)",
+        within(busy_read, idle_read),
+    );
+    figures.add(
+        3,
+        "p99 of an honest join, idle / under guessing",
+        format!("{} / {}", ms(idle_join), ms(busy_join)),
+        "<= 2 x max(idle, 1 ms)",
+        within(busy_join, idle_join),
+    );
+    figures.info(3, "honest probes under guessing", joins.len());
+    Ok(())
+}
+
+/// Honest joins and discovery reads, one after another, on a task of their own until
+/// finished: what the other routes see while a flood runs.
+struct HonestProbe {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<(Vec<Duration>, Vec<Duration>)>,
+}
+
+impl HonestProbe {
+    fn start(stage: &Arc<Stage>) -> Self {
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let stage = stage.clone();
+        let task = tokio::spawn(async move {
+            let (mut reads, mut joins) = (Vec::new(), Vec::new());
+            while !*stopped.borrow_and_update() {
+                if let Ok((303, took)) = stage.join().await {
+                    joins.push(took);
+                }
+                let started = Instant::now();
+                if let Ok(read) = stage
+                    .http
+                    .get(format!("https://{DOMAIN}/.well-known/poppy.json"))
+                    .send()
+                    .await
+                    && read.bytes().await.is_ok()
+                {
+                    reads.push(started.elapsed());
+                }
+            }
+            (reads, joins)
+        });
+        Self { stop, task }
+    }
+
+    /// Stops it; the discovery reads' times and the joins' times.
+    async fn finish(self) -> (Vec<Duration>, Vec<Duration>) {
+        let _ = self.stop.send(true);
+        self.task.await.unwrap_or_default()
+    }
+}
+
+/// The `i`th client address of the guessing flood: 127.0.1.1 and on (all of 127/8 is this
+/// machine's), so the company sees 64 addresses.
+fn loopback(i: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, 1, u8::try_from(i % 250 + 1).unwrap_or(1)))
+}
+
+/// Scenario 4.
+async fn oversized_jwks(stage: &Stage, figures: &mut Figures) {
+    let user = pap_agent::new_pairwise_user(&SystemRng);
+    let outcome = match stage.big_agent.new_dpop_key() {
+        Ok(key) => stage.big_agent.start_session(&stage.pap_company, &user, key).await,
+        Err(error) => Err(error),
+    };
+    let fetched = stage.fetches.big.load(Ordering::Relaxed);
+    let refused = matches!(
+        &outcome,
+        Err(pap_agent::ClientError::Protocol { code, .. }) if *code == pap_shared::OAuthErrorCode::InvalidClient
+    );
+    figures.add(
+        4,
+        &format!("agent with a {}-key JWKS: Session", agents::BIG_JWKS_KEYS),
+        match &outcome {
+            Ok(_) => "started".to_owned(),
+            Err(error) => format!("refused ({error})"),
+        },
+        &format!("invalid_client (cap {})", pap_shared::MAX_JWKS_KEYS),
+        refused,
+    );
+    figures.info(4, "its documents fetched", fetched);
+}
