@@ -1,7 +1,9 @@
 //! The agents' side of the load run, on one TLS server the company reaches through its test
 //! allow-list: the honest agent's documents (`atlas.example`), an attacker's documents under
 //! every name of `*.atk.example` (a metadata document near the 100 KiB limit and a JWKS at the
-//! key cap), and an agent whose JWKS lists 1,000 keys (`big.example`). Every fetch is counted.
+//! key cap), and agents whose JWKS lists far more keys than the cap: 1,000 (`big.example`, some
+//! 127 KB, past the document limit too) and 780 (`wide.example`, the most that fit in 100 KiB,
+//! which only the key cap refuses). Every fetch is counted.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,25 +20,24 @@ use serde_json::{Value, json};
 
 /// The attacker's names: `a{n}.atk.example`.
 pub(crate) const ATTACKER_PARENT: &str = "atk.example";
-/// The agent whose JWKS is far past the cap.
-pub(crate) const BIG_JWKS_AGENT: &str = "big.example";
-/// Keys in its JWKS.
-pub(crate) const BIG_JWKS_KEYS: usize = 1_000;
+/// Agents whose JWKS is far past the key cap, and how many keys each lists (its own among them).
+pub(crate) const KEYED_AGENTS: [(&str, usize); 2] = [("big.example", 1_000), ("wide.example", 780)];
 
 /// What the server has answered, by kind of agent.
 #[derive(Default)]
 pub(crate) struct Fetches {
     pub(crate) honest: AtomicU64,
     pub(crate) attacker: AtomicU64,
-    pub(crate) big: AtomicU64,
+    /// Fetches of each of [`KEYED_AGENTS`], and the size of its JWKS.
+    pub(crate) keyed: [(AtomicU64, AtomicU64); 2],
 }
 
 struct Documents {
     honest_metadata: String,
     honest_jwks: String,
     attacker_jwks: String,
-    big_metadata: String,
-    big_jwks: String,
+    /// Metadata and JWKS of each of [`KEYED_AGENTS`].
+    keyed: Vec<(String, String)>,
     fetches: Arc<Fetches>,
 }
 
@@ -44,28 +45,38 @@ struct Documents {
 pub(crate) async fn serve(
     listen: SocketAddr,
     honest: &Identity,
-    big: &Identity,
+    keyed: &[Identity],
     cert_pem: &[u8],
     key_pem: &[u8],
 ) -> anyhow::Result<Arc<Fetches>> {
     let fetches = Arc::new(Fetches::default());
-    let keys = |n: usize| -> anyhow::Result<Value> {
-        let keys: Result<Vec<Value>, _> = (0..n)
-            .map(|i| {
-                SigningKey::generate_es256(&SystemRng, &format!("k{i}"))
-                    .map(|k| serde_json::to_value(k.public_key().jwk()).unwrap_or(Value::Null))
-            })
-            .collect();
-        Ok(json!({ "keys": keys.map_err(|e| anyhow::anyhow!("{e}"))? }))
+    // Keys at their smallest (no `kid`, `use` or `alg`): about 100 bytes each, so 1,000 of them
+    // fit within the company's 100 KiB document limit, and only the key cap refuses the set.
+    let keys = |n: usize, own: Option<Value>| -> anyhow::Result<String> {
+        let mut keys: Vec<Value> = Vec::with_capacity(n);
+        for _ in keys.len()..n.saturating_sub(usize::from(own.is_some())) {
+            let key = SigningKey::generate_es256(&SystemRng, "k").map_err(|e| anyhow::anyhow!("{e}"))?;
+            let jwk = serde_json::to_value(key.public_key().jwk())?;
+            keys.push(json!({"kty": "EC", "crv": "P-256", "x": jwk["x"], "y": jwk["y"]}));
+        }
+        keys.extend(own);
+        Ok(json!({ "keys": keys }).to_string())
     };
+    let mut keyed_documents = Vec::new();
+    for (identity, (_, n)) in keyed.iter().zip(KEYED_AGENTS) {
+        let own = identity.jwks()["keys"].get(0).cloned();
+        keyed_documents.push((identity.metadata().to_string(), keys(n, own)?));
+    }
     let documents = Arc::new(Documents {
         honest_metadata: honest.metadata().to_string(),
         honest_jwks: honest.jwks().to_string(),
-        attacker_jwks: keys(pap_shared::MAX_JWKS_KEYS)?.to_string(),
-        big_metadata: big.metadata().to_string(),
-        big_jwks: keys(BIG_JWKS_KEYS)?.to_string(),
+        attacker_jwks: keys(pap_shared::MAX_JWKS_KEYS, None)?,
+        keyed: keyed_documents,
         fetches: fetches.clone(),
     });
+    for ((_, jwks), (_, bytes)) in documents.keyed.iter().zip(&fetches.keyed) {
+        bytes.store(u64::try_from(jwks.len()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
     let app = Router::new()
         .route("/agent.json", get(document))
         .route("/jwks.json", get(document))
@@ -89,13 +100,11 @@ async fn document(State(docs): State<Arc<Documents>>, uri: Uri, headers: HeaderM
         .unwrap_or_default();
     let host = host.split(':').next().unwrap_or_default().to_owned();
     let metadata = uri.path() == "/agent.json";
-    let body = if host == BIG_JWKS_AGENT {
-        docs.fetches.big.fetch_add(1, Ordering::Relaxed);
-        if metadata {
-            docs.big_metadata.clone()
-        } else {
-            docs.big_jwks.clone()
-        }
+    let keyed = KEYED_AGENTS.iter().position(|(name, _)| *name == host);
+    let body = if let Some(i) = keyed {
+        docs.fetches.keyed[i].0.fetch_add(1, Ordering::Relaxed);
+        let (metadata_doc, jwks) = &docs.keyed[i];
+        if metadata { metadata_doc.clone() } else { jwks.clone() }
     } else if host.ends_with(&format!(".{ATTACKER_PARENT}")) {
         docs.fetches.attacker.fetch_add(1, Ordering::Relaxed);
         if metadata {

@@ -172,7 +172,8 @@ struct Stage {
     company: CompanyProcess,
     fetches: Arc<agents::Fetches>,
     agent: PapClient,
-    big_agent: PapClient,
+    /// Agents of [`agents::KEYED_AGENTS`].
+    keyed_agents: Vec<PapClient>,
     pap_company: pap_agent::Company,
     session: Session,
     roots: rustls::RootCertStore,
@@ -189,7 +190,8 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         DOMAIN,
         "atlas.example",
         &format!("*.{}", agents::ATTACKER_PARENT),
-        agents::BIG_JWKS_AGENT,
+        agents::KEYED_AGENTS[0].0,
+        agents::KEYED_AGENTS[1].0,
     ]
     .iter()
     .map(|n| (*n).to_owned())
@@ -210,16 +212,15 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         "Atlas (abuse run)",
         &SystemRng,
     )?);
-    let big = Arc::new(Identity::ephemeral(
-        CompanyDomain::try_from(agents::BIG_JWKS_AGENT)?,
-        "Big JWKS",
-        &SystemRng,
-    )?);
+    let keyed: Vec<Identity> = agents::KEYED_AGENTS
+        .iter()
+        .map(|(name, _)| Identity::ephemeral(CompanyDomain::try_from(*name)?, "Many keys", &SystemRng).map_err(anyhow::Error::from))
+        .collect::<anyhow::Result<_>>()?;
     let agents_addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let fetches = agents::serve(
         agents_addr,
         &honest,
-        &big,
+        &keyed,
         &std::fs::read(&certs.cert)?,
         &std::fs::read(&certs.key)?,
     )
@@ -232,7 +233,8 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         resolve: vec![
             format!("atlas.example={agents_addr}"),
             format!("*.{}={agents_addr}", agents::ATTACKER_PARENT),
-            format!("{}={agents_addr}", agents::BIG_JWKS_AGENT),
+            format!("{}={agents_addr}", agents::KEYED_AGENTS[0].0),
+            format!("{}={agents_addr}", agents::KEYED_AGENTS[1].0),
         ],
         before_credential: plan.before_credential,
     })
@@ -243,7 +245,10 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         connect: [(DOMAIN.to_owned(), company.addr)].into(),
     };
     let agent = PapClient::new(honest, &client_config, Arc::new(SystemClock), Arc::new(SystemRng))?;
-    let big_agent = PapClient::new(big, &client_config, Arc::new(SystemClock), Arc::new(SystemRng))?;
+    let keyed_agents = keyed
+        .into_iter()
+        .map(|identity| PapClient::new(Arc::new(identity), &client_config, Arc::new(SystemClock), Arc::new(SystemRng)))
+        .collect::<Result<Vec<_>, _>>()?;
     let pap_company = agent.discover(&CompanyDomain::try_from(DOMAIN)?).await?;
     let user = pap_agent::new_pairwise_user(&SystemRng);
     let session = agent
@@ -255,7 +260,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         company,
         fetches,
         agent,
-        big_agent,
+        keyed_agents,
         pap_company,
         session,
         roots,
@@ -891,25 +896,31 @@ fn loopback(i: usize) -> IpAddr {
 
 /// Scenario 4.
 async fn oversized_jwks(stage: &Stage, figures: &mut Figures) {
-    let user = pap_agent::new_pairwise_user(&SystemRng);
-    let outcome = match stage.big_agent.new_dpop_key() {
-        Ok(key) => stage.big_agent.start_session(&stage.pap_company, &user, key).await,
-        Err(error) => Err(error),
-    };
-    let fetched = stage.fetches.big.load(Ordering::Relaxed);
-    let refused = matches!(
-        &outcome,
-        Err(pap_agent::ClientError::Protocol { code, .. }) if *code == pap_shared::OAuthErrorCode::InvalidClient
-    );
-    figures.add(
-        4,
-        &format!("agent with a {}-key JWKS: Session", agents::BIG_JWKS_KEYS),
-        match &outcome {
-            Ok(_) => "started".to_owned(),
-            Err(error) => format!("refused ({error})"),
-        },
-        &format!("invalid_client (cap {})", pap_shared::MAX_JWKS_KEYS),
-        refused,
-    );
-    figures.info(4, "its documents fetched", fetched);
+    for ((agent, (name, keys)), (fetched, bytes)) in stage
+        .keyed_agents
+        .iter()
+        .zip(agents::KEYED_AGENTS)
+        .zip(&stage.fetches.keyed)
+    {
+        let user = pap_agent::new_pairwise_user(&SystemRng);
+        let outcome = match agent.new_dpop_key() {
+            Ok(key) => agent.start_session(&stage.pap_company, &user, key).await,
+            Err(error) => Err(error),
+        };
+        let refused = matches!(
+            &outcome,
+            Err(pap_agent::ClientError::Protocol { code, .. }) if *code == pap_shared::OAuthErrorCode::InvalidClient
+        );
+        figures.add(
+            4,
+            &format!("{name}: a {keys}-key JWKS of {} bytes", bytes.load(Ordering::Relaxed)),
+            match &outcome {
+                Ok(_) => "Session started".to_owned(),
+                Err(_) => "refused 401".to_owned(),
+            },
+            &format!("invalid_client (cap {})", pap_shared::MAX_JWKS_KEYS),
+            refused,
+        );
+        figures.info(4, &format!("{name}: documents fetched"), fetched.load(Ordering::Relaxed));
+    }
 }
