@@ -193,3 +193,21 @@ async fn a_week_of_traffic_leaves_every_store_at_its_baseline_once_records_expir
     shop.company.sweep();
     assert_eq!(shop.company.store_sizes(), baseline, "peak was {peak:?}");
 }
+
+#[tokio::test]
+async fn a_path_parameter_cannot_write_prose_into_the_confirm_page() {
+    let shop = shop();
+    let signed = shop.sign_in(USER).await;
+    // Before: 202, and the summary read "... ord_1 (free, no charge) ...".
+    let response = shop
+        .api(
+            "POST",
+            "/api/orders/ord_1%20(free,%20no%20charge)/exchanges",
+            &signed.access_token,
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(body_json(response).await, json!({"error": "invalid_request"}));
+    assert_eq!(shop.propose(&signed, "exchanges").await["state"], json!("proposed"));
+}

@@ -133,6 +133,11 @@ async fn propose(
     body: Body,
 ) -> Response {
     let result = async {
+        // A path parameter lands in the summary the user reads on the confirm page: an
+        // identifier only, so an agent cannot write "(free, no charge)" there (review L11).
+        if !params.values().all(|v| is_identifier(v)) {
+            return Err(ApiError::bad_request(OAuthErrorCode::InvalidRequest));
+        }
         let caller = company.caller(&headers, &method, &uri).await?;
         if !caller.record.is_signed_in() {
             return Err(ApiError::challenge(
@@ -222,6 +227,14 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         }
         (Some(_), Some(_)) => Err(ApiError::bad_request(OAuthErrorCode::InvalidRequest)),
     }
+}
+
+/// 1 to 64 ASCII letters, digits, `_` or `-`: what an id in a path may be.
+fn is_identifier(text: &str) -> bool {
+    (1..=64).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// Fills `{name}` placeholders from the path parameters.

@@ -214,7 +214,9 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
     )?);
     let keyed: Vec<Identity> = agents::KEYED_AGENTS
         .iter()
-        .map(|(name, _)| Identity::ephemeral(CompanyDomain::try_from(*name)?, "Many keys", &SystemRng).map_err(anyhow::Error::from))
+        .map(|(name, _)| {
+            Identity::ephemeral(CompanyDomain::try_from(*name)?, "Many keys", &SystemRng).map_err(anyhow::Error::from)
+        })
         .collect::<anyhow::Result<_>>()?;
     let agents_addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let fetches = agents::serve(
@@ -247,7 +249,14 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
     let agent = PapClient::new(honest, &client_config, Arc::new(SystemClock), Arc::new(SystemRng))?;
     let keyed_agents = keyed
         .into_iter()
-        .map(|identity| PapClient::new(Arc::new(identity), &client_config, Arc::new(SystemClock), Arc::new(SystemRng)))
+        .map(|identity| {
+            PapClient::new(
+                Arc::new(identity),
+                &client_config,
+                Arc::new(SystemClock),
+                Arc::new(SystemRng),
+            )
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let pap_company = agent.discover(&CompanyDomain::try_from(DOMAIN)?).await?;
     let user = pap_agent::new_pairwise_user(&SystemRng);
@@ -921,6 +930,10 @@ async fn oversized_jwks(stage: &Stage, figures: &mut Figures) {
             &format!("invalid_client (cap {})", pap_shared::MAX_JWKS_KEYS),
             refused,
         );
-        figures.info(4, &format!("{name}: documents fetched"), fetched.load(Ordering::Relaxed));
+        figures.info(
+            4,
+            &format!("{name}: documents fetched"),
+            fetched.load(Ordering::Relaxed),
+        );
     }
 }
