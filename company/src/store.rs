@@ -103,7 +103,7 @@ where
 
     /// Stores `value` for `key` until `until`, replacing what was there.
     pub(crate) fn insert(&self, key: K, value: V, until: UnixTime) -> Result<(), StoreError> {
-        if !self.cache.contains_key(&key) {
+        if self.when_full == WhenFull::Refuse && !self.cache.contains_key(&key) {
             self.admit()?;
         }
         self.cache.insert(key, Timed { value, until });
@@ -123,17 +123,28 @@ where
     /// Stores `value` for `key` until `until` unless a live record is there: true for exactly
     /// one caller per key while the record lives, however many call at once.
     pub(crate) fn insert_once(&self, key: K, value: V, until: UnixTime) -> Result<bool, StoreError> {
-        if self.get(&key).is_some() {
-            // Held: the answer is no whether or not the store is full.
-            return Ok(false);
+        if let Err(full) = self.admit() {
+            // A held key is a no whether or not the store is full.
+            return if self.get(&key).is_some() { Ok(false) } else { Err(full) };
         }
-        self.admit()?;
         let now = self.clock.now();
         let entry = self
             .cache
             .entry(key)
             .or_insert_with_if(|| Timed { value, until }, |held| held.until <= now);
         Ok(entry.is_fresh())
+    }
+
+    /// The live record of `key`, or `make()`'s, stored until `until`, in a store that evicts
+    /// (so it never refuses): one lookup, for a record that is a handle to shared state.
+    pub(crate) fn get_or_insert(&self, key: K, make: impl FnOnce() -> V, until: UnixTime) -> V {
+        debug_assert_eq!(self.when_full, WhenFull::Evict, "a refusing store's refusal must be handled");
+        let now = self.clock.now();
+        self.cache
+            .entry(key)
+            .or_insert_with_if(|| Timed { value: make(), until }, |held| held.until <= now)
+            .into_value()
+            .value
     }
 
     /// Changes the live record of `key` in place, atomically; false when there is none.
@@ -163,7 +174,7 @@ where
         compute: impl FnOnce(Option<V>) -> Result<(V, UnixTime), E>,
     ) -> Result<Result<(), E>, StoreError> {
         use moka::ops::compute::Op;
-        if self.get(key).is_none() {
+        if self.when_full == WhenFull::Refuse && self.get(key).is_none() {
             self.admit()?;
         }
         let now = self.clock.now();
@@ -179,6 +190,11 @@ where
             }
         });
         Ok(outcome)
+    }
+
+    /// Drops `key`'s record, live or not.
+    pub(crate) fn forget(&self, key: &K) {
+        self.cache.invalidate(key);
     }
 
     /// Removes `key`'s record, live or not; the live one it held.

@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use base64::Engine as _;
@@ -147,7 +147,8 @@ pub trait CookieBindings: Send + Sync + fmt::Debug {
 pub struct MemoryCookieBindings {
     bindings: Arc<Bounded<CookieHash, Binding>>,
     /// Each Session's cookies, oldest first.
-    by_session: Arc<Bounded<SessionId, VecDeque<CookieHash>>>,
+    /// Each Session's cookies, oldest first, behind a lock of their own.
+    by_session: Arc<Bounded<SessionId, Arc<Mutex<VecDeque<CookieHash>>>>>,
 }
 
 impl MemoryCookieBindings {
@@ -187,20 +188,19 @@ impl fmt::Debug for MemoryCookieBindings {
 #[async_trait]
 impl CookieBindings for MemoryCookieBindings {
     async fn bind(&self, cookie: CookieHash, binding: Binding, until: UnixTime) -> Result<(), StoreError> {
-        let mut ended = Vec::new();
-        // The Session's list and its cap, in one atomic step; the cookies past the cap end.
-        self.by_session
-            .compute(&binding.session, |held| {
-                let mut cookies = held.unwrap_or_default();
-                cookies.push_back(cookie);
-                while cookies.len() > BINDINGS_PER_SESSION {
-                    ended.extend(cookies.pop_front());
+        // The Session's list and its cap, under the list's own lock; the cookies past the cap
+        // end. One lookup of the list, no copy of it.
+        let cookies = self
+            .by_session
+            .get_or_insert(binding.session.clone(), Arc::default, until);
+        {
+            let mut cookies = cookies.lock().unwrap_or_else(PoisonError::into_inner);
+            cookies.push_back(cookie);
+            while cookies.len() > BINDINGS_PER_SESSION {
+                if let Some(ended) = cookies.pop_front() {
+                    self.bindings.forget(&ended);
                 }
-                Ok::<_, StoreError>((cookies, until))
-            })
-            .and_then(|capped| capped)?;
-        for old in ended {
-            self.bindings.remove(&old);
+            }
         }
         self.bindings.insert(cookie, binding, until)
     }
