@@ -6,7 +6,6 @@
 //!  TLS handshake   at most `handshake_timeout`
 //!  HTTP/1.1        each request's headers within `header_read_timeout` of waiting for them
 //!                  (this is also how long an idle keep-alive connection is kept)
-//!  HTTP/2          a PING every `idle_timeout`, answered within 20 s, or the connection ends
 //!  any connection  closed after `idle_timeout` without a byte either way
 //!  any request     answered within `request_timeout`, body read included (408 otherwise)
 //! ```
@@ -69,9 +68,6 @@ pub const RESERVED_FILES: usize = 256;
 /// How long `accept` rests after an error that is not one connection's (out of files, say),
 /// so a full process does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
-
-/// How long an HTTP/2 PING may go unanswered.
-const H2_PING_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Serves `app` on `listener` over TLS with the default [`ServeLimits`] until `shutdown`
 /// completes. Each connection runs in its own task; a failed handshake or a broken connection
@@ -157,11 +153,9 @@ async fn serve_connection(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .keep_alive_interval(limits.idle_timeout)
-        .keep_alive_timeout(H2_PING_TIMEOUT);
+    // No HTTP/2 keep-alive PINGs of our own: the idle watchdog ends a dead peer's connection
+    // as it ends a silent one, and bytes we send must not be what keeps a connection open.
+    builder.http2().timer(TokioTimer::new());
     let builder = if h2 { builder.http2_only() } else { builder.http1_only() };
     let service = tower::ServiceBuilder::new()
         .map_request(move |mut request: http::Request<hyper::body::Incoming>| {

@@ -138,7 +138,11 @@ where
     /// The live record of `key`, or `make()`'s, stored until `until`, in a store that evicts
     /// (so it never refuses): one lookup, for a record that is a handle to shared state.
     pub(crate) fn get_or_insert(&self, key: K, make: impl FnOnce() -> V, until: UnixTime) -> V {
-        debug_assert_eq!(self.when_full, WhenFull::Evict, "a refusing store's refusal must be handled");
+        debug_assert_eq!(
+            self.when_full,
+            WhenFull::Evict,
+            "a refusing store's refusal must be handled"
+        );
         let now = self.clock.now();
         self.cache
             .entry(key)

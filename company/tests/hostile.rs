@@ -211,3 +211,19 @@ async fn a_path_parameter_cannot_write_prose_into_the_confirm_page() {
     assert_eq!(body_json(response).await, json!({"error": "invalid_request"}));
     assert_eq!(shop.propose(&signed, "exchanges").await["state"], json!("proposed"));
 }
+
+#[tokio::test]
+async fn a_poll_past_the_codes_expiry_hears_expired_token() {
+    let shop = shop();
+    let session = shop.start_session(USER).await;
+    let code = pending_code(&shop).await;
+    shop.clock.advance(600);
+    let poll = shop
+        .token_request(&[
+            ("grant_type", "urn:ietf:params:oauth:grant-type:device_code"),
+            ("device_code", code["device_code"].as_str().unwrap()),
+            ("session_id", session["session_id"].as_str().unwrap()),
+        ])
+        .await;
+    assert_eq!(body_json(poll).await, json!({"error": "expired_token"}));
+}

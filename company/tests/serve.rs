@@ -25,6 +25,8 @@ const GRACE: Duration = Duration::from_secs(2);
 struct Server {
     addr: SocketAddr,
     connector: TlsConnector,
+    /// The same, offering only `h2`.
+    h2_connector: TlsConnector,
     _shutdown: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -47,10 +49,13 @@ async fn server(limits: ServeLimits) -> Server {
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
+    let mut h2 = config.clone();
+    h2.alpn_protocols = vec![b"h2".to_vec()];
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Server {
         addr,
         connector: TlsConnector::from(Arc::new(config)),
+        h2_connector: TlsConnector::from(Arc::new(h2)),
         _shutdown: shutdown,
     }
 }
@@ -89,6 +94,21 @@ async fn a_connection_that_sends_nothing_is_closed_within_its_limit() {
     let mut idle = connect(&server).await;
     let took = closed_within(&mut idle, SHORT + GRACE).await;
     assert!(took >= SHORT / 2, "closed too early: {took:?}");
+}
+
+#[tokio::test]
+async fn an_http2_connection_that_goes_silent_is_closed_within_its_limit() {
+    let server = server(short_limits()).await;
+    let tcp = TcpStream::connect(server.addr).await.unwrap();
+    let name = ServerName::try_from("shop.example").unwrap();
+    let mut silent = server.h2_connector.connect(name, tcp).await.unwrap();
+    assert_eq!(silent.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    // The client preface, then nothing.
+    silent
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    closed_within(&mut silent, SHORT + GRACE).await;
 }
 
 #[tokio::test]

@@ -32,6 +32,10 @@ use crate::throttle::Throttle;
 /// A device code lives ten minutes.
 const DEVICE_CODE_LIFETIME: i64 = 600;
 
+/// How long an expired device code is still known, so a late poll hears `expired_token`
+/// (RFC 8628 §3.5) rather than `invalid_grant`.
+const EXPIRED_CODE_KEPT: i64 = 60;
+
 /// The device page's CSRF cookie (double submit, bound by HMAC to the user code).
 const DEVICE_COOKIE: &str = "__Host-device_csrf";
 
@@ -343,7 +347,7 @@ async fn authorize(State(company): State<ReferenceCompany>, headers: HeaderMap, 
             next_poll: now.plus(i64::try_from(interval).unwrap_or(5)),
             decision: Decision::Waiting,
         };
-        if let Err(error) = devices.pending.insert(key, pending, expires_at) {
+        if let Err(error) = devices.pending.insert(key, pending, expires_at.plus(EXPIRED_CODE_KEPT)) {
             devices.by_user_code.remove(&user_code);
             return Err(ApiError::store(error));
         }
