@@ -281,7 +281,11 @@ mod tests {
         assert_eq!(OAuthErrorCode::from_wire("slow_down"), OAuthErrorCode::SlowDown);
         assert_eq!(
             OAuthErrorCode::from_wire("temporarily_unavailable"),
-            OAuthErrorCode::Extension("temporarily_unavailable".into())
+            OAuthErrorCode::TemporarilyUnavailable
+        );
+        assert_eq!(
+            OAuthErrorCode::from_wire("server_overloaded"),
+            OAuthErrorCode::Extension("server_overloaded".into())
         );
         let hostile = OAuthErrorCode::from_wire("\u{1b}]0;owned\u{7}");
         assert_eq!(hostile.as_str(), "unknown");
