@@ -29,6 +29,8 @@ mod dev_certs;
 mod expiry;
 mod local;
 mod page;
+#[cfg(feature = "redis")]
+mod redis_store;
 mod reference;
 mod replay;
 mod serve;
@@ -68,6 +70,8 @@ pub use client::{
 pub use dev_certs::{DevCerts, DevCertsError, write_dev_certs};
 pub use local::{LocalCompany, LocalCompanyError};
 pub use page::escape_html;
+#[cfg(feature = "redis")]
+pub use redis_store::{RedisSetupError, RedisStore};
 pub use reference::{
     AccountConfig, CompanyConfig, ConfigError, ProposalConfig, ReadConfig, ReferenceCompany, ScopeConfig,
 };

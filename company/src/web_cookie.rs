@@ -104,6 +104,13 @@ impl fmt::Debug for SessionCookie {
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CookieHash([u8; 32]);
 
+impl CookieHash {
+    /// The hash's bytes, for a store's key.
+    pub(crate) fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
 impl fmt::Debug for CookieHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("CookieHash(..)")
@@ -146,7 +153,6 @@ pub trait CookieBindings: Send + Sync + fmt::Debug {
 #[derive(Clone)]
 pub struct MemoryCookieBindings {
     bindings: Arc<Bounded<CookieHash, Binding>>,
-    /// Each Session's cookies, oldest first.
     /// Each Session's cookies, oldest first, behind a lock of their own.
     by_session: Arc<Bounded<SessionId, Arc<Mutex<VecDeque<CookieHash>>>>>,
 }

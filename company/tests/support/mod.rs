@@ -20,6 +20,7 @@ use pap_shared::{
 };
 use serde_json::Value;
 
+pub mod redis_server;
 pub mod shop;
 
 pub const NOW: i64 = 1_800_000_000;

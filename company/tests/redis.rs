@@ -1,0 +1,172 @@
+//! The Redis stores against a real redis-server on 127.0.0.1 (feature `redis`): at most once
+//! across connections, as several replicas would hold them; the Session and the cookie caps; fail
+//! closed when Redis goes away, and back on their own when it returns.
+
+#![cfg(feature = "redis")]
+#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pap_company::{
+    Binding, CookieBindings as _, RedisStore, ReplayGuard as _, ReplayKey, SessionCookie, SessionDirectory as _,
+    StoreError,
+};
+use pap_shared::{ClientId, Jti, PairwiseUserId, SystemClock, SystemRng, UnixTime};
+use support::redis_server::RedisServer;
+
+async fn store(server: &RedisServer, prefix: &str) -> RedisStore {
+    RedisStore::connect(&server.url(), prefix, Arc::new(SystemClock), Arc::new(SystemRng))
+        .await
+        .unwrap()
+}
+
+fn now() -> UnixTime {
+    pap_shared::Clock::now(&SystemClock)
+}
+
+fn client() -> ClientId {
+    ClientId::parse("https://atlas.example/agent.json").unwrap()
+}
+
+fn user() -> PairwiseUserId {
+    PairwiseUserId::parse("usr_redis_AAAAAAAAAAAAAAAAAAAAAA").unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_race_over_three_replicas_has_one_winner() {
+    let server = RedisServer::start();
+    let replicas = [
+        store(&server, "shop").await,
+        store(&server, "shop").await,
+        store(&server, "shop").await,
+    ];
+    let key = ReplayKey::browser_assertion(&client(), &Jti::generate(&SystemRng));
+    let exp = now().plus(60);
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let replica = replicas[i % 3].clone();
+            tokio::spawn(async move { replica.mark_once(key, exp).await.unwrap() })
+        })
+        .collect();
+    let mut winners = 0;
+    for task in tasks {
+        winners += usize::from(task.await.unwrap());
+    }
+    assert_eq!(winners, 1);
+    // Another company's prefix is another namespace.
+    assert!(store(&server, "other").await.mark_once(key, exp).await.unwrap());
+}
+
+#[tokio::test]
+async fn sessions_follow_sign_in_sign_out_and_end_across_replicas() {
+    let server = RedisServer::start();
+    let (a, b) = (store(&server, "shop").await, store(&server, "shop").await);
+    let id = a.start_session(&client(), &user(), 3_600).await.unwrap();
+    let fresh = b.session(&id).await.unwrap().unwrap();
+    assert!(fresh.is_live(now()));
+    assert_eq!(
+        (fresh.client_id, fresh.user, fresh.account, fresh.epoch),
+        (client(), user(), None, 0)
+    );
+
+    assert!(a.sign_in(&id, "acct_ada", &["orders:read".to_owned()]).await.unwrap());
+    let signed_in = b.session(&id).await.unwrap().unwrap();
+    assert_eq!(signed_in.account.as_deref(), Some("acct_ada"));
+    assert_eq!(signed_in.scopes, ["orders:read"]);
+
+    assert!(b.sign_out(&id).await.unwrap());
+    let signed_out = a.session(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (signed_out.account, signed_out.epoch),
+        (None, 1),
+        "a sign-out opens a new epoch"
+    );
+    assert!(b.sign_out(&id).await.unwrap());
+    assert_eq!(
+        a.session(&id).await.unwrap().unwrap().epoch,
+        1,
+        "signing out twice is one epoch"
+    );
+
+    assert!(a.end_session(&id).await.unwrap());
+    assert!(!b.session(&id).await.unwrap().unwrap().is_live(now()));
+    let unknown = pap_shared::SessionId::parse("ses_AAAAAAAAAAAAAAAAAAAAAA").unwrap();
+    assert_eq!(a.session(&unknown).await.unwrap(), None);
+    assert!(!a.sign_in(&unknown, "acct_ada", &[]).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_client_holds_at_most_its_cap_of_live_sessions() {
+    let server = RedisServer::start();
+    let store = store(&server, "shop").await;
+    for _ in 0..pap_company::limits::SESSIONS_PER_CLIENT {
+        store.start_session(&client(), &user(), 3_600).await.unwrap();
+    }
+    assert_eq!(
+        store.start_session(&client(), &user(), 3_600).await,
+        Err(StoreError::Full)
+    );
+    let other = ClientId::parse("https://other.example/agent.json").unwrap();
+    assert!(
+        store.start_session(&other, &user(), 3_600).await.is_ok(),
+        "a cap per client"
+    );
+}
+
+#[tokio::test]
+async fn cookies_bind_across_replicas_and_a_session_keeps_its_newest() {
+    let server = RedisServer::start();
+    let (a, b) = (store(&server, "shop").await, store(&server, "shop").await);
+    let session = a.start_session(&client(), &user(), 3_600).await.unwrap();
+    let cookies: Vec<SessionCookie> = (0..pap_company::limits::BINDINGS_PER_SESSION + 3)
+        .map(|_| SessionCookie::generate(&SystemRng))
+        .collect();
+    for cookie in &cookies {
+        let binding = Binding {
+            session: session.clone(),
+            epoch: 0,
+        };
+        a.bind(cookie.hash(), binding, now().plus(3_600)).await.unwrap();
+    }
+    for (i, cookie) in cookies.iter().enumerate() {
+        let bound = b.lookup(&cookie.hash()).await.unwrap();
+        assert_eq!(bound.is_some(), i >= 3, "cookie {i}: the oldest end first");
+    }
+    let last = cookies.last().unwrap().hash();
+    assert_eq!(b.lookup(&last).await.unwrap().unwrap().session, session);
+    a.forget(&last).await.unwrap();
+    assert_eq!(b.lookup(&last).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn with_redis_gone_every_call_fails_closed_and_recovers_on_its_own() {
+    let mut server = RedisServer::start();
+    let store = store(&server, "shop").await;
+    let session = store.start_session(&client(), &user(), 3_600).await.unwrap();
+    server.kill();
+    let key = ReplayKey::browser_assertion(&client(), &Jti::generate(&SystemRng));
+    let started = Instant::now();
+    assert_eq!(store.mark_once(key, now().plus(60)).await, Err(StoreError::Unavailable));
+    assert_eq!(store.session(&session).await, Err(StoreError::Unavailable));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "failing takes {:?}",
+        started.elapsed()
+    );
+    server.restart();
+    // Back within seconds, with no new store: the connection manager reconnects.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut attempts = tokio::time::interval(Duration::from_millis(100));
+    let recovered = loop {
+        attempts.tick().await;
+        match store.mark_once(key, now().plus(60)).await {
+            Ok(first) => break first,
+            Err(StoreError::Unavailable) if Instant::now() < deadline => {}
+            Err(other) => panic!("{other:?}"),
+        }
+    };
+    assert!(recovered, "a fresh server holds no mark");
+}

@@ -1,0 +1,103 @@
+//! A real `redis-server` (Debian's package) on a free loopback port, for the tests of the Redis
+//! stores: started and stopped by the test, ready when it says so.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// How long redis-server may take to say it is ready.
+const READY_DEADLINE: Duration = Duration::from_secs(10);
+
+/// A running redis-server, killed when dropped.
+pub struct RedisServer {
+    child: Option<Child>,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    dir: PathBuf,
+    aof: bool,
+}
+
+impl RedisServer {
+    /// A server with no persistence.
+    pub fn start() -> Self {
+        Self::launch(free_port(), scratch_dir(), false)
+    }
+
+    /// A server that appends every write to a file in its directory (AOF), so a restart keeps
+    /// what it held.
+    pub fn start_persistent() -> Self {
+        Self::launch(free_port(), scratch_dir(), true)
+    }
+
+    fn launch(port: u16, dir: PathBuf, aof: bool) -> Self {
+        let mut child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", if aof { "yes" } else { "no" }])
+            .args(["--appendfsync", "always"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (Debian's redis-server package; .ci/run installs it)");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (ready, is_ready) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.contains("Ready to accept connections") {
+                    let _ = ready.send(());
+                }
+            }
+        });
+        is_ready
+            .recv_timeout(READY_DEADLINE)
+            .expect("redis-server did not say it was ready");
+        Self {
+            child: Some(child),
+            port,
+            dir,
+            aof,
+        }
+    }
+
+    /// `redis://127.0.0.1:PORT/0`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Kills the server (as a crash would: no shutdown save).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port and directory.
+    pub fn restart(&mut self) {
+        self.kill();
+        let again = Self::launch(self.port, self.dir.clone(), self.aof);
+        *self = again;
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn scratch_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pap-redis-{}-{}", std::process::id(), free_port()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    dir
+}
