@@ -106,6 +106,7 @@ pub struct CookieHash([u8; 32]);
 
 impl CookieHash {
     /// The hash's bytes, for a store's key.
+    #[cfg(feature = "redis")]
     pub(crate) fn as_bytes(&self) -> &[u8; 32] {
         &self.0
     }

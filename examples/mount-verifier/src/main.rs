@@ -1,4 +1,6 @@
-//! Run with `cargo run -p example-mount-verifier -- CERT.pem KEY.pem 127.0.0.1:8443`
+//! Run with `cargo run -p example-mount-verifier -- CERT.pem KEY.pem 127.0.0.1:8443`, or, for
+//! several replicas sharing their Sessions, replay marks and cookie bindings in Redis,
+//! `cargo run -p example-mount-verifier --features redis -- CERT.pem KEY.pem ADDR redis://127.0.0.1:6379/0`
 //!
 //! Mounts the PAP browser-session route in your own axum app, next to a page of your own that
 //! takes a `WebSession`: the page runs only for a browser joined to a live, signed-in PAP
@@ -46,6 +48,7 @@ async fn account(session: WebSession, axum::extract::State(app): axum::extract::
     format!("{}: signed in as {}", app.shop_name, session.account())
 }
 
+/// The route's state over the embedded stores: each replica knows only its own Sessions.
 fn state() -> Result<App, Box<dyn std::error::Error>> {
     let clock = Arc::new(SystemClock);
     let rng = Arc::new(SystemRng);
@@ -65,17 +68,46 @@ fn state() -> Result<App, Box<dyn std::error::Error>> {
     })
 }
 
+/// The same over Redis: every replica pointed at `url` accepts an assertion once between them,
+/// and honours a cookie any of them issued. Your token endpoint starts Sessions with
+/// `RedisStore::start_session` on the same store.
+#[cfg(feature = "redis")]
+async fn redis_state(url: &str) -> Result<App, Box<dyn std::error::Error>> {
+    let clock = Arc::new(SystemClock);
+    let rng = Arc::new(SystemRng);
+    let store = Arc::new(pap_company::RedisStore::connect(url, "shop", clock.clone(), rng.clone()).await?);
+    let verifier = Verifier::new(VerifierParts {
+        endpoint: HttpsUrl::parse("https://shop.example/poppy/browser-session")?,
+        domain: CompanyDomain::try_from("shop.example")?,
+        clock: clock.clone(),
+        clients: Arc::new(HttpClientResolver::new(ResolverConfig::default(), clock)?),
+        sessions: store.clone(),
+        replay: store.clone(),
+    });
+    Ok(App {
+        browser_session: BrowserSession::new(verifier, store, rng),
+        shop_name: Arc::from("Shop"),
+    })
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let (Some(cert), Some(key), Some(listen)) = (args.next(), args.next(), args.next()) else {
-        return Err("usage: example-mount-verifier CERT.pem KEY.pem ADDR:PORT".into());
+        return Err("usage: example-mount-verifier CERT.pem KEY.pem ADDR:PORT [redis://HOST:PORT/DB]".into());
+    };
+    let state = match args.next() {
+        None => state()?,
+        #[cfg(feature = "redis")]
+        Some(url) => redis_state(&url).await?,
+        #[cfg(not(feature = "redis"))]
+        Some(_) => return Err("a Redis URL needs the `redis` feature (cargo run --features redis)".into()),
     };
     let tls = pap_company::load_server_config(&PathBuf::from(cert), &PathBuf::from(key))?;
     let listen: SocketAddr = listen.parse()?;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     eprintln!("serving https on {listen} (POST /poppy/browser-session, GET /account)");
-    pap_company::serve_tls(listener, app(state()?), tls, std::future::pending()).await;
+    pap_company::serve_tls(listener, app(state), tls, std::future::pending()).await;
     Ok(())
 }
 
