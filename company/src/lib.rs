@@ -29,6 +29,7 @@ mod dev_certs;
 mod expiry;
 mod local;
 mod page;
+mod records;
 #[cfg(feature = "redis")]
 mod redis_store;
 mod reference;
@@ -36,7 +37,6 @@ mod replay;
 mod serve;
 mod session;
 mod store;
-mod throttle;
 mod tls;
 mod verify;
 mod web_cookie;
@@ -49,8 +49,8 @@ mod web_session;
 pub mod limits {
     pub use crate::client::FAILURE_CAPACITY;
     pub use crate::reference::{
-        ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, DEVICE_CODE_CAPACITY, OPERATION_CAPACITY,
-        OPERATION_RETENTION, OPERATIONS_PER_ACCOUNT, PENDING_PER_CLIENT, SESSION_TOKENS_PER_SESSION, TOKEN_CAPACITY,
+        ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, OPERATION_RETENTION, OPERATIONS_PER_ACCOUNT,
+        PENDING_PER_CLIENT, RECORD_CAPACITY, SESSION_TOKENS_PER_SESSION,
     };
     pub use crate::replay::REPLAY_CAPACITY;
     pub use crate::serve::RESERVED_FILES;
@@ -70,14 +70,15 @@ pub use client::{
 pub use dev_certs::{DevCerts, DevCertsError, write_dev_certs};
 pub use local::{LocalCompany, LocalCompanyError};
 pub use page::escape_html;
+pub use records::{Change, Expect, MemoryRecords, Records, Stored, Write};
 #[cfg(feature = "redis")]
 pub use redis_store::{RedisSetupError, RedisStore};
 pub use reference::{
-    AccountConfig, CompanyConfig, ConfigError, ProposalConfig, ReadConfig, ReferenceCompany, ScopeConfig,
+    AccountConfig, CompanyConfig, CompanyStores, ConfigError, ProposalConfig, ReadConfig, ReferenceCompany, ScopeConfig,
 };
 pub use replay::{MemoryReplayGuard, ReplayGuard, ReplayKey};
 pub use serve::{ServeLimits, raise_open_file_limit, serve_tls, serve_tls_with};
-pub use session::{MemorySessionDirectory, SessionDirectory, SessionRecord};
+pub use session::{MemorySessionDirectory, RecordSessions, SessionDirectory, SessionRecord};
 pub use store::StoreError;
 pub use tls::{TlsError, load_server_config, server_config_from_pem};
 pub use verify::{IAT_SKEW_SECONDS, VerifiedAssertion, Verifier, VerifierParts, VerifyError};

@@ -3,8 +3,10 @@
 //! Every key carries the company's prefix (`{prefix}:replay:…`, `{prefix}:session:…`) and
 //! expires with its record (`PXAT`), so Redis holds no more than the live records. What must
 //! happen at most once is one atomic step on the server: a replay mark is one
-//! `SET key 1 NX PXAT exp`; a Session's change, a cookie binding with its Session's cap, are one
-//! Lua script each. Cookie values are never stored, only their SHA-256 (as in memory).
+//! `SET key 1 NX PXAT exp`; a cookie binding with its Session's cap is one Lua script; every
+//! other record ([`Records`]: Sessions, tokens, device codes, operations) is a hash of its
+//! version and JSON, changed by one Lua script that checks every version of a commit before it
+//! writes any. Cookie values are never stored, only their SHA-256 (as in memory).
 //!
 //! Any error talking to Redis is [`StoreError::Unavailable`]: the caller fails closed (503), and
 //! the connection manager reconnects on its own when Redis is back.
@@ -16,13 +18,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use pap_shared::{ClientId, Clock, PairwiseUserId, Rng, SessionId, UnixTime};
+use pap_shared::{SessionId, UnixTime};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands as _, Script};
-use sha2::{Digest, Sha256};
 
+use crate::records::{Change, Expect, Records, Stored, Write};
 use crate::replay::{ReplayGuard, ReplayKey};
-use crate::session::{SESSIONS_PER_CLIENT, SessionDirectory, SessionRecord};
 use crate::store::StoreError;
 use crate::web_cookie::{BINDINGS_PER_SESSION, Binding, CookieBindings, CookieHash};
 
@@ -39,14 +40,12 @@ const MAX_RECONNECT_DELAY_MS: u64 = 1_000;
 pub struct RedisStore {
     connection: ConnectionManager,
     prefix: Arc<str>,
-    clock: Arc<dyn Clock>,
-    rng: Arc<dyn Rng>,
     scripts: Arc<Scripts>,
 }
 
 struct Scripts {
-    start_session: Script,
-    change_session: Script,
+    commit: Script,
+    count: Script,
     bind_cookie: Script,
 }
 
@@ -64,12 +63,7 @@ pub enum RedisSetupError {
 impl RedisStore {
     /// Connects to `url` (`redis://HOST:PORT/DB`), keeping every key under `prefix` (one per
     /// company sharing the database). The connection reconnects on its own.
-    pub async fn connect(
-        url: &str,
-        prefix: &str,
-        clock: Arc<dyn Clock>,
-        rng: Arc<dyn Rng>,
-    ) -> Result<Self, RedisSetupError> {
+    pub async fn connect(url: &str, prefix: &str) -> Result<Self, RedisSetupError> {
         let client = redis::Client::open(url).map_err(RedisSetupError::Url)?;
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(RESPONSE_TIMEOUT)
@@ -84,11 +78,9 @@ impl RedisStore {
         Ok(Self {
             connection,
             prefix: Arc::from(prefix),
-            clock,
-            rng,
             scripts: Arc::new(Scripts {
-                start_session: Script::new(START_SESSION),
-                change_session: Script::new(CHANGE_SESSION),
+                commit: Script::new(COMMIT),
+                count: Script::new(COUNT),
                 bind_cookie: Script::new(BIND_COOKIE),
             }),
         })
@@ -108,83 +100,8 @@ impl RedisStore {
         format!("{}:{kind}:{id}", self.prefix)
     }
 
-    fn session_key(&self, id: &SessionId) -> String {
-        self.key("session", id.as_str())
-    }
-
     fn cookie_key(&self, cookie: &CookieHash) -> String {
         self.key("cookie", &URL_SAFE_NO_PAD.encode(cookie.as_bytes()))
-    }
-
-    /// Starts a signed-out Session for `(client_id, user)` that lives `lifetime` seconds,
-    /// refused when the client holds [`SESSIONS_PER_CLIENT`] live ones.
-    pub async fn start_session(
-        &self,
-        client_id: &ClientId,
-        user: &PairwiseUserId,
-        lifetime: i64,
-    ) -> Result<SessionId, StoreError> {
-        let mut bytes = [0u8; 16];
-        self.rng.fill(&mut bytes);
-        let id =
-            SessionId::parse(&format!("ses_{}", URL_SAFE_NO_PAD.encode(bytes))).map_err(|_| StoreError::Unavailable)?;
-        let now = self.clock.now();
-        let expires_at = now.plus(lifetime);
-        let client_key = self.key("client-sessions", &digest(client_id.as_str()));
-        let started: i64 = self
-            .scripts
-            .start_session
-            .key(self.session_key(&id))
-            .key(client_key)
-            .arg(client_id.as_str())
-            .arg(user.as_str())
-            .arg(expires_at.as_secs())
-            .arg(now.as_secs())
-            .arg(SESSIONS_PER_CLIENT)
-            .invoke_async(&mut self.connection.clone())
-            .await
-            .map_err(|e| unavailable(&e))?;
-        if started == 1 { Ok(id) } else { Err(StoreError::Full) }
-    }
-
-    /// Signs the Session in to `account` with `scopes`; false for an unknown Session.
-    pub async fn sign_in(&self, id: &SessionId, account: &str, scopes: &[String]) -> Result<bool, StoreError> {
-        self.change_session(id, "sign_in", account, &scopes.join(" ")).await
-    }
-
-    /// Signs the Session out (a new epoch when it was signed in); false for an unknown Session.
-    pub async fn sign_out(&self, id: &SessionId) -> Result<bool, StoreError> {
-        self.change_session(id, "sign_out", "", "").await
-    }
-
-    /// Replaces the Session's scopes; false for an unknown Session.
-    pub async fn set_scopes(&self, id: &SessionId, scopes: &[String]) -> Result<bool, StoreError> {
-        self.change_session(id, "set_scopes", "", &scopes.join(" ")).await
-    }
-
-    /// Ends the Session now; false for an unknown Session.
-    pub async fn end_session(&self, id: &SessionId) -> Result<bool, StoreError> {
-        self.change_session(id, "end", "", "").await
-    }
-
-    async fn change_session(
-        &self,
-        id: &SessionId,
-        what: &str,
-        account: &str,
-        scopes: &str,
-    ) -> Result<bool, StoreError> {
-        let changed: i64 = self
-            .scripts
-            .change_session
-            .key(self.session_key(id))
-            .arg(what)
-            .arg(account)
-            .arg(scopes)
-            .invoke_async(&mut self.connection.clone())
-            .await
-            .map_err(|e| unavailable(&e))?;
-        Ok(changed == 1)
     }
 }
 
@@ -209,18 +126,53 @@ impl ReplayGuard for RedisStore {
 }
 
 #[async_trait]
-impl SessionDirectory for RedisStore {
-    async fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
-        let fields: Vec<Option<String>> = self
+impl Records for RedisStore {
+    async fn get(&self, key: &str) -> Result<Option<Stored>, StoreError> {
+        let (version, data): (Option<u64>, Option<Vec<u8>>) = self
             .connection
             .clone()
-            .hget(
-                self.session_key(id),
-                &["client_id", "user", "account", "scopes", "expires_at", "ended", "epoch"],
-            )
+            .hget(self.key("record", key), &["v", "d"])
             .await
             .map_err(|e| unavailable(&e))?;
-        Ok(session_record(&fields))
+        Ok(version.zip(data).map(|(version, data)| Stored { version, data }))
+    }
+
+    /// One script: every key's version checked, then every write applied, or none.
+    async fn commit(&self, changes: &[Change]) -> Result<bool, StoreError> {
+        let mut invocation = self.scripts.commit.prepare_invoke();
+        for change in changes {
+            invocation.key(self.key("record", &change.key));
+            match change.expect {
+                Expect::Absent => invocation.arg("absent"),
+                Expect::Version(version) => invocation.arg(version.to_string()),
+                Expect::Any => invocation.arg("any"),
+            };
+            match &change.write {
+                Write::Put(data, until) => invocation
+                    .arg("put")
+                    .arg(data.as_slice())
+                    .arg(until.as_secs().saturating_add(1).saturating_mul(1_000).max(1)),
+                Write::Delete => invocation.arg("delete").arg("").arg(0),
+                Write::Check => invocation.arg("check").arg("").arg(0),
+            };
+        }
+        let committed: i64 = invocation
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(committed == 1)
+    }
+
+    async fn count(&self, key: &str, until: UnixTime) -> Result<(u64, UnixTime), StoreError> {
+        let (count, until_ms): (u64, i64) = self
+            .scripts
+            .count
+            .key(self.key("count", key))
+            .arg(until.as_secs().saturating_mul(1_000))
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok((count, UnixTime::from_secs(until_ms / 1_000)))
     }
 }
 
@@ -274,62 +226,43 @@ impl fmt::Debug for RedisStore {
     }
 }
 
-/// A Session's record from its hash's fields (in the order the lookups ask for them).
-fn session_record(fields: &[Option<String>]) -> Option<SessionRecord> {
-    let field = |i: usize| fields.get(i).and_then(Option::as_deref);
-    let scopes = field(3).unwrap_or_default();
-    Some(SessionRecord {
-        client_id: ClientId::parse(field(0)?).ok()?,
-        user: PairwiseUserId::parse(field(1)?).ok()?,
-        account: field(2).filter(|a| !a.is_empty()).map(str::to_owned),
-        scopes: scopes.split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect(),
-        expires_at: UnixTime::from_secs(field(4)?.parse().ok()?),
-        ended: field(5) == Some("1"),
-        epoch: field(6).and_then(|e| e.parse().ok()).unwrap_or(0),
-    })
-}
-
-/// SHA-256 of `text`, base64url: a bounded key part for an unbounded name (a `client_id`).
-fn digest(text: &str) -> String {
-    URL_SAFE_NO_PAD.encode(Sha256::digest(text.as_bytes()))
-}
-
 /// Every Redis error is the store being unavailable: logged by kind, never with a key or value.
 fn unavailable(error: &redis::RedisError) -> StoreError {
     tracing::warn!(kind = ?error.kind(), "redis store unavailable");
     StoreError::Unavailable
 }
 
-/// KEYS: session, the client's sorted set of Sessions. ARGV: client_id, user, expires_at (s),
-/// now (s), cap. 1 when started, 0 when the client holds its cap.
-const START_SESSION: &str = r"
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[4])
-if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then return 0 end
-local until_ms = (tonumber(ARGV[3]) + 1) * 1000
-redis.call('ZADD', KEYS[2], ARGV[3], KEYS[1])
-redis.call('PEXPIREAT', KEYS[2], until_ms)
-redis.call('HSET', KEYS[1], 'client_id', ARGV[1], 'user', ARGV[2], 'account', '', 'scopes', '',
-  'expires_at', ARGV[3], 'ended', '0', 'epoch', '0')
-redis.call('PEXPIREAT', KEYS[1], until_ms)
+/// KEYS: the records of a commit. ARGV, three per key: what it expects (`absent`, `any` or a
+/// version), what to do (`put`, `delete`, `check`), the JSON and the expiry in ms (for `put`).
+/// 1 when every key was as expected and every write applied, 0 (nothing written) otherwise.
+const COMMIT: &str = r"
+for i, key in ipairs(KEYS) do
+  local expect = ARGV[(i - 1) * 4 + 1]
+  local held = redis.call('HGET', key, 'v')
+  if expect == 'absent' then
+    if held then return 0 end
+  elseif expect ~= 'any' then
+    if held ~= expect then return 0 end
+  end
+end
+for i, key in ipairs(KEYS) do
+  local what = ARGV[(i - 1) * 4 + 2]
+  if what == 'put' then
+    local version = tonumber(redis.call('HGET', key, 'v') or '0') + 1
+    redis.call('HSET', key, 'v', version, 'd', ARGV[(i - 1) * 4 + 3])
+    redis.call('PEXPIREAT', key, ARGV[(i - 1) * 4 + 4])
+  elseif what == 'delete' then
+    redis.call('DEL', key)
+  end
+end
 return 1
 ";
 
-/// KEYS: session. ARGV: what (sign_in, sign_out, set_scopes, end), account, scopes. 1 when the
-/// Session exists (and was changed), 0 otherwise.
-const CHANGE_SESSION: &str = r"
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local what = ARGV[1]
-if what == 'sign_in' then
-  redis.call('HSET', KEYS[1], 'account', ARGV[2], 'scopes', ARGV[3])
-elseif what == 'sign_out' then
-  if redis.call('HGET', KEYS[1], 'account') ~= '' then redis.call('HINCRBY', KEYS[1], 'epoch', 1) end
-  redis.call('HSET', KEYS[1], 'account', '', 'scopes', '')
-elseif what == 'set_scopes' then
-  redis.call('HSET', KEYS[1], 'scopes', ARGV[3])
-elseif what == 'end' then
-  redis.call('HSET', KEYS[1], 'ended', '1')
-end
-return 1
+/// KEYS: the count. ARGV: until (ms) for a new count. The count now and until when it lives.
+const COUNT: &str = r"
+local count = redis.call('INCR', KEYS[1])
+if count == 1 then redis.call('PEXPIREAT', KEYS[1], ARGV[1]) end
+return {count, redis.call('PEXPIRETIME', KEYS[1])}
 ";
 
 /// KEYS: the cookie's binding, the Session's list of cookies. ARGV: the cookie's hash, session,

@@ -12,10 +12,11 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use pap_shared::{ClientId, Clock, PairwiseUserId, Rng, SessionId, UnixTime};
 
+use crate::records::{Commit, Expect, Records, expect_of, read, retrying};
 use crate::store::{Bounded, PerOwner, StoreError, WhenFull};
 
 /// A Session as the directory knows it now.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SessionRecord {
     /// The agent the Session was started for.
     pub client_id: ClientId,
@@ -127,12 +128,7 @@ impl MemorySessionDirectory {
     /// Signs the Session out; it stays live, with no account and no scopes, in a new epoch (the
     /// browsers it joined are logged out for good).
     pub fn sign_out(&self, id: &SessionId) -> bool {
-        self.sessions.update(id, |r| {
-            if r.account.take().is_some() {
-                r.epoch += 1;
-            }
-            r.scopes.clear();
-        })
+        self.sessions.update(id, sign_out)
     }
 
     /// Replaces the Session's scopes.
@@ -164,6 +160,148 @@ impl MemorySessionDirectory {
     pub fn sweep(&self) {
         self.sessions.sweep();
         self.by_client.sweep();
+    }
+}
+
+/// Sessions as versioned [`Records`]: in this process or, over Redis, shared by every replica
+/// of a company. Each change is one commit (a sign-out racing a sign-in, on any two replicas,
+/// leaves the Session as one of them did, never half of each).
+///
+/// [`MemorySessionDirectory`] is the faster embedded default for one process; this one is what
+/// the reference company uses, so that its other records and its Sessions change together.
+#[derive(Clone, Debug)]
+pub struct RecordSessions {
+    records: Arc<dyn Records>,
+    clock: Arc<dyn Clock>,
+    rng: Arc<dyn Rng>,
+}
+
+impl RecordSessions {
+    /// Sessions kept in `records`.
+    pub fn new(records: Arc<dyn Records>, clock: Arc<dyn Clock>, rng: Arc<dyn Rng>) -> Self {
+        Self { records, clock, rng }
+    }
+
+    /// The key of Session `id`'s record.
+    pub(crate) fn key(id: &SessionId) -> String {
+        format!("session:{}", id.as_str())
+    }
+
+    fn client_key(client_id: &ClientId) -> String {
+        use sha2::Digest as _;
+        format!(
+            "client-sessions:{}",
+            URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(client_id.as_str().as_bytes()))
+        )
+    }
+
+    /// Starts a signed-out Session for `(client_id, user)` that lives `lifetime` seconds;
+    /// refused ([`StoreError::Full`]) when the client holds [`SESSIONS_PER_CLIENT`] live ones.
+    pub async fn start(
+        &self,
+        client_id: ClientId,
+        user: PairwiseUserId,
+        lifetime: i64,
+    ) -> Result<SessionId, StoreError> {
+        let mut bytes = [0u8; 16];
+        self.rng.fill(&mut bytes);
+        let id = format!("ses_{}", URL_SAFE_NO_PAD.encode(bytes));
+        // "ses_" + 22 base64url characters always fits the SessionId alphabet and length.
+        let id = SessionId::parse(&id).map_err(|_| StoreError::Unavailable)?;
+        let client_key = Self::client_key(&client_id);
+        let records = self.records.as_ref();
+        retrying(|| async {
+            let now = self.clock.now();
+            let expires_at = now.plus(lifetime);
+            let held = read::<Vec<(SessionId, UnixTime)>>(records, &client_key).await?;
+            let mut live: Vec<(SessionId, UnixTime)> = held
+                .as_ref()
+                .map(|(_, list)| list.iter().filter(|(_, until)| now < *until).cloned().collect())
+                .unwrap_or_default();
+            if live.len() >= SESSIONS_PER_CLIENT {
+                return Err(StoreError::Full);
+            }
+            live.push((id.clone(), expires_at));
+            let last = live.iter().map(|(_, until)| *until).max().unwrap_or(expires_at);
+            let record = SessionRecord {
+                client_id: client_id.clone(),
+                user: user.clone(),
+                account: None,
+                scopes: Vec::new(),
+                expires_at,
+                ended: false,
+                epoch: 0,
+            };
+            let committed = Commit::new()
+                .put(client_key.clone(), expect_of(&held), &live, last)
+                .put(Self::key(&id), Expect::Absent, &record, expires_at)
+                .apply(records)
+                .await?;
+            Ok(committed.then_some(()))
+        })
+        .await?;
+        Ok(id)
+    }
+
+    /// Changes Session `id` with `change`, in one commit; false for an unknown Session.
+    async fn change(&self, id: &SessionId, change: impl Fn(&mut SessionRecord)) -> Result<bool, StoreError> {
+        let key = Self::key(id);
+        let records = self.records.as_ref();
+        retrying(|| async {
+            let Some((version, mut record)) = read::<SessionRecord>(records, &key).await? else {
+                return Ok(Some(false));
+            };
+            change(&mut record);
+            let until = record.expires_at;
+            let committed = Commit::new()
+                .put(key.clone(), Expect::Version(version), &record, until)
+                .apply(records)
+                .await?;
+            Ok(committed.then_some(true))
+        })
+        .await
+    }
+
+    /// Signs the Session in to `account` with `scopes`; false for an unknown Session.
+    pub async fn sign_in(&self, id: &SessionId, account: &str, scopes: &[String]) -> Result<bool, StoreError> {
+        self.change(id, |r| {
+            r.account = Some(account.to_owned());
+            r.scopes = scopes.to_vec();
+        })
+        .await
+    }
+
+    /// Signs the Session out, in a new epoch when it was signed in (its browsers are logged out
+    /// for good); false for an unknown Session.
+    pub async fn sign_out(&self, id: &SessionId) -> Result<bool, StoreError> {
+        self.change(id, sign_out).await
+    }
+
+    /// Replaces the Session's scopes; false for an unknown Session.
+    pub async fn set_scopes(&self, id: &SessionId, scopes: &[String]) -> Result<bool, StoreError> {
+        self.change(id, |r| r.scopes = scopes.to_vec()).await
+    }
+
+    /// Ends the Session now; false for an unknown Session.
+    pub async fn end(&self, id: &SessionId) -> Result<bool, StoreError> {
+        self.change(id, |r| r.ended = true).await
+    }
+}
+
+/// A sign-out: no account, no scopes, and a new epoch when it was signed in.
+pub(crate) fn sign_out(record: &mut SessionRecord) {
+    if record.account.take().is_some() {
+        record.epoch += 1;
+    }
+    record.scopes.clear();
+}
+
+#[async_trait]
+impl SessionDirectory for RecordSessions {
+    async fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
+        Ok(read::<SessionRecord>(self.records.as_ref(), &Self::key(id))
+            .await?
+            .map(|(_, r)| r))
     }
 }
 

@@ -302,11 +302,6 @@ where
     pub(crate) fn sweep(&self) {
         self.lists.sweep();
     }
-
-    /// How many owners hold live items.
-    pub(crate) fn len(&self) -> u64 {
-        self.lists.len()
-    }
 }
 
 impl<K, T> fmt::Debug for PerOwner<K, T> {

@@ -11,16 +11,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pap_company::{
-    Binding, CookieBindings as _, RedisStore, ReplayGuard as _, ReplayKey, SessionCookie, SessionDirectory as _,
-    StoreError,
+    Binding, Change, CookieBindings as _, Expect, RecordSessions, Records as _, RedisStore, ReplayGuard as _,
+    ReplayKey, SessionCookie, SessionDirectory as _, StoreError, Write,
 };
 use pap_shared::{ClientId, Jti, PairwiseUserId, SystemClock, SystemRng, UnixTime};
 use support::redis_server::RedisServer;
 
 async fn store(server: &RedisServer, prefix: &str) -> RedisStore {
-    RedisStore::connect(&server.url(), prefix, Arc::new(SystemClock), Arc::new(SystemRng))
-        .await
-        .unwrap()
+    RedisStore::connect(&server.url(), prefix).await.unwrap()
+}
+
+fn sessions(store: &RedisStore) -> RecordSessions {
+    RecordSessions::new(Arc::new(store.clone()), Arc::new(SystemClock), Arc::new(SystemRng))
 }
 
 fn now() -> UnixTime {
@@ -63,8 +65,11 @@ async fn a_replay_race_over_three_replicas_has_one_winner() {
 #[tokio::test]
 async fn sessions_follow_sign_in_sign_out_and_end_across_replicas() {
     let server = RedisServer::start();
-    let (a, b) = (store(&server, "shop").await, store(&server, "shop").await);
-    let id = a.start_session(&client(), &user(), 3_600).await.unwrap();
+    let (a, b) = (
+        sessions(&store(&server, "shop").await),
+        sessions(&store(&server, "shop").await),
+    );
+    let id = a.start(client(), user(), 3_600).await.unwrap();
     let fresh = b.session(&id).await.unwrap().unwrap();
     assert!(fresh.is_live(now()));
     assert_eq!(
@@ -91,36 +96,78 @@ async fn sessions_follow_sign_in_sign_out_and_end_across_replicas() {
         "signing out twice is one epoch"
     );
 
-    assert!(a.end_session(&id).await.unwrap());
+    assert!(a.end(&id).await.unwrap());
     assert!(!b.session(&id).await.unwrap().unwrap().is_live(now()));
     let unknown = pap_shared::SessionId::parse("ses_AAAAAAAAAAAAAAAAAAAAAA").unwrap();
     assert_eq!(a.session(&unknown).await.unwrap(), None);
     assert!(!a.sign_in(&unknown, "acct_ada", &[]).await.unwrap());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_commits_racing_on_one_version_over_three_replicas_one_wins() {
+    let server = RedisServer::start();
+    let replicas = [
+        store(&server, "shop").await,
+        store(&server, "shop").await,
+        store(&server, "shop").await,
+    ];
+    let until = now().plus(60);
+    let put = |data: Vec<u8>, expect| Change {
+        key: "op:1".into(),
+        expect,
+        write: Write::Put(data, until),
+    };
+    assert!(replicas[0].commit(&[put(b"0".to_vec(), Expect::Absent)]).await.unwrap());
+    let tasks: Vec<_> = (0..100)
+        .map(|i| {
+            let replica = replicas[i % 3].clone();
+            let change = put(i.to_string().into_bytes(), Expect::Version(1));
+            tokio::spawn(async move { replica.commit(&[change]).await.unwrap() })
+        })
+        .collect();
+    let mut winners = 0;
+    for task in tasks {
+        winners += usize::from(task.await.unwrap());
+    }
+    assert_eq!(winners, 1);
+    assert_eq!(replicas[1].get("op:1").await.unwrap().unwrap().version, 2);
+    // All or nothing: a commit with one stale key writes none of its keys.
+    let stale = [
+        Change {
+            key: "op:2".into(),
+            expect: Expect::Absent,
+            write: Write::Put(b"2".to_vec(), until),
+        },
+        put(b"x".to_vec(), Expect::Version(1)),
+    ];
+    assert!(!replicas[2].commit(&stale).await.unwrap());
+    assert!(replicas[0].get("op:2").await.unwrap().is_none());
+    let (first, _) = replicas[2].count("n:1", until).await.unwrap();
+    let (second, counted_until) = replicas[0].count("n:1", until.plus(100)).await.unwrap();
+    assert_eq!(
+        (first, second, counted_until),
+        (1, 2, until),
+        "a count lives as long as its first"
+    );
+}
+
 #[tokio::test]
 async fn a_client_holds_at_most_its_cap_of_live_sessions() {
     let server = RedisServer::start();
-    let store = store(&server, "shop").await;
+    let sessions = sessions(&store(&server, "shop").await);
     for _ in 0..pap_company::limits::SESSIONS_PER_CLIENT {
-        store.start_session(&client(), &user(), 3_600).await.unwrap();
+        sessions.start(client(), user(), 3_600).await.unwrap();
     }
-    assert_eq!(
-        store.start_session(&client(), &user(), 3_600).await,
-        Err(StoreError::Full)
-    );
+    assert_eq!(sessions.start(client(), user(), 3_600).await, Err(StoreError::Full));
     let other = ClientId::parse("https://other.example/agent.json").unwrap();
-    assert!(
-        store.start_session(&other, &user(), 3_600).await.is_ok(),
-        "a cap per client"
-    );
+    assert!(sessions.start(other, user(), 3_600).await.is_ok(), "a cap per client");
 }
 
 #[tokio::test]
 async fn cookies_bind_across_replicas_and_a_session_keeps_its_newest() {
     let server = RedisServer::start();
     let (a, b) = (store(&server, "shop").await, store(&server, "shop").await);
-    let session = a.start_session(&client(), &user(), 3_600).await.unwrap();
+    let session = sessions(&a).start(client(), user(), 3_600).await.unwrap();
     let cookies: Vec<SessionCookie> = (0..pap_company::limits::BINDINGS_PER_SESSION + 3)
         .map(|_| SessionCookie::generate(&SystemRng))
         .collect();
@@ -145,12 +192,13 @@ async fn cookies_bind_across_replicas_and_a_session_keeps_its_newest() {
 async fn with_redis_gone_every_call_fails_closed_and_recovers_on_its_own() {
     let mut server = RedisServer::start();
     let store = store(&server, "shop").await;
-    let session = store.start_session(&client(), &user(), 3_600).await.unwrap();
+    let sessions = sessions(&store);
+    let session = sessions.start(client(), user(), 3_600).await.unwrap();
     server.kill();
     let key = ReplayKey::browser_assertion(&client(), &Jti::generate(&SystemRng));
     let started = Instant::now();
     assert_eq!(store.mark_once(key, now().plus(60)).await, Err(StoreError::Unavailable));
-    assert_eq!(store.session(&session).await, Err(StoreError::Unavailable));
+    assert_eq!(sessions.session(&session).await, Err(StoreError::Unavailable));
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "failing takes {:?}",

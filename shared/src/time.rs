@@ -8,8 +8,10 @@ use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Seconds since the Unix epoch, as JWT `iat`/`exp` carry them (RFC 7519 §2 NumericDate,
-/// restricted to integers as PAP draft 0.2 emits them).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// restricted to integers as PAP draft 0.2 emits them). Serialised as that integer; PAP's
+/// documents that carry RFC 3339 text use [`crate::rfc3339`] instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct UnixTime(i64);
 
 impl UnixTime {

@@ -33,7 +33,7 @@ struct Waits {
     first_short: i64,
     seen: Mutex<Vec<u64>>,
     approve_after: Option<usize>,
-    approve: Box<dyn Fn() + Send + Sync>,
+    approve: Box<dyn Fn() -> futures_util::future::BoxFuture<'static, ()> + Send + Sync>,
 }
 
 #[async_trait::async_trait]
@@ -48,7 +48,7 @@ impl Pause for Waits {
             seen.len()
         };
         if self.approve_after == Some(count) {
-            (self.approve)();
+            (self.approve)().await;
         }
     }
 }
@@ -93,7 +93,10 @@ async fn poll(label: &str, first_short: i64, approve_after: Option<usize>) -> Ru
         first_short,
         seen: Mutex::new(Vec::new()),
         approve_after,
-        approve: Box::new(move || company.approve_device(&user_code, "acct_ada", None).unwrap()),
+        approve: Box::new(move || {
+            let (company, user_code) = (company.clone(), user_code.clone());
+            Box::pin(async move { company.approve_device(&user_code, "acct_ada", None).await.unwrap() })
+        }),
     });
     // The Session itself took one token request; count the polls only.
     let before = polls.load(Ordering::SeqCst);

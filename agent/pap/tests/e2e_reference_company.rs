@@ -27,8 +27,8 @@ async fn the_whole_story_against_the_reference_company_in_chromium() {
             })
         }),
         performed: Box::new(move |id| {
-            let count = u64::from(counter.performed(&id).unwrap_or(0));
-            Box::pin(async move { count })
+            let counter = counter.clone();
+            Box::pin(async move { u64::from(counter.performed(&id).await.unwrap().unwrap_or(0)) })
         }),
     };
     story(&stage, &target, &logs).await;

@@ -17,6 +17,9 @@ use super::ReferenceCompany;
 use super::config::{CompanyConfig, ProposalConfig};
 use super::operations::NewOperation;
 use super::protocol::{ApiError, json_response, read_json};
+use crate::records::{Commit, Expect, read};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 pub(super) fn routes(config: &CompanyConfig) -> Router<ReferenceCompany> {
     let mut router = Router::new().route("/api/openapi.json", get(openapi));
@@ -108,18 +111,16 @@ async fn openapi(State(company): State<ReferenceCompany>) -> Response {
 }
 
 /// How long an `Idempotency-Key`'s answer is remembered, in seconds: a day, well past any
-/// retry. Past it, or when the store is full and drops the least used, a retried proposal is
-/// still the same operation while it is proposed (OPS-4-01).
+/// retry. Past it, a retried proposal is still the same operation while it is proposed
+/// (OPS-4-01).
 const IDEMPOTENCY_LIFETIME: i64 = 86_400;
 
-/// Most `Idempotency-Key` answers remembered at once.
-pub(crate) const IDEMPOTENCY_CAPACITY: u64 = 100_000;
-
-/// What one `Idempotency-Key` answered: the request's fingerprint and the answer.
-#[derive(Clone, Debug)]
+/// What one `Idempotency-Key` answered (key `idempotency:{digest of client, Session, key}`):
+/// the request's fingerprint and the answer.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Remembered {
-    fingerprint: [u8; 32],
-    status: StatusCode,
+    fingerprint: String,
+    status: u16,
     body: Value,
 }
 
@@ -160,25 +161,33 @@ async fn propose(
             .finalize()
             .into();
         // Remembered per client and Session, by a digest of the three (never the key itself).
-        let remember_as: Option<[u8; 32]> = key.map(|k| {
-            Sha256::new()
+        let remember_as: Option<String> = key.map(|k| {
+            let digest: [u8; 32] = Sha256::new()
                 .chain_update(caller.client_id.as_str().as_bytes())
                 .chain_update(b"\0")
                 .chain_update(caller.session.as_str().as_bytes())
                 .chain_update(b"\0")
                 .chain_update(k.as_bytes())
                 .finalize()
-                .into()
+                .into();
+            format!("idempotency:{}", URL_SAFE_NO_PAD.encode(digest))
         });
-        let seen = remember_as.as_ref().and_then(|id| company.inner.idempotency.get(id));
+        let seen = match &remember_as {
+            Some(key) => read::<Remembered>(company.records(), key)
+                .await
+                .map_err(ApiError::store)?
+                .map(|(_, seen)| seen),
+            None => None,
+        };
         if let Some(seen) = seen {
-            if seen.fingerprint != fingerprint {
+            if seen.fingerprint != URL_SAFE_NO_PAD.encode(fingerprint) {
                 return Err(ApiError::new(
                     StatusCode::CONFLICT,
                     OAuthErrorCode::IdempotencyKeyConflict,
                 ));
             }
-            return Ok(json_response(seen.status, &seen.body));
+            let status = StatusCode::from_u16(seen.status).unwrap_or(StatusCode::ACCEPTED);
+            return Ok(json_response(status, &seen.body));
         }
         let proposal: &ProposalConfig = &company.inner.config.proposals[index];
         let operation = company
@@ -190,18 +199,21 @@ async fn propose(
                 user_approval_required: proposal.user_approval_required,
                 scopes: proposal.scopes.clone(),
             })
+            .await
             .map_err(ApiError::store)?;
         let answer = json!({ "operation": operation });
         if let Some(id) = remember_as {
-            company.inner.idempotency.remember(
-                id,
-                Remembered {
-                    fingerprint,
-                    status: StatusCode::ACCEPTED,
-                    body: answer.clone(),
-                },
-                company.now().plus(IDEMPOTENCY_LIFETIME),
-            );
+            let remembered = Remembered {
+                fingerprint: URL_SAFE_NO_PAD.encode(fingerprint),
+                status: StatusCode::ACCEPTED.as_u16(),
+                body: answer.clone(),
+            };
+            let until = company.now().plus(IDEMPOTENCY_LIFETIME);
+            Commit::new()
+                .put(id, Expect::Any, &remembered, until)
+                .apply(company.records())
+                .await
+                .map_err(ApiError::store)?;
         }
         Ok(json_response(StatusCode::ACCEPTED, &answer))
     };

@@ -36,7 +36,11 @@ impl ReferenceCompany {
         if !scheme.eq_ignore_ascii_case("DPoP") || token.is_empty() {
             return Err(invalid_token());
         }
-        let record = self.access_token(token).ok_or_else(invalid_token)?;
+        let record = self
+            .access_token(token)
+            .await
+            .map_err(ApiError::store)?
+            .ok_or_else(invalid_token)?;
         let thumbprint = self
             .check_dpop(headers, method.as_str(), uri.path(), Some(token))
             .await?;

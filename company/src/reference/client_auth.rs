@@ -10,7 +10,7 @@ use pap_shared::{Algorithm, CLIENT_ASSERTION_TYPE, ClientId, JwtAssertionClaims,
 use super::ReferenceCompany;
 use super::protocol::ApiError;
 use crate::client::ResolveError;
-use crate::replay::{ReplayGuard as _, ReplayKey};
+use crate::replay::ReplayKey;
 
 /// Why a JWT assertion failed; the caller maps it to `invalid_client` or `invalid_grant`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,6 +99,7 @@ impl ReferenceCompany {
         let key = ReplayKey::of("jwt-assertion", client_id.as_str(), &claims.jti);
         let first = self
             .inner
+            .stores
             .replay
             .mark_once(key, claims.exp.plus(pap_shared::JWT_ASSERTION_SKEW))
             .await

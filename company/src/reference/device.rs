@@ -12,10 +12,12 @@ use axum::extract::{ConnectInfo, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
-use pap_shared::{ClientId, Clock, DeviceAuthorizationResponse, OAuthErrorCode, SecretToken, SessionId, UnixTime};
-use serde::Deserialize;
+use pap_shared::{ClientId, DeviceAuthorizationResponse, OAuthErrorCode, SecretToken, SessionId, UnixTime};
+use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 use tokio::sync::Semaphore;
@@ -26,8 +28,8 @@ use super::protocol::{ApiError, json_response, read_form};
 use super::website::same_site;
 use super::{ReferenceCompany, scopes, token_hash};
 use crate::page::{escape_html, html, message_page};
-use crate::store::{Bounded, PerOwner, StoreError, WhenFull};
-use crate::throttle::Throttle;
+use crate::records::{Commit, Expect, expect_of, read, retrying};
+use crate::store::StoreError;
 
 /// A device code lives ten minutes.
 const DEVICE_CODE_LIFETIME: i64 = 600;
@@ -43,9 +45,6 @@ const DEVICE_COOKIE: &str = "__Host-device_csrf";
 /// 34.5 bits, drawn without bias and never two live codes alike.
 const USER_CODE_ALPHABET: &[u8] = b"BCDFGHJKLMNPQRSTVWXZ";
 
-/// Most pending device codes held at once; past it, `/oauth/device` answers 429.
-pub const DEVICE_CODE_CAPACITY: u64 = 100_000;
-
 /// Most pending device codes one client may hold (each lives ten minutes).
 pub const PENDING_PER_CLIENT: usize = 32;
 
@@ -58,13 +57,11 @@ pub const ADDRESS_ATTEMPTS: u32 = 30;
 /// The attempt window, in seconds.
 pub const ATTEMPT_WINDOW: i64 = 900;
 
-/// Most account names and addresses whose attempts are counted at once.
-const ATTEMPT_KEYS: u64 = 100_000;
-
 /// How long a password check may wait for its turn before the page answers 503.
 const PASSWORD_QUEUE_WAIT: Duration = Duration::from_secs(5);
 
-#[derive(Clone, Debug)]
+/// A pending device code (key `device:{hash of the code}`), until shortly after it expires.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Pending {
     client_id: ClientId,
     user_code: String,
@@ -75,69 +72,140 @@ struct Pending {
     decision: Decision,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 enum Decision {
     Waiting,
     Approved { account: String, scopes: Vec<String> },
     Denied,
 }
 
-/// A device code as the store keys it: its SHA-256, never the code.
-type DeviceKey = [u8; 32];
+/// The key of a device code's record: its SHA-256, never the code.
+fn device_key(device_code: &str) -> String {
+    format!("device:{}", URL_SAFE_NO_PAD.encode(token_hash(device_code)))
+}
 
-/// Pending device codes (by the hash of the device code, with an index by user code), each
-/// until it expires; the attempt counts of the device page; the turns of its password checks.
+/// The key of a user code's record, which names its device code's record.
+fn user_code_key(user_code: &str) -> String {
+    format!("user-code:{}", normalise_user_code(user_code))
+}
+
+impl ReferenceCompany {
+    /// Stores a pending code under a fresh user code that no live code has, in one commit with
+    /// the client's list of pending codes (at most [`PENDING_PER_CLIENT`]); its user code.
+    async fn store_pending(&self, client_id: &ClientId, key: &str, pending: Pending) -> Result<String, StoreError> {
+        let records = self.records();
+        let list_key = client_devices_key(client_id);
+        retrying(|| async {
+            let now = self.now();
+            let held = read::<Vec<(String, UnixTime)>>(records, &list_key).await?;
+            let mut live: Vec<(String, UnixTime)> = held
+                .as_ref()
+                .map(|(_, list)| list.iter().filter(|(_, until)| now < *until).cloned().collect())
+                .unwrap_or_default();
+            if live.len() >= PENDING_PER_CLIENT {
+                return Err(StoreError::Full);
+            }
+            live.push((key.to_owned(), pending.expires_at));
+            let last = live.iter().map(|(_, until)| *until).max().unwrap_or(pending.expires_at);
+            // A user code that a live code has makes the commit fail: another is drawn.
+            let user_code = self.user_code();
+            let record = Pending {
+                user_code: user_code.clone(),
+                ..pending.clone()
+            };
+            let committed = Commit::new()
+                .put(list_key.clone(), expect_of(&held), &live, last)
+                .put(
+                    user_code_key(&user_code),
+                    Expect::Absent,
+                    &key.to_owned(),
+                    pending.expires_at,
+                )
+                .put(
+                    key.to_owned(),
+                    Expect::Absent,
+                    &record,
+                    pending.expires_at.plus(EXPIRED_CODE_KEPT),
+                )
+                .apply(records)
+                .await?;
+            Ok(committed.then_some(user_code))
+        })
+        .await
+    }
+}
+
+/// The key of a client's list of pending codes.
+fn client_devices_key(client_id: &ClientId) -> String {
+    format!(
+        "client-devices:{}",
+        URL_SAFE_NO_PAD.encode(token_hash(client_id.as_str()))
+    )
+}
+
+/// What the device page keeps in this process: the turns of its password checks. (Its codes
+/// and attempt counts are records, shared by every replica.)
 pub(crate) struct Devices {
-    pending: Bounded<DeviceKey, Pending>,
-    by_user_code: Bounded<String, DeviceKey>,
-    per_client: PerOwner<ClientId, DeviceKey>,
-    account_attempts: Throttle,
-    address_attempts: Throttle,
     /// Argon2 runs off the async workers, at most half the cores at once, so a flood of
     /// passwords leaves the other routes a core.
     password_checks: Arc<Semaphore>,
 }
 
 impl Devices {
-    pub(crate) fn new(clock: Arc<dyn Clock>) -> Self {
+    pub(crate) fn new() -> Self {
         let cores = std::thread::available_parallelism().map_or(2, usize::from);
         Self {
-            pending: Bounded::new(DEVICE_CODE_CAPACITY, WhenFull::Refuse, clock.clone()),
-            by_user_code: Bounded::new(DEVICE_CODE_CAPACITY, WhenFull::Refuse, clock.clone()),
-            per_client: PerOwner::new(PENDING_PER_CLIENT, DEVICE_CODE_CAPACITY, clock.clone()),
-            account_attempts: Throttle::new(ACCOUNT_ATTEMPTS, ATTEMPT_WINDOW, ATTEMPT_KEYS, clock.clone()),
-            address_attempts: Throttle::new(ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, ATTEMPT_KEYS, clock),
             password_checks: Arc::new(Semaphore::new((cores / 2).max(1))),
         }
     }
+}
 
-    /// Drops every expired record.
-    pub(crate) fn sweep(&self) {
-        self.pending.sweep();
-        self.by_user_code.sweep();
-        self.per_client.sweep();
-        self.account_attempts.sweep();
-        self.address_attempts.sweep();
+impl ReferenceCompany {
+    /// The record key of the pending, undecided code `user_code`, with the record's version.
+    async fn waiting(&self, user_code: &str) -> Result<Option<(String, u64, Pending)>, StoreError> {
+        let records = self.records();
+        let Some((_, key)) = read::<String>(records, &user_code_key(user_code)).await? else {
+            return Ok(None);
+        };
+        let now = self.now();
+        Ok(read::<Pending>(records, &key)
+            .await?
+            .filter(|(_, p)| p.decision == Decision::Waiting && now < p.expires_at)
+            .map(|(version, pending)| (key, version, pending)))
     }
 
-    /// How many records each part holds: pending codes, user codes, clients, counted names
-    /// and addresses.
-    pub(crate) fn sizes(&self) -> [(&'static str, u64); 5] {
-        [
-            ("device_codes", self.pending.len()),
-            ("user_codes", self.by_user_code.len()),
-            ("device_clients", self.per_client.len()),
-            ("attempts_by_account", self.account_attempts.len()),
-            ("attempts_by_address", self.address_attempts.len()),
-        ]
+    /// Decides a pending code once: of two decisions racing, on any replicas, the first
+    /// commits and the second finds the code decided.
+    async fn decide_device(&self, user_code: &str, decide: impl Fn(&Pending) -> Decision) -> Result<bool, StoreError> {
+        let records = self.records();
+        retrying(|| async {
+            let Some((key, version, mut pending)) = self.waiting(user_code).await? else {
+                return Ok(Some(false));
+            };
+            pending.decision = decide(&pending);
+            let until = pending.expires_at.plus(EXPIRED_CODE_KEPT);
+            let committed = Commit::new()
+                .put(key, Expect::Version(version), &pending, until)
+                .apply(records)
+                .await?;
+            Ok(committed.then_some(true))
+        })
+        .await
     }
 
-    fn waiting(&self, user_code: &str, now: UnixTime) -> Option<DeviceKey> {
-        let key = self.by_user_code.get(&normalise_user_code(user_code))?;
-        self.pending
-            .get(&key)
-            .filter(|p| p.decision == Decision::Waiting && now < p.expires_at)
-            .map(|_| key)
+    /// Counts one attempt for each key: `Ok` within every limit, or the seconds until the
+    /// latest window of those past their limit ends.
+    async fn attempt(&self, counts: &[(String, u32)]) -> Result<Result<(), u64>, StoreError> {
+        let now = self.now();
+        let mut wait = None;
+        for (key, limit) in counts {
+            let (count, until) = self.records().count(key, now.plus(ATTEMPT_WINDOW)).await?;
+            if count > u64::from(*limit) {
+                let left = until.since(now).max(1).unsigned_abs();
+                wait = Some(wait.map_or(left, |w: u64| w.max(left)));
+            }
+        }
+        Ok(wait.map_or(Ok(()), Err))
     }
 }
 
@@ -156,12 +224,15 @@ pub enum ApprovalError {
     /// No such account.
     #[error("no such account")]
     UnknownAccount,
+    /// The store could not answer: nothing was approved.
+    #[error("the store could not answer")]
+    Store(#[source] StoreError),
 }
 
 impl ReferenceCompany {
     /// Approves a pending user code for `account` with `scopes` (default: what was requested,
     /// within what the account may grant). Used by the device page and the operator API.
-    pub fn approve_device(
+    pub async fn approve_device(
         &self,
         user_code: &str,
         account: &str,
@@ -172,27 +243,20 @@ impl ReferenceCompany {
             .config
             .account(account)
             .ok_or(ApprovalError::UnknownAccount)?;
-        let devices = &self.inner.devices;
-        let key = devices
-            .waiting(user_code, self.now())
-            .ok_or(ApprovalError::UnknownCode)?;
-        let mut approved = false;
-        devices.pending.update(&key, |pending| {
-            // Decided once: a code another request decided meanwhile stays as it is.
-            if pending.decision != Decision::Waiting {
-                return;
-            }
-            let wanted = scopes.unwrap_or_else(|| pending.scopes.clone());
-            let granted = wanted
-                .into_iter()
-                .filter(|s| pending.scopes.contains(s) && account.scopes.contains(s))
-                .collect();
-            pending.decision = Decision::Approved {
-                account: account.id.clone(),
-                scopes: granted,
-            };
-            approved = true;
-        });
+        let approved = self
+            .decide_device(user_code, |pending| {
+                let wanted = scopes.clone().unwrap_or_else(|| pending.scopes.clone());
+                let granted = wanted
+                    .into_iter()
+                    .filter(|s| pending.scopes.contains(s) && account.scopes.contains(s))
+                    .collect();
+                Decision::Approved {
+                    account: account.id.clone(),
+                    scopes: granted,
+                }
+            })
+            .await
+            .map_err(ApprovalError::Store)?;
         if !approved {
             return Err(ApprovalError::UnknownCode);
         }
@@ -200,15 +264,8 @@ impl ReferenceCompany {
         Ok(())
     }
 
-    fn deny_device(&self, user_code: &str) {
-        let devices = &self.inner.devices;
-        if let Some(key) = devices.waiting(user_code, self.now()) {
-            devices.pending.update(&key, |pending| {
-                if pending.decision == Decision::Waiting {
-                    pending.decision = Decision::Denied;
-                }
-            });
-        }
+    async fn deny_device(&self, user_code: &str) -> Result<(), StoreError> {
+        self.decide_device(user_code, |_| Decision::Denied).await.map(drop)
     }
 
     /// Eight letters of the alphabet, each from one random byte below 240 (12 x 20), so every
@@ -246,14 +303,28 @@ impl ReferenceCompany {
             .get("session_id")
             .and_then(|s| SessionId::parse(s).ok())
             .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidRequest))?;
-        let now = self.now();
-        let devices = &self.inner.devices;
-        let key = token_hash(device_code);
-        let mut polled = Err(ApiError::bad_request(OAuthErrorCode::InvalidGrant));
-        devices.pending.update(&key, |pending| {
-            polled = poll(pending, client_id, now);
-        });
-        let (account, granted) = polled?;
+        let records = self.records();
+        let key = device_key(device_code);
+        let polled = retrying(|| async {
+            let now = self.now();
+            let Some((version, mut pending)) = read::<Pending>(records, &key).await? else {
+                return Ok(Some(Err(ApiError::bad_request(OAuthErrorCode::InvalidGrant))));
+            };
+            let before = (pending.interval, pending.next_poll);
+            let outcome = poll(&mut pending, client_id, now);
+            if (pending.interval, pending.next_poll) == before {
+                return Ok(Some(outcome.map(|granted| (granted, version))));
+            }
+            let until = pending.expires_at.plus(EXPIRED_CODE_KEPT);
+            let committed = Commit::new()
+                .put(key.clone(), Expect::Version(version), &pending, until)
+                .apply(records)
+                .await?;
+            Ok(committed.then_some(outcome.map(|granted| (granted, version))))
+        })
+        .await
+        .map_err(ApiError::store)?;
+        let ((account, granted), version) = polled?;
         // The Session is checked before the approval is used: a bad `session_id` leaves the
         // user's approval for a good one (review L11).
         let record = self
@@ -263,21 +334,32 @@ impl ReferenceCompany {
         if &record.client_id != client_id {
             return Err(ApiError::bad_request(OAuthErrorCode::InvalidSession));
         }
-        if !self.account_fits(&session, &account) {
+        if !self.account_fits(&session, &account).await? {
             return Err(ApiError::bad_request(OAuthErrorCode::AccountMismatch));
         }
-        // Consumed once: of two polls racing here, one gets the sign-in, the other nothing.
-        let Some(pending) = devices.pending.remove(&key) else {
+        // Consumed once: of two polls racing here, on any replicas, one commits the delete
+        // of the version it read and gets the sign-in; the other finds it moved.
+        let Some((_, pending)) = read::<Pending>(records, &key).await.map_err(ApiError::store)? else {
             return Err(ApiError::bad_request(OAuthErrorCode::InvalidGrant));
         };
-        devices.by_user_code.remove(&pending.user_code);
-        let account_token = self.sign_in(client_id, &record.user, &session, &account, granted)?;
+        let consumed = Commit::new()
+            .delete(key.clone(), Expect::Version(version))
+            .delete(user_code_key(&pending.user_code), Expect::Any)
+            .apply(records)
+            .await
+            .map_err(ApiError::store)?;
+        if !consumed {
+            return Err(ApiError::bad_request(OAuthErrorCode::InvalidGrant));
+        }
+        let account_token = self
+            .sign_in(client_id, &record.user, &session, &account, granted)
+            .await?;
         self.issue(client_id, &session, thumbprint, Some(account_token)).await
     }
 
     /// Whether `user_code` names a pending, undecided code.
-    fn device_waiting(&self, user_code: &str) -> bool {
-        self.inner.devices.waiting(user_code, self.now()).is_some()
+    async fn device_waiting(&self, user_code: &str) -> Result<bool, StoreError> {
+        Ok(self.waiting(user_code).await?.is_some())
     }
 }
 
@@ -316,41 +398,22 @@ async fn authorize(State(company): State<ReferenceCompany>, headers: HeaderMap, 
         }
         let now = company.now();
         let device_code = company.random_token("dev");
-        let key = token_hash(&device_code);
+        let key = device_key(&device_code);
         let expires_at = now.plus(DEVICE_CODE_LIFETIME);
-        let devices = &company.inner.devices;
-        devices
-            .per_client
-            .add(&client_id, key, expires_at)
-            .map_err(ApiError::store)?;
-        // A user code is never that of another live code: a collision draws again.
-        let mut user_code = company.user_code();
-        let mut draws = 1;
-        while !devices
-            .by_user_code
-            .insert_once(user_code.clone(), key, expires_at)
-            .map_err(ApiError::store)?
-        {
-            if draws == 8 {
-                return Err(ApiError::store(StoreError::Full));
-            }
-            user_code = company.user_code();
-            draws += 1;
-        }
         let interval = company.inner.config.device_interval;
         let pending = Pending {
-            client_id,
-            user_code: user_code.clone(),
+            client_id: client_id.clone(),
+            user_code: String::new(),
             scopes: requested,
             expires_at,
             interval,
             next_poll: now.plus(i64::try_from(interval).unwrap_or(5)),
             decision: Decision::Waiting,
         };
-        if let Err(error) = devices.pending.insert(key, pending, expires_at.plus(EXPIRED_CODE_KEPT)) {
-            devices.by_user_code.remove(&user_code);
-            return Err(ApiError::store(error));
-        }
+        let user_code = company
+            .store_pending(&client_id, &key, pending)
+            .await
+            .map_err(ApiError::store)?;
         let base = &company.inner.base;
         Ok(json_response(
             StatusCode::OK,
@@ -474,8 +537,16 @@ async fn decide(
     if !csrf_ok {
         return page(StatusCode::FORBIDDEN, "This request did not come from this site.");
     }
+    let busy = |error: StoreError| {
+        too_many_attempts(
+            page(StatusCode::SERVICE_UNAVAILABLE, "The site is busy. Try again shortly."),
+            error.retry_after().parse().unwrap_or(5),
+        )
+    };
     if field("decision") == "deny" {
-        company.deny_device(&user_code);
+        if let Err(error) = company.deny_device(&user_code).await {
+            return busy(error);
+        }
         return page(StatusCode::OK, "Nothing was approved. You can close this page.");
     }
     if field("decision") != "approve" {
@@ -487,17 +558,25 @@ async fn decide(
             "This code is unknown or has expired. Nothing was approved.",
         )
     };
-    if !company.device_waiting(&user_code) {
-        return unknown_code();
+    match company.device_waiting(&user_code).await {
+        Ok(true) => {}
+        Ok(false) => return unknown_code(),
+        Err(error) => return busy(error),
     }
     let username = field("username");
     let address = peer.map_or_else(|| "unknown".to_owned(), |Extension(ConnectInfo(a))| a.ip().to_string());
-    let devices = &company.inner.devices;
-    if let Err(wait) = devices
-        .address_attempts
-        .attempt(&address)
-        .and_then(|()| devices.account_attempts.attempt(username))
-    {
+    let counts = [
+        (format!("attempts-address:{address}"), ADDRESS_ATTEMPTS),
+        (
+            format!("attempts-account:{}", URL_SAFE_NO_PAD.encode(token_hash(username))),
+            ACCOUNT_ATTEMPTS,
+        ),
+    ];
+    let counted = match company.attempt(&counts).await {
+        Ok(counted) => counted,
+        Err(error) => return busy(error),
+    };
+    if let Err(wait) = counted {
         tracing::warn!("device sign-in attempts throttled");
         return too_many_attempts(
             page(
@@ -531,7 +610,7 @@ async fn decide(
     let Some(account) = account else {
         return unknown_code();
     };
-    match company.approve_device(&user_code, &account.id, None) {
+    match company.approve_device(&user_code, &account.id, None).await {
         Ok(()) => page(StatusCode::OK, "Your agent is signed in. You can close this page."),
         Err(_) => unknown_code(),
     }

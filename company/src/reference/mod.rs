@@ -20,7 +20,7 @@ mod website;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -34,19 +34,78 @@ use zeroize::Zeroizing;
 
 pub use self::config::{AccountConfig, CompanyConfig, ConfigError, ProposalConfig, ReadConfig, ScopeConfig};
 use self::device::Devices;
-pub use self::device::{ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, DEVICE_CODE_CAPACITY, PENDING_PER_CLIENT};
-use self::operations::Operations;
-pub use self::operations::{OPERATION_CAPACITY, OPERATION_RETENTION, OPERATIONS_PER_ACCOUNT};
+pub use self::device::{ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, PENDING_PER_CLIENT};
+pub use self::operations::{OPERATION_RETENTION, OPERATIONS_PER_ACCOUNT};
 use self::protocol::ApiError;
-use self::token::Tokens;
-pub use self::token::{SESSION_TOKENS_PER_SESSION, TOKEN_CAPACITY};
+pub use self::token::SESSION_TOKENS_PER_SESSION;
 use crate::browser_session::{BROWSER_SESSION_PATH, BrowserSession, browser_session_router};
 use crate::client::ClientRegistry;
+use crate::records::{MemoryRecords, Records};
 use crate::replay::{MemoryReplayGuard, ReplayGuard, ReplayKey};
-use crate::session::MemorySessionDirectory;
-use crate::store::{Bounded, WhenFull};
+use crate::session::RecordSessions;
 use crate::verify::{Verifier, VerifierParts};
-use crate::web_cookie::MemoryCookieBindings;
+use crate::web_cookie::{CookieBindings, MemoryCookieBindings};
+
+/// Most records the in-memory reference company holds (Sessions, tokens, device codes,
+/// operations, idempotency answers, attempt counts together); past it new ones are refused
+/// with 429 until expired ones are swept.
+pub const RECORD_CAPACITY: usize = 2_000_000;
+
+/// Where the reference company keeps what it knows: versioned records, replay marks and cookie
+/// bindings. In this process ([`CompanyStores::in_memory`]), or in Redis for several replicas
+/// (`CompanyStores::redis`, feature `redis`).
+#[derive(Clone)]
+pub struct CompanyStores {
+    records: Arc<dyn Records>,
+    replay: Arc<dyn ReplayGuard>,
+    cookies: Arc<dyn CookieBindings>,
+    /// The embedded stores, which expired records leave only when swept.
+    memory: Option<MemoryStores>,
+}
+
+#[derive(Clone)]
+struct MemoryStores {
+    records: Arc<MemoryRecords>,
+    replay: MemoryReplayGuard,
+    cookies: MemoryCookieBindings,
+}
+
+impl CompanyStores {
+    /// Everything in this process, bounded (see [`crate::limits`]).
+    pub fn in_memory(clock: Arc<dyn Clock>) -> Self {
+        let memory = MemoryStores {
+            records: Arc::new(MemoryRecords::new(RECORD_CAPACITY, clock.clone())),
+            replay: MemoryReplayGuard::new(clock.clone()),
+            cookies: MemoryCookieBindings::new(clock),
+        };
+        Self {
+            records: memory.records.clone(),
+            replay: Arc::new(memory.replay.clone()),
+            cookies: Arc::new(memory.cookies.clone()),
+            memory: Some(memory),
+        }
+    }
+
+    /// Everything in Redis, shared by every replica given the same store.
+    #[cfg(feature = "redis")]
+    pub fn redis(store: &crate::RedisStore) -> Self {
+        let store = Arc::new(store.clone());
+        Self {
+            records: store.clone(),
+            replay: store.clone(),
+            cookies: store,
+            memory: None,
+        }
+    }
+}
+
+impl fmt::Debug for CompanyStores {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompanyStores")
+            .field("records", &self.records)
+            .finish_non_exhaustive()
+    }
+}
 
 /// The reference company's state. Cheap to clone.
 #[derive(Clone)]
@@ -60,14 +119,10 @@ struct Inner {
     clock: Arc<dyn Clock>,
     rng: Arc<dyn Rng>,
     clients: Arc<dyn ClientRegistry>,
-    sessions: MemorySessionDirectory,
-    replay: MemoryReplayGuard,
+    stores: CompanyStores,
+    sessions: RecordSessions,
     browser: BrowserSession,
-    cookies: MemoryCookieBindings,
-    tokens: Mutex<Tokens>,
     devices: Devices,
-    operations: Mutex<Operations>,
-    idempotency: Bounded<[u8; 32], api::Remembered>,
     /// Keys the device page's CSRF tokens.
     csrf_key: Zeroizing<[u8; 32]>,
     /// What the operator API asks of its callers.
@@ -75,16 +130,28 @@ struct Inner {
 }
 
 impl ReferenceCompany {
-    /// A company from its configuration, with injected time, randomness and client resolution.
+    /// A company from its configuration, with injected time, randomness and client resolution,
+    /// keeping everything in this process.
     pub fn new(
         config: CompanyConfig,
         clock: Arc<dyn Clock>,
         rng: Arc<dyn Rng>,
         clients: Arc<dyn ClientRegistry>,
     ) -> Self {
+        let stores = CompanyStores::in_memory(clock.clone());
+        Self::with_stores(config, clock, rng, clients, stores)
+    }
+
+    /// A company keeping what it knows in `stores`: replicas given the same Redis store agree.
+    pub fn with_stores(
+        config: CompanyConfig,
+        clock: Arc<dyn Clock>,
+        rng: Arc<dyn Rng>,
+        clients: Arc<dyn ClientRegistry>,
+        stores: CompanyStores,
+    ) -> Self {
         let base = config.base();
-        let sessions = MemorySessionDirectory::new(clock.clone(), rng.clone());
-        let replay = MemoryReplayGuard::new(clock.clone());
+        let sessions = RecordSessions::new(stores.records.clone(), clock.clone(), rng.clone());
         let endpoint = pap_shared::HttpsUrl::parse(&format!("{base}{BROWSER_SESSION_PATH}"))
             .expect("https://{a valid domain}/poppy/browser-session is a valid HTTPS URL");
         let verifier = Verifier::new(VerifierParts {
@@ -93,12 +160,9 @@ impl ReferenceCompany {
             clock: clock.clone(),
             clients: clients.clone(),
             sessions: Arc::new(sessions.clone()),
-            replay: Arc::new(replay.clone()),
+            replay: stores.replay.clone(),
         });
-        let cookies = MemoryCookieBindings::new(clock.clone());
-        let browser = BrowserSession::new(verifier, Arc::new(cookies.clone()), rng.clone());
-        let devices = Devices::new(clock.clone());
-        let idempotency = Bounded::new(api::IDEMPOTENCY_CAPACITY, WhenFull::Evict, clock.clone());
+        let browser = BrowserSession::new(verifier, stores.cookies.clone(), rng.clone());
         let mut csrf_key = Zeroizing::new([0u8; 32]);
         rng.fill(csrf_key.as_mut());
         let mut credential = Zeroizing::new([0u8; 32]);
@@ -111,18 +175,19 @@ impl ReferenceCompany {
                 clock,
                 rng,
                 clients,
+                stores,
                 sessions,
-                replay,
                 browser,
-                cookies,
-                tokens: Mutex::default(),
-                devices,
-                operations: Mutex::default(),
-                idempotency,
+                devices: Devices::new(),
                 csrf_key,
                 operator_credential,
             }),
         }
+    }
+
+    /// Where its records live.
+    pub(crate) fn records(&self) -> &dyn Records {
+        self.inner.stores.records.as_ref()
     }
 
     /// The configuration.
@@ -130,8 +195,8 @@ impl ReferenceCompany {
         &self.inner.config
     }
 
-    /// The Session directory (for tests and operators).
-    pub fn sessions(&self) -> &MemorySessionDirectory {
+    /// The Sessions (for tests and operators).
+    pub fn sessions(&self) -> &RecordSessions {
         &self.inner.sessions
     }
 
@@ -161,34 +226,27 @@ impl ReferenceCompany {
         &self.inner.operator_credential
     }
 
-    /// Every store's record count, by name: what the week simulation and the load tool watch
-    /// return to their baseline once records expire.
-    pub fn store_sizes(&self) -> BTreeMap<&'static str, u64> {
-        let inner = &self.inner;
-        let mut sizes = BTreeMap::from([
-            ("sessions", inner.sessions.len()),
-            ("replay_marks", inner.replay.len()),
-            ("cookie_bindings", inner.cookies.len()),
-            ("idempotency_keys", inner.idempotency.len()),
-        ]);
-        sizes.extend(inner.devices.sizes());
-        sizes.extend(lock(&inner.tokens).sizes());
-        sizes.extend(lock(&inner.operations).sizes());
+    /// Every store's record count, by kind: what the week simulation and the load tool watch
+    /// return to their baseline once records expire. Empty over Redis, where every key expires
+    /// on its own.
+    pub fn store_sizes(&self) -> BTreeMap<String, u64> {
+        let Some(memory) = &self.inner.stores.memory else {
+            return BTreeMap::new();
+        };
+        let mut sizes: BTreeMap<String, u64> = memory.records.sizes().into_iter().collect();
+        sizes.insert("replay_marks".into(), memory.replay.len());
+        sizes.insert("cookie_bindings".into(), memory.cookies.len());
         sizes
     }
 
-    /// Drops every expired record of every store. moka drops its records as real time passes
-    /// on its own; the maps of tokens and operations need this, and so does a test's clock.
+    /// Drops every expired record of the embedded stores. moka drops its records as real time
+    /// passes on its own; the records need this, and so does a test's clock.
     pub fn sweep(&self) {
-        let inner = &self.inner;
-        let now = self.now();
-        inner.sessions.sweep();
-        inner.replay.sweep();
-        inner.cookies.sweep();
-        inner.idempotency.sweep();
-        inner.devices.sweep();
-        lock(&inner.tokens).sweep(now);
-        lock(&inner.operations).sweep(now);
+        if let Some(memory) = &self.inner.stores.memory {
+            memory.records.sweep();
+            memory.replay.sweep();
+            memory.cookies.sweep();
+        }
     }
 
     /// Sweeps every `every` on a task of its own, until the company is dropped.
@@ -258,6 +316,7 @@ impl ReferenceCompany {
         let key = ReplayKey::of("dpop", &verified.thumbprint, &verified.jti);
         let first = self
             .inner
+            .stores
             .replay
             .mark_once(key, verified.iat.plus(pap_shared::DPOP_IAT_WINDOW))
             .await
@@ -286,11 +345,6 @@ impl FromRef<ReferenceCompany> for BrowserSession {
 /// SHA-256 of a token: what the stores keep instead of the token.
 fn token_hash(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Critical sections are short map updates that leave the maps consistent.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The scopes of a space-separated `scope` parameter, in order, without duplicates.

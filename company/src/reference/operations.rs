@@ -1,26 +1,29 @@
 //! Operations v1: the store (propose, read, confirm at most once, cancel) and the operations
 //! endpoint `/poppy/operations/{id}[/confirm|/cancel]`.
 //!
-//! Confirmation is one compare-and-set under the store's lock: of any number of confirms,
-//! through the endpoint or the website, concurrent or not, exactly one moves the operation out
-//! of `proposed` and performs it (OPS-6-02); the others read it unchanged.
-
-use std::collections::HashMap;
+//! Confirmation is one commit against the version read (a compare-and-set in the records, in
+//! this process or in Redis): of any number of confirms, through the endpoint or the website,
+//! on any replicas, exactly one moves the operation out of `proposed` and performs it
+//! (OPS-6-02); the others read it moved and answer it unchanged.
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use pap_shared::{
     ClientId, Confirmation, OAuthErrorCode, Operation, OperationResult, OperationState, PairwiseUserId, UnixTime,
 };
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::ReferenceCompany;
 use super::caller::Caller;
 use super::protocol::{ApiError, json_response, read_json};
-use super::{ReferenceCompany, lock};
+use crate::records::{self, Commit, Expect, expect_of, retrying};
 use crate::store::StoreError;
 
 /// A proposal stays confirmable for 15 minutes.
@@ -34,11 +37,9 @@ pub const OPERATION_RETENTION: i64 = 7 * 86_400;
 /// it, a new proposal is refused with 429 until old records go.
 pub const OPERATIONS_PER_ACCOUNT: usize = 1_000;
 
-/// Most operation records held at once; past it, new proposals are refused with 429.
-pub const OPERATION_CAPACITY: usize = 1_000_000;
-
-/// Who may see an operation, what it needs, and how often it was performed.
-#[derive(Clone, Debug)]
+/// Who may see an operation, what it needs, and how often it was performed (key
+/// `operation:{id}`), kept [`OPERATION_RETENTION`] after the proposal.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Record {
     operation: Operation,
     client_id: ClientId,
@@ -55,8 +56,8 @@ struct Record {
 impl Record {
     /// Who proposed what: two proposals with the same key are the same operation while it is
     /// proposed (OPS-4-01).
-    fn proposal_key(&self) -> ProposalKey {
-        ProposalKey::of(
+    fn proposal_key(&self) -> String {
+        proposal_key(
             &self.client_id,
             &self.user,
             &self.account,
@@ -66,76 +67,30 @@ impl Record {
     }
 }
 
-/// A digest of (client, user, account, action, summary).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct ProposalKey([u8; 32]);
-
-impl ProposalKey {
-    fn of(client_id: &ClientId, user: &PairwiseUserId, account: &str, action: &str, summary: &str) -> Self {
-        use sha2::{Digest, Sha256};
-        let mut digest = Sha256::new();
-        for part in [client_id.as_str(), user.as_str(), account, action, summary] {
-            digest.update(part.len().to_be_bytes());
-            digest.update(part.as_bytes());
-        }
-        Self(digest.finalize().into())
-    }
+fn operation_key(id: &str) -> String {
+    format!("operation:{id}")
 }
 
-/// The operations, by id, with an index of the proposed ones (so a proposal is found without a
-/// scan) and a count per account (so no account fills the store).
-#[derive(Default)]
-pub(crate) struct Operations {
-    records: HashMap<String, Record>,
-    proposed: HashMap<ProposalKey, String>,
-    per_account: HashMap<String, usize>,
+/// The index of a proposal (key `proposal:{digest of client, user, account, action, summary}`),
+/// naming the operation while it is proposed: found without a scan.
+fn proposal_key(client_id: &ClientId, user: &PairwiseUserId, account: &str, action: &str, summary: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut digest = Sha256::new();
+    for part in [client_id.as_str(), user.as_str(), account, action, summary] {
+        digest.update(part.len().to_be_bytes());
+        digest.update(part.as_bytes());
+    }
+    format!("proposal:{}", URL_SAFE_NO_PAD.encode(digest.finalize()))
 }
 
-impl Operations {
-    /// Drops every record past its retention.
-    pub(crate) fn sweep(&mut self, now: UnixTime) {
-        let Self {
-            records,
-            proposed,
-            per_account,
-        } = self;
-        records.retain(|id, record| {
-            if now < record.kept_until {
-                return true;
-            }
-            let key = record.proposal_key();
-            if proposed.get(&key) == Some(id) {
-                proposed.remove(&key);
-            }
-            if let Some(count) = per_account.get_mut(&record.account) {
-                *count = count.saturating_sub(1);
-                if *count == 0 {
-                    per_account.remove(&record.account);
-                }
-            }
-            false
-        });
-    }
-
-    /// How many records it holds: operations, indexed proposals, accounts.
-    pub(crate) fn sizes(&self) -> [(&'static str, u64); 3] {
-        let n = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-        [
-            ("operations", n(self.records.len())),
-            ("proposed_index", n(self.proposed.len())),
-            ("operation_accounts", n(self.per_account.len())),
-        ]
-    }
-
-    /// Leaves the index when a record stops being proposed.
-    fn settled(&mut self, id: &str) {
-        if let Some(record) = self.records.get(id) {
-            let key = record.proposal_key();
-            if self.proposed.get(&key).is_some_and(|indexed| indexed == id) {
-                self.proposed.remove(&key);
-            }
-        }
-    }
+/// An account's operations (key `account-operations:{digest}`), at most
+/// [`OPERATIONS_PER_ACCOUNT`] within their retention.
+fn account_operations_key(account: &str) -> String {
+    use sha2::{Digest, Sha256};
+    format!(
+        "account-operations:{}",
+        URL_SAFE_NO_PAD.encode(Sha256::digest(account.as_bytes()))
+    )
 }
 
 /// What a proposing API call asks for.
@@ -151,6 +106,8 @@ pub(crate) struct NewOperation<'a> {
 /// Why a confirm or cancel was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum ConfirmError {
+    /// The store could not answer: nothing was changed.
+    Store(StoreError),
     NotFound,
     SignInRequired,
     InsufficientScope(String),
@@ -162,6 +119,7 @@ pub(crate) enum ConfirmError {
 impl ConfirmError {
     pub(crate) fn code(&self) -> OAuthErrorCode {
         match self {
+            Self::Store(_) => OAuthErrorCode::TemporarilyUnavailable,
             Self::NotFound => OAuthErrorCode::OperationNotFound,
             Self::SignInRequired => OAuthErrorCode::SignInRequired,
             Self::InsufficientScope(_) => OAuthErrorCode::InsufficientScope,
@@ -173,6 +131,8 @@ impl ConfirmError {
 
     pub(crate) fn status(&self) -> StatusCode {
         match self {
+            Self::Store(StoreError::Full) => StatusCode::TOO_MANY_REQUESTS,
+            Self::Store(StoreError::Unavailable) => StatusCode::SERVICE_UNAVAILABLE,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::SignInRequired | Self::InsufficientScope(_) | Self::UserApprovalRequired => StatusCode::FORBIDDEN,
             Self::TermsChanged(_) => StatusCode::CONFLICT,
@@ -190,6 +150,7 @@ impl ConfirmError {
                 ApiError::challenge(status, OAuthErrorCode::InsufficientScope).with_scope(scope)
             }
             Self::SignInRequired => ApiError::challenge(status, OAuthErrorCode::SignInRequired),
+            Self::Store(error) => ApiError::store(error),
             other => ApiError::new(status, other.code()),
         }
     }
@@ -206,78 +167,85 @@ pub(crate) struct Viewer<'a> {
 impl ReferenceCompany {
     /// Proposes an operation, or returns the same one when the same action is still proposed
     /// for the same account (OPS-4-01).
-    pub(crate) fn propose_operation(&self, new: NewOperation<'_>) -> Result<Operation, StoreError> {
-        let now = self.now();
+    pub(crate) async fn propose_operation(&self, new: NewOperation<'_>) -> Result<Operation, StoreError> {
         let account = new.caller.record.account.clone().unwrap_or_default();
-        let key = ProposalKey::of(
+        let index_key = proposal_key(
             &new.caller.client_id,
             &new.caller.record.user,
             &account,
             new.action,
             &new.summary,
         );
-        let mut store = lock(&self.inner.operations);
-        let existing = store
-            .proposed
-            .get(&key)
-            .and_then(|id| store.records.get(id))
-            .filter(|r| r.operation.state == OperationState::Proposed && now < r.expires_at);
-        if let Some(record) = existing {
-            return Ok(record.operation.clone());
-        }
-        if store.records.len() >= OPERATION_CAPACITY
-            || store
-                .per_account
-                .get(&account)
-                .is_some_and(|n| *n >= OPERATIONS_PER_ACCOUNT)
-        {
-            return Err(StoreError::Full);
-        }
+        let list_key = account_operations_key(&account);
+        let records = self.records();
         let id = self.random_token("op");
-        let expires_at = now.plus(PROPOSAL_LIFETIME);
-        let operation = Operation {
-            operation_id: id.clone(),
-            revision: 1,
-            state: OperationState::Proposed,
-            summary: new.summary,
-            terms: Some(new.terms),
-            expires_at: Some(expires_at.to_rfc3339()),
-            user_approval_required: new.user_approval_required,
-            url: Some(format!("{}/operations/{id}", self.inner.base)),
-            confirmation: None,
-            result: None,
-        };
-        *store.per_account.entry(account.clone()).or_default() += 1;
-        store.proposed.insert(key, id.clone());
-        store.records.insert(
-            id,
-            Record {
+        retrying(|| async {
+            let now = self.now();
+            let index = records::read::<String>(records, &index_key).await?;
+            if let Some((_, existing)) = &index
+                && let Some((_, record)) = records::read::<Record>(records, &operation_key(existing)).await?
+                && record.operation.state == OperationState::Proposed
+                && now < record.expires_at
+            {
+                return Ok(Some(record.operation));
+            }
+            let held = records::read::<Vec<(String, UnixTime)>>(records, &list_key).await?;
+            let mut live: Vec<(String, UnixTime)> = held
+                .as_ref()
+                .map(|(_, list)| list.iter().filter(|(_, until)| now < *until).cloned().collect())
+                .unwrap_or_default();
+            if live.len() >= OPERATIONS_PER_ACCOUNT {
+                return Err(StoreError::Full);
+            }
+            let expires_at = now.plus(PROPOSAL_LIFETIME);
+            let kept_until = now.plus(OPERATION_RETENTION);
+            live.push((id.clone(), kept_until));
+            let operation = Operation {
+                operation_id: id.clone(),
+                revision: 1,
+                state: OperationState::Proposed,
+                summary: new.summary.clone(),
+                terms: Some(new.terms.clone()),
+                expires_at: Some(expires_at.to_rfc3339()),
+                user_approval_required: new.user_approval_required,
+                url: Some(format!("{}/operations/{id}", self.inner.base)),
+                confirmation: None,
+                result: None,
+            };
+            let record = Record {
                 operation: operation.clone(),
                 client_id: new.caller.client_id.clone(),
                 user: new.caller.record.user.clone(),
-                account,
+                account: account.clone(),
                 action: new.action.to_owned(),
-                scopes: new.scopes,
+                scopes: new.scopes.clone(),
                 expires_at,
-                kept_until: now.plus(OPERATION_RETENTION),
+                kept_until,
                 performed: 0,
-            },
-        );
-        Ok(operation)
+            };
+            let committed = Commit::new()
+                .put(operation_key(&id), Expect::Absent, &record, kept_until)
+                .put(index_key.clone(), expect_of(&index), &id, expires_at)
+                .put(list_key.clone(), expect_of(&held), &live, kept_until)
+                .apply(records)
+                .await?;
+            Ok(committed.then_some(operation))
+        })
+        .await
     }
 
     /// The operation as `viewer` may see it: another client's or user's, or one proposed under
     /// another account, is not found; a signed-out viewer must sign in. A proposal past its
     /// expiry turns `expired` first.
-    pub(crate) fn read_operation(&self, id: &str, viewer: &Viewer<'_>) -> Result<Operation, ConfirmError> {
-        let now = self.now();
-        let mut store = lock(&self.inner.operations);
-        let record = usable(&mut store, id, viewer, now)?;
-        Ok(record.operation.clone())
+    pub(crate) async fn read_operation(&self, id: &str, viewer: &Viewer<'_>) -> Result<Operation, ConfirmError> {
+        self.change_operation(id, viewer, |_| Ok(())).await
     }
 
-    /// Confirms `revision` as `approved_by`, performing the operation at most once.
-    pub(crate) fn confirm_operation(
+    /// Confirms `revision` as `approved_by`, performing the operation at most once: of any
+    /// number of confirms, through the endpoint or the website, on any replicas, exactly one
+    /// commits the move out of `proposed` (OPS-6-02); the others read it moved and answer it
+    /// unchanged.
+    pub(crate) async fn confirm_operation(
         &self,
         id: &str,
         viewer: &Viewer<'_>,
@@ -285,72 +253,123 @@ impl ReferenceCompany {
         approved_by: &str,
     ) -> Result<Operation, ConfirmError> {
         let now = self.now();
-        let mut store = lock(&self.inner.operations);
-        let record = usable(&mut store, id, viewer, now)?;
-        if let Some(missing) = record.scopes.iter().find(|s| !viewer.scopes.contains(s)) {
-            return Err(ConfirmError::InsufficientScope(missing.clone()));
-        }
-        if record.operation.state != OperationState::Proposed {
-            // Already confirmed (or final): the same record, unchanged, performed no second time.
-            return Ok(record.operation.clone());
-        }
-        if revision != Some(record.operation.revision) {
-            return Err(ConfirmError::TermsChanged(Box::new(record.operation.clone())));
-        }
-        if approved_by != "user" && approved_by != "standing_permission" {
-            return Err(ConfirmError::InvalidRequest);
-        }
-        if approved_by == "standing_permission" && record.operation.user_approval_required {
-            return Err(ConfirmError::UserApprovalRequired);
-        }
-        // The compare-and-set: proposed -> performed, under the lock.
-        record.operation.confirmation = Some(Confirmation {
-            revision: record.operation.revision,
-            approved_by: approved_by.to_owned(),
-            confirmed_at: now.to_rfc3339(),
-        });
-        record.operation.expires_at = None;
-        record.performed += 1;
-        record.operation.state = OperationState::Succeeded;
-        record.operation.result = Some(OperationResult {
-            summary: format!("Done: {}", record.operation.summary),
-        });
-        tracing::info!(operation = %record.operation.operation_id, approved_by, "operation performed");
-        let operation = record.operation.clone();
-        store.settled(id);
-        Ok(operation)
+        self.change_operation(id, viewer, |record| {
+            if let Some(missing) = record.scopes.iter().find(|s| !viewer.scopes.contains(s)) {
+                return Err(ConfirmError::InsufficientScope(missing.clone()));
+            }
+            if record.operation.state != OperationState::Proposed {
+                // Already confirmed (or final): the same record, unchanged, performed no second time.
+                return Ok(());
+            }
+            if revision != Some(record.operation.revision) {
+                return Err(ConfirmError::TermsChanged(Box::new(record.operation.clone())));
+            }
+            if approved_by != "user" && approved_by != "standing_permission" {
+                return Err(ConfirmError::InvalidRequest);
+            }
+            if approved_by == "standing_permission" && record.operation.user_approval_required {
+                return Err(ConfirmError::UserApprovalRequired);
+            }
+            record.operation.confirmation = Some(Confirmation {
+                revision: record.operation.revision,
+                approved_by: approved_by.to_owned(),
+                confirmed_at: now.to_rfc3339(),
+            });
+            record.operation.expires_at = None;
+            record.performed += 1;
+            record.operation.state = OperationState::Succeeded;
+            record.operation.result = Some(OperationResult {
+                summary: format!("Done: {}", record.operation.summary),
+            });
+            Ok(())
+        })
+        .await
+        .inspect(|operation| {
+            if operation
+                .confirmation
+                .as_ref()
+                .is_some_and(|c| c.confirmed_at == now.to_rfc3339())
+            {
+                tracing::info!(operation = %operation.operation_id, approved_by, "operation performed");
+            }
+        })
     }
 
     /// Cancels a proposed operation; a final one is returned unchanged.
-    pub(crate) fn cancel_operation(&self, id: &str, viewer: &Viewer<'_>) -> Result<Operation, ConfirmError> {
-        let now = self.now();
-        let mut store = lock(&self.inner.operations);
-        let record = usable(&mut store, id, viewer, now)?;
-        if record.operation.state == OperationState::Proposed {
-            record.operation.state = OperationState::Cancelled;
-            record.operation.expires_at = None;
-            record.operation.result = Some(OperationResult {
-                summary: "Nothing was changed.".into(),
-            });
-        }
-        let operation = record.operation.clone();
-        store.settled(id);
-        Ok(operation)
+    pub(crate) async fn cancel_operation(&self, id: &str, viewer: &Viewer<'_>) -> Result<Operation, ConfirmError> {
+        self.change_operation(id, viewer, |record| {
+            if record.operation.state == OperationState::Proposed {
+                record.operation.state = OperationState::Cancelled;
+                record.operation.expires_at = None;
+                record.operation.result = Some(OperationResult {
+                    summary: "Nothing was changed.".into(),
+                });
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// How many times the operation was performed (the operator API).
-    pub fn performed(&self, id: &str) -> Option<u32> {
-        lock(&self.inner.operations).records.get(id).map(|r| r.performed)
+    pub async fn performed(&self, id: &str) -> Result<Option<u32>, StoreError> {
+        Ok(records::read::<Record>(self.records(), &operation_key(id))
+            .await?
+            .map(|(_, r)| r.performed))
+    }
+
+    /// Reads the operation as `viewer` may see it (expiring a stale proposal), lets `change`
+    /// decide, and commits what changed against the version read: a writer that moved it first
+    /// makes this read again. The operation as it now stands.
+    async fn change_operation(
+        &self,
+        id: &str,
+        viewer: &Viewer<'_>,
+        change: impl Fn(&mut Record) -> Result<(), ConfirmError>,
+    ) -> Result<Operation, ConfirmError> {
+        let records = self.records();
+        let key = operation_key(id);
+        retrying(|| async {
+            let now = self.now();
+            let Some((version, mut record)) = records::read::<Record>(records, &key).await? else {
+                return Ok(Some(Err(ConfirmError::NotFound)));
+            };
+            if let Err(refused) = visible(&record, viewer) {
+                return Ok(Some(Err(refused)));
+            }
+            let before = record.operation.clone();
+            if record.operation.state == OperationState::Proposed && now >= record.expires_at {
+                record.operation.state = OperationState::Expired;
+                record.operation.expires_at = None;
+                record.operation.result = Some(OperationResult {
+                    summary: "Nothing was changed; the proposal expired.".into(),
+                });
+            }
+            if let Err(refused) = change(&mut record) {
+                return Ok(Some(Err(refused)));
+            }
+            if record.operation == before {
+                return Ok(Some(Ok(record.operation)));
+            }
+            let mut commit = Commit::new().put(key.clone(), Expect::Version(version), &record, record.kept_until);
+            if record.operation.state != OperationState::Proposed {
+                // Settled: it leaves the proposal index (if the index still names it).
+                let index_key = record.proposal_key();
+                if let Some((index_version, indexed)) = records::read::<String>(records, &index_key).await?
+                    && indexed == id
+                {
+                    commit = commit.delete(index_key, Expect::Version(index_version));
+                }
+            }
+            Ok(commit.apply(records).await?.then_some(Ok(record.operation)))
+        })
+        .await
+        .map_err(ConfirmError::Store)?
     }
 }
 
-fn usable<'a>(
-    store: &'a mut Operations,
-    id: &str,
-    viewer: &Viewer<'_>,
-    now: UnixTime,
-) -> Result<&'a mut Record, ConfirmError> {
-    let record = store.records.get_mut(id).ok_or(ConfirmError::NotFound)?;
+/// Whether `viewer` may see `record`: another client's or user's is not found, a signed-out
+/// viewer must sign in, another account's is not found.
+fn visible(record: &Record, viewer: &Viewer<'_>) -> Result<(), ConfirmError> {
     if &record.client_id != viewer.client_id || &record.user != viewer.user {
         return Err(ConfirmError::NotFound);
     }
@@ -360,14 +379,7 @@ fn usable<'a>(
     if account != record.account {
         return Err(ConfirmError::NotFound);
     }
-    if record.operation.state == OperationState::Proposed && now >= record.expires_at {
-        record.operation.state = OperationState::Expired;
-        record.operation.expires_at = None;
-        record.operation.result = Some(OperationResult {
-            summary: "Nothing was changed; the proposal expired.".into(),
-        });
-    }
-    Ok(record)
+    Ok(())
 }
 
 pub(super) fn routes() -> Router<ReferenceCompany> {
@@ -422,6 +434,7 @@ async fn read(
         let caller = endpoint_caller(&company, &headers, &method, &uri).await?;
         company
             .read_operation(&id, &viewer(&caller))
+            .await
             .map_err(ConfirmError::into_api_error)
     };
     result
@@ -449,9 +462,9 @@ async fn act(
                     .and_then(Value::as_u64)
                     .and_then(|r| u32::try_from(r).ok());
                 let approved_by = body.get("approved_by").and_then(Value::as_str).unwrap_or("user");
-                company.confirm_operation(&id, &viewer, revision, approved_by)
+                company.confirm_operation(&id, &viewer, revision, approved_by).await
             }
-            "cancel" => company.cancel_operation(&id, &viewer),
+            "cancel" => company.cancel_operation(&id, &viewer).await,
             _ => Err(ConfirmError::NotFound),
         }
         .map_err(ConfirmError::into_api_error)

@@ -92,8 +92,14 @@ fn credential(headers: &HeaderMap) -> Option<String> {
 }
 
 async fn approve(State(company): State<ReferenceCompany>, Json(body): Json<Approve>) -> Response {
-    match company.approve_device(&body.user_code, &body.account, body.scopes) {
+    match company
+        .approve_device(&body.user_code, &body.account, body.scopes)
+        .await
+    {
         Ok(()) => json_response(StatusCode::OK, &json!({"approved": true})),
+        Err(error @ super::device::ApprovalError::Store(_)) => {
+            json_response(StatusCode::SERVICE_UNAVAILABLE, &json!({"error": error.to_string()}))
+        }
         Err(error) => json_response(StatusCode::NOT_FOUND, &json!({"error": error.to_string()})),
     }
 }
@@ -103,8 +109,9 @@ async fn stores(State(company): State<ReferenceCompany>) -> Response {
 }
 
 async fn performed(State(company): State<ReferenceCompany>, Path(id): Path<String>) -> Response {
-    match company.performed(&id) {
-        Some(count) => json_response(StatusCode::OK, &json!({"count": count})),
-        None => (StatusCode::NOT_FOUND, Json(json!({"error": "operation_not_found"}))).into_response(),
+    match company.performed(&id).await {
+        Ok(Some(count)) => json_response(StatusCode::OK, &json!({"count": count})),
+        Ok(None) => (StatusCode::NOT_FOUND, Json(json!({"error": "operation_not_found"}))).into_response(),
+        Err(_) => json_response(StatusCode::SERVICE_UNAVAILABLE, &json!({"error": "store_unavailable"})),
     }
 }

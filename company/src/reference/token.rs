@@ -6,6 +6,10 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::{Deserialize, Serialize};
+
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
@@ -18,14 +22,16 @@ use pap_shared::{
 use serde_json::json;
 
 use super::protocol::{ApiError, json_response, read_form};
-use super::{ReferenceCompany, lock, token_hash};
+use super::{ReferenceCompany, token_hash};
+use crate::records::{Commit, Expect, expect_of, read, retrying};
+use crate::session::{RecordSessions, SessionRecord};
 use crate::store::StoreError;
 
 /// Account Tokens live 90 days.
 const ACCOUNT_TOKEN_LIFETIME: i64 = 90 * 86_400;
 
-/// A Session Token's record.
-#[derive(Clone, Debug)]
+/// A Session Token's record (key `access:{hash}`), until the Session expires.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct AccessToken {
     pub(crate) session: SessionId,
     pub(crate) client_id: ClientId,
@@ -33,97 +39,53 @@ pub(crate) struct AccessToken {
     pub(crate) expires_at: UnixTime,
 }
 
-/// An Account Token's record. Tokens rotate: each refresh claims the presented token and mints
-/// the next one of the same sign-in ("family").
-#[derive(Clone, Debug)]
+/// An Account Token's record (key `account-token:{hash}`). Tokens rotate: each refresh claims
+/// the presented token and mints the next one of the same sign-in ("family").
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct AccountToken {
     client_id: ClientId,
     user: PairwiseUserId,
     account: String,
     scopes: Vec<String>,
-    family: u64,
+    family: String,
     claimed: bool,
     expires_at: UnixTime,
 }
 
-/// One sign-in: every Session signed in with any of its tokens, whether it was revoked, and
-/// until when one of its tokens may still be presented.
-#[derive(Clone, Debug)]
+/// One sign-in (key `family:{id}`): every Session signed in with any of its tokens, and
+/// whether it was revoked; kept while one of its tokens may still be presented.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Family {
     sessions: Vec<SessionId>,
     revoked: bool,
     kept_until: UnixTime,
 }
 
-/// Most token records (Session and Account Tokens together) held at once; past it, the token
-/// endpoint answers 429 until expired ones are swept.
-pub const TOKEN_CAPACITY: usize = 1_000_000;
-
 /// Most live Session Tokens one Session holds: a newer one ends the oldest (its agent asks
 /// again), so renewing in a loop holds no more.
 pub const SESSION_TOKENS_PER_SESSION: usize = 8;
 
-/// Token records, by SHA-256 of the token. One lock: a refresh and a revoke of the same
-/// sign-in are ordered by it, wholly (review L2).
-#[derive(Default)]
-pub(crate) struct Tokens {
-    access: HashMap<[u8; 32], AccessToken>,
-    /// Each Session's live Session Tokens, oldest first.
-    access_by_session: HashMap<SessionId, VecDeque<[u8; 32]>>,
-    account: HashMap<[u8; 32], AccountToken>,
-    families: HashMap<u64, Family>,
-    next_family: u64,
-    /// The account each Session was ever signed in to, until the Session expires: it may not
-    /// sign in to another one, even after signing out (PAP-4.8-03, PAP-4.8-04).
-    session_accounts: HashMap<SessionId, (String, UnixTime)>,
+fn access_key(token: &str) -> String {
+    format!("access:{}", URL_SAFE_NO_PAD.encode(token_hash(token)))
 }
 
-impl Tokens {
-    fn full(&self) -> bool {
-        self.access.len() + self.account.len() >= TOKEN_CAPACITY
-    }
+fn account_token_key(token: &str) -> String {
+    format!("account-token:{}", URL_SAFE_NO_PAD.encode(token_hash(token)))
+}
 
-    fn add_access(&mut self, hash: [u8; 32], token: AccessToken) {
-        let held = self.access_by_session.entry(token.session.clone()).or_default();
-        while held.len() >= SESSION_TOKENS_PER_SESSION {
-            if let Some(oldest) = held.pop_front() {
-                self.access.remove(&oldest);
-            }
-        }
-        held.push_back(hash);
-        self.access.insert(hash, token);
-    }
+fn family_key(family: &str) -> String {
+    format!("family:{family}")
+}
 
-    /// Drops every expired record.
-    pub(crate) fn sweep(&mut self, now: UnixTime) {
-        let Self {
-            access,
-            access_by_session,
-            account,
-            families,
-            session_accounts,
-            ..
-        } = self;
-        access.retain(|_, t| now < t.expires_at);
-        access_by_session.retain(|_, held| {
-            held.retain(|hash| access.contains_key(hash));
-            !held.is_empty()
-        });
-        account.retain(|_, t| now < t.expires_at);
-        families.retain(|_, f| now < f.kept_until);
-        session_accounts.retain(|_, (_, until)| now < *until);
-    }
+/// The Session's live Session Tokens, oldest first.
+fn session_tokens_key(session: &SessionId) -> String {
+    format!("session-tokens:{}", session.as_str())
+}
 
-    /// How many records it holds.
-    pub(crate) fn sizes(&self) -> [(&'static str, u64); 4] {
-        let n = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-        [
-            ("session_tokens", n(self.access.len())),
-            ("account_tokens", n(self.account.len())),
-            ("sign_in_families", n(self.families.len())),
-            ("session_accounts", n(self.session_accounts.len())),
-        ]
-    }
+/// The account a Session was ever signed in to, until the Session expires: it may not sign in
+/// to another one, even after signing out (PAP-4.8-03, PAP-4.8-04).
+fn session_account_key(session: &SessionId) -> String {
+    format!("session-account:{}", session.as_str())
 }
 
 pub(super) fn routes() -> Router<ReferenceCompany> {
@@ -184,6 +146,7 @@ impl ReferenceCompany {
                 .inner
                 .sessions
                 .start(client_id.clone(), user, self.inner.config.session_lifetime)
+                .await
                 .map_err(ApiError::store)?,
             Some(id) => {
                 let id = SessionId::parse(id).map_err(|_| ApiError::bad_request(OAuthErrorCode::InvalidSession))?;
@@ -195,7 +158,7 @@ impl ReferenceCompany {
                     return Err(ApiError::bad_request(OAuthErrorCode::InvalidSession));
                 }
                 // A renewal continues signed out.
-                self.inner.sessions.sign_out(&id);
+                self.inner.sessions.sign_out(&id).await.map_err(ApiError::store)?;
                 id
             }
         };
@@ -229,21 +192,34 @@ impl ReferenceCompany {
             .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidSession))?;
         let access_token = self.random_token("sat");
         let expires_in = record.expires_at.since(self.now()).max(1);
-        {
-            let mut tokens = lock(&self.inner.tokens);
-            if tokens.full() {
-                return Err(ApiError::store(StoreError::Full));
+        let token = AccessToken {
+            session: session.clone(),
+            client_id: client_id.clone(),
+            thumbprint: thumbprint.to_owned(),
+            expires_at: record.expires_at,
+        };
+        let records = self.records();
+        let list_key = session_tokens_key(session);
+        let new_key = access_key(&access_token);
+        retrying(|| async {
+            let held = read::<VecDeque<String>>(records, &list_key).await?;
+            let mut tokens = held.as_ref().map(|(_, list)| list.clone()).unwrap_or_default();
+            let mut commit = Commit::new();
+            while tokens.len() >= SESSION_TOKENS_PER_SESSION {
+                if let Some(oldest) = tokens.pop_front() {
+                    commit = commit.delete(oldest, Expect::Any);
+                }
             }
-            tokens.add_access(
-                token_hash(&access_token),
-                AccessToken {
-                    session: session.clone(),
-                    client_id: client_id.clone(),
-                    thumbprint: thumbprint.to_owned(),
-                    expires_at: record.expires_at,
-                },
-            );
-        }
+            tokens.push_back(new_key.clone());
+            let committed = commit
+                .put(list_key.clone(), expect_of(&held), &tokens, record.expires_at)
+                .put(new_key.clone(), Expect::Absent, &token, record.expires_at)
+                .apply(records)
+                .await?;
+            Ok(committed.then_some(()))
+        })
+        .await
+        .map_err(ApiError::store)?;
         let body = TokenResponse {
             access_token: SecretToken::new(access_token),
             token_type: "DPoP".to_owned(),
@@ -258,16 +234,17 @@ impl ReferenceCompany {
 
     /// Whether `session` may sign in to `account`: never to another account than the one it
     /// was ever signed in to.
-    pub(crate) fn account_fits(&self, session: &SessionId, account: &str) -> bool {
-        lock(&self.inner.tokens)
-            .session_accounts
-            .get(session)
-            .is_none_or(|(a, _)| a == account)
+    pub(crate) async fn account_fits(&self, session: &SessionId, account: &str) -> Result<bool, ApiError> {
+        let held = read::<String>(self.records(), &session_account_key(session))
+            .await
+            .map_err(ApiError::store)?;
+        Ok(held.is_none_or(|(_, a)| a == account))
     }
 
     /// Signs `session` (of `user`) in to `account` with `scopes` in a new sign-in family and
-    /// mints its first Account Token.
-    pub(crate) fn sign_in(
+    /// mints its first Account Token, in one commit with the Session's record: refused
+    /// (`account_mismatch`) if the Session was ever signed in to another account.
+    pub(crate) async fn sign_in(
         &self,
         client_id: &ClientId,
         user: &PairwiseUserId,
@@ -275,40 +252,61 @@ impl ReferenceCompany {
         account: &str,
         scopes: Vec<String>,
     ) -> Result<String, ApiError> {
-        let now = self.now();
-        let session_until = self.inner.sessions.get(session).map_or(now, |r| r.expires_at);
         let token = self.random_token("acct");
-        let expires_at = now.plus(ACCOUNT_TOKEN_LIFETIME);
-        let mut tokens = lock(&self.inner.tokens);
-        if tokens.full() {
-            return Err(ApiError::store(StoreError::Full));
-        }
-        let family = tokens.next_family;
-        tokens.next_family += 1;
-        tokens.families.insert(
-            family,
-            Family {
-                sessions: vec![session.clone()],
-                revoked: false,
-                kept_until: expires_at,
-            },
-        );
-        tokens
-            .session_accounts
-            .insert(session.clone(), (account.to_owned(), session_until));
-        tokens.account.insert(
-            token_hash(&token),
-            AccountToken {
-                client_id: client_id.clone(),
-                user: user.clone(),
-                account: account.to_owned(),
-                scopes: scopes.clone(),
-                family,
-                claimed: false,
-                expires_at,
-            },
-        );
-        self.inner.sessions.sign_in(session, account, scopes);
+        let family = self.random_token("fam");
+        let records = self.records();
+        retrying(|| async {
+            let now = self.now();
+            let expires_at = now.plus(ACCOUNT_TOKEN_LIFETIME);
+            let session_key = RecordSessions::key(session);
+            let Some((version, mut record)) = read::<SessionRecord>(records, &session_key).await? else {
+                return Ok(Some(Err(ApiError::bad_request(OAuthErrorCode::InvalidSession))));
+            };
+            let account_key = session_account_key(session);
+            let ever = read::<String>(records, &account_key).await?;
+            if ever.as_ref().is_some_and(|(_, a)| a != account) {
+                return Ok(Some(Err(ApiError::bad_request(OAuthErrorCode::AccountMismatch))));
+            }
+            record.account = Some(account.to_owned());
+            record.scopes.clone_from(&scopes);
+            let committed = Commit::new()
+                .put(
+                    family_key(&family),
+                    Expect::Absent,
+                    &Family {
+                        sessions: vec![session.clone()],
+                        revoked: false,
+                        kept_until: expires_at,
+                    },
+                    expires_at,
+                )
+                .put(
+                    account_token_key(&token),
+                    Expect::Absent,
+                    &AccountToken {
+                        client_id: client_id.clone(),
+                        user: user.clone(),
+                        account: account.to_owned(),
+                        scopes: scopes.clone(),
+                        family: family.clone(),
+                        claimed: false,
+                        expires_at,
+                    },
+                    expires_at,
+                )
+                .put(
+                    account_key.clone(),
+                    expect_of(&ever),
+                    &account.to_owned(),
+                    record.expires_at,
+                )
+                .put(session_key, Expect::Version(version), &record, record.expires_at)
+                .apply(records)
+                .await?;
+            Ok(committed.then_some(Ok(())))
+        })
+        .await
+        .map_err(ApiError::store)??;
         Ok(token)
     }
 
@@ -322,16 +320,19 @@ impl ReferenceCompany {
         thumbprint: &str,
     ) -> Result<Response, ApiError> {
         let invalid_grant = || ApiError::bad_request(OAuthErrorCode::InvalidGrant);
-        let presented = token_hash(form.get("refresh_token").ok_or_else(invalid_grant)?);
-        let grant = {
-            let tokens = lock(&self.inner.tokens);
-            let grant = tokens.account.get(&presented).cloned().ok_or_else(invalid_grant)?;
-            let family_revoked = tokens.families.get(&grant.family).is_none_or(|f| f.revoked);
-            if grant.claimed || family_revoked || self.now() >= grant.expires_at || &grant.client_id != client_id {
-                return Err(invalid_grant());
-            }
-            grant
-        };
+        let presented = form.get("refresh_token").ok_or_else(invalid_grant)?;
+        let records = self.records();
+        let (_, grant) = read::<AccountToken>(records, &account_token_key(presented))
+            .await
+            .map_err(ApiError::store)?
+            .ok_or_else(invalid_grant)?;
+        let family_revoked = read::<Family>(records, &family_key(&grant.family))
+            .await
+            .map_err(ApiError::store)?
+            .is_none_or(|(_, f)| f.revoked);
+        if grant.claimed || family_revoked || self.now() >= grant.expires_at || &grant.client_id != client_id {
+            return Err(invalid_grant());
+        }
         let session = form
             .get("session_id")
             .and_then(|s| SessionId::parse(s).ok())
@@ -343,7 +344,7 @@ impl ReferenceCompany {
         if &record.client_id != client_id || record.user != grant.user {
             return Err(ApiError::bad_request(OAuthErrorCode::InvalidSession));
         }
-        if !self.account_fits(&session, &grant.account) {
+        if !self.account_fits(&session, &grant.account).await? {
             return Err(ApiError::bad_request(OAuthErrorCode::AccountMismatch));
         }
         let requested = super::scopes(form.get("scope").map(String::as_str).unwrap_or_default());
@@ -356,87 +357,119 @@ impl ReferenceCompany {
             requested
         };
         let rotated = self.random_token("acct");
-        self.claim_and_sign_in(&presented, &grant, &session, record.expires_at, &rotated, scopes)?;
+        self.claim_and_sign_in(presented, &session, &rotated, scopes).await?;
         self.issue(client_id, &session, thumbprint, Some(rotated)).await
     }
 
-    /// The claim of a refresh, in one critical section with the sign-in it makes: exactly one
-    /// refresh wins the presented token, and only while its sign-in is neither revoked nor
-    /// expired, so a revoke that lands first leaves the Session signed out (review L2).
-    fn claim_and_sign_in(
+    /// The claim of a refresh, in one commit with the sign-in it makes and the family it
+    /// joins: exactly one refresh wins the presented token, and only while its sign-in is
+    /// neither revoked nor expired; a revoke that commits first moves the family, so the claim
+    /// reads again and finds it revoked, and the Session stays signed out (review L2).
+    async fn claim_and_sign_in(
         &self,
-        presented: &[u8; 32],
-        grant: &AccountToken,
+        presented: &str,
         session: &SessionId,
-        session_until: UnixTime,
         rotated: &str,
         scopes: Vec<String>,
     ) -> Result<(), ApiError> {
         let invalid_grant = || ApiError::bad_request(OAuthErrorCode::InvalidGrant);
-        let now = self.now();
-        let mut tokens = lock(&self.inner.tokens);
-        if tokens.full() {
-            return Err(ApiError::store(StoreError::Full));
-        }
-        let family_live = tokens.families.get(&grant.family).is_some_and(|f| !f.revoked);
-        let Some(old) = tokens
-            .account
-            .get_mut(presented)
-            .filter(|t| !t.claimed && now < t.expires_at && family_live)
-        else {
-            return Err(invalid_grant());
-        };
-        old.claimed = true;
-        let next = AccountToken {
-            scopes: scopes.clone(),
-            claimed: false,
-            expires_at: now.plus(ACCOUNT_TOKEN_LIFETIME),
-            ..grant.clone()
-        };
-        let next_until = next.expires_at;
-        tokens.account.insert(token_hash(rotated), next);
-        if let Some(family) = tokens.families.get_mut(&grant.family) {
-            family.kept_until = family.kept_until.max(next_until);
+        let records = self.records();
+        let presented_key = account_token_key(presented);
+        retrying(|| async {
+            let now = self.now();
+            let Some((token_version, mut old)) = read::<AccountToken>(records, &presented_key).await? else {
+                return Ok(Some(Err(invalid_grant())));
+            };
+            let family_key = family_key(&old.family);
+            let Some((family_version, mut family)) = read::<Family>(records, &family_key).await? else {
+                return Ok(Some(Err(invalid_grant())));
+            };
+            if old.claimed || now >= old.expires_at || family.revoked {
+                return Ok(Some(Err(invalid_grant())));
+            }
+            let session_key = RecordSessions::key(session);
+            let Some((session_version, mut record)) = read::<SessionRecord>(records, &session_key).await? else {
+                return Ok(Some(Err(ApiError::bad_request(OAuthErrorCode::InvalidSession))));
+            };
+            let account_key = session_account_key(session);
+            let ever = read::<String>(records, &account_key).await?;
+            old.claimed = true;
+            let next = AccountToken {
+                scopes: scopes.clone(),
+                claimed: false,
+                expires_at: now.plus(ACCOUNT_TOKEN_LIFETIME),
+                ..old.clone()
+            };
+            family.kept_until = family.kept_until.max(next.expires_at);
             if !family.sessions.contains(session) {
                 family.sessions.push(session.clone());
             }
-        }
-        tokens
-            .session_accounts
-            .insert(session.clone(), (grant.account.clone(), session_until));
-        self.inner.sessions.sign_in(session, &grant.account, scopes);
-        Ok(())
+            record.account = Some(old.account.clone());
+            record.scopes.clone_from(&scopes);
+            let committed = Commit::new()
+                .put(
+                    presented_key.clone(),
+                    Expect::Version(token_version),
+                    &old,
+                    old.expires_at,
+                )
+                .put(account_token_key(rotated), Expect::Absent, &next, next.expires_at)
+                .put(family_key, Expect::Version(family_version), &family, family.kept_until)
+                .put(account_key, expect_of(&ever), &old.account, record.expires_at)
+                .put(
+                    session_key,
+                    Expect::Version(session_version),
+                    &record,
+                    record.expires_at,
+                )
+                .apply(records)
+                .await?;
+            Ok(committed.then_some(Ok(())))
+        })
+        .await
+        .map_err(ApiError::store)?
     }
 
-    /// Revokes the sign-in of Account Token `token` (of `client_id`): every token of its family
-    /// and every Session it signed in, signed out now. The Sessions it signed out.
-    fn end_sign_in(&self, token: &str, client_id: &ClientId) -> Vec<SessionId> {
-        let sessions = {
-            let mut tokens = lock(&self.inner.tokens);
-            let family = tokens
-                .account
-                .get(&token_hash(token))
-                .filter(|t| &t.client_id == client_id)
-                .map(|t| t.family);
-            match family.and_then(|f| tokens.families.get_mut(&f)) {
-                // The whole sign-in ends: every token of the family, every Session it signed in.
-                Some(family) if !family.revoked => {
-                    family.revoked = true;
-                    std::mem::take(&mut family.sessions)
-                }
-                _ => Vec::new(),
-            }
+    /// Revokes the sign-in of Account Token `token` (of `client_id`): the family marked
+    /// revoked and every Session it signed in signed out, in one commit. The Sessions it signed
+    /// out.
+    async fn end_sign_in(&self, token: &str, client_id: &ClientId) -> Result<Vec<SessionId>, StoreError> {
+        let records = self.records();
+        let Some((_, grant)) = read::<AccountToken>(records, &account_token_key(token)).await? else {
+            return Ok(Vec::new());
         };
-        for session in &sessions {
-            self.inner.sessions.sign_out(session);
+        if &grant.client_id != client_id {
+            return Ok(Vec::new());
         }
-        sessions
+        let family_key = family_key(&grant.family);
+        retrying(|| async {
+            let Some((version, mut family)) = read::<Family>(records, &family_key).await? else {
+                return Ok(Some(Vec::new()));
+            };
+            if family.revoked {
+                return Ok(Some(Vec::new()));
+            }
+            // The whole sign-in ends: every token of the family, every Session it signed in.
+            family.revoked = true;
+            let sessions = std::mem::take(&mut family.sessions);
+            let mut commit =
+                Commit::new().put(family_key.clone(), Expect::Version(version), &family, family.kept_until);
+            for session in &sessions {
+                let key = RecordSessions::key(session);
+                if let Some((session_version, mut record)) = read::<SessionRecord>(records, &key).await? {
+                    crate::session::sign_out(&mut record);
+                    commit = commit.put(key, Expect::Version(session_version), &record, record.expires_at);
+                }
+            }
+            Ok(commit.apply(records).await?.then_some(sessions))
+        })
+        .await
     }
 
     /// The live Session Token `token`, if any.
-    pub(crate) fn access_token(&self, token: &str) -> Option<AccessToken> {
-        let record = lock(&self.inner.tokens).access.get(&token_hash(token)).cloned()?;
-        (self.now() < record.expires_at).then_some(record)
+    pub(crate) async fn access_token(&self, token: &str) -> Result<Option<AccessToken>, StoreError> {
+        let record = read::<AccessToken>(self.records(), &access_key(token)).await?;
+        Ok(record.map(|(_, t)| t).filter(|t| self.now() < t.expires_at))
     }
 
     /// RFC 7009 revocation of an Account Token: every Session signed in with it is signed out
@@ -447,7 +480,7 @@ impl ReferenceCompany {
         let token = form
             .get("token")
             .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidRequest))?;
-        let sessions = self.end_sign_in(token, &client_id);
+        let sessions = self.end_sign_in(token, &client_id).await.map_err(ApiError::store)?;
         tracing::info!(sessions = sessions.len(), "Account Token revoked");
         Ok(json_response(StatusCode::OK, &json!({})))
     }
@@ -462,10 +495,11 @@ mod tests {
     use super::*;
     use crate::client::StaticClientKeys;
     use crate::reference::CompanyConfig;
+    use crate::session::SessionDirectory as _;
 
     #[allow(clippy::unwrap_used, reason = "tests fail loudly")]
-    #[test]
-    fn a_revoke_landing_between_a_refreshs_checks_and_its_claim_wins() {
+    #[tokio::test]
+    async fn a_revoke_landing_between_a_refreshs_checks_and_its_claim_wins() {
         let config = CompanyConfig::parse(include_str!("../../shop.example.toml")).unwrap();
         let company = ReferenceCompany::new(
             config,
@@ -475,19 +509,31 @@ mod tests {
         );
         let client = ClientId::parse("https://atlas.example/agent.json").unwrap();
         let user = PairwiseUserId::parse("usr_race_AAAAAAAAAAAAAAAAAAAAAA").unwrap();
-        let session = company.inner.sessions.start(client.clone(), user, 3_600).unwrap();
-        let record = company.inner.sessions.get(&session).unwrap();
+        let session = company
+            .inner
+            .sessions
+            .start(client.clone(), user.clone(), 3_600)
+            .await
+            .unwrap();
         let token = company
-            .sign_in(&client, &record.user, &session, "acct_ada", vec![])
+            .sign_in(&client, &user, &session, "acct_ada", vec![])
+            .await
             .unwrap();
         // The refresh's first checks pass on the token as it is now...
-        let presented = token_hash(&token);
-        let grant = lock(&company.inner.tokens).account.get(&presented).cloned().unwrap();
+        let (_, grant) = read::<AccountToken>(company.records(), &account_token_key(&token))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!grant.claimed);
         // ...then the revoke lands, and signs the Session out.
-        assert_eq!(company.end_sign_in(&token, &client), vec![session.clone()]);
-        // Before: the claim re-checked only `claimed`, and signed the Session back in.
-        let claimed = company.claim_and_sign_in(&presented, &grant, &session, record.expires_at, "acct_next", vec![]);
+        assert_eq!(
+            company.end_sign_in(&token, &client).await.unwrap(),
+            vec![session.clone()]
+        );
+        // The claim reads the family again and finds it revoked: the Session stays signed out.
+        let claimed = company.claim_and_sign_in(&token, &session, "acct_next", vec![]).await;
         assert_eq!(claimed.unwrap_err().code, OAuthErrorCode::InvalidGrant);
-        assert!(!company.inner.sessions.get(&session).unwrap().is_signed_in());
+        let record = company.inner.sessions.session(&session).await.unwrap().unwrap();
+        assert!(!record.is_signed_in());
     }
 }

@@ -54,7 +54,7 @@ fn viewer(session: &WebSession) -> Viewer<'_> {
 }
 
 async fn show(State(company): State<ReferenceCompany>, Path(id): Path<String>, session: WebSession) -> Response {
-    match company.read_operation(&id, &viewer(&session)) {
+    match company.read_operation(&id, &viewer(&session)).await {
         Ok(operation) => render(&company, &operation, &session),
         Err(error) => refusal(&company, &error),
     }
@@ -66,6 +66,7 @@ fn refusal(company: &ReferenceCompany, error: &ConfirmError) -> Response {
         ConfirmError::NotFound | ConfirmError::SignInRequired => {
             message_page(StatusCode::NOT_FOUND, name, "There is nothing to show here.")
         }
+        ConfirmError::Store(error) => crate::browser_session::unavailable(error.retry_after()),
         other => message_page(other.status(), name, &format!("Not done: {}.", other.code())),
     }
 }
@@ -113,7 +114,7 @@ async fn submit(
 ) -> Response {
     let name = company.inner.config.name.clone();
     let viewer = viewer(&session);
-    if let Err(error) = company.read_operation(&id, &viewer) {
+    if let Err(error) = company.read_operation(&id, &viewer).await {
         return refusal(&company, &error);
     }
     if !same_site(&headers, &company.inner.base) {
@@ -136,13 +137,13 @@ async fn submit(
         );
     }
     let outcome = if field("action") == "cancel" {
-        company.cancel_operation(&id, &viewer)
+        company.cancel_operation(&id, &viewer).await
     } else {
         let revision = Some(field("revision"))
             .filter(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|r| r.parse().ok());
         let approved_by = form.get("approved_by").map_or("user", String::as_str);
-        company.confirm_operation(&id, &viewer, revision, approved_by)
+        company.confirm_operation(&id, &viewer, revision, approved_by).await
     };
     match outcome {
         Ok(operation) => {

@@ -70,18 +70,19 @@ fn state() -> Result<App, Box<dyn std::error::Error>> {
 
 /// The same over Redis: every replica pointed at `url` accepts an assertion once between them,
 /// and honours a cookie any of them issued. Your token endpoint starts Sessions with
-/// `RedisStore::start_session` on the same store.
+/// `RecordSessions::start` over the same store.
 #[cfg(feature = "redis")]
 async fn redis_state(url: &str) -> Result<App, Box<dyn std::error::Error>> {
     let clock = Arc::new(SystemClock);
     let rng = Arc::new(SystemRng);
-    let store = Arc::new(pap_company::RedisStore::connect(url, "shop", clock.clone(), rng.clone()).await?);
+    let store = Arc::new(pap_company::RedisStore::connect(url, "shop").await?);
+    let sessions = pap_company::RecordSessions::new(store.clone(), clock.clone(), rng.clone());
     let verifier = Verifier::new(VerifierParts {
         endpoint: HttpsUrl::parse("https://shop.example/poppy/browser-session")?,
         domain: CompanyDomain::try_from("shop.example")?,
         clock: clock.clone(),
         clients: Arc::new(HttpClientResolver::new(ResolverConfig::default(), clock)?),
-        sessions: store.clone(),
+        sessions: Arc::new(sessions),
         replay: store.clone(),
     });
     Ok(App {

@@ -31,12 +31,6 @@ pub struct BrowserAssertionClaims {
     jti: Jti,
 }
 
-impl serde::Serialize for UnixTime {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_i64(self.as_secs())
-    }
-}
-
 /// What the agent puts in a browser assertion.
 #[derive(Clone, Debug)]
 pub struct BrowserAssertionRequest<'a> {

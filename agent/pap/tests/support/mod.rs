@@ -374,7 +374,10 @@ pub async fn signed_in_with_operation(
         .device_begin(shop, &["orders:read", "orders:write"])
         .await
         .unwrap();
-    company.approve_device(&device.user_code, "acct_ada", None).unwrap();
+    company
+        .approve_device(&device.user_code, "acct_ada", None)
+        .await
+        .unwrap();
     client.device_wait(shop, &mut session, &device).await.unwrap();
     let operation = client
         .propose(

@@ -1,0 +1,362 @@
+//! Versioned records: what the reference company keeps (Sessions, tokens, device codes,
+//! operations, idempotency answers, attempt counts), each under a key until its time, in one
+//! process ([`MemoryRecords`]) or in Redis (`RedisStore`, feature `redis`) for several replicas.
+//!
+//! A change is a [`Commit`]: every record it writes must still be at the version it was read at
+//! (or absent), or nothing is written. So what must happen at most once (a confirm, a token's
+//! claim, a device approval) is a read, a decision, and one commit that only one writer wins,
+//! whichever replica it runs on; the loser reads again and sees what the winner did.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use pap_shared::{Clock, UnixTime};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::store::StoreError;
+
+/// How many times a change is read and tried again when another writer moved a record first.
+const RETRIES: usize = 32;
+
+/// A record as stored: its version (1 when written first) and its JSON.
+#[derive(Clone, Debug)]
+pub struct Stored {
+    /// Incremented by every write.
+    pub version: u64,
+    /// The record, as JSON.
+    pub data: Vec<u8>,
+}
+
+/// What a commit expects of a key before it writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// No live record under the key.
+    Absent,
+    /// The record at exactly this version.
+    Version(u64),
+    /// Whatever is there (a delete of what no longer matters).
+    Any,
+}
+
+/// What a commit does to a key.
+#[derive(Clone, Debug)]
+pub enum Write {
+    /// Stores this JSON until this time (the key's next version).
+    Put(Vec<u8>, UnixTime),
+    /// Removes the record.
+    Delete,
+    /// Changes nothing: the key is only checked.
+    Check,
+}
+
+/// One key's part of a commit.
+#[derive(Clone, Debug)]
+pub struct Change {
+    /// The record's key, e.g. `session:ses_…` (a store adds its company's prefix).
+    pub key: String,
+    /// What it must be.
+    pub expect: Expect,
+    /// What to do with it.
+    pub write: Write,
+}
+
+/// Where versioned records live. Every method fails with [`StoreError`] rather than guess.
+#[async_trait]
+pub trait Records: Send + Sync + fmt::Debug {
+    /// The live record under `key`.
+    async fn get(&self, key: &str) -> Result<Option<Stored>, StoreError>;
+
+    /// Applies every change if every key is as expected; `Ok(false)` (nothing written) if one
+    /// is not. [`StoreError::Full`] when a new record does not fit.
+    async fn commit(&self, changes: &[Change]) -> Result<bool, StoreError>;
+
+    /// Counts one more under `key` (a new count lives until `until`); the count now and until
+    /// when it lives.
+    async fn count(&self, key: &str, until: UnixTime) -> Result<(u64, UnixTime), StoreError>;
+}
+
+/// A typed change under construction; [`Commit::apply`] writes it.
+#[derive(Debug, Default)]
+pub(crate) struct Commit {
+    changes: Vec<Change>,
+}
+
+impl Commit {
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Writes `value` under `key` until `until`, if the key is as `expect`.
+    pub(crate) fn put<T: Serialize>(mut self, key: String, expect: Expect, value: &T, until: UnixTime) -> Self {
+        // A record type always serialises (no maps with non-string keys, no failing impls).
+        let data = serde_json::to_vec(value).unwrap_or_default();
+        self.changes.push(Change {
+            key,
+            expect,
+            write: Write::Put(data, until),
+        });
+        self
+    }
+
+    /// Removes `key`, if it is as `expect`.
+    pub(crate) fn delete(mut self, key: String, expect: Expect) -> Self {
+        self.changes.push(Change {
+            key,
+            expect,
+            write: Write::Delete,
+        });
+        self
+    }
+
+    /// Applies it: `Ok(false)` when another writer moved a record first.
+    pub(crate) async fn apply(self, records: &dyn Records) -> Result<bool, StoreError> {
+        records.commit(&self.changes).await
+    }
+}
+
+/// The record under `key`, typed, with its version. A record that no longer reads as `T` (an
+/// older shape) counts as absent.
+pub(crate) async fn read<T: DeserializeOwned>(
+    records: &dyn Records,
+    key: &str,
+) -> Result<Option<(u64, T)>, StoreError> {
+    Ok(records.get(key).await?.and_then(|stored| {
+        serde_json::from_slice(&stored.data)
+            .ok()
+            .map(|value| (stored.version, value))
+    }))
+}
+
+/// What a record's version expects: `Absent` for none.
+pub(crate) fn expect_of<T>(held: &Option<(u64, T)>) -> Expect {
+    held.as_ref()
+        .map_or(Expect::Absent, |(version, _)| Expect::Version(*version))
+}
+
+/// Runs `attempt` until it commits (`Some`), at most [`RETRIES`] times; a store so contended
+/// that none commits is unavailable for this request.
+pub(crate) async fn retrying<T, F, Fut>(mut attempt: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>, StoreError>>,
+{
+    for _ in 0..RETRIES {
+        if let Some(done) = attempt().await? {
+            return Ok(done);
+        }
+    }
+    Err(StoreError::Unavailable)
+}
+
+/// Records in this process, at most a capacity of them; expired ones read as absent and go at
+/// the next [`MemoryRecords::sweep`].
+pub struct MemoryRecords {
+    entries: Mutex<HashMap<String, Entry>>,
+    capacity: usize,
+    clock: Arc<dyn Clock>,
+}
+
+struct Entry {
+    version: u64,
+    data: Vec<u8>,
+    until: UnixTime,
+}
+
+impl MemoryRecords {
+    /// At most `capacity` records, reading "now" from `clock`.
+    pub fn new(capacity: usize, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            entries: Mutex::default(),
+            capacity,
+            clock,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        // Every critical section leaves the map consistent: a poisoned lock is still usable.
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Drops every expired record.
+    pub fn sweep(&self) {
+        let now = self.clock.now();
+        self.lock().retain(|_, entry| now < entry.until);
+    }
+
+    /// How many records of each kind (the key up to its first `:`) are held.
+    pub fn sizes(&self) -> Vec<(String, u64)> {
+        let mut sizes: HashMap<String, u64> = HashMap::new();
+        for key in self.lock().keys() {
+            let kind = key.split(':').next().unwrap_or_default();
+            *sizes.entry(kind.to_owned()).or_default() += 1;
+        }
+        let mut sizes: Vec<_> = sizes.into_iter().collect();
+        sizes.sort();
+        sizes
+    }
+}
+
+#[async_trait]
+impl Records for MemoryRecords {
+    async fn get(&self, key: &str) -> Result<Option<Stored>, StoreError> {
+        let now = self.clock.now();
+        Ok(self.lock().get(key).filter(|e| now < e.until).map(|e| Stored {
+            version: e.version,
+            data: e.data.clone(),
+        }))
+    }
+
+    async fn commit(&self, changes: &[Change]) -> Result<bool, StoreError> {
+        let now = self.clock.now();
+        let mut entries = self.lock();
+        let live =
+            |entries: &HashMap<String, Entry>, key: &str| entries.get(key).filter(|e| now < e.until).map(|e| e.version);
+        for change in changes {
+            let held = live(&entries, &change.key);
+            let as_expected = match change.expect {
+                Expect::Absent => held.is_none(),
+                Expect::Version(version) => held == Some(version),
+                Expect::Any => true,
+            };
+            if !as_expected {
+                return Ok(false);
+            }
+        }
+        let new_records = changes
+            .iter()
+            .filter(|c| matches!(c.write, Write::Put(..)) && !entries.contains_key(&c.key))
+            .count();
+        if new_records > 0 && entries.len() + new_records > self.capacity {
+            return Err(StoreError::Full);
+        }
+        for change in changes {
+            match &change.write {
+                Write::Put(data, until) => {
+                    let version = live(&entries, &change.key).map_or(1, |v| v + 1);
+                    entries.insert(
+                        change.key.clone(),
+                        Entry {
+                            version,
+                            data: data.clone(),
+                            until: *until,
+                        },
+                    );
+                }
+                Write::Delete => {
+                    entries.remove(&change.key);
+                }
+                Write::Check => {}
+            }
+        }
+        Ok(true)
+    }
+
+    async fn count(&self, key: &str, until: UnixTime) -> Result<(u64, UnixTime), StoreError> {
+        let now = self.clock.now();
+        let mut entries = self.lock();
+        let live = entries.get(key).filter(|e| now < e.until).map(|e| (e.version, e.until));
+        if live.is_none() && entries.len() >= self.capacity && !entries.contains_key(key) {
+            return Err(StoreError::Full);
+        }
+        let (count, until) = live.map_or((1, until), |(n, held_until)| (n + 1, held_until));
+        entries.insert(
+            key.to_owned(),
+            Entry {
+                version: count,
+                data: Vec::new(),
+                until,
+            },
+        );
+        Ok((count, until))
+    }
+}
+
+impl fmt::Debug for MemoryRecords {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryRecords")
+            .field("capacity", &self.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    use super::*;
+
+    #[derive(Debug)]
+    struct Settable(AtomicI64);
+
+    impl Clock for Settable {
+        fn now(&self) -> UnixTime {
+            UnixTime::from_secs(self.0.load(Ordering::SeqCst))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_commit_writes_all_or_nothing_and_one_of_two_writers_wins() {
+        let clock = Arc::new(Settable(AtomicI64::new(1_000)));
+        let records = MemoryRecords::new(10, clock.clone());
+        let until = UnixTime::from_secs(2_000);
+        assert!(
+            Commit::new()
+                .put("a:1".into(), Expect::Absent, &1, until)
+                .apply(&records)
+                .await
+                .unwrap()
+        );
+        let (version, value) = read::<i32>(&records, "a:1").await.unwrap().unwrap();
+        assert_eq!((version, value), (1, 1));
+        // Two writers read version 1; the second one's commit finds version 2 and writes nothing.
+        let first = Commit::new().put("a:1".into(), Expect::Version(1), &2, until);
+        let second =
+            Commit::new()
+                .put("b:1".into(), Expect::Absent, &9, until)
+                .put("a:1".into(), Expect::Version(1), &3, until);
+        assert!(first.apply(&records).await.unwrap());
+        assert!(!second.apply(&records).await.unwrap());
+        assert_eq!(read::<i32>(&records, "a:1").await.unwrap(), Some((2, 2)));
+        assert_eq!(
+            read::<i32>(&records, "b:1").await.unwrap(),
+            None,
+            "nothing of a refused commit"
+        );
+        // Expired records read as absent and go at the sweep.
+        clock.0.store(2_000, Ordering::SeqCst);
+        assert_eq!(read::<i32>(&records, "a:1").await.unwrap(), None);
+        records.sweep();
+        assert!(records.sizes().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_full_store_refuses_new_records_and_counts_expire() {
+        let clock = Arc::new(Settable(AtomicI64::new(1_000)));
+        let records = MemoryRecords::new(2, clock.clone());
+        let until = UnixTime::from_secs(1_010);
+        for key in ["a:1", "a:2"] {
+            assert!(
+                Commit::new()
+                    .put(key.into(), Expect::Absent, &0, until)
+                    .apply(&records)
+                    .await
+                    .unwrap()
+            );
+        }
+        let third = Commit::new().put("a:3".into(), Expect::Absent, &0, until);
+        assert_eq!(third.apply(&records).await, Err(StoreError::Full));
+        clock.0.store(1_010, Ordering::SeqCst);
+        records.sweep();
+        let until = UnixTime::from_secs(1_100);
+        assert_eq!(records.count("n:1", until).await, Ok((1, until)));
+        assert_eq!(
+            records.count("n:1", UnixTime::from_secs(1_200)).await,
+            Ok((2, until)),
+            "the window is the first's"
+        );
+        assert_eq!(records.sizes(), vec![("n".to_owned(), 1)]);
+    }
+}
