@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
-use pap_company::{CompanyConfig, HttpClientResolver, ReferenceCompany, ResolverConfig, load_server_config, serve_tls};
+use pap_company::{
+    CompanyConfig, CompanyStores, HttpClientResolver, ReferenceCompany, ResolverConfig, load_server_config, serve_tls,
+};
 use pap_shared::{SystemClock, SystemRng};
 
 #[derive(Parser)]
@@ -62,6 +64,10 @@ struct Serve {
     /// with --admin-listen. Callers send it as a Bearer token or a Basic password.
     #[arg(long)]
     admin_credential_file: Option<PathBuf>,
+    /// Where the company keeps what it knows: `redis://HOST:PORT/DB` for replicas that share
+    /// it (each key under the company's domain as prefix); the default keeps it in this process.
+    #[arg(long, value_name = "redis://HOST:PORT/DB")]
+    store: Option<String>,
     /// Test only (the config must set `testing = true`): an extra trusted root for outbound
     /// fetches of agents' documents.
     #[arg(long)]
@@ -163,7 +169,21 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     resolver.overrides = parse_resolve(&args.resolve)?;
     let clock = Arc::new(SystemClock);
     let clients = Arc::new(HttpClientResolver::new(resolver, clock.clone()).context("building the HTTPS client")?);
-    let company = ReferenceCompany::new(config, clock, Arc::new(SystemRng), clients);
+    let stores = match &args.store {
+        None => CompanyStores::in_memory(clock.clone()),
+        Some(url) => {
+            let prefix = config.domain.to_string();
+            let store = pap_company::RedisStore::connect(url, &prefix)
+                .await
+                .context("connecting to the store (--store)")?;
+            tracing::info!(
+                prefix,
+                "keeping Sessions, tokens, operations, replay marks and cookies in Redis"
+            );
+            CompanyStores::redis(&store)
+        }
+    };
+    let company = ReferenceCompany::with_stores(config, clock, Arc::new(SystemRng), clients, stores);
     let _maintenance = company.start_maintenance(MAINTENANCE_EVERY);
     let tls = load_server_config(&cert, &key).context("loading the TLS certificate and key")?;
 

@@ -15,6 +15,8 @@ pub mod abuse;
 pub mod browser;
 mod ledger;
 pub mod pap;
+mod process;
+pub mod replicas;
 pub mod report;
 
 // The public interface is:

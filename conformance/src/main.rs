@@ -37,6 +37,25 @@ enum Command {
     /// Runs a hostile load against a `pap-company serve` process it starts, and prints what it
     /// measured; fails when a stated bound is broken.
     Abuse(AbuseArgs),
+    /// Runs three `pap-company serve --store redis://…` replicas on one redis-server it starts,
+    /// and checks that they agree and fail closed; fails when a check does.
+    Replicas(ReplicasArgs),
+}
+
+#[derive(clap::Args)]
+struct ReplicasArgs {
+    /// The company binary (default: `pap-company` beside this one).
+    #[arg(long)]
+    company_bin: Option<PathBuf>,
+    /// Its configuration (testing on, `ada`'s password the shipped one).
+    #[arg(long, default_value = "company/shop.example.toml")]
+    config: PathBuf,
+    /// Where certificates, the logs, the credentials and Redis's files go (default: a new temp dir).
+    #[arg(long)]
+    work: Option<PathBuf>,
+    /// Write what it saw as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -185,6 +204,7 @@ fn main() -> ExitCode {
         Command::Pap(args) => runtime.block_on(run_pap(*args)),
         Command::Browser(args) => runtime.block_on(run_browser(args)),
         Command::Abuse(args) => runtime.block_on(run_abuse(args)),
+        Command::Replicas(args) => runtime.block_on(run_replicas(args)),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,
@@ -196,14 +216,38 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run_abuse(args: AbuseArgs) -> anyhow::Result<bool> {
-    let company_bin = match args.company_bin {
-        Some(path) => path,
-        None => std::env::current_exe()?
+/// `pap-company` as given, or beside this binary.
+fn company_bin(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    match given {
+        Some(path) => Ok(path),
+        None => Ok(std::env::current_exe()?
             .parent()
             .context("the runner has no directory")?
-            .join("pap-company"),
+            .join("pap-company")),
+    }
+}
+
+async fn run_replicas(args: ReplicasArgs) -> anyhow::Result<bool> {
+    let plan = pap_conformance::replicas::Plan {
+        company_bin: company_bin(args.company_bin)?,
+        config: args.config,
+        work: args
+            .work
+            .unwrap_or_else(|| std::env::temp_dir().join(format!("pap-replicas-{}", std::process::id()))),
     };
+    let figures = pap_conformance::replicas::run(&plan).await?;
+    #[allow(clippy::print_stdout, reason = "the figures are the command's output")]
+    {
+        print!("{}", figures.text());
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&figures)?)?;
+    }
+    Ok(figures.all_held())
+}
+
+async fn run_abuse(args: AbuseArgs) -> anyhow::Result<bool> {
+    let company_bin = company_bin(args.company_bin)?;
     let plan = abuse::Plan {
         company_bin,
         config: args.config,

@@ -238,7 +238,7 @@ impl ReferenceCompany {
     /// another account, is not found; a signed-out viewer must sign in. A proposal past its
     /// expiry turns `expired` first.
     pub(crate) async fn read_operation(&self, id: &str, viewer: &Viewer<'_>) -> Result<Operation, ConfirmError> {
-        self.change_operation(id, viewer, |_| Ok(())).await
+        Ok(self.change_operation(id, viewer, |_| Ok(())).await?.0)
     }
 
     /// Confirms `revision` as `approved_by`, performing the operation at most once: of any
@@ -284,14 +284,11 @@ impl ReferenceCompany {
             Ok(())
         })
         .await
-        .inspect(|operation| {
-            if operation
-                .confirmation
-                .as_ref()
-                .is_some_and(|c| c.confirmed_at == now.to_rfc3339())
-            {
+        .map(|(operation, changed)| {
+            if changed && operation.state == OperationState::Succeeded {
                 tracing::info!(operation = %operation.operation_id, approved_by, "operation performed");
             }
+            operation
         })
     }
 
@@ -308,6 +305,7 @@ impl ReferenceCompany {
             Ok(())
         })
         .await
+        .map(|(operation, _)| operation)
     }
 
     /// How many times the operation was performed (the operator API).
@@ -319,13 +317,13 @@ impl ReferenceCompany {
 
     /// Reads the operation as `viewer` may see it (expiring a stale proposal), lets `change`
     /// decide, and commits what changed against the version read: a writer that moved it first
-    /// makes this read again. The operation as it now stands.
+    /// makes this read again. The operation as it now stands, and whether this call changed it.
     async fn change_operation(
         &self,
         id: &str,
         viewer: &Viewer<'_>,
         change: impl Fn(&mut Record) -> Result<(), ConfirmError>,
-    ) -> Result<Operation, ConfirmError> {
+    ) -> Result<(Operation, bool), ConfirmError> {
         let records = self.records();
         let key = operation_key(id);
         retrying(|| async {
@@ -348,7 +346,7 @@ impl ReferenceCompany {
                 return Ok(Some(Err(refused)));
             }
             if record.operation == before {
-                return Ok(Some(Ok(record.operation)));
+                return Ok(Some(Ok((record.operation, false))));
             }
             let mut commit = Commit::new().put(key.clone(), Expect::Version(version), &record, record.kept_until);
             if record.operation.state != OperationState::Proposed {
@@ -360,7 +358,7 @@ impl ReferenceCompany {
                     commit = commit.delete(index_key, Expect::Version(index_version));
                 }
             }
-            Ok(commit.apply(records).await?.then_some(Ok(record.operation)))
+            Ok(commit.apply(records).await?.then_some(Ok((record.operation, true))))
         })
         .await
         .map_err(ConfirmError::Store)?

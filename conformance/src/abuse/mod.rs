@@ -16,7 +16,6 @@
 //! needs an injected clock, so it is a test (`company/tests/hostile.rs`), not part of this run.
 
 mod agents;
-mod company;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -37,7 +36,7 @@ use rustls::pki_types::CertificateDer;
 use serde_json::json;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use self::company::{CompanyProcess, CpuShare, Launch, PeakRss};
+use crate::process::{CompanyProcess, CpuShare, Launch, PeakRss};
 
 /// The company's domain in the run.
 const DOMAIN: &str = "shop.example";
@@ -123,7 +122,7 @@ impl Figures {
         clippy::needless_pass_by_value,
         reason = "a figure is any printable value, taken as the caller has it"
     )]
-    fn add(&mut self, scenario: u8, name: &str, value: impl ToString, bound: &str, ok: bool) {
+    pub(crate) fn add(&mut self, scenario: u8, name: &str, value: impl ToString, bound: &str, ok: bool) {
         self.0.push(Figure {
             scenario,
             name: name.to_owned(),
@@ -137,7 +136,7 @@ impl Figures {
         clippy::needless_pass_by_value,
         reason = "a figure is any printable value, taken as the caller has it"
     )]
-    fn info(&mut self, scenario: u8, name: &str, value: impl ToString) {
+    pub(crate) fn info(&mut self, scenario: u8, name: &str, value: impl ToString) {
         self.add(scenario, name, value, "", true);
     }
 
@@ -239,6 +238,8 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
             format!("{}={agents_addr}", agents::KEYED_AGENTS[1].0),
         ],
         before_credential: plan.before_credential,
+        store: None,
+        name: "abuse",
     })
     .await?;
 

@@ -1,5 +1,6 @@
-//! The company under load: a real `pap-company serve` process, started here so its memory and
-//! CPU can be read from `/proc`, and stopped when dropped.
+//! Real processes for the load and replica runs: `pap-company serve` (its memory and CPU read
+//! from `/proc`) and `redis-server`, each on a free loopback port, ready when it says so, and
+//! killed when dropped.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -19,7 +20,7 @@ const TICKS_PER_SECOND: f64 = 100.0;
 /// A running company process.
 pub(crate) struct CompanyProcess {
     /// Killed when dropped.
-    _child: Child,
+    child: Child,
     pid: u32,
     /// Where it serves HTTPS.
     pub(crate) addr: SocketAddr,
@@ -38,6 +39,10 @@ pub(crate) struct Launch<'a> {
     /// A company from before the operator credential (to measure a "before"): no
     /// `--admin-credential-file`, no operator figures.
     pub(crate) before_credential: bool,
+    /// `--store` (a Redis URL), when the company keeps its state there.
+    pub(crate) store: Option<String>,
+    /// A name for its log file (`company-NAME.log`).
+    pub(crate) name: &'a str,
 }
 
 impl CompanyProcess {
@@ -46,8 +51,8 @@ impl CompanyProcess {
     pub(crate) async fn start(launch: Launch<'_>) -> anyhow::Result<Self> {
         let addr = free_port()?;
         let admin = free_port()?;
-        let credential_file = launch.work.join("operator.credential");
-        let log_path = launch.work.join("company.log");
+        let credential_file = launch.work.join(format!("operator-{}.credential", launch.name));
+        let log_path = launch.work.join(format!("company-{}.log", launch.name));
         let mut command = Command::new(launch.binary);
         command
             .arg("serve")
@@ -68,6 +73,9 @@ impl CompanyProcess {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        if let Some(store) = &launch.store {
+            command.arg("--store").arg(store);
+        }
         if !launch.before_credential {
             command.arg("--admin-credential-file").arg(&credential_file);
         }
@@ -93,7 +101,7 @@ impl CompanyProcess {
             Some(format!("http://operator:{}@{admin}", credential.trim()))
         };
         Ok(Self {
-            _child: child,
+            child,
             pid,
             addr,
             operator,
@@ -211,4 +219,90 @@ async fn copy_log(
 fn free_port() -> anyhow::Result<SocketAddr> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?)
+}
+
+impl CompanyProcess {
+    /// Kills it at once (SIGKILL: no shutdown, as a crash), and waits for it to be gone.
+    pub(crate) async fn kill(&mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// A `redis-server` on a free loopback port, with its own directory (AOF on when asked, so a
+/// restart keeps what it held).
+pub(crate) struct RedisProcess {
+    child: Option<std::process::Child>,
+    port: u16,
+    dir: PathBuf,
+    aof: bool,
+}
+
+impl RedisProcess {
+    pub(crate) fn start(dir: &Path, aof: bool) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let port = free_port()?.port();
+        Self::launch(port, dir.to_owned(), aof)
+    }
+
+    fn launch(port: u16, dir: PathBuf, aof: bool) -> anyhow::Result<Self> {
+        use std::io::BufRead as _;
+        let mut child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .args([
+                "--appendonly",
+                if aof { "yes" } else { "no" },
+                "--appendfsync",
+                "always",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting redis-server (Debian's redis-server package)")?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        let (ready, is_ready) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.contains("Ready to accept connections") {
+                    let _ = ready.send(());
+                }
+            }
+        });
+        is_ready
+            .recv_timeout(START_DEADLINE)
+            .context("redis-server did not say it was ready")?;
+        Ok(Self {
+            child: Some(child),
+            port,
+            dir,
+            aof,
+        })
+    }
+
+    /// `redis://127.0.0.1:PORT/0`.
+    pub(crate) fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Kills it (no shutdown save: what survives is what the AOF holds).
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port and directory.
+    pub(crate) fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        *self = Self::launch(self.port, self.dir.clone(), self.aof)?;
+        Ok(())
+    }
+}
+
+impl Drop for RedisProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
