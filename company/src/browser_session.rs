@@ -33,6 +33,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use pap_shared::{CompactJws, Rng};
 
 use crate::client::ResolveError;
+use crate::metrics;
 use crate::page::message_page;
 use crate::verify::{Verifier, VerifyError};
 use crate::web_cookie::{Binding, CookieBindings, SessionCookie};
@@ -78,6 +79,23 @@ impl BrowserSession {
     /// Verifies `assertion` and, on success, issues a cookie bound to its Session. Returns the
     /// 303 response to send.
     pub async fn join(&self, assertion: &CompactJws) -> Result<Response, JoinRefusal> {
+        let started = std::time::Instant::now();
+        let joined = self.join_counted(assertion).await;
+        match &joined {
+            Ok(_) => metrics::join_accepted(started.elapsed()),
+            Err(refusal) => {
+                metrics::join_refused(refusal.code(), started.elapsed());
+                match refusal {
+                    JoinRefusal::Verify(VerifyError::Replayed) => metrics::replay_hit(),
+                    JoinRefusal::Verify(VerifyError::Store(error)) => metrics::store_error(*error),
+                    _ => {}
+                }
+            }
+        }
+        joined
+    }
+
+    async fn join_counted(&self, assertion: &CompactJws) -> Result<Response, JoinRefusal> {
         let verified = self
             .inner
             .verifier

@@ -28,6 +28,7 @@ mod client;
 mod dev_certs;
 mod expiry;
 mod local;
+mod metrics;
 mod page;
 mod records;
 #[cfg(feature = "redis")]
@@ -69,6 +70,7 @@ pub use client::{
 };
 pub use dev_certs::{DevCerts, DevCertsError, write_dev_certs};
 pub use local::{LocalCompany, LocalCompanyError};
+pub use metrics::{MetricsError, install_metrics};
 pub use page::escape_html;
 pub use records::{Change, Expect, MemoryRecords, Records, Stored, Write};
 #[cfg(feature = "redis")]

@@ -169,19 +169,10 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     resolver.overrides = parse_resolve(&args.resolve)?;
     let clock = Arc::new(SystemClock);
     let clients = Arc::new(HttpClientResolver::new(resolver, clock.clone()).context("building the HTTPS client")?);
+    pap_company::install_metrics().context("installing the metrics recorder")?;
     let stores = match &args.store {
         None => CompanyStores::in_memory(clock.clone()),
-        Some(url) => {
-            let prefix = config.domain.to_string();
-            let store = pap_company::RedisStore::connect(url, &prefix)
-                .await
-                .context("connecting to the store (--store)")?;
-            tracing::info!(
-                prefix,
-                "keeping Sessions, tokens, operations, replay marks and cookies in Redis"
-            );
-            CompanyStores::redis(&store)
-        }
+        Some(url) => redis_stores(url, &config.domain.to_string()).await?,
     };
     let company = ReferenceCompany::with_stores(config, clock, Arc::new(SystemRng), clients, stores);
     let _maintenance = company.start_maintenance(MAINTENANCE_EVERY);
@@ -221,6 +212,24 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The company's stores in Redis at `url`, its keys under `prefix`.
+#[cfg(feature = "redis")]
+async fn redis_stores(url: &str, prefix: &str) -> anyhow::Result<CompanyStores> {
+    let store = pap_company::RedisStore::connect(url, prefix)
+        .await
+        .context("connecting to the store (--store)")?;
+    tracing::info!(
+        prefix,
+        "keeping Sessions, tokens, operations, replay marks and cookies in Redis"
+    );
+    Ok(CompanyStores::redis(&store))
+}
+
+#[cfg(not(feature = "redis"))]
+async fn redis_stores(_url: &str, _prefix: &str) -> anyhow::Result<CompanyStores> {
+    bail!("--store needs the `redis` feature; this pap-company was built without it")
 }
 
 /// How often expired records are swept from every store.

@@ -212,6 +212,28 @@ impl Stage {
         self.replicas[i].process.operator.as_deref().context("no operator API")
     }
 
+    /// `GET /ready` of replica `i`: its status (0 when it could not be asked).
+    async fn ready(&self, i: usize) -> u16 {
+        let Ok(operator) = self.operator(i) else { return 0 };
+        self.replicas[i]
+            .http
+            .get(format!("{operator}/ready"))
+            .send()
+            .await
+            .map_or(0, |a| a.status().as_u16())
+    }
+
+    /// `GET /metrics` of replica `i`.
+    async fn metrics(&self, i: usize) -> anyhow::Result<String> {
+        let answer = self.replicas[i]
+            .http
+            .get(format!("{}/metrics", self.operator(i)?))
+            .send()
+            .await?
+            .error_for_status()?;
+        Ok(String::from_utf8_lossy(&answer.bytes().await?).into_owned())
+    }
+
     async fn performed(&self, i: usize, operation: &str) -> anyhow::Result<u64> {
         let answer = self.replicas[i]
             .http
@@ -247,6 +269,15 @@ async fn post_assertion(http: &reqwest::Client, assertion: &str) -> (u16, Option
         }
         Err(_) => (0, None),
     }
+}
+
+/// The value of the sample `name` (with its labels, as written) in Prometheus text; 0 when absent.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| line.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0.0)
 }
 
 fn tally(statuses: &[u16]) -> BTreeMap<u16, usize> {
@@ -439,6 +470,7 @@ async fn redis_stopped_mid_load(
         let assertion = stage.assertion(session, &format!("https://{DOMAIN}/"))?;
         down.push(post_assertion(&stage.replicas[i % 2].http, &assertion).await.0);
     }
+    let ready_while_down = stage.ready(0).await;
     let tally = tally(&down);
     let only_503 = tally.keys().all(|s| *s == 503);
     figures.add(
@@ -467,6 +499,27 @@ async fn redis_stopped_mid_load(
         "< 15 s, no restart of the replicas",
         recovered.is_some(),
     );
+    // Every replica answers again on its own (its connection reconnects at its next command).
+    let mut all_ready = true;
+    for i in 0..stage.replicas.len() {
+        let mut ready = stage.ready(i).await;
+        while ready != 200 && restarted.elapsed() < RECOVERY_DEADLINE {
+            attempts.tick().await;
+            ready = stage.ready(i).await;
+        }
+        all_ready &= ready == 200;
+    }
+    figures.add(
+        5,
+        "every replica's /ready after Redis is back (503 while it was down)",
+        format!(
+            "{ready_while_down} -> {} in {:.1} s",
+            if all_ready { 200 } else { 503 },
+            restarted.elapsed().as_secs_f64()
+        ),
+        "503 -> 200, < 15 s",
+        ready_while_down == 503 && all_ready,
+    );
     let performed = stage.performed(1, operation).await?;
     figures.add(
         5,
@@ -474,6 +527,21 @@ async fn redis_stopped_mid_load(
         performed,
         "= 1",
         performed == 1,
+    );
+    let metrics = stage.metrics(1).await?;
+    let seen = |name: &str| metric(&metrics, name);
+    let unavailable = "pap_store_errors_total{error=\"unavailable\"}";
+    figures.add(
+        5,
+        "replica b's /metrics: joins accepted / replay hits / store errors",
+        format!(
+            "{} / {} / {}",
+            seen("pap_joins_accepted_total"),
+            seen("pap_replay_hits_total"),
+            seen(unavailable)
+        ),
+        "each > 0",
+        seen("pap_joins_accepted_total") > 0.0 && seen("pap_replay_hits_total") > 0.0 && seen(unavailable) > 0.0,
     );
     Ok(())
 }

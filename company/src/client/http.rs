@@ -245,6 +245,12 @@ impl HttpClientResolver {
     /// Fetches both documents, under one of the global fetch permits.
     async fn fetch_entry(&self, client_id: &ClientId, now: UnixTime) -> Result<Arc<Entry>, ResolveError> {
         let _permit = self.fetches.try_acquire().map_err(|_| ResolveError::Busy)?;
+        let fetched = self.fetch_documents(client_id, now).await;
+        crate::metrics::resolver_fetch(fetched.is_ok());
+        fetched
+    }
+
+    async fn fetch_documents(&self, client_id: &ClientId, now: UnixTime) -> Result<Arc<Entry>, ResolveError> {
         let (body, lifetime) = self.fetch(&client_id.url(), "client metadata", None).await?;
         let metadata = Arc::new(ClientMetadata::parse(&body, client_id)?);
         let metadata_bytes = u32::try_from(body.len()).unwrap_or(u32::MAX);
@@ -264,7 +270,11 @@ impl HttpClientResolver {
     async fn refetch_keys(&self, client_id: &ClientId, entry: &Entry, now: UnixTime) -> Arc<Entry> {
         let fresh = match self.fetches.try_acquire() {
             Err(_) => Err(ResolveError::Busy),
-            Ok(_permit) => self.fetch_keys(client_id, &entry.metadata).await,
+            Ok(_permit) => {
+                let fetched = self.fetch_keys(client_id, &entry.metadata).await;
+                crate::metrics::resolver_fetch(fetched.is_ok());
+                fetched
+            }
         };
         let fresh = fresh
             .inspect_err(|error| {

@@ -105,6 +105,7 @@ impl ReferenceCompany {
             .await
             .map_err(AssertionFailure::Store)?;
         if !first {
+            crate::metrics::replay_hit();
             return Err(refuse("replayed jti"));
         }
         Ok(claims)

@@ -61,6 +61,9 @@ pub struct CompanyStores {
     cookies: Arc<dyn CookieBindings>,
     /// The embedded stores, which expired records leave only when swept.
     memory: Option<MemoryStores>,
+    /// The Redis store, asked whether it answers.
+    #[cfg(feature = "redis")]
+    redis: Option<crate::RedisStore>,
 }
 
 #[derive(Clone)]
@@ -83,19 +86,31 @@ impl CompanyStores {
             replay: Arc::new(memory.replay.clone()),
             cookies: Arc::new(memory.cookies.clone()),
             memory: Some(memory),
+            #[cfg(feature = "redis")]
+            redis: None,
         }
     }
 
     /// Everything in Redis, shared by every replica given the same store.
     #[cfg(feature = "redis")]
     pub fn redis(store: &crate::RedisStore) -> Self {
-        let store = Arc::new(store.clone());
+        let shared = Arc::new(store.clone());
         Self {
-            records: store.clone(),
-            replay: store.clone(),
-            cookies: store,
+            records: shared.clone(),
+            replay: shared.clone(),
+            cookies: shared,
             memory: None,
+            redis: Some(store.clone()),
         }
+    }
+
+    /// Which store it is, and whether it answers now.
+    pub async fn ready(&self) -> (&'static str, Result<(), crate::StoreError>) {
+        #[cfg(feature = "redis")]
+        if let Some(redis) = &self.redis {
+            return ("redis", redis.ping().await);
+        }
+        ("memory", Ok(()))
     }
 }
 
@@ -183,6 +198,11 @@ impl ReferenceCompany {
                 operator_credential,
             }),
         }
+    }
+
+    /// Which store it keeps its state in, and whether that store answers now.
+    pub async fn store_ready(&self) -> (&'static str, Result<(), crate::StoreError>) {
+        self.inner.stores.ready().await
     }
 
     /// Where its records live.
@@ -322,6 +342,7 @@ impl ReferenceCompany {
             .await
             .map_err(ApiError::store)?;
         if !first {
+            crate::metrics::replay_hit();
             return Err(invalid(status));
         }
         Ok(verified.thumbprint)

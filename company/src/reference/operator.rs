@@ -32,11 +32,52 @@ struct Approve {
 }
 
 pub(super) fn routes(company: &ReferenceCompany) -> Router<ReferenceCompany> {
-    Router::new()
+    let operator = Router::new()
         .route("/approve-device", post(approve))
         .route("/performed/{id}", get(performed))
         .route("/stores", get(stores))
-        .route_layer(middleware::from_fn_with_state(company.clone(), operator_only))
+        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(company.clone(), operator_only));
+    // Readiness says only "ready or not" (and which store): a balancer's probe needs no
+    // credential; the loopback Host check still applies.
+    let probe = Router::new()
+        .route("/ready", get(ready))
+        .route_layer(middleware::from_fn(loopback_only));
+    operator.merge(probe)
+}
+
+async fn loopback_only(request: Request, next: Next) -> Response {
+    if !loopback_host(request.headers()) {
+        return json_response(
+            StatusCode::MISDIRECTED_REQUEST,
+            &json!({"error": "not a loopback host"}),
+        );
+    }
+    next.run(request).await
+}
+
+/// `GET /ready`: 200 when the company's store answers, 503 when it does not.
+async fn ready(State(company): State<ReferenceCompany>) -> Response {
+    let (store, answered) = company.store_ready().await;
+    let status = if answered.is_ok() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    json_response(status, &json!({"ready": answered.is_ok(), "store": store}))
+}
+
+/// `GET /metrics`: Prometheus text, when the process installed the recorder.
+async fn metrics() -> Response {
+    match crate::metrics::render() {
+        Some(text) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            text,
+        )
+            .into_response(),
+        None => json_response(StatusCode::NOT_FOUND, &json!({"error": "metrics are not installed"})),
+    }
 }
 
 /// Lets through only a request with a loopback `Host` and the operator credential.

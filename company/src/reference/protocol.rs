@@ -62,6 +62,7 @@ impl ApiError {
     /// A store could not take the request: a full one is 429 with `Retry-After` (too much at
     /// once, from someone), an unreachable one 503. Nothing was done.
     pub(crate) fn store(error: StoreError) -> Self {
+        crate::metrics::store_error(error);
         match error {
             StoreError::Full => Self::new(StatusCode::TOO_MANY_REQUESTS, OAuthErrorCode::TemporarilyUnavailable),
             StoreError::Unavailable => {
