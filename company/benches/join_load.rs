@@ -28,78 +28,205 @@ fn main() {
     runtime.block_on(run(joins));
 }
 
+/// One store's figures at each concurrency: joins/s, p50, p99.
+type Figures = Vec<(usize, f64, Duration, Duration)>;
+
+const LEVELS: [usize; 3] = [1, 8, 32];
+
 async fn run(joins: usize) {
     let pki = support::test_pki(&["shop.example"]);
-
     // The session lives past the whole run; the clock is the fixture's fixed time.
     let world = World::new();
+    let memory = serve(world.app(), &pki).await;
+    println!(
+        "join load over TLS on 127.0.0.1 ({joins} joins per level, {} cores, client and server sharing them)",
+        available_cores()
+    );
+    let memory_figures = levels(&memory, joins, || world.assertion()).await;
+    print_figures("in memory", &memory_figures, None);
+
+    #[cfg(feature = "redis")]
+    {
+        let server = support::redis_server::RedisServer::start();
+        let (app, session) = over_redis(&world, &server.url()).await;
+        let client = serve(app, &pki).await;
+        let redis_figures = levels(&client, joins, || {
+            world.with("session_id", serde_json::json!(session.as_str()))
+        })
+        .await;
+        print_figures("Redis", &redis_figures, Some(&memory_figures));
+        memory_per_join(&server.url(), &session).await;
+    }
+}
+
+/// Serves `app` over TLS on a free port; a client that reaches it as shop.example.
+async fn serve(app: axum::Router, pki: &support::TestPki) -> reqwest::Client {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(serve_tls(listener, world.app(), pki.server, std::future::pending()));
-
+    tokio::spawn(serve_tls(listener, app, pki.server.clone(), std::future::pending()));
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(rustls::pki_types::CertificateDer::from(pki.ca_der)).unwrap();
+    roots
+        .add(rustls::pki_types::CertificateDer::from(pki.ca_der.clone()))
+        .unwrap();
     let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    let client = reqwest::Client::builder()
+    reqwest::Client::builder()
         .use_preconfigured_tls(tls)
         .resolve("shop.example", addr)
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .unwrap();
+        .unwrap()
+}
 
+/// The route over Redis: Sessions, replay marks and cookie bindings in `url`, a Session of the
+/// world's agent and user started there.
+#[cfg(feature = "redis")]
+async fn over_redis(world: &World, url: &str) -> (axum::Router, pap_shared::SessionId) {
+    use pap_company::{
+        BrowserSession, RecordSessions, RedisStore, StaticClientKeys, Verifier, VerifierParts, browser_session_router,
+    };
+    let store = Arc::new(RedisStore::connect(url, "bench").await.unwrap());
+    let sessions = RecordSessions::new(store.clone(), world.clock.clone(), Arc::new(pap_shared::SystemRng));
+    let session = sessions
+        .start(world.agent.client_id.clone(), world.user.clone(), 3_600)
+        .await
+        .unwrap();
+    let clients = StaticClientKeys::new().with_client(world.agent.client_id.clone(), world.agent.jwks());
+    let verifier = Verifier::new(VerifierParts {
+        endpoint: pap_shared::HttpsUrl::parse(support::ENDPOINT).unwrap(),
+        domain: pap_shared::CompanyDomain::try_from("shop.example").unwrap(),
+        clock: world.clock.clone(),
+        clients: Arc::new(clients),
+        sessions: Arc::new(sessions),
+        replay: store.clone(),
+    });
+    let state = BrowserSession::new(verifier, store, Arc::new(pap_shared::SystemRng));
+    (
+        axum::Router::new().merge(browser_session_router()).with_state(state),
+        session,
+    )
+}
+
+/// What one live join holds in Redis: a replay mark and a cookie binding (`MEMORY USAGE`); the
+/// Session's list of cookies is capped at 16 and shared by its joins.
+#[cfg(feature = "redis")]
+async fn memory_per_join(url: &str, session: &pap_shared::SessionId) {
+    let mut connection = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let usage = |pattern: &'static str| {
+        let mut connection = connection.clone();
+        async move {
+            let (_, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(0)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(10_000)
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            let key = keys.first().cloned().unwrap_or_default();
+            redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(&key)
+                .query_async::<Option<u64>>(&mut connection)
+                .await
+                .unwrap()
+                .unwrap_or(0)
+        }
+    };
+    let replay = usage("bench:replay:*").await;
+    let cookie = usage("bench:cookie:*").await;
+    let session: u64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(format!("bench:record:session:{}", session.as_str()))
+        .query_async::<Option<u64>>(&mut connection)
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    let keys: u64 = redis::cmd("DBSIZE").query_async(&mut connection).await.unwrap();
     println!(
-        "join load over TLS on {addr} ({joins} joins per level, {} cores)",
-        available_cores()
+        "Redis memory per live join: replay mark {replay} B + cookie binding {cookie} B = {} B (a Session's record: {session} B; {keys} keys now)",
+        replay + cookie
     );
+}
+
+/// The run at each of [`LEVELS`]: `joins` fresh assertions each.
+async fn levels(client: &reqwest::Client, joins: usize, assertion: impl Fn() -> CompactJws) -> Figures {
+    let mut figures = Vec::new();
+    for concurrency in LEVELS {
+        let assertions: Vec<CompactJws> = (0..joins).map(|_| assertion()).collect();
+        let (rate, p50, p99) = load(client, assertions, concurrency).await;
+        figures.push((concurrency, rate, p50, p99));
+    }
+    figures
+}
+
+fn print_figures(store: &str, figures: &Figures, against: Option<&Figures>) {
+    println!("{store}:");
     println!(
         "{:>11} {:>10} {:>10} {:>10}",
         "concurrency", "joins/s", "p50 ms", "p99 ms"
     );
-    for concurrency in [1usize, 8, 32] {
-        let assertions: Vec<CompactJws> = (0..joins).map(|_| world.assertion()).collect();
-        let queue = Arc::new(std::sync::Mutex::new(assertions));
-        let start = Instant::now();
-        let workers: Vec<_> = (0..concurrency)
-            .map(|_| {
-                let (client, queue) = (client.clone(), queue.clone());
-                tokio::spawn(async move {
-                    let mut latencies = Vec::new();
-                    loop {
-                        let Some(assertion) = queue.lock().unwrap().pop() else {
-                            break;
-                        };
-                        let began = Instant::now();
-                        let response = client
-                            .post("https://shop.example/poppy/browser-session")
-                            .header("content-type", "application/x-www-form-urlencoded")
-                            .body(format!("assertion={}", assertion.secret()))
-                            .send()
-                            .await
-                            .unwrap();
-                        assert_eq!(response.status(), reqwest::StatusCode::SEE_OTHER);
-                        latencies.push(began.elapsed());
-                    }
-                    latencies
-                })
-            })
-            .collect();
-        let mut latencies = Vec::with_capacity(joins);
-        for worker in workers {
-            latencies.extend(worker.await.unwrap());
-        }
-        let wall = start.elapsed();
-        latencies.sort();
+    for (i, (concurrency, rate, p50, p99)) in figures.iter().enumerate() {
+        let share = against
+            .and_then(|a| a.get(i))
+            .map(|(_, base, ..)| format!("  ({:.0} % of in memory)", rate / base * 100.0))
+            .unwrap_or_default();
         println!(
-            "{concurrency:>11} {:>10.0} {:>10.2} {:>10.2}",
-            joins as f64 / wall.as_secs_f64(),
-            millis(percentile(&latencies, 50)),
-            millis(percentile(&latencies, 99)),
+            "{concurrency:>11} {rate:>10.0} {:>10.2} {:>10.2}{share}",
+            millis(*p50),
+            millis(*p99)
         );
     }
+}
+
+/// Posts every assertion at `concurrency`, each answered 303: joins/s, p50, p99.
+async fn load(client: &reqwest::Client, assertions: Vec<CompactJws>, concurrency: usize) -> (f64, Duration, Duration) {
+    let joins = assertions.len();
+    let queue = Arc::new(std::sync::Mutex::new(assertions));
+    let start = Instant::now();
+    let workers: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (client, queue) = (client.clone(), queue.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                loop {
+                    let Some(assertion) = queue.lock().unwrap().pop() else {
+                        break;
+                    };
+                    let began = Instant::now();
+                    let response = client
+                        .post("https://shop.example/poppy/browser-session")
+                        .header("content-type", "application/x-www-form-urlencoded")
+                        .body(format!("assertion={}", assertion.secret()))
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(response.status(), reqwest::StatusCode::SEE_OTHER);
+                    latencies.push(began.elapsed());
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::with_capacity(joins);
+    for worker in workers {
+        latencies.extend(worker.await.unwrap());
+    }
+    let wall = start.elapsed();
+    latencies.sort();
+    (
+        joins as f64 / wall.as_secs_f64(),
+        percentile(&latencies, 50),
+        percentile(&latencies, 99),
+    )
 }
 
 fn percentile(sorted: &[Duration], p: usize) -> Duration {
