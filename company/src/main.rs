@@ -224,7 +224,9 @@ async fn redis_stores(url: &str, prefix: &str) -> anyhow::Result<CompanyStores> 
         prefix,
         "keeping Sessions, tokens, operations, replay marks and cookies in Redis"
     );
-    Ok(CompanyStores::redis(&store))
+    CompanyStores::redis(&store, &SystemRng)
+        .await
+        .context("reading the replicas' shared secrets from the store")
 }
 
 #[cfg(not(feature = "redis"))]

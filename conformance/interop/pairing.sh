@@ -4,6 +4,9 @@
 #   conformance/interop/pairing.sh PAIRING PYTHON TARGET_DIR OUT_DIR
 #
 # PAIRING: rust-agent-x-rust-company | python-agent-x-rust-company | rust-agent-x-python-company
+#          | rust-agent-x-rust-replicas | python-agent-x-rust-replicas (two company replicas sharing
+#          one redis-server the script starts: the Rust agent's API calls go to one replica and its
+#          Chromium to the other; the Python agent reaches them through a round-robin balancer)
 # PYTHON:  a venv python with ../shared/interop/requirements.txt
 # TARGET_DIR: where pap-company and pap-conformance were built (debug)
 # Writes OUT_DIR/junit.xml, the report and the logs; prints the runner's `N passed, N failed`
@@ -20,9 +23,9 @@ password="correct horse battery staple"
 web_cases=(lifecycle.browser-joins-session lifecycle.browser-assertion-refused operations.web-confirm-at-most-once)
 
 # Free loopback ports, chosen by the kernel.
-read -r company_port admin_port agent_port < <("$python" - <<'PY'
+read -r company_port admin_port agent_port company_port_b admin_port_b redis_port balance_port < <("$python" - <<'PY'
 import socket
-socks = [socket.socket() for _ in range(3)]
+socks = [socket.socket() for _ in range(7)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))
@@ -48,22 +51,42 @@ ready() {
     fi
 }
 
-start_rust_company() {  # the agent's documents are at atlas.example = 127.0.0.1:$agent_port
-    "$company_bin" dev-certs "$out/certs" shop.example atlas.example
-    : > "$out/company.log"
+# Starts pap-company: NAME (its log is company-NAME.log, or company.log without one), its HTTPS
+# and operator ports, and a --store URL when it keeps its state in Redis. The agent's documents
+# are at atlas.example = 127.0.0.1:$agent_port.
+start_rust_company() {
+    local name=${1:-} port=${2:-$company_port} admin=${3:-$admin_port} store=${4:-}
+    local log="$out/company${name:+-$name}.log" credential="$out/operator${name:+-$name}.credential"
+    [ -e "$out/certs/cert.pem" ] || "$company_bin" dev-certs "$out/certs" shop.example atlas.example
+    local store_args=()
+    [ -z "$store" ] || store_args=(--store "$store")
+    : > "$log"
     "$company_bin" serve --config "$repo/company/shop.example.toml" \
-        --listen "127.0.0.1:$company_port" --cert "$out/certs/cert.pem" --key "$out/certs/key.pem" \
-        --admin-listen "127.0.0.1:$admin_port" --admin-credential-file "$out/operator.credential" \
-        --trust-ca "$out/certs/ca.pem" \
-        --resolve "atlas.example=127.0.0.1:$agent_port" > "$out/company.log" 2>&1 &
+        --listen "127.0.0.1:$port" --cert "$out/certs/cert.pem" --key "$out/certs/key.pem" \
+        --admin-listen "127.0.0.1:$admin" --admin-credential-file "$credential" \
+        --trust-ca "$out/certs/ca.pem" "${store_args[@]}" \
+        --resolve "atlas.example=127.0.0.1:$agent_port" > "$log" 2>&1 &
     pids+=($!)
-    ready "$!" "$out/company.log" "serving the operator API"
+    ready "$!" "$log" "serving the operator API"
     # The operator API asks for its credential (written 0600 at start), here as a Basic password.
-    operator="http://operator:$(cat "$out/operator.credential")@127.0.0.1:$admin_port"
+    operator="http://operator:$(cat "$credential")@127.0.0.1:$admin"
+}
+
+# A redis-server on $redis_port and two replicas sharing it, a on $company_port and b on
+# $company_port_b; $operator is a's.
+start_replicas() {
+    mkdir -p "$out/redis"
+    : > "$out/redis.log"
+    redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$out/redis" \
+        > "$out/redis.log" 2>&1 &
+    pids+=($!)
+    ready "$!" "$out/redis.log" "Ready to accept connections"
+    start_rust_company b "$company_port_b" "$admin_port_b" "redis://127.0.0.1:$redis_port/0"
+    start_rust_company a "$company_port" "$admin_port" "redis://127.0.0.1:$redis_port/0"
 }
 
 check_company_log() {  # a compact JWS starts with the base64url of `{"`: none may be logged
-    if grep -q 'eyJ' "$out/company.log"; then
+    if grep -q 'eyJ' "$out"/company*.log; then
         echo "a JWT reached the company's log" >&2
         exit 1
     fi
@@ -98,6 +121,44 @@ python-agent-x-rust-company)
     # agent key (--agent-key) as the first run: the company may cache the agent's JWKS for 60 s.
     runner --junit "$out/junit-security.xml" --case security.browser-assertion-at-token-endpoint || status=$?
     check_company_log
+    exit "$status"
+    ;;
+rust-agent-x-rust-replicas)
+    start_replicas
+    status=0
+    "$runner_bin" pap --company https://shop.example --connect "shop.example=127.0.0.1:$company_port" \
+        --connect-browser "shop.example=127.0.0.1:$company_port_b" \
+        --trust-ca "$out/certs/ca.pem" --scenario "$repo/conformance/interop/shop.example.scenario.json" \
+        --approve device-page --username ada --password "$password" --operator "$operator" \
+        --serve-agent "127.0.0.1:$agent_port" --agent-cert "$out/certs/cert.pem" --agent-key "$out/certs/key.pem" \
+        --json "$out/report.json" --junit "$out/junit.xml" || status=$?
+    check_company_log
+    # The sign-in went through replica a, the browser's joins through replica b.
+    grep -q "device sign-in approved" "$out/company-a.log" || { echo "replica a approved nothing" >&2; status=1; }
+    grep -q "browser joined its Session" "$out/company-b.log" || { echo "no join through replica b" >&2; status=1; }
+    echo "joins through replica b: $(grep -c "browser joined its Session" "$out/company-b.log")"
+    exit "$status"
+    ;;
+python-agent-x-rust-replicas)
+    start_replicas
+    : > "$out/balance.log"
+    "$runner_bin" balance --listen "127.0.0.1:$balance_port" --to "127.0.0.1:$company_port" \
+        --to "127.0.0.1:$company_port_b" --cert "$out/certs/cert.pem" --key "$out/certs/key.pem" \
+        --ca "$out/certs/ca.pem" > "$out/balance.log" 2>&1 &
+    pids+=($!)
+    ready "$!" "$out/balance.log" "balancing"
+    status=0
+    case_args=()
+    for c in "${web_cases[@]}"; do case_args+=(--case "$c"); done
+    (cd "$interop" && "$python" peer_runner.py --company shop.example --port "$balance_port" \
+        --ca "$out/certs/ca.pem" --cert "$out/certs/cert.pem" --key "$out/certs/key.pem" \
+        --agent-port "$agent_port" --agent-key "$out/agent-key.pem" \
+        --scenario "$repo/conformance/interop/shop.example.scenario.json" --approve device-page --username ada --password "$password" \
+        --performed --operator "$operator" --junit "$out/junit.xml" --json "$out/report.json" "${case_args[@]}") || status=$?
+    check_company_log
+    for name in a b; do
+        echo "joins through replica $name: $(grep -c "browser joined its Session" "$out/company-$name.log" || true)"
+    done
     exit "$status"
     ;;
 rust-agent-x-python-company)

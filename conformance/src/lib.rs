@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod abuse;
+pub mod balance;
 pub mod browser;
 mod ledger;
 pub mod pap;

@@ -40,6 +40,30 @@ enum Command {
     /// Runs three `pap-company serve --store redis://…` replicas on one redis-server it starts,
     /// and checks that they agree and fail closed; fails when a check does.
     Replicas(ReplicasArgs),
+    /// Test only: forwards each TCP connection on LISTEN to the next of the backends in turn,
+    /// as a round-robin balancer in front of a company's replicas does.
+    Balance(BalanceArgs),
+}
+
+#[derive(clap::Args)]
+struct BalanceArgs {
+    /// Where to accept HTTPS (a loopback address).
+    #[arg(long)]
+    listen: SocketAddr,
+    /// A replica (repeatable); each request goes to the next in turn.
+    #[arg(long = "to", required = true)]
+    backends: Vec<SocketAddr>,
+    /// The company's domain, as the replicas serve it.
+    #[arg(long, default_value = "shop.example")]
+    domain: String,
+    /// The certificate to present (PEM), and its key.
+    #[arg(long)]
+    cert: PathBuf,
+    #[arg(long)]
+    key: PathBuf,
+    /// The CA the replicas' certificate chains to.
+    #[arg(long)]
+    ca: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -145,6 +169,10 @@ struct PapArgs {
     /// Test only: dial DOMAIN at ADDR:PORT (HTTP and the browser).
     #[arg(long, value_name = "DOMAIN=ADDR:PORT")]
     connect: Option<String>,
+    /// Test only: the browser dials DOMAIN at this ADDR:PORT instead (another replica of the
+    /// company than the one the API calls reach).
+    #[arg(long, value_name = "DOMAIN=ADDR:PORT")]
+    connect_browser: Option<String>,
     /// Test only: trust this CA for the company (the browser pins the leaf it vouches for).
     #[arg(long)]
     trust_ca: Option<PathBuf>,
@@ -205,6 +233,7 @@ fn main() -> ExitCode {
         Command::Browser(args) => runtime.block_on(run_browser(args)),
         Command::Abuse(args) => runtime.block_on(run_abuse(args)),
         Command::Replicas(args) => runtime.block_on(run_replicas(args)),
+        Command::Balance(args) => runtime.block_on(run_balance(args)),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,
@@ -225,6 +254,25 @@ fn company_bin(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
             .context("the runner has no directory")?
             .join("pap-company")),
     }
+}
+
+async fn run_balance(args: BalanceArgs) -> anyhow::Result<bool> {
+    if !args.listen.ip().is_loopback() {
+        bail!("the balancer is a test tool: it listens on loopback addresses only");
+    }
+    let tls = pap_company::load_server_config(&args.cert, &args.key)?;
+    let ca = std::fs::read(&args.ca).with_context(|| format!("reading {}", args.ca.display()))?;
+    let router = pap_conformance::balance::router(&args.domain, &args.backends, &ca)?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    eprintln!(
+        "balancing {} over {} replicas, request by request",
+        args.listen,
+        args.backends.len()
+    );
+    pap_company::serve_tls(listener, router, tls, std::future::pending()).await;
+    Ok(true)
 }
 
 async fn run_replicas(args: ReplicasArgs) -> anyhow::Result<bool> {
@@ -312,6 +360,21 @@ async fn run_browser(args: BrowserArgs) -> anyhow::Result<bool> {
     Ok(report.all_passed())
 }
 
+/// A `DOMAIN=ADDR:PORT` argument for the company's own domain.
+fn connect_arg(entry: Option<&str>, domain: &CompanyDomain, flag: &str) -> anyhow::Result<Option<SocketAddr>> {
+    let Some(entry) = entry else { return Ok(None) };
+    let (name, addr) = entry
+        .split_once('=')
+        .with_context(|| format!("{flag}: expected DOMAIN=ADDR:PORT"))?;
+    if !name.eq_ignore_ascii_case(domain.as_str()) {
+        bail!("{flag} names {name}, not the company's domain {domain}");
+    }
+    Ok(Some(
+        addr.parse::<SocketAddr>()
+            .with_context(|| format!("{flag}: bad address"))?,
+    ))
+}
+
 async fn run_pap(args: PapArgs) -> anyhow::Result<bool> {
     let domain_text = args
         .company
@@ -330,16 +393,8 @@ async fn run_pap(args: PapArgs) -> anyhow::Result<bool> {
             extra_roots.push(cert?);
         }
     }
-    let connect = match &args.connect {
-        Some(entry) => {
-            let (name, addr) = entry.split_once('=').context("--connect: expected DOMAIN=ADDR:PORT")?;
-            if !name.eq_ignore_ascii_case(domain.as_str()) {
-                bail!("--connect names {name}, not the company's domain {domain}");
-            }
-            Some(addr.parse::<SocketAddr>().context("--connect: bad address")?)
-        }
-        None => None,
-    };
+    let connect = connect_arg(args.connect.as_deref(), &domain, "--connect")?;
+    let browser_connect = connect_arg(args.connect_browser.as_deref(), &domain, "--connect-browser")?.or(connect);
 
     let identity = Arc::new(Identity::ephemeral(
         CompanyDomain::try_from(args.agent_domain.as_str())?,
@@ -384,7 +439,7 @@ async fn run_pap(args: PapArgs) -> anyhow::Result<bool> {
 
     let state = std::env::temp_dir().join(format!("pap-conformance-{}", std::process::id()));
     let mut browser = ChromiumConfig::new(state.clone());
-    if let Some(addr) = connect {
+    if let Some(addr) = browser_connect {
         let pin = pin_served_leaf(domain.as_str(), addr, roots).await?;
         browser.test_network = TestNetwork {
             map: [(domain.to_string(), addr)].into(),

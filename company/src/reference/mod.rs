@@ -64,6 +64,9 @@ pub struct CompanyStores {
     /// The Redis store, asked whether it answers.
     #[cfg(feature = "redis")]
     redis: Option<crate::RedisStore>,
+    /// The key of the device page's CSRF tokens, when replicas share one (a page one replica
+    /// served is posted to another).
+    device_csrf_key: Option<Zeroizing<[u8; 32]>>,
 }
 
 #[derive(Clone)]
@@ -88,20 +91,23 @@ impl CompanyStores {
             memory: Some(memory),
             #[cfg(feature = "redis")]
             redis: None,
+            device_csrf_key: None,
         }
     }
 
     /// Everything in Redis, shared by every replica given the same store.
     #[cfg(feature = "redis")]
-    pub fn redis(store: &crate::RedisStore) -> Self {
+    pub async fn redis(store: &crate::RedisStore, rng: &dyn Rng) -> Result<Self, crate::StoreError> {
         let shared = Arc::new(store.clone());
-        Self {
+        let device_csrf_key = shared_secret(shared.as_ref(), "device-csrf", rng).await?;
+        Ok(Self {
             records: shared.clone(),
             replay: shared.clone(),
             cookies: shared,
             memory: None,
             redis: Some(store.clone()),
-        }
+            device_csrf_key: Some(device_csrf_key),
+        })
     }
 
     /// Which store it is, and whether it answers now.
@@ -112,6 +118,42 @@ impl CompanyStores {
         }
         ("memory", Ok(()))
     }
+}
+
+/// The secret `name` every replica sharing `records` uses: the first to ask draws it, the
+/// others read it. Kept a century (it never expires in practice).
+#[cfg(feature = "redis")]
+async fn shared_secret(
+    records: &dyn Records,
+    name: &str,
+    rng: &dyn Rng,
+) -> Result<Zeroizing<[u8; 32]>, crate::StoreError> {
+    let key = format!("secret:{name}");
+    let decode = |text: &str| -> Option<Zeroizing<[u8; 32]>> {
+        let bytes = Zeroizing::new(URL_SAFE_NO_PAD.decode(text).ok()?);
+        let mut secret = Zeroizing::new([0u8; 32]);
+        (bytes.len() == 32).then(|| {
+            secret.copy_from_slice(&bytes);
+            secret
+        })
+    };
+    crate::records::retrying(|| async {
+        // A stored secret that does not decode reads as a conflict: after the retries, the
+        // store is unavailable rather than the replicas disagreeing.
+        if let Some((_, held)) = crate::records::read::<String>(records, &key).await? {
+            return Ok(decode(&held));
+        }
+        let mut drawn = Zeroizing::new([0u8; 32]);
+        rng.fill(drawn.as_mut());
+        let text = Zeroizing::new(URL_SAFE_NO_PAD.encode(drawn.as_ref()));
+        let century = UnixTime::from_secs(0).plus(4_102_444_800);
+        let committed = crate::records::Commit::new()
+            .put(key.clone(), crate::records::Expect::Absent, &*text, century)
+            .apply(records)
+            .await?;
+        Ok(committed.then_some(drawn))
+    })
+    .await
 }
 
 impl fmt::Debug for CompanyStores {
@@ -178,8 +220,11 @@ impl ReferenceCompany {
             replay: stores.replay.clone(),
         });
         let browser = BrowserSession::new(verifier, stores.cookies.clone(), rng.clone());
-        let mut csrf_key = Zeroizing::new([0u8; 32]);
-        rng.fill(csrf_key.as_mut());
+        let csrf_key = stores.device_csrf_key.clone().unwrap_or_else(|| {
+            let mut drawn = Zeroizing::new([0u8; 32]);
+            rng.fill(drawn.as_mut());
+            drawn
+        });
         let mut credential = Zeroizing::new([0u8; 32]);
         rng.fill(credential.as_mut());
         let operator_credential = SecretToken::new(URL_SAFE_NO_PAD.encode(credential.as_ref()));
