@@ -91,6 +91,12 @@ impl Ledger {
                     }
                     continue;
                 }
+                if let Some(check) = test.strip_prefix("replicas:") {
+                    if !crate::replicas::CHECKS.contains(&check) {
+                        problems.push(format!("{}: pap-conformance replicas has no check {check}", rule.id));
+                    }
+                    continue;
+                }
                 if let Some(case) = test.strip_prefix("python-runner:") {
                     if !runner_cases.contains(&case) {
                         problems.push(format!("{}: runner case {case} is not run by .ci/test", rule.id));

@@ -23,6 +23,17 @@ use crate::abuse::Figures;
 use crate::process::{CompanyProcess, Launch, RedisProcess};
 
 const DOMAIN: &str = "shop.example";
+
+/// The run's checks, by the number its figures carry (1 first): what the requirement ledger
+/// names as `replicas:ID`.
+pub const CHECKS: [&str; 6] = [
+    "replay-race",
+    "confirm-once",
+    "sign-out-across",
+    "replica-killed",
+    "redis-down",
+    "replica-restarted",
+];
 /// How long the company may take to serve again once Redis is back.
 const RECOVERY_DEADLINE: Duration = Duration::from_secs(15);
 
