@@ -5,6 +5,7 @@
 //! check (PAP-5-02, PAP-5-09) is a method call on already-normalised values.
 
 use std::fmt;
+use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 use url::{Host, Url};
@@ -221,6 +222,43 @@ pub enum InvalidHttpsUrl {
     UserInfo,
 }
 
+/// Whether `ip` is a globally routable unicast address (not loopback, private, link-local,
+/// shared, documentation, benchmarking, multicast or reserved): the only addresses a company
+/// fetches an agent's documents from, and an agent reaches a company at (PAP-3-10), unless a
+/// test names an address explicitly.
+pub fn is_public_address(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            !(v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_documentation()
+                || v4.is_multicast()
+                || a == 0
+                || a >= 240
+                || (a == 100 && (64..128).contains(&b))
+                || (a == 192 && b == 0 && v4.octets()[2] == 0)
+                || (a == 198 && (18..20).contains(&b)))
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_public_address(IpAddr::V4(v4));
+            }
+            let first = v6.segments()[0];
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+                || first == 0x2001 && v6.segments()[1] == 0x0db8
+                || first == 0x0064)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,5 +347,32 @@ mod tests {
     fn deserialising_validates() {
         assert!(serde_json::from_str::<HttpsUrl>("\"http://x.example/\"").is_err());
         assert!(serde_json::from_str::<CompanyDomain>("\"localhost\"").is_err());
+    }
+    #[test]
+    fn public_address_policy() {
+        for private in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.1.1",
+            "100.64.0.1",
+            "0.0.0.0",
+            "255.255.255.255",
+            "224.0.0.1",
+            "192.0.2.1",
+            "198.18.0.1",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+            "2001:db8::1",
+            "::",
+        ] {
+            assert!(!is_public_address(private.parse().unwrap()), "{private}");
+        }
+        for public in ["93.184.216.34", "1.1.1.1", "2606:4700::1111", "::ffff:8.8.8.8"] {
+            assert!(is_public_address(public.parse().unwrap()), "{public}");
+        }
     }
 }

@@ -33,6 +33,25 @@ pub struct ClientConfig {
     pub connect: HashMap<String, SocketAddr>,
 }
 
+/// A resolver that answers only public addresses (PAP-3-10: never loopback, private or
+/// link-local ones, whatever a company's documents name).
+struct PublicOnly;
+
+impl reqwest::dns::Resolve for PublicOnly {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        Box::pin(async move {
+            let public: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0))
+                .await?
+                .filter(|a| pap_shared::is_public_address(a.ip()))
+                .collect();
+            if public.is_empty() {
+                return Err("the name has no public address".into());
+            }
+            Ok(Box::new(public.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
 /// What discovery tells about a company (wire doc §2.1-2.2), checked.
 #[derive(Clone, Debug)]
 pub struct Company {
@@ -142,12 +161,15 @@ impl PapClient {
         let roots = crate::tls::trust_roots(&config.extra_roots)
             .map_err(|_| ClientError::Setup("an extra root certificate is invalid"))?;
         let tls = crate::tls::tls_client_config(roots).map_err(|_| ClientError::Setup("TLS"))?;
+        // A company's names must resolve to public addresses (PAP-3-10); the test-only
+        // `connect` map is the one explicit exception, and takes precedence over the resolver.
         let mut builder = reqwest::Client::builder()
             .use_preconfigured_tls(tls)
             .https_only(true)
             .redirect(reqwest::redirect::Policy::none())
             .timeout(Duration::from_secs(10))
-            .no_proxy();
+            .no_proxy()
+            .dns_resolver(Arc::new(PublicOnly));
         for (name, addr) in &config.connect {
             builder = builder.resolve(name, *addr);
         }
@@ -207,8 +229,10 @@ impl PapClient {
         if doc.organization.name.is_empty() {
             return Err(invalid("organization.name"));
         }
-        let issuer = HttpsUrl::parse(&doc.auth.issuer).map_err(|_| invalid("auth.issuer"))?;
-        let https = |v: &str| HttpsUrl::parse(v).ok();
+        // Every endpoint names a host, never an address: an IP literal would skip the resolver
+        // that keeps the agent off loopback and private networks (PAP-3-10).
+        let https = |v: &str| HttpsUrl::parse(v).ok().filter(|u| u.domain().is_some());
+        let issuer = https(&doc.auth.issuer).ok_or(invalid("auth.issuer"))?;
         let browser_session_endpoint = match doc.web.as_ref().and_then(|w| w.browser_session_endpoint.as_deref()) {
             None => None,
             Some(url) => Some(https(url).ok_or(invalid("web.browser_session_endpoint"))?),
