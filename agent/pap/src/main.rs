@@ -471,7 +471,9 @@ async fn session(agent: &Agent, domain: &str) -> anyhow::Result<()> {
         .await?;
     eprintln!(
         "Session {} started with {} (signed in: {})",
-        session.session_id, company.name, session.signed_in
+        session.session_id,
+        printable(&company.name),
+        session.signed_in
     );
     wallet.session = Some(session);
     wallet.save(&agent.sealing, &SystemRng)?;
@@ -490,9 +492,12 @@ async fn signin(agent: &Agent, domain: &str, scope: &str) -> anyhow::Result<()> 
         .verification_uri_complete
         .as_ref()
         .unwrap_or(&device.verification_uri);
-    eprintln!("to sign in, open {url} and approve the code {}", device.user_code);
+    eprintln!(
+        "to sign in, open {url} and approve the code {}",
+        printable(&device.user_code)
+    );
     agent.client.device_wait(&company, session, &device).await?;
-    eprintln!("signed in (scopes: {})", session.scope);
+    eprintln!("signed in (scopes: {})", printable(&session.scope));
     wallet.save(&agent.sealing, &SystemRng)?;
     Ok(())
 }
@@ -742,7 +747,27 @@ fn parse_connect(entries: &[String]) -> anyhow::Result<HashMap<String, SocketAdd
         .collect()
 }
 
+/// `text` from a company, safe for a terminal: every control character (an ANSI or OSC escape
+/// that would rewrite what the operator sees, security review L8) shown as U+FFFD.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { char::REPLACEMENT_CHARACTER } else { c })
+        .collect()
+}
+
 #[allow(clippy::print_stdout, reason = "the command's output")]
 fn print_json(value: &serde_json::Value) {
     println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_companys_text_reaches_the_terminal_without_escapes() {
+        // An OSC title change and a cursor move that would overwrite the line above.
+        let hostile = "Shop\u{1b}]0;owned\u{7}\u{1b}[1A\rcode: WXYZ-1234";
+        let shown = super::printable(hostile);
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert!(shown.starts_with("Shop") && shown.ends_with("WXYZ-1234"));
+    }
 }

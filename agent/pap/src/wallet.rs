@@ -14,8 +14,14 @@ use pap_browser::store::SealingKey;
 use pap_browser::store::{private_dir, write_private};
 use pap_shared::SecretToken;
 
-/// Bound into every sealed company record.
-const PURPOSE: &str = "pap-agent company record v1";
+/// Bound into every sealed company record, with the company's domain: a record sealed for one
+/// company does not open as another's, so copying `b.example.sealed` over `a.example.sealed`
+/// cannot make the agent send B's tokens to A (security review L10).
+const PURPOSE: &str = "pap-agent company record v2";
+
+fn purpose(domain: &CompanyDomain) -> String {
+    format!("{PURPOSE} for {domain}")
+}
 
 #[derive(Serialize, Deserialize)]
 struct Stored {
@@ -33,6 +39,7 @@ struct Stored {
 #[derive(Debug)]
 pub struct Wallet {
     path: PathBuf,
+    domain: CompanyDomain,
     /// The pairwise User ID for this company.
     pub user: PairwiseUserId,
     /// The DPoP key of (this company, this user).
@@ -48,7 +55,9 @@ impl Wallet {
         let Ok(sealed) = std::fs::read(&path) else {
             return Ok(None);
         };
-        let text = key.open_sealed(PURPOSE, &sealed).map_err(|_| WalletError::Corrupt)?;
+        let text = key
+            .open_sealed(&purpose(domain), &sealed)
+            .map_err(|_| WalletError::Corrupt)?;
         let stored: Stored = serde_json::from_slice(&text).map_err(|_| WalletError::Corrupt)?;
         let user = PairwiseUserId::parse(&stored.user).map_err(|_| WalletError::Corrupt)?;
         let dpop_key =
@@ -68,6 +77,7 @@ impl Wallet {
         };
         Ok(Some(Self {
             path,
+            domain: domain.clone(),
             user,
             dpop_key,
             session,
@@ -83,6 +93,7 @@ impl Wallet {
     ) -> Result<Self, WalletError> {
         Ok(Self {
             path: Self::path(state_dir, domain)?,
+            domain: domain.clone(),
             user,
             dpop_key,
             session: None,
@@ -111,7 +122,7 @@ impl Wallet {
         };
         let text = Zeroizing::new(serde_json::to_string(&stored).map_err(|_| WalletError::Corrupt)?);
         let sealed = key
-            .seal(rng, PURPOSE, text.as_bytes())
+            .seal(rng, &purpose(&self.domain), text.as_bytes())
             .map_err(|_| WalletError::Corrupt)?;
         write_private(&self.path, &sealed).map_err(WalletError::Io)
     }
@@ -169,5 +180,27 @@ mod tests {
         std::fs::write(dir.join("companies/shop.example.sealed"), changed).unwrap();
         assert!(matches!(Wallet::load(&dir, &domain, &key), Err(WalletError::Corrupt)));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    #[test]
+    fn a_record_copied_over_another_companys_does_not_open() {
+        let state = std::env::temp_dir().join(format!("pap-wallet-swap-{}", std::process::id()));
+        let key = SealingKey::open(&state, &SystemRng).unwrap();
+        let (a, b) = (
+            CompanyDomain::try_from("a.example").unwrap(),
+            CompanyDomain::try_from("b.example").unwrap(),
+        );
+        let user = crate::new_pairwise_user(&SystemRng);
+        let dpop = Arc::new(SigningKey::generate_es256(&SystemRng, "dpop").unwrap());
+        Wallet::new(&state, &b, user, dpop)
+            .unwrap()
+            .save(&key, &SystemRng)
+            .unwrap();
+        assert!(Wallet::load(&state, &b, &key).unwrap().is_some());
+        let b_path = state.join("companies").join("b.example.sealed");
+        std::fs::copy(&b_path, state.join("companies").join("a.example.sealed")).unwrap();
+        assert!(matches!(Wallet::load(&state, &a, &key), Err(WalletError::Corrupt)));
+        std::fs::remove_dir_all(&state).unwrap();
     }
 }

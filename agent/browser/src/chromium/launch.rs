@@ -155,6 +155,13 @@ impl ControlledBrowser {
             .as_str()
             .ok_or_else(|| LaunchError::Attach("/json/version names no webSocketDebuggerUrl".into()))?
             .to_owned();
+        // The socket must be the endpoint's own: a local impostor answering /json/version must
+        // not send the agent (and its grants) elsewhere (security review L6).
+        if !on_endpoint(&ws, endpoint) {
+            return Err(LaunchError::Attach(format!(
+                "/json/version names a DevTools socket that is not on {endpoint}"
+            )));
+        }
         progress(STEP_DEVTOOLS_BOUND);
         let (browser, handler) = connect_cdp(ws.clone()).await?;
         let refuse = |why: String| {
@@ -353,6 +360,22 @@ impl ControlledBrowser {
     }
 }
 
+/// Whether `ws` is a `ws://` URL on exactly `endpoint` (its address and port).
+fn on_endpoint(ws: &str, endpoint: SocketAddr) -> bool {
+    let Ok(url) = url::Url::parse(ws) else {
+        return false;
+    };
+    let host = match url.host() {
+        Some(url::Host::Ipv4(ip)) => Some(std::net::IpAddr::V4(ip)),
+        Some(url::Host::Ipv6(ip)) => Some(std::net::IpAddr::V6(ip)),
+        Some(url::Host::Domain(name)) if name.eq_ignore_ascii_case("localhost") => {
+            endpoint.ip().is_loopback().then_some(endpoint.ip())
+        }
+        _ => None,
+    };
+    url.scheme() == "ws" && host == Some(endpoint.ip()) && url.port() == Some(endpoint.port())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -384,5 +407,21 @@ mod tests {
         );
         assert_eq!(std::fs::read_dir(state.join("browsers")).unwrap().count(), 0);
         std::fs::remove_dir_all(&state).unwrap();
+    }
+
+    #[test]
+    fn an_attach_follows_only_a_socket_on_the_endpoint_it_was_given() {
+        let endpoint: SocketAddr = "127.0.0.1:9222".parse().unwrap();
+        assert!(on_endpoint("ws://127.0.0.1:9222/devtools/browser/abc", endpoint));
+        assert!(on_endpoint("ws://localhost:9222/devtools/browser/abc", endpoint));
+        for elsewhere in [
+            "ws://127.0.0.1:9333/devtools/browser/abc",
+            "ws://10.0.0.5:9222/devtools/browser/abc",
+            "ws://evil.example:9222/devtools/browser/abc",
+            "wss://127.0.0.1:9222/devtools/browser/abc",
+            "not a url",
+        ] {
+            assert!(!on_endpoint(elsewhere, endpoint), "{elsewhere}");
+        }
     }
 }

@@ -62,7 +62,14 @@ impl ProcessTable for ProcTable {
             let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
                 continue;
             };
-            // A process may end between the listing and the read: skip it.
+            // A process may end between the listing and the read: skip it. Another user's
+            // process is never ours, whatever its arguments say (security review L7).
+            let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+                continue;
+            };
+            if real_uid(&status) != Some(nix::unistd::getuid().as_raw()) {
+                continue;
+            }
             let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
                 continue;
             };
@@ -88,10 +95,21 @@ impl ProcessTable for ProcTable {
         };
         let pid = i32::try_from(pid).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
         match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal) {
-            Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
+            // Gone already, or not ours to end (another user's, even if it names our state
+            // directory): neither stops a sweep of what is ours.
+            Ok(()) | Err(nix::errno::Errno::ESRCH | nix::errno::Errno::EPERM) => Ok(()),
             Err(errno) => Err(io::Error::from(errno)),
         }
     }
+}
+
+/// The real user id in a `/proc/PID/status` text (`Uid:\treal\teffective\tsaved\tfs`).
+fn real_uid(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().next())
+        .and_then(|real| real.parse().ok())
 }
 
 /// Which processes a sweep ends.
@@ -318,6 +336,52 @@ fn profile_dirs(scope: &SweepScope, alive: &HashSet<u32>) -> Vec<PathBuf> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn another_users_process_is_never_ours() {
+        let status = "Name:\tchromium\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\n";
+        assert_eq!(real_uid(status), Some(1000));
+        assert_eq!(real_uid("Name:\tx\n"), None);
+        // Our own processes are listed (this test's own, at least); none of another user's.
+        let me = nix::unistd::getuid().as_raw();
+        let listed = ProcTable.list().unwrap();
+        assert!(listed.iter().any(|p| p.pid == std::process::id()));
+        for process in &listed {
+            let status = std::fs::read_to_string(format!("/proc/{}/status", process.pid)).unwrap_or_default();
+            if !status.is_empty() {
+                assert_eq!(real_uid(&status), Some(me), "{}", process.pid);
+            }
+        }
+        // Where this runs as root (CI does), a process of `nobody` that names a browser's marker
+        // is not listed, and ending it is no error.
+        if me == 0 {
+            use std::os::unix::process::CommandExt as _;
+            // `sh` stays (two commands), its argument list naming the marker.
+            let mut impostor = std::process::Command::new("sh")
+                .args(["-c", "sleep 30; true", "--pap-agent-browser=x"])
+                .uid(65_534)
+                .spawn()
+                .unwrap();
+            // Until `exec`, the child shows this test's own command line: wait for the marker.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            let named = || {
+                std::fs::read(format!("/proc/{}/cmdline", impostor.id()))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains("--pap-agent-browser=x"))
+            };
+            while !named() {
+                assert!(std::time::Instant::now() < deadline, "the impostor never ran");
+                std::thread::yield_now();
+            }
+            let listed = ProcTable.list().unwrap();
+            assert!(
+                !listed.iter().any(|p| p.pid == impostor.id()),
+                "another user's process was listed"
+            );
+            ProcTable.terminate(impostor.id(), false).unwrap();
+            impostor.kill().unwrap();
+            impostor.wait().unwrap();
+        }
+    }
+
     use std::sync::Mutex;
 
     use super::*;
