@@ -2,7 +2,9 @@
 //! lowercase, IDNA-normalised, at least two labels; never `*`, a wildcard, a leading dot, an IP
 //! literal, a bare TLD, or a name that is itself a public suffix (`co.uk`, `github.io`), checked
 //! against the full Public Suffix List shipped in this crate (`data/public_suffix_list.dat`, from
-//! Debian's `publicsuffix` package). A name under an unlisted TLD (`shop.example`) is allowed.
+//! PyPI's versioned `publicsuffixlist` package: `data/public_suffix_list.source` says which, and
+//! `data/refresh-public-suffix-list.sh` refreshes it). A name under an unlisted TLD
+//! (`shop.example`) is allowed.
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -130,6 +132,21 @@ mod tests {
                 .count()
                 > 9_000
         );
+    }
+
+    #[test]
+    fn the_shipped_list_is_current() {
+        // The list says when it was cut; Debian 12's snapshot was 2023-02-09.
+        let version = PUBLIC_SUFFIX_LIST
+            .lines()
+            .find_map(|l| l.strip_prefix("// VERSION: "))
+            .unwrap();
+        assert!(version[..4] >= *"2026", "{version}");
+        // Suffixes listed after 2023: a grant may not name them, only a name under them.
+        for suffix in ["a2hosted.com", "1cooldns.com"] {
+            assert!(GrantDomain::parse(suffix).is_err(), "{suffix}");
+            assert!(GrantDomain::parse(&format!("shop.{suffix}")).is_ok(), "shop.{suffix}");
+        }
     }
 
     #[test]
