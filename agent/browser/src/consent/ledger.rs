@@ -3,14 +3,23 @@
 //! anchor (the last `seq` and the last line's hash) so a truncated ledger is detected too.
 //! `verify` reports the first broken line. Records have the closed shape of the schema's
 //! `$defs/ledgerRecord`: no field can hold a cookie or storage value (C9).
+//!
+//! The SHA-256 chain alone can be rewritten consistently by anyone who can write the file
+//! (security review L9). So the agent's own ledger ([`Ledger::open`]) is also anchored apart, in
+//! `keys/ledger.anchor`: the last committed `(seq, hash)` and the one being written, under an
+//! HMAC whose key (`keys/ledger.key`) only the agent reads. A consistent rewrite, or deleting
+//! both ledger files, no longer verifies; and an append is two-phase (anchor "pending", line,
+//! anchor "committed"), so a crash at any point leaves a ledger that verifies, and a torn last
+//! line the pending anchor names is cut off at the next append rather than bricking it.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead as _, Write as _};
+use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 
 use pap_shared::UnixTime;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
+use subtle::ConstantTimeEq as _;
 
 use crate::store::{private_dir, write_private};
 
@@ -479,25 +488,134 @@ struct Head {
     sha256: String,
 }
 
+/// A line's position and hash, as an anchor records it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Mark {
+    seq: u64,
+    sha256: String,
+}
+
+/// What `keys/ledger.anchor` holds: the last committed line, the one being written if any,
+/// and the HMAC over both.
+#[derive(Serialize, Deserialize)]
+struct AnchorFile {
+    committed: Option<Mark>,
+    pending: Option<Mark>,
+    mac: String,
+}
+
+/// Where the agent's ledger is anchored, apart from it.
+#[derive(Clone, Debug)]
+struct Anchor {
+    path: PathBuf,
+    key: PathBuf,
+}
+
+type HmacSha256 = hmac::Hmac<Sha256>;
+
+impl Anchor {
+    fn mac(key: &[u8], committed: Option<&Mark>, pending: Option<&Mark>) -> String {
+        use hmac::Mac as _;
+        let mut mac = <HmacSha256 as hmac::Mac>::new_from_slice(key).expect("HMAC takes any key length");
+        for mark in [committed, pending] {
+            match mark {
+                Some(mark) => mac.update(format!("{}:{};", mark.seq, mark.sha256).as_bytes()),
+                None => mac.update(b"-;"),
+            }
+        }
+        hex(&mac.finalize().into_bytes())
+    }
+
+    /// The key, made (32 random bytes, 0600) when `create` and missing.
+    fn key(&self, create: bool) -> io::Result<Option<zeroize::Zeroizing<Vec<u8>>>> {
+        match std::fs::read(&self.key) {
+            Ok(key) => Ok(Some(zeroize::Zeroizing::new(key))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
+                let mut key = zeroize::Zeroizing::new(vec![0u8; 32]);
+                pap_shared::Rng::fill(&pap_shared::SystemRng, &mut key);
+                write_private(&self.key, &key)?;
+                Ok(Some(key))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn write(&self, key: &[u8], committed: Option<Mark>, pending: Option<Mark>) -> io::Result<()> {
+        let mac = Self::mac(key, committed.as_ref(), pending.as_ref());
+        let file = AnchorFile {
+            committed,
+            pending,
+            mac,
+        };
+        write_private(&self.path, &serde_json::to_vec(&file).map_err(io::Error::from)?)
+    }
+
+    /// The anchor as written, if its MAC holds; `Ok(None)` when the agent never anchored.
+    fn read(&self) -> Result<Option<AnchorFile>, String> {
+        let key = self
+            .key(false)
+            .map_err(|e| format!("the anchor key cannot be read: {e}"))?;
+        let file = match std::fs::read(&self.path) {
+            Ok(bytes) => Some(serde_json::from_slice::<AnchorFile>(&bytes).map_err(|_| "the anchor is not readable")?),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(format!("the anchor cannot be read: {e}")),
+        };
+        match (key, file) {
+            (None, None) => Ok(None),
+            (None, Some(_)) => Err("the anchor's key is missing".into()),
+            (Some(_), None) => Err("the anchor is missing (the ledger was anchored)".into()),
+            (Some(key), Some(file)) => {
+                let expected = Self::mac(&key, file.committed.as_ref(), file.pending.as_ref());
+                if expected.as_bytes().ct_eq(file.mac.as_bytes()).into() {
+                    Ok(Some(file))
+                } else {
+                    Err("the anchor does not verify (rewritten without the key)".into())
+                }
+            }
+        }
+    }
+}
+
+/// The ledger file as read: its sound records, and a torn last line if one was found.
+struct Walked {
+    count: u64,
+    last: Option<String>,
+    /// The `prev` of the last record: the hash of the line before it.
+    last_prev: Option<String>,
+    /// Where a torn last line starts (no newline, not a record), to cut at the next append.
+    torn_at: Option<u64>,
+}
+
 /// The ledger of one agent state directory.
 #[derive(Clone, Debug)]
 pub struct Ledger {
     path: PathBuf,
     head: PathBuf,
+    anchor: Option<Anchor>,
 }
 
 impl Ledger {
-    /// The ledger under `state_dir/consent/` (made 0700; files 0600).
+    /// The agent's ledger: `state_dir/consent/ledger.jsonl` (made 0700; files 0600), anchored
+    /// in `state_dir/keys/` (see the module's notes).
     pub fn open(state_dir: &Path) -> io::Result<Self> {
-        Self::in_dir(&state_dir.join("consent"))
+        let keys = private_dir(&state_dir.join("keys"))?;
+        let mut ledger = Self::in_dir(&state_dir.join("consent"))?;
+        ledger.anchor = Some(Anchor {
+            path: keys.join("ledger.anchor"),
+            key: keys.join("ledger.key"),
+        });
+        Ok(ledger)
     }
 
-    /// The ledger in `dir` itself (`ledger.jsonl`, `ledger.head`): a copy to check, say.
+    /// The ledger in `dir` itself (`ledger.jsonl`, `ledger.head`), checked by its chain and head
+    /// only: a copy to check, say, or another provider's.
     pub fn in_dir(dir: &Path) -> io::Result<Self> {
         let dir = private_dir(dir)?;
         Ok(Self {
             path: dir.join("ledger.jsonl"),
             head: dir.join("ledger.head"),
+            anchor: None,
         })
     }
 
@@ -507,8 +625,9 @@ impl Ledger {
     }
 
     /// Appends `entry` at `at` (RFC 3339): under an exclusive lock, the next `seq`, `prev` the
-    /// hash of the last line, fsynced, then the head anchor replaced. Refuses a record that does
-    /// not fit `$defs/ledgerRecord` (an agent granting, a deny without reason, …).
+    /// hash of the last line, fsynced, then the head anchor replaced (and, for the agent's own
+    /// ledger, the anchor apart: pending before the line, committed after). Refuses a record
+    /// that does not fit `$defs/ledgerRecord` (an agent granting, a deny without reason, …).
     pub fn append(&self, entry: &Entry, at: UnixTime) -> Result<u64, LedgerError> {
         let mut options = OpenOptions::new();
         options.create(true).append(true).read(true);
@@ -527,14 +646,16 @@ impl Ledger {
 
     fn append_locked(&self, file: &mut File, entry: &Entry, at: UnixTime) -> Result<u64, LedgerError> {
         // The ledger as it stands must be sound before anything is added to it.
-        let (count, last) = match self.verify() {
-            Ok(summary) => (summary.records, summary.last_hash),
-            Err(broken) => return Err(LedgerError::Broken(broken)),
-        };
+        let walked = self.checked().map_err(LedgerError::Broken)?;
+        if let Some(torn_at) = walked.torn_at {
+            // A crash tore the last append; the anchor never committed it: cut it off.
+            file.set_len(torn_at).map_err(LedgerError::Io)?;
+        }
+        let (count, last) = (walked.count, walked.last);
         let record = Record {
             seq: count,
             at,
-            prev: last,
+            prev: last.clone(),
             entry: entry.clone(),
         };
         let mut line = record.to_line();
@@ -550,6 +671,24 @@ impl Ledger {
             Err(error) => return Err(LedgerError::Invalid(error)),
         }
         let hash = hex(&Sha256::digest(line.as_bytes()));
+        let committed = last.map(|sha256| Mark { seq: count - 1, sha256 });
+        let next = Mark {
+            seq: count,
+            sha256: hash.clone(),
+        };
+        let key = match &self.anchor {
+            Some(anchor) => {
+                let key = anchor
+                    .key(true)
+                    .map_err(LedgerError::Io)?
+                    .ok_or_else(|| LedgerError::Io(io::Error::other("the anchor key could not be made")))?;
+                anchor
+                    .write(&key, committed, Some(next.clone()))
+                    .map_err(LedgerError::Io)?;
+                Some(key)
+            }
+            None => None,
+        };
         line.push('\n');
         file.write_all(line.as_bytes()).map_err(LedgerError::Io)?;
         file.sync_all().map_err(LedgerError::Io)?;
@@ -559,12 +698,15 @@ impl Ledger {
         })
         .map_err(|e| LedgerError::Io(e.into()))?;
         write_private(&self.head, &head).map_err(LedgerError::Io)?;
+        if let (Some(anchor), Some(key)) = (&self.anchor, key) {
+            anchor.write(&key, Some(next), None).map_err(LedgerError::Io)?;
+        }
         Ok(count)
     }
 
     /// The records of a sound ledger, in order (for lookups such as a sink-ack's `seq`).
     pub fn records(&self) -> Result<Vec<Record>, Broken> {
-        self.verify()?;
+        let walked = self.checked()?;
         let text = match std::fs::read_to_string(&self.path) {
             Ok(text) => text,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -575,16 +717,43 @@ impl Ledger {
                 });
             }
         };
-        Ok(text.lines().filter_map(|line| Record::parse_line(line).ok()).collect())
+        Ok(text
+            .lines()
+            .take(usize::try_from(walked.count).unwrap_or(usize::MAX))
+            .filter_map(|line| Record::parse_line(line).ok())
+            .collect())
     }
 
     /// Checks the whole ledger: each line a valid record, `seq` from 0 without gaps, `prev` the
-    /// hash of the line before, and the last line matching the head anchor. Reports the first
-    /// broken line (1-based).
+    /// hash of the line before, and the last line matching the head anchor (and, for the
+    /// agent's own ledger, the keyed anchor apart). Reports the first broken line (1-based).
     pub fn verify(&self) -> Result<Summary, Broken> {
-        let file = match File::open(&self.path) {
-            Ok(file) => Some(file),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        let walked = self.checked()?;
+        Ok(Summary {
+            records: walked.count,
+            last_hash: walked.last,
+        })
+    }
+
+    fn checked(&self) -> Result<Walked, Broken> {
+        let anchor = match &self.anchor {
+            Some(anchor) => anchor.read().map_err(|why| Broken { line: 1, why })?,
+            None => None,
+        };
+        let pending = anchor.as_ref().and_then(|a| a.pending.clone());
+        let walked = self.walk(pending.as_ref())?;
+        match anchor {
+            Some(anchor) => check_anchor(&walked, &anchor)?,
+            None => self.check_head(&walked)?,
+        }
+        Ok(walked)
+    }
+
+    /// Reads every line: the chain, and a torn last line when `pending` names its `seq`.
+    fn walk(&self, pending: Option<&Mark>) -> Result<Walked, Broken> {
+        let text = match std::fs::read(&self.path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
             Err(e) => {
                 return Err(Broken {
                     line: 1,
@@ -592,50 +761,106 @@ impl Ledger {
                 });
             }
         };
+        let mut walked = Walked {
+            count: 0,
+            last: None,
+            last_prev: None,
+            torn_at: None,
+        };
+        let mut offset = 0u64;
+        let mut rest = text.as_slice();
+        while !rest.is_empty() {
+            let number = usize::try_from(walked.count + 1).unwrap_or(usize::MAX);
+            let broken = |why: String| Broken { line: number, why };
+            let (raw, terminated) = match rest.iter().position(|b| *b == b'\n') {
+                Some(end) => (&rest[..end], true),
+                None => (rest, false),
+            };
+            let parsed = std::str::from_utf8(raw)
+                .map_err(|_| "unreadable: not UTF-8".to_owned())
+                .and_then(|line| Record::parse_line(line).map(|r| (line, r)).map_err(|e| e.to_string()));
+            let (line, record) = match parsed {
+                Ok(parsed) => parsed,
+                // The last line, cut short mid-write, of the append the anchor was told of.
+                Err(_) if !terminated && pending.is_some_and(|p| p.seq == walked.count) => {
+                    walked.torn_at = Some(offset);
+                    break;
+                }
+                Err(why) => return Err(broken(why)),
+            };
+            if record.seq != walked.count {
+                return Err(broken(format!("seq is {}, expected {}", record.seq, walked.count)));
+            }
+            if record.prev != walked.last {
+                return Err(broken(
+                    "prev is not the hash of the line before (edited or deleted)".into(),
+                ));
+            }
+            walked.last_prev = record.prev.clone();
+            walked.last = Some(hex(&Sha256::digest(line.as_bytes())));
+            walked.count += 1;
+            let consumed = raw.len() + usize::from(terminated);
+            offset += u64::try_from(consumed).unwrap_or(u64::MAX);
+            rest = &rest[consumed..];
+        }
+        Ok(walked)
+    }
+
+    /// The head file next to the ledger: a copy's only anchor.
+    fn check_head(&self, walked: &Walked) -> Result<(), Broken> {
         let head: Option<Head> = std::fs::read(&self.head)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok());
-        let mut count = 0u64;
-        let mut last: Option<String> = None;
-        if let Some(file) = file {
-            for (index, line) in io::BufReader::new(file).lines().enumerate() {
-                let number = index + 1;
-                let broken = |why: String| Broken { line: number, why };
-                let line = line.map_err(|e| broken(format!("unreadable: {e}")))?;
-                let record = Record::parse_line(&line).map_err(|e| broken(e.to_string()))?;
-                if record.seq != count {
-                    return Err(broken(format!("seq is {}, expected {count}", record.seq)));
-                }
-                if record.prev != last {
-                    return Err(broken(
-                        "prev is not the hash of the line before (edited or deleted)".into(),
-                    ));
-                }
-                last = Some(hex(&Sha256::digest(line.as_bytes())));
-                count += 1;
-            }
+        let count = walked.count;
+        match (&head, &walked.last) {
+            (None, None) => Ok(()),
+            (Some(head), Some(hash)) if head.seq + 1 == count && &head.sha256 == hash => Ok(()),
+            (Some(head), _) if head.seq + 1 > count => Err(Broken {
+                line: usize::try_from(count + 1).unwrap_or(usize::MAX),
+                why: format!("truncated: the head anchor records {} lines", head.seq + 1),
+            }),
+            _ => Err(Broken {
+                line: usize::try_from(count.max(1)).unwrap_or(usize::MAX),
+                why: "the last line does not match the head anchor".into(),
+            }),
         }
-        match (&head, &last) {
-            (None, None) => {}
-            (Some(head), Some(hash)) if head.seq + 1 == count && &head.sha256 == hash => {}
-            (Some(head), _) if head.seq + 1 > count => {
-                return Err(Broken {
-                    line: usize::try_from(count + 1).unwrap_or(usize::MAX),
-                    why: format!("truncated: the head anchor records {} lines", head.seq + 1),
-                });
-            }
-            _ => {
-                return Err(Broken {
-                    line: usize::try_from(count.max(1)).unwrap_or(usize::MAX),
-                    why: "the last line does not match the head anchor".into(),
-                });
-            }
-        }
-        Ok(Summary {
-            records: count,
-            last_hash: last,
-        })
     }
+}
+
+/// The keyed anchor against the ledger as read: its committed line is the last, or (a crash
+/// after the line, before the commit) its pending line is the last and its committed the one
+/// before.
+fn check_anchor(walked: &Walked, anchor: &AnchorFile) -> Result<(), Broken> {
+    let count = walked.count;
+    let is = |mark: Option<&Mark>, count: u64, hash: Option<&String>| match (mark, hash) {
+        (None, None) => count == 0,
+        (Some(mark), Some(hash)) => mark.seq + 1 == count && &mark.sha256 == hash,
+        _ => false,
+    };
+    if is(anchor.committed.as_ref(), count, walked.last.as_ref()) {
+        return Ok(());
+    }
+    let last_is_pending = is(anchor.pending.as_ref(), count, walked.last.as_ref());
+    if last_is_pending
+        && is(
+            anchor.committed.as_ref(),
+            count.saturating_sub(1),
+            walked.last_prev.as_ref(),
+        )
+    {
+        return Ok(());
+    }
+    let recorded = anchor.committed.as_ref().map_or(0, |m| m.seq + 1);
+    if recorded > count {
+        return Err(Broken {
+            line: usize::try_from(count + 1).unwrap_or(usize::MAX),
+            why: format!("truncated: the head anchor records {recorded} lines"),
+        });
+    }
+    Err(Broken {
+        line: usize::try_from(count.max(1)).unwrap_or(usize::MAX),
+        why: "the last line does not match the head anchor".into(),
+    })
 }
 
 /// A sound ledger's size.

@@ -328,3 +328,114 @@ fn concurrent_appends_take_turns() {
     assert_eq!(ledger.verify().unwrap().records, 40);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Rewrites every line from `lines`, re-chaining `prev` and rewriting the head file, as someone
+/// with write access to the ledger (but not the agent's key) would.
+fn rewrite_consistently(ledger: &Ledger, lines: &[String]) {
+    let mut prev: Option<String> = None;
+    let mut out = Vec::new();
+    for (seq, line) in lines.iter().enumerate() {
+        let mut record = Record::parse_line(line).unwrap();
+        record.seq = seq as u64;
+        record.prev = prev.clone();
+        let text = record.to_line();
+        prev = Some(hex(&Sha256::digest(text.as_bytes())));
+        out.push(text);
+    }
+    write_lines(ledger, &out);
+    let head = Head {
+        seq: out.len() as u64 - 1,
+        sha256: prev.unwrap(),
+    };
+    std::fs::write(&ledger.head, serde_json::to_vec(&head).unwrap()).unwrap();
+}
+
+#[test]
+fn a_consistent_rewrite_without_the_key_does_not_verify() {
+    let (dir, ledger) = three("rewrite");
+    let mut all = lines(&ledger);
+    all[0] = all[0].replace("\"cookieCount\":2", "\"cookieCount\":9");
+    rewrite_consistently(&ledger, &all);
+    // The chain and the head agree with each other: a copy's check is fooled...
+    assert!(Ledger::in_dir(&dir.join("consent")).unwrap().verify().is_ok());
+    // ...the agent's anchored ledger is not.
+    let broken = ledger.verify().unwrap_err();
+    assert!(broken.why.contains("anchor"), "{broken}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn deleting_both_ledger_files_does_not_verify() {
+    let (dir, ledger) = three("both-gone");
+    std::fs::remove_file(ledger.path()).unwrap();
+    std::fs::remove_file(&ledger.head).unwrap();
+    let broken = ledger.verify().unwrap_err();
+    assert!(broken.why.contains("truncated"), "{broken}");
+    assert!(matches!(ledger.append(&deny(), AT), Err(LedgerError::Broken(_))));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The line an append would write next, and its anchor marks.
+fn next_line(ledger: &Ledger) -> (String, Option<Mark>, Mark) {
+    let summary = ledger.verify().unwrap();
+    let record = Record {
+        seq: summary.records,
+        at: AT,
+        prev: summary.last_hash.clone(),
+        entry: deny(),
+    };
+    let line = record.to_line();
+    let committed = summary.last_hash.map(|sha256| Mark {
+        seq: summary.records - 1,
+        sha256,
+    });
+    let pending = Mark {
+        seq: summary.records,
+        sha256: hex(&Sha256::digest(line.as_bytes())),
+    };
+    (line, committed, pending)
+}
+
+fn anchor_key(ledger: &Ledger) -> Vec<u8> {
+    ledger.anchor.as_ref().unwrap().key(false).unwrap().unwrap().to_vec()
+}
+
+#[test]
+fn a_crash_between_the_line_and_its_commit_leaves_a_sound_ledger() {
+    let (dir, ledger) = three("crash-after-line");
+    let (line, committed, pending) = next_line(&ledger);
+    // The anchor says "pending", the line is written and synced, then the process dies: the
+    // head file and the anchor still name the line before.
+    let anchor = ledger.anchor.clone().unwrap();
+    anchor.write(&anchor_key(&ledger), committed, Some(pending)).unwrap();
+    let mut all = lines(&ledger);
+    all.push(line);
+    write_lines(&ledger, &all);
+    // Before: "the last line does not match the head anchor", and no append ever again.
+    assert_eq!(ledger.verify().unwrap().records, 4);
+    assert_eq!(ledger.append(&deny(), AT).unwrap(), 4);
+    assert_eq!(ledger.verify().unwrap().records, 5);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_torn_last_line_is_cut_off_at_the_next_append() {
+    let (dir, ledger) = three("torn");
+    let (line, committed, pending) = next_line(&ledger);
+    let anchor = ledger.anchor.clone().unwrap();
+    anchor.write(&anchor_key(&ledger), committed, Some(pending)).unwrap();
+    // Half the line reached the disk, with no newline.
+    let mut text = std::fs::read_to_string(ledger.path()).unwrap();
+    text.push_str(&line[..line.len() / 2]);
+    std::fs::write(ledger.path(), text).unwrap();
+    assert_eq!(ledger.verify().unwrap().records, 3, "the torn line is not a record");
+    assert_eq!(ledger.append(&deny(), AT).unwrap(), 3);
+    assert_eq!(ledger.verify().unwrap().records, 4);
+    assert_eq!(lines(&ledger).len(), 4);
+    // A torn line the anchor was not told of is an edit, reported as such.
+    let mut text = std::fs::read_to_string(ledger.path()).unwrap();
+    text.push_str("{\"seq\":");
+    std::fs::write(ledger.path(), text).unwrap();
+    assert_eq!(ledger.verify().unwrap_err().line, 5);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
