@@ -329,7 +329,8 @@ async fn interaction_and_network_tools_on_real_chromium() {
         ToolErrorCode::NotFound
     );
 
-    // A raw CDP command, and the session-material methods it refuses (C1, C9).
+    // A raw CDP command, and what it refuses: session material (C1, C9), and every route the
+    // review found through it (M4): headers, POST bodies, downloads, navigation, the network.
     let version = ok(tools.call("browser.cdp_send", &json!({"target": target, "method": "Runtime.evaluate", "params": {"expression": "6*7", "returnByValue": true}})).await);
     assert_eq!(version["result"]["result"]["value"], 42);
     for method in [
@@ -337,6 +338,13 @@ async fn interaction_and_network_tools_on_real_chromium() {
         "Network.setCookies",
         "Storage.getCookies",
         "DOMStorage.getDOMStorageItems",
+        "Network.setExtraHTTPHeaders",
+        "Network.getRequestPostData",
+        "Network.loadNetworkResource",
+        "Browser.setDownloadBehavior",
+        "Page.navigate",
+        "IO.read",
+        "No.suchMethod",
     ] {
         let refused = err(tools
             .call(
@@ -346,11 +354,12 @@ async fn interaction_and_network_tools_on_real_chromium() {
             .await);
         assert_eq!(refused.code, ToolErrorCode::InputInvalid, "{method}");
     }
+    // An allowed method that Chromium refuses (no node) is the browser's error.
     assert_eq!(
         err(tools
             .call(
                 "browser.cdp_send",
-                &json!({"target": target, "method": "No.suchMethod"})
+                &json!({"target": target, "method": "DOM.querySelector", "params": {"nodeId": 0, "selector": "p"}})
             )
             .await)
         .code,

@@ -9,7 +9,7 @@ use chromiumoxide::Page;
 use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 
-use super::cdp_send::{RawCommand, touches_session_material};
+use super::cdp_send::{RawCommand, allowed};
 use super::input::{self, Tabs};
 use super::{Target, ToolHost};
 use crate::spec::{Capability, ToolError, ToolErrorCode, ToolId};
@@ -208,12 +208,14 @@ impl ToolHost {
 
     pub(super) async fn cdp_send(&self, input: input::CdpSend) -> Result<Value, ToolError> {
         let page = self.target(&input.target).await?;
-        if touches_session_material(&input.method) {
-            // Cookies and storage enter or leave only through grants (C1, C9).
+        if !allowed(&input.method) {
+            // Cookies and storage enter or leave only through grants (C1, C9); the network,
+            // navigation and the host's files only through their own tools.
             return Err(ToolError::new(
                 ToolErrorCode::InputInvalid,
                 format!(
-                    "{} reads or writes session material, which moves only through grants",
+                    "{} is not a method browser.cdp_send allows (it stays within the page's own \
+                     document and scripts)",
                     input.method
                 ),
             ));
