@@ -50,8 +50,8 @@ const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
 /// A TCP listener that completes a TLS handshake before handing a connection to axum.
 ///
-/// Handshakes run on tasks of their own, each within [`HANDSHAKE_TIMEOUT`] and at most
-/// [`MAX_HANDSHAKES`] at once, so a connection that never says hello holds up no other
+/// Handshakes run on tasks of their own, each within 10 s and at most 256 at once, so a
+/// connection that never says hello holds up no other
 /// (security review M9); what completes is handed to axum as it completes.
 pub struct TlsListener {
     local: SocketAddr,
