@@ -64,19 +64,44 @@ fn run() -> anyhow::Result<()> {
     })
 }
 
+/// Debian's Chromium, and a font for readable screenshots (with no recommended packages,
+/// Chromium brings none: pages would render as boxes).
+const PACKAGES: [&str; 2] = ["chromium", "fonts-liberation"];
+
+/// Installs Chromium when it is missing: one line per step on the terminal, apt's own output in
+/// a log file, named (with its last lines) only when a step fails.
 fn ensure_chromium() -> anyhow::Result<()> {
     if std::path::Path::new(pap_browser::chromium::CHROMIUM).exists() {
         return Ok(());
     }
-    println!("Chromium is missing: installing Debian's chromium package (apt-get)…");
-    for args in [&["update", "-qq"][..], &["install", "-y", "-qq", "chromium"][..]] {
+    let log_path = std::env::temp_dir().join("pap-demo-install.log");
+    let log = std::fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+    println!(
+        "Chromium is missing: installing Debian's {} (no recommended packages; log: {})",
+        PACKAGES.join(" and "),
+        log_path.display()
+    );
+    let install: Vec<&str> = ["install", "-y", "--no-install-recommends"]
+        .into_iter()
+        .chain(PACKAGES)
+        .collect();
+    for (what, args) in [("updating the package lists", vec!["update"]), ("installing", install)] {
+        println!("  {what}…");
         let status = std::process::Command::new("apt-get")
-            .args(args)
+            .args(&args)
             .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log.try_clone()?)
             .status()
-            .context("running apt-get (as root?)")?;
+            .context("running apt-get (installing needs root: sudo, or install chromium yourself)")?;
         if !status.success() {
-            bail!("apt-get {} failed", args.join(" "));
+            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            for line in &lines[lines.len().saturating_sub(15)..] {
+                eprintln!("  | {line}");
+            }
+            bail!("apt-get failed {what}; the whole log is {}", log_path.display());
         }
     }
     Ok(())
