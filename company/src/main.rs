@@ -29,11 +29,16 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serves the company over HTTPS (and the operator API, when asked, on loopback HTTP).
+    #[command(
+        after_help = "Example:\n  pap-company serve --config company/shop.example.toml --listen 127.0.0.1:8443 \\\n      --cert certs/cert.pem --key certs/key.pem"
+    )]
     Serve(Serve),
     /// Reads a password from standard input and prints its Argon2 hash for a config file.
+    #[command(after_help = "Example:\n  echo 'correct horse battery staple' | pap-company hash-password")]
     HashPassword,
     /// Writes a throwaway CA and one leaf for NAMES (valid one day) to DIR: for tests and demos
     /// on 127.0.0.1 only.
+    #[command(after_help = "Example:\n  pap-company dev-certs certs shop.example atlas.example")]
     DevCerts {
         /// Where to write ca.pem, cert.pem and key.pem.
         dir: PathBuf,
@@ -133,7 +138,12 @@ mod rand_core_adapter {
 }
 
 async fn serve(args: Serve) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&args.config).with_context(|| format!("reading {}", args.config.display()))?;
+    let text = std::fs::read_to_string(&args.config).with_context(|| {
+        format!(
+            "cannot read the configuration {}: give --config an existing file (company/shop.example.toml documents every setting)",
+            args.config.display()
+        )
+    })?;
     let config = CompanyConfig::parse(&text).with_context(|| format!("loading {}", args.config.display()))?;
     if !config.testing && (args.trust_ca.is_some() || !args.resolve.is_empty()) {
         bail!("--trust-ca and --resolve are for tests only; the configuration does not set testing = true");
@@ -176,17 +186,25 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     };
     let company = ReferenceCompany::with_stores(config, clock, Arc::new(SystemRng), clients, stores);
     let _maintenance = company.start_maintenance(MAINTENANCE_EVERY);
-    let tls = load_server_config(&cert, &key).context("loading the TLS certificate and key")?;
+    let tls = load_server_config(&cert, &key).with_context(|| {
+        format!(
+            "cannot load the TLS certificate {} and key {}: check both paths, or make a throwaway pair with `pap-company dev-certs certs {}`",
+            cert.display(),
+            key.display(),
+            company.config().domain
+        )
+    })?;
 
     match pap_company::raise_open_file_limit() {
         Ok(files) => tracing::info!(files, "open-file limit"),
         Err(error) => tracing::warn!(%error, "could not raise the open-file limit"),
     }
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("binding {listen}"))?;
+    let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| {
+        format!("cannot listen on {listen}: is another server using that port? choose another with --listen")
+    })?;
     let domain = company.config().domain.clone();
     tracing::info!(%listen, public = %format!("https://{domain}"), "serving the company over HTTPS");
+    eprintln!("{}", how_to_reach(&domain.to_string(), listen, &cert));
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     let public = serve_tls(listener, company.router(), tls, std::future::pending());
@@ -236,6 +254,26 @@ async fn redis_stores(_url: &str, _prefix: &str) -> anyhow::Result<CompanyStores
 
 /// How often expired records are swept from every store.
 const MAINTENANCE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How a person reaches the company from a browser or curl: its public URL and, when it
+/// listens on a loopback address, the exact `curl --connect-to` line (the name must reach this
+/// address; certificates from `dev-certs` need their CA, written beside them).
+fn how_to_reach(domain: &str, listen: SocketAddr, cert: &std::path::Path) -> String {
+    let mut text = format!("serving https://{domain} on {listen}");
+    if listen.ip().is_loopback() || listen.ip().is_unspecified() {
+        let ca = cert.with_file_name("ca.pem");
+        let cacert = if ca.exists() {
+            format!(" --cacert {}", ca.display())
+        } else {
+            String::new()
+        };
+        let port = listen.port();
+        text.push_str(&format!(
+            "\n  from this machine: curl --connect-to {domain}:443:127.0.0.1:{port}{cacert} https://{domain}/.well-known/poppy.json\n  a browser: map {domain} to 127.0.0.1:{port} (e.g. chromium --host-resolver-rules=\"MAP {domain}:443 127.0.0.1:{port}\") and trust that CA"
+        ));
+    }
+    text
+}
 
 /// Writes `text` to `path`, readable and writable by this user only (0600), replacing it.
 fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {

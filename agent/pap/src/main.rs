@@ -439,14 +439,30 @@ async fn identity(state: &std::path::Path, command: &IdentityCommand) -> anyhow:
         }
         IdentityCommand::Serve { listen, cert, key } => {
             let identity = Identity::load(state)?;
-            let cert = std::fs::read(cert).with_context(|| format!("reading {}", cert.display()))?;
-            let key =
-                zeroize::Zeroizing::new(std::fs::read(key).with_context(|| format!("reading {}", key.display()))?);
-            let tcp = tokio::net::TcpListener::bind(listen)
-                .await
-                .with_context(|| format!("binding {listen}"))?;
-            let listener = TlsListener::new(tcp, &cert, &key)?;
+            let cert_pem = std::fs::read(cert).with_context(|| {
+                format!(
+                    "cannot read the certificate {}: check the path (for a test on 127.0.0.1, `pap-company dev-certs certs {}` makes one)",
+                    cert.display(),
+                    identity.domain()
+                )
+            })?;
+            let key = zeroize::Zeroizing::new(
+                std::fs::read(key)
+                    .with_context(|| format!("cannot read the private key {}: check the path", key.display()))?,
+            );
+            let tcp = tokio::net::TcpListener::bind(listen).await.with_context(|| {
+                format!("cannot listen on {listen}: is another server using that port? choose another with --listen")
+            })?;
+            let listener = TlsListener::new(tcp, &cert_pem, &key)?;
+            let domain = identity.domain();
             eprintln!("serving {} on {listen}", identity.client_id());
+            if listen.ip().is_loopback() || listen.ip().is_unspecified() {
+                let port = listen.port();
+                eprintln!(
+                    "  from this machine: curl --connect-to {domain}:443:127.0.0.1:{port} --cacert CA.pem {}\n  a company on this machine reaches it with `pap-company serve --resolve {domain}=127.0.0.1:{port} --trust-ca CA.pem` (testing = true)",
+                    identity.client_id()
+                );
+            }
             axum::serve(listener, documents_router(&identity)).await?;
             Ok(())
         }

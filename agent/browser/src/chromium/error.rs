@@ -22,9 +22,20 @@ pub enum LaunchError {
     /// The profile directory could not be made.
     #[error("the browser profile could not be created")]
     Profile(#[source] std::io::Error),
-    /// The binary could not be started.
-    #[error("Chromium could not be started")]
-    Spawn(#[source] std::io::Error),
+    /// The binary could not be started (most often: it is not installed there).
+    #[error(
+        "Chromium could not be started from {}: install Debian's Chromium \
+         (apt-get install --no-install-recommends chromium fonts-liberation), or point the \
+         configuration's executable at yours",
+        .executable.display()
+    )]
+    Spawn {
+        /// The path tried.
+        executable: std::path::PathBuf,
+        /// Why it did not start.
+        #[source]
+        source: std::io::Error,
+    },
     /// The supervisor ended a launch that used its budget with no progress, or reached its
     /// hard ceiling (L9); it counted as a failed launch (L6).
     #[error("the launch stalled: {0}")]

@@ -94,7 +94,10 @@ impl ControlledBrowser {
             Ok(child) => child,
             Err(error) => {
                 let _ = std::fs::remove_dir_all(&user_data_dir);
-                return Err(LaunchError::Spawn(error));
+                return Err(LaunchError::Spawn {
+                    executable: config.executable.clone(),
+                    source: error,
+                });
             }
         };
         match Self::connect(&mut child, config, progress).await {
@@ -386,7 +389,14 @@ mod tests {
         let mut config = ChromiumConfig::new(state.clone());
         config.executable = PathBuf::from("/nonexistent/chromium");
         let error = ControlledBrowser::launch(&config, "x", &|_| {}).await.unwrap_err();
-        assert!(matches!(error, LaunchError::Spawn(_)), "{error}");
+        assert!(matches!(error, LaunchError::Spawn { .. }), "{error}");
+        // What to do next, in the message itself.
+        let said = error.to_string();
+        assert!(said.contains("/nonexistent/chromium"), "{said}");
+        assert!(
+            said.contains("apt-get install --no-install-recommends chromium"),
+            "{said}"
+        );
         assert_eq!(std::fs::read_dir(state.join("browsers")).unwrap().count(), 0);
         let bad = ControlledBrowser::launch(&config, "../x", &|_| {}).await.unwrap_err();
         assert!(matches!(bad, LaunchError::BadInstance));

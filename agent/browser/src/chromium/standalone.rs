@@ -46,7 +46,10 @@ impl StandaloneChromium {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .map_err(LaunchError::Spawn)?;
+            .map_err(|source| LaunchError::Spawn {
+                executable: executable.to_owned(),
+                source,
+            })?;
         let ws = devtools_address(&mut child, timeout).await?;
         let endpoint = url::Url::parse(&ws)
             .ok()

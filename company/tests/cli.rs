@@ -1,0 +1,141 @@
+//! `pap-company serve` as a person first runs it: each mistake answered with what to do next,
+//! and, once it serves, how to reach it.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+use std::io::{BufRead as _, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/shop.example.toml");
+
+fn company() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_pap-company"));
+    command.env("RUST_BACKTRACE", "0").env("RUST_LOG", "warn");
+    command
+}
+
+fn scratch(label: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pap-company-cli-{label}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The certificates `dev-certs` writes, as a newcomer would make them.
+fn dev_certs(dir: &std::path::Path) -> PathBuf {
+    let certs = dir.join("certs");
+    let made = company()
+        .args(["dev-certs"])
+        .arg(&certs)
+        .arg("shop.example")
+        .output()
+        .unwrap();
+    assert!(made.status.success());
+    certs
+}
+
+/// Runs `serve` with `args` to its end; what it printed on standard error.
+fn serve_fails(args: &[&str]) -> String {
+    let output = company().arg("serve").args(args).output().unwrap();
+    assert!(!output.status.success());
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn an_unreadable_configuration_says_which_file_and_where_the_documented_one_is() {
+    let said = serve_fails(&["--config", "/nonexistent/company.toml", "--listen", "127.0.0.1:0"]);
+    assert!(
+        said.contains("cannot read the configuration /nonexistent/company.toml"),
+        "{said}"
+    );
+    assert!(
+        said.contains("company/shop.example.toml documents every setting"),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_missing_certificate_says_how_to_make_a_throwaway_one() {
+    let said = serve_fails(&[
+        "--config",
+        CONFIG,
+        "--listen",
+        "127.0.0.1:0",
+        "--cert",
+        "/nonexistent/cert.pem",
+        "--key",
+        "/nonexistent/key.pem",
+    ]);
+    assert!(
+        said.contains("cannot load the TLS certificate /nonexistent/cert.pem"),
+        "{said}"
+    );
+    assert!(said.contains("pap-company dev-certs certs shop.example"), "{said}");
+}
+
+#[test]
+fn a_busy_port_says_so_and_how_to_choose_another() {
+    let dir = scratch("busy");
+    let certs = dev_certs(&dir);
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (cert, key) = (certs.join("cert.pem"), certs.join("key.pem"));
+    let said = serve_fails(&[
+        "--config",
+        CONFIG,
+        "--listen",
+        &addr,
+        "--cert",
+        cert.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+    ]);
+    assert!(said.contains(&format!("cannot listen on {addr}")), "{said}");
+    assert!(said.contains("choose another with --listen"), "{said}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn once_serving_it_prints_how_to_reach_it_from_this_machine() {
+    let dir = scratch("reach");
+    let certs = dev_certs(&dir);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = company()
+        .arg("serve")
+        .args(["--config", CONFIG, "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--cert")
+        .arg(certs.join("cert.pem"))
+        .arg("--key")
+        .arg(certs.join("key.pem"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let expected = format!(
+        "curl --connect-to shop.example:443:127.0.0.1:{port} --cacert {} https://shop.example/.well-known/poppy.json",
+        certs.join("ca.pem").display()
+    );
+    let mut seen = Vec::new();
+    for line in stderr.lines().map_while(Result::ok) {
+        let found = line.contains(&expected);
+        seen.push(line);
+        if found || Instant::now() > deadline {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(seen.iter().any(|l| l.contains(&expected)), "{seen:#?}");
+    assert!(
+        seen.iter()
+            .any(|l| l.contains(&format!("serving https://shop.example on 127.0.0.1:{port}")))
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
