@@ -7,7 +7,9 @@ use http::{HeaderValue, StatusCode, header};
 /// `no-store`, no framing and a same-origin content policy.
 pub(crate) fn message_page(status: StatusCode, title: &str, message: &str) -> Response {
     let body = format!(
-        "<!doctype html><meta charset=utf-8><title>{}</title><p>{}</p>\n",
+        "<!doctype html><meta charset=utf-8>\
+         <meta name=viewport content=\"width=device-width, initial-scale=1\">\
+         <title>{}</title><p>{}</p>\n",
         escape_html(title),
         escape_html(message)
     );

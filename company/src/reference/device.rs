@@ -26,8 +26,8 @@ use zeroize::Zeroizing;
 use super::config::AccountConfig;
 use super::protocol::{ApiError, json_response, read_form};
 use super::website::same_site;
-use super::{ReferenceCompany, scopes, token_hash};
-use crate::page::{escape_html, html, message_page};
+use super::{ReferenceCompany, layout, scopes, token_hash};
+use crate::page::escape_html;
 use crate::records::{Commit, Expect, expect_of, read, retrying};
 use crate::store::StoreError;
 
@@ -439,42 +439,75 @@ struct PageQuery {
     user_code: Option<String>,
 }
 
-/// `GET /device?user_code=…`: the sign-in form. Its hidden inputs are written exactly
+/// `GET /device?user_code=…`: the sign-in form, naming the agent that asks (its metadata's
+/// `client_name` and domain) and what it asks for. Its hidden inputs are written exactly
 /// `<input type="hidden" name="N" value="V">`; its CSRF token is bound to a fresh cookie and to
-/// the user code.
+/// the user code. A well-formed code that is not pending still gets the form (its post answers
+/// "unknown or expired" before any password work), so the page says no more than the post.
 async fn page(State(company): State<ReferenceCompany>, Query(query): Query<PageQuery>) -> Response {
-    let name = escape_html(&company.inner.config.name);
     let Some(user_code) = query
         .user_code
         .map(|c| normalise_user_code(&c))
         .filter(|c| is_user_code(c))
     else {
-        return html(
-            StatusCode::OK,
-            format!(
-                "<!doctype html><meta charset=utf-8><title>{name}: connect your agent</title><h1>{name}</h1>\
-             <form method=\"get\" action=\"/device\"><label>Code <input name=\"user_code\"></label>\
-             <button>Continue</button></form>\n"
-            ),
-        );
+        let main = "<section class=\"card\"><h1>Connect your agent</h1>\
+             <p>Enter the code your agent shows you.</p>\
+             <form method=\"get\" action=\"/device\"><label>Code \
+             <input name=\"user_code\" autocomplete=\"off\" autocapitalize=\"characters\"></label>\
+             <div class=\"actions\"><button>Continue</button></div></form></section>";
+        return layout::page(&company, StatusCode::OK, "Connect your agent", main);
     };
+    let asking = match company.waiting(&user_code).await {
+        Ok(pending) => pending.map(|(_, _, pending)| pending),
+        Err(error) => return crate::browser_session::unavailable(error.retry_after()),
+    };
+    let code = escape_html(&user_code);
+    let mut main = String::from("<section class=\"card\"><h1>Connect your agent</h1>");
+    match &asking {
+        Some(pending) => {
+            let agent = company.agent(&pending.client_id).await;
+            main.push_str(&format!(
+                "<p class=\"agent\">Your agent {agent} asks to sign in with the code \
+                 <span class=\"code\">{code}</span>.</p><p>Check that your agent shows this code. \
+                 If you approve, it may:</p><ul class=\"list\">",
+                agent = agent.to_html(),
+            ));
+            for scope in &pending.scopes {
+                let description = company
+                    .config()
+                    .scopes
+                    .iter()
+                    .find(|s| &s.name == scope)
+                    .map_or(scope.as_str(), |s| s.description.as_str());
+                main.push_str(&format!(
+                    "<li>{} <code class=\"muted\">{}</code></li>",
+                    escape_html(description),
+                    escape_html(scope)
+                ));
+            }
+            main.push_str("</ul>");
+        }
+        None => main.push_str(&format!(
+            "<p>No agent is waiting with the code <span class=\"code\">{code}</span>: it may have \
+             expired or been mistyped. Check it against the one your agent shows.</p>"
+        )),
+    }
     let mut secret = [0u8; 32];
     company.inner.rng.fill(&mut secret);
     let cookie = base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, secret);
     let csrf = company.device_csrf(&cookie, &user_code);
-    let body = format!(
-        "<!doctype html><meta charset=utf-8><title>{name}: connect your agent</title><h1>{name}</h1>\
-         <p>Your agent asks to sign in with the code <strong>{code}</strong>.</p>\
-         <form method=\"post\" action=\"/device\">\
+    main.push_str(&format!(
+        "<form method=\"post\" action=\"/device\">\
          <input type=\"hidden\" name=\"user_code\" value=\"{code}\">\
          <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
          <label>User name <input name=\"username\" autocomplete=\"username\"></label>\
          <label>Password <input type=\"password\" name=\"password\" autocomplete=\"current-password\"></label>\
-         <button name=\"decision\" value=\"approve\">Approve</button>\
-         <button name=\"decision\" value=\"deny\">Deny</button></form>\n",
-        code = escape_html(&user_code),
-    );
-    let mut response = html(StatusCode::OK, body);
+         <div class=\"actions\"><button name=\"decision\" value=\"approve\">Approve</button>\
+         <button class=\"secondary\" name=\"decision\" value=\"deny\">Deny</button></div></form>\
+         <p class=\"muted\">{name} never shows your password to your agent.</p></section>",
+        name = escape_html(&company.config().name),
+    ));
+    let mut response = layout::page(&company, StatusCode::OK, "Connect your agent", &main);
     let set_cookie = format!("{DEVICE_COOKIE}={cookie}; Path=/; Secure; HttpOnly; SameSite=Strict");
     if let Ok(value) = HeaderValue::try_from(set_cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);
@@ -522,7 +555,7 @@ async fn decide(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let page = |status, text: &str| message_page(status, &company.inner.config.name, text);
+    let page = |status, text: &str| layout::message(&company, status, "Connect your agent", text);
     if !same_site(&headers, &company.inner.base) {
         return page(StatusCode::FORBIDDEN, "This request did not come from this site.");
     }

@@ -12,6 +12,8 @@ mod client_auth;
 mod config;
 mod device;
 mod discovery;
+mod front;
+mod layout;
 mod operations;
 mod operator;
 mod protocol;
@@ -274,6 +276,8 @@ impl ReferenceCompany {
             .merge(api::routes(&self.inner.config))
             .merge(operations::routes())
             .merge(website::routes())
+            .merge(front::routes())
+            .merge(layout::routes())
             .merge(browser_session_router())
             .with_state(self.clone())
     }

@@ -37,6 +37,10 @@ pub const OPERATION_RETENTION: i64 = 7 * 86_400;
 /// it, a new proposal is refused with 429 until old records go.
 pub const OPERATIONS_PER_ACCOUNT: usize = 1_000;
 
+/// Most entries of an account's operation list one listing reads (the front page): a page view
+/// costs a bounded number of store reads.
+const RECENT_SCANNED: usize = 50;
+
 /// Who may see an operation, what it needs, and how often it was performed (key
 /// `operation:{id}`), kept [`OPERATION_RETENTION`] after the proposal.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -313,6 +317,44 @@ impl ReferenceCompany {
         Ok(records::read::<Record>(self.records(), &operation_key(id))
             .await?
             .map(|(_, r)| r.performed))
+    }
+
+    /// The newest operations `viewer` may see, at most `limit`, newest first, as they stand now
+    /// (a stale proposal reads expired; nothing is written). At most [`RECENT_SCANNED`] of the
+    /// account's entries are read, whatever other clients or users of the account proposed.
+    pub(crate) async fn recent_operations(
+        &self,
+        viewer: &Viewer<'_>,
+        limit: usize,
+    ) -> Result<Vec<Operation>, StoreError> {
+        let Some(account) = viewer.account else {
+            return Ok(Vec::new());
+        };
+        let records = self.records();
+        let now = self.now();
+        let Some((_, list)) =
+            records::read::<Vec<(String, UnixTime)>>(records, &account_operations_key(account)).await?
+        else {
+            return Ok(Vec::new());
+        };
+        let mut recent = Vec::new();
+        for (id, _) in list.iter().rev().filter(|(_, until)| now < *until).take(RECENT_SCANNED) {
+            if recent.len() == limit {
+                break;
+            }
+            let Some((_, record)) = records::read::<Record>(records, &operation_key(id)).await? else {
+                continue;
+            };
+            if visible(&record, viewer).is_err() {
+                continue;
+            }
+            let mut operation = record.operation;
+            if operation.state == OperationState::Proposed && now >= record.expires_at {
+                operation.state = OperationState::Expired;
+            }
+            recent.push(operation);
+        }
+        Ok(recent)
     }
 
     /// Reads the operation as `viewer` may see it (expiring a stale proposal), lets `change`

@@ -15,10 +15,10 @@ use pap_shared::{Operation, OperationState};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-use super::ReferenceCompany;
 use super::operations::{ConfirmError, Viewer};
 use super::protocol::read_form;
-use crate::page::{escape_html, html, message_page};
+use super::{ReferenceCompany, layout};
+use crate::page::escape_html;
 use crate::web_cookie::SessionCookie;
 use crate::web_session::WebSession;
 
@@ -34,16 +34,16 @@ pub(crate) fn same_site(headers: &HeaderMap, base: &str) -> bool {
     fetch_site.is_none_or(|v| v == b"same-origin") && origin.is_none_or(|v| v == base.as_bytes())
 }
 
-/// The CSRF token of an operation's form: base64url HMAC-SHA256 keyed by the session cookie over
-/// `operation:{id}`, so it is worthless in any other browser or for any other operation.
-fn csrf_token(cookie: &SessionCookie, operation_id: &str) -> String {
+/// The CSRF token of one of the website's forms: base64url HMAC-SHA256 keyed by the session
+/// cookie over `purpose` (`operation:{id}` for an operation's form, `sign-out`), so it is
+/// worthless in any other browser or for any other form.
+pub(super) fn csrf_token(cookie: &SessionCookie, purpose: &str) -> String {
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(cookie.secret().as_bytes()).expect("HMAC takes any key length");
-    mac.update(b"operation:");
-    mac.update(operation_id.as_bytes());
+    mac.update(purpose.as_bytes());
     URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
 }
 
-fn viewer(session: &WebSession) -> Viewer<'_> {
+pub(super) fn viewer(session: &WebSession) -> Viewer<'_> {
     let record = session.record();
     Viewer {
         client_id: &record.client_id,
@@ -55,52 +55,85 @@ fn viewer(session: &WebSession) -> Viewer<'_> {
 
 async fn show(State(company): State<ReferenceCompany>, Path(id): Path<String>, session: WebSession) -> Response {
     match company.read_operation(&id, &viewer(&session)).await {
-        Ok(operation) => render(&company, &operation, &session),
+        Ok(operation) => render(&company, &operation, &session).await,
         Err(error) => refusal(&company, &error),
     }
 }
 
 fn refusal(company: &ReferenceCompany, error: &ConfirmError) -> Response {
-    let name = &company.inner.config.name;
     match error {
-        ConfirmError::NotFound | ConfirmError::SignInRequired => {
-            message_page(StatusCode::NOT_FOUND, name, "There is nothing to show here.")
-        }
+        ConfirmError::NotFound | ConfirmError::SignInRequired => layout::message(
+            company,
+            StatusCode::NOT_FOUND,
+            "Nothing here",
+            "There is nothing to show here.",
+        ),
         ConfirmError::Store(error) => crate::browser_session::unavailable(error.retry_after()),
-        other => message_page(other.status(), name, &format!("Not done: {}.", other.code())),
+        other => layout::message(
+            company,
+            other.status(),
+            "Not done",
+            &format!("Not done: {}.", other.code()),
+        ),
     }
 }
 
-fn render(company: &ReferenceCompany, operation: &Operation, session: &WebSession) -> Response {
-    let name = escape_html(&company.inner.config.name);
+/// The operation's page: what is asked, by which agent, for which account, and while it is
+/// proposed the confirm/cancel form. The `data-` attributes and the hidden inputs' exact
+/// spelling are read by agents and by the interop peer.
+async fn render(company: &ReferenceCompany, operation: &Operation, session: &WebSession) -> Response {
     let id = escape_html(&operation.operation_id);
     let state = operation.state.as_str();
-    let mut body = format!(
-        "<!doctype html><meta charset=utf-8><title>{name}</title><h1>{name}</h1>\
-         <section data-operation-id=\"{id}\" data-revision=\"{revision}\" data-state=\"{state}\">\
-         <p>{summary}</p><p>Status: {state}</p>",
+    let agent = company.agent(&session.record().client_id).await;
+    let mut main = format!(
+        "<section class=\"card\" data-operation-id=\"{id}\" data-revision=\"{revision}\" data-state=\"{state}\">\
+         <h1>{summary}</h1>\
+         <p class=\"agent\">Asked by your agent {agent} for the account <strong>{account}</strong>.</p>\
+         <dl><dt>Status</dt><dd><span class=\"state state-{state}\">{label}</span></dd>",
         revision = operation.revision,
         summary = escape_html(&operation.summary),
+        agent = agent.to_html(),
+        account = escape_html(&account_name(company, session)),
+        label = state.replace('_', " "),
     );
+    if let Some(expires_at) = operation
+        .expires_at
+        .as_deref()
+        .filter(|_| operation.state == OperationState::Proposed)
+    {
+        main.push_str(&format!("<dt>Until</dt><dd>{}</dd>", escape_html(expires_at)));
+    }
+    main.push_str(&format!("<dt>Reference</dt><dd><code>{id}</code></dd></dl>"));
     if let Some(result) = &operation.result {
-        body.push_str(&format!("<p>{}</p>", escape_html(&result.summary)));
+        main.push_str(&format!("<p>{}</p>", escape_html(&result.summary)));
     }
     if operation.state == OperationState::Proposed {
         let action = format!("{}/operations/{}", company.inner.base, operation.operation_id);
-        body.push_str(&format!(
-            "<form method=\"post\" action=\"{action}\">\
+        main.push_str(&format!(
+            "<p class=\"muted\">Nothing happens until you confirm; confirming does it once.</p>\
+             <form method=\"post\" action=\"{action}\">\
              <input type=\"hidden\" name=\"revision\" value=\"{revision}\">\
              <input type=\"hidden\" name=\"approved_by\" value=\"user\">\
              <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
-             <button name=\"action\" value=\"confirm\">Confirm</button> \
-             <button name=\"action\" value=\"cancel\">Cancel</button></form>",
+             <div class=\"actions\"><button name=\"action\" value=\"confirm\">Confirm</button>\
+             <button class=\"secondary\" name=\"action\" value=\"cancel\">Cancel</button></div></form>",
             action = escape_html(&action),
             revision = operation.revision,
-            csrf = csrf_token(session.cookie(), &operation.operation_id),
+            csrf = csrf_token(session.cookie(), &format!("operation:{}", operation.operation_id)),
         ));
     }
-    body.push_str("</section>\n");
-    html(StatusCode::OK, body)
+    main.push_str("</section>");
+    layout::page(company, StatusCode::OK, &operation.summary, &main)
+}
+
+/// The user name of the account the Session is signed in to (its id when the configuration no
+/// longer lists it).
+pub(super) fn account_name(company: &ReferenceCompany, session: &WebSession) -> String {
+    let account = session.account();
+    company
+        .config()
+        .account(account)
+        .map_or_else(|| account.to_owned(), |a| a.username.clone())
 }
 
 /// The page's form, posted to the page's own URL: same-site, CSRF bound to the cookie and the
@@ -112,27 +145,33 @@ async fn submit(
     session: WebSession,
     body: Body,
 ) -> Response {
-    let name = company.inner.config.name.clone();
     let viewer = viewer(&session);
     if let Err(error) = company.read_operation(&id, &viewer).await {
         return refusal(&company, &error);
     }
     if !same_site(&headers, &company.inner.base) {
-        return message_page(
+        return layout::message(
+            &company,
             StatusCode::FORBIDDEN,
-            &name,
+            "Not done",
             "This request did not come from this site.",
         );
     }
     let Ok(form) = read_form(&headers, body).await else {
-        return message_page(StatusCode::BAD_REQUEST, &name, "The form could not be read.");
+        return layout::message(
+            &company,
+            StatusCode::BAD_REQUEST,
+            "Not done",
+            "The form could not be read.",
+        );
     };
     let field = |n: &str| form.get(n).map(String::as_str).unwrap_or_default();
-    let expected = csrf_token(session.cookie(), &id);
+    let expected = csrf_token(session.cookie(), &format!("operation:{id}"));
     if !bool::from(expected.as_bytes().ct_eq(field("csrf").as_bytes())) {
-        return message_page(
+        return layout::message(
+            &company,
             StatusCode::FORBIDDEN,
-            &name,
+            "Not done",
             "This request did not come from this site.",
         );
     }
