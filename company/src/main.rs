@@ -336,3 +336,27 @@ async fn shutdown_signal() {
         () = terminate => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every command a person can run shows an example of itself in its `--help`.
+    #[test]
+    fn every_subcommand_shows_an_example() {
+        use clap::CommandFactory as _;
+        let mut missing = Vec::new();
+        let mut stack = vec![(String::new(), super::Cli::command())];
+        while let Some((parent, command)) = stack.pop() {
+            let path = format!("{parent} {}", command.get_name()).trim().to_owned();
+            let subcommands: Vec<_> = command.get_subcommands().cloned().collect();
+            if !subcommands.is_empty() {
+                stack.extend(subcommands.into_iter().map(|c| (path.clone(), c)));
+            } else if !command
+                .get_after_help()
+                .is_some_and(|help| help.to_string().starts_with("Example:") && help.to_string().contains(&path))
+            {
+                missing.push(path);
+            }
+        }
+        assert!(missing.is_empty(), "no example in --help: {missing:?}");
+    }
+}

@@ -31,17 +31,26 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Runs the PAP cases (joins, refused, web confirm) against a company, as the agent, in Chromium.
+    #[command(
+        after_help = "Example:\n  pap-conformance pap --company https://shop.example --connect shop.example=127.0.0.1:8443 \\\n      --trust-ca certs/ca.pem --scenario conformance/interop/shop.example.scenario.json \\\n      --username ada --password 'correct horse battery staple' --operator http://127.0.0.1:8444 \\\n      --serve-agent 127.0.0.1:9443 --agent-cert certs/cert.pem --agent-key certs/key.pem"
+    )]
     Pap(Box<PapArgs>),
     /// Runs the AIP-63 (agentbrowser/v1) suite's hooks against a browser provider.
+    #[command(after_help = "Example:\n  pap-conformance browser --provider chromium --junit aip63.xml")]
     Browser(BrowserArgs),
     /// Runs a hostile load against a `pap-company serve` process it starts, and prints what it
     /// measured; fails when a stated bound is broken.
+    #[command(after_help = "Example:\n  pap-conformance abuse --work /tmp/abuse --json abuse.json")]
     Abuse(AbuseArgs),
     /// Runs three `pap-company serve --store redis://…` replicas on one redis-server it starts,
     /// and checks that they agree and fail closed; fails when a check does.
+    #[command(after_help = "Example:\n  pap-conformance replicas --work /tmp/replicas --json replicas.json")]
     Replicas(ReplicasArgs),
     /// Test only: forwards each TCP connection on LISTEN to the next of the backends in turn,
     /// as a round-robin balancer in front of a company's replicas does.
+    #[command(
+        after_help = "Example:\n  pap-conformance balance --listen 127.0.0.1:8443 --to 127.0.0.1:9001 --to 127.0.0.1:9002 \\\n      --cert certs/cert.pem --key certs/key.pem --ca certs/ca.pem"
+    )]
     Balance(BalanceArgs),
 }
 
@@ -484,4 +493,28 @@ async fn run_pap(args: PapArgs) -> anyhow::Result<bool> {
         std::fs::write(path, report.junit("pap-conformance pap"))?;
     }
     Ok(report.all_passed())
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every command a person can run shows an example of itself in its `--help`.
+    #[test]
+    fn every_subcommand_shows_an_example() {
+        use clap::CommandFactory as _;
+        let mut missing = Vec::new();
+        let mut stack = vec![(String::new(), super::Cli::command())];
+        while let Some((parent, command)) = stack.pop() {
+            let path = format!("{parent} {}", command.get_name()).trim().to_owned();
+            let subcommands: Vec<_> = command.get_subcommands().cloned().collect();
+            if !subcommands.is_empty() {
+                stack.extend(subcommands.into_iter().map(|c| (path.clone(), c)));
+            } else if !command
+                .get_after_help()
+                .is_some_and(|help| help.to_string().starts_with("Example:") && help.to_string().contains(&path))
+            {
+                missing.push(path);
+            }
+        }
+        assert!(missing.is_empty(), "no example in --help: {missing:?}");
+    }
 }

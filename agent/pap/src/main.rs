@@ -71,10 +71,13 @@ enum Command {
 #[derive(Subcommand)]
 enum PapCommand {
     /// Discovers a company and prints what it offers.
+    #[command(after_help = "Example:\n  pap-agent discover shop.example")]
     Discover { domain: String },
     /// Starts a (signed-out) PAP Session with a company.
+    #[command(after_help = "Example:\n  pap-agent session shop.example")]
     Session { domain: String },
     /// Signs the Session in with Device Sign-In: prints where the user approves, then waits.
+    #[command(after_help = "Example:\n  pap-agent signin shop.example --scope \"orders:read orders:write\"")]
     Signin {
         domain: String,
         /// Scopes to ask for, space-separated.
@@ -82,6 +85,9 @@ enum PapCommand {
         scope: String,
     },
     /// Calls the company's API to propose an operation; prints it.
+    #[command(
+        after_help = "Example:\n  pap-agent propose shop.example POST /api/orders/ord_7Hk2/exchanges --body '{}'"
+    )]
     Propose {
         domain: String,
         method: String,
@@ -91,8 +97,10 @@ enum PapCommand {
         body: String,
     },
     /// Reads an operation through the operations endpoint.
+    #[command(after_help = "Example:\n  pap-agent operation shop.example op_A5PzkijL1aTCZ7UF9Hy8Vw")]
     Operation { domain: String, id: String },
     /// Joins the agent's own Chromium to the Session and opens RETURN_TO.
+    #[command(after_help = "Example:\n  pap-agent join shop.example https://shop.example/ --screenshot shop.png")]
     Join {
         domain: String,
         return_to: String,
@@ -101,6 +109,9 @@ enum PapCommand {
         screenshot: Option<PathBuf>,
     },
     /// Joins, opens the operation's page and clicks its own confirm button in Chromium.
+    #[command(
+        after_help = "Example:\n  pap-agent confirm-on-page shop.example https://shop.example/operations/op_A5PzkijL1aTCZ7UF9Hy8Vw"
+    )]
     ConfirmOnPage {
         domain: String,
         operation_url: String,
@@ -109,6 +120,7 @@ enum PapCommand {
         screenshot: Option<PathBuf>,
     },
     /// Revokes the Account Token: the company signs the Session out.
+    #[command(after_help = "Example:\n  pap-agent revoke shop.example")]
     Revoke { domain: String },
 }
 
@@ -118,12 +130,15 @@ enum BrowserCommand {
     /// with the last failure), then its running browsers: instance, state (L1: starting, healthy
     /// or degraded, by probing its DevTools port), pid, launching agent (running or gone),
     /// profile. Starts, opens and ends nothing.
+    #[command(after_help = "Example:\n  pap-agent browser status")]
     Status,
     /// Ends every browser of this state directory, whether or not the agent that launched it
     /// still runs (SIGTERM, 2 s, SIGKILL), and removes their profiles.
+    #[command(after_help = "Example:\n  pap-agent browser stop")]
     Stop,
     /// The operator's reset of a crash-looping instance (L7): launches it once (a fresh
     /// Chromium), and on success stops it again; its failures are forgotten.
+    #[command(after_help = "Example:\n  pap-agent browser reset e2e")]
     Reset { instance: String },
 }
 
@@ -132,6 +147,7 @@ enum ConsentCommand {
     /// Grants the agent's browser session material for named domains (the operator's channel:
     /// no agent tool can do this). Without --interactive, name the domains or ask for
     /// --full-profile; nothing defaults to all domains.
+    #[command(after_help = "Example:\n  pap-agent consent grant --domain shop.example")]
     Grant {
         /// A domain to grant (with its subdomains); repeat for more.
         #[arg(long = "domain", value_name = "DOMAIN")]
@@ -159,8 +175,10 @@ enum ConsentCommand {
         expires_in: Option<i64>,
     },
     /// Lists the grants in force (never values).
+    #[command(after_help = "Example:\n  pap-agent consent list")]
     List,
     /// Re-reads a grant's domains (all, or some) from its own source.
+    #[command(after_help = "Example:\n  pap-agent consent refresh GRANT_ID --domain shop.example")]
     Refresh {
         grant: String,
         #[arg(long = "domain", value_name = "DOMAIN")]
@@ -168,12 +186,16 @@ enum ConsentCommand {
     },
     /// Revokes a grant, or some of its domains: deletes the stored material, and the cookies,
     /// storage and tabs of the state directory's running browsers; then records it.
+    #[command(after_help = "Example:\n  pap-agent consent revoke GRANT_ID --domain shop.example")]
     Revoke {
         grant: String,
         #[arg(long = "domain", value_name = "DOMAIN")]
         domains: Vec<String>,
     },
     /// Acknowledges a remote sink (its id and who operates it) for a grant.
+    #[command(
+        after_help = "Example:\n  pap-agent consent sink-ack GRANT_ID PROVIDER_ID --operated-by \"Example Cloud\""
+    )]
     SinkAck {
         grant: String,
         provider: String,
@@ -181,6 +203,7 @@ enum ConsentCommand {
         operated_by: String,
     },
     /// AIP-59 revoked a device's pairing: its grants end now.
+    #[command(after_help = "Example:\n  pap-agent consent pairing-revoked DEVICE_ID")]
     PairingRevoked { device: String },
     /// The append-only consent ledger.
     Ledger {
@@ -193,18 +216,23 @@ enum ConsentCommand {
 enum LedgerCommand {
     /// Checks every line (seq, prev hash, record shape) and the head anchor; reports the first
     /// broken line and exits 1 if there is one.
+    #[command(after_help = "Example:\n  pap-agent consent ledger verify")]
     Verify,
 }
 
 #[derive(Subcommand)]
 enum IdentityCommand {
     /// Creates the identity (or shows the existing one) for DOMAIN, where its documents live.
+    #[command(after_help = "Example:\n  pap-agent identity init atlas.example --name Atlas")]
     Init {
         domain: String,
         #[arg(long, default_value = "Atlas")]
         name: String,
     },
     /// Serves /agent.json and /jwks.json over HTTPS.
+    #[command(
+        after_help = "Example:\n  pap-agent identity serve --listen 127.0.0.1:9443 --cert certs/cert.pem --key certs/key.pem"
+    )]
     Serve {
         #[arg(long)]
         listen: SocketAddr,
@@ -778,6 +806,27 @@ fn print_json(value: &serde_json::Value) {
 
 #[cfg(test)]
 mod tests {
+    /// Every command a person can run shows an example of itself in its `--help`.
+    #[test]
+    fn every_subcommand_shows_an_example() {
+        use clap::CommandFactory as _;
+        let mut missing = Vec::new();
+        let mut stack = vec![(String::new(), super::Cli::command())];
+        while let Some((parent, command)) = stack.pop() {
+            let path = format!("{parent} {}", command.get_name()).trim().to_owned();
+            let subcommands: Vec<_> = command.get_subcommands().cloned().collect();
+            if !subcommands.is_empty() {
+                stack.extend(subcommands.into_iter().map(|c| (path.clone(), c)));
+            } else if !command
+                .get_after_help()
+                .is_some_and(|help| help.to_string().starts_with("Example:") && help.to_string().contains(&path))
+            {
+                missing.push(path);
+            }
+        }
+        assert!(missing.is_empty(), "no example in --help: {missing:?}");
+    }
+
     #[test]
     fn a_companys_text_reaches_the_terminal_without_escapes() {
         // An OSC title change and a cursor move that would overwrite the line above.
