@@ -149,8 +149,9 @@ struct BrowserArgs {
     /// The provider under test.
     #[arg(long, value_enum, default_value = "chromium")]
     provider: Provider,
-    /// The provider's manifest (default: agent/providers/chromium/BROWSER.md, or
-    /// agent/providers/chromium-attach/BROWSER.md for chromium-attach).
+    /// The provider's manifest (default, from the repository root:
+    /// agent/browser/providers/chromium/BROWSER.md, or
+    /// agent/browser/providers/chromium-attach/BROWSER.md for chromium-attach).
     #[arg(long)]
     manifest: Option<PathBuf>,
     /// Only these levels (repeatable); every level when absent.
@@ -339,9 +340,9 @@ async fn run_browser(args: BrowserArgs) -> anyhow::Result<bool> {
             let attach = matches!(args.provider, Provider::ChromiumAttach);
             let manifest = args.manifest.clone().unwrap_or_else(|| {
                 PathBuf::from(if attach {
-                    "agent/providers/chromium-attach/BROWSER.md"
+                    "agent/browser/providers/chromium-attach/BROWSER.md"
                 } else {
-                    "agent/providers/chromium/BROWSER.md"
+                    "agent/browser/providers/chromium/BROWSER.md"
                 })
             });
             let config = ChromiumConfig::new(state.clone());
