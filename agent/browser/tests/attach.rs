@@ -94,3 +94,62 @@ async fn only_a_loopback_endpoint_is_attached_to() {
         "{error}"
     );
 }
+
+/// Review F1: an operator-run Chromium never receives granted material, whoever offers it: its
+/// manifest declares no `cookies`, and `consent revoke` could not take the material out again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attached_browser_takes_no_granted_material() {
+    use std::sync::Arc;
+
+    use pap_browser::chromium::BrowserError;
+    use pap_browser::consent::{Caller, ConsentHost, GrantRequest, Operator, SourceSpec};
+    use pap_shared::{SystemClock, SystemRng};
+
+    let dir = std::env::temp_dir().join(format!("pap-attach-material-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = dir.join("storage-state.json");
+    std::fs::write(
+        &source,
+        serde_json::json!({"cookies": [
+            {"name": "sid", "value": "GRANTED-VALUE", "domain": "shop.example", "path": "/", "secure": true, "httpOnly": true}
+        ], "origins": []})
+        .to_string(),
+    )
+    .unwrap();
+    let state = dir.join("state");
+    let consent = ConsentHost::open(&state, Arc::new(SystemClock), Arc::new(SystemRng)).unwrap();
+    consent
+        .grant(
+            &Operator::from_operator_channel("test"),
+            GrantRequest::for_domains(SourceSpec::StorageState(source), &["shop.example"]),
+        )
+        .unwrap();
+    let injections = consent.local_injections(&Caller::local_agent()).unwrap();
+    assert_eq!(injections.len(), 1);
+
+    let mut foreign = StandaloneChromium::start(
+        &PathBuf::from(CHROMIUM),
+        &dir.join("foreign-profile"),
+        0,
+        &[],
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let mut config = ChromiumConfig::new(state);
+    config.attach_to = Some(foreign.endpoint());
+    let host = BrowserHost::new();
+    let browser = host.launch(&config, "attached", &|_| {}).await.unwrap().browser;
+    let refused = browser.inject(&injections[0]).await.unwrap_err();
+    assert!(matches!(refused, BrowserError::Attached), "{refused}");
+    let names = browser.cookie_names().await.unwrap();
+    assert!(
+        !names.iter().any(|(_, domain)| domain.ends_with("shop.example")),
+        "the attached browser holds {names:?}"
+    );
+    drop(browser);
+    host.stop_forced("attached", Duration::from_secs(2)).await.unwrap();
+    assert!(foreign.exited_within(Duration::from_secs(10)).await);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

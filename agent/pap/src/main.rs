@@ -595,8 +595,14 @@ async fn browse(
         let consent = consent::ConsentHost::open(&agent.state_dir, Arc::new(SystemClock), Arc::new(SystemRng))?;
         let caller = consent::Caller::local_agent();
         let permit = consent.permit_join(&caller, company.domain.as_str())?;
-        for injection in consent.local_injections(&caller)? {
-            browser.inject(&injection).await?;
+        if browser.was_already_running() {
+            // An operator-run Chromium (--attach) takes no granted material (review F1): only the
+            // join's own cookie, which the company sets.
+            eprintln!("browser: attached; no granted material goes into a browser the agent did not start");
+        } else {
+            for injection in consent.local_injections(&caller)? {
+                browser.inject(&injection).await?;
+            }
         }
         let page = browser.new_page().await?;
         let outcome = join(

@@ -61,6 +61,11 @@ pub enum BrowserError {
     /// The profile could not be removed.
     #[error("the browser profile could not be removed")]
     Profile(#[source] std::io::Error),
+    /// Granted material was offered to an attached browser: the operator runs it, its manifest
+    /// declares no `cookies`, and `consent revoke` cannot reach it to take the material out
+    /// again (review F1).
+    #[error("an attached browser takes no granted material")]
+    Attached,
 }
 
 impl BrowserError {

@@ -200,7 +200,8 @@ impl ControlledBrowser {
         })
     }
 
-    /// Whether the host found this browser running rather than starting it (L2).
+    /// Whether the host found this browser running rather than starting it (L2): an attached
+    /// browser, which takes no granted material.
     pub fn was_already_running(&self) -> bool {
         self.was_already_running
     }
@@ -270,7 +271,11 @@ impl ControlledBrowser {
     }
 
     /// Puts a grant's cookies into this browser (C1): the only way session material enters it.
+    /// Never into an attached browser ([`BrowserError::Attached`], review F1).
     pub async fn inject(&self, injection: &crate::consent::Injection) -> Result<usize, BrowserError> {
+        if self.was_already_running {
+            return Err(BrowserError::Attached);
+        }
         Ok(super::cdp::inject(&self.browser, injection).await?)
     }
 
