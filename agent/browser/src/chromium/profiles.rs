@@ -3,37 +3,59 @@
 //! profile.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use chromiumoxide::Browser;
 use futures_util::StreamExt as _;
 
 use super::cdp::{self, STEP};
+use super::sweep::{ProcTable, ProcessTable, browsers_of};
 use crate::consent::{Forgotten, Injection, LiveError, LiveInstances, Scope};
 
 /// The browsers of a state directory, reached from another process through the DevTools port
 /// each wrote into its profile (`DevToolsActivePort`): how `pap-agent consent revoke` reaches a
 /// running agent's browsers.
-#[derive(Clone, Debug)]
+///
+/// Only the profile of a browser that runs now, as this user, marked as this state directory's,
+/// is read (review L5): a killed browser leaves its port file behind, and whoever binds that
+/// port next would otherwise be sent the granted cookies of a `consent refresh`.
+#[derive(Clone)]
 pub struct LiveProfiles {
     state_dir: PathBuf,
+    processes: Arc<dyn ProcessTable>,
+}
+
+impl std::fmt::Debug for LiveProfiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveProfiles")
+            .field("state_dir", &self.state_dir)
+            .finish_non_exhaustive()
+    }
 }
 
 impl LiveProfiles {
-    /// The browsers under `state_dir/browsers/`.
+    /// The browsers under `state_dir/browsers/`, found in `/proc`.
     pub fn new(state_dir: &Path) -> Self {
+        Self::with_processes(state_dir, Arc::new(ProcTable))
+    }
+
+    /// The browsers under `state_dir/browsers/`, found in `processes`.
+    pub fn with_processes(state_dir: &Path, processes: Arc<dyn ProcessTable>) -> Self {
         Self {
             state_dir: state_dir.to_owned(),
+            processes,
         }
     }
 
+    /// The DevTools endpoints of the state directory's running browsers: the port file of each
+    /// profile whose browser process runs now (none when the process table cannot be read).
     fn endpoints(&self) -> Vec<String> {
-        let Ok(entries) = std::fs::read_dir(self.state_dir.join("browsers")) else {
-            return Vec::new();
-        };
-        entries
-            .filter_map(Result::ok)
-            .filter_map(|entry| std::fs::read_to_string(entry.path().join("DevToolsActivePort")).ok())
+        let running = browsers_of(self.processes.as_ref(), &self.state_dir).unwrap_or_default();
+        running
+            .iter()
+            .filter(|browser| browser.user_data_dir.starts_with(self.state_dir.join("browsers")))
+            .filter_map(|browser| std::fs::read_to_string(browser.user_data_dir.join("DevToolsActivePort")).ok())
             .filter_map(|text| {
                 let mut lines = text.lines();
                 let port: u16 = lines.next()?.trim().parse().ok()?;
@@ -57,8 +79,8 @@ impl Drop for Connected {
 }
 
 impl LiveProfiles {
-    /// Connects to each running browser of the state directory. A profile whose browser has
-    /// ended leaves its port file behind: it is skipped.
+    /// Connects to each running browser of the state directory (a profile whose browser has
+    /// ended is not among them).
     async fn connect(&self) -> Vec<Connected> {
         let mut out = Vec::new();
         for endpoint in self.endpoints() {
