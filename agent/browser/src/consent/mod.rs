@@ -47,9 +47,40 @@ pub use crate::spec::{AgentCaller, Operator};
 use crate::store::{SealingKey, private_dir};
 use pap_shared::{Clock, GrantDomain, Rng};
 
+/// Most `deny` records one consent host writes per minute (review L9): past it an agent's
+/// refused attempts are refused all the same and counted, and the next record written says how
+/// many went unrecorded, so refused calls cannot grow the ledger without bound.
+pub const DENY_RECORDS_PER_MINUTE: u32 = 30;
+
+/// The `deny` records written in the current minute, and the refusals not recorded since the
+/// last one written.
+#[derive(Debug, Default)]
+struct DenyBudget {
+    window_start: i64,
+    written: u32,
+    unrecorded: u64,
+}
+
+impl DenyBudget {
+    /// Whether a deny at `now` (seconds) is recorded; if so, how many went unrecorded before it.
+    fn take(&mut self, now: i64) -> Option<u64> {
+        if now.saturating_sub(self.window_start) >= 60 {
+            self.window_start = now;
+            self.written = 0;
+        }
+        if self.written >= DENY_RECORDS_PER_MINUTE {
+            self.unrecorded = self.unrecorded.saturating_add(1);
+            return None;
+        }
+        self.written += 1;
+        Some(std::mem::take(&mut self.unrecorded))
+    }
+}
+
 /// The consent host of one agent state directory.
 pub struct ConsentHost {
     dir: PathBuf,
+    deny_budget: std::sync::Mutex<DenyBudget>,
     grants: GrantStore,
     ledger: Ledger,
     store: MaterialStore,
@@ -114,6 +145,7 @@ impl ConsentHost {
             store: MaterialStore::open(&dir, key)?,
             salt: NameSalt::open(state_dir, rng.as_ref())?,
             dir,
+            deny_budget: std::sync::Mutex::default(),
             clock,
             rng,
         })
@@ -327,16 +359,31 @@ impl ConsentHost {
         ))
     }
 
-    /// Records an agent's refused attempt (C7) and returns the error it sees.
+    /// Records an agent's refused attempt (C7), at most [`DENY_RECORDS_PER_MINUTE`] a minute,
+    /// and returns the error it sees.
     pub fn deny(&self, caller: &Caller, grant_id: &str, reason: &str) -> ConsentError {
+        let now = self.clock.now();
+        let budget = self
+            .deny_budget
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take(now.as_secs());
+        let Some(unrecorded) = budget else {
+            return ConsentError::Refused(reason.into());
+        };
+        let recorded = if unrecorded == 0 {
+            reason.to_owned()
+        } else {
+            format!("[{unrecorded} earlier refusal(s) not recorded] {reason}")
+        };
         let entry = Entry {
             actor: caller.actor(),
             event: Event::Deny {
                 grant_id: Some(grant_id.to_owned()).filter(|g| !g.is_empty()),
-                reason: truncate(reason),
+                reason: truncate(&recorded),
             },
         };
-        match self.ledger.append(&entry, self.clock.now()) {
+        match self.ledger.append(&entry, now) {
             Ok(_) => ConsentError::Refused(reason.into()),
             Err(e) => e.into(),
         }

@@ -386,3 +386,29 @@ fn granted_values_are_redacted_from_results_wherever_they_appear() {
         "only granted material"
     );
 }
+
+#[test]
+fn refused_attempts_past_the_minutes_budget_are_refused_but_not_recorded() {
+    let f = fixture("deny-budget");
+    let agent = Caller::local_agent();
+    for _ in 0..100 {
+        let refused = f.host.deny(&agent, "", "no grant covers evil.example");
+        assert!(matches!(refused, ConsentError::Refused(_)), "{refused}");
+    }
+    let denies = |f: &Fixture| events(f).iter().filter(|e| *e == "deny").count();
+    assert_eq!(denies(&f), DENY_RECORDS_PER_MINUTE as usize);
+    // A minute on: recorded again, with how many went unrecorded.
+    f.clock.0.fetch_add(60, Ordering::SeqCst);
+    let _ = f.host.deny(&agent, "", "no grant covers evil.example");
+    assert_eq!(denies(&f), DENY_RECORDS_PER_MINUTE as usize + 1);
+    let records = f.host.ledger().records().unwrap();
+    let Event::Deny { reason, .. } = &records.last().unwrap().entry.event else {
+        panic!("the last record is not a deny");
+    };
+    assert_eq!(
+        reason,
+        "[70 earlier refusal(s) not recorded] no grant covers evil.example"
+    );
+    assert!(f.host.ledger().verify().is_ok());
+    std::fs::remove_dir_all(&f.dir).unwrap();
+}
