@@ -1,8 +1,9 @@
 //! What consent costs on the agent's hot paths: `ConsentHost::redact`, which every tool result
 //! passes (C9), and `permit_join`, which every join asks. Both read the grants file; redact also
-//! opens each active grant's sealed material (AES-256-GCM).
+//! opens each active grant's sealed material (AES-256-GCM). And what one ledger append costs as
+//! the ledger grows (every grant, refresh, revoke and recorded deny appends).
 //!
-//! Run with `cargo bench -p pap-agent --bench consent`.
+//! Run with `cargo bench -p pap-browser --bench consent`.
 
 #![allow(clippy::unwrap_used, clippy::print_stdout, reason = "a benchmark binary")]
 
@@ -10,8 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::Criterion;
-use pap_browser::consent::{Caller, ConsentHost, GrantRequest, Operator, SourceSpec};
-use pap_shared::{SystemClock, SystemRng};
+use pap_browser::consent::{
+    Actor, ActorKind, Caller, ConsentHost, Entry, Event, GrantRequest, Ledger, Operator, SourceSpec,
+};
+use pap_shared::{Clock as _, SystemClock, SystemRng};
 use serde_json::json;
 
 /// A consent store with `grants` grants of 10 cookies each.
@@ -51,6 +54,29 @@ fn benches(c: &mut Criterion) {
         });
         group.bench_function(format!("permit_join, {grants} grant(s)"), |b| {
             b.iter(|| host.permit_join(&Caller::local_agent(), "shop0.example").unwrap());
+        });
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    for records in [1_000, 4_000] {
+        let dir = std::env::temp_dir().join(format!("pap-bench-ledger-{}-{records}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let ledger = Ledger::open(&dir).unwrap();
+        let deny = Entry {
+            actor: Actor {
+                kind: ActorKind::Agent,
+                via: None,
+                device_id: None,
+            },
+            event: Event::Deny {
+                grant_id: None,
+                reason: "no grant covers evil.example".into(),
+            },
+        };
+        for _ in 0..records {
+            ledger.append(&deny, SystemClock.now()).unwrap();
+        }
+        group.bench_function(format!("ledger append, {records} records before"), |b| {
+            b.iter(|| ledger.append(&deny, SystemClock.now()).unwrap());
         });
         let _ = std::fs::remove_dir_all(dir);
     }

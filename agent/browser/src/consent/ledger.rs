@@ -11,9 +11,16 @@
 //! both ledger files, no longer verifies; and an append is two-phase (anchor "pending", line,
 //! anchor "committed"), so a crash at any point leaves a ledger that verifies, and a torn last
 //! line the pending anchor names is cut off at the next append rather than bricking it.
+//!
+//! An append to the agent's own ledger reads only its end (the last two lines, found backwards):
+//! the keyed anchor vouches for the last line, the line before it for its `seq` and `prev`, so an
+//! append costs the same at ten records or a million. Lines further back are `verify`'s to check:
+//! an edit there breaks the chain at that line whatever is appended after it. Anything unusual at
+//! the end (a line that does not parse, a chain that does not hold) falls back to the full walk,
+//! which names the broken line.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write as _};
+use std::io::{self, Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 
 use pap_shared::UnixTime;
@@ -645,8 +652,9 @@ impl Ledger {
     }
 
     fn append_locked(&self, file: &mut File, entry: &Entry, at: UnixTime) -> Result<u64, LedgerError> {
-        // The ledger as it stands must be sound before anything is added to it.
-        let walked = self.checked().map_err(LedgerError::Broken)?;
+        // The ledger as it stands must be sound before anything is added to it: its end under
+        // the keyed anchor, or else every line.
+        let walked = self.checked_end(file).map_err(LedgerError::Broken)?;
         if let Some(torn_at) = walked.torn_at {
             // A crash tore the last append; the anchor never committed it: cut it off.
             file.set_len(torn_at).map_err(LedgerError::Io)?;
@@ -690,6 +698,10 @@ impl Ledger {
             None => None,
         };
         line.push('\n');
+        if ends_without_line_end(file).map_err(LedgerError::Io)? {
+            // A whole last line whose line end a crash cut off: end it before this one.
+            line.insert(0, '\n');
+        }
         file.write_all(line.as_bytes()).map_err(LedgerError::Io)?;
         file.sync_all().map_err(LedgerError::Io)?;
         let head = serde_json::to_vec(&Head {
@@ -733,6 +745,21 @@ impl Ledger {
             records: walked.count,
             last_hash: walked.last,
         })
+    }
+
+    /// [`Self::checked`] for an append: with the keyed anchor, only the ledger's end is read
+    /// (see the module's notes); without it, or when the end is anything but sound, every line.
+    fn checked_end(&self, file: &mut File) -> Result<Walked, Broken> {
+        if let Some(anchor) = &self.anchor {
+            let anchor = anchor.read().map_err(|why| Broken { line: 1, why })?;
+            if let Some(anchor) = anchor
+                && let Some(end) = read_end(file, anchor.pending.as_ref())
+                && check_anchor(&end, &anchor).is_ok()
+            {
+                return Ok(end);
+            }
+        }
+        self.checked()
     }
 
     fn checked(&self) -> Result<Walked, Broken> {
@@ -825,6 +852,95 @@ impl Ledger {
             }),
         }
     }
+}
+
+/// Whether `file` is not empty and its last byte is not a line end.
+fn ends_without_line_end(file: &mut File) -> io::Result<bool> {
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(false);
+    }
+    let mut last = [0u8; 1];
+    file.seek(SeekFrom::Start(len - 1))?;
+    file.read_exact(&mut last)?;
+    Ok(last[0] != b'\n')
+}
+
+/// How much of the ledger's end is read at a time, going backwards.
+const END_CHUNK: u64 = 16 * 1024;
+
+/// The end of the ledger in `file`, read backwards: the last record (its `seq`, hash and
+/// `prev`), checked against the line before it, and a torn last line `pending` names. `None`
+/// when anything there is not as an append leaves it (the caller then walks every line).
+fn read_end(file: &mut File, pending: Option<&Mark>) -> Option<Walked> {
+    let len = file.metadata().ok()?.len();
+    // Back from the end until three line ends are in hand (two whole lines after the first),
+    // or the file's start.
+    let mut start = len;
+    let mut bytes: Vec<u8> = Vec::new();
+    while start > 0 && bytes.iter().filter(|b| **b == b'\n').count() < 3 {
+        let step = END_CHUNK.min(start);
+        start -= step;
+        let mut chunk = vec![0u8; usize::try_from(step).ok()?];
+        file.seek(SeekFrom::Start(start)).ok()?;
+        file.read_exact(&mut chunk).ok()?;
+        chunk.extend_from_slice(&bytes);
+        bytes = chunk;
+    }
+    // Not at the start: the first piece is the tail of an earlier line.
+    let skip = if start > 0 {
+        bytes.iter().position(|b| *b == b'\n')? + 1
+    } else {
+        0
+    };
+    let text = &bytes[skip..];
+    let whole = text.iter().rposition(|b| *b == b'\n').map_or(0, |at| at + 1);
+    let (body, trailing) = text.split_at(whole);
+    let mut lines: Vec<&[u8]> = body.split(|b| *b == b'\n').collect();
+    lines.pop(); // after the last line end
+    let mut torn_at = None;
+    if !trailing.is_empty() {
+        // An unterminated last piece: a whole record written without its line end counts as a
+        // line (as the full walk counts it); else it must be the torn append `pending` names.
+        if std::str::from_utf8(trailing)
+            .ok()
+            .and_then(|t| Record::parse_line(t).ok())
+            .is_some()
+        {
+            lines.push(trailing);
+        } else {
+            let next = match lines.last() {
+                Some(line) => Record::parse_line(std::str::from_utf8(line).ok()?).ok()?.seq + 1,
+                None => 0,
+            };
+            pending.filter(|p| p.seq == next)?;
+            torn_at = Some(start + u64::try_from(skip + whole).ok()?);
+        }
+    }
+    let Some((last, before)) = lines.split_last() else {
+        // No whole line: an empty ledger (perhaps with a torn first append).
+        return (start == 0).then_some(Walked {
+            count: 0,
+            last: None,
+            last_prev: None,
+            torn_at,
+        });
+    };
+    let record = Record::parse_line(std::str::from_utf8(last).ok()?).ok()?;
+    match before.last() {
+        Some(previous) => {
+            let earlier = Record::parse_line(std::str::from_utf8(previous).ok()?).ok()?;
+            let chained = record.prev.as_deref() == Some(hex(&Sha256::digest(previous)).as_str());
+            (earlier.seq + 1 == record.seq && chained).then_some(())?;
+        }
+        None => (start == 0 && record.seq == 0 && record.prev.is_none()).then_some(())?,
+    }
+    Some(Walked {
+        count: record.seq + 1,
+        last: Some(hex(&Sha256::digest(last))),
+        last_prev: record.prev,
+        torn_at,
+    })
 }
 
 /// The keyed anchor against the ledger as read: its committed line is the last, or (a crash

@@ -439,3 +439,44 @@ fn a_torn_last_line_is_cut_off_at_the_next_append() {
     assert_eq!(ledger.verify().unwrap_err().line, 5);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_whole_last_line_without_its_line_end_is_ended_before_the_next() {
+    let (dir, ledger) = three("no-line-end");
+    let (line, committed, pending) = next_line(&ledger);
+    let anchor = ledger.anchor.clone().unwrap();
+    anchor.write(&anchor_key(&ledger), committed, Some(pending)).unwrap();
+    // The whole line reached the disk, its line end did not.
+    let mut text = std::fs::read_to_string(ledger.path()).unwrap();
+    text.push_str(&line);
+    std::fs::write(ledger.path(), text).unwrap();
+    assert_eq!(ledger.verify().unwrap().records, 4);
+    assert_eq!(ledger.append(&deny(), AT).unwrap(), 4);
+    assert_eq!(ledger.verify().unwrap().records, 5);
+    assert_eq!(lines(&ledger).len(), 5);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_append_reads_only_the_end_and_an_earlier_edit_stays_reported() {
+    let (dir, ledger) = three("end-only");
+    for _ in 0..200 {
+        ledger.append(&deny(), AT).unwrap();
+    }
+    // An edit far back: the end is sound, so the append goes through (it reads only the end)…
+    let mut all = lines(&ledger);
+    all[10] = all[10].replacen("\"deny\"", "\"deny\" ", 1);
+    write_lines(&ledger, &all);
+    assert_eq!(ledger.append(&deny(), AT).unwrap(), 203);
+    // …and the edit is reported (line 11 still reads as a record; line 12's prev no longer
+    // names it) however much is appended after it.
+    assert_eq!(ledger.verify().unwrap_err().line, 12);
+    // An edit at the end is caught by the append itself (the full walk names it).
+    let (dir2, ledger2) = three("end-edit");
+    let mut all = lines(&ledger2);
+    all[2] = all[2].replacen("\"deny\"", "\"deny\" ", 1);
+    write_lines(&ledger2, &all);
+    assert!(matches!(ledger2.append(&deny(), AT), Err(LedgerError::Broken(b)) if b.line == 3));
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&dir2).unwrap();
+}
