@@ -41,7 +41,9 @@ pub struct Rule {
     #[serde(default)]
     pub code: Vec<String>,
     /// `FILE::TEST` for Rust tests, `python-runner:CASE` for a reference-runner case,
-    /// `pap-conformance:CASE` for a PAP case, `aip63-suite:HOOK` for an AIP-63 suite hook.
+    /// `pap-conformance:CASE` for a PAP case, `aip63-suite:HOOK` for an AIP-63 suite hook,
+    /// `replicas:CHECK` for a check of the replicas run, `fuzz:TARGET` for a fuzz target of
+    /// `fuzz/` (its committed corpus replays as a test) that covers the rule's parser.
     #[serde(default)]
     pub tests: Vec<String>,
     /// What is left, for a partial or open rule.
@@ -94,6 +96,12 @@ impl Ledger {
                 if let Some(check) = test.strip_prefix("replicas:") {
                     if !crate::replicas::CHECKS.contains(&check) {
                         problems.push(format!("{}: pap-conformance replicas has no check {check}", rule.id));
+                    }
+                    continue;
+                }
+                if let Some(target) = test.strip_prefix("fuzz:") {
+                    if !root.join("fuzz/corpus").join(target).is_dir() {
+                        problems.push(format!("{}: no fuzz target {target} (fuzz/corpus/{target})", rule.id));
                     }
                     continue;
                 }

@@ -191,13 +191,22 @@ fn not_storage_state(path: &Path, error: &serde_json::Error) -> SourceError {
 
 /// Reads a storage-state file whole (values included): only for domains already granted.
 pub(crate) fn read_storage_state(path: &Path) -> Result<Material, SourceError> {
-    let bytes = read_source(path)?;
-    serde_json::from_slice(&bytes).map_err(|e| not_storage_state(path, &e))
+    parse_storage_state(&read_source(path)?, path)
+}
+
+/// [`read_storage_state`] of bytes already read; `path` only names the file in an error.
+pub(crate) fn parse_storage_state(bytes: &[u8], path: &Path) -> Result<Material, SourceError> {
+    serde_json::from_slice(bytes).map_err(|e| not_storage_state(path, &e))
 }
 
 /// The presence scan of a storage-state file (C5): cookies and storage origins per host, from a
 /// parse whose types have no field for a value.
 pub(crate) fn scan_storage_state(path: &Path) -> Result<BTreeMap<String, u64>, SourceError> {
+    scan_storage_state_bytes(&read_source(path)?, path)
+}
+
+/// [`scan_storage_state`] of bytes already read; `path` only names the file in an error.
+pub(crate) fn scan_storage_state_bytes(bytes: &[u8], path: &Path) -> Result<BTreeMap<String, u64>, SourceError> {
     #[derive(Deserialize)]
     struct Presence {
         #[serde(default)]
@@ -213,8 +222,7 @@ pub(crate) fn scan_storage_state(path: &Path) -> Result<BTreeMap<String, u64>, S
     struct OriginName {
         origin: String,
     }
-    let bytes = read_source(path)?;
-    let presence: Presence = serde_json::from_slice(&bytes).map_err(|e| not_storage_state(path, &e))?;
+    let presence: Presence = serde_json::from_slice(bytes).map_err(|e| not_storage_state(path, &e))?;
     let mut counts = BTreeMap::new();
     for cookie in presence.cookies {
         *counts

@@ -16,6 +16,8 @@
 mod chromium_profile;
 mod effects;
 mod error;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod grant;
 mod grants;
 mod ledger;

@@ -1,0 +1,111 @@
+//! The agent's parsers of what a company serves (discovery, OAuth metadata, token and device
+//! responses, operations) and of what a person hands it or it reads back (storage-state files,
+//! Chromium cookie databases, provider manifests, its ledger and grants).
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use pap_browser::consent::{Grant, Record, fuzzing};
+use pap_browser::spec::parse_manifest;
+use pap_shared::{
+    AuthorizationServerMetadata, DeviceAuthorizationResponse, Discovery, OAuthErrorBody, Operation, OperationResult,
+    TokenResponse,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// Parses `data` as `T`; when it parses, what it writes parses back equal.
+fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(data: &[u8]) -> Option<T> {
+    let value: T = serde_json::from_slice(data).ok()?;
+    let written = serde_json::to_vec(&value).unwrap_or_else(|e| panic!("a parsed value does not write: {e}"));
+    let again: T = serde_json::from_slice(&written).unwrap_or_else(|e| panic!("a written value does not parse: {e}"));
+    assert_eq!(again, value, "changed on a write and a read");
+    Some(value)
+}
+
+/// A company's discovery document (`/.well-known/poppy`).
+pub fn discovery(data: &[u8]) {
+    round_trip::<Discovery>(data);
+}
+
+/// A company's OAuth authorization server metadata.
+pub fn oauth_metadata(data: &[u8]) {
+    round_trip::<AuthorizationServerMetadata>(data);
+}
+
+/// A token-endpoint or device-authorization response, or an OAuth error body: the error body
+/// round-trips, and a token response never prints its tokens.
+pub fn token_response(data: &[u8]) {
+    round_trip::<OAuthErrorBody>(data);
+    if let Ok(response) = serde_json::from_slice::<TokenResponse>(data) {
+        let printed = format!("{response:?}");
+        for token in std::iter::once(&response.access_token).chain(response.refresh_token.as_ref()) {
+            // Long enough that the struct's own text cannot contain it by chance.
+            if token.secret().len() >= 24 {
+                assert!(!printed.contains(token.secret()), "a token response printed its token");
+            }
+        }
+    }
+    let _ = serde_json::from_slice::<DeviceAuthorizationResponse>(data);
+}
+
+/// An operation document and an operation's result.
+pub fn operation(data: &[u8]) {
+    round_trip::<Operation>(data);
+    round_trip::<OperationResult>(data);
+}
+
+/// A storage-state file handed to `consent grant --from-storage-state`.
+pub fn storage_state(data: &[u8]) {
+    fuzzing::storage_state(data);
+}
+
+/// A Chromium profile's cookie database handed to `consent grant --from-chromium-profile`.
+pub fn chromium_profile(data: &[u8]) {
+    fuzzing::chromium_profile(scratch(), data);
+}
+
+/// An AIP-63 provider manifest (YAML frontmatter and body): what parses writes out and reads back
+/// the same.
+pub fn manifest(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(manifest) = parse_manifest(text, None) else {
+        return;
+    };
+    let written = serde_json::to_vec(&manifest).unwrap_or_else(|e| panic!("a manifest does not write: {e}"));
+    let again: pap_browser::spec::BrowserManifest =
+        serde_json::from_slice(&written).unwrap_or_else(|e| panic!("a written manifest does not read: {e}"));
+    assert_eq!(again, manifest, "a manifest changed on a write and a read");
+}
+
+/// One line of the consent ledger as `verify` and an append read it back: a line that parses is
+/// written back as a line that parses to the same record, and writing is stable.
+pub fn ledger_line(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(record) = Record::parse_line(text) else {
+        return;
+    };
+    let line = record.to_line();
+    let again = Record::parse_line(&line).unwrap_or_else(|e| panic!("a written ledger line does not parse: {e}"));
+    assert_eq!(again, record, "a record changed on a write and a read");
+    assert_eq!(again.to_line(), line, "writing a record is not stable");
+}
+
+/// The consent store's `grants.json` as it is read back.
+pub fn grants(data: &[u8]) {
+    round_trip::<Vec<Grant>>(data);
+}
+
+/// A directory of this process's own for targets that need a file on disk.
+fn scratch() -> &'static std::path::Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("pap-fuzz-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        dir
+    })
+}
