@@ -60,9 +60,20 @@ pub fn storage_state(data: &[u8]) {
     fuzzing::storage_state(data);
 }
 
+/// How many cookies a storage-state file yields (for the tests: the seeds reach the read).
+pub fn storage_state_cookies(data: &[u8]) -> usize {
+    fuzzing::storage_state(data)
+}
+
 /// A Chromium profile's cookie database handed to `consent grant --from-chromium-profile`.
 pub fn chromium_profile(data: &[u8]) {
-    fuzzing::chromium_profile(scratch(), data);
+    chromium_profile_cookies(data);
+}
+
+/// How many cookies a cookie database yields, decrypted (for the tests: the seeds reach the
+/// decryption).
+pub fn chromium_profile_cookies(data: &[u8]) -> usize {
+    fuzzing::chromium_profile(scratch(), data)
 }
 
 /// An AIP-63 provider manifest (YAML frontmatter and body): what parses writes out and reads back

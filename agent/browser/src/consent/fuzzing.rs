@@ -11,11 +11,12 @@ use super::material::{Material, parse_storage_state, scan_storage_state_bytes};
 
 /// A storage-state file's bytes: a file that reads reads back the same after being written (what
 /// the sealed store does with it), and every host it yields was counted by the presence scan
-/// (C5: the scan the person consents from sees every host a grant could take).
-pub fn storage_state(bytes: &[u8]) {
+/// (C5: the scan the person consents from sees every host a grant could take). Returns how many
+/// cookies were read.
+pub fn storage_state(bytes: &[u8]) -> usize {
     let path = Path::new("storage-state.json");
     let Ok(material) = parse_storage_state(bytes, path) else {
-        return;
+        return 0;
     };
     let written = serde_json::to_vec(&material).unwrap_or_default();
     let again: Material =
@@ -32,28 +33,31 @@ pub fn storage_state(bytes: &[u8]) {
     for host in hosts {
         assert!(scanned.contains_key(&host), "the scan missed a host the read yields");
     }
+    material.cookies.len()
 }
 
 /// A Chromium profile whose cookie database is `database` (the bytes of a SQLite file), written
 /// to `<dir>/Network/Cookies`: every host read is one the presence scan counted, and a read
-/// limited to no host yields no cookie.
-pub fn chromium_profile(dir: &Path, database: &[u8]) {
+/// limited to no host yields no cookie. Returns how many cookies were read and decrypted.
+pub fn chromium_profile(dir: &Path, database: &[u8]) -> usize {
     let network = dir.join("Network");
     if std::fs::create_dir_all(&network).is_err() || std::fs::write(network.join("Cookies"), database).is_err() {
-        return;
+        return 0;
     }
     let Ok(scanned) = chromium_profile::scan(dir) else {
-        return;
+        return 0;
     };
-    if let Ok(material) = chromium_profile::read(dir, &|_| true) {
-        for cookie in &material.cookies {
-            assert!(
-                scanned.contains_key(&cookie.host()),
-                "the scan missed a host the read yields"
-            );
-        }
-    }
     if let Ok(none) = chromium_profile::read(dir, &|_| false) {
         assert!(none.cookies.is_empty(), "a read limited to no host yielded cookies");
     }
+    let Ok(material) = chromium_profile::read(dir, &|_| true) else {
+        return 0;
+    };
+    for cookie in &material.cookies {
+        assert!(
+            scanned.contains_key(&cookie.host()),
+            "the scan missed a host the read yields"
+        );
+    }
+    material.cookies.len()
 }
