@@ -106,6 +106,51 @@ pub fn ledger_line(data: &[u8]) {
     assert_eq!(again.to_line(), line, "writing a record is not stable");
 }
 
+/// A tool caller's input (an LLM that page content can steer), as each reserved tool parses it:
+/// an `input_invalid` error names the field, never a string the caller sent (C9: the caller may
+/// have been handed a secret to smuggle out through an error or a log). A string that is also
+/// one of the tools' own names (a field, a variant) may appear.
+pub fn tool_input(data: &[u8]) {
+    let Ok(input) = serde_json::from_slice::<serde_json::Value>(data) else {
+        return;
+    };
+    let mut sent = Vec::new();
+    strings(&input, &mut sent);
+    for error in pap_browser::tools::fuzzing::tool_input_errors(&input) {
+        for text in &sent {
+            if text.chars().count() >= 6 && !VOCABULARY.contains(text.as_str()) {
+                assert!(
+                    !error.message.contains(text.as_str()),
+                    "an input error quoted what the caller sent: {text:?}"
+                );
+            }
+        }
+    }
+}
+
+/// Every name the tools' inputs and serde's messages use (a caller's string equal to one of them
+/// is not the caller's own).
+const VOCABULARY: &str = "browser.navigate browser.evaluate browser.get_dom browser.screenshot browser.click \
+    browser.fill browser.tabs browser.list_requests browser.get_request_body browser.cdp_send browser.download \
+    url target keepAlive expression selector fullPage trusted value action open close list switch requestId \
+    method params invalid type expected unknown field variant missing string integer boolean sequence map \
+    struct enum null floating point number character unit value option newtype tuple";
+
+/// Every key and string value in `value`.
+fn strings(value: &serde_json::Value, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::String(text) => out.push(text.clone()),
+        serde_json::Value::Array(items) => items.iter().for_each(|v| strings(v, out)),
+        serde_json::Value::Object(fields) => {
+            for (key, v) in fields {
+                out.push(key.clone());
+                strings(v, out);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// The consent store's `grants.json` as it is read back.
 pub fn grants(data: &[u8]) {
     round_trip::<Vec<Grant>>(data);

@@ -57,6 +57,7 @@ pub const TARGETS: &[Target] = &[
     agent_target("manifest", agent::manifest),
     agent_target("ledger_line", agent::ledger_line),
     agent_target("grants", agent::grants),
+    agent_target("tool_input", agent::tool_input),
 ];
 
 const fn company_target(name: &'static str, run: fn(&[u8])) -> Target {

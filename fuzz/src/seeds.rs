@@ -124,6 +124,27 @@ pub fn write(out: &Path) -> io::Result<usize> {
         .to_string()
         .as_bytes(),
     )?;
+    for (name, input) in [
+        ("navigate", json!({ "url": "https://shop.example/", "keepAlive": true })),
+        ("tabs-open", json!({ "action": "open", "url": "https://shop.example/" })),
+        ("tabs-close", json!({ "action": "close", "target": "t1-1" })),
+        (
+            "click-trusted",
+            json!({ "target": "t1-1", "selector": "#confirm", "trusted": true }),
+        ),
+        (
+            "fill",
+            json!({ "target": "t1-1", "selector": "input[name=q]", "value": "coffee" }),
+        ),
+        (
+            "cdp-send",
+            json!({ "target": "t1-1", "method": "Runtime.evaluate", "params": { "expression": "1" } }),
+        ),
+        ("get-request-body", json!({ "target": "t1-1", "requestId": "1000.1" })),
+        ("null", serde_json::Value::Null),
+    ] {
+        put("tool_input", name, input.to_string().as_bytes())?;
+    }
     Ok(written)
 }
 

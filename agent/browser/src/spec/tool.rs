@@ -263,8 +263,10 @@ impl ToolId {
     }
 
     /// Parses `input` as this tool's input `T`, once, at the tool surface (`null` reads as
-    /// `{}`). A missing, unknown or mistyped field is `input_invalid` naming the field; a value
-    /// serde would quote is cut off, as an input may be a secret the caller typed (C9).
+    /// `{}`). A missing or mistyped field is `input_invalid` naming the field; an unknown one
+    /// names the fields expected. Nothing the caller sent is quoted back, as an input may be a
+    /// secret the caller was handed (C9): a value serde would quote is cut off, and the name of
+    /// an unknown field or variant is dropped.
     pub fn parse_input<T: serde::de::DeserializeOwned>(self, input: &serde_json::Value) -> Result<T, ToolError> {
         let input = if input.is_null() {
             serde_json::json!({})
@@ -272,7 +274,7 @@ impl ToolId {
             input.clone()
         };
         serde_json::from_value(input).map_err(|e| {
-            let text = e.to_string();
+            let text = without_callers_name(&e.to_string());
             let cut = text
                 .split(['"', '\''])
                 .next()
@@ -322,6 +324,25 @@ fn kind_rank(kind: DriverKind) -> u8 {
         DriverKind::Mcp => 3,
         DriverKind::Cli => 4,
     }
+}
+
+/// serde's message without the caller's own name: "unknown field `NAME`, expected one of ..."
+/// (and the same for a variant) quotes a key or tag the caller chose, which is dropped; what
+/// follows (the names expected, ours) is kept. The last ", expected" is serde's own, whatever
+/// the caller's name holds.
+fn without_callers_name(text: &str) -> String {
+    for lead in ["unknown field", "unknown variant"] {
+        if let Some(at) = text.find(lead) {
+            let rest = &text[at..];
+            let tail = [", expected", ", there are no"]
+                .iter()
+                .filter_map(|t| rest.rfind(t))
+                .max()
+                .map_or("", |i| &rest[i..]);
+            return format!("{}{lead}{tail}", &text[..at]);
+        }
+    }
+    text.to_owned()
 }
 
 #[cfg(test)]

@@ -175,8 +175,18 @@ mod tests {
         let missing = parse::<Evaluate>(ToolId::Evaluate, &json!({"target": "t1-1"})).unwrap_err();
         assert_eq!(missing.code, ToolErrorCode::InputInvalid);
         assert!(missing.message.contains("expression"), "{}", missing.message);
-        let unknown = parse::<OnTarget>(ToolId::ListRequests, &json!({"target": "t", "extra": 1})).unwrap_err();
-        assert!(unknown.message.contains("extra"), "{}", unknown.message);
+        // An unknown field is not named back (the caller chose the name, C9); the expected are.
+        let unknown = parse::<OnTarget>(ToolId::ListRequests, &json!({"target": "t", "extra-secret": 1})).unwrap_err();
+        assert!(!unknown.message.contains("extra-secret"), "{}", unknown.message);
+        assert!(
+            unknown.message.contains("unknown field, expected"),
+            "{}",
+            unknown.message
+        );
+        assert!(unknown.message.contains("target"), "{}", unknown.message);
+        let variant = parse::<Tabs>(ToolId::Tabs, &json!({"action": "secret-variant"})).unwrap_err();
+        assert!(!variant.message.contains("secret-variant"), "{}", variant.message);
+        assert!(variant.message.contains("open"), "{}", variant.message);
         let wrong = parse::<Fill>(ToolId::Fill, &json!({"target": "t", "selector": "#a", "value": 7})).unwrap_err();
         assert!(
             wrong.message.contains("value") || wrong.message.contains("integer"),

@@ -25,6 +25,8 @@
 //! ```
 
 mod cdp_send;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod input;
 mod page;
 
