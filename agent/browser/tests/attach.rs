@@ -23,6 +23,8 @@ fn alive(pid: u32) -> bool {
 async fn a_running_chromium_is_attached_left_running_by_stop_and_ended_only_by_force() {
     let dir = std::env::temp_dir().join(format!("pap-attach-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    // The operator's profile's parents: reachable by the browser's user where it runs as one.
+    std::fs::create_dir_all(&dir).unwrap();
     let mut foreign = StandaloneChromium::start(
         &PathBuf::from(CHROMIUM),
         &dir.join("foreign-profile"),

@@ -67,6 +67,8 @@ async fn written_profile(user_data_dir: &std::path::Path) {
 async fn a_chromium_profile_is_scanned_by_host_and_only_granted_hosts_are_decrypted() {
     let dir = std::env::temp_dir().join(format!("pap-chromium-source-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    // The profile's parent: reachable by the browser's user where Chromium runs as one.
+    std::fs::create_dir_all(&dir).unwrap();
     let user_data_dir = dir.join("chromium");
     written_profile(&user_data_dir).await;
     let profile = user_data_dir.join("Default");

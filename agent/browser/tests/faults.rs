@@ -26,6 +26,9 @@ async fn a_launcher_that_dies_at_once_crash_loops_after_three_and_spawns_no_four
     let dir = scratch("crash");
     // A "browser" that notes each start and exits at once.
     let count = dir.join("starts");
+    // Writable by the browser's user too: as root, the launcher runs as that user, sandboxed.
+    std::fs::write(&count, "").unwrap();
+    std::fs::set_permissions(&count, std::fs::Permissions::from_mode(0o666)).unwrap();
     let launcher = dir.join("dies-at-once");
     std::fs::write(
         &launcher,

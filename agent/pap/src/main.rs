@@ -30,6 +30,8 @@ use rustls::pki_types::CertificateDer;
 )]
 struct Cli {
     /// The agent's state directory (identity, company records, browser profiles); made 0700.
+    /// Default: $XDG_STATE_HOME/pap-agent or ~/.local/state/pap-agent; as root
+    /// /var/lib/pap-agent, which the browser's unprivileged user can reach.
     #[arg(long, global = true, env = "PAP_AGENT_STATE")]
     state_dir: Option<PathBuf>,
     /// Test only: connect NAME (port 443) to ADDR:PORT, for both HTTP and the browser.
@@ -333,6 +335,10 @@ fn lifecycle() -> anyhow::Result<Lifecycle> {
 
 fn state_dir(cli: &Cli) -> PathBuf {
     cli.state_dir.clone().unwrap_or_else(|| {
+        // Root's home is closed to the unprivileged user its Chromium runs as (review H4).
+        if nix::unistd::geteuid().is_root() {
+            return PathBuf::from("/var/lib/pap-agent");
+        }
         let base = std::env::var_os("XDG_STATE_HOME")
             .map(PathBuf::from)
             .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")));

@@ -72,7 +72,9 @@ impl ChromiumUnderTest {
         config.attach_to = Some(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
         let foreign = Foreign {
             port,
-            user_data_dir: config.state_dir.join("foreign-profile"),
+            // Beside the agent's state directory, not in it: run as root, the operator's
+            // browser runs sandboxed as an unprivileged user the agent's state is closed to.
+            user_data_dir: config.state_dir.with_extension("foreign-profile"),
             running: Mutex::default(),
         };
         Self::build(manifest, config, Some(foreign))
@@ -139,6 +141,9 @@ impl ChromiumUnderTest {
             && let Some(mut running) = foreign.running.lock().await.take()
         {
             running.kill().await;
+        }
+        if let Some(foreign) = &self.foreign {
+            let _ = std::fs::remove_dir_all(&foreign.user_data_dir);
         }
         for pid in self.planted.lock().await.drain(..) {
             // Only if it is still the process we planted: a swept pid may have been reused.

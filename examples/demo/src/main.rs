@@ -49,10 +49,14 @@ fn run() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     ensure_chromium()?;
+    ensure_browser_user()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let host = BrowserHost::new();
         let work = std::env::temp_dir().join(format!("pap-demo-{}", std::process::id()));
+        // Passable by the browser's unprivileged user, which Chromium runs as when this runs as
+        // root: the state directory below it is the agent's (0700, or 0710 for that user).
+        std::fs::create_dir_all(&work)?;
         let outcome = tokio::select! {
             result = story(&host, &work) => result,
             _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
@@ -105,6 +109,32 @@ fn ensure_chromium() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// As root, the agent's Chromium runs sandboxed as an unprivileged user of its own
+/// (`pap_browser::chromium::BROWSER_USER`): created here, once, if it is missing.
+fn ensure_browser_user() -> anyhow::Result<()> {
+    use pap_browser::chromium::{BROWSER_USER, BrowserUser, SandboxError};
+    match BrowserUser::for_this_process() {
+        Err(SandboxError::NoUser { name }) if name == BROWSER_USER => {
+            println!("creating the system user {name}: as root, the agent's Chromium runs sandboxed as it");
+            let status = std::process::Command::new("useradd")
+                .args([
+                    "--system",
+                    "--no-create-home",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    BROWSER_USER,
+                ])
+                .status()
+                .context("running useradd")?;
+            if !status.success() {
+                bail!("useradd could not create {name}");
+            }
+            Ok(())
+        }
+        other => other.map(|_| ()).map_err(Into::into),
+    }
 }
 
 struct Clock(Instant);

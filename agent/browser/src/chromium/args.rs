@@ -76,12 +76,10 @@ fn default_profiles(home: &Path, xdg_config: Option<&Path>) -> Vec<PathBuf> {
 }
 
 /// What every Chromium the agent runs or has an operator run gets: headless, no first-run or
-/// background traffic, DevTools on loopback only. `--no-sandbox`: root in a container has no
-/// user namespace for the sandbox; the profile is the agent's own and the only pages are the
-/// companies it joins.
-pub(super) const HEADLESS_ARGS: [&str; 10] = [
+/// background traffic, DevTools on loopback only. Never `--no-sandbox` (review H4): as root,
+/// the agent runs Chromium as an unprivileged user instead (`sandbox`).
+pub(super) const HEADLESS_ARGS: [&str; 9] = [
     "--headless=new",
-    "--no-sandbox",
     "--disable-gpu",
     "--no-first-run",
     "--no-default-browser-check",

@@ -19,6 +19,9 @@ pub enum LaunchError {
     /// Chromium exited without a DevTools address; what it printed follows.
     #[error("Chromium exited before it was ready:\n{0}")]
     NoDevTools(String),
+    /// Chromium cannot run sandboxed here (as root, its unprivileged user is missing).
+    #[error(transparent)]
+    Sandbox(#[from] super::sandbox::SandboxError),
     /// The profile directory could not be made.
     #[error("the browser profile could not be created")]
     Profile(#[source] std::io::Error),

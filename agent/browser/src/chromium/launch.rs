@@ -24,6 +24,7 @@ use super::args::{CHROMIUM_HOME, chromium_args, is_default_profile, profile_dir}
 use super::config::ChromiumConfig;
 use super::devtools::{browser_pid, connect_cdp, devtools_address, devtools_version, user_data_dir_of};
 use super::error::{BrowserError, LaunchError};
+use super::sandbox::BrowserUser;
 use super::sweep::{ProcTable, SweepScope, end_processes, sweep, wait_gone};
 use crate::spec::{InstanceEndpoints, InstanceKey, Stopped};
 use crate::store::private_dir;
@@ -69,7 +70,11 @@ impl ControlledBrowser {
         if let Some(endpoint) = config.attach_to {
             return Self::attach(config, instance, endpoint, progress).await;
         }
-        private_dir(&config.state_dir.join("browsers")).map_err(LaunchError::Profile)?;
+        let browser_user = BrowserUser::for_this_process()?;
+        if let Some(user) = &browser_user {
+            user.can_reach(&config.state_dir)?;
+        }
+        let browsers = private_dir(&config.state_dir.join("browsers")).map_err(LaunchError::Profile)?;
         let user_data_dir = profile_dir(config, instance.as_str());
         if user_data_dir.exists() {
             std::fs::remove_dir_all(&user_data_dir).map_err(LaunchError::Profile)?;
@@ -78,6 +83,19 @@ impl ControlledBrowser {
         let chromium_home = private_dir(&config.state_dir.join(CHROMIUM_HOME)).map_err(LaunchError::Profile)?;
         progress("starting Chromium");
         let mut command = Command::new(&config.executable);
+        if let Some(user) = &browser_user {
+            // Root: Chromium runs as its own unprivileged user, sandboxed (H4; see `sandbox`).
+            [&config.state_dir, &browsers]
+                .into_iter()
+                .try_for_each(|dir| user.pass_through(dir))
+                .and_then(|()| {
+                    [&user_data_dir, &chromium_home]
+                        .into_iter()
+                        .try_for_each(|dir| user.own(dir))
+                })
+                .map_err(LaunchError::Profile)?;
+            command.uid(user.uid).gid(user.gid).env("HOME", &chromium_home);
+        }
         command
             .args(chromium_args(&user_data_dir, instance.as_str(), &config.test_network))
             // Chromium's crash handler keeps its database (minidumps: browser memory, cookies

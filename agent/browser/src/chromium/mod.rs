@@ -22,6 +22,7 @@ mod host;
 mod launch;
 mod logging;
 mod profiles;
+mod sandbox;
 mod standalone;
 mod sweep;
 
@@ -47,5 +48,6 @@ pub use self::host::{BrowserHost, HealthLoop, Launched};
 pub use self::launch::ControlledBrowser;
 pub use self::logging::{SECRET_SAFE_DIRECTIVES, log_filter};
 pub use self::profiles::LiveProfiles;
+pub use self::sandbox::{BROWSER_USER, BROWSER_USER_ENV, BrowserUser, SandboxError};
 pub use self::standalone::StandaloneChromium;
 pub use self::sweep::{BrowserProcess, ProcTable, ProcessInfo, ProcessTable, SweepScope, browsers_of, sweep};

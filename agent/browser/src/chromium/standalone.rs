@@ -11,6 +11,7 @@ use tokio::process::{Child, Command};
 use super::args::HEADLESS_ARGS;
 use super::devtools::devtools_address;
 use super::error::LaunchError;
+use super::sandbox::BrowserUser;
 use crate::store::private_dir;
 
 /// A Chromium run on its own, outside any [`super::BrowserHost`]: what an operator starts for the
@@ -35,7 +36,14 @@ impl StandaloneChromium {
         timeout: Duration,
     ) -> Result<Self, LaunchError> {
         private_dir(user_data_dir).map_err(LaunchError::Profile)?;
-        let mut child = Command::new(executable)
+        let mut command = Command::new(executable);
+        if let Some(user) = BrowserUser::for_this_process()? {
+            // Sandboxed as the agent's own are: as root, run as the unprivileged browser user.
+            user.can_reach(user_data_dir)?;
+            user.own(user_data_dir).map_err(LaunchError::Profile)?;
+            command.uid(user.uid).gid(user.gid).env("HOME", user_data_dir);
+        }
+        let mut child = command
             .args(HEADLESS_ARGS)
             .args(extra_args)
             .arg(format!("--remote-debugging-port={port}"))

@@ -56,6 +56,12 @@ pub struct ProcTable;
 
 impl ProcessTable for ProcTable {
     fn list(&self) -> io::Result<Vec<ProcessInfo>> {
+        // Ours: this user's processes, and (as root) those of the user the agent's Chromium runs
+        // as, sandboxed (review H4, `sandbox`).
+        let mut ours = vec![nix::unistd::getuid().as_raw()];
+        if let Ok(Some(user)) = super::sandbox::BrowserUser::for_this_process() {
+            ours.push(user.uid);
+        }
         let mut out = Vec::new();
         for entry in std::fs::read_dir("/proc")? {
             let Ok(entry) = entry else { continue };
@@ -67,7 +73,7 @@ impl ProcessTable for ProcTable {
             let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
                 continue;
             };
-            if real_uid(&status) != Some(nix::unistd::getuid().as_raw()) {
+            if !real_uid(&status).is_some_and(|uid| ours.contains(&uid)) {
                 continue;
             }
             let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
@@ -342,13 +348,19 @@ mod tests {
         assert_eq!(real_uid(status), Some(1000));
         assert_eq!(real_uid("Name:\tx\n"), None);
         // Our own processes are listed (this test's own, at least); none of another user's.
+        // (As root, the agent's sandboxed browsers' user is ours too.)
         let me = nix::unistd::getuid().as_raw();
+        let browser = super::super::sandbox::BrowserUser::for_this_process()
+            .ok()
+            .flatten()
+            .map(|u| u.uid);
         let listed = ProcTable.list().unwrap();
         assert!(listed.iter().any(|p| p.pid == std::process::id()));
         for process in &listed {
             let status = std::fs::read_to_string(format!("/proc/{}/status", process.pid)).unwrap_or_default();
             if !status.is_empty() {
-                assert_eq!(real_uid(&status), Some(me), "{}", process.pid);
+                let uid = real_uid(&status);
+                assert!(uid == Some(me) || uid.is_some() && uid == browser, "{}", process.pid);
             }
         }
         // Where this runs as root (CI does), a process of `nobody` that names a browser's marker

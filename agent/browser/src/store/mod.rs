@@ -17,7 +17,15 @@ pub fn private_dir(dir: &Path) -> std::io::Result<PathBuf> {
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
     builder.create(dir)?;
     #[cfg(unix)]
-    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        // Exactly 0710 is the sandboxed browser's pass-through (`BrowserUser::pass_through`, on
+        // the state directory and `browsers/`): kept, or a running browser loses its profile.
+        // Anything else is made 0700.
+        let mode = std::fs::metadata(dir)?.permissions().mode() & 0o777;
+        let private = if mode == 0o710 { 0o710 } else { 0o700 };
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(private))?;
+    }
     Ok(dir.to_path_buf())
 }
 

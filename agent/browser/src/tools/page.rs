@@ -236,7 +236,7 @@ impl ToolHost {
         use chromiumoxide::cdp::browser_protocol::browser::DownloadProgressState;
         let page = self.target(&input.target).await?;
         let browser = self.browser().await?;
-        let dir = crate::store::private_dir(&self.config.state_dir.join("downloads").join(self.instance.as_str()))
+        let dir = download_dir(&self.config.state_dir, self.instance.as_str())
             .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("the download directory: {e}")))?;
         let internal = |e: crate::chromium::BrowserError| ToolError::new(ToolErrorCode::Internal, e.to_string());
         browser.allow_downloads(&dir).await.map_err(internal)?;
@@ -326,4 +326,17 @@ fn cdp(error: &chromiumoxide::error::CdpError) -> ToolError {
         ToolErrorCode::Internal,
         format!("the browser failed: {}", crate::chromium::scrub(&error.to_string())),
     )
+}
+
+/// `STATE/downloads/INSTANCE`, 0700, where the browser writes: as root, its sandboxed user's
+/// (through a `downloads/` it may pass through), since Chromium writes the files itself.
+fn download_dir(state_dir: &std::path::Path, instance: &str) -> Result<std::path::PathBuf, String> {
+    let downloads = crate::store::private_dir(&state_dir.join("downloads")).map_err(|e| e.to_string())?;
+    let dir = crate::store::private_dir(&downloads.join(instance)).map_err(|e| e.to_string())?;
+    if let Some(user) = crate::chromium::BrowserUser::for_this_process().map_err(|e| e.to_string())? {
+        user.pass_through(&downloads)
+            .and_then(|()| user.own(&dir))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(dir)
 }

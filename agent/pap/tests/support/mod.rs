@@ -86,6 +86,9 @@ pub struct Stage {
 impl Stage {
     pub async fn new(label: &str, names: &[&str]) -> Self {
         let work = std::env::temp_dir().join(format!("pap-{label}-{}", std::process::id()));
+        // Made before the certificates' 0700 directory: as root, the agent's Chromium runs as
+        // an unprivileged user that must pass through it to the state directory.
+        std::fs::create_dir_all(&work).unwrap();
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let certs = pap_company::write_dev_certs(&work.join("certs"), &names).unwrap();
         let cert_pem = std::fs::read(&certs.cert).unwrap();

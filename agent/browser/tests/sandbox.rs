@@ -1,0 +1,74 @@
+//! Review H4: the agent's Chromium runs with its sandbox on, always. Seen from outside, as the
+//! kernel reports it: every renderer of the agent's browser is under a seccomp-bpf filter
+//! (`Seccomp: 2`) in a user namespace other than the agent's, and (where the agent is root, as
+//! in CI) runs as the unprivileged browser user, never root.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+use std::time::Duration;
+
+use pap_browser::chromium::{BrowserUser, ChromiumConfig, ControlledBrowser};
+
+fn field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_renderer_of_the_agents_browser_is_sandboxed() {
+    let dir = std::env::temp_dir().join(format!("pap-sandbox-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = ChromiumConfig::new(dir.join("state"));
+    let browser = ControlledBrowser::launch(&config, "sandbox", &|_| {}).await.unwrap();
+    let page = browser.new_page().await.unwrap();
+    page.goto("data:text/html,<p>a renderer</p>").await.unwrap();
+
+    let profile = format!("--user-data-dir={}", browser.user_data_dir().display());
+    let our_namespace = std::fs::read_link("/proc/self/ns/user").unwrap();
+    let browser_user = BrowserUser::for_this_process().unwrap();
+    // The renderer is up once the page loaded; its process is listed with its flags.
+    let renderers: Vec<(u32, String)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| {
+            let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            // A zygote's child rewrites its command line as one string: split on spaces too.
+            let args: Vec<String> = String::from_utf8_lossy(&cmdline)
+                .split(['\0', ' '])
+                .map(str::to_owned)
+                .collect();
+            let ours = args.contains(&profile) && args.iter().any(|a| a == "--type=renderer");
+            ours.then(|| {
+                (
+                    pid,
+                    std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default(),
+                )
+            })
+        })
+        .collect();
+    assert!(!renderers.is_empty(), "no renderer of the agent's browser found");
+    for (pid, status) in &renderers {
+        assert_eq!(
+            field(status, "Seccomp:"),
+            Some("2"),
+            "renderer {pid} has no seccomp-bpf filter"
+        );
+        let namespace = std::fs::read_link(format!("/proc/{pid}/ns/user")).unwrap();
+        assert_ne!(
+            namespace, our_namespace,
+            "renderer {pid} shares the agent's user namespace"
+        );
+        let uid = field(status, "Uid:").and_then(|u| u.split_whitespace().next()).unwrap();
+        assert_ne!(uid, "0", "renderer {pid} runs as root");
+        if let Some(user) = &browser_user {
+            assert_eq!(uid, user.uid.to_string(), "renderer {pid} is not the browser user's");
+        }
+    }
+    eprintln!(
+        "{} renderers sandboxed (seccomp-bpf, own user namespace)",
+        renderers.len()
+    );
+    browser.stop(Duration::from_secs(2)).await.unwrap();
+    assert!(!browser.user_data_dir().exists(), "the profile outlived the stop");
+    let _ = std::fs::remove_dir_all(&dir);
+}
