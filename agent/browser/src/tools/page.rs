@@ -330,13 +330,12 @@ fn cdp(error: &chromiumoxide::error::CdpError) -> ToolError {
 
 /// `STATE/downloads/INSTANCE`, 0700, where the browser writes: as root, its sandboxed user's
 /// (through a `downloads/` it may pass through), since Chromium writes the files itself.
-fn download_dir(state_dir: &std::path::Path, instance: &str) -> Result<std::path::PathBuf, String> {
-    let downloads = crate::store::private_dir(&state_dir.join("downloads")).map_err(|e| e.to_string())?;
-    let dir = crate::store::private_dir(&downloads.join(instance)).map_err(|e| e.to_string())?;
-    if let Some(user) = crate::chromium::BrowserUser::for_this_process().map_err(|e| e.to_string())? {
-        user.pass_through(&downloads)
-            .and_then(|()| user.own(&dir))
-            .map_err(|e| e.to_string())?;
+fn download_dir(state_dir: &std::path::Path, instance: &str) -> std::io::Result<std::path::PathBuf> {
+    let downloads = crate::store::private_dir(&state_dir.join("downloads"))?;
+    let dir = crate::store::private_dir(&downloads.join(instance))?;
+    if let Some(user) = crate::chromium::BrowserUser::for_this_process().map_err(std::io::Error::other)? {
+        user.pass_through(&downloads)?;
+        user.own(&dir)?;
     }
     Ok(dir)
 }
