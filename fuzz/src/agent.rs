@@ -107,49 +107,78 @@ pub fn ledger_line(data: &[u8]) {
 }
 
 /// A tool caller's input (an LLM that page content can steer), as each reserved tool parses it:
-/// an `input_invalid` error names the field, never a string the caller sent (C9: the caller may
-/// have been handed a secret to smuggle out through an error or a log). A string that is also
-/// one of the tools' own names (a field, a variant) may appear.
+/// an `input_invalid` error quotes nothing the caller sent (C9: the caller may have been handed a
+/// secret to smuggle out through an error or a log). Checked with canaries: every key and string
+/// the caller chose (all but the tools' own field and variant names, kept so the input still
+/// reaches each check) is replaced by a unique token that no error may contain.
 pub fn tool_input(data: &[u8]) {
     let Ok(input) = serde_json::from_slice::<serde_json::Value>(data) else {
         return;
     };
-    let mut sent = Vec::new();
-    strings(&input, &mut sent);
-    for error in pap_browser::tools::fuzzing::tool_input_errors(&input) {
-        for text in &sent {
-            // Our own names with punctuation around them (`params\``) are still ours.
-            let word = text.trim_matches(|c: char| !c.is_alphanumeric());
-            if text.chars().count() >= 6 && !VOCABULARY.contains(word) {
-                assert!(
-                    !error.message.contains(text.as_str()),
-                    "an input error quoted what the caller sent: {text:?}"
-                );
-            }
-        }
+    let _ = pap_browser::tools::fuzzing::tool_input_errors(&input);
+    let mut canaries = 0;
+    let marked = with_canaries(&input, &mut canaries);
+    for error in pap_browser::tools::fuzzing::tool_input_errors(&marked) {
+        assert!(
+            !error.message.contains(CANARY),
+            "an input error quoted what the caller sent: {}",
+            error.message
+        );
     }
 }
 
-/// Every name the tools' inputs and serde's messages use (a caller's string equal to one of them
-/// is not the caller's own).
-const VOCABULARY: &str = "browser.navigate browser.evaluate browser.get_dom browser.screenshot browser.click \
-    browser.fill browser.tabs browser.list_requests browser.get_request_body browser.cdp_send browser.download \
-    url target keepAlive expression selector fullPage trusted value action open close list switch requestId \
-    method params invalid type expected unknown field variant missing string integer boolean sequence map \
-    struct enum null floating point number character unit value option newtype tuple";
+const CANARY: &str = "Qz7CANARY";
 
-/// Every key and string value in `value`.
-fn strings(value: &serde_json::Value, out: &mut Vec<String>) {
-    match value {
-        serde_json::Value::String(text) => out.push(text.clone()),
-        serde_json::Value::Array(items) => items.iter().for_each(|v| strings(v, out)),
-        serde_json::Value::Object(fields) => {
-            for (key, v) in fields {
-                out.push(key.clone());
-                strings(v, out);
-            }
+/// The tools' own names in their inputs: field names and `tabs` actions.
+const OURS: &[&str] = &[
+    "url",
+    "target",
+    "keepAlive",
+    "expression",
+    "selector",
+    "fullPage",
+    "trusted",
+    "value",
+    "action",
+    "requestId",
+    "method",
+    "params",
+    "open",
+    "close",
+    "list",
+    "switch",
+];
+
+/// `value` with every key and string not in [`OURS`] replaced by a unique canary.
+fn with_canaries(value: &serde_json::Value, n: &mut usize) -> serde_json::Value {
+    let mut canary = |text: &str| {
+        if OURS.contains(&text) {
+            text.to_owned()
+        } else {
+            *n += 1;
+            format!("{CANARY}{n}")
         }
-        _ => {}
+    };
+    match value {
+        serde_json::Value::String(text) => serde_json::Value::String(canary(text)),
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.iter().map(|v| with_canaries(v, n)).collect())
+        }
+        serde_json::Value::Object(fields) => serde_json::Value::Object(
+            fields
+                .iter()
+                .map(|(key, v)| {
+                    let key = if OURS.contains(&key.as_str()) {
+                        key.clone()
+                    } else {
+                        *n += 1;
+                        format!("{CANARY}{n}")
+                    };
+                    (key, with_canaries(v, n))
+                })
+                .collect(),
+        ),
+        other => other.clone(),
     }
 }
 
