@@ -30,9 +30,13 @@ impl CompanyDomain {
     /// Whether `host` is this domain or one of its subdomains.
     ///
     /// `host` is compared case-insensitively with one trailing dot ignored, so callers can pass
-    /// a `url::Url` host as it comes; it is never treated as a pattern.
+    /// a `url::Url` host as it comes; it is never treated as a pattern. A host with an empty
+    /// label (`shop.example..`, `a..shop.example`) is no host name and is covered by nothing.
     pub fn covers(&self, host: &str) -> bool {
         let host = host.strip_suffix('.').unwrap_or(host);
+        if host.split('.').any(str::is_empty) {
+            return false;
+        }
         if host.len() == self.0.len() {
             return host.eq_ignore_ascii_case(&self.0);
         }
@@ -159,10 +163,14 @@ impl HttpsUrl {
         &self.parsed
     }
 
-    /// The host name when the URL names one (not an IP literal), lowercase, without a trailing dot.
+    /// The host name when the URL names one (not an IP literal), lowercase, without a trailing
+    /// dot. A name with an empty label (`shop.example..`, which the URL parser accepts) is none.
     pub fn domain(&self) -> Option<&str> {
         match self.parsed.host()? {
-            Host::Domain(name) => Some(name.strip_suffix('.').unwrap_or(name)),
+            Host::Domain(name) => {
+                let name = name.strip_suffix('.').unwrap_or(name);
+                (!name.split('.').any(str::is_empty)).then_some(name)
+            }
             Host::Ipv4(_) | Host::Ipv6(_) => None,
         }
     }
@@ -326,6 +334,30 @@ mod tests {
         assert_eq!(on("http://shop.example/"), Err(InvalidHttpsUrl::NotHttps));
         assert_eq!(on("https://shop.example/\n"), Err(InvalidHttpsUrl::Malformed));
         assert_eq!(on("/relative"), Err(InvalidHttpsUrl::Malformed));
+    }
+
+    #[test]
+    fn a_host_with_an_empty_label_is_on_no_domain() {
+        // Found by the `return_to` fuzz target: `shop.example..` lost one trailing dot in
+        // `domain()` and another in `covers`, and was taken for the company's.
+        let d = shop();
+        for text in [
+            "https://shop.example../",
+            "https://a..shop.example/",
+            "https://.shop.example/",
+            "https://shop..example/",
+        ] {
+            let url = HttpsUrl::parse(text);
+            assert!(
+                url.as_ref().map_or(true, |u| !u.is_on(&d)),
+                "{text} taken for the company's"
+            );
+            assert!(url.map_or(true, |u| u.domain().is_none()), "{text} has a host name");
+        }
+        assert!(!d.covers("shop.example.."));
+        assert!(!d.covers("a..shop.example"));
+        assert!(!d.covers(".shop.example"));
+        assert!(d.covers("shop.example."));
     }
 
     #[test]
