@@ -334,16 +334,38 @@ fn lifecycle() -> anyhow::Result<Lifecycle> {
 }
 
 fn state_dir(cli: &Cli) -> PathBuf {
-    cli.state_dir.clone().unwrap_or_else(|| {
-        // Root's home is closed to the unprivileged user its Chromium runs as (review H4).
-        if nix::unistd::geteuid().is_root() {
-            return PathBuf::from("/var/lib/pap-agent");
-        }
-        let base = std::env::var_os("XDG_STATE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")));
-        base.unwrap_or_else(|| PathBuf::from(".")).join("pap-agent")
-    })
+    if let Some(dir) = &cli.state_dir {
+        return dir.clone();
+    }
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")));
+    let home_default = base.unwrap_or_else(|| PathBuf::from(".")).join("pap-agent");
+    let (dir, hint) = default_state_dir(nix::unistd::geteuid().is_root(), home_default);
+    if let Some(hint) = hint {
+        eprintln!("{hint}");
+    }
+    dir
+}
+
+/// Root's home is closed to the unprivileged user its Chromium runs as (review H4), so as root
+/// the default is `/var/lib/pap-agent`. An identity at the home default (where earlier versions
+/// kept it as root) is pointed out, never moved: starting afresh beside it would be silent.
+fn default_state_dir(root: bool, home_default: PathBuf) -> (PathBuf, Option<String>) {
+    if !root {
+        return (home_default, None);
+    }
+    let system = PathBuf::from("/var/lib/pap-agent");
+    let hint = (!system.join("identity").exists() && home_default.join("identity").exists()).then(|| {
+        format!(
+            "note: as root the state directory is now {} (the browser's unprivileged user cannot reach \
+             your home); an earlier one is at {}: move it there, or pass --state-dir {}",
+            system.display(),
+            home_default.display(),
+            home_default.display()
+        )
+    });
+    (system, hint)
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -818,6 +840,27 @@ fn print_json(value: &serde_json::Value) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn as_root_the_state_moves_to_var_lib_and_an_earlier_one_is_pointed_out() {
+        let home = std::env::temp_dir().join(format!("pap-state-default-{}", std::process::id()));
+        let earlier = home.join("pap-agent");
+        let _ = std::fs::remove_dir_all(&home);
+        assert_eq!(
+            super::default_state_dir(false, earlier.clone()),
+            (earlier.clone(), None)
+        );
+        let (dir, hint) = super::default_state_dir(true, earlier.clone());
+        assert_eq!(dir, std::path::PathBuf::from("/var/lib/pap-agent"));
+        assert!(hint.is_none(), "no earlier identity, nothing to say");
+        std::fs::create_dir_all(earlier.join("identity")).unwrap();
+        let (_, hint) = super::default_state_dir(true, earlier.clone());
+        if !dir.join("identity").exists() {
+            let hint = hint.unwrap();
+            assert!(hint.contains(&format!("--state-dir {}", earlier.display())), "{hint}");
+        }
+        let _ = std::fs::remove_dir_all(&home);
+    }
+
     /// Every command a person can run shows an example of itself in its `--help`.
     #[test]
     fn every_subcommand_shows_an_example() {
