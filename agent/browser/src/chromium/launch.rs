@@ -85,15 +85,15 @@ impl ControlledBrowser {
         let mut command = Command::new(&config.executable);
         if let Some(user) = &browser_user {
             // Root: Chromium runs as its own unprivileged user, sandboxed (H4; see `sandbox`).
-            [&config.state_dir, &browsers]
-                .into_iter()
-                .try_for_each(|dir| user.pass_through(dir))
-                .and_then(|()| {
-                    [&user_data_dir, &chromium_home]
-                        .into_iter()
-                        .try_for_each(|dir| user.own(dir))
-                })
-                .map_err(LaunchError::Profile)?;
+            let handed = user
+                .pass_through(&config.state_dir)
+                .and_then(|()| user.pass_through(&browsers))
+                .and_then(|()| user.own(&user_data_dir))
+                .and_then(|()| user.own(&chromium_home));
+            if let Err(error) = handed {
+                let _ = std::fs::remove_dir_all(&user_data_dir);
+                return Err(LaunchError::Profile(error));
+            }
             command.uid(user.uid).gid(user.gid).env("HOME", &chromium_home);
         }
         command
