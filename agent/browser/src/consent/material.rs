@@ -360,6 +360,20 @@ mod tests {
     }
 
     #[test]
+    fn a_cookies_expiry_reads_back_the_same_after_a_write() {
+        // Found by the `storage_state` fuzz target: without correctly rounded float parsing a
+        // long decimal read as one float, was written as its shortest form, and read back as
+        // the next float up.
+        let text = format!(
+            r#"{{"cookies":[{{"name":"sid","value":"v","domain":"shop.example","expires":189345600{}0}}]}}"#,
+            "5".repeat(53)
+        );
+        let read: Material = serde_json::from_str(&text).unwrap();
+        let again: Material = serde_json::from_slice(&serde_json::to_vec(&read).unwrap()).unwrap();
+        assert_eq!(again, read);
+    }
+
+    #[test]
     fn a_malformed_source_names_only_the_position() {
         let path = file(
             "bad",
