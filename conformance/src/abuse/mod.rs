@@ -44,6 +44,8 @@ const DOMAIN: &str = "shop.example";
 const PASSWORD: &str = "correct horse battery staple";
 /// Requests in flight at once in the floods.
 const CONCURRENCY: usize = 64;
+/// Below this, a p99 under a flood is scheduler noise, not starvation (see test 3).
+const LATENCY_FLOOR: Duration = Duration::from_millis(5);
 
 /// How big a run is.
 #[derive(Clone, Copy, Debug)]
@@ -839,19 +841,23 @@ async fn password_guessing(stage: &Arc<Stage>, scale: &Scale, figures: &mut Figu
         count(429) > 0 && count(401) + count(429) == scale.guesses,
     );
     figures.add(3, "429 answers without Retry-After", bare_429, "= 0", bare_429 == 0);
-    let within = |busy: Duration, idle: Duration| busy <= 2 * idle.max(Duration::from_millis(1));
+    // The floor is 5 ms, not the idle figure alone: at sub-millisecond latencies a p99 on two
+    // shared cores moves by a millisecond with the scheduler (CI saw 0.56 -> 2.20 ms for
+    // discovery once). Starvation, which this guards against, was 83 ms (discovery) and 185 ms
+    // (a join) before guesses ran on their own pool, so the floor still catches it.
+    let within = |busy: Duration, idle: Duration| busy <= 2 * idle.max(LATENCY_FLOOR);
     figures.add(
         3,
         "p99 of /.well-known/poppy.json, idle / under guessing",
         format!("{} / {}", ms(idle_read), ms(busy_read)),
-        "<= 2 x max(idle, 1 ms)",
+        "<= 2 x max(idle, 5 ms)",
         within(busy_read, idle_read),
     );
     figures.add(
         3,
         "p99 of an honest join, idle / under guessing",
         format!("{} / {}", ms(idle_join), ms(busy_join)),
-        "<= 2 x max(idle, 1 ms)",
+        "<= 2 x max(idle, 5 ms)",
         within(busy_join, idle_join),
     );
     figures.info(3, "honest probes under guessing", joins.len());
