@@ -10,31 +10,13 @@ use std::time::Duration;
 
 use chromiumoxide::cdp::browser_protocol::target::GetTargetsParams;
 use pap_browser::chromium::{BrowserHost, ChromiumConfig};
-use pap_browser::spec::load_manifest;
-use pap_browser::spec::{InstanceKey, ToolErrorCode, ToolResult};
+use pap_browser::spec::{InstanceKey, NamedOrigin, NavigationPolicy, ToolErrorCode, ToolResult};
+use pap_browser::testkit::{chromium_manifest as manifest, consent_at as consent, err, ok};
 use pap_browser::tools::ToolHost;
 use serde_json::{Value, json};
 
-fn manifest() -> pap_browser::spec::BrowserManifest {
-    load_manifest(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("providers/chromium/BROWSER.md")).unwrap()
-}
-
 fn key(instance: &str) -> InstanceKey {
     InstanceKey::try_from(instance).unwrap()
-}
-
-fn ok(result: ToolResult) -> Value {
-    match result {
-        ToolResult::Ok(value) => value,
-        ToolResult::Err(error) => panic!("{} {}", error.code.as_str(), error.message),
-    }
-}
-
-fn err(result: ToolResult) -> pap_browser::spec::ToolError {
-    match result {
-        ToolResult::Err(error) => error,
-        ToolResult::Ok(value) => panic!("expected an error, got {value}"),
-    }
 }
 
 /// The first response in `target`'s request log whose URL ends with `suffix`, once it shows
@@ -59,17 +41,6 @@ async fn logged_request(tools: &ToolHost, target: &str, suffix: &str) -> Value {
     .unwrap_or_else(|_| panic!("no response for {suffix} showed in list_requests"))
 }
 
-fn consent(state: &std::path::Path) -> std::sync::Arc<pap_browser::consent::ConsentHost> {
-    std::sync::Arc::new(
-        pap_browser::consent::ConsentHost::open(
-            state,
-            std::sync::Arc::new(pap_shared::SystemClock),
-            std::sync::Arc::new(pap_shared::SystemRng),
-        )
-        .unwrap(),
-    )
-}
-
 /// `app` served on loopback HTTP and its `/` open in a launched Chromium behind a tool host.
 struct Served {
     host: BrowserHost,
@@ -82,16 +53,30 @@ struct Served {
     target: String,
 }
 
-async fn serve_and_open(app: axum::Router, instance: &str) -> Served {
+/// Launch settings on `state` whose navigation rule names loopback HTTP, where these tests
+/// serve their pages (the rule itself is tested in `navigation.rs`).
+fn loopback_config(state: &std::path::Path) -> ChromiumConfig {
+    let mut config = ChromiumConfig::new(state.to_path_buf());
+    config.navigation = NavigationPolicy::naming([NamedOrigin::parse("http://127.0.0.1").unwrap()]);
+    config
+}
+
+/// `app` served on loopback HTTP: its `http://127.0.0.1:PORT`.
+async fn serve(app: axum::Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(axum::serve(listener, app).into_future());
+    base
+}
+
+async fn serve_and_open(app: axum::Router, instance: &str) -> Served {
+    let base = serve(app).await;
     let state = std::env::temp_dir().join(format!("pap-tools-{instance}-{}", std::process::id()));
     let host = BrowserHost::new();
     let tools = ToolHost::new(
         manifest(),
         host.clone(),
-        ChromiumConfig::new(state.clone()),
+        loopback_config(&state),
         key(instance),
         consent(&state),
     );
@@ -118,7 +103,7 @@ async fn core_tools_errors_and_stale_handles_on_real_chromium() {
     let tools = ToolHost::new(
         manifest(),
         host.clone(),
-        ChromiumConfig::new(state.clone()),
+        loopback_config(&state),
         key("tools"),
         consent(&state),
     );
@@ -129,8 +114,14 @@ async fn core_tools_errors_and_stale_handles_on_real_chromium() {
     assert_eq!(before.cause.unwrap()["state"], "absent");
 
     tools.launch().await.unwrap();
-    let page = "data:text/html,<title>t</title><h1 id=greeting>hello</h1>";
-    let opened = ok(tools.call("browser.navigate", &json!({"url": page})).await);
+    let page = serve(axum::Router::new().route(
+        "/",
+        axum::routing::get(|| async { axum::response::Html("<title>t</title><h1 id=greeting>hello</h1>") }),
+    ))
+    .await;
+    let opened = ok(tools
+        .call("browser.navigate", &json!({"url": format!("{page}/")}))
+        .await);
     let target = opened["target"].as_str().unwrap().to_owned();
     let value = ok(tools
         .call(
@@ -155,7 +146,7 @@ async fn core_tools_errors_and_stale_handles_on_real_chromium() {
     let limited = ToolHost::new(
         without_downloads,
         host.clone(),
-        ChromiumConfig::new(state.clone()),
+        loopback_config(&state),
         key("tools"),
         consent(&state),
     );
@@ -455,7 +446,7 @@ async fn the_instance_answers_in_the_shapes_of_the_tables() {
     let tools = ToolHost::new(
         manifest(),
         host.clone(),
-        ChromiumConfig::new(state.clone()),
+        loopback_config(&state),
         key("shape"),
         consent(&state),
     );
@@ -567,7 +558,7 @@ async fn trusted_input_is_an_option_gated_by_trusted_input() {
     let limited = ToolHost::new(
         manifest_with("    trustedInput: true\n", ""),
         host.clone(),
-        ChromiumConfig::new(state.clone()),
+        loopback_config(&state),
         key("trusted"),
         consent(&state),
     );
@@ -602,7 +593,7 @@ async fn the_idle_reaper_closes_idle_targets_and_never_a_keep_alive_one() {
     let tools = ToolHost::new(
         reaping,
         host.clone(),
-        ChromiumConfig::new(state.clone()),
+        loopback_config(&state),
         key("reap"),
         consent(&state),
     );
@@ -634,7 +625,7 @@ async fn the_idle_reaper_closes_idle_targets_and_never_a_keep_alive_one() {
     let plain = ToolHost::new(
         manifest(),
         host.clone(),
-        ChromiumConfig::new(state.clone()),
+        loopback_config(&state),
         key("reap"),
         consent(&state),
     );

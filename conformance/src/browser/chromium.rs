@@ -15,7 +15,7 @@ use pap_browser::consent::{Caller, ConsentHost, Grant, GrantRequest, LiveInstanc
 use pap_browser::spec::{
     AgentCaller, CallGate, Health, InstanceKey, Launch, OperatorReset, Policy, Stalled, Supervisor, load_manifest,
 };
-use pap_browser::spec::{ToolError, ToolErrorCode, ToolResult};
+use pap_browser::spec::{NamedOrigin, ToolError, ToolErrorCode, ToolResult};
 use pap_browser::tools::ToolHost;
 use serde_json::Value;
 use tokio::sync::Mutex;
@@ -90,7 +90,9 @@ impl ChromiumUnderTest {
         // The host runs by the manifest's lifecycle: its supervisor's policy, and (through
         // the config) the stop grace and the health timeout.
         let host = BrowserHost::with_policy(parsed.browser.lifecycle.policy());
-        let config = config.with_lifecycle(&parsed.browser.lifecycle);
+        let mut config = config.with_lifecycle(&parsed.browser.lifecycle);
+        // The suite serves its pages on loopback HTTP: the one origin the run names (H3).
+        config.navigation.name(NamedOrigin::parse(super::SUITE_ORIGIN)?);
         let state_dir = config.state_dir.clone();
         let consent = Arc::new(ConsentHost::open(
             &state_dir,

@@ -27,6 +27,8 @@ pub enum Defect {
     OpaqueTimeoutWhileStarting,
     /// The instance runs on the user's default Chromium profile (L13).
     DefaultProfile,
+    /// `browser.navigate` goes anywhere: `file:`, `chrome:`, `data:`, loopback (SEC-H3).
+    NavigatesAnywhere,
     /// The idle reaper closes keepAlive targets (L11).
     ReaperClosesKeepAlive,
     /// A handle from a previous boot is rebound to a new target (L12).
@@ -65,7 +67,7 @@ pub enum Defect {
 
 impl Defect {
     /// Every defect.
-    pub const ALL: [Self; 29] = [
+    pub const ALL: [Self; 30] = [
         Self::NonIdempotentLaunch,
         Self::HealthyAfterStop,
         Self::UntypedUnsupported,
@@ -78,6 +80,7 @@ impl Defect {
         Self::SlowLaunchKilled,
         Self::OpaqueTimeoutWhileStarting,
         Self::DefaultProfile,
+        Self::NavigatesAnywhere,
         Self::ReaperClosesKeepAlive,
         Self::StaleHandleRebound,
         Self::StopThrowsSecondTime,
@@ -112,6 +115,7 @@ impl Defect {
             Self::SlowLaunchKilled => "core.supervision.launch-budget",
             Self::OpaqueTimeoutWhileStarting => "core.supervision.starting-wait",
             Self::DefaultProfile => "core.lifecycle.chrome-fresh-userdir",
+            Self::NavigatesAnywhere => "core.navigation.https-only",
             Self::ReaperClosesKeepAlive => "interaction.targets.keepalive",
             Self::StaleHandleRebound => "interaction.targets.stale-handle",
             Self::StopThrowsSecondTime => "core.lifecycle.stop-sweep",

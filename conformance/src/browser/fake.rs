@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use pap_browser::spec::{CallGate, Health, InstanceState, Launch, OperatorReset, Policy, Stalled, Supervisor};
-use pap_browser::spec::{ToolError, ToolErrorCode, ToolResult};
+use pap_browser::spec::{NamedOrigin, NavigationPolicy, ToolError, ToolErrorCode, ToolResult};
 use serde_json::{Value, json};
 
 use super::defect::Defect;
@@ -159,6 +159,14 @@ impl FakeProvider {
             }
             let gate = pap_browser::spec::ToolId::parse(tool).and_then(|t| t.spec().gate);
             return Err(ToolError::unsupported(tool, gate.map_or(tool, |g| g.name())));
+        }
+        let url = input.get("url").and_then(Value::as_str);
+        if let Some(url) = url.filter(|_| !self.has(Defect::NavigatesAnywhere)) {
+            let suite = NamedOrigin::parse(super::SUITE_ORIGIN)
+                .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
+            NavigationPolicy::naming([suite])
+                .navigation(url)
+                .map_err(|refused| ToolError::new(ToolErrorCode::PermissionDenied, refused.to_string()))?;
         }
         let mut state = self.state();
         let Some((_, boot)) = state.running else {

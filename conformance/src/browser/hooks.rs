@@ -4,7 +4,7 @@ use pap_browser::spec::{CallGate, InstanceState, Launch, ToolId, parse_manifest}
 use pap_browser::spec::{ToolErrorCode, ToolResult};
 use serde_json::{Value, json};
 
-use super::{Hook, Level, ProviderUnderTest, profile};
+use super::{Hook, Level, ProviderUnderTest, pages, profile};
 
 macro_rules! hook {
     ($id:literal, [$($rule:literal),+], $level:expr, $f:path) => {
@@ -58,6 +58,7 @@ pub const HOOKS: &[Hook] = &[
     hook!("core.tools.evaluate", ["T1"], Level::Core, tool_evaluate),
     hook!("core.tools.get-dom", ["T1"], Level::Core, tool_get_dom),
     hook!("core.tools.screenshot", ["T1"], Level::Core, tool_screenshot),
+    hook!("core.navigation.https-only", ["SEC-H3"], Level::Core, navigation_rule),
     hook!("interaction.targets.keepalive", ["L11"], Level::Interaction, keepalive),
     hook!(
         "interaction.tools.click-fill",
@@ -150,8 +151,6 @@ pub const HOOKS: &[Hook] = &[
     ),
 ];
 
-const PAGE: &str = "data:text/html,<title>conformance</title><h1 id=h>hello</h1>";
-
 fn ok(result: ToolResult, what: &str) -> Result<Value, String> {
     match result {
         ToolResult::Ok(value) => Ok(value),
@@ -169,7 +168,8 @@ async fn running(p: &dyn ProviderUnderTest) -> Result<(), String> {
 async fn fresh_target(p: &dyn ProviderUnderTest) -> Result<String, String> {
     running(p).await?;
     let opened = ok(
-        p.call("browser.navigate", json!({ "url": PAGE })).await,
+        p.call("browser.navigate", json!({ "url": pages::page(pages::HELLO).await? }))
+            .await,
         "browser.navigate",
     )?;
     opened["target"]
@@ -271,7 +271,7 @@ async fn tools_unsupported(p: &dyn ProviderUnderTest) -> Result<(), String> {
 
 async fn tools_error_codes(p: &dyn ProviderUnderTest) -> Result<(), String> {
     settle_stopped(p).await;
-    match p.call("browser.navigate", json!({ "url": PAGE })).await {
+    match p.call("browser.navigate", json!({ "url": "about:blank" })).await {
         ToolResult::Err(e)
             if e.code == ToolErrorCode::NotReady && e.cause.as_ref().is_some_and(|c| c.get("state").is_some()) =>
         {
@@ -632,12 +632,11 @@ async fn stale_handle(p: &dyn ProviderUnderTest) -> Result<(), String> {
     }
 }
 
-const FORM: &str = "data:text/html,<input id=name><button id=go onclick=\"document.getElementById('out').textContent='hi '+document.getElementById('name').value\">go</button><p id=out></p>";
-
 async fn tool_click_fill(p: &dyn ProviderUnderTest) -> Result<(), String> {
     running(p).await?;
     let opened = ok(
-        p.call("browser.navigate", json!({ "url": FORM })).await,
+        p.call("browser.navigate", json!({ "url": pages::page(pages::FORM).await? }))
+            .await,
         "browser.navigate",
     )?;
     let target = opened["target"].as_str().ok_or("browser.navigate returned no target")?;
@@ -706,39 +705,76 @@ async fn tool_tabs(p: &dyn ProviderUnderTest) -> Result<(), String> {
     }
 }
 
-/// A page that fetches JSON, the JSON, and a file served as an attachment, on loopback.
-async fn fixture() -> Result<String, String> {
-    let app = axum::Router::new()
-        .route(
-            "/",
-            axum::routing::get(|| async { axum::response::Html("<p>fixture</p><script>fetch('/data.json')</script>") }),
-        )
-        .route(
-            "/data.json",
-            axum::routing::get(|| async { axum::Json(json!({ "answer": 42 })) }),
-        )
-        .route(
-            "/report.txt",
-            axum::routing::get(|| async {
-                (
-                    [(
-                        axum::http::header::CONTENT_DISPOSITION,
-                        "attachment; filename=\"report.txt\"",
-                    )],
-                    "quarterly numbers\n",
-                )
-            }),
-        );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| format!("no fixture server: {e}"))?;
-    let base = format!("http://{}", listener.local_addr().map_err(|e| e.to_string())?);
-    tokio::spawn(axum::serve(listener, app).into_future());
-    Ok(base)
+/// The navigation rule (security review H3): no tool takes the browser to `file:`, `chrome:`,
+/// a top-level `data:` document or a loopback service nobody named, and a page of the suite's
+/// origin reaches no such service by redirect, `fetch` or image either.
+async fn navigation_rule(p: &dyn ProviderUnderTest) -> Result<(), String> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    running(p).await?;
+    // 127.0.0.2 is loopback too, and not the suite's origin: nobody named it.
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    let unnamed = pages::serve_on(
+        [127, 0, 0, 2],
+        axum::Router::new().fallback(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { "a local service" }
+        }),
+    )
+    .await?;
+    for url in [
+        "file:///etc/hostname",
+        "chrome://version",
+        "data:text/html,<p>a document nobody serves</p>",
+        &format!("{unnamed}/"),
+    ] {
+        if let ToolResult::Ok(value) = p.call("browser.navigate", json!({ "url": url })).await {
+            return Err(format!("browser.navigate went to {url}: {value}"));
+        }
+    }
+    let away = format!("{unnamed}/redirected");
+    let site = pages::serve_on(
+        [127, 0, 0, 1],
+        axum::Router::new()
+            .route(
+                "/",
+                axum::routing::get(|| async { axum::response::Html("<h1 id=h>a page of the suite</h1>") }),
+            )
+            .route(
+                "/away",
+                axum::routing::get(move || async move { axum::response::Redirect::temporary(&away) }),
+            ),
+    )
+    .await?;
+    // Refused or not (a provider may report the blocked hop either way), it must not arrive.
+    let _ = p
+        .call("browser.navigate", json!({ "url": format!("{site}/away") }))
+        .await;
+    let opened = ok(
+        p.call("browser.navigate", json!({ "url": format!("{site}/") })).await,
+        "browser.navigate",
+    )?;
+    let target = opened["target"].as_str().ok_or("browser.navigate returned no target")?;
+    // The page's own requests, each settled before the count is read.
+    let script = format!(
+        "Promise.all([fetch('{unnamed}/fetched').then(() => 'reached', () => 'refused'), \
+         new Promise(done => {{ const i = new Image(); i.onload = i.onerror = () => done('settled'); \
+         i.src = '{unnamed}/image'; }})])"
+    );
+    ok(
+        p.call("browser.evaluate", json!({ "target": target, "expression": script }))
+            .await,
+        "browser.evaluate",
+    )?;
+    match hits.load(Ordering::SeqCst) {
+        0 => Ok(()),
+        n => Err(format!("{n} request(s) reached a loopback service nobody named")),
+    }
 }
 
 async fn tool_requests(p: &dyn ProviderUnderTest) -> Result<(), String> {
-    let base = fixture().await?;
+    let base = pages::fixture().await?;
     running(p).await?;
     let opened = ok(
         p.call("browser.navigate", json!({ "url": format!("{base}/") })).await,
@@ -789,7 +825,7 @@ async fn tool_cdp_send(p: &dyn ProviderUnderTest) -> Result<(), String> {
 }
 
 async fn tool_download(p: &dyn ProviderUnderTest) -> Result<(), String> {
-    let base = fixture().await?;
+    let base = pages::fixture().await?;
     let target = fresh_target(p).await?;
     let download = ok(
         p.call(

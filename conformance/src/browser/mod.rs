@@ -7,6 +7,7 @@ mod defect;
 mod fake;
 mod fake_profile;
 mod hooks;
+mod pages;
 mod profile;
 
 use std::collections::BTreeMap;
@@ -25,6 +26,7 @@ pub use self::chromium::ChromiumUnderTest;
 pub use self::defect::Defect;
 pub use self::fake::FakeProvider;
 pub use self::hooks::HOOKS;
+pub use self::pages::SUITE_ORIGIN;
 use crate::report::{CaseResult, Report};
 
 /// What a launch reported.

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::spec::{Lifecycle, Policy};
+use crate::spec::{Lifecycle, NavigationPolicy, Policy};
 
 /// Where Debian's Chromium binary is (the `/usr/bin/chromium` wrapper adds its own flags).
 pub const CHROMIUM: &str = "/usr/lib/chromium/chromium";
@@ -43,6 +43,10 @@ pub struct ChromiumConfig {
     /// leaves running unless forced (L5). It must run on its own, non-default user-data
     /// directory (L13), which is read from its command line.
     pub attach_to: Option<SocketAddr>,
+    /// Where the browser may go (H3): `https:` to public hosts and `about:blank` by default;
+    /// an operator may name more origins (a loopback test server). Enforced by the browser
+    /// itself for every request, and by the tools before they navigate.
+    pub navigation: NavigationPolicy,
 }
 
 impl ChromiumConfig {
@@ -57,6 +61,7 @@ impl ChromiumConfig {
             health_timeout: Duration::from_secs(5),
             test_network: TestNetwork::default(),
             attach_to: None,
+            navigation: NavigationPolicy::https_only(),
         }
     }
 

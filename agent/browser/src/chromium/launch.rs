@@ -12,6 +12,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chromiumoxide::Page;
@@ -24,6 +25,7 @@ use super::args::{CHROMIUM_HOME, chromium_args, is_default_profile, profile_dir}
 use super::config::ChromiumConfig;
 use super::devtools::{browser_pid, connect_cdp, devtools_address, devtools_version, user_data_dir_of};
 use super::error::{BrowserError, LaunchError};
+use super::guard::RequestGuard;
 use super::sandbox::BrowserUser;
 use super::sweep::{ProcTable, SweepScope, end_processes, sweep, wait_gone};
 use crate::spec::{InstanceEndpoints, InstanceKey, Stopped};
@@ -39,8 +41,10 @@ pub struct ControlledBrowser {
     child: Mutex<Option<Child>>,
     /// The host did not start it (an attach): stop leaves it running unless forced (L5).
     was_already_running: bool,
-    browser: Browser,
+    browser: Arc<Browser>,
     handler: JoinHandle<()>,
+    /// Answers every request the browser sends by the navigation rule (H3); ends with it.
+    _guard: RequestGuard,
     user_data_dir: PathBuf,
     health_timeout: Duration,
 }
@@ -119,7 +123,7 @@ impl ControlledBrowser {
             }
         };
         match Self::connect(&mut child, config, progress).await {
-            Ok((browser, handler, devtools)) => {
+            Ok((browser, handler, guard, devtools)) => {
                 progress("Chromium is ready");
                 Ok(Self {
                     instance: instance.clone(),
@@ -129,6 +133,7 @@ impl ControlledBrowser {
                     was_already_running: false,
                     browser,
                     handler,
+                    _guard: guard,
                     user_data_dir,
                     health_timeout: config.health_timeout,
                 })
@@ -146,11 +151,18 @@ impl ControlledBrowser {
         child: &mut Child,
         config: &ChromiumConfig,
         progress: &(dyn Fn(&str) + Sync),
-    ) -> Result<(Browser, JoinHandle<()>, String), LaunchError> {
+    ) -> Result<(Arc<Browser>, JoinHandle<()>, RequestGuard, String), LaunchError> {
         let ws = devtools_address(child, config.launch_timeout).await?;
         progress(STEP_DEVTOOLS_BOUND);
         let (browser, handler) = connect_cdp(ws.clone()).await?;
-        Ok((browser, handler, ws))
+        let browser = Arc::new(browser);
+        match RequestGuard::install(browser.clone(), config.navigation.clone()).await {
+            Ok(guard) => Ok((browser, handler, guard, ws)),
+            Err(error) => {
+                handler.abort();
+                Err(error)
+            }
+        }
     }
 
     /// Attaches to a Chromium the host did not start (L2 `wasAlreadyRunning`): its DevTools
@@ -204,6 +216,16 @@ impl ControlledBrowser {
                 user_data_dir.display()
             ));
         }
+        // An operator's browser follows the rule too while the agent drives it: the tool caller
+        // is the same restricted principal.
+        let browser = Arc::new(browser);
+        let guard = match RequestGuard::install(browser.clone(), config.navigation.clone()).await {
+            Ok(guard) => guard,
+            Err(error) => {
+                handler.abort();
+                return Err(error);
+            }
+        };
         progress("attached to a running Chromium");
         Ok(Self {
             instance: instance.clone(),
@@ -213,6 +235,7 @@ impl ControlledBrowser {
             was_already_running: true,
             browser,
             handler,
+            _guard: guard,
             user_data_dir,
             health_timeout: config.health_timeout,
         })

@@ -6,6 +6,7 @@
 //!
 //! ```text
 //! host ──> launch ──> devtools      (the process and its DevTools connection)
+//!            ├──────> guard         (every request the browser sends, by the navigation rule)
 //!   │        ├──────> args ──> config (arguments, markers, profile directories; the settings)
 //!   ├────> sweep ───> args          (what a stop or a start ends, by marker or profile)
 //!   └────> cdp                      (granted material in, revoked material out)
@@ -18,6 +19,7 @@ mod cdp;
 mod config;
 mod devtools;
 mod error;
+mod guard;
 mod host;
 mod launch;
 mod logging;

@@ -1,6 +1,7 @@
 //! The AIP-63 vocabulary (agentbrowser/v1), without I/O: the instance lifecycle and the
-//! supervisor's decisions (§3), the manifest and its schema (§1), the tool table (§2) and the
-//! AIP-14 error envelope with the browser codes (T4).
+//! supervisor's decisions (§3), the manifest and its schema (§1), the tool table (§2), the
+//! AIP-14 error envelope with the browser codes (T4), and where the browser may go (the
+//! navigation rule of the security review's H3).
 //!
 //! Nothing here starts a process, opens a socket, drives a browser or reads a clock (it reads a
 //! manifest's file when asked to load one): the layers above
@@ -11,6 +12,7 @@ mod aip14;
 mod instance;
 mod lifecycle;
 mod manifest;
+mod navigation;
 mod principal;
 #[cfg(test)]
 pub(crate) mod schema;
@@ -27,6 +29,7 @@ pub use self::manifest::{
     ManifestSink, ProfileMode, Profiles, SinkKind, StopSettings, StoredBy, SupervisionSettings, load_manifest,
     parse_manifest, rule_errors,
 };
+pub use self::navigation::{InvalidOrigin, NamedOrigin, NavigationPolicy, Refused};
 pub use self::principal::{AgentCaller, Operator};
 pub use self::supervisor::{CallGate, Health, InstanceRecord, Launch, Policy, Stalled, Supervisor};
 pub use self::tool::{Capability, Gate, Level, ToolId, ToolSpec, reserved_tools, resolve};

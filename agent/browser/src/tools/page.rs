@@ -25,6 +25,7 @@ const DOWNLOAD: Duration = Duration::from_secs(60);
 
 impl ToolHost {
     pub(super) async fn navigate(&self, input: input::Navigate) -> Result<Value, ToolError> {
+        self.may_go(&input.url)?;
         let boot_id = self.ready().await?;
         let (target, page) = match input.target {
             Some(target) => {
@@ -36,7 +37,7 @@ impl ToolHost {
         tokio::time::timeout(NAVIGATION, page.goto(input.url.as_str()))
             .await
             .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the page did not load in 30 s"))?
-            .map_err(|e| cdp(&e))?;
+            .map_err(|e| navigation_failed(&e))?;
         let landed = page.url().await.map_err(|e| cdp(&e))?.unwrap_or_default();
         Ok(json!({ "target": target, "url": landed }))
     }
@@ -159,9 +160,12 @@ impl ToolHost {
                 Ok(json!({ "targets": list }))
             }
             Tabs::Open { keep_alive, url } => {
+                if let Some(url) = &url {
+                    self.may_go(url)?;
+                }
                 let (id, page) = self.open_target(boot_id, keep_alive).await?;
                 if let Some(url) = url {
-                    page.goto(url).await.map_err(|e| cdp(&e))?;
+                    page.goto(url).await.map_err(|e| navigation_failed(&e))?;
                 }
                 Ok(json!({ "target": id, "keepAlive": keep_alive }))
             }
@@ -235,6 +239,12 @@ impl ToolHost {
     pub(super) async fn download(&self, input: input::Download) -> Result<Value, ToolError> {
         use chromiumoxide::cdp::browser_protocol::browser::DownloadProgressState;
         let page = self.target(&input.target).await?;
+        // A relative link is the page's: judged where it resolves.
+        let here = page.url().await.map_err(|e| cdp(&e))?.unwrap_or_default();
+        let absolute = url::Url::parse(&here)
+            .and_then(|base| base.join(&input.url))
+            .map_or_else(|_| input.url.clone(), String::from);
+        self.may_go(&absolute)?;
         let browser = self.browser().await?;
         let dir = download_dir(&self.config.state_dir, self.instance.as_str())
             .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("the download directory: {e}")))?;
@@ -265,6 +275,15 @@ impl ToolHost {
         .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the download did not finish in 60 s"))??;
         let path = file_path.map_or_else(|| dir.join(&guid), std::path::PathBuf::from);
         Ok(json!({ "target": input.target, "path": path.display().to_string(), "bytes": bytes }))
+    }
+
+    /// The navigation rule (H3), before a tab is sent anywhere: a refusal is
+    /// `permission_denied` naming the scheme or host, never the rest of the URL.
+    fn may_go(&self, url: &str) -> Result<(), ToolError> {
+        self.config.navigation.navigation(url).map_err(|refused| {
+            ToolError::new(ToolErrorCode::PermissionDenied, refused.to_string())
+                .with_cause(json!({ "rule": "navigation" }))
+        })
     }
 
     /// Whether `target`'s request log has a response for `request_id`.
@@ -318,6 +337,22 @@ async fn evaluated_true(page: &Page, script: impl Into<String>) -> Result<bool, 
 
 pub(super) fn not_found(what: &str) -> ToolError {
     ToolError::new(ToolErrorCode::NotFound, format!("nothing matches {what}"))
+}
+
+/// A navigation that failed: refused by the browser's request guard (a redirect to somewhere
+/// the rule refuses, H3) or by Chromium's own rule against a web page's redirect to `file:`
+/// (which comes first for that one) is `permission_denied`; anything else internal.
+fn navigation_failed(error: &chromiumoxide::error::CdpError) -> ToolError {
+    let said = error.to_string();
+    if said.contains("ERR_BLOCKED_BY_CLIENT") || said.contains("ERR_UNSAFE_REDIRECT") {
+        return ToolError::new(
+            ToolErrorCode::PermissionDenied,
+            "the agent's browser refused a request of this navigation: it loads only https: pages \
+             on public hosts and the origins an operator named",
+        )
+        .with_cause(json!({ "rule": "navigation" }));
+    }
+    cdp(error)
 }
 
 fn cdp(error: &chromiumoxide::error::CdpError) -> ToolError {

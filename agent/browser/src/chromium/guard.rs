@@ -1,0 +1,75 @@
+//! The navigation rule (security review H3), enforced by the browser itself: CDP `Fetch`
+//! interception on the browser target pauses every request any page, frame or worker of the
+//! browser sends, at the request stage, and this guard lets it go only where
+//! [`NavigationPolicy::request`] allows. A refused request fails as `BlockedByClient`: the page
+//! sees a network error, and nothing reaches `file:` or a loopback service.
+//!
+//! What interception does not see is covered elsewhere: `data:` and `chrome:` documents are not
+//! requests. A page cannot open them at the top level itself (Chromium refuses a renderer's
+//! top-level navigation to `data:` and any web page's to `chrome:`), `browser.cdp_send` cannot
+//! navigate, and the tools check [`NavigationPolicy::navigation`] before they send a tab
+//! anywhere. Fail-closed: if the guard stops answering, paused requests wait, never proceed.
+
+use std::sync::Arc;
+
+use chromiumoxide::Browser;
+use chromiumoxide::cdp::browser_protocol::fetch::{
+    ContinueRequestParams, EnableParams, EventRequestPaused, FailRequestParams, RequestPattern, RequestStage,
+};
+use chromiumoxide::cdp::browser_protocol::network::ErrorReason;
+use futures_util::StreamExt as _;
+use tokio::task::JoinHandle;
+
+use super::error::LaunchError;
+use crate::spec::NavigationPolicy;
+
+/// The task answering the browser's paused requests; ends with the value.
+pub(super) struct RequestGuard(JoinHandle<()>);
+
+impl RequestGuard {
+    /// Starts answering, then turns interception on: from its return, every request the browser
+    /// sends waits for this guard's decision.
+    pub(super) async fn install(browser: Arc<Browser>, policy: NavigationPolicy) -> Result<Self, LaunchError> {
+        let cdp = |e: chromiumoxide::error::CdpError| LaunchError::Cdp(super::scrub(&e.to_string()));
+        let mut paused = browser.event_listener::<EventRequestPaused>().await.map_err(cdp)?;
+        let every_request = RequestPattern::builder()
+            .url_pattern("*")
+            .request_stage(RequestStage::Request)
+            .build();
+        browser
+            .execute(EnableParams::builder().pattern(every_request).build())
+            .await
+            .map_err(cdp)?;
+        let task = tokio::spawn(async move {
+            while let Some(event) = paused.next().await {
+                let browser = browser.clone();
+                let decision = policy.request(&event.request.url);
+                // One task per request: a slow answer to one never holds up the others.
+                tokio::spawn(async move {
+                    let id = event.request_id.clone();
+                    let answered = match decision {
+                        Ok(()) => browser.execute(ContinueRequestParams::new(id)).await.map(|_| ()),
+                        Err(refused) => {
+                            tracing::info!(%refused, "the agent's browser refused a request");
+                            browser
+                                .execute(FailRequestParams::new(id, ErrorReason::BlockedByClient))
+                                .await
+                                .map(|_| ())
+                        }
+                    };
+                    // A request whose page closed meanwhile is gone: nothing to answer.
+                    if let Err(error) = answered {
+                        tracing::debug!(error = %super::scrub(&error.to_string()), "a paused request was not answered");
+                    }
+                });
+            }
+        });
+        Ok(Self(task))
+    }
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
