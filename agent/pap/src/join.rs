@@ -13,7 +13,40 @@ use futures_util::StreamExt as _;
 use pap_shared::{BROWSER_ASSERTION_TYP, BrowserAssertionClaims, BrowserAssertionRequest, HttpsUrl, Jti, UnixTime};
 
 use crate::client::{Company, PapClient, Session};
-use pap_browser::consent::JoinPermit;
+use pap_browser::chromium::{BrowserError, ControlledBrowser};
+use pap_browser::consent::{Caller, ConsentError, ConsentHost, JoinPermit};
+
+/// The tab a join to `domain` runs in (review M5). In a browser the agent started: a new browser
+/// context holding only the material of the grant `caller` may use on `domain` (none when no
+/// grant covers it: the company's pages then ride no granted session at all), so a page of the
+/// company's, hostile or compromised, rides no other grant's session. In an attached browser
+/// (`--attach`, F1): the default context, with no material.
+pub async fn join_tab(
+    browser: &ControlledBrowser,
+    consent: &ConsentHost,
+    caller: &Caller,
+    domain: &str,
+) -> Result<Page, JoinTabError> {
+    if browser.was_already_running() {
+        return Ok(browser.new_page().await?);
+    }
+    let context = browser.open_context().await?;
+    if let Some(injection) = consent.local_injection_for(caller, domain)? {
+        browser.inject_into(Some(&context), &injection).await?;
+    }
+    Ok(browser.new_page_in(Some(&context)).await?)
+}
+
+/// Why [`join_tab`] has no tab.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinTabError {
+    /// The browser failed.
+    #[error(transparent)]
+    Browser(#[from] BrowserError),
+    /// The grants could not be read.
+    #[error(transparent)]
+    Consent(#[from] ConsentError),
+}
 
 /// How long the assertion lives: the most PAP allows.
 const LIFETIME: i64 = 60;

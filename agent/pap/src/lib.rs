@@ -32,6 +32,6 @@ pub use client::{
 };
 pub use documents::{TlsListener, documents_router};
 pub use identity::{Identity, IdentityError, KEY_ID};
-pub use join::{JoinError, JoinOutcome, join};
+pub use join::{JoinError, JoinOutcome, JoinTabError, join, join_tab};
 pub use tls::{PinError, pin_served_leaf, spki_pin, tls_client_config, trust_roots};
 pub use wallet::{Wallet, WalletError};

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 use pap_agent::{
-    ClientConfig, Company, Identity, PapClient, TlsListener, Wallet, documents_router, join, new_pairwise_user,
-    pin_served_leaf,
+    ClientConfig, Company, Identity, PapClient, TlsListener, Wallet, documents_router, join, join_tab,
+    new_pairwise_user, pin_served_leaf,
 };
 use pap_browser::chromium::{self, BrowserHost, ChromiumConfig, TestNetwork, click_and_land};
 use pap_browser::consent;
@@ -627,12 +627,9 @@ async fn browse(
             // An operator-run Chromium (--attach) takes no granted material (review F1): only the
             // join's own cookie, which the company sets.
             eprintln!("browser: attached; no granted material goes into a browser the agent did not start");
-        } else {
-            for injection in consent.local_injections(&caller)? {
-                browser.inject(&injection).await?;
-            }
         }
-        let page = browser.new_page().await?;
+        // A context of its own, holding the company's grant only (review M5).
+        let page = join_tab(&browser, &consent, &caller, company.domain.as_str()).await?;
         let outcome = join(
             &agent.client,
             &company,

@@ -377,6 +377,13 @@ impl ProfileUnderTest for ChromiumUnderTest {
         }
     }
 
+    async fn target_jar(&self, target: &str) -> Result<Vec<(String, String)>, String> {
+        self.tools
+            .target_cookie_names(target)
+            .await
+            .map_err(|e| format!("{} {}", e.code.as_str(), e.message))
+    }
+
     async fn tabs(&self) -> Vec<String> {
         match self.host.attach(INSTANCE).await {
             Some(browser) => browser.tab_urls().await.unwrap_or_default(),

@@ -63,11 +63,13 @@ pub enum Defect {
     DeviceScopeIgnored,
     /// A revoked pairing changes nothing (C13).
     PairingIgnored,
+    /// Every grant's cookies in one jar that every tab shares (SEC-M5).
+    OneJar,
 }
 
 impl Defect {
     /// Every defect.
-    pub const ALL: [Self; 30] = [
+    pub const ALL: [Self; 31] = [
         Self::NonIdempotentLaunch,
         Self::HealthyAfterStop,
         Self::UntypedUnsupported,
@@ -98,6 +100,7 @@ impl Defect {
         Self::LooseFiles,
         Self::DeviceScopeIgnored,
         Self::PairingIgnored,
+        Self::OneJar,
     ];
 
     /// The hook this defect must turn red.
@@ -133,6 +136,7 @@ impl Defect {
             Self::LooseFiles => "profile.consent.perms-and-encryption",
             Self::DeviceScopeIgnored => "profile.consent.device-scope",
             Self::PairingIgnored => "profile.consent.pairing-revoked",
+            Self::OneJar => "profile.consent.context-isolation",
         }
     }
 }

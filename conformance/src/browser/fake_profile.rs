@@ -276,6 +276,15 @@ impl ProfileUnderTest for FakeProfile {
         lock(&self.instance.tabs).clone()
     }
 
+    async fn target_jar(&self, _target: &str) -> Result<Vec<(String, String)>, String> {
+        // The fake keeps each grant's cookies apart, and no grant covers the suite's pages.
+        Ok(if self.has(Defect::OneJar) {
+            lock(&self.instance.cookies).clone()
+        } else {
+            Vec::new()
+        })
+    }
+
     async fn open_tab(&self, url: &str) -> Result<(), String> {
         lock(&self.instance.tabs).push(url.to_owned());
         Ok(())

@@ -126,6 +126,12 @@ pub const HOOKS: &[Hook] = &[
         profile::never_print
     ),
     hook!(
+        "profile.consent.context-isolation",
+        ["SEC-M5"],
+        Level::Profile,
+        profile::context_isolation
+    ),
+    hook!(
         "profile.consent.ledger-append-only",
         ["C10"],
         Level::Profile,

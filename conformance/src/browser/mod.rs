@@ -107,6 +107,9 @@ pub trait ProfileUnderTest: Send + Sync {
     async fn inject_granted(&self) -> Result<(), String>;
     /// The running instance's cookies as (name, domain), read over CDP or its equivalent.
     async fn cookies(&self) -> Vec<(String, String)>;
+    /// The cookies (name, domain) of the jar tab `target` runs in: what its page's requests can
+    /// carry anywhere (review M5).
+    async fn target_jar(&self, target: &str) -> Result<Vec<(String, String)>, String>;
     /// The running instance's tab URLs.
     async fn tabs(&self) -> Vec<String>;
     /// Opens a tab on `url` in the running instance (it need not load).

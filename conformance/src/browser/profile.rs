@@ -383,6 +383,34 @@ pub(super) async fn revoke_deletes(p: &dyn ProviderUnderTest) -> Result<(), Stri
     Ok(())
 }
 
+/// Review M5: a grant's cookies live apart. A tab on a page no grant covers (a hostile site a
+/// tool visits) runs in a jar without them, so its cross-site requests ride no granted session,
+/// while the instance holds them for the grant's own pages.
+pub(super) async fn context_isolation(p: &dyn ProviderUnderTest) -> Result<(), String> {
+    let profile = running(p).await?;
+    let (path, _) = source(profile, "m5", &[("session", "m5.example")])?;
+    let grant = profile.grant(request(&path, &["m5.example"]))?;
+    let result = async {
+        profile.inject_granted().await?;
+        if !holds(&profile.cookies().await, "m5.example") {
+            return Err("the granted cookie did not reach the instance".to_owned());
+        }
+        let page = super::pages::page(super::pages::HELLO).await?;
+        let opened = ok(
+            p.call("browser.navigate", json!({ "url": page })).await,
+            "browser.navigate",
+        )?;
+        let target = opened["target"].as_str().ok_or("browser.navigate returned no target")?;
+        if holds(&profile.target_jar(target).await?, "m5.example") {
+            return Err("a tab on a page no grant covers shares a jar with m5.example's session".into());
+        }
+        Ok(())
+    }
+    .await;
+    revoke(profile, None, &grant.id).await?;
+    result
+}
+
 /// C9: no value in a tool result, an error, the ledger or a file of the consent store.
 pub(super) async fn never_print(p: &dyn ProviderUnderTest) -> Result<(), String> {
     let profile = running(p).await?;

@@ -7,9 +7,12 @@
 
 use std::time::Duration;
 
+use chromiumoxide::cdp::browser_protocol::browser::BrowserContextId;
 use chromiumoxide::cdp::browser_protocol::network::{CookieParam, CookieSameSite, DeleteCookiesParams, TimeSinceEpoch};
-use chromiumoxide::cdp::browser_protocol::storage::ClearDataForOriginParams;
-use chromiumoxide::cdp::browser_protocol::target::{CloseTargetParams, GetTargetsParams};
+use chromiumoxide::cdp::browser_protocol::storage::{ClearDataForOriginParams, GetCookiesParams, SetCookiesParams};
+use chromiumoxide::cdp::browser_protocol::target::{
+    CloseTargetParams, CreateTargetParams, GetBrowserContextsParams, GetTargetsParams,
+};
 use chromiumoxide::{Browser, Page};
 use futures_util::StreamExt as _;
 
@@ -35,19 +38,37 @@ fn timed(step: &'static str) -> impl Fn(tokio::time::error::Elapsed) -> LiveErro
 /// Puts a grant's cookies into `browser` (C1): host-only cookies by URL, domain cookies by
 /// domain, with their flags; then its local storage, origin by origin ([`inject_storage`]).
 /// Returns how many cookies went in. Errors name no value.
-pub(crate) async fn inject(browser: &Browser, injection: &Injection) -> Result<usize, LiveError> {
-    let count = inject_cookies(browser, injection).await?;
+pub(crate) async fn inject(
+    browser: &Browser,
+    injection: &Injection,
+    context: Option<&BrowserContextId>,
+) -> Result<usize, LiveError> {
+    let count = inject_cookies(browser, injection, context).await?;
     for origin in injection.origins().iter().filter(|o| !o.local_storage.is_empty()) {
-        inject_storage(browser, origin).await?;
+        inject_storage(browser, origin, context).await?;
     }
     Ok(count)
 }
 
+/// A new tab on `about:blank` in `context` (the browser's default context without one).
+async fn blank_tab(
+    browser: &Browser,
+    context: Option<&BrowserContextId>,
+) -> Result<Page, chromiumoxide::error::CdpError> {
+    let mut params = CreateTargetParams::new("about:blank");
+    params.browser_context_id = context.cloned();
+    browser.new_page(params).await
+}
+
 /// Local storage lives with a document of its origin, so one is made for it
 /// ([`origin_document`]), the items set there, the tab closed.
-async fn inject_storage(browser: &Browser, origin: &StorageOrigin) -> Result<(), LiveError> {
+async fn inject_storage(
+    browser: &Browser,
+    origin: &StorageOrigin,
+    context: Option<&BrowserContextId>,
+) -> Result<(), LiveError> {
     const STEP_NAME: &str = "putting granted storage into its origin";
-    let page = origin_document(browser, &origin.origin).await?;
+    let page = origin_document(browser, &origin.origin, context).await?;
     let result = async {
         // The values travel inside the script as JSON string literals, never in a URL.
         let mut script = String::from("(() => {");
@@ -68,9 +89,13 @@ async fn inject_storage(browser: &Browser, origin: &StorageOrigin) -> Result<(),
 
 /// The keys (never the values) of `origin`'s local storage, read in a document of the origin
 /// ([`origin_document`]) that is closed again.
-pub(crate) async fn local_storage_keys(browser: &Browser, origin: &str) -> Result<Vec<String>, LiveError> {
+pub(crate) async fn local_storage_keys(
+    browser: &Browser,
+    origin: &str,
+    context: Option<&BrowserContextId>,
+) -> Result<Vec<String>, LiveError> {
     const STEP_NAME: &str = "reading the storage keys of an origin";
-    let page = origin_document(browser, origin).await?;
+    let page = origin_document(browser, origin, context).await?;
     let keys = page
         .evaluate("Object.keys(localStorage)")
         .await
@@ -86,13 +111,17 @@ pub(crate) async fn local_storage_keys(browser: &Browser, origin: &str) -> Resul
 /// A new tab showing a blank document of `origin`: its request is answered in the browser
 /// itself (CDP `Fetch`, an empty 200 page; nothing reaches the network), and interception is
 /// off again when it returns. Close it with [`close_tab`].
-async fn origin_document(browser: &Browser, origin: &str) -> Result<chromiumoxide::Page, LiveError> {
+async fn origin_document(
+    browser: &Browser,
+    origin: &str,
+    context: Option<&BrowserContextId>,
+) -> Result<chromiumoxide::Page, LiveError> {
     const STEP_NAME: &str = "opening a blank document of an origin";
     use chromiumoxide::cdp::browser_protocol::fetch::{
         DisableParams, EnableParams, EventRequestPaused, FulfillRequestParams, HeaderEntry, RequestPattern,
         RequestStage,
     };
-    let page = tokio::time::timeout(STEP, browser.new_page("about:blank"))
+    let page = tokio::time::timeout(STEP, blank_tab(browser, context))
         .await
         .map_err(timed(STEP_NAME))?
         .map_err(refused(STEP_NAME))?;
@@ -165,7 +194,11 @@ async fn close_tab(browser: &Browser, page: chromiumoxide::Page) {
     }
 }
 
-async fn inject_cookies(browser: &Browser, injection: &Injection) -> Result<usize, LiveError> {
+async fn inject_cookies(
+    browser: &Browser,
+    injection: &Injection,
+    context: Option<&BrowserContextId>,
+) -> Result<usize, LiveError> {
     let cookies: Vec<CookieParam> = injection
         .cookies()
         .iter()
@@ -191,7 +224,9 @@ async fn inject_cookies(browser: &Browser, injection: &Injection) -> Result<usiz
         .collect();
     let count = cookies.len();
     if count > 0 {
-        tokio::time::timeout(STEP, browser.set_cookies(cookies))
+        let mut params = SetCookiesParams::new(cookies);
+        params.browser_context_id = context.cloned();
+        tokio::time::timeout(STEP, browser.execute(params))
             .await
             .map_err(timed("putting granted cookies in"))?
             .map_err(refused("putting granted cookies in"))?;
@@ -199,11 +234,12 @@ async fn inject_cookies(browser: &Browser, injection: &Injection) -> Result<usiz
     Ok(count)
 }
 
-/// Takes what `scope` covers out of `browser` (C8): its cookies (deleted one by one over
-/// `Network.deleteCookies`, by name, exact domain and path), the storage of the origins involved
-/// (`Storage.clearDataForOrigin`), and the tabs on those hosts (`Target.closeTarget`). The work
-/// happens from a blank tab, which stays only when every other tab was closed, so the browser
-/// outlives the revoke.
+/// Takes what `scope` covers out of `browser` (C8), in every browser context (the default one
+/// and each a grant or a join runs in, review M5): its cookies (deleted one by one over
+/// `Network.deleteCookies`, by name, exact domain and path, from a blank tab of that context),
+/// the storage of the origins involved (`Storage.clearDataForOrigin`, per context), and the tabs
+/// on those hosts (`Target.closeTarget`). The blank tab of the default context stays only when
+/// every other tab was closed, so the browser outlives the revoke.
 pub(crate) async fn forget(browser: &Browser, scope: Scope<'_>, granted: &[String]) -> Result<Forgotten, LiveError> {
     let cdp = refused;
     let targets = tokio::time::timeout(STEP, browser.execute(GetTargetsParams::default()))
@@ -212,6 +248,12 @@ pub(crate) async fn forget(browser: &Browser, scope: Scope<'_>, granted: &[Strin
         .map_err(cdp("listing tabs"))?
         .result
         .target_infos;
+    let contexts = tokio::time::timeout(STEP, browser.execute(GetBrowserContextsParams::default()))
+        .await
+        .map_err(timed("listing browser contexts"))?
+        .map_err(cdp("listing browser contexts"))?
+        .result
+        .browser_context_ids;
     let in_scope = |url: &str| {
         url::Url::parse(url)
             .ok()
@@ -225,40 +267,56 @@ pub(crate) async fn forget(browser: &Browser, scope: Scope<'_>, granted: &[Strin
         .iter()
         .filter_map(|t| url::Url::parse(&t.url).ok()?.host_str().map(str::to_owned))
         .collect();
-    // A blank tab to work from (Network.deleteCookies needs a page) and to keep the browser up.
-    let helper = tokio::time::timeout(STEP, browser.new_page("about:blank"))
-        .await
-        .map_err(timed("opening a blank tab"))?
-        .map_err(cdp("opening a blank tab"))?;
-    let cookies = tokio::time::timeout(STEP, browser.get_cookies())
-        .await
-        .map_err(timed("reading cookies"))?
-        .map_err(cdp("reading cookies"))?;
+    // One blank tab per context to work from (Network.deleteCookies and clearDataForOrigin act
+    // on the context of the tab they are sent through).
+    let mut helpers: Vec<(bool, Page)> = Vec::new();
     let mut deleted = 0;
-    for cookie in cookies
-        .iter()
-        .filter(|c| scope.covers(c.domain.trim_start_matches('.')))
-    {
-        let mut params = DeleteCookiesParams::new(cookie.name.clone());
-        params.domain = Some(cookie.domain.clone());
-        params.path = Some(cookie.path.clone());
-        tokio::time::timeout(STEP, helper.execute(params))
+    for context in std::iter::once(None).chain(contexts.into_iter().map(Some)) {
+        let helper = tokio::time::timeout(STEP, blank_tab(browser, context.as_ref()))
             .await
-            .map_err(timed("deleting a cookie"))?
-            .map_err(cdp("deleting a cookie"))?;
-        hosts.push(cookie.domain.trim_start_matches('.').to_owned());
-        deleted += 1;
+            .map_err(timed("opening a blank tab"))?
+            .map_err(cdp("opening a blank tab"))?;
+        helpers.push((context.is_none(), helper.clone()));
+        let reading = GetCookiesParams {
+            browser_context_id: context,
+        };
+        let cookies = tokio::time::timeout(STEP, browser.execute(reading))
+            .await
+            .map_err(timed("reading cookies"))?
+            .map_err(cdp("reading cookies"))?
+            .result
+            .cookies;
+        for cookie in cookies
+            .iter()
+            .filter(|c| scope.covers(c.domain.trim_start_matches('.')))
+        {
+            let mut params = DeleteCookiesParams::new(cookie.name.clone());
+            params.domain = Some(cookie.domain.clone());
+            params.path = Some(cookie.path.clone());
+            tokio::time::timeout(STEP, helper.execute(params))
+                .await
+                .map_err(timed("deleting a cookie"))?
+                .map_err(cdp("deleting a cookie"))?;
+            hosts.push(cookie.domain.trim_start_matches('.').to_owned());
+            deleted += 1;
+        }
     }
     if let Scope::Domains(domains) = scope {
         hosts.extend(domains.iter().map(|d| d.as_str().to_owned()));
     }
-    // Through the tab's session: at the browser target Chromium answers this with an internal
+    // Through a tab's session: at the browser target Chromium answers this with an internal
     // error and clears nothing.
-    for origin in storage_origins(&hosts, &tab_urls, granted) {
-        tokio::time::timeout(STEP, helper.execute(ClearDataForOriginParams::new(origin, "all")))
+    let origins = storage_origins(&hosts, &tab_urls, granted);
+    for (_, helper) in &helpers {
+        for origin in &origins {
+            tokio::time::timeout(
+                STEP,
+                helper.execute(ClearDataForOriginParams::new(origin.clone(), "all")),
+            )
             .await
             .map_err(timed("clearing storage"))?
             .map_err(cdp("clearing storage"))?;
+        }
     }
     let mut closed = 0;
     for target in &closing {
@@ -285,9 +343,12 @@ pub(crate) async fn forget(browser: &Browser, scope: Scope<'_>, granted: &[Strin
             }
         }
     }
-    // The blank tab stays only when it is the last one.
-    if pages.len() > closing.len() {
-        let _ = tokio::time::timeout(STEP, helper.close()).await;
+    // The default context's blank tab stays only when it is the last one.
+    let last = pages.len() == closing.len();
+    for (default, helper) in helpers {
+        if !(default && last) {
+            let _ = tokio::time::timeout(STEP, helper.close()).await;
+        }
     }
     Ok(Forgotten {
         cookies: deleted,

@@ -500,7 +500,7 @@ impl LiveInstances for BrowserHost {
     async fn inject(&self, injection: &Injection) -> Result<usize, LiveError> {
         let mut total = 0;
         for browser in self.running() {
-            total += cdp::inject(browser.cdp(), injection).await?;
+            total += cdp::inject(browser.cdp(), injection, None).await?;
         }
         Ok(total)
     }

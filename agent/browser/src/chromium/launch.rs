@@ -31,6 +31,10 @@ use super::sweep::{ProcTable, SweepScope, end_processes, sweep, wait_gone};
 use crate::spec::{InstanceEndpoints, InstanceKey, Stopped};
 use crate::store::private_dir;
 
+/// A browser context of a [`ControlledBrowser`] (`Target.createBrowserContext`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ContextId(chromiumoxide::cdp::browser_protocol::browser::BrowserContextId);
+
 /// One running Chromium, owned by the agent.
 pub struct ControlledBrowser {
     instance: InstanceKey,
@@ -288,12 +292,14 @@ impl ControlledBrowser {
             .is_ok_and(|answer| answer.is_ok())
     }
 
-    /// Lets pages download into `dir` (each file named by its download id), with progress events.
-    pub async fn allow_downloads(&self, dir: &Path) -> Result<(), BrowserError> {
+    /// Lets pages of `context` (the default one without) download into `dir` (each file named
+    /// by its download id), with progress events. Chromium keeps this per context.
+    pub async fn allow_downloads(&self, dir: &Path, context: Option<&ContextId>) -> Result<(), BrowserError> {
         use chromiumoxide::cdp::browser_protocol::browser::{SetDownloadBehaviorBehavior, SetDownloadBehaviorParams};
         let mut params = SetDownloadBehaviorParams::new(SetDownloadBehaviorBehavior::AllowAndName);
         params.download_path = Some(dir.display().to_string());
         params.events_enabled = Some(true);
+        params.browser_context_id = context.map(|c| c.0.clone());
         self.browser
             .execute(params)
             .await
@@ -311,25 +317,97 @@ impl ControlledBrowser {
         self.browser.event_listener().await.map_err(BrowserError::cdp)
     }
 
-    /// Puts a grant's cookies into this browser (C1): the only way session material enters it.
-    /// Never into an attached browser ([`BrowserError::Attached`], review F1).
+    /// Puts a grant's cookies into this browser's default context (C1): the only way session
+    /// material enters it. Never into an attached browser ([`BrowserError::Attached`], review F1).
     pub async fn inject(&self, injection: &crate::consent::Injection) -> Result<usize, BrowserError> {
+        self.inject_into(None, injection).await
+    }
+
+    /// Puts a grant's cookies and storage into `context` (the default one without): a grant's
+    /// own context holds only its material (review M5). Never into an attached browser.
+    pub async fn inject_into(
+        &self,
+        context: Option<&ContextId>,
+        injection: &crate::consent::Injection,
+    ) -> Result<usize, BrowserError> {
         if self.was_already_running {
             return Err(BrowserError::Attached);
         }
-        Ok(super::cdp::inject(&self.browser, injection).await?)
+        Ok(super::cdp::inject(&self.browser, injection, context.map(|c| &c.0)).await?)
     }
 
-    /// The cookies the browser holds, as (name, domain): never their values.
+    /// A new browser context: a cookie jar, storage and cache of its own, in memory, ended
+    /// with [`Self::close_context`] (or when this connection ends). A grant's material and a
+    /// join's cookie live in one each, so a page in one rides no session of another (M5).
+    pub async fn open_context(&self) -> Result<ContextId, BrowserError> {
+        use chromiumoxide::cdp::browser_protocol::target::CreateBrowserContextParams;
+        let params = CreateBrowserContextParams {
+            dispose_on_detach: Some(true),
+            ..CreateBrowserContextParams::default()
+        };
+        let created = self.browser.execute(params).await.map_err(BrowserError::cdp)?;
+        Ok(ContextId(created.result.browser_context_id))
+    }
+
+    /// The browser's contexts other than the default one.
+    async fn contexts(&self) -> Result<Vec<ContextId>, BrowserError> {
+        use chromiumoxide::cdp::browser_protocol::target::GetBrowserContextsParams;
+        let listed = self
+            .browser
+            .execute(GetBrowserContextsParams::default())
+            .await
+            .map_err(BrowserError::cdp)?;
+        Ok(listed
+            .result
+            .browser_context_ids
+            .iter()
+            .cloned()
+            .map(ContextId)
+            .collect())
+    }
+
+    /// Ends `context`: its tabs close, its cookies and storage are gone.
+    pub async fn close_context(&self, context: &ContextId) -> Result<(), BrowserError> {
+        use chromiumoxide::cdp::browser_protocol::target::DisposeBrowserContextParams;
+        self.browser
+            .execute(DisposeBrowserContextParams::new(context.0.clone()))
+            .await
+            .map(|_| ())
+            .map_err(BrowserError::cdp)
+    }
+
+    /// The cookies of `context` (the default one without), as (name, domain): never values.
+    pub async fn cookie_names_in(&self, context: Option<&ContextId>) -> Result<Vec<(String, String)>, BrowserError> {
+        use chromiumoxide::cdp::browser_protocol::storage::GetCookiesParams;
+        let params = GetCookiesParams {
+            browser_context_id: context.map(|c| c.0.clone()),
+        };
+        let cookies = self.browser.execute(params).await.map_err(BrowserError::cdp)?;
+        Ok(cookies.result.cookies.into_iter().map(|c| (c.name, c.domain)).collect())
+    }
+
+    /// The cookies the browser holds in every context, as (name, domain): never their values.
     pub async fn cookie_names(&self) -> Result<Vec<(String, String)>, BrowserError> {
-        let cookies = self.browser.get_cookies().await.map_err(BrowserError::cdp)?;
-        Ok(cookies.into_iter().map(|c| (c.name, c.domain)).collect())
+        let contexts = self.contexts().await?;
+        let mut names = self.cookie_names_in(None).await?;
+        for context in &contexts {
+            names.extend(self.cookie_names_in(Some(context)).await?);
+        }
+        Ok(names)
     }
 
-    /// The keys of `origin`'s local storage (`https://host[:port]`): never their values. Read in a
-    /// blank document of the origin that the browser answers itself, closed again.
+    /// The keys of `origin`'s local storage (`https://host[:port]`) in every context, each once:
+    /// never their values. Read in a blank document of the origin that the browser answers
+    /// itself, closed again.
     pub async fn local_storage_keys(&self, origin: &str) -> Result<Vec<String>, BrowserError> {
-        Ok(super::cdp::local_storage_keys(&self.browser, origin).await?)
+        let contexts = self.contexts().await?;
+        let mut keys = super::cdp::local_storage_keys(&self.browser, origin, None).await?;
+        for context in &contexts {
+            keys.extend(super::cdp::local_storage_keys(&self.browser, origin, Some(&context.0)).await?);
+        }
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
     }
 
     /// The URLs of the browser's tabs.
@@ -353,9 +431,17 @@ impl ControlledBrowser {
         &self.browser
     }
 
-    /// A new tab, on `about:blank`.
+    /// A new tab, on `about:blank`, in the default context.
     pub async fn new_page(&self) -> Result<Page, BrowserError> {
-        self.browser.new_page("about:blank").await.map_err(BrowserError::cdp)
+        self.new_page_in(None).await
+    }
+
+    /// A new tab, on `about:blank`, in `context` (the default one without).
+    pub async fn new_page_in(&self, context: Option<&ContextId>) -> Result<Page, BrowserError> {
+        use chromiumoxide::cdp::browser_protocol::target::CreateTargetParams;
+        let mut params = CreateTargetParams::new("about:blank");
+        params.browser_context_id = context.map(|c| c.0.clone());
+        self.browser.new_page(params).await.map_err(BrowserError::cdp)
     }
 
     /// Stops the browser: `Browser.close`, up to `grace` for the process to exit, then a kill,

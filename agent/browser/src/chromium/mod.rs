@@ -47,7 +47,7 @@ pub use self::config::{CHROMIUM, ChromiumConfig, TestNetwork};
 pub use self::devtools::probe_profile;
 pub use self::error::{BrowserError, LaunchError};
 pub use self::host::{BrowserHost, HealthLoop, Launched};
-pub use self::launch::ControlledBrowser;
+pub use self::launch::{ContextId, ControlledBrowser};
 pub use self::logging::{SECRET_SAFE_DIRECTIVES, log_filter};
 pub use self::profiles::LiveProfiles;
 pub use self::sandbox::{BROWSER_USER, BROWSER_USER_ENV, BrowserUser, SandboxError};

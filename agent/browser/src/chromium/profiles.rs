@@ -106,7 +106,7 @@ impl LiveInstances for LiveProfiles {
     async fn inject(&self, injection: &Injection) -> Result<usize, LiveError> {
         let mut total = 0;
         for connected in self.connect().await {
-            total += cdp::inject(&connected.browser, injection).await?;
+            total += cdp::inject(&connected.browser, injection, None).await?;
         }
         Ok(total)
     }

@@ -626,6 +626,25 @@ impl ConsentHost {
         })
     }
 
+    /// The material of the grant `caller` may use on `host` in a local browser (the first active
+    /// one covering it with the local sink), or `None`: what a tab on `host`, or a join to it,
+    /// runs with, in a browser context of its own (review M5).
+    pub fn local_injection_for(&self, caller: &Caller, host: &str) -> Result<Option<Injection>, ConsentError> {
+        let Some(grant) = self
+            .list(caller)?
+            .into_iter()
+            .find(|g| g.covers(host) && g.sinks.contains(&Sink::Local))
+        else {
+            return Ok(None);
+        };
+        let material = self.store.load(&grant.id)?;
+        Ok(Some(Injection {
+            cookies: material.cookies,
+            origins: material.origins,
+            grant_id: grant.id,
+        }))
+    }
+
     /// The material of every grant `caller` may use, for this host's own instances (at launch).
     pub fn local_injections(&self, caller: &Caller) -> Result<Vec<Injection>, ConsentError> {
         let mut out = Vec::new();

@@ -39,18 +39,21 @@ use serde_json::{Value, json};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::chromium::{BrowserHost, ChromiumConfig, ControlledBrowser, LaunchError};
+use crate::chromium::{BrowserHost, ChromiumConfig, ContextId, ControlledBrowser, LaunchError};
 use crate::consent::{Caller, ConsentHost, Forgotten, Injection, LiveError, LiveInstances, Scope};
 use crate::spec::{
     AgentCaller, BrowserManifest, Capability, HealthReport, InstanceInfo, InstanceKey, Stopped, ToolError,
     ToolErrorCode, ToolId, ToolResult,
 };
 
-/// A target (tab) handle: which boot of the instance issued it, and what it has fetched.
+/// A target (tab) handle: which boot of the instance issued it, the browser context it runs
+/// in, and what it has fetched.
 #[derive(Clone)]
 struct Target {
     boot_id: u64,
     page: Page,
+    /// `None`: the default context (a provider that takes no session material).
+    context: Option<ContextId>,
     keep_alive: bool,
     /// When a call last used it (the idle reaper's clock, L11).
     last_used: Instant,
@@ -66,8 +69,19 @@ pub struct ToolHost {
     targets: Mutex<HashMap<String, Target>>,
     next_target: std::sync::atomic::AtomicU64,
     consent: Arc<ConsentHost>,
-    /// The boot whose instance has had its granted material injected.
-    injected_boot: Mutex<Option<u64>>,
+    /// The browser contexts of the running boot: one per grant, holding only its material, and
+    /// one holding none (review M5).
+    contexts: Mutex<Contexts>,
+}
+
+/// The browser contexts of one boot (review M5). A tab opens in the context of the grant that
+/// covers its first URL for the caller, or in the bare one: a hostile page shares a jar with no
+/// granted session, and a granted site's page with no other site's.
+#[derive(Default)]
+struct Contexts {
+    boot_id: u64,
+    by_grant: HashMap<String, ContextId>,
+    bare: Option<ContextId>,
 }
 
 impl std::fmt::Debug for ToolHost {
@@ -97,7 +111,7 @@ impl ToolHost {
             targets: Mutex::default(),
             next_target: std::sync::atomic::AtomicU64::new(1),
             consent,
-            injected_boot: Mutex::default(),
+            contexts: Mutex::default(),
         })
     }
 
@@ -135,31 +149,75 @@ impl ToolHost {
         })
     }
 
-    /// Puts the granted material into a fresh boot, once (C1). Only a provider declaring
-    /// `cookies` or `storageState` takes any (M6).
-    async fn inject_granted(&self, browser: &ControlledBrowser, boot_id: u64) -> Result<(), ToolError> {
-        let takes_material = self
-            .manifest
+    /// Whether this provider takes session material at all (`cookies` or `storageState`, M6):
+    /// one that does not (the attach provider) runs its tabs in the default context and gets
+    /// no grant's material.
+    fn takes_material(&self) -> bool {
+        self.manifest
             .browser
             .capabilities
-            .opens(crate::spec::Gate::SessionMaterial);
-        let mut injected = self.injected_boot.lock().await;
-        if !takes_material || *injected == Some(boot_id) {
+            .opens(crate::spec::Gate::SessionMaterial)
+    }
+
+    /// Gives a fresh boot a context per grant in force, each holding that grant's material only
+    /// (C1, M5). Once per boot.
+    async fn inject_granted(&self, browser: &ControlledBrowser, boot_id: u64) -> Result<(), ToolError> {
+        let mut contexts = self.contexts.lock().await;
+        if !self.takes_material() || contexts.boot_id == boot_id {
             return Ok(());
         }
+        *contexts = Contexts {
+            boot_id,
+            ..Contexts::default()
+        };
         self.consent.expire(self).await.map_err(|e| e.to_tool_error())?;
         let injections = self
             .consent
             .local_injections(&Caller::local_agent())
             .map_err(|e| e.to_tool_error())?;
         for injection in &injections {
-            browser
-                .inject(injection)
-                .await
-                .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
+            let context = open_with(browser, Some(injection)).await?;
+            contexts.by_grant.insert(injection.grant_id().to_owned(), context);
         }
-        *injected = Some(boot_id);
         Ok(())
+    }
+
+    /// The context a new tab for `caller` on `url` opens in: the context of the grant covering
+    /// `url`'s host that `caller` may use (made now if the grant came after the launch), or the
+    /// bare context; the default context for a provider that takes no material.
+    async fn context_for(
+        &self,
+        browser: &ControlledBrowser,
+        caller: &AgentCaller,
+        url: Option<&str>,
+    ) -> Result<Option<ContextId>, ToolError> {
+        if !self.takes_material() {
+            return Ok(None);
+        }
+        let host = url.and_then(|u| url::Url::parse(u).ok()?.host_str().map(str::to_owned));
+        let injection = match host {
+            Some(host) => self
+                .consent
+                .local_injection_for(&Caller::Agent(caller.clone()), &host)
+                .map_err(|e| e.to_tool_error())?,
+            None => None,
+        };
+        let mut contexts = self.contexts.lock().await;
+        let existing = match &injection {
+            Some(injection) => contexts.by_grant.get(injection.grant_id()),
+            None => contexts.bare.as_ref(),
+        };
+        if let Some(context) = existing {
+            return Ok(Some(context.clone()));
+        }
+        let context = open_with(browser, injection.as_ref()).await?;
+        match &injection {
+            Some(injection) => contexts
+                .by_grant
+                .insert(injection.grant_id().to_owned(), context.clone()),
+            None => contexts.bare.replace(context.clone()),
+        };
+        Ok(Some(context))
     }
 
     /// `health()`: the instance's state, when it was established, its boot (L1, L4, L12).
@@ -235,13 +293,13 @@ impl ToolHost {
             return Err(ToolError::unsupported(tool.as_str(), gate.name()));
         }
         match tool {
-            ToolId::Navigate => self.navigate(tool.parse_input(input)?).await,
+            ToolId::Navigate => self.navigate(caller, tool.parse_input(input)?).await,
             ToolId::Evaluate => self.evaluate(tool.parse_input(input)?).await,
             ToolId::GetDom => self.get_dom(tool.parse_input(input)?).await,
             ToolId::Screenshot => self.screenshot(tool.parse_input(input)?).await,
             ToolId::Click => self.click(tool.parse_input(input)?).await,
             ToolId::Fill => self.fill(tool.parse_input(input)?).await,
-            ToolId::Tabs => self.tabs(tool.parse_input(&tabs_input(input))?).await,
+            ToolId::Tabs => self.tabs(caller, tool.parse_input(&tabs_input(input))?).await,
             ToolId::ListRequests => self.list_requests(tool.parse_input(input)?).await,
             ToolId::GetRequestBody => self.get_request_body(tool.parse_input(input)?).await,
             ToolId::CdpSend => self.cdp_send(tool.parse_input(input)?).await,
@@ -278,9 +336,15 @@ impl ToolHost {
         })
     }
 
-    /// Opens a new target (tab) and starts its request log. A second open target needs
-    /// `multiTarget`.
-    async fn open_target(&self, boot_id: u64, keep_alive: bool) -> Result<(String, Page), ToolError> {
+    /// Opens a new target (tab) for `caller`, in the context for `url` (the page it is opened
+    /// for, if any), and starts its request log. A second open target needs `multiTarget`.
+    async fn open_target(
+        &self,
+        caller: &AgentCaller,
+        boot_id: u64,
+        keep_alive: bool,
+        url: Option<&str>,
+    ) -> Result<(String, Page), ToolError> {
         let open = self
             .targets
             .lock()
@@ -291,10 +355,10 @@ impl ToolHost {
         if open >= 1 {
             self.option_gate(ToolId::Tabs, Capability::MultiTarget)?;
         }
-        let page = self
-            .browser()
-            .await?
-            .new_page()
+        let browser = self.browser().await?;
+        let context = self.context_for(&browser, caller, url).await?;
+        let page = browser
+            .new_page_in(context.as_ref())
             .await
             .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
         let requests = page::log_responses(&page).await?;
@@ -307,6 +371,7 @@ impl ToolHost {
             Target {
                 boot_id,
                 page: page.clone(),
+                context,
                 keep_alive,
                 last_used: Instant::now(),
                 requests,
@@ -330,6 +395,18 @@ impl ToolHost {
         }
         target.last_used = Instant::now();
         Ok(target.page.clone())
+    }
+
+    /// The cookies, as (name, domain) and never their values, of the jar `target` runs in: what
+    /// its page's requests can carry (M5; for the operator and the conformance suite).
+    pub async fn target_cookie_names(&self, target: &str) -> Result<Vec<(String, String)>, ToolError> {
+        self.target(target).await?;
+        let context = self.targets.lock().await.get(target).and_then(|t| t.context.clone());
+        self.browser()
+            .await?
+            .cookie_names_in(context.as_ref())
+            .await
+            .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))
     }
 
     /// Whether `target` was opened with `keepAlive` (L11).
@@ -406,8 +483,9 @@ fn tabs_input(input: &Value) -> Value {
     }
 }
 
-/// A revoke through the tool host reaches every browser of its [`BrowserHost`], and the target
-/// handles of closed tabs go with them.
+/// A revoke through the tool host reaches every browser of its [`BrowserHost`], in every context
+/// (M5); the contexts of grants that no longer count end, and the target handles of closed tabs
+/// go with them.
 #[async_trait::async_trait]
 impl LiveInstances for ToolHost {
     async fn forget(&self, scope: Scope<'_>, origins: &[String]) -> Result<Forgotten, LiveError> {
@@ -419,24 +497,79 @@ impl LiveInstances for ToolHost {
                 closing.push(id.clone());
             }
         }
-        let forgotten = LiveInstances::forget(&self.host, scope, origins).await?;
-        let mut targets = self.targets.lock().await;
-        for id in closing {
-            targets.remove(&id);
+        let mut forgotten = LiveInstances::forget(&self.host, scope, origins).await?;
+        // The revoke has already taken the grant out (or narrowed it): a grant that no longer
+        // counts loses its context, tabs and all.
+        let active: Vec<String> = self
+            .consent
+            .list(&Caller::local_agent())
+            .map(|grants| grants.into_iter().map(|g| g.id).collect())
+            .unwrap_or_default();
+        let ended: Vec<ContextId> = {
+            let mut contexts = self.contexts.lock().await;
+            let gone: Vec<String> = contexts
+                .by_grant
+                .keys()
+                .filter(|id| !active.contains(id))
+                .cloned()
+                .collect();
+            gone.iter().filter_map(|id| contexts.by_grant.remove(id)).collect()
+        };
+        if let Some(browser) = self.host.attach(self.instance.as_str()).await {
+            for context in &ended {
+                browser.close_context(context).await.map_err(|e| LiveError::Refused {
+                    step: "ending a revoked grant's browser context",
+                    detail: e.to_string(),
+                })?;
+                forgotten.tabs += 1;
+            }
         }
+        let mut targets = self.targets.lock().await;
+        targets.retain(|id, t| !closing.contains(id) && t.context.as_ref().is_none_or(|c| !ended.contains(c)));
         Ok(forgotten)
     }
 
+    /// A grant's material (a refresh, or what a launch puts in) replaces its context: the old
+    /// one ends with its tabs, and a new one holds the material as it now stands.
     async fn inject(&self, injection: &Injection) -> Result<usize, LiveError> {
-        match self.host.attach(self.instance.as_str()).await {
-            Some(browser) => browser.inject(injection).await.map_err(|e| match e {
-                crate::chromium::BrowserError::Live(live) => live,
-                other => LiveError::Refused {
-                    step: "putting granted material in",
-                    detail: other.to_string(),
-                },
-            }),
-            None => Ok(0),
+        let Some(browser) = self.host.attach(self.instance.as_str()).await else {
+            return Ok(0);
+        };
+        let live = |e: crate::chromium::BrowserError| match e {
+            crate::chromium::BrowserError::Live(live) => live,
+            other => LiveError::Refused {
+                step: "putting granted material in",
+                detail: other.to_string(),
+            },
+        };
+        if !self.takes_material() {
+            return browser.inject(injection).await.map_err(live);
         }
+        let fresh = browser.open_context().await.map_err(live)?;
+        let count = browser.inject_into(Some(&fresh), injection).await.map_err(live)?;
+        let replaced = self
+            .contexts
+            .lock()
+            .await
+            .by_grant
+            .insert(injection.grant_id().to_owned(), fresh);
+        if let Some(old) = replaced {
+            self.targets
+                .lock()
+                .await
+                .retain(|_, t| t.context.as_ref() != Some(&old));
+            browser.close_context(&old).await.map_err(live)?;
+        }
+        Ok(count)
     }
+}
+
+/// A new context in `browser` holding `injection`'s material (none without one).
+async fn open_with(browser: &ControlledBrowser, injection: Option<&Injection>) -> Result<ContextId, ToolError> {
+    let internal = |e: crate::chromium::BrowserError| ToolError::new(ToolErrorCode::Internal, e.to_string());
+    let context = browser.open_context().await.map_err(internal)?;
+    if let Some(injection) = injection {
+        browser.inject_into(Some(&context), injection).await.map_err(internal)?;
+    }
+    Ok(context)
 }

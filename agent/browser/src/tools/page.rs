@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::cdp_send::{RawCommand, allowed};
 use super::input::{self, Tabs};
 use super::{Target, ToolHost};
-use crate::spec::{Capability, ToolError, ToolErrorCode, ToolId};
+use crate::spec::{AgentCaller, Capability, ToolError, ToolErrorCode, ToolId};
 
 /// How many responses a target's log keeps (the oldest drop first).
 const REQUEST_LOG: usize = 500;
@@ -24,7 +24,9 @@ const NAVIGATION: Duration = Duration::from_secs(30);
 const DOWNLOAD: Duration = Duration::from_secs(60);
 
 impl ToolHost {
-    pub(super) async fn navigate(&self, input: input::Navigate) -> Result<Value, ToolError> {
+    /// A new target opens in the context of the grant covering the URL (or the bare one, M5);
+    /// an open target stays in the context it was opened in, wherever it goes.
+    pub(super) async fn navigate(&self, caller: &AgentCaller, input: input::Navigate) -> Result<Value, ToolError> {
         self.may_go(&input.url)?;
         let boot_id = self.ready().await?;
         let (target, page) = match input.target {
@@ -32,7 +34,10 @@ impl ToolHost {
                 let page = self.target(&target).await?;
                 (target, page)
             }
-            None => self.open_target(boot_id, input.keep_alive).await?,
+            None => {
+                self.open_target(caller, boot_id, input.keep_alive, Some(&input.url))
+                    .await?
+            }
         };
         tokio::time::timeout(NAVIGATION, page.goto(input.url.as_str()))
             .await
@@ -146,7 +151,7 @@ impl ToolHost {
     }
 
     /// `browser.tabs`: `list`, `open` (optionally `keepAlive`, `url`), `close`.
-    pub(super) async fn tabs(&self, input: Tabs) -> Result<Value, ToolError> {
+    pub(super) async fn tabs(&self, caller: &AgentCaller, input: Tabs) -> Result<Value, ToolError> {
         let boot_id = self.ready().await?;
         match input {
             Tabs::List => {
@@ -163,7 +168,7 @@ impl ToolHost {
                 if let Some(url) = &url {
                     self.may_go(url)?;
                 }
-                let (id, page) = self.open_target(boot_id, keep_alive).await?;
+                let (id, page) = self.open_target(caller, boot_id, keep_alive, url.as_deref()).await?;
                 if let Some(url) = url {
                     page.goto(url).await.map_err(|e| navigation_failed(&e))?;
                 }
@@ -249,7 +254,16 @@ impl ToolHost {
         let dir = download_dir(&self.config.state_dir, self.instance.as_str())
             .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("the download directory: {e}")))?;
         let internal = |e: crate::chromium::BrowserError| ToolError::new(ToolErrorCode::Internal, e.to_string());
-        browser.allow_downloads(&dir).await.map_err(internal)?;
+        let context = self
+            .targets
+            .lock()
+            .await
+            .get(&input.target)
+            .and_then(|t| t.context.clone());
+        browser
+            .allow_downloads(&dir, context.as_ref())
+            .await
+            .map_err(internal)?;
         let mut events = browser.download_events().await.map_err(internal)?;
         let script = format!(
             "(() => {{ const a = document.createElement('a'); a.href = {}; a.download = ''; \
