@@ -88,9 +88,13 @@ async fn no_route_takes_the_agents_browser_to_local_files_internals_or_unnamed_l
            new Image().src = '{unnamed_http}img';\
          </script>"
     );
-    // Frames, added by a script the caller runs once the page is up: chromiumoxide's `goto`
-    // waits 30 s on a page whose frame Chromium refuses to load (a `file:` or `chrome:` frame
-    // does that with or without the guard), which would time the test out, not test anything.
+    // The same frames written into a page: a frame Chromium refuses never loads, and the tools'
+    // navigation must not wait for it (chromiumoxide's `goto` alone waits 30 s, then fails).
+    let framed = format!(
+        "<h1>framed</h1><iframe src='{file_url}'></iframe><iframe src='chrome://version'></iframe>\
+         <iframe src='{unnamed_http}'></iframe>"
+    );
+    // And added by a script the caller runs once the page is up.
     let frames = format!(
         "for (const src of ['{file_url}', 'chrome://version', '{unnamed_http}']) {{\
            const frame = document.createElement('iframe'); frame.src = src; document.body.append(frame);\
@@ -110,6 +114,10 @@ async fn no_route_takes_the_agents_browser_to_local_files_internals_or_unnamed_l
             .route(
                 "/to-loopback",
                 axum::routing::get(move || async move { axum::response::Redirect::temporary(&to_unnamed) }),
+            )
+            .route(
+                "/framed",
+                axum::routing::get(move || async move { axum::response::Html(framed) }),
             )
             .route(
                 "/moves",
@@ -186,6 +194,9 @@ async fn no_route_takes_the_agents_browser_to_local_files_internals_or_unnamed_l
     }
     let moved = ok(tools
         .call("browser.navigate", &json!({"url": format!("{named}/moves")}))
+        .await);
+    ok(tools
+        .call("browser.navigate", &json!({"url": format!("{named}/framed")}))
         .await);
 
     // Whatever the page's script, frames and windows did has happened once the page settled: a

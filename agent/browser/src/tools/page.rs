@@ -39,10 +39,9 @@ impl ToolHost {
                     .await?
             }
         };
-        tokio::time::timeout(NAVIGATION, page.goto(input.url.as_str()))
+        tokio::time::timeout(NAVIGATION, go(&page, &input.url))
             .await
-            .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the page did not load in 30 s"))?
-            .map_err(|e| navigation_failed(&e))?;
+            .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the page did not load in 30 s"))??;
         let landed = page.url().await.map_err(|e| cdp(&e))?.unwrap_or_default();
         Ok(json!({ "target": target, "url": landed }))
     }
@@ -170,7 +169,9 @@ impl ToolHost {
                 }
                 let (id, page) = self.open_target(caller, boot_id, keep_alive, url.as_deref()).await?;
                 if let Some(url) = url {
-                    page.goto(url).await.map_err(|e| navigation_failed(&e))?;
+                    tokio::time::timeout(NAVIGATION, go(&page, &url))
+                        .await
+                        .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the page did not load in 30 s"))??;
                 }
                 Ok(json!({ "target": id, "keepAlive": keep_alive }))
             }
@@ -351,6 +352,41 @@ async fn evaluated_true(page: &Page, script: impl Into<String>) -> Result<bool, 
 
 pub(super) fn not_found(what: &str) -> ToolError {
     ToolError::new(ToolErrorCode::NotFound, format!("nothing matches {what}"))
+}
+
+/// Sends `page` to `url` and returns once its main document has loaded, or with why not.
+///
+/// chromiumoxide's `goto` also waits for every subframe's own load event, and a frame Chromium
+/// refuses to load (a `file:` or `chrome:` iframe on a web page) never sends one: a hostile page
+/// would hold every navigation to it for the full timeout. So the main frame committing a
+/// document and firing `load` (which waits for the frames of its DOM, refused ones included)
+/// ends the wait too. A navigation that commits an error page is left to `goto`, which says why.
+async fn go(page: &Page, url: &str) -> Result<(), ToolError> {
+    use chromiumoxide::cdp::browser_protocol::page::{EventFrameNavigated, EventLoadEventFired};
+    let mut committed = page
+        .event_listener::<EventFrameNavigated>()
+        .await
+        .map_err(|e| cdp(&e))?;
+    let mut loaded = page
+        .event_listener::<EventLoadEventFired>()
+        .await
+        .map_err(|e| cdp(&e))?;
+    let main_document_loaded = async {
+        loop {
+            let event = committed.next().await?;
+            if event.frame.parent_id.is_none() {
+                if event.frame.url.starts_with("chrome-error:") {
+                    return None;
+                }
+                break;
+            }
+        }
+        loaded.next().await
+    };
+    tokio::select! {
+        navigated = page.goto(url) => navigated.map(|_| ()).map_err(|e| navigation_failed(&e)),
+        Some(_) = main_document_loaded => Ok(()),
+    }
 }
 
 /// A navigation that failed: refused by the browser's request guard (a redirect to somewhere
