@@ -634,3 +634,61 @@ async fn the_idle_reaper_closes_idle_targets_and_never_a_keep_alive_one() {
     host.stop("reap", Duration::from_secs(2)).await.unwrap();
     std::fs::remove_dir_all(&state).unwrap();
 }
+
+/// A clock the test sets.
+#[derive(Debug)]
+struct Settable(std::sync::atomic::AtomicI64);
+
+impl pap_shared::Clock for Settable {
+    fn now(&self) -> pap_shared::UnixTime {
+        pap_shared::UnixTime::from_secs(self.0.load(std::sync::atomic::Ordering::SeqCst))
+    }
+}
+
+/// A launch first ends what expired (a revoke through the tool host itself, which reaches the
+/// grant contexts), then gives each grant in force its context: the expired grant's material
+/// never goes in, and the launch does not wait on itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_after_a_grant_expired_ends_it_and_injects_the_rest() {
+    use pap_browser::consent::{ConsentHost, GrantRequest, SourceSpec};
+    use pap_browser::spec::Operator;
+    let state = std::env::temp_dir().join(format!("pap-tools-expiry-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    std::fs::create_dir_all(&state).unwrap();
+    let clock = std::sync::Arc::new(Settable(std::sync::atomic::AtomicI64::new(1_900_000_000)));
+    let consent = std::sync::Arc::new(
+        ConsentHost::open(&state, clock.clone(), std::sync::Arc::new(pap_shared::SystemRng)).unwrap(),
+    );
+    let operator = Operator::from_operator_channel("test");
+    for (domain, expires) in [("gone.example", Some(1_900_000_060)), ("kept.example", None)] {
+        let source = state.join(format!("{domain}.json"));
+        std::fs::write(
+            &source,
+            json!({"cookies": [{"name": "sid", "value": format!("VALUE-OF-{domain}"), "domain": domain,
+                "path": "/", "secure": true, "httpOnly": true, "sameSite": "Lax"}], "origins": []})
+            .to_string(),
+        )
+        .unwrap();
+        let mut request = GrantRequest::for_domains(SourceSpec::StorageState(source), &[domain]);
+        request.expires_at = expires.map(pap_shared::UnixTime::from_secs);
+        consent.grant(&operator, request).unwrap();
+    }
+    clock.0.store(1_900_000_120, std::sync::atomic::Ordering::SeqCst);
+    let host = BrowserHost::new();
+    let tools = ToolHost::new(
+        manifest(),
+        host.clone(),
+        loopback_config(&state),
+        key("expiry"),
+        consent,
+    );
+    tokio::time::timeout(Duration::from_secs(60), tools.launch())
+        .await
+        .expect("the launch waited on itself")
+        .unwrap();
+    let names = host.attach("expiry").await.unwrap().cookie_names().await.unwrap();
+    assert!(names.iter().any(|(_, d)| d == "kept.example"), "{names:?}");
+    assert!(!names.iter().any(|(_, d)| d == "gone.example"), "{names:?}");
+    host.stop("expiry", Duration::from_secs(2)).await.unwrap();
+    std::fs::remove_dir_all(&state).unwrap();
+}

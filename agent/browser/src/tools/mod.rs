@@ -162,19 +162,24 @@ impl ToolHost {
     /// Gives a fresh boot a context per grant in force, each holding that grant's material only
     /// (C1, M5). Once per boot.
     async fn inject_granted(&self, browser: &ControlledBrowser, boot_id: u64) -> Result<(), ToolError> {
+        if !self.takes_material() || self.contexts.lock().await.boot_id == boot_id {
+            return Ok(());
+        }
+        // Expiry revokes through this host (`LiveInstances::forget`), which takes the contexts'
+        // lock: it runs before that lock is held here.
+        self.consent.expire(self).await.map_err(|e| e.to_tool_error())?;
+        let injections = self
+            .consent
+            .local_injections(&Caller::local_agent())
+            .map_err(|e| e.to_tool_error())?;
         let mut contexts = self.contexts.lock().await;
-        if !self.takes_material() || contexts.boot_id == boot_id {
+        if contexts.boot_id == boot_id {
             return Ok(());
         }
         *contexts = Contexts {
             boot_id,
             ..Contexts::default()
         };
-        self.consent.expire(self).await.map_err(|e| e.to_tool_error())?;
-        let injections = self
-            .consent
-            .local_injections(&Caller::local_agent())
-            .map_err(|e| e.to_tool_error())?;
         for injection in &injections {
             let context = open_with(browser, Some(injection)).await?;
             contexts.by_grant.insert(injection.grant_id().to_owned(), context);
