@@ -692,3 +692,52 @@ async fn a_launch_after_a_grant_expired_ends_it_and_injects_the_rest() {
     host.stop("expiry", Duration::from_secs(2)).await.unwrap();
     std::fs::remove_dir_all(&state).unwrap();
 }
+
+/// M5 with C8 from another process: `pap-agent consent revoke` reaches a tool host's browser
+/// over a CDP connection of its own (`LiveProfiles`, through the profile's `DevToolsActivePort`),
+/// and takes the grant's cookie out of the grant's own context, not only the default one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_over_another_connection_reaches_the_grant_context() {
+    use pap_browser::chromium::LiveProfiles;
+    use pap_browser::consent::{GrantRequest, LiveInstances as _, Scope, SourceSpec};
+    use pap_browser::spec::Operator;
+    let state = std::env::temp_dir().join(format!("pap-tools-other-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    std::fs::create_dir_all(&state).unwrap();
+    let source = state.join("storage-state.json");
+    std::fs::write(
+        &source,
+        json!({"cookies": [{"name": "sid", "value": "GRANTED-VALUE", "domain": "shop.example", "path": "/",
+            "secure": true, "httpOnly": true}], "origins": []})
+        .to_string(),
+    )
+    .unwrap();
+    let consent = consent(&state);
+    consent
+        .grant(
+            &Operator::from_operator_channel("test"),
+            GrantRequest::for_domains(SourceSpec::StorageState(source), &["shop.example"]),
+        )
+        .unwrap();
+    let host = BrowserHost::new();
+    let tools = ToolHost::new(manifest(), host.clone(), loopback_config(&state), key("other"), consent);
+    tools.launch().await.unwrap();
+    let browser = host.attach("other").await.unwrap();
+    let holds = |names: &[(String, String)]| names.iter().any(|(_, d)| d == "shop.example");
+    assert!(
+        holds(&browser.cookie_names().await.unwrap()),
+        "the grant's context holds its cookie"
+    );
+
+    let domains = [pap_shared::GrantDomain::parse("shop.example").unwrap()];
+    let forgotten = LiveProfiles::new(&state)
+        .forget(Scope::Domains(&domains), &[])
+        .await
+        .unwrap();
+    assert_eq!(forgotten.cookies, 1, "{forgotten:?}");
+    let left = browser.cookie_names().await.unwrap();
+    assert!(!holds(&left), "{left:?}");
+    drop(browser);
+    host.stop("other", Duration::from_secs(2)).await.unwrap();
+    std::fs::remove_dir_all(&state).unwrap();
+}
