@@ -635,6 +635,30 @@ async fn the_idle_reaper_closes_idle_targets_and_never_a_keep_alive_one() {
     std::fs::remove_dir_all(&state).unwrap();
 }
 
+/// A storage-state file under `dir` holding one session cookie of `domain`, and the operator's
+/// grant of `domain` from it (expiring at `expires`, if given).
+fn grant_cookie(
+    consent: &pap_browser::consent::ConsentHost,
+    dir: &std::path::Path,
+    domain: &str,
+    expires: Option<i64>,
+) -> pap_browser::consent::Grant {
+    use pap_browser::consent::{GrantRequest, SourceSpec};
+    let source = dir.join(format!("{domain}.json"));
+    std::fs::write(
+        &source,
+        json!({"cookies": [{"name": "sid", "value": format!("VALUE-OF-{domain}"), "domain": domain,
+            "path": "/", "secure": true, "httpOnly": true, "sameSite": "Lax"}], "origins": []})
+        .to_string(),
+    )
+    .unwrap();
+    let mut request = GrantRequest::for_domains(SourceSpec::StorageState(source), &[domain]);
+    request.expires_at = expires.map(pap_shared::UnixTime::from_secs);
+    consent
+        .grant(&pap_browser::spec::Operator::from_operator_channel("test"), request)
+        .unwrap()
+}
+
 /// A clock the test sets.
 #[derive(Debug)]
 struct Settable(std::sync::atomic::AtomicI64);
@@ -650,8 +674,7 @@ impl pap_shared::Clock for Settable {
 /// never goes in, and the launch does not wait on itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_launch_after_a_grant_expired_ends_it_and_injects_the_rest() {
-    use pap_browser::consent::{ConsentHost, GrantRequest, SourceSpec};
-    use pap_browser::spec::Operator;
+    use pap_browser::consent::ConsentHost;
     let state = std::env::temp_dir().join(format!("pap-tools-expiry-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&state);
     std::fs::create_dir_all(&state).unwrap();
@@ -659,20 +682,8 @@ async fn a_launch_after_a_grant_expired_ends_it_and_injects_the_rest() {
     let consent = std::sync::Arc::new(
         ConsentHost::open(&state, clock.clone(), std::sync::Arc::new(pap_shared::SystemRng)).unwrap(),
     );
-    let operator = Operator::from_operator_channel("test");
-    for (domain, expires) in [("gone.example", Some(1_900_000_060)), ("kept.example", None)] {
-        let source = state.join(format!("{domain}.json"));
-        std::fs::write(
-            &source,
-            json!({"cookies": [{"name": "sid", "value": format!("VALUE-OF-{domain}"), "domain": domain,
-                "path": "/", "secure": true, "httpOnly": true, "sameSite": "Lax"}], "origins": []})
-            .to_string(),
-        )
-        .unwrap();
-        let mut request = GrantRequest::for_domains(SourceSpec::StorageState(source), &[domain]);
-        request.expires_at = expires.map(pap_shared::UnixTime::from_secs);
-        consent.grant(&operator, request).unwrap();
-    }
+    grant_cookie(&consent, &state, "gone.example", Some(1_900_000_060));
+    grant_cookie(&consent, &state, "kept.example", None);
     clock.0.store(1_900_000_120, std::sync::atomic::Ordering::SeqCst);
     let host = BrowserHost::new();
     let tools = ToolHost::new(
@@ -699,26 +710,12 @@ async fn a_launch_after_a_grant_expired_ends_it_and_injects_the_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoke_over_another_connection_reaches_the_grant_context() {
     use pap_browser::chromium::LiveProfiles;
-    use pap_browser::consent::{GrantRequest, LiveInstances as _, Scope, SourceSpec};
-    use pap_browser::spec::Operator;
+    use pap_browser::consent::{LiveInstances as _, Scope};
     let state = std::env::temp_dir().join(format!("pap-tools-other-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&state);
     std::fs::create_dir_all(&state).unwrap();
-    let source = state.join("storage-state.json");
-    std::fs::write(
-        &source,
-        json!({"cookies": [{"name": "sid", "value": "GRANTED-VALUE", "domain": "shop.example", "path": "/",
-            "secure": true, "httpOnly": true}], "origins": []})
-        .to_string(),
-    )
-    .unwrap();
     let consent = consent(&state);
-    consent
-        .grant(
-            &Operator::from_operator_channel("test"),
-            GrantRequest::for_domains(SourceSpec::StorageState(source), &["shop.example"]),
-        )
-        .unwrap();
+    grant_cookie(&consent, &state, "shop.example", None);
     let host = BrowserHost::new();
     let tools = ToolHost::new(manifest(), host.clone(), loopback_config(&state), key("other"), consent);
     tools.launch().await.unwrap();
