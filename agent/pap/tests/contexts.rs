@@ -20,7 +20,7 @@ use axum::http::HeaderMap;
 use pap_agent::{TlsListener, join_tab, spki_pin};
 use pap_browser::chromium::{BrowserHost, ChromiumConfig, TestNetwork};
 use pap_browser::consent::{Caller, GrantRequest, SourceSpec};
-use pap_browser::spec::{InstanceKey, Operator};
+use pap_browser::spec::{InstanceKey, Operator, ToolErrorCode, ToolResult};
 use pap_browser::testkit::{chromium_manifest, consent_at, ok};
 use pap_browser::tools::ToolHost;
 use serde_json::json;
@@ -155,6 +155,21 @@ async fn a_page_elsewhere_never_rides_a_granted_session() {
         !cookie.contains(SHOP_SESSION),
         "the bank's page carried the shop's session"
     );
+    // The bank's tab is not sent to another site: the hostile page would run in the bank's jar.
+    // (Had it loaded, its three requests would carry the bank session into the count below.)
+    let refused = tools
+        .call(
+            "browser.navigate",
+            &json!({"url": "https://evil.example/hostile", "target": bank["target"]}),
+        )
+        .await;
+    match refused {
+        ToolResult::Err(e) => {
+            assert_eq!(e.code, ToolErrorCode::PermissionDenied);
+            assert_eq!(e.cause.unwrap()["rule"], "context");
+        }
+        ToolResult::Ok(v) => panic!("the bank's tab went to another site: {v}"),
+    }
 
     // A join to the shop: its tab holds the shop's grant only. The company's page posting to the
     // bank rides nothing.

@@ -626,15 +626,20 @@ impl ConsentHost {
         })
     }
 
+    /// The grant `caller` may use on `host` in a local browser: the first active one covering it
+    /// with the local sink.
+    pub fn local_grant_for(&self, caller: &Caller, host: &str) -> Result<Option<Grant>, ConsentError> {
+        Ok(self
+            .list(caller)?
+            .into_iter()
+            .find(|g| g.covers(host) && g.sinks.contains(&Sink::Local)))
+    }
+
     /// The material of the grant `caller` may use on `host` in a local browser (the first active
     /// one covering it with the local sink), or `None`: what a tab on `host`, or a join to it,
     /// runs with, in a browser context of its own (review M5).
     pub fn local_injection_for(&self, caller: &Caller, host: &str) -> Result<Option<Injection>, ConsentError> {
-        let Some(grant) = self
-            .list(caller)?
-            .into_iter()
-            .find(|g| g.covers(host) && g.sinks.contains(&Sink::Local))
-        else {
+        let Some(grant) = self.local_grant_for(caller, host)? else {
             return Ok(None);
         };
         let material = self.store.load(&grant.id)?;

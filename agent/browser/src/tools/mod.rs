@@ -54,6 +54,8 @@ struct Target {
     page: Page,
     /// `None`: the default context (a provider that takes no session material).
     context: Option<ContextId>,
+    /// Whose jar that context is (M5).
+    jar: Jar,
     keep_alive: bool,
     /// When a call last used it (the idle reaper's clock, L11).
     last_used: Instant,
@@ -72,6 +74,17 @@ pub struct ToolHost {
     /// The browser contexts of the running boot: one per grant, holding only its material, and
     /// one holding none (review M5).
     contexts: Mutex<Contexts>,
+}
+
+/// Whose cookie jar a tab runs in (review M5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Jar {
+    /// The browser's default context: a provider that takes no session material.
+    Default,
+    /// A context holding no granted material.
+    Bare,
+    /// The context of this grant (its id), holding its material only.
+    Grant(String),
 }
 
 /// The browser contexts of one boot (review M5). A tab opens in the context of the grant that
@@ -187,42 +200,76 @@ impl ToolHost {
         Ok(())
     }
 
-    /// The context a new tab for `caller` on `url` opens in: the context of the grant covering
-    /// `url`'s host that `caller` may use (made now if the grant came after the launch), or the
-    /// bare context; the default context for a provider that takes no material.
-    async fn context_for(
+    /// Whose jar a tab for `caller` on `url` runs in: the grant covering `url`'s host that
+    /// `caller` may use, or none (the bare context); the default context for a provider that
+    /// takes no material.
+    fn jar_for(&self, caller: &AgentCaller, url: Option<&str>) -> Result<Jar, ToolError> {
+        if !self.takes_material() {
+            return Ok(Jar::Default);
+        }
+        let Some(host) = url.and_then(|u| url::Url::parse(u).ok()?.host_str().map(str::to_owned)) else {
+            return Ok(Jar::Bare);
+        };
+        let grant = self
+            .consent
+            .local_grant_for(&Caller::Agent(caller.clone()), &host)
+            .map_err(|e| e.to_tool_error())?;
+        Ok(grant.map_or(Jar::Bare, |g| Jar::Grant(g.id)))
+    }
+
+    /// The context of `jar`, made now (with the grant's material) if the grant came after the
+    /// launch or the bare context is not there yet.
+    async fn context_of(
         &self,
         browser: &ControlledBrowser,
         caller: &AgentCaller,
-        url: Option<&str>,
+        jar: &Jar,
     ) -> Result<Option<ContextId>, ToolError> {
-        if !self.takes_material() {
-            return Ok(None);
-        }
-        let host = url.and_then(|u| url::Url::parse(u).ok()?.host_str().map(str::to_owned));
-        let injection = match host {
-            Some(host) => self
-                .consent
-                .local_injection_for(&Caller::Agent(caller.clone()), &host)
-                .map_err(|e| e.to_tool_error())?,
-            None => None,
-        };
         let mut contexts = self.contexts.lock().await;
-        let existing = match &injection {
-            Some(injection) => contexts.by_grant.get(injection.grant_id()),
-            None => contexts.bare.as_ref(),
+        let existing = match jar {
+            Jar::Default => return Ok(None),
+            Jar::Bare => contexts.bare.as_ref(),
+            Jar::Grant(id) => contexts.by_grant.get(id),
         };
         if let Some(context) = existing {
             return Ok(Some(context.clone()));
         }
+        let injection = match jar {
+            Jar::Grant(id) => self
+                .consent
+                .local_injections(&Caller::Agent(caller.clone()))
+                .map_err(|e| e.to_tool_error())?
+                .into_iter()
+                .find(|i| i.grant_id() == id),
+            _ => None,
+        };
         let context = open_with(browser, injection.as_ref()).await?;
-        match &injection {
-            Some(injection) => contexts
-                .by_grant
-                .insert(injection.grant_id().to_owned(), context.clone()),
-            None => contexts.bare.replace(context.clone()),
+        match jar {
+            Jar::Grant(id) => contexts.by_grant.insert(id.clone(), context.clone()),
+            _ => contexts.bare.replace(context.clone()),
         };
         Ok(Some(context))
+    }
+
+    /// An open tab sent to `url` stays in its jar: a tab of one grant's jar does not go to a
+    /// site outside that grant, and a bare tab does not go to a granted site (M5: the page would
+    /// carry the wrong sessions, or miss its own). A new tab does (`browser.navigate` without
+    /// `target`).
+    async fn same_jar(&self, caller: &AgentCaller, target: &str, url: &str) -> Result<(), ToolError> {
+        if url == "about:blank" {
+            return Ok(());
+        }
+        let wanted = self.jar_for(caller, Some(url))?;
+        let current = self.targets.lock().await.get(target).map(|t| t.jar.clone());
+        if current.is_none_or(|jar| jar == wanted) {
+            return Ok(());
+        }
+        Err(ToolError::new(
+            ToolErrorCode::PermissionDenied,
+            "this tab runs in another cookie jar than that site's (each grant has its own): open \
+             a new tab for it (browser.navigate without target)",
+        )
+        .with_cause(json!({ "rule": "context", "target": target })))
     }
 
     /// `health()`: the instance's state, when it was established, its boot (L1, L4, L12).
@@ -361,7 +408,8 @@ impl ToolHost {
             self.option_gate(ToolId::Tabs, Capability::MultiTarget)?;
         }
         let browser = self.browser().await?;
-        let context = self.context_for(&browser, caller, url).await?;
+        let jar = self.jar_for(caller, url)?;
+        let context = self.context_of(&browser, caller, &jar).await?;
         let page = browser
             .new_page_in(context.as_ref())
             .await
@@ -377,6 +425,7 @@ impl ToolHost {
                 boot_id,
                 page: page.clone(),
                 context,
+                jar,
                 keep_alive,
                 last_used: Instant::now(),
                 requests,

@@ -25,13 +25,15 @@ const DOWNLOAD: Duration = Duration::from_secs(60);
 
 impl ToolHost {
     /// A new target opens in the context of the grant covering the URL (or the bare one, M5);
-    /// an open target stays in the context it was opened in, wherever it goes.
+    /// an open target stays in the context it was opened in, and is not sent to a site whose
+    /// jar is another ([`ToolHost::same_jar`]).
     pub(super) async fn navigate(&self, caller: &AgentCaller, input: input::Navigate) -> Result<Value, ToolError> {
         self.may_go(&input.url)?;
         let boot_id = self.ready().await?;
         let (target, page) = match input.target {
             Some(target) => {
                 let page = self.target(&target).await?;
+                self.same_jar(caller, &target, &input.url).await?;
                 (target, page)
             }
             None => {
