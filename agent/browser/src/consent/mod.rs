@@ -639,14 +639,37 @@ impl ConsentHost {
     /// one covering it with the local sink), or `None`: what a tab on `host`, or a join to it,
     /// runs with, in a browser context of its own (review M5).
     pub fn local_injection_for(&self, caller: &Caller, host: &str) -> Result<Option<Injection>, ConsentError> {
-        let Some(grant) = self.local_grant_for(caller, host)? else {
+        match self.local_grant_for(caller, host)? {
+            Some(grant) => self.local_injection_of(caller, &grant.id),
+            None => Ok(None),
+        }
+    }
+
+    /// The material of grant `grant_id`, if `caller` may use it in a local browser (active,
+    /// visible to it, with the local sink).
+    pub fn local_injection_of(&self, caller: &Caller, grant_id: &str) -> Result<Option<Injection>, ConsentError> {
+        let usable = self
+            .list(caller)?
+            .into_iter()
+            .any(|g| g.id == grant_id && g.sinks.contains(&Sink::Local));
+        if !usable {
             return Ok(None);
-        };
-        let material = self.store.load(&grant.id)?;
+        }
+        let material = self.store.load(grant_id)?;
         Ok(Some(Injection {
             cookies: material.cookies,
             origins: material.origins,
-            grant_id: grant.id,
+            grant_id: grant_id.to_owned(),
+        }))
+    }
+
+    /// Whether grant `grant_id` still counts for anyone: active, and the device it is scoped to
+    /// (if any) still paired. A browser context of a grant that does not is ended (M5).
+    pub fn still_counts(&self, grant_id: &str) -> Result<bool, ConsentError> {
+        let now = self.clock.now();
+        let revoked_devices = self.grants.revoked_devices()?;
+        Ok(self.grants.load()?.iter().any(|g| {
+            g.id == grant_id && g.is_active(now) && !g.device_id.as_ref().is_some_and(|d| revoked_devices.contains(d))
         }))
     }
 

@@ -237,10 +237,8 @@ impl ToolHost {
         let injection = match jar {
             Jar::Grant(id) => self
                 .consent
-                .local_injections(&Caller::Agent(caller.clone()))
-                .map_err(|e| e.to_tool_error())?
-                .into_iter()
-                .find(|i| i.grant_id() == id),
+                .local_injection_of(&Caller::Agent(caller.clone()), id)
+                .map_err(|e| e.to_tool_error())?,
             _ => None,
         };
         let context = open_with(browser, injection.as_ref()).await?;
@@ -553,18 +551,14 @@ impl LiveInstances for ToolHost {
         }
         let mut forgotten = LiveInstances::forget(&self.host, scope, origins).await?;
         // The revoke has already taken the grant out (or narrowed it): a grant that no longer
-        // counts loses its context, tabs and all.
-        let active: Vec<String> = self
-            .consent
-            .list(&Caller::local_agent())
-            .map(|grants| grants.into_iter().map(|g| g.id).collect())
-            .unwrap_or_default();
+        // counts, for any caller or device, loses its context, tabs and all. One whose state
+        // cannot be read is treated as ended: its session goes, none leaks.
         let ended: Vec<ContextId> = {
             let mut contexts = self.contexts.lock().await;
             let gone: Vec<String> = contexts
                 .by_grant
                 .keys()
-                .filter(|id| !active.contains(id))
+                .filter(|id| !self.consent.still_counts(id).unwrap_or(false))
                 .cloned()
                 .collect();
             gone.iter().filter_map(|id| contexts.by_grant.remove(id)).collect()
