@@ -21,6 +21,7 @@ mod client;
 mod documents;
 mod identity;
 mod join;
+pub mod mcp;
 #[cfg(feature = "test-support")]
 pub mod testkit;
 mod tls;

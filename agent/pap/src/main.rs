@@ -17,8 +17,9 @@ use pap_agent::{
 };
 use pap_browser::chromium::{self, BrowserHost, ChromiumConfig, TestNetwork, click_and_land};
 use pap_browser::consent;
-use pap_browser::spec::{InstanceState, Lifecycle, OperatorReset};
+use pap_browser::spec::{AgentCaller, InstanceKey, InstanceState, Lifecycle, OperatorReset};
 use pap_browser::store::SealingKey;
+use pap_browser::tools::ToolHost;
 use pap_shared::{CompanyDomain, HttpsUrl, SystemClock, SystemRng};
 use rustls::pki_types::CertificateDer;
 
@@ -124,7 +125,24 @@ enum PapCommand {
     /// Revokes the Account Token: the company signs the Session out.
     #[command(after_help = "Example:\n  pap-agent revoke shop.example")]
     Revoke { domain: String },
+    /// Serves the agent's browser to agent runtimes over MCP.
+    #[command(after_help = "Example:\n  pap-agent host stdio")]
+    Host {
+        #[command(subcommand)]
+        command: HostCommand,
+    },
 }
+
+/// How the agent's browser is served over MCP.
+#[derive(Subcommand)]
+enum HostCommand {
+    /// On stdin/stdout, for an MCP client that spawns its servers; logs go to stderr.
+    #[command(after_help = "Example:\n  pap-agent --state-dir /var/lib/pap-agent host stdio")]
+    Stdio,
+}
+
+/// The browser instance an MCP host runs.
+const MCP_INSTANCE: &str = "mcp";
 
 #[derive(Subcommand)]
 enum BrowserCommand {
@@ -464,6 +482,9 @@ impl Agent {
                 operation_url,
                 screenshot,
             } => browse(self, &domain, &operation_url, true, screenshot).await,
+            PapCommand::Host {
+                command: HostCommand::Stdio,
+            } => self.host_stdio().await,
             PapCommand::Revoke { domain } => {
                 let (company, mut wallet) = self.company(&domain).await?;
                 let session = wallet.session.as_mut().context("no Session")?;
@@ -475,6 +496,48 @@ impl Agent {
                 Ok(())
             }
         }
+    }
+
+    /// How this agent launches (or attaches to) its Chromium: the manifest's lifecycle, the
+    /// test-only routing of `--connect` with the one leaf each name serves pinned, `--attach`.
+    async fn browser_config(&self) -> anyhow::Result<ChromiumConfig> {
+        let mut config = ChromiumConfig::new(self.state_dir.clone()).with_lifecycle(&lifecycle()?);
+        if let Some((map, roots)) = &self.test_network {
+            let mut pins = Vec::new();
+            for (name, addr) in map {
+                pins.push(pin_served_leaf(name, *addr, roots.clone()).await?);
+            }
+            config.test_network = TestNetwork {
+                map: map.clone(),
+                spki_pins: pins,
+            };
+        }
+        config.attach_to = self.attach;
+        Ok(config)
+    }
+
+    /// `pap-agent host stdio`: the agent's browser as an MCP server on stdin/stdout, for a client
+    /// that spawns its servers. Its tools run as the local agent; its browser (instance `mcp`)
+    /// starts with the first call that needs it and stops when the client goes.
+    async fn host_stdio(&self) -> anyhow::Result<()> {
+        use rmcp::ServiceExt as _;
+        let config = self.browser_config().await?;
+        let host = BrowserHost::persistent(&self.state_dir, lifecycle()?.policy())?;
+        host.sweep_previous_run(&self.state_dir, Duration::from_secs(2)).await?;
+        let consent = Arc::new(consent::ConsentHost::open(
+            &self.state_dir,
+            Arc::new(SystemClock),
+            Arc::new(SystemRng),
+        )?);
+        let manifest = chromium::manifest().map_err(|d| anyhow::anyhow!("the shipped manifest: {d:?}"))?;
+        let instance = InstanceKey::try_from(MCP_INSTANCE)?;
+        let tools = ToolHost::new(manifest, host.clone(), config, instance, consent);
+        let server = pap_agent::mcp::BrowserServer::new(tools, AgentCaller::local());
+        let served = server.serve(rmcp::transport::stdio()).await?;
+        let ended = served.waiting().await;
+        host.stop(MCP_INSTANCE, Duration::from_secs(2)).await?;
+        ended?;
+        Ok(())
     }
 
     async fn company(&self, domain: &str) -> anyhow::Result<(Company, Wallet)> {
@@ -589,18 +652,7 @@ async fn browse(
         .as_ref()
         .context("no Session: run `pap-agent session` first")?;
     let return_to = HttpsUrl::parse(url).context("the page is not an HTTPS URL")?;
-    let mut config = ChromiumConfig::new(agent.state_dir.clone()).with_lifecycle(&lifecycle()?);
-    if let Some((map, roots)) = &agent.test_network {
-        let mut pins = Vec::new();
-        for (name, addr) in map {
-            pins.push(pin_served_leaf(name, *addr, roots.clone()).await?);
-        }
-        config.test_network = TestNetwork {
-            map: map.clone(),
-            spki_pins: pins,
-        };
-    }
-    config.attach_to = agent.attach;
+    let config = agent.browser_config().await?;
     let host = BrowserHost::persistent(&agent.state_dir, lifecycle()?.policy())?;
     // L8: before the first launch, end what a killed run of this agent left (never the browsers
     // of another agent process running now).

@@ -44,6 +44,7 @@ pub use self::material::SourceError;
 use self::material::{MaterialStore, NameSalt};
 use self::request::system;
 pub use self::request::{Caller, FULL_PROFILE_WARNING, GrantRequest, ScopeRequest, SourceSpec};
+pub(crate) use self::tools::input_schema as profile_input_schema;
 pub use self::tools::profile_tool;
 pub use crate::spec::{AgentCaller, Operator};
 use crate::store::{SealingKey, private_dir};

@@ -11,12 +11,12 @@ use super::{Caller, ConsentHost, LiveInstances, SourceSpec};
 use crate::spec::{AgentCaller, Gate, ToolError, ToolErrorCode, ToolId};
 
 /// `browser.profile.list`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ProfileList {}
 
 /// `browser.profile.refresh`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ProfileRefresh {
     /// The grant.
@@ -30,7 +30,7 @@ struct ProfileRefresh {
 }
 
 /// `browser.profile.revoke`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ProfileRevoke {
     /// The grant.
@@ -38,6 +38,16 @@ struct ProfileRevoke {
     /// Some of its domains; absent: the whole grant.
     #[serde(default)]
     domains: Option<Vec<String>>,
+}
+
+/// The JSON Schema of a profile tool's input (`None` for another tool).
+pub(crate) fn input_schema(tool: ToolId) -> Option<schemars::Schema> {
+    Some(match tool {
+        ToolId::ProfileList => schemars::schema_for!(ProfileList),
+        ToolId::ProfileRefresh => schemars::schema_for!(ProfileRefresh),
+        ToolId::ProfileRevoke => schemars::schema_for!(ProfileRevoke),
+        _ => return None,
+    })
 }
 
 /// Serves profile tool `tool` for the agent `caller`, reaching running instances through

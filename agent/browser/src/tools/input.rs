@@ -2,12 +2,13 @@
 //! that is missing, unknown or of the wrong type is `input_invalid` naming the field, before
 //! anything touches the browser. Nothing here echoes an input's value back.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 use zeroize::Zeroizing;
 
 /// `browser.navigate`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct Navigate {
     /// Where to go.
@@ -21,7 +22,7 @@ pub(super) struct Navigate {
 }
 
 /// A tool that acts on one target.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct OnTarget {
     /// The target handle.
@@ -29,7 +30,7 @@ pub(super) struct OnTarget {
 }
 
 /// `browser.evaluate`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct Evaluate {
     /// The target handle.
@@ -39,7 +40,7 @@ pub(super) struct Evaluate {
 }
 
 /// `browser.get_dom`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct GetDom {
     /// The target handle.
@@ -50,7 +51,7 @@ pub(super) struct GetDom {
 }
 
 /// `browser.screenshot`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct Screenshot {
     /// The target handle.
@@ -61,7 +62,7 @@ pub(super) struct Screenshot {
 }
 
 /// `browser.click`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct Click {
     /// The target handle.
@@ -74,7 +75,7 @@ pub(super) struct Click {
 }
 
 /// `browser.fill`. The value is kept in memory that is wiped when dropped, and never echoed.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct Fill {
     /// The target handle.
@@ -83,6 +84,7 @@ pub(super) struct Fill {
     pub(super) selector: String,
     /// What to type.
     #[serde(deserialize_with = "zeroizing")]
+    #[schemars(with = "String")]
     pub(super) value: Zeroizing<String>,
     /// Input at browser level (gate `trustedInput`); otherwise set at page level.
     #[serde(default)]
@@ -104,7 +106,7 @@ fn zeroizing<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Zeroiz
 }
 
 /// `browser.tabs`, by action.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(tag = "action", rename_all = "camelCase", deny_unknown_fields)]
 pub(super) enum Tabs {
     /// The targets of the running boot.
@@ -127,7 +129,7 @@ pub(super) enum Tabs {
 }
 
 /// `browser.get_request_body`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct GetRequestBody {
     /// The target handle.
@@ -137,7 +139,7 @@ pub(super) struct GetRequestBody {
 }
 
 /// `browser.cdp_send`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct CdpSend {
     /// The target handle.
@@ -150,7 +152,7 @@ pub(super) struct CdpSend {
 }
 
 /// `browser.download`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct Download {
     /// The target handle.

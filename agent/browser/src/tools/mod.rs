@@ -138,6 +138,17 @@ impl ToolHost {
         &self.manifest
     }
 
+    /// The reserved tools this host serves: listed by the manifest, gate open (T1-T3), in the
+    /// table's order. Any other tool answers `browser:unsupported`.
+    pub fn served(&self) -> Vec<ToolId> {
+        let capabilities = &self.manifest.browser.capabilities;
+        ToolId::ALL
+            .into_iter()
+            .filter(|tool| self.manifest.lists(tool.as_str()))
+            .filter(|tool| tool.spec().gate.is_none_or(|gate| capabilities.opens(gate)))
+            .collect()
+    }
+
     /// Launches (or returns) the instance: idempotent (L2), answering the `BrowserInstance`
     /// shape with `wasAlreadyRunning`. A fresh boot gets the material of the grants in force for
     /// this host's browsers, through the consent host (C1), when the provider takes any.
@@ -522,6 +533,37 @@ impl Drop for IdleReaper {
     }
 }
 
+/// The JSON Schema of `tool`'s input, made from the closed type the tool parses its input into
+/// (what an MCP host lists as the tool's `inputSchema`). `browser.act`, which no provider here
+/// serves, takes any object.
+pub fn input_schema(tool: ToolId) -> serde_json::Map<String, Value> {
+    use schemars::schema_for;
+    let schema = match tool {
+        ToolId::Navigate => schema_for!(input::Navigate),
+        ToolId::Evaluate => schema_for!(input::Evaluate),
+        ToolId::GetDom => schema_for!(input::GetDom),
+        ToolId::Screenshot => schema_for!(input::Screenshot),
+        ToolId::Click => schema_for!(input::Click),
+        ToolId::Fill => schema_for!(input::Fill),
+        ToolId::Tabs => schema_for!(input::Tabs),
+        ToolId::ListRequests => schema_for!(input::OnTarget),
+        ToolId::GetRequestBody => schema_for!(input::GetRequestBody),
+        ToolId::CdpSend => schema_for!(input::CdpSend),
+        ToolId::Download => schema_for!(input::Download),
+        ToolId::ProfileList | ToolId::ProfileRefresh | ToolId::ProfileRevoke => {
+            crate::consent::profile_input_schema(tool).unwrap_or_default()
+        }
+        ToolId::Act => return serde_json::Map::from_iter([("type".to_owned(), json!("object"))]),
+    };
+    let mut object = match schema.to_value() {
+        Value::Object(object) => object,
+        _ => serde_json::Map::new(),
+    };
+    // MCP wants an object schema at the top; `browser.tabs` is one of several object shapes.
+    object.entry("type").or_insert_with(|| json!("object"));
+    object
+}
+
 /// `browser.tabs` without an `action` lists.
 fn tabs_input(input: &Value) -> Value {
     match input {
@@ -620,4 +662,30 @@ async fn open_with(browser: &ControlledBrowser, injection: Option<&Injection>) -
         browser.inject_into(Some(&context), injection).await.map_err(internal)?;
     }
     Ok(context)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tool_lists_a_closed_input_schema_of_the_fields_it_parses() {
+        for tool in ToolId::ALL.into_iter().filter(|t| *t != ToolId::Act) {
+            let schema = input_schema(tool);
+            assert_eq!(schema.get("type"), Some(&json!("object")), "{tool:?}");
+            if tool != ToolId::Tabs {
+                // Unknown fields are refused by the parser: the schema says so.
+                assert_eq!(schema.get("additionalProperties"), Some(&json!(false)), "{tool:?}");
+            }
+        }
+        let navigate = input_schema(ToolId::Navigate);
+        assert_eq!(navigate["required"], json!(["url"]));
+        assert!(navigate["properties"]["keepAlive"].is_object(), "{navigate:?}");
+        let fill = input_schema(ToolId::Fill);
+        assert_eq!(fill["properties"]["value"]["type"], json!("string"));
+        let revoke = input_schema(ToolId::ProfileRevoke);
+        assert_eq!(revoke["required"], json!(["grantId"]));
+        let tabs = serde_json::Value::Object(input_schema(ToolId::Tabs)).to_string();
+        assert!(tabs.contains("\"open\"") && tabs.contains("\"close\""), "{tabs}");
+    }
 }

@@ -1,0 +1,133 @@
+//! The agent's browser for agent runtimes over MCP (the official Rust SDK, `rmcp`): the AIP-63
+//! tools the provider serves, each listed with the JSON Schema of its input; a result as its JSON
+//! (text, and structured content), a screenshot as an image, an AIP-14 error as a tool error
+//! whose structured content carries `code`, `message` and `retryable`. The browser is launched
+//! by the first call that needs it (an idempotent launch, L2).
+//!
+//! Every call runs as one agent caller ([`AgentCaller`]): what it sees of the person's grants
+//! is what AIP-63 lets that caller see (C7, C12). No tool here approves anything on the person's
+//! behalf (AIP-7): the tools are the browser's, and grants come only from the operator's channel.
+
+use std::sync::Arc;
+
+use pap_browser::spec::{AgentCaller, InstanceState, ToolId, ToolResult};
+use pap_browser::tools::{ToolHost, input_schema};
+use rmcp::ErrorData as McpError;
+use rmcp::handler::server::ServerHandler;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use serde_json::{Value, json};
+
+/// The MCP server of one tool host, for one caller.
+#[derive(Clone, Debug)]
+pub struct BrowserServer {
+    tools: Arc<ToolHost>,
+    caller: AgentCaller,
+}
+
+impl BrowserServer {
+    /// Serves `tools` to `caller`.
+    pub fn new(tools: Arc<ToolHost>, caller: AgentCaller) -> Self {
+        Self { tools, caller }
+    }
+
+    /// The tools as MCP lists them: the ones the provider serves, nothing it would refuse.
+    pub fn listed(&self) -> Vec<Tool> {
+        self.tools
+            .served()
+            .into_iter()
+            .map(|tool| Tool::new(tool.as_str(), description(tool), Arc::new(input_schema(tool))))
+            .collect()
+    }
+
+    /// Calls `name` with `arguments`, launching the browser first when it is not running.
+    pub async fn call(&self, name: &str, arguments: Value) -> CallToolResult {
+        let needs_browser = ToolId::parse(name)
+            .is_some_and(|t| !matches!(t, ToolId::ProfileList | ToolId::ProfileRefresh | ToolId::ProfileRevoke));
+        let state = self.tools.health().state;
+        if needs_browser
+            && matches!(state, InstanceState::Absent | InstanceState::Stopped)
+            && let Err(error) = self.tools.launch().await
+        {
+            return tool_error(&ToolResult::Err(error).to_json());
+        }
+        match self.tools.call_as(&self.caller, name, &arguments).await {
+            ToolResult::Ok(value) => success(name, value),
+            failed => tool_error(&failed.to_json()),
+        }
+    }
+}
+
+/// A result: a screenshot as an image (and its other fields as text), anything else as JSON.
+fn success(name: &str, mut value: Value) -> CallToolResult {
+    let mut content = Vec::new();
+    if name == ToolId::Screenshot.as_str()
+        && let Some(Value::String(png)) = value.as_object_mut().and_then(|o| o.remove("data"))
+    {
+        content.push(ContentBlock::image(png, "image/png"));
+    }
+    content.push(ContentBlock::text(value.to_string()));
+    let mut result = CallToolResult::success(content);
+    result.structured_content = Some(value);
+    result
+}
+
+/// An AIP-14 error envelope as an MCP tool error: the error object as text and structured.
+fn tool_error(envelope: &Value) -> CallToolResult {
+    let error = envelope.get("error").cloned().unwrap_or_else(|| json!({}));
+    let mut result = CallToolResult::error(vec![ContentBlock::text(error.to_string())]);
+    result.structured_content = Some(error);
+    result
+}
+
+/// One line on what `tool` does (aip-63-tables §2).
+fn description(tool: ToolId) -> &'static str {
+    match tool {
+        ToolId::Navigate => {
+            "Load an https: URL in a new tab (or the tab `target`); answers the tab and where it landed."
+        }
+        ToolId::Evaluate => "Evaluate a JavaScript expression in a tab; answers its value.",
+        ToolId::GetDom => "The HTML of a tab's document, or of one element.",
+        ToolId::Screenshot => "A PNG of a tab's viewport (or the full page).",
+        ToolId::Click => "Click an element of a tab, by CSS selector.",
+        ToolId::Fill => "Type a value into an element of a tab, by CSS selector; the value is never echoed.",
+        ToolId::Tabs => "List, open or close tabs.",
+        ToolId::ListRequests => "The responses a tab received.",
+        ToolId::GetRequestBody => "The body of one response a tab received.",
+        ToolId::CdpSend => "A CDP command among the page-local methods the provider allows.",
+        ToolId::Download => "Download a URL of a tab's page to a host path; answers the path and size.",
+        ToolId::ProfileList => "The person's grants this agent may use (never their values).",
+        ToolId::ProfileRefresh => "Re-read a grant's domains from its own source.",
+        ToolId::ProfileRevoke => "Revoke a grant, or some of its domains.",
+        ToolId::Act => "A natural-language action.",
+    }
+}
+
+impl ServerHandler for BrowserServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
+            "The agent's own Chromium (AIP-63 agentbrowser/v1). It loads only https: pages on public \
+             hosts; session material comes only from the person's grants.",
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(self.listed()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let arguments = request.arguments.map_or(json!({}), Value::Object);
+        Ok(self.call(&request.name, arguments).await.into())
+    }
+}

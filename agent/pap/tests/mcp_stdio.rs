@@ -1,0 +1,126 @@
+//! `pap-agent host stdio` driven by an MCP client of the official Rust SDK (`rmcp`), which spawns
+//! it as a client spawns its servers: the tools the provider serves are listed with their input
+//! schemas, a page of our company (over TLS, its name routed to loopback) loads and comes back as
+//! a screenshot (MCP image content), and a refused navigation is an MCP tool error carrying its
+//! AIP-14 code. The browser starts with the first call and ends with the client.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use rmcp::ServiceExt as _;
+use rmcp::model::{CallToolRequestParams, ContentBlock};
+use rmcp::transport::TokioChildProcess;
+use serde_json::json;
+use support::Stage;
+
+fn arguments(value: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    match value {
+        serde_json::Value::Object(object) => object,
+        _ => unreachable!("arguments are objects"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_typed_errors() {
+    let stage = Stage::new("mcp-stdio", &["shop.example"]).await;
+    let (_company, addr) = support::start_reference_company(&stage).await;
+    let state = stage.work.join("state");
+    let agent = env!("CARGO_BIN_EXE_pap-agent");
+    let init = Command::new(agent)
+        .args([
+            "--state-dir",
+            state.to_str().unwrap(),
+            "identity",
+            "init",
+            "atlas.example",
+        ])
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+
+    let mut host = tokio::process::Command::new(agent);
+    host.args([
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--connect",
+        &format!("shop.example={addr}"),
+        "--trust-ca",
+        stage.ca_pem.to_str().unwrap(),
+        "host",
+        "stdio",
+    ]);
+    let client = ().serve(TokioChildProcess::new(host).unwrap()).await.unwrap();
+
+    let tools = client.list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    for wanted in [
+        "browser.navigate",
+        "browser.screenshot",
+        "browser.get_dom",
+        "browser.profile.list",
+    ] {
+        assert!(names.contains(&wanted), "{wanted} is not listed: {names:?}");
+    }
+    assert!(
+        !names.contains(&"browser.act"),
+        "a tool the provider cannot serve is listed"
+    );
+    let navigate = tools.iter().find(|t| t.name == "browser.navigate").unwrap();
+    assert_eq!(navigate.input_schema["required"], json!(["url"]));
+
+    let call = |name: &'static str, input: serde_json::Value| {
+        CallToolRequestParams::new(name).with_arguments(arguments(input))
+    };
+    let opened = client
+        .call_tool(call("browser.navigate", json!({"url": "https://shop.example/"})))
+        .await
+        .unwrap();
+    assert_ne!(opened.is_error, Some(true), "{opened:?}");
+    let landed = opened.structured_content.unwrap();
+    assert_eq!(landed["url"], "https://shop.example/");
+    let target = landed["target"].as_str().unwrap().to_owned();
+
+    let shot = client
+        .call_tool(call("browser.screenshot", json!({"target": target})))
+        .await
+        .unwrap();
+    let image = shot
+        .content
+        .iter()
+        .find_map(|c| match c {
+            ContentBlock::Image(image) => Some(image.clone()),
+            _ => None,
+        })
+        .expect("the screenshot is image content");
+    assert_eq!(image.mime_type, "image/png");
+    use base64::Engine as _;
+    let png = base64::engine::general_purpose::STANDARD.decode(&image.data).unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+
+    // H3 through MCP: a tool error with the AIP-14 code, and the call's transport unharmed.
+    let refused = client
+        .call_tool(call("browser.navigate", json!({"url": "file:///etc/passwd"})))
+        .await
+        .unwrap();
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    let error = refused.structured_content.unwrap();
+    assert_eq!(error["code"], "permission_denied");
+    let unknown = client
+        .call_tool(call("browser.act", json!({"instruction": "buy"})))
+        .await
+        .unwrap();
+    assert_eq!(unknown.structured_content.unwrap()["code"], "browser:unsupported");
+
+    tokio::time::timeout(Duration::from_secs(30), client.cancel())
+        .await
+        .expect("the host did not end with its client")
+        .unwrap();
+    let left = pap_browser::chromium::browsers_of(&pap_browser::chromium::ProcTable, &state).unwrap();
+    assert!(left.is_empty(), "the host left its browser running: {left:?}");
+    let _ = std::fs::remove_dir_all(&stage.work);
+}
