@@ -39,10 +39,24 @@ pub fn token_response(data: &[u8]) {
     round_trip::<OAuthErrorBody>(data);
     if let Ok(response) = serde_json::from_slice::<TokenResponse>(data) {
         let printed = format!("{response:?}");
+        // What the public fields print by themselves: a company may well put a token's text in
+        // one of them (CI's 10-second run found a `session_id` that held the access token);
+        // the tokens' own fields must add no occurrence of it.
+        let public = format!(
+            "{:?}",
+            (
+                &response.token_type,
+                response.expires_in,
+                &response.scope,
+                &response.session_id,
+                response.signed_in
+            )
+        );
         for token in std::iter::once(&response.access_token).chain(response.refresh_token.as_ref()) {
             // Long enough that the struct's own text cannot contain it by chance.
             if token.secret().len() >= 24 {
-                assert!(!printed.contains(token.secret()), "a token response printed its token");
+                let times = |text: &str| text.matches(token.secret()).count();
+                assert!(times(&printed) <= times(&public), "a token response printed its token");
             }
         }
     }
