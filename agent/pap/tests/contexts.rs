@@ -20,7 +20,7 @@ use axum::http::HeaderMap;
 use pap_agent::{TlsListener, join_tab, spki_pin};
 use pap_browser::chromium::{BrowserHost, ChromiumConfig, TestNetwork};
 use pap_browser::consent::{Caller, GrantRequest, SourceSpec};
-use pap_browser::spec::{InstanceKey, Operator, ToolErrorCode, ToolResult};
+use pap_browser::spec::{AgentCaller, InstanceKey, Operator, ToolErrorCode, ToolResult};
 use pap_browser::testkit::{chromium_manifest, consent_at, ok};
 use pap_browser::tools::ToolHost;
 use serde_json::json;
@@ -59,6 +59,12 @@ async fn sites(stage: &Stage) -> (SocketAddr, Seen) {
             "/hostile",
             axum::routing::get(|| async { axum::response::Html(HOSTILE) }),
         )
+        .route(
+            "/cart",
+            axum::routing::get(|| async {
+                axum::response::Html("<script>document.cookie = 'cart=CART-OF-A; Secure; path=/';</script>")
+            }),
+        )
         .route("/echo", axum::routing::any(record(seen.clone())))
         .route("/whoami", axum::routing::get(record(seen.clone())));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -83,6 +89,11 @@ fn browser_config(stage: &Stage, state: std::path::PathBuf, addr: SocketAddr) ->
 
 /// Grants `domain` its session cookie (`SameSite=None`: sent on cross-site requests).
 fn grant(state: &std::path::Path, domain: &str, value: &str) -> String {
+    grant_to(state, domain, value, None)
+}
+
+/// [`grant`], scoped to the paired device `device` when one is named (C12).
+fn grant_to(state: &std::path::Path, domain: &str, value: &str, device: Option<&str>) -> String {
     let source = state.join(format!("{domain}-storage-state.json"));
     std::fs::write(
         &source,
@@ -91,11 +102,10 @@ fn grant(state: &std::path::Path, domain: &str, value: &str) -> String {
         .to_string(),
     )
     .unwrap();
+    let mut request = GrantRequest::for_domains(SourceSpec::StorageState(source), &[domain]);
+    request.device_id = device.map(str::to_owned);
     consent_at(state)
-        .grant(
-            &Operator::from_operator_channel("test"),
-            GrantRequest::for_domains(SourceSpec::StorageState(source), &[domain]),
-        )
+        .grant(&Operator::from_operator_channel("test"), request)
         .unwrap()
         .id
 }
@@ -215,5 +225,101 @@ async fn a_page_elsewhere_never_rides_a_granted_session() {
 
     drop(browser);
     host.stop("contexts", Duration::from_secs(2)).await.unwrap();
+    let _ = std::fs::remove_dir_all(&stage.work);
+}
+
+/// Issue 15, item 4: each paired device has its own jars and its own tabs. A grant scoped to
+/// device A is absent for device B (C12); a grant both may use gives each its own context, so
+/// what A's pages set never reaches B's; A's tabs are not B's targets; ending A's pairing ends
+/// its tabs and contexts (C13).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_paired_device_has_its_own_jars_and_tabs() {
+    let stage = Stage::new("devices", &["bank.example", "evil.example", "shop.example"]).await;
+    let (addr, seen) = sites(&stage).await;
+    let state = stage.work.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    grant_to(&state, "bank.example", BANK_SESSION, Some("device-a"));
+    grant(&state, "shop.example", SHOP_SESSION);
+    let tools = ToolHost::new(
+        chromium_manifest(),
+        BrowserHost::new(),
+        browser_config(&stage, state.clone(), addr),
+        InstanceKey::try_from("devices").unwrap(),
+        consent_at(&state),
+    );
+    tools.launch().await.unwrap();
+    let (a, b) = (AgentCaller::paired("device-a"), AgentCaller::paired("device-b"));
+
+    // Device B: the bank's grant is A's, so B's bank page has no session (C12)...
+    ok(tools
+        .call_as(&b, "browser.navigate", &json!({"url": "https://bank.example/whoami"}))
+        .await);
+    let all = bank_saw(&seen, 1).await;
+    assert!(!all[0].1.contains(BANK_SESSION), "device B rode device A's grant");
+    // ... while A's has it (the grant works).
+    let a_bank = ok(tools
+        .call_as(&a, "browser.navigate", &json!({"url": "https://bank.example/whoami"}))
+        .await);
+    let all = bank_saw(&seen, 2).await;
+    assert!(
+        all[1].1.contains(BANK_SESSION),
+        "device A's own grant did not reach its page"
+    );
+
+    // A's tab is not B's target: B cannot use it, close it or see it listed.
+    for (tool, input) in [
+        (
+            "browser.evaluate",
+            json!({"target": a_bank["target"], "expression": "document.cookie"}),
+        ),
+        ("browser.get_dom", json!({"target": a_bank["target"]})),
+        ("browser.tabs", json!({"action": "close", "target": a_bank["target"]})),
+    ] {
+        match tools.call_as(&b, tool, &input).await {
+            ToolResult::Err(e) => assert_eq!(e.code, ToolErrorCode::NotFound, "{tool}"),
+            ToolResult::Ok(v) => panic!("device B used device A's tab with {tool}: {v}"),
+        }
+    }
+    let listed = ok(tools.call_as(&b, "browser.tabs", &json!({"action": "list"})).await);
+    assert!(
+        !listed.to_string().contains(a_bank["target"].as_str().unwrap()),
+        "{listed}"
+    );
+
+    // The shop's grant is both devices', in a jar each: A's page sets a cookie B never carries.
+    ok(tools
+        .call_as(&a, "browser.navigate", &json!({"url": "https://shop.example/cart"}))
+        .await);
+    let a_shop = ok(tools
+        .call_as(&a, "browser.navigate", &json!({"url": "https://shop.example/whoami"}))
+        .await);
+    let all = bank_saw(&seen, 3).await;
+    assert!(
+        all[2].1.contains("CART-OF-A") && all[2].1.contains(SHOP_SESSION),
+        "device A's shop page: {:?}",
+        all[2]
+    );
+    ok(tools
+        .call_as(&b, "browser.navigate", &json!({"url": "https://shop.example/whoami"}))
+        .await);
+    let all = bank_saw(&seen, 4).await;
+    assert!(
+        all[3].1.contains(SHOP_SESSION),
+        "device B's shop page lacked the shared grant"
+    );
+    assert!(!all[3].1.contains("CART-OF-A"), "device A's cookie reached device B");
+
+    // Device A's pairing ends: its tabs and contexts go; B's stay.
+    assert_eq!(tools.end_device("device-a").await.unwrap(), 2);
+    for target in [&a_bank["target"], &a_shop["target"]] {
+        let gone = tools
+            .call_as(&a, "browser.evaluate", &json!({"target": target, "expression": "1"}))
+            .await;
+        assert!(matches!(gone, ToolResult::Err(_)), "device A's tab still answers");
+    }
+    let b_tabs = ok(tools.call_as(&b, "browser.tabs", &json!({})).await);
+    assert_eq!(b_tabs["targets"].as_array().unwrap().len(), 2, "{b_tabs}");
+
+    tools.stop(true).await.unwrap();
     let _ = std::fs::remove_dir_all(&stage.work);
 }

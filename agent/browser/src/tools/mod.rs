@@ -56,6 +56,9 @@ struct Target {
     context: Option<ContextId>,
     /// Whose jar that context is (M5).
     jar: Jar,
+    /// The paired device that opened it (`None`: the local agent): no other caller sees it
+    /// (issue 15: a device's tabs are not another's targets).
+    owner: Option<String>,
     keep_alive: bool,
     /// When a call last used it (the idle reaper's clock, L11).
     last_used: Instant,
@@ -76,25 +79,42 @@ pub struct ToolHost {
     contexts: Mutex<Contexts>,
 }
 
-/// Whose cookie jar a tab runs in (review M5).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Whose cookie jar a tab runs in (review M5), per paired device (issue 15): two devices never
+/// share a jar, even for a grant both may use, so what one device's pages set (a sign-in, a
+/// cart) never reaches the other's.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Jar {
     /// The browser's default context: a provider that takes no session material.
     Default,
-    /// A context holding no granted material.
-    Bare,
-    /// The context of this grant (its id), holding its material only.
-    Grant(String),
+    /// A context holding no granted material, of this device (`None`: the local agent).
+    Bare { device: Option<String> },
+    /// The context of this grant (its id) for this device, holding the grant's material only.
+    Grant { device: Option<String>, grant: String },
+}
+
+impl Jar {
+    fn grant(&self) -> Option<&str> {
+        match self {
+            Jar::Grant { grant, .. } => Some(grant),
+            _ => None,
+        }
+    }
+
+    fn device(&self) -> Option<&str> {
+        match self {
+            Jar::Bare { device } | Jar::Grant { device, .. } => device.as_deref(),
+            Jar::Default => None,
+        }
+    }
 }
 
 /// The browser contexts of one boot (review M5). A tab opens in the context of the grant that
-/// covers its first URL for the caller, or in the bare one: a hostile page shares a jar with no
-/// granted session, and a granted site's page with no other site's.
+/// covers its first URL for the caller, or in the caller's bare one: a hostile page shares a jar
+/// with no granted session, and a granted site's page with no other site's.
 #[derive(Default)]
 struct Contexts {
     boot_id: u64,
-    by_grant: HashMap<String, ContextId>,
-    bare: Option<ContextId>,
+    by_jar: HashMap<Jar, ContextId>,
 }
 
 impl std::fmt::Debug for ToolHost {
@@ -206,7 +226,11 @@ impl ToolHost {
         };
         for injection in &injections {
             let context = open_with(browser, Some(injection)).await?;
-            contexts.by_grant.insert(injection.grant_id().to_owned(), context);
+            let jar = Jar::Grant {
+                device: None,
+                grant: injection.grant_id().to_owned(),
+            };
+            contexts.by_jar.insert(jar, context);
         }
         Ok(())
     }
@@ -218,14 +242,21 @@ impl ToolHost {
         if !self.takes_material() {
             return Ok(Jar::Default);
         }
+        let device = caller.device_id().map(str::to_owned);
         let Some(host) = url.and_then(|u| url::Url::parse(u).ok()?.host_str().map(str::to_owned)) else {
-            return Ok(Jar::Bare);
+            return Ok(Jar::Bare { device });
         };
         let grant = self
             .consent
             .local_grant_for(&Caller::Agent(caller.clone()), &host)
             .map_err(|e| e.to_tool_error())?;
-        Ok(grant.map_or(Jar::Bare, |g| Jar::Grant(g.id)))
+        Ok(match grant {
+            Some(grant) => Jar::Grant {
+                device,
+                grant: grant.id,
+            },
+            None => Jar::Bare { device },
+        })
     }
 
     /// The context of `jar`, made now (with the grant's material) if the grant came after the
@@ -236,27 +267,22 @@ impl ToolHost {
         caller: &AgentCaller,
         jar: &Jar,
     ) -> Result<Option<ContextId>, ToolError> {
+        if *jar == Jar::Default {
+            return Ok(None);
+        }
         let mut contexts = self.contexts.lock().await;
-        let existing = match jar {
-            Jar::Default => return Ok(None),
-            Jar::Bare => contexts.bare.as_ref(),
-            Jar::Grant(id) => contexts.by_grant.get(id),
-        };
-        if let Some(context) = existing {
+        if let Some(context) = contexts.by_jar.get(jar) {
             return Ok(Some(context.clone()));
         }
-        let injection = match jar {
-            Jar::Grant(id) => self
+        let injection = match jar.grant() {
+            Some(id) => self
                 .consent
                 .local_injection_of(&Caller::Agent(caller.clone()), id)
                 .map_err(|e| e.to_tool_error())?,
-            _ => None,
+            None => None,
         };
         let context = open_with(browser, injection.as_ref()).await?;
-        match jar {
-            Jar::Grant(id) => contexts.by_grant.insert(id.clone(), context.clone()),
-            _ => contexts.bare.replace(context.clone()),
-        };
+        contexts.by_jar.insert(jar.clone(), context.clone());
         Ok(Some(context))
     }
 
@@ -355,16 +381,16 @@ impl ToolHost {
         }
         match tool {
             ToolId::Navigate => self.navigate(caller, tool.parse_input(input)?).await,
-            ToolId::Evaluate => self.evaluate(tool.parse_input(input)?).await,
-            ToolId::GetDom => self.get_dom(tool.parse_input(input)?).await,
-            ToolId::Screenshot => self.screenshot(tool.parse_input(input)?).await,
-            ToolId::Click => self.click(tool.parse_input(input)?).await,
-            ToolId::Fill => self.fill(tool.parse_input(input)?).await,
+            ToolId::Evaluate => self.evaluate(caller, tool.parse_input(input)?).await,
+            ToolId::GetDom => self.get_dom(caller, tool.parse_input(input)?).await,
+            ToolId::Screenshot => self.screenshot(caller, tool.parse_input(input)?).await,
+            ToolId::Click => self.click(caller, tool.parse_input(input)?).await,
+            ToolId::Fill => self.fill(caller, tool.parse_input(input)?).await,
             ToolId::Tabs => self.tabs(caller, tool.parse_input(&tabs_input(input))?).await,
-            ToolId::ListRequests => self.list_requests(tool.parse_input(input)?).await,
-            ToolId::GetRequestBody => self.get_request_body(tool.parse_input(input)?).await,
-            ToolId::CdpSend => self.cdp_send(tool.parse_input(input)?).await,
-            ToolId::Download => self.download(tool.parse_input(input)?).await,
+            ToolId::ListRequests => self.list_requests(caller, tool.parse_input(input)?).await,
+            ToolId::GetRequestBody => self.get_request_body(caller, tool.parse_input(input)?).await,
+            ToolId::CdpSend => self.cdp_send(caller, tool.parse_input(input)?).await,
+            ToolId::Download => self.download(caller, tool.parse_input(input)?).await,
             ToolId::ProfileList | ToolId::ProfileRefresh | ToolId::ProfileRevoke => {
                 crate::consent::profile_tool(&self.consent, caller, tool, input, self).await
             }
@@ -435,6 +461,7 @@ impl ToolHost {
                 page: page.clone(),
                 context,
                 jar,
+                owner: caller.device_id().map(str::to_owned),
                 keep_alive,
                 last_used: Instant::now(),
                 requests,
@@ -443,12 +470,16 @@ impl ToolHost {
         Ok((id, page))
     }
 
-    /// The target `id`: unknown -> `not_found`; issued by a previous boot ->
+    /// The target `id`, for `caller` (`None`: the operator): unknown, or another device's ->
+    /// `not_found` (a device cannot tell another's tabs from none); issued by a previous boot ->
     /// `browser:target_gone`, never rebound (L12). Using it resets its idle time (L11).
-    async fn target(&self, id: &str) -> Result<Page, ToolError> {
+    async fn target(&self, caller: Option<&AgentCaller>, id: &str) -> Result<Page, ToolError> {
         let boot_id = self.ready().await?;
         let mut targets = self.targets.lock().await;
-        let target = targets.get_mut(id).ok_or_else(|| page::not_found(id))?;
+        let target = targets
+            .get_mut(id)
+            .filter(|t| caller.is_none_or(|c| t.owner.as_deref() == c.device_id()))
+            .ok_or_else(|| page::not_found(id))?;
         if target.boot_id != boot_id {
             return Err(ToolError::new(
                 ToolErrorCode::TargetGone,
@@ -463,13 +494,50 @@ impl ToolHost {
     /// The cookies, as (name, domain) and never their values, of the jar `target` runs in: what
     /// its page's requests can carry (M5; for the operator and the conformance suite).
     pub async fn target_cookie_names(&self, target: &str) -> Result<Vec<(String, String)>, ToolError> {
-        self.target(target).await?;
+        self.target(None, target).await?;
         let context = self.targets.lock().await.get(target).and_then(|t| t.context.clone());
         self.browser()
             .await?
             .cookie_names_in(context.as_ref())
             .await
             .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))
+    }
+
+    /// Ends everything of the paired device `device_id` in this browser: its tabs and its
+    /// contexts, the grants' material in them included (a revoked pairing, C13). Returns how
+    /// many contexts ended.
+    pub async fn end_device(&self, device_id: &str) -> Result<usize, ToolError> {
+        let ended: Vec<ContextId> = {
+            let mut contexts = self.contexts.lock().await;
+            let of_device: Vec<Jar> = contexts
+                .by_jar
+                .keys()
+                .filter(|jar| jar.device() == Some(device_id))
+                .cloned()
+                .collect();
+            of_device.iter().filter_map(|jar| contexts.by_jar.remove(jar)).collect()
+        };
+        let closed: Vec<Target> = {
+            let mut targets = self.targets.lock().await;
+            let ids: Vec<String> = targets
+                .iter()
+                .filter(|(_, t)| t.owner.as_deref() == Some(device_id))
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.iter().filter_map(|id| targets.remove(id)).collect()
+        };
+        for target in closed {
+            let _ = target.page.close().await;
+        }
+        if let Some(browser) = self.host.attach(self.instance.as_str()).await {
+            for context in &ended {
+                browser
+                    .close_context(context)
+                    .await
+                    .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
+            }
+        }
+        Ok(ended.len())
     }
 
     /// Whether `target` was opened with `keepAlive` (L11).
@@ -597,13 +665,16 @@ impl LiveInstances for ToolHost {
         // cannot be read is treated as ended: its session goes, none leaks.
         let ended: Vec<ContextId> = {
             let mut contexts = self.contexts.lock().await;
-            let gone: Vec<String> = contexts
-                .by_grant
+            let gone: Vec<Jar> = contexts
+                .by_jar
                 .keys()
-                .filter(|id| !self.consent.still_counts(id).unwrap_or(false))
+                .filter(|jar| {
+                    jar.grant()
+                        .is_some_and(|id| !self.consent.still_counts(id).unwrap_or(false))
+                })
                 .cloned()
                 .collect();
-            gone.iter().filter_map(|id| contexts.by_grant.remove(id)).collect()
+            gone.iter().filter_map(|jar| contexts.by_jar.remove(jar)).collect()
         };
         if let Some(browser) = self.host.attach(self.instance.as_str()).await {
             for context in &ended {
@@ -635,20 +706,32 @@ impl LiveInstances for ToolHost {
         if !self.takes_material() {
             return browser.inject(injection).await.map_err(live);
         }
+        // Every device's context of the grant ends with its tabs; the local agent's is made anew
+        // now, a device's when it next opens a tab on the grant.
         let fresh = browser.open_context().await.map_err(live)?;
         let count = browser.inject_into(Some(&fresh), injection).await.map_err(live)?;
-        let replaced = self
-            .contexts
+        let replaced: Vec<ContextId> = {
+            let mut contexts = self.contexts.lock().await;
+            let of_grant: Vec<Jar> = contexts
+                .by_jar
+                .keys()
+                .filter(|jar| jar.grant() == Some(injection.grant_id()))
+                .cloned()
+                .collect();
+            let replaced = of_grant.iter().filter_map(|jar| contexts.by_jar.remove(jar)).collect();
+            let local = Jar::Grant {
+                device: None,
+                grant: injection.grant_id().to_owned(),
+            };
+            contexts.by_jar.insert(local, fresh);
+            replaced
+        };
+        self.targets
             .lock()
             .await
-            .by_grant
-            .insert(injection.grant_id().to_owned(), fresh);
-        if let Some(old) = replaced {
-            self.targets
-                .lock()
-                .await
-                .retain(|_, t| t.context.as_ref() != Some(&old));
-            browser.close_context(&old).await.map_err(live)?;
+            .retain(|_, t| t.context.as_ref().is_none_or(|c| !replaced.contains(c)));
+        for old in &replaced {
+            browser.close_context(old).await.map_err(live)?;
         }
         Ok(count)
     }

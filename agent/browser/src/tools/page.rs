@@ -32,7 +32,7 @@ impl ToolHost {
         let boot_id = self.ready().await?;
         let (target, page) = match input.target {
             Some(target) => {
-                let page = self.target(&target).await?;
+                let page = self.target(Some(caller), &target).await?;
                 self.same_jar(caller, &target, &input.url).await?;
                 (target, page)
             }
@@ -48,14 +48,14 @@ impl ToolHost {
         Ok(json!({ "target": target, "url": landed }))
     }
 
-    pub(super) async fn evaluate(&self, input: input::Evaluate) -> Result<Value, ToolError> {
-        let page = self.target(&input.target).await?;
+    pub(super) async fn evaluate(&self, caller: &AgentCaller, input: input::Evaluate) -> Result<Value, ToolError> {
+        let page = self.target(Some(caller), &input.target).await?;
         let result = page.evaluate(input.expression).await.map_err(|e| cdp(&e))?;
         Ok(json!({ "target": input.target, "value": result.value().cloned().unwrap_or(Value::Null) }))
     }
 
-    pub(super) async fn get_dom(&self, input: input::GetDom) -> Result<Value, ToolError> {
-        let page = self.target(&input.target).await?;
+    pub(super) async fn get_dom(&self, caller: &AgentCaller, input: input::GetDom) -> Result<Value, ToolError> {
+        let page = self.target(Some(caller), &input.target).await?;
         let html = match &input.selector {
             Some(selector) => page
                 .find_element(selector.as_str())
@@ -70,11 +70,11 @@ impl ToolHost {
         Ok(json!({ "target": input.target, "html": html }))
     }
 
-    pub(super) async fn screenshot(&self, input: input::Screenshot) -> Result<Value, ToolError> {
+    pub(super) async fn screenshot(&self, caller: &AgentCaller, input: input::Screenshot) -> Result<Value, ToolError> {
         if input.full_page {
             self.option_gate(ToolId::Screenshot, Capability::FullPageScreenshot)?;
         }
-        let page = self.target(&input.target).await?;
+        let page = self.target(Some(caller), &input.target).await?;
         let params = chromiumoxide::page::ScreenshotParams::builder()
             .full_page(input.full_page)
             .build();
@@ -87,11 +87,11 @@ impl ToolHost {
 
     /// A page-level click (the element's `click()`, an untrusted event), or with `trusted` a
     /// browser-level one (CDP `Input`, as a person's mouse: gate `trustedInput`).
-    pub(super) async fn click(&self, input: input::Click) -> Result<Value, ToolError> {
+    pub(super) async fn click(&self, caller: &AgentCaller, input: input::Click) -> Result<Value, ToolError> {
         if input.trusted {
             self.option_gate(ToolId::Click, Capability::TrustedInput)?;
         }
-        let page = self.target(&input.target).await?;
+        let page = self.target(Some(caller), &input.target).await?;
         if input.trusted {
             let element = page
                 .find_element(input.selector.as_str())
@@ -112,11 +112,11 @@ impl ToolHost {
 
     /// Page-level input (the value set and `input`/`change` dispatched), or with `trusted`
     /// browser-level typing (gate `trustedInput`). Never echoes what was typed (C9).
-    pub(super) async fn fill(&self, input: input::Fill) -> Result<Value, ToolError> {
+    pub(super) async fn fill(&self, caller: &AgentCaller, input: input::Fill) -> Result<Value, ToolError> {
         if input.trusted {
             self.option_gate(ToolId::Fill, Capability::TrustedInput)?;
         }
-        let page = self.target(&input.target).await?;
+        let page = self.target(Some(caller), &input.target).await?;
         let characters = input.value.chars().count();
         if input.trusted {
             let element = page
@@ -159,7 +159,7 @@ impl ToolHost {
                 let targets = self.targets.lock().await;
                 let mut list: Vec<Value> = targets
                     .iter()
-                    .filter(|(_, t)| t.boot_id == boot_id)
+                    .filter(|(_, t)| t.boot_id == boot_id && t.owner.as_deref() == caller.device_id())
                     .map(|(id, t)| json!({ "target": id, "keepAlive": t.keep_alive }))
                     .collect();
                 list.sort_by(|a, b| a["target"].as_str().cmp(&b["target"].as_str()));
@@ -178,7 +178,7 @@ impl ToolHost {
                 Ok(json!({ "target": id, "keepAlive": keep_alive }))
             }
             Tabs::Close { target } => {
-                self.target(&target).await?;
+                self.target(Some(caller), &target).await?;
                 let closed: Option<Target> = self.targets.lock().await.remove(&target);
                 if let Some(closed) = closed {
                     closed.page.close().await.map_err(|e| cdp(&e))?;
@@ -188,8 +188,8 @@ impl ToolHost {
         }
     }
 
-    pub(super) async fn list_requests(&self, input: input::OnTarget) -> Result<Value, ToolError> {
-        self.target(&input.target).await?;
+    pub(super) async fn list_requests(&self, caller: &AgentCaller, input: input::OnTarget) -> Result<Value, ToolError> {
+        self.target(Some(caller), &input.target).await?;
         let log = self.targets.lock().await.get(&input.target).map(|t| t.requests.clone());
         let requests = log
             .map(|l| l.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone())
@@ -197,9 +197,13 @@ impl ToolHost {
         Ok(json!({ "target": input.target, "requests": requests }))
     }
 
-    pub(super) async fn get_request_body(&self, input: input::GetRequestBody) -> Result<Value, ToolError> {
+    pub(super) async fn get_request_body(
+        &self,
+        caller: &AgentCaller,
+        input: input::GetRequestBody,
+    ) -> Result<Value, ToolError> {
         use chromiumoxide::cdp::browser_protocol::network::GetResponseBodyParams;
-        let page = self.target(&input.target).await?;
+        let page = self.target(Some(caller), &input.target).await?;
         let body = match page.execute(GetResponseBodyParams::new(input.request_id.clone())).await {
             Ok(body) => body,
             // A logged response whose body has not finished loading: retryable, not
@@ -218,8 +222,8 @@ impl ToolHost {
         Ok(json!({ "target": input.target, "body": body.result.body, "base64Encoded": body.result.base64_encoded }))
     }
 
-    pub(super) async fn cdp_send(&self, input: input::CdpSend) -> Result<Value, ToolError> {
-        let page = self.target(&input.target).await?;
+    pub(super) async fn cdp_send(&self, caller: &AgentCaller, input: input::CdpSend) -> Result<Value, ToolError> {
+        let page = self.target(Some(caller), &input.target).await?;
         if !allowed(&input.method) {
             // Cookies and storage enter or leave only through grants (C1, C9); the network,
             // navigation and the host's files only through their own tools.
@@ -244,9 +248,9 @@ impl ToolHost {
 
     /// `browser.download`: the page fetches `url` as a download into a host path under the
     /// state directory (0700), and the tool answers with the path and size once complete.
-    pub(super) async fn download(&self, input: input::Download) -> Result<Value, ToolError> {
+    pub(super) async fn download(&self, caller: &AgentCaller, input: input::Download) -> Result<Value, ToolError> {
         use chromiumoxide::cdp::browser_protocol::browser::DownloadProgressState;
-        let page = self.target(&input.target).await?;
+        let page = self.target(Some(caller), &input.target).await?;
         // A relative link is the page's: judged where it resolves.
         let here = page.url().await.map_err(|e| cdp(&e))?.unwrap_or_default();
         let absolute = url::Url::parse(&here)
