@@ -22,6 +22,7 @@ mod documents;
 mod identity;
 mod join;
 pub mod mcp;
+pub mod pairing;
 #[cfg(feature = "test-support")]
 pub mod testkit;
 mod tls;

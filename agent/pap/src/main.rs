@@ -11,13 +11,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
+use pap_agent::pairing::{Bearer, Devices};
 use pap_agent::{
     ClientConfig, Company, Identity, PapClient, TlsListener, Wallet, documents_router, join, join_tab,
     new_pairwise_user, pin_served_leaf,
 };
 use pap_browser::chromium::{self, BrowserHost, ChromiumConfig, TestNetwork, click_and_land};
 use pap_browser::consent;
-use pap_browser::spec::{AgentCaller, InstanceKey, InstanceState, Lifecycle, OperatorReset};
+use pap_browser::spec::{InstanceKey, InstanceState, Lifecycle, OperatorReset};
 use pap_browser::store::SealingKey;
 use pap_browser::tools::ToolHost;
 use pap_shared::{CompanyDomain, HttpsUrl, SystemClock, SystemRng};
@@ -65,6 +66,34 @@ enum Command {
     Browser {
         #[command(subcommand)]
         command: BrowserCommand,
+    },
+    /// Starts an AIP-59 pairing: prints a one-time code that a device exchanges for its
+    /// credential at the host (`POST /pair {"code": ...}` on `pap-agent host serve`).
+    #[command(after_help = "Example:\n  pap-agent pair --name phone")]
+    Pair {
+        /// What to call the device (`devices list` shows it).
+        #[arg(long, default_value = "device")]
+        name: String,
+        /// How long the code works, in seconds (at most 900).
+        #[arg(long, value_name = "SECONDS", default_value_t = pap_agent::pairing::CODE_LIFETIME)]
+        ttl: u64,
+    },
+    /// The paired devices (AIP-59): the only clients that reach the agent's browser.
+    Devices {
+        #[command(subcommand)]
+        command: DevicesCommand,
+    },
+    /// Configures a local MCP client to spawn `pap-agent host stdio` as a freshly paired device
+    /// (its credential in a 0600 file, never printed); run again to replace it, which unpairs
+    /// the device it configured before.
+    #[command(after_help = "Example:\n  pap-agent install-mcp --client cursor")]
+    InstallMcp {
+        /// The client: claude-desktop, cursor or vscode.
+        #[arg(long)]
+        client: pap_agent::mcp::install::Client,
+        /// Its MCP config file, when not where the client keeps it by default.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
     #[command(flatten)]
     Pap(PapCommand),
@@ -136,9 +165,45 @@ enum PapCommand {
 /// How the agent's browser is served over MCP.
 #[derive(Subcommand)]
 enum HostCommand {
-    /// On stdin/stdout, for an MCP client that spawns its servers; logs go to stderr.
-    #[command(after_help = "Example:\n  pap-agent --state-dir /var/lib/pap-agent host stdio")]
-    Stdio,
+    /// On stdin/stdout, for an MCP client that spawns its servers, as the paired device whose
+    /// credential is in BEARER_FILE (`install-mcp` writes both); logs go to stderr.
+    #[command(
+        after_help = "Example:\n  pap-agent --state-dir /var/lib/pap-agent host stdio --bearer-file /var/lib/pap-agent/devices/cursor.bearer"
+    )]
+    Stdio {
+        /// The device's credential (a file, 0600; never an argument, which `ps` shows).
+        #[arg(long, value_name = "FILE", env = "PAP_AGENT_BEARER_FILE")]
+        bearer_file: PathBuf,
+    },
+    /// Streamable HTTP at /mcp (and /health, /pair), for paired devices only. Binds loopback
+    /// unless --allow-remote; refuses a request whose Host or Origin it does not expect.
+    #[command(after_help = "Example:\n  pap-agent host serve --listen 127.0.0.1:7878")]
+    Serve {
+        /// Where to listen (port 0: any free port; the line `listening on URL` says which).
+        #[arg(long, default_value = "127.0.0.1:7878")]
+        listen: SocketAddr,
+        /// Allow a non-loopback --listen address (pairing stays required).
+        #[arg(long)]
+        allow_remote: bool,
+        /// A further Host value to answer (NAME or NAME:PORT), e.g. the name a remote device
+        /// uses; repeat for more.
+        #[arg(long = "allow-host", value_name = "HOST")]
+        allow_hosts: Vec<String>,
+        /// An Origin allowed to call (a paired web client's); repeat for more.
+        #[arg(long = "allow-origin", value_name = "ORIGIN")]
+        allow_origins: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum DevicesCommand {
+    /// Lists the paired devices (never a credential).
+    #[command(after_help = "Example:\n  pap-agent devices list")]
+    List,
+    /// Unpairs a device: its credential is refused from its next request, and the grants scoped
+    /// to it are revoked (C13).
+    #[command(after_help = "Example:\n  pap-agent devices revoke dev_3q2-AbCdEfGh")]
+    Revoke { id: String },
 }
 
 /// The browser instance an MCP host runs.
@@ -392,6 +457,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Identity { command } => identity(&state, &command).await,
         Command::Consent { command } => consent_command(&state, &command).await,
         Command::Browser { command } => browser_command(&state, &command).await,
+        Command::Pair { name, ttl } => pair(&state, &name, ttl),
+        Command::Devices { command } => devices_command(&state, &command).await,
+        Command::InstallMcp { client, config } => install_mcp(&state, client, config),
         Command::Pap(command) => {
             let agent = Agent::open(state, &cli.connect, cli.trust_ca.as_deref(), cli.attach)?;
             agent.run(command).await
@@ -483,8 +551,21 @@ impl Agent {
                 screenshot,
             } => browse(self, &domain, &operation_url, true, screenshot).await,
             PapCommand::Host {
-                command: HostCommand::Stdio,
-            } => self.host_stdio().await,
+                command: HostCommand::Stdio { bearer_file },
+            } => self.host_stdio(&bearer_file).await,
+            PapCommand::Host {
+                command:
+                    HostCommand::Serve {
+                        listen,
+                        allow_remote,
+                        allow_hosts,
+                        allow_origins,
+                    },
+            } => {
+                let exposure =
+                    pap_agent::mcp::http::Exposure::check(listen, allow_remote, &allow_hosts, &allow_origins)?;
+                self.host_serve(listen, exposure).await
+            }
             PapCommand::Revoke { domain } => {
                 let (company, mut wallet) = self.company(&domain).await?;
                 let session = wallet.session.as_mut().context("no Session")?;
@@ -517,10 +598,49 @@ impl Agent {
     }
 
     /// `pap-agent host stdio`: the agent's browser as an MCP server on stdin/stdout, for a client
-    /// that spawns its servers. Its tools run as the local agent; its browser (instance `mcp`)
-    /// starts with the first call that needs it and stops when the client goes.
-    async fn host_stdio(&self) -> anyhow::Result<()> {
+    /// that spawns its servers. Its tools run as the paired device of `bearer_file`; its browser
+    /// (instance `mcp`) starts with the first call that needs it and stops when the client goes.
+    async fn host_stdio(&self, bearer_file: &std::path::Path) -> anyhow::Result<()> {
         use rmcp::ServiceExt as _;
+        let devices = Devices::at(&self.state_dir);
+        let bearer = Bearer::presented(&zeroize::Zeroizing::new(
+            std::fs::read_to_string(bearer_file)
+                .with_context(|| format!("reading the device credential {}", bearer_file.display()))?,
+        ));
+        if devices.authenticate(&bearer)?.is_none() {
+            bail!(
+                "{} holds no paired device's credential: pair it (pap-agent install-mcp, or pap-agent pair)",
+                bearer_file.display()
+            );
+        }
+        let (host, tools) = self.mcp_tools().await?;
+        let server = pap_agent::mcp::BrowserServer::stdio(tools, devices, bearer);
+        let served = server.serve(rmcp::transport::stdio()).await?;
+        let ended = served.waiting().await;
+        host.stop(MCP_INSTANCE, Duration::from_secs(2)).await?;
+        ended?;
+        Ok(())
+    }
+
+    /// `pap-agent host serve`: the agent's browser over streamable HTTP for paired devices,
+    /// until SIGINT or SIGTERM; its browser stops with it.
+    async fn host_serve(&self, listen: SocketAddr, exposure: pap_agent::mcp::http::Exposure) -> anyhow::Result<()> {
+        use pap_agent::mcp::http;
+        let (host, tools) = self.mcp_tools().await?;
+        let app = http::router(tools, Devices::at(&self.state_dir), exposure, http::Limits::default());
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("binding {listen}"))?;
+        // Readiness: this line, once the socket is bound.
+        eprintln!("listening on http://{}/mcp", listener.local_addr()?);
+        http::serve(listener, app, shutdown_signal()).await?;
+        host.stop(MCP_INSTANCE, Duration::from_secs(2)).await?;
+        Ok(())
+    }
+
+    /// The tool host an MCP host serves: instance `mcp`, launched by the first call that needs
+    /// it, after a sweep of what an earlier run left.
+    async fn mcp_tools(&self) -> anyhow::Result<(BrowserHost, Arc<ToolHost>)> {
         let config = self.browser_config().await?;
         let host = BrowserHost::persistent(&self.state_dir, lifecycle()?.policy())?;
         host.sweep_previous_run(&self.state_dir, Duration::from_secs(2)).await?;
@@ -532,12 +652,7 @@ impl Agent {
         let manifest = chromium::manifest().map_err(|d| anyhow::anyhow!("the shipped manifest: {d:?}"))?;
         let instance = InstanceKey::try_from(MCP_INSTANCE)?;
         let tools = ToolHost::new(manifest, host.clone(), config, instance, consent);
-        let server = pap_agent::mcp::BrowserServer::new(tools, AgentCaller::local());
-        let served = server.serve(rmcp::transport::stdio()).await?;
-        let ended = served.waiting().await;
-        host.stop(MCP_INSTANCE, Duration::from_secs(2)).await?;
-        ended?;
-        Ok(())
+        Ok((host, tools))
     }
 
     async fn company(&self, domain: &str) -> anyhow::Result<(Company, Wallet)> {
@@ -825,6 +940,93 @@ async fn consent_command(state: &std::path::Path, command: &ConsentCommand) -> a
     };
     print_json(&report);
     Ok(())
+}
+
+/// `pap-agent pair`: a one-time code, on stdout alone (how to use it on stderr).
+#[allow(clippy::print_stdout, reason = "the command's output")]
+fn pair(state: &std::path::Path, name: &str, ttl: u64) -> anyhow::Result<()> {
+    pap_browser::store::private_dir(state)?;
+    let code = Devices::at(state).start_pairing(name, ttl, &SystemClock, &SystemRng)?;
+    let left = code.expires_at.since(pap_shared::Clock::now(&SystemClock));
+    eprintln!(
+        "pairing code for {name:?}, valid once for {left} s: the device sends it to the host \
+         (POST /pair {{\"code\": \"...\"}} on `pap-agent host serve`) and receives its credential"
+    );
+    println!("{}", code.expose());
+    Ok(())
+}
+
+/// `pap-agent devices ...`.
+async fn devices_command(state: &std::path::Path, command: &DevicesCommand) -> anyhow::Result<()> {
+    let devices = Devices::at(state);
+    match command {
+        DevicesCommand::List => print_json(&serde_json::json!({ "devices": devices.list()? })),
+        DevicesCommand::Revoke { id } => {
+            if !devices.revoke(id)? {
+                bail!("no paired device {id} (see `pap-agent devices list`)");
+            }
+            // C13: its grants stop now, and are revoked (C8) with what they put in the browsers.
+            let consent = consent::ConsentHost::open(state, Arc::new(SystemClock), Arc::new(SystemRng))?;
+            let operator = consent::Operator::from_operator_channel("cli");
+            let live = pap_browser::chromium::LiveProfiles::new(state);
+            let revoked = consent.revoke_pairing(&operator, id, &live).await?;
+            print_json(&serde_json::json!({
+                "unpaired": id,
+                "grantsRevoked": revoked.iter().map(|r| r.grant.id.clone()).collect::<Vec<_>>(),
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// `pap-agent install-mcp`: a fresh device for the client, its credential in
+/// `STATE/devices/CLIENT.bearer` (0600), and the client's config pointing at `host stdio`.
+fn install_mcp(
+    state: &std::path::Path,
+    client: pap_agent::mcp::install::Client,
+    config: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let config = match config {
+        Some(path) => path,
+        None => client.default_config()?,
+    };
+    let program = std::env::current_exe().context("where this pap-agent is")?;
+    let installed = pap_agent::mcp::install::install(
+        &Devices::at(state),
+        state,
+        client,
+        &config,
+        &program,
+        &SystemClock,
+        &SystemRng,
+    )?;
+    eprintln!(
+        "configured {} in {} as device {}{}",
+        client.name(),
+        config.display(),
+        installed.device.id,
+        installed
+            .replaced
+            .map(|old| format!(" (device {old}, configured before, is unpaired)"))
+            .unwrap_or_default()
+    );
+    Ok(())
+}
+
+/// Completes at SIGINT or SIGTERM (at SIGINT only where SIGTERM cannot be watched).
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }
 
 /// C5: the scan's per-domain counts first (no value read yet), then a question per domain; only

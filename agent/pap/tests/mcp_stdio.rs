@@ -2,7 +2,8 @@
 //! it as a client spawns its servers: the tools the provider serves are listed with their input
 //! schemas, a page of our company (over TLS, its name routed to loopback) loads and comes back as
 //! a screenshot (MCP image content), and a refused navigation is an MCP tool error carrying its
-//! AIP-14 code. The browser starts with the first call and ends with the client.
+//! AIP-14 code. The client is a paired device (`install-mcp` configured it): once unpaired, its
+//! next call is refused. The browser starts with the first call and ends with the client.
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
@@ -42,6 +43,33 @@ async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_ty
         .output()
         .unwrap();
     assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    // The operator installs the client: a device of its own, its credential in a file.
+    let config = stage.work.join("cursor-mcp.json");
+    let pap = |args: &[&str]| {
+        let out = Command::new(agent)
+            .args(["--state-dir", state.to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    pap(&[
+        "install-mcp",
+        "--client",
+        "cursor",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let entry: serde_json::Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    let args: Vec<String> = serde_json::from_value(entry["mcpServers"]["pap-agent-browser"]["args"].clone()).unwrap();
+    let bearer_file = args.last().unwrap().clone();
+    let listed: serde_json::Value = serde_json::from_slice(&pap(&["devices", "list"]).stdout).unwrap();
+    let device = listed["devices"][0]["id"].as_str().unwrap().to_owned();
 
     let mut host = tokio::process::Command::new(agent);
     host.args([
@@ -53,6 +81,8 @@ async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_ty
         stage.ca_pem.to_str().unwrap(),
         "host",
         "stdio",
+        "--bearer-file",
+        &bearer_file,
     ]);
     let client = ().serve(TokioChildProcess::new(host).unwrap()).await.unwrap();
 
@@ -115,6 +145,15 @@ async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_ty
         .await
         .unwrap();
     assert_eq!(unknown.structured_content.unwrap()["code"], "browser:unsupported");
+
+    // The operator unpairs the device: its very next call is refused (C13).
+    pap(&["devices", "revoke", &device]);
+    let after = client
+        .call_tool(call("browser.get_dom", json!({"target": target})))
+        .await
+        .unwrap();
+    assert_eq!(after.is_error, Some(true), "an unpaired device's call ran: {after:?}");
+    assert_eq!(after.structured_content.unwrap()["code"], "permission_denied");
 
     tokio::time::timeout(Duration::from_secs(30), client.cancel())
         .await

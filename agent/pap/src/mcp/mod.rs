@@ -4,13 +4,23 @@
 //! whose structured content carries `code`, `message` and `retryable`. The browser is launched
 //! by the first call that needs it (an idempotent launch, L2).
 //!
-//! Every call runs as one agent caller ([`AgentCaller`]): what it sees of the person's grants
-//! is what AIP-63 lets that caller see (C7, C12). No tool here approves anything on the person's
-//! behalf (AIP-7): the tools are the browser's, and grants come only from the operator's channel.
+//! Every call runs as the paired device that made it (AIP-63 "Auth model": AIP-59 pairing and
+//! nothing else, [`crate::pairing`]): what it sees of the person's grants is what AIP-63 lets
+//! that device see (C7, C12), in browser contexts and tabs of its own. Its credential is checked
+//! on every call, so an unpaired device is refused on its next one (C13). No tool here approves
+//! anything on the person's behalf (AIP-7): the tools are the browser's, and grants come only
+//! from the operator's channel.
+//!
+//! Two transports: [`BrowserServer::stdio`] for a client that spawns its servers (the device's
+//! bearer in a file the operator's `install-mcp` wrote), and [`http`], streamable HTTP at `/mcp`
+//! behind a Host/Origin guard, for any client that holds a bearer.
+
+pub mod http;
+pub mod install;
 
 use std::sync::Arc;
 
-use pap_browser::spec::{AgentCaller, InstanceState, ToolId, ToolResult};
+use pap_browser::spec::{AgentCaller, InstanceState, ToolError, ToolErrorCode, ToolId, ToolResult};
 use pap_browser::tools::{ToolHost, input_schema};
 use rmcp::ErrorData as McpError;
 use rmcp::handler::server::ServerHandler;
@@ -21,17 +31,65 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
 
-/// The MCP server of one tool host, for one caller.
+use crate::pairing::{Bearer, Devices};
+
+/// The MCP server of one tool host.
 #[derive(Clone, Debug)]
 pub struct BrowserServer {
     tools: Arc<ToolHost>,
-    caller: AgentCaller,
+    callers: Callers,
+}
+
+/// Who a call comes from.
+#[derive(Clone, Debug)]
+enum Callers {
+    /// One device, whose bearer is checked at every call (stdio).
+    Device { devices: Devices, bearer: Arc<Bearer> },
+    /// The device the HTTP guard authenticated for this request ([`http`]).
+    PerRequest,
 }
 
 impl BrowserServer {
-    /// Serves `tools` to `caller`.
-    pub fn new(tools: Arc<ToolHost>, caller: AgentCaller) -> Self {
-        Self { tools, caller }
+    /// Serves `tools` over stdio to the device holding `bearer`.
+    pub fn stdio(tools: Arc<ToolHost>, devices: Devices, bearer: Bearer) -> Self {
+        Self {
+            tools,
+            callers: Callers::Device {
+                devices,
+                bearer: Arc::new(bearer),
+            },
+        }
+    }
+
+    /// Serves `tools` to whichever device [`http`]'s guard authenticated.
+    fn per_request(tools: Arc<ToolHost>) -> Self {
+        Self {
+            tools,
+            callers: Callers::PerRequest,
+        }
+    }
+
+    /// The device a call comes from: its pairing checked now.
+    fn caller(&self, context: &RequestContext<RoleServer>) -> Result<AgentCaller, ToolError> {
+        let unpaired = || {
+            ToolError::new(
+                ToolErrorCode::PermissionDenied,
+                "this device is not paired with the agent (or no longer is): pair it again",
+            )
+        };
+        match &self.callers {
+            Callers::Device { devices, bearer } => match devices.authenticate(bearer) {
+                Ok(Some(device)) => Ok(AgentCaller::paired(device.id)),
+                Ok(None) => Err(unpaired()),
+                Err(e) => Err(ToolError::new(ToolErrorCode::Internal, e.to_string())),
+            },
+            Callers::PerRequest => context
+                .extensions
+                .get::<::http::request::Parts>()
+                .and_then(|parts| parts.extensions.get::<AgentCaller>())
+                .cloned()
+                .ok_or_else(unpaired),
+        }
     }
 
     /// The tools as MCP lists them: the ones the provider serves, nothing it would refuse.
@@ -43,8 +101,9 @@ impl BrowserServer {
             .collect()
     }
 
-    /// Calls `name` with `arguments`, launching the browser first when it is not running.
-    pub async fn call(&self, name: &str, arguments: Value) -> CallToolResult {
+    /// Calls `name` with `arguments` as `caller`, launching the browser first when it is not
+    /// running.
+    pub async fn call(&self, caller: &AgentCaller, name: &str, arguments: Value) -> CallToolResult {
         let needs_browser = ToolId::parse(name)
             .is_some_and(|t| !matches!(t, ToolId::ProfileList | ToolId::ProfileRefresh | ToolId::ProfileRevoke));
         let state = self.tools.health().state;
@@ -54,7 +113,7 @@ impl BrowserServer {
         {
             return tool_error(&ToolResult::Err(error).to_json());
         }
-        match self.tools.call_as(&self.caller, name, &arguments).await {
+        match self.tools.call_as(caller, name, &arguments).await {
             ToolResult::Ok(value) => success(name, value),
             failed => tool_error(&failed.to_json()),
         }
@@ -125,9 +184,13 @@ impl ServerHandler for BrowserServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let caller = match self.caller(&context) {
+            Ok(caller) => caller,
+            Err(refused) => return Ok(tool_error(&ToolResult::Err(refused).to_json()).into()),
+        };
         let arguments = request.arguments.map_or(json!({}), Value::Object);
-        Ok(self.call(&request.name, arguments).await.into())
+        Ok(self.call(&caller, &request.name, arguments).await.into())
     }
 }

@@ -1,0 +1,321 @@
+//! The agent's browser over MCP streamable HTTP (`pap-agent host serve`), as AIP-63's security
+//! considerations ask of a browser host:
+//!
+//! ```text
+//!  every route   the Host/Origin guard: Host must name the address served (loopback names, or
+//!                what the operator allowed); an Origin, when sent, must be one allowed
+//!                -> 403 (a web page reaching a local host through DNS rebinding, or posting
+//!                cross-origin, is refused before anything else runs)
+//!  GET  /health  open: {"ok":true,"tools":N}
+//!  POST /pair    a one-time pairing code -> the device's id and bearer (AIP-59)
+//!  /mcp          a paired device's bearer, checked against the devices file on every request
+//!                -> 401 `WWW-Authenticate: Bearer realm="pap-agent"`, a body that says nothing;
+//!                then MCP (rmcp's streamable HTTP service), as that device
+//! ```
+//!
+//! Bounds: a request body cap (413), a cap on requests in flight and on live MCP sessions (503
+//! with `Retry-After`). Binding anything but loopback is the operator's explicit choice
+//! ([`Exposure::check`]), and pairing stays required.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use pap_browser::spec::AgentCaller;
+use pap_browser::tools::ToolHost;
+use pap_shared::{SystemClock, SystemRng};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+use super::BrowserServer;
+use crate::pairing::{Bearer, Devices, RedeemError};
+
+/// The realm a 401 names.
+const REALM: &str = "Bearer realm=\"pap-agent\"";
+
+/// Where the host listens and which names and origins it answers (the Host/Origin guard).
+#[derive(Clone, Debug)]
+pub struct Exposure {
+    /// `Host` values admitted, lowercase `name:port`.
+    hosts: Vec<String>,
+    /// `Origin` values admitted, lowercase `scheme://name:port`.
+    origins: Vec<String>,
+}
+
+/// A listen address refused at start.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{0} is not a loopback address: a browser host binds loopback unless the operator says \
+     otherwise (--allow-remote); pairing stays required either way"
+)]
+pub struct NotLoopback(pub SocketAddr);
+
+impl Exposure {
+    /// The guard for a host bound to `addr`: its loopback names at its port, and the operator's
+    /// `hosts` (`name` or `name:port`; a bare name gets the port) and `origins`. A non-loopback
+    /// `addr` needs `allow_remote`.
+    pub fn check(
+        addr: SocketAddr,
+        allow_remote: bool,
+        hosts: &[String],
+        origins: &[String],
+    ) -> Result<Self, NotLoopback> {
+        if !addr.ip().is_loopback() && !allow_remote {
+            return Err(NotLoopback(addr));
+        }
+        let port = addr.port();
+        let mut names: Vec<String> = ["127.0.0.1", "localhost", "[::1]"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        if !addr.ip().is_loopback() && !addr.ip().is_unspecified() {
+            names.push(match addr {
+                SocketAddr::V4(v4) => v4.ip().to_string(),
+                SocketAddr::V6(v6) => format!("[{}]", v6.ip()),
+            });
+        }
+        let mut admitted: Vec<String> = names.iter().map(|n| format!("{n}:{port}")).collect();
+        for host in hosts {
+            let host = host.to_ascii_lowercase();
+            admitted.push(
+                if host.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
+                    host
+                } else {
+                    format!("{host}:{port}")
+                },
+            );
+        }
+        let mut allowed_origins: Vec<String> = admitted.iter().map(|a| format!("http://{a}")).collect();
+        allowed_origins.extend(origins.iter().map(|o| o.trim_end_matches('/').to_ascii_lowercase()));
+        Ok(Self {
+            hosts: admitted,
+            origins: allowed_origins,
+        })
+    }
+
+    /// Why a request's `Host` or `Origin` is refused, if it is.
+    fn refuses(&self, request: &Request) -> Option<&'static str> {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| request.uri().authority().map(|a| a.as_str().to_owned()));
+        match host {
+            Some(host) if self.hosts.contains(&host.to_ascii_lowercase()) => {}
+            _ => return Some("this host does not answer that Host"),
+        }
+        match request.headers().get(header::ORIGIN).map(HeaderValue::to_str) {
+            None => None,
+            Some(Ok(origin)) if self.origins.contains(&origin.to_ascii_lowercase()) => None,
+            Some(_) => Some("this host does not answer requests from that Origin"),
+        }
+    }
+}
+
+/// How much the host takes on at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest request body, bytes (MCP messages; a `/pair` body is capped at 1 KiB).
+    pub max_body: usize,
+    /// Most requests in flight at once.
+    pub max_in_flight: usize,
+    /// Most live MCP sessions (a client that negotiates a protocol with sessions holds one).
+    pub max_sessions: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body: 1024 * 1024,
+            max_in_flight: 64,
+            max_sessions: 32,
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Host {
+    tools: Arc<ToolHost>,
+    devices: Devices,
+    exposure: Arc<Exposure>,
+    in_flight: Arc<Semaphore>,
+    sessions: Arc<LocalSessionManager>,
+    max_sessions: usize,
+    /// The devices that made a request, so a revoked one's tabs and contexts end (C13).
+    seen: Arc<Mutex<HashSet<String>>>,
+}
+
+/// The host's routes: `/health`, `/pair` and `/mcp`, every one behind the Host/Origin guard.
+pub fn router(tools: Arc<ToolHost>, devices: Devices, exposure: Exposure, limits: Limits) -> Router {
+    let sessions = Arc::new(LocalSessionManager::default());
+    let mut config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(exposure.hosts.clone())
+        .with_allowed_origins(exposure.origins.clone())
+        .enforce_origin_validation()
+        .with_max_request_body_bytes(limits.max_body);
+    config.sse_keep_alive = Some(std::time::Duration::from_secs(15));
+    let factory_tools = tools.clone();
+    let mcp = StreamableHttpService::new(
+        move || Ok(BrowserServer::per_request(factory_tools.clone())),
+        sessions.clone(),
+        config,
+    );
+    let host = Host {
+        tools,
+        devices,
+        exposure: Arc::new(exposure),
+        in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
+        sessions,
+        max_sessions: limits.max_sessions,
+        seen: Arc::default(),
+    };
+    let guarded_mcp = Router::new()
+        .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn_with_state(host.clone(), paired));
+    Router::new()
+        .route("/health", axum::routing::get(health))
+        .route("/pair", axum::routing::post(pair).layer(DefaultBodyLimit::max(1024)))
+        .merge(guarded_mcp)
+        .layer(axum::middleware::from_fn_with_state(host.clone(), guard))
+        .with_state(host)
+}
+
+/// Serves `app` on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+}
+
+/// The Host/Origin guard and the in-flight cap, in front of every route.
+async fn guard(State(host): State<Host>, request: Request, next: Next) -> Response {
+    if let Some(why) = host.exposure.refuses(&request) {
+        return (
+            StatusCode::FORBIDDEN,
+            axum::Json(json!({ "error": "forbidden", "message": why })),
+        )
+            .into_response();
+    }
+    let Ok(_slot) = host.in_flight.clone().try_acquire_owned() else {
+        return busy("too many requests in flight");
+    };
+    next.run(request).await
+}
+
+/// `/mcp` for paired devices only: the bearer is checked against the devices file now (a
+/// revoked device is refused on its next request), and the device rides the request to the
+/// tools ([`BrowserServer`] reads it).
+async fn paired(State(host): State<Host>, mut request: Request, next: Next) -> Response {
+    let paired = match host.devices.load() {
+        Ok(paired) => paired,
+        Err(error) => {
+            // Fail closed: no device is known when the file cannot be read.
+            tracing::error!(%error, "the devices file");
+            return busy("the host cannot check devices now");
+        }
+    };
+    end_unpaired(&host, &paired);
+    let device = bearer(request.headers()).and_then(|b| paired.authenticate(&b));
+    let Some(device) = device else {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, REALM)],
+            axum::Json(json!({ "error": "unauthorized" })),
+        )
+            .into_response();
+    };
+    let opens_session = request.method() == http::Method::POST && !request.headers().contains_key("mcp-session-id");
+    if opens_session && host.sessions.sessions.read().await.len() >= host.max_sessions {
+        return busy("too many MCP sessions are open");
+    }
+    host.seen
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(device.id.clone());
+    request.extensions_mut().insert(AgentCaller::paired(device.id));
+    next.run(request).await
+}
+
+/// Ends the tabs and contexts of devices seen here that are no longer paired (C13).
+fn end_unpaired(host: &Host, paired: &crate::pairing::Paired) {
+    let gone: Vec<String> = {
+        let mut seen = host.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let gone: Vec<String> = seen.iter().filter(|id| !paired.has(id)).cloned().collect();
+        seen.retain(|id| paired.has(id));
+        gone
+    };
+    for id in gone {
+        let tools = host.tools.clone();
+        tokio::spawn(async move {
+            if let Err(error) = tools.end_device(&id).await {
+                tracing::warn!(device = %id, error = %error.message, "ending an unpaired device's browser contexts");
+            }
+        });
+    }
+}
+
+/// The bearer of an `Authorization: Bearer ...` header.
+fn bearer(headers: &HeaderMap) -> Option<Bearer> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| Bearer::presented(token))
+}
+
+fn busy(why: &'static str) -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, "1")],
+        axum::Json(json!({ "error": "busy", "message": why })),
+    )
+        .into_response()
+}
+
+async fn health(State(host): State<Host>) -> axum::Json<serde_json::Value> {
+    let tools = BrowserServer::per_request(host.tools.clone()).listed().len();
+    axum::Json(json!({ "ok": true, "tools": tools }))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PairRequest {
+    code: String,
+}
+
+/// `POST /pair {"code": ...}`: the device's id and bearer, once (AIP-59).
+async fn pair(State(host): State<Host>, body: axum::Json<PairRequest>) -> Response {
+    let devices = host.devices.clone();
+    let redeemed = tokio::task::spawn_blocking(move || devices.redeem(&body.code, &SystemClock, &SystemRng)).await;
+    let no_store = [(header::CACHE_CONTROL, "no-store")];
+    match redeemed {
+        Ok(Ok((device, bearer))) => (
+            no_store,
+            axum::Json(json!({ "deviceId": device.id, "name": device.name, "bearer": bearer.expose() })),
+        )
+            .into_response(),
+        Ok(Err(RedeemError::Invalid)) => (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({ "error": "invalid_code", "message": RedeemError::Invalid.to_string() })),
+        )
+            .into_response(),
+        Ok(Err(RedeemError::Voided)) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            axum::Json(json!({ "error": "voided", "message": RedeemError::Voided.to_string() })),
+        )
+            .into_response(),
+        Ok(Err(RedeemError::Store(error))) => {
+            tracing::error!(%error, "pairing");
+            busy("the host cannot pair now")
+        }
+        Err(_) => busy("the host cannot pair now"),
+    }
+}
