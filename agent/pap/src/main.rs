@@ -614,7 +614,7 @@ impl Agent {
             );
         }
         let (host, tools) = self.mcp_tools().await?;
-        let server = pap_agent::mcp::BrowserServer::stdio(tools, devices, bearer);
+        let server = pap_agent::mcp::BrowserServer::stdio(tools, devices, bearer).with_pap(self.pap_tools()?);
         let served = server.serve(rmcp::transport::stdio()).await?;
         let ended = served.waiting().await;
         host.stop(MCP_INSTANCE, Duration::from_secs(2)).await?;
@@ -627,15 +627,28 @@ impl Agent {
     async fn host_serve(&self, listen: SocketAddr, exposure: pap_agent::mcp::http::Exposure) -> anyhow::Result<()> {
         use pap_agent::mcp::http;
         let (host, tools) = self.mcp_tools().await?;
-        let app = http::router(tools, Devices::at(&self.state_dir), exposure, http::Limits::default());
+        let server = pap_agent::mcp::BrowserServer::per_request(tools).with_pap(self.pap_tools()?);
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("binding {listen}"))?;
+        let bound = listener.local_addr()?;
+        let guard = exposure.guard(bound.port());
+        let app = http::router(server, Devices::at(&self.state_dir), guard, http::Limits::default());
         // Readiness: this line, once the socket is bound.
-        eprintln!("listening on http://{}/mcp", listener.local_addr()?);
+        eprintln!("listening on http://{bound}/mcp");
         http::serve(listener, app, shutdown_signal()).await?;
         host.stop(MCP_INSTANCE, Duration::from_secs(2)).await?;
         Ok(())
+    }
+
+    /// The PAP steps as tools, for an MCP host.
+    fn pap_tools(&self) -> anyhow::Result<Arc<pap_agent::mcp::pap::PapTools>> {
+        let sealing = SealingKey::open(&self.state_dir, &SystemRng)?;
+        Ok(pap_agent::mcp::pap::PapTools::new(
+            self.client.clone(),
+            self.state_dir.clone(),
+            sealing,
+        ))
     }
 
     /// The tool host an MCP host serves: instance `mcp`, launched by the first call that needs

@@ -503,6 +503,15 @@ impl ToolHost {
             .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))
     }
 
+    /// Opens a new tab for `caller` in the jar for `url` (the context of the grant covering it
+    /// for that caller, M5), left blank: for a step that drives the page itself (the PAP join)
+    /// and then hands the tab to the caller as its target.
+    pub async fn open_tab(&self, caller: &AgentCaller, url: &str) -> Result<(String, Page), ToolError> {
+        self.may_go(url)?;
+        let boot_id = self.ready().await?;
+        self.open_target(caller, boot_id, false, Some(url)).await
+    }
+
     /// Ends everything of the paired device `device_id` in this browser: its tabs and its
     /// contexts, the grants' material in them included (a revoked pairing, C13). Returns how
     /// many contexts ended.

@@ -300,7 +300,7 @@ impl ToolHost {
 
     /// The navigation rule (H3), before a tab is sent anywhere: a refusal is
     /// `permission_denied` naming the scheme or host, never the rest of the URL.
-    fn may_go(&self, url: &str) -> Result<(), ToolError> {
+    pub(super) fn may_go(&self, url: &str) -> Result<(), ToolError> {
         self.config.navigation.navigation(url).map_err(|refused| {
             ToolError::new(ToolErrorCode::PermissionDenied, refused.to_string())
                 .with_cause(json!({ "rule": "navigation" }))

@@ -16,6 +16,10 @@
 //! Bounds: a request body cap (413), a cap on requests in flight and on live MCP sessions (503
 //! with `Retry-After`). Binding anything but loopback is the operator's explicit choice
 //! ([`Exposure::check`]), and pairing stays required.
+//!
+//! Not bounded here yet (left open, README): connections per client and header/idle timeouts
+//! (`axum::serve` has neither). The host listens on loopback by default, where the stranger is
+//! a web page (the guard refuses it) or a local process.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -27,7 +31,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use pap_browser::spec::AgentCaller;
-use pap_browser::tools::ToolHost;
 use pap_shared::{SystemClock, SystemRng};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -40,9 +43,18 @@ use crate::pairing::{Bearer, Devices, RedeemError};
 /// The realm a 401 names.
 const REALM: &str = "Bearer realm=\"pap-agent\"";
 
-/// Where the host listens and which names and origins it answers (the Host/Origin guard).
+/// Where the host may listen and which further names and origins the operator allowed: checked
+/// before binding ([`Exposure::check`]), made a [`Guard`] once the port is known.
 #[derive(Clone, Debug)]
 pub struct Exposure {
+    addr: SocketAddr,
+    hosts: Vec<String>,
+    origins: Vec<String>,
+}
+
+/// The Host/Origin guard of a bound host.
+#[derive(Clone, Debug)]
+pub struct Guard {
     /// `Host` values admitted, lowercase `name:port`.
     hosts: Vec<String>,
     /// `Origin` values admitted, lowercase `scheme://name:port`.
@@ -58,9 +70,8 @@ pub struct Exposure {
 pub struct NotLoopback(pub SocketAddr);
 
 impl Exposure {
-    /// The guard for a host bound to `addr`: its loopback names at its port, and the operator's
-    /// `hosts` (`name` or `name:port`; a bare name gets the port) and `origins`. A non-loopback
-    /// `addr` needs `allow_remote`.
+    /// Where a host may listen: `addr`, which must be loopback unless `allow_remote`; the
+    /// operator's further `hosts` (`name` or `name:port`) and `origins`.
     pub fn check(
         addr: SocketAddr,
         allow_remote: bool,
@@ -70,7 +81,18 @@ impl Exposure {
         if !addr.ip().is_loopback() && !allow_remote {
             return Err(NotLoopback(addr));
         }
-        let port = addr.port();
+        Ok(Self {
+            addr,
+            hosts: hosts.to_vec(),
+            origins: origins.to_vec(),
+        })
+    }
+
+    /// The guard once bound to `port`: the loopback names (and the address itself) at that port,
+    /// the operator's hosts (a bare name gets the port) and origins, and `http://` of each host.
+    pub fn guard(&self, port: u16) -> Guard {
+        let addr = self.addr;
+        let (hosts, origins) = (&self.hosts, &self.origins);
         let mut names: Vec<String> = ["127.0.0.1", "localhost", "[::1]"]
             .into_iter()
             .map(str::to_owned)
@@ -94,12 +116,14 @@ impl Exposure {
         }
         let mut allowed_origins: Vec<String> = admitted.iter().map(|a| format!("http://{a}")).collect();
         allowed_origins.extend(origins.iter().map(|o| o.trim_end_matches('/').to_ascii_lowercase()));
-        Ok(Self {
+        Guard {
             hosts: admitted,
             origins: allowed_origins,
-        })
+        }
     }
+}
 
+impl Guard {
     /// Why a request's `Host` or `Origin` is refused, if it is.
     fn refuses(&self, request: &Request) -> Option<&'static str> {
         let host = request
@@ -143,9 +167,9 @@ impl Default for Limits {
 
 #[derive(Clone)]
 struct Host {
-    tools: Arc<ToolHost>,
+    server: BrowserServer,
     devices: Devices,
-    exposure: Arc<Exposure>,
+    guard: Arc<Guard>,
     in_flight: Arc<Semaphore>,
     sessions: Arc<LocalSessionManager>,
     max_sessions: usize,
@@ -153,25 +177,22 @@ struct Host {
     seen: Arc<Mutex<HashSet<String>>>,
 }
 
-/// The host's routes: `/health`, `/pair` and `/mcp`, every one behind the Host/Origin guard.
-pub fn router(tools: Arc<ToolHost>, devices: Devices, exposure: Exposure, limits: Limits) -> Router {
+/// The host's routes: `/health`, `/pair` and `/mcp` (serving `server`, made with
+/// [`BrowserServer::per_request`]), every one behind the Host/Origin guard.
+pub fn router(server: BrowserServer, devices: Devices, guard: Guard, limits: Limits) -> Router {
     let sessions = Arc::new(LocalSessionManager::default());
     let mut config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(exposure.hosts.clone())
-        .with_allowed_origins(exposure.origins.clone())
+        .with_allowed_hosts(guard.hosts.clone())
+        .with_allowed_origins(guard.origins.clone())
         .enforce_origin_validation()
         .with_max_request_body_bytes(limits.max_body);
     config.sse_keep_alive = Some(std::time::Duration::from_secs(15));
-    let factory_tools = tools.clone();
-    let mcp = StreamableHttpService::new(
-        move || Ok(BrowserServer::per_request(factory_tools.clone())),
-        sessions.clone(),
-        config,
-    );
+    let factory = server.clone();
+    let mcp = StreamableHttpService::new(move || Ok(factory.clone()), sessions.clone(), config);
     let host = Host {
-        tools,
+        server,
         devices,
-        exposure: Arc::new(exposure),
+        guard: Arc::new(guard),
         in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
         sessions,
         max_sessions: limits.max_sessions,
@@ -184,7 +205,7 @@ pub fn router(tools: Arc<ToolHost>, devices: Devices, exposure: Exposure, limits
         .route("/health", axum::routing::get(health))
         .route("/pair", axum::routing::post(pair).layer(DefaultBodyLimit::max(1024)))
         .merge(guarded_mcp)
-        .layer(axum::middleware::from_fn_with_state(host.clone(), guard))
+        .layer(axum::middleware::from_fn_with_state(host.clone(), guarded))
         .with_state(host)
 }
 
@@ -198,8 +219,8 @@ pub async fn serve(
 }
 
 /// The Host/Origin guard and the in-flight cap, in front of every route.
-async fn guard(State(host): State<Host>, request: Request, next: Next) -> Response {
-    if let Some(why) = host.exposure.refuses(&request) {
+async fn guarded(State(host): State<Host>, request: Request, next: Next) -> Response {
+    if let Some(why) = host.guard.refuses(&request) {
         return (
             StatusCode::FORBIDDEN,
             axum::Json(json!({ "error": "forbidden", "message": why })),
@@ -255,7 +276,7 @@ fn end_unpaired(host: &Host, paired: &crate::pairing::Paired) {
         gone
     };
     for id in gone {
-        let tools = host.tools.clone();
+        let tools = host.server.tools().clone();
         tokio::spawn(async move {
             if let Err(error) = tools.end_device(&id).await {
                 tracing::warn!(device = %id, error = %error.message, "ending an unpaired device's browser contexts");
@@ -281,7 +302,7 @@ fn busy(why: &'static str) -> Response {
 }
 
 async fn health(State(host): State<Host>) -> axum::Json<serde_json::Value> {
-    let tools = BrowserServer::per_request(host.tools.clone()).listed().len();
+    let tools = host.server.listed().len();
     axum::Json(json!({ "ok": true, "tools": tools }))
 }
 

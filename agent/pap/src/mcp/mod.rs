@@ -17,6 +17,7 @@
 
 pub mod http;
 pub mod install;
+pub mod pap;
 
 use std::sync::Arc;
 
@@ -31,6 +32,7 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
 
+use self::pap::PapTools;
 use crate::pairing::{Bearer, Devices};
 
 /// The MCP server of one tool host.
@@ -38,6 +40,8 @@ use crate::pairing::{Bearer, Devices};
 pub struct BrowserServer {
     tools: Arc<ToolHost>,
     callers: Callers,
+    /// The PAP steps as tools, when the host serves them ([`pap`]).
+    pap: Option<Arc<PapTools>>,
 }
 
 /// Who a call comes from.
@@ -58,15 +62,30 @@ impl BrowserServer {
                 devices,
                 bearer: Arc::new(bearer),
             },
+            pap: None,
         }
     }
 
-    /// Serves `tools` to whichever device [`http`]'s guard authenticated.
-    fn per_request(tools: Arc<ToolHost>) -> Self {
+    /// Serves `tools` over [`http`], to whichever device its guard authenticated for each
+    /// request.
+    pub fn per_request(tools: Arc<ToolHost>) -> Self {
         Self {
             tools,
             callers: Callers::PerRequest,
+            pap: None,
         }
+    }
+
+    /// Serves the PAP steps too ([`pap`]).
+    #[must_use]
+    pub fn with_pap(mut self, pap: Arc<PapTools>) -> Self {
+        self.pap = Some(pap);
+        self
+    }
+
+    /// The tool host behind it.
+    pub fn tools(&self) -> &Arc<ToolHost> {
+        &self.tools
     }
 
     /// The device a call comes from: its pairing checked now.
@@ -94,24 +113,37 @@ impl BrowserServer {
 
     /// The tools as MCP lists them: the ones the provider serves, nothing it would refuse.
     pub fn listed(&self) -> Vec<Tool> {
-        self.tools
+        let mut listed: Vec<Tool> = self
+            .tools
             .served()
             .into_iter()
             .map(|tool| Tool::new(tool.as_str(), description(tool), Arc::new(input_schema(tool))))
-            .collect()
+            .collect();
+        if self.pap.is_some() {
+            listed.extend(PapTools::listed());
+        }
+        listed
     }
 
     /// Calls `name` with `arguments` as `caller`, launching the browser first when it is not
     /// running.
     pub async fn call(&self, caller: &AgentCaller, name: &str, arguments: Value) -> CallToolResult {
-        let needs_browser = ToolId::parse(name)
-            .is_some_and(|t| !matches!(t, ToolId::ProfileList | ToolId::ProfileRefresh | ToolId::ProfileRevoke));
+        let pap = self.pap.as_ref().filter(|_| pap::NAMES.contains(&name));
+        let needs_browser = name == "pap.join"
+            || ToolId::parse(name)
+                .is_some_and(|t| !matches!(t, ToolId::ProfileList | ToolId::ProfileRefresh | ToolId::ProfileRevoke));
         let state = self.tools.health().state;
         if needs_browser
             && matches!(state, InstanceState::Absent | InstanceState::Stopped)
             && let Err(error) = self.tools.launch().await
         {
             return tool_error(&ToolResult::Err(error).to_json());
+        }
+        if let Some(pap) = pap {
+            return match pap.call(&self.tools, caller, name, arguments).await {
+                Ok(value) => success(name, value),
+                Err(error) => tool_error(&ToolResult::Err(error).to_json()),
+            };
         }
         match self.tools.call_as(caller, name, &arguments).await {
             ToolResult::Ok(value) => success(name, value),

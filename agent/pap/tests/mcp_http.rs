@@ -1,0 +1,321 @@
+//! `pap-agent host serve` (MCP over streamable HTTP) as a stranger and two paired devices meet
+//! it, with an MCP client of the official Rust SDK for the devices and raw HTTP for the rest:
+//!
+//! - the guard: a rebinding-style `Host` 403 and a foreign `Origin` 403, on every route; no
+//!   bearer (or a wrong one) 401 with `WWW-Authenticate: Bearer realm=...` and a body that says
+//!   nothing; `/health` open; a non-loopback bind refused at start without `--allow-remote`;
+//! - pairing: a one-time code from `pap-agent pair` exchanged at `POST /pair`, once;
+//! - the PAP steps as tools: a Session started and signed in with Device Sign-In (started and
+//!   polled without blocking the host; the person approves at the company), an operation
+//!   proposed, the Session joined on the operation's page in a tab of device A's;
+//! - per-device contexts: device B is refused the join (`browser:consent_required`, the grant is
+//!   A's), cannot use A's tab, and revoking A refuses A's very next request.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::Duration;
+
+use pap_agent::{Identity, TlsListener, documents_router};
+use rmcp::ServiceExt as _;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::{Value, json};
+use support::Stage;
+use tokio::io::AsyncBufReadExt as _;
+
+const AGENT: &str = env!("CARGO_BIN_EXE_pap-agent");
+
+/// Runs `pap-agent --state-dir STATE ARGS`; its stdout.
+fn pap(state: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new(AGENT)
+        .args(["--state-dir", state.to_str().unwrap()])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Starts `host serve` with `args`; waits (60 s at most) for the line that says where it
+/// listens.
+async fn host_serve(state: &std::path::Path, args: &[String]) -> (tokio::process::Child, SocketAddr) {
+    let mut child = tokio::process::Command::new(AGENT)
+        .args(["--state-dir", state.to_str().unwrap()])
+        .args(args)
+        .args(["host", "serve", "--listen", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(url) = line.strip_prefix("listening on http://") {
+                return url.trim_end_matches("/mcp").parse::<SocketAddr>().unwrap();
+            }
+        }
+        panic!("host serve ended before it listened");
+    })
+    .await
+    .expect("host serve did not listen in 60 s");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, addr)
+}
+
+async fn device(addr: SocketAddr, bearer: &str) -> RunningService<RoleClient, ()> {
+    let config = StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp")).auth_header(bearer);
+    ().serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .unwrap()
+}
+
+/// Calls `name`: Ok(structured result) or Err(the AIP-14 error object).
+async fn call(client: &RunningService<RoleClient, ()>, name: &str, input: Value) -> Result<Value, Value> {
+    let Value::Object(arguments) = input else {
+        unreachable!("arguments are objects")
+    };
+    let result = client
+        .call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(arguments))
+        .await
+        .unwrap();
+    let structured = result.structured_content.unwrap_or(Value::Null);
+    if result.is_error == Some(true) {
+        Err(structured)
+    } else {
+        Ok(structured)
+    }
+}
+
+async fn pair(http: &reqwest::Client, addr: SocketAddr, state: &std::path::Path, name: &str) -> (String, String) {
+    let code = pap(state, &["pair", "--name", name]).trim().to_owned();
+    let redeem = || {
+        http.post(format!("http://{addr}/pair"))
+            .header("content-type", "application/json")
+            .body(json!({ "code": code }).to_string())
+            .send()
+    };
+    let paired: Value = serde_json::from_str(&redeem().await.unwrap().text().await.unwrap()).unwrap();
+    assert_eq!(redeem().await.unwrap().status(), 400, "a pairing code worked twice");
+    (
+        paired["deviceId"].as_str().unwrap().to_owned(),
+        paired["bearer"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paired_devices_reach_the_browser_and_pap_through_the_guarded_http_host() {
+    let mut stage = Stage::new("mcp-http", &["shop.example", "atlas.example"]).await;
+    let state = stage.work.join("state");
+    pap(&state, &["identity", "init", "atlas.example"]);
+    // The company reads this agent's own documents (its key signs the join).
+    let identity = Identity::load(&state).unwrap();
+    let documents = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    stage.documents_addr = documents.local_addr().unwrap();
+    let tls = TlsListener::new(documents, &stage.cert_pem, &std::fs::read(&stage.key).unwrap()).unwrap();
+    tokio::spawn(axum::serve(tls, documents_router(&identity)).into_future());
+    let (company, shop) = support::start_reference_company(&stage).await;
+
+    // A non-loopback address needs the operator's explicit flag.
+    let refused = Command::new(AGENT)
+        .args([
+            "--state-dir",
+            state.to_str().unwrap(),
+            "host",
+            "serve",
+            "--listen",
+            "0.0.0.0:0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "bound 0.0.0.0 without --allow-remote");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--allow-remote"));
+
+    let test_network = vec![
+        "--connect".to_owned(),
+        format!("shop.example={shop}"),
+        "--trust-ca".to_owned(),
+        stage.ca_pem.display().to_string(),
+    ];
+    let (mut host, addr) = host_serve(&state, &test_network).await;
+    // A stranger's plain HTTP client (the host speaks HTTP on loopback).
+    let http = pap_agent::testkit::plain_http_client(rustls::RootCertStore::empty(), &Default::default()).unwrap();
+    let base = format!("http://{addr}");
+
+    // The guard and the 401.
+    let health = http.get(format!("{base}/health")).send().await.unwrap();
+    assert_eq!(health.status(), 200, "{:?}", health.text().await);
+    let health: Value = serde_json::from_str(&health.text().await.unwrap()).unwrap();
+    assert_eq!(health["ok"], true, "{health}");
+    assert!(health["tools"].as_u64().unwrap() >= 20, "{health}");
+    for path in ["/health", "/mcp", "/pair"] {
+        let rebinding = http
+            .post(format!("{base}{path}"))
+            .header("host", format!("attacker.example:{}", addr.port()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(rebinding.status(), 403, "a rebinding Host on {path}");
+        let foreign = http
+            .post(format!("{base}{path}"))
+            .header("origin", "https://attacker.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(foreign.status(), 403, "a foreign Origin on {path}");
+    }
+    for bearer in [None, Some("papdev_guessed")] {
+        let mut request = http
+            .post(format!("{base}/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+        if let Some(bearer) = bearer {
+            request = request.bearer_auth(bearer);
+        }
+        let answer = request.send().await.unwrap();
+        assert_eq!(answer.status(), 401);
+        assert_eq!(answer.headers()["www-authenticate"], "Bearer realm=\"pap-agent\"");
+        assert_eq!(answer.text().await.unwrap(), r#"{"error":"unauthorized"}"#);
+    }
+
+    // Two devices pair; the operator grants the shop to A only (C12).
+    let (a_id, a_bearer) = pair(&http, addr, &state, "device-a").await;
+    let (_b_id, b_bearer) = pair(&http, addr, &state, "device-b").await;
+    pap(
+        &state,
+        &["consent", "grant", "--domain", "shop.example", "--device", &a_id],
+    );
+    let a = device(addr, &a_bearer).await;
+    let b = device(addr, &b_bearer).await;
+    let names: Vec<String> = a
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    for wanted in ["browser.navigate", "pap.join", "pap.signin.start", "pap.signin.status"] {
+        assert!(names.contains(&wanted.to_owned()), "{wanted}: {names:?}");
+    }
+    assert!(
+        !names.iter().any(|n| n.contains("approve") || n.contains("confirm")),
+        "{names:?}"
+    );
+
+    // The PAP steps, as device A: a Session, signed in by the person, an operation.
+    let started = call(&a, "pap.session.start", json!({"domain": "shop.example"}))
+        .await
+        .unwrap();
+    assert_eq!(started["signedIn"], false);
+    let signin = call(&a, "pap.signin.start", json!({"domain": "shop.example"}))
+        .await
+        .unwrap();
+    assert_eq!(signin["state"], "pending");
+    // The host is not blocked while the sign-in waits for the person.
+    let pending = call(&a, "pap.signin.status", json!({"domain": "shop.example"}))
+        .await
+        .unwrap();
+    assert_eq!(pending["state"], "pending");
+    company
+        .approve_device(signin["userCode"].as_str().unwrap(), "acct_ada", None)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tick.tick().await;
+        let status = call(&a, "pap.signin.status", json!({"domain": "shop.example"}))
+            .await
+            .unwrap();
+        if status["state"] == "signed_in" {
+            break;
+        }
+        assert_eq!(status["state"], "pending", "{status}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sign-in did not finish in 30 s"
+        );
+    }
+    let operation = call(
+        &a,
+        "pap.propose",
+        json!({"domain": "shop.example", "method": "POST", "path": "/api/orders/ord_7Hk2/exchanges", "body": {}}),
+    )
+    .await
+    .unwrap();
+    let page = operation["url"].as_str().unwrap().to_owned();
+
+    // Device B: the shop's grant is A's, so B's join is refused (C12).
+    let refused = call(&b, "pap.join", json!({"domain": "shop.example", "returnTo": page}))
+        .await
+        .unwrap_err();
+    assert_eq!(refused["code"], "browser:consent_required", "{refused}");
+
+    // Device A joins and lands on the operation's page, in the Session.
+    let joined = call(&a, "pap.join", json!({"domain": "shop.example", "returnTo": page}))
+        .await
+        .unwrap();
+    assert_eq!(joined["url"], page.as_str());
+    assert_eq!(joined["status"], 200);
+    let dom = call(&a, "browser.get_dom", json!({"target": joined["target"]}))
+        .await
+        .unwrap();
+    let html = dom["html"].as_str().unwrap();
+    assert!(
+        html.contains(operation["operation_id"].as_str().unwrap()),
+        "the operation's page: {html}"
+    );
+    assert!(html.contains("value=\"confirm\""), "the page's own confirm form");
+
+    // B cannot use A's tab.
+    let foreign = call(&b, "browser.get_dom", json!({"target": joined["target"]}))
+        .await
+        .unwrap_err();
+    assert_eq!(foreign["code"], "not_found");
+
+    // Unpairing A refuses its very next request.
+    pap(&state, &["devices", "revoke", &a_id]);
+    let after = a.call_tool(CallToolRequestParams::new("browser.tabs")).await;
+    assert!(after.is_err(), "an unpaired device's request went through: {after:?}");
+    let raw = http
+        .post(format!("{base}/mcp"))
+        .bearer_auth(&a_bearer)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.status(), 401);
+    assert!(
+        call(&b, "browser.tabs", json!({})).await.is_ok(),
+        "device B lost its access"
+    );
+
+    drop(a);
+    drop(b);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(host.id().unwrap()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(30), host.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(ended.success(), "host serve did not end cleanly: {ended:?}");
+    let left = pap_browser::chromium::browsers_of(&pap_browser::chromium::ProcTable, &state).unwrap();
+    assert!(left.is_empty(), "the host left its browser running: {left:?}");
+    let _ = std::fs::remove_dir_all(&stage.work);
+}
