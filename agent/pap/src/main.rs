@@ -459,7 +459,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Browser { command } => browser_command(&state, &command).await,
         Command::Pair { name, ttl } => pair(&state, &name, ttl),
         Command::Devices { command } => devices_command(&state, &command).await,
-        Command::InstallMcp { client, config } => install_mcp(&state, client, config),
+        Command::InstallMcp { client, config } => {
+            // The global options it runs with are the host's too (--connect and --trust-ca:
+            // a test stage's routing reaches the spawned host as it reached this command).
+            let mut global = Vec::new();
+            for entry in &cli.connect {
+                global.extend(["--connect".to_owned(), entry.clone()]);
+            }
+            if let Some(ca) = &cli.trust_ca {
+                global.extend(["--trust-ca".to_owned(), std::path::absolute(ca)?.display().to_string()]);
+            }
+            install_mcp(&state, client, config, &global)
+        }
         Command::Pap(command) => {
             let agent = Agent::open(state, &cli.connect, cli.trust_ca.as_deref(), cli.attach)?;
             agent.run(command).await
@@ -998,6 +1009,7 @@ fn install_mcp(
     state: &std::path::Path,
     client: pap_agent::mcp::install::Client,
     config: Option<PathBuf>,
+    global: &[String],
 ) -> anyhow::Result<()> {
     let config = match config {
         Some(path) => path,
@@ -1010,6 +1022,7 @@ fn install_mcp(
         client,
         &config,
         &program,
+        global,
         &SystemClock,
         &SystemRng,
     )?;

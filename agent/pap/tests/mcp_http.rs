@@ -20,7 +20,6 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 
-use pap_agent::{Identity, TlsListener, documents_router};
 use rmcp::ServiceExt as _;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{RoleClient, RunningService};
@@ -28,50 +27,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
 use support::Stage;
-use tokio::io::AsyncBufReadExt as _;
-
-const AGENT: &str = env!("CARGO_BIN_EXE_pap-agent");
-
-/// Runs `pap-agent --state-dir STATE ARGS`; its stdout.
-fn pap(state: &std::path::Path, args: &[&str]) -> String {
-    let out = Command::new(AGENT)
-        .args(["--state-dir", state.to_str().unwrap()])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// Starts `host serve` with `args`; waits (60 s at most) for the line that says where it
-/// listens.
-async fn host_serve(state: &std::path::Path, args: &[String]) -> (tokio::process::Child, SocketAddr) {
-    let mut child = tokio::process::Command::new(AGENT)
-        .args(["--state-dir", state.to_str().unwrap()])
-        .args(args)
-        .args(["host", "serve", "--listen", "127.0.0.1:0"])
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(url) = line.strip_prefix("listening on http://") {
-                return url.trim_end_matches("/mcp").parse::<SocketAddr>().unwrap();
-            }
-        }
-        panic!("host serve ended before it listened");
-    })
-    .await
-    .expect("host serve did not listen in 60 s");
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, addr)
-}
+use support::cli_agent::{AGENT, agent_and_company, host_serve, pap, stop_host, test_network};
 
 async fn device(addr: SocketAddr, bearer: &str) -> RunningService<RoleClient, ()> {
     let config = StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp")).auth_header(bearer);
@@ -116,15 +72,7 @@ async fn pair(http: &reqwest::Client, addr: SocketAddr, state: &std::path::Path,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paired_devices_reach_the_browser_and_pap_through_the_guarded_http_host() {
     let mut stage = Stage::new("mcp-http", &["shop.example", "atlas.example"]).await;
-    let state = stage.work.join("state");
-    pap(&state, &["identity", "init", "atlas.example"]);
-    // The company reads this agent's own documents (its key signs the join).
-    let identity = Identity::load(&state).unwrap();
-    let documents = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    stage.documents_addr = documents.local_addr().unwrap();
-    let tls = TlsListener::new(documents, &stage.cert_pem, &std::fs::read(&stage.key).unwrap()).unwrap();
-    tokio::spawn(axum::serve(tls, documents_router(&identity)).into_future());
-    let (company, shop) = support::start_reference_company(&stage).await;
+    let (state, company, shop) = agent_and_company(&mut stage).await;
 
     // A non-loopback address needs the operator's explicit flag.
     let refused = Command::new(AGENT)
@@ -141,13 +89,7 @@ async fn paired_devices_reach_the_browser_and_pap_through_the_guarded_http_host(
     assert!(!refused.status.success(), "bound 0.0.0.0 without --allow-remote");
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--allow-remote"));
 
-    let test_network = vec![
-        "--connect".to_owned(),
-        format!("shop.example={shop}"),
-        "--trust-ca".to_owned(),
-        stage.ca_pem.display().to_string(),
-    ];
-    let (mut host, addr) = host_serve(&state, &test_network).await;
+    let (host, addr) = host_serve(&state, &test_network(&stage, shop)).await;
     // A stranger's plain HTTP client (the host speaks HTTP on loopback).
     let http = pap_agent::testkit::plain_http_client(rustls::RootCertStore::empty(), &Default::default()).unwrap();
     let base = format!("http://{addr}");
@@ -305,17 +247,6 @@ async fn paired_devices_reach_the_browser_and_pap_through_the_guarded_http_host(
 
     drop(a);
     drop(b);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(host.id().unwrap()).unwrap()),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let ended = tokio::time::timeout(Duration::from_secs(30), host.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(ended.success(), "host serve did not end cleanly: {ended:?}");
-    let left = pap_browser::chromium::browsers_of(&pap_browser::chromium::ProcTable, &state).unwrap();
-    assert!(left.is_empty(), "the host left its browser running: {left:?}");
+    stop_host(host, &state).await;
     let _ = std::fs::remove_dir_all(&stage.work);
 }

@@ -116,14 +116,19 @@ pub enum InstallError {
     Devices(#[from] StoreError),
 }
 
-/// Installs `program` (this `pap-agent`) as `client`'s MCP server in `config`, as a fresh
-/// device of the agent in `state`.
+/// Installs `program` (this `pap-agent`, run with the global options `global`) as `client`'s
+/// MCP server in `config`, as a fresh device of the agent in `state`.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "each is one fact of the install, named at the call"
+)]
 pub fn install(
     devices: &Devices,
     state: &Path,
     client: Client,
     config: &Path,
     program: &Path,
+    global: &[String],
     clock: &dyn Clock,
     rng: &dyn Rng,
 ) -> Result<Installed, InstallError> {
@@ -154,7 +159,7 @@ pub fn install(
     };
 
     let (device, bearer) = devices.mint(&format!("install:{}", client.name()), "install", clock, rng)?;
-    let written = write_entry(&mut document, client, config, program, &state, &bearer_file).and_then(|()| {
+    let written = write_entry(&mut document, client, config, program, global, &state, &bearer_file).and_then(|()| {
         pap_browser::store::write_private(&bearer_file, bearer.expose().as_bytes()).map_err(io(&bearer_file))
     });
     if let Err(error) = written {
@@ -181,6 +186,7 @@ fn write_entry(
     client: Client,
     config: &Path,
     program: &Path,
+    global: &[String],
     state: &Path,
     bearer_file: &Path,
 ) -> Result<(), InstallError> {
@@ -188,14 +194,15 @@ fn write_entry(
         path: config.to_path_buf(),
         source,
     };
-    let mut entry = json!({
-        "command": program.display().to_string(),
-        "args": [
-            "--state-dir", state.display().to_string(),
-            "host", "stdio",
-            "--bearer-file", bearer_file.display().to_string(),
-        ],
-    });
+    let mut args = vec!["--state-dir".to_owned(), state.display().to_string()];
+    args.extend(global.iter().cloned());
+    args.extend([
+        "host".to_owned(),
+        "stdio".to_owned(),
+        "--bearer-file".to_owned(),
+        bearer_file.display().to_string(),
+    ]);
+    let mut entry = json!({ "command": program.display().to_string(), "args": args });
     if client == Client::Vscode {
         entry["type"] = json!("stdio");
     }
@@ -241,6 +248,7 @@ mod tests {
             Client::Cursor,
             &config,
             program,
+            &[],
             &SystemClock,
             &SystemRng,
         )
@@ -252,6 +260,7 @@ mod tests {
             Client::Cursor,
             &config,
             program,
+            &[],
             &SystemClock,
             &SystemRng,
         )
@@ -283,6 +292,7 @@ mod tests {
                 Client::Cursor,
                 &config,
                 program,
+                &[],
                 &SystemClock,
                 &SystemRng
             ),

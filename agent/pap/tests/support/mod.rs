@@ -9,6 +9,8 @@
     reason = "fixtures fail the test loudly and say where artefacts are"
 )]
 
+pub mod cli_agent;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;

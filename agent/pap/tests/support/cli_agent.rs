@@ -1,0 +1,100 @@
+//! The `pap-agent` binary as its operator runs it, for the tests of its MCP hosts: a state
+//! directory with an identity whose documents our reference company reads, the CLI run to the
+//! end, and `host serve` started and waited for.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use pap_agent::{Identity, TlsListener, documents_router};
+use tokio::io::AsyncBufReadExt as _;
+
+use super::Stage;
+
+/// The binary under test.
+pub const AGENT: &str = env!("CARGO_BIN_EXE_pap-agent");
+
+/// An agent's state directory (`STAGE/state`) with an identity for `atlas.example`, whose
+/// documents are served on the stage's documents address, and our reference company (which
+/// reads them) started: the company and where it listens. The stage's certificate must name
+/// `atlas.example`.
+pub async fn agent_and_company(stage: &mut Stage) -> (PathBuf, pap_company::ReferenceCompany, SocketAddr) {
+    let state = stage.work.join("state");
+    pap(&state, &["identity", "init", "atlas.example"]);
+    let identity = Identity::load(&state).unwrap();
+    let documents = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    stage.documents_addr = documents.local_addr().unwrap();
+    let tls = TlsListener::new(documents, &stage.cert_pem, &std::fs::read(&stage.key).unwrap()).unwrap();
+    tokio::spawn(axum::serve(tls, documents_router(&identity)).into_future());
+    let (company, addr) = super::start_reference_company(stage).await;
+    (state, company, addr)
+}
+
+/// The global options that route `shop.example` to `addr` and trust the stage's CA.
+pub fn test_network(stage: &Stage, addr: SocketAddr) -> Vec<String> {
+    vec![
+        "--connect".to_owned(),
+        format!("shop.example={addr}"),
+        "--trust-ca".to_owned(),
+        stage.ca_pem.display().to_string(),
+    ]
+}
+
+/// Runs `pap-agent --state-dir STATE ARGS` to its end; its stdout. Fails the test on failure.
+pub fn pap(state: &Path, args: &[&str]) -> String {
+    let out = Command::new(AGENT)
+        .args(["--state-dir", state.to_str().unwrap()])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Starts `pap-agent --state-dir STATE GLOBAL host serve --listen 127.0.0.1:0`; waits (60 s at
+/// most) for the line that says where it listens.
+pub async fn host_serve(state: &Path, global: &[String]) -> (tokio::process::Child, SocketAddr) {
+    let mut child = tokio::process::Command::new(AGENT)
+        .args(["--state-dir", state.to_str().unwrap()])
+        .args(global)
+        .args(["host", "serve", "--listen", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(url) = line.strip_prefix("listening on http://") {
+                return url.trim_end_matches("/mcp").parse::<SocketAddr>().unwrap();
+            }
+        }
+        panic!("host serve ended before it listened");
+    })
+    .await
+    .expect("host serve did not listen in 60 s");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, addr)
+}
+
+/// Ends `host` with SIGTERM and waits (30 s at most) for a clean exit; no browser of `state`
+/// may be left.
+pub async fn stop_host(mut host: tokio::process::Child, state: &Path) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(host.id().unwrap()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(30), host.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(ended.success(), "host serve did not end cleanly: {ended:?}");
+    let left = pap_browser::chromium::browsers_of(&pap_browser::chromium::ProcTable, state).unwrap();
+    assert!(left.is_empty(), "the host left its browser running: {left:?}");
+}

@@ -1,0 +1,111 @@
+"""A paired device of the agent's browser, played by the official MCP Python SDK (`mcp` from PyPI,
+pinned in mcp-requirements.txt): a client nobody on this project wrote.
+
+    python mcp_client.py http  BASE_URL PAIRING_CODE RETURN_TO
+    python mcp_client.py stdio CLIENT_CONFIG RETURN_TO
+
+`http`: redeems PAIRING_CODE at BASE_URL/pair (AIP-59) for a bearer, then speaks streamable HTTP
+to BASE_URL/mcp with it. `stdio`: spawns the server exactly as CLIENT_CONFIG (a config
+`pap-agent install-mcp --client cursor` wrote) says. Either way it lists the tools, loads
+https://shop.example/ and takes a screenshot (MCP image content, a PNG), then joins the agent's
+PAP Session through the `pap.join` tool, landing on RETURN_TO (an operation's page), and reads
+that page. It prints one JSON line of what it saw and exits 0, or names what failed and exits 1.
+"""
+
+import asyncio
+import base64
+import json
+import sys
+
+import httpx2
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+
+def fail(what):
+    print(f"mcp_client: {what}", file=sys.stderr)
+    sys.exit(1)
+
+
+async def tool(client, name, arguments):
+    result = await client.call_tool(name, arguments)
+    if result.is_error:
+        fail(f"{name} answered an error: {result.structured_content}")
+    return result
+
+
+async def session(client, return_to):
+    listed = await client.list_tools()
+    names = {t.name for t in listed.tools}
+    for wanted in ("browser.navigate", "browser.screenshot", "browser.get_dom", "pap.join"):
+        if wanted not in names:
+            fail(f"{wanted} is not listed: {sorted(names)}")
+
+    opened = await tool(client, "browser.navigate", {"url": "https://shop.example/"})
+    target = opened.structured_content["target"]
+    shot = await tool(client, "browser.screenshot", {"target": target})
+    images = [c for c in shot.content if getattr(c, "type", None) == "image"]
+    if not images or images[0].mime_type != "image/png":
+        fail(f"the screenshot is not PNG image content: {shot.content}")
+    png = base64.b64decode(images[0].data)
+    if not png.startswith(b"\x89PNG"):
+        fail("the screenshot's data is not a PNG")
+
+    joined = await tool(client, "pap.join", {"domain": "shop.example", "returnTo": return_to})
+    landed = joined.structured_content
+    if landed["url"] != return_to or landed["status"] != 200:
+        fail(f"the join did not land on the operation page: {landed}")
+    page = await tool(client, "browser.get_dom", {"target": landed["target"]})
+    html = page.structured_content["html"]
+    if 'value="confirm"' not in html:
+        fail("the operation page has no confirm form")
+
+    refused = await client.call_tool("browser.navigate", {"url": "file:///etc/passwd"})
+    if not refused.is_error or refused.structured_content.get("code") != "permission_denied":
+        fail(f"file: was not refused as permission_denied: {refused}")
+
+    return {
+        "protocolVersion": client.protocol_version,
+        "tools": len(names),
+        "screenshotBytes": len(png),
+        "joined": landed["url"],
+        "pageBytes": len(html),
+    }
+
+
+async def over_http(base, code, return_to):
+    async with httpx2.AsyncClient() as plain:
+        paired = await plain.post(f"{base}/pair", json={"code": code})
+        if paired.status_code != 200:
+            fail(f"POST /pair answered {paired.status_code}")
+        bearer = paired.json()["bearer"]
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {bearer}"})
+    async with http:
+        async with Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client:
+            return await session(client, return_to)
+
+
+async def over_stdio(config_path, return_to):
+    with open(config_path) as f:
+        entry = json.load(f)["mcpServers"]["pap-agent-browser"]
+    server = StdioServerParameters(command=entry["command"], args=entry["args"])
+    async with Client(server) as client:
+        return await session(client, return_to)
+
+
+def main():
+    mode = sys.argv[1] if len(sys.argv) > 1 else ""
+    if mode == "http" and len(sys.argv) == 5:
+        seen = asyncio.run(over_http(sys.argv[2], sys.argv[3], sys.argv[4]))
+    elif mode == "stdio" and len(sys.argv) == 4:
+        seen = asyncio.run(over_stdio(sys.argv[2], sys.argv[3]))
+    else:
+        fail(__doc__)
+    print(json.dumps({"mode": mode, **seen}))
+    print(f"mcp_client: {mode}: MCP {seen['protocolVersion']}, {seen['tools']} tools, joined {seen['joined']}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
