@@ -35,8 +35,11 @@ enum Command {
         after_help = "Example:\n  pap-conformance pap --company https://shop.example --connect shop.example=127.0.0.1:8443 \\\n      --trust-ca certs/ca.pem --scenario conformance/interop/shop.example.scenario.json \\\n      --username ada --password 'correct horse battery staple' --operator http://127.0.0.1:8444 \\\n      --serve-agent 127.0.0.1:9443 --agent-cert certs/cert.pem --agent-key certs/key.pem"
     )]
     Pap(Box<PapArgs>),
-    /// Runs the AIP-63 (agentbrowser/v1) suite's hooks against a browser provider.
-    #[command(after_help = "Example:\n  pap-conformance browser --provider chromium --junit aip63.xml")]
+    /// Runs the AIP-63 (agentbrowser/v1) suite's hooks against a browser provider, or its tool
+    /// hooks against an MCP browser host (--mcp).
+    #[command(
+        after_help = "Examples:\n  pap-conformance browser --provider chromium --junit aip63.xml\n  pap-conformance browser --mcp http://127.0.0.1:7878/mcp --bearer-file device.bearer"
+    )]
     Browser(BrowserArgs),
     /// Runs a hostile load against a `pap-company serve` process it starts, and prints what it
     /// measured; fails when a stated bound is broken.
@@ -147,8 +150,16 @@ impl From<LevelArg> for browser::Level {
 #[derive(clap::Args)]
 struct BrowserArgs {
     /// The provider under test.
-    #[arg(long, value_enum, default_value = "chromium")]
+    #[arg(long, value_enum, default_value = "chromium", conflicts_with = "mcp")]
     provider: Provider,
+    /// Instead of a provider: the streamable HTTP endpoint of an MCP browser host on this
+    /// machine, whose browser may load http://127.0.0.1 (the suite's pages). Runs the hooks
+    /// that need only the tools, of the levels its tools cover (or --level).
+    #[arg(long, value_name = "URL", requires = "bearer_file")]
+    mcp: Option<String>,
+    /// The paired device's bearer for --mcp (a file: a bearer is never an argument).
+    #[arg(long, value_name = "FILE")]
+    bearer_file: Option<PathBuf>,
     /// The provider's manifest (default, from the repository root:
     /// agent/browser/providers/chromium/BROWSER.md, or
     /// agent/browser/providers/chromium-attach/BROWSER.md for chromium-attach).
@@ -332,8 +343,36 @@ async fn run_abuse(args: AbuseArgs) -> anyhow::Result<bool> {
 
 async fn run_browser(args: BrowserArgs) -> anyhow::Result<bool> {
     let levels: Vec<browser::Level> = args.levels.iter().map(|l| (*l).into()).collect();
-    let report = match args.provider {
-        Provider::Fake => browser::run(&browser::FakeProvider::sound(), &levels).await,
+    let report = match (&args.mcp, &args.bearer_file) {
+        (Some(url), Some(bearer_file)) => {
+            let bearer = std::fs::read_to_string(bearer_file)
+                .with_context(|| format!("reading the bearer {}", bearer_file.display()))?;
+            let host = browser::McpHost::connect(url, bearer.trim()).await?;
+            let levels = if levels.is_empty() { host.levels() } else { levels };
+            browser::run_over_tools(&host, &levels).await
+        }
+        _ => run_provider(&args, &levels).await?,
+    };
+    #[allow(clippy::print_stdout, reason = "the report is the command's output")]
+    {
+        print!("{}", report.text());
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report.json())?)?;
+    }
+    if let Some(path) = &args.junit {
+        std::fs::write(path, report.junit("pap-conformance browser"))?;
+    }
+    Ok(report.all_passed())
+}
+
+/// The suite against `args.provider`.
+async fn run_provider(
+    args: &BrowserArgs,
+    levels: &[browser::Level],
+) -> anyhow::Result<pap_conformance::report::Report> {
+    Ok(match args.provider {
+        Provider::Fake => browser::run(&browser::FakeProvider::sound(), levels).await,
         Provider::Chromium | Provider::ChromiumAttach => {
             let state = std::env::temp_dir().join(format!("pap-conformance-browser-{}", std::process::id()));
             std::fs::create_dir_all(&state).with_context(|| format!("creating {}", state.display()))?;
@@ -351,23 +390,12 @@ async fn run_browser(args: BrowserArgs) -> anyhow::Result<bool> {
             } else {
                 browser::ChromiumUnderTest::new(&manifest, config)?
             };
-            let report = browser::run(&provider, &levels).await;
+            let report = browser::run(&provider, levels).await;
             provider.shut_down().await;
             let _ = std::fs::remove_dir_all(&state);
             report
         }
-    };
-    #[allow(clippy::print_stdout, reason = "the report is the command's output")]
-    {
-        print!("{}", report.text());
-    }
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report.json())?)?;
-    }
-    if let Some(path) = &args.junit {
-        std::fs::write(path, report.junit("pap-conformance browser"))?;
-    }
-    Ok(report.all_passed())
+    })
 }
 
 /// A `DOMAIN=ADDR:PORT` argument for the company's own domain.

@@ -46,6 +46,11 @@ struct Cli {
     /// (its own --user-data-dir) instead of launching one; it is left running afterwards.
     #[arg(long, global = true, value_name = "ADDR:PORT")]
     attach: Option<SocketAddr>,
+    /// Let the agent's browser load ORIGIN although the navigation rule (https: to public hosts
+    /// only) refuses it: `http://127.0.0.1` (any port) or `https://10.0.0.5:8443` (that port),
+    /// e.g. a local test server or the AIP-63 suite's pages; repeat for more.
+    #[arg(long = "name-origin", global = true, value_name = "ORIGIN")]
+    named_origins: Vec<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -347,6 +352,8 @@ struct Agent {
     sealing: SealingKey,
     test_network: Option<(HashMap<String, SocketAddr>, rustls::RootCertStore)>,
     attach: Option<SocketAddr>,
+    /// Origins the operator lets the browser load beyond the navigation rule (`--name-origin`).
+    named_origins: Vec<pap_browser::spec::NamedOrigin>,
 }
 
 /// `pap-agent browser status|stop`: what the process table shows of this state directory's
@@ -469,10 +476,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if let Some(ca) = &cli.trust_ca {
                 global.extend(["--trust-ca".to_owned(), std::path::absolute(ca)?.display().to_string()]);
             }
+            for origin in &cli.named_origins {
+                global.extend(["--name-origin".to_owned(), origin.clone()]);
+            }
             install_mcp(&state, client, config, &global)
         }
         Command::Pap(command) => {
-            let agent = Agent::open(state, &cli.connect, cli.trust_ca.as_deref(), cli.attach)?;
+            let mut agent = Agent::open(state, &cli.connect, cli.trust_ca.as_deref(), cli.attach)?;
+            for origin in &cli.named_origins {
+                agent.named_origins.push(pap_browser::spec::NamedOrigin::parse(origin)?);
+            }
             agent.run(command).await
         }
     }
@@ -507,6 +520,7 @@ impl Agent {
             sealing,
             test_network,
             attach,
+            named_origins: Vec::new(),
         })
     }
 
@@ -605,6 +619,9 @@ impl Agent {
             };
         }
         config.attach_to = self.attach;
+        for origin in &self.named_origins {
+            config.navigation.name(origin.clone());
+        }
         Ok(config)
     }
 

@@ -20,7 +20,7 @@ use pap_browser::tools::ToolHost;
 use serde_json::Value;
 use tokio::sync::Mutex;
 
-use super::{Launched, ProfileUnderTest, ProviderUnderTest, SupervisionUnderTest};
+use super::{Launched, ProfileUnderTest, ProviderUnderTest, SupervisionUnderTest, ToolsUnderTest};
 
 /// The instance the suite drives.
 const INSTANCE: &str = "conformance";
@@ -190,11 +190,7 @@ impl ChromiumUnderTest {
 }
 
 #[async_trait]
-impl ProviderUnderTest for ChromiumUnderTest {
-    fn manifest_text(&self) -> String {
-        self.manifest_text.clone()
-    }
-
+impl ToolsUnderTest for ChromiumUnderTest {
     async fn launch(&self) -> Result<Launched, ToolError> {
         self.foreign_running().await?;
         // What the provider itself reports (L2), nothing inferred.
@@ -206,12 +202,19 @@ impl ProviderUnderTest for ChromiumUnderTest {
         })
     }
 
-    async fn health(&self) -> Health {
-        self.host.health(INSTANCE)
-    }
-
     async fn call(&self, tool: &str, input: Value) -> ToolResult {
         self.tools.call(tool, &input).await
+    }
+}
+
+#[async_trait]
+impl ProviderUnderTest for ChromiumUnderTest {
+    fn manifest_text(&self) -> String {
+        self.manifest_text.clone()
+    }
+
+    async fn health(&self) -> Health {
+        self.host.health(INSTANCE)
     }
 
     async fn stop(&self) -> Result<(), ToolError> {

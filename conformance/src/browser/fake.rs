@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use super::defect::Defect;
 use super::fake_profile::{self, FakeProfile};
-use super::{Launched, ProfileUnderTest, ProviderUnderTest, SupervisionUnderTest};
+use super::{Launched, ProfileUnderTest, ProviderUnderTest, SupervisionUnderTest, ToolsUnderTest};
 
 /// The fake's manifest: core tools and tabs, multiple targets, and cookies with the profile tools.
 const MANIFEST: &str = "---
@@ -243,11 +243,7 @@ impl FakeProvider {
 }
 
 #[async_trait]
-impl ProviderUnderTest for FakeProvider {
-    fn manifest_text(&self) -> String {
-        MANIFEST.to_owned()
-    }
-
+impl ToolsUnderTest for FakeProvider {
     async fn launch(&self) -> Result<Launched, ToolError> {
         let mut state = self.state();
         if let Some((pid, boot_id)) = state.running
@@ -284,6 +280,26 @@ impl ProviderUnderTest for FakeProvider {
         })
     }
 
+    async fn call(&self, tool: &str, input: Value) -> ToolResult {
+        if fake_profile::is_profile_tool(tool) {
+            return match &self.profile {
+                Some(profile) => profile.call_as(None, tool, input).await,
+                None => ToolResult::Err(fake_profile::unavailable(tool)),
+            };
+        }
+        match self.dispatch(tool, &input) {
+            Ok(value) => ToolResult::Ok(value),
+            Err(error) => ToolResult::Err(error),
+        }
+    }
+}
+
+#[async_trait]
+impl ProviderUnderTest for FakeProvider {
+    fn manifest_text(&self) -> String {
+        MANIFEST.to_owned()
+    }
+
     async fn health(&self) -> Health {
         let mut state = self.state();
         let boot_id = state.boots;
@@ -303,19 +319,6 @@ impl ProviderUnderTest for FakeProvider {
             reason: None,
             checked_at: 0,
             boot_id,
-        }
-    }
-
-    async fn call(&self, tool: &str, input: Value) -> ToolResult {
-        if fake_profile::is_profile_tool(tool) {
-            return match &self.profile {
-                Some(profile) => profile.call_as(None, tool, input).await,
-                None => ToolResult::Err(fake_profile::unavailable(tool)),
-            };
-        }
-        match self.dispatch(tool, &input) {
-            Ok(value) => ToolResult::Ok(value),
-            Err(error) => ToolResult::Err(error),
         }
     }
 

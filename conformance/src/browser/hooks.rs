@@ -4,15 +4,19 @@ use pap_browser::spec::{CallGate, InstanceState, Launch, ToolId, parse_manifest}
 use pap_browser::spec::{ToolErrorCode, ToolResult};
 use serde_json::{Value, json};
 
-use super::{Hook, Level, ProviderUnderTest, pages, profile};
+use super::{Body, Hook, Level, ProviderUnderTest, ToolsUnderTest, pages, profile};
 
 macro_rules! hook {
     ($id:literal, [$($rule:literal),+], $level:expr, $f:path) => {
-        Hook { id: $id, rule: &[$($rule),+], level: $level, run: |p| Box::pin($f(p)) }
+        Hook { id: $id, rule: &[$($rule),+], level: $level, run: Body::Provider(|p| Box::pin($f(p))) }
+    };
+    // A hook that needs only the tools: it runs against an MCP host too.
+    ($id:literal, [$($rule:literal),+], $level:expr, tools $f:path) => {
+        Hook { id: $id, rule: &[$($rule),+], level: $level, run: Body::Tools(|p| Box::pin($f(p))) }
     };
     // M1-M6: the manifest loader's diagnostics that name the rule.
     ($id:literal, manifest $rule:literal) => {
-        Hook { id: $id, rule: &[$rule], level: Level::Core, run: |p| Box::pin(async move { rule_breaks(p, $rule) }) }
+        Hook { id: $id, rule: &[$rule], level: Level::Core, run: Body::Provider(|p| Box::pin(async move { rule_breaks(p, $rule) })) }
     };
 }
 
@@ -54,27 +58,27 @@ pub const HOOKS: &[Hook] = &[
         Level::Core,
         fresh_userdir
     ),
-    hook!("core.tools.navigate", ["T1"], Level::Core, tool_navigate),
-    hook!("core.tools.evaluate", ["T1"], Level::Core, tool_evaluate),
-    hook!("core.tools.get-dom", ["T1"], Level::Core, tool_get_dom),
-    hook!("core.tools.screenshot", ["T1"], Level::Core, tool_screenshot),
-    hook!("core.navigation.https-only", ["SEC-H3"], Level::Core, navigation_rule),
+    hook!("core.tools.navigate", ["T1"], Level::Core, tools tool_navigate),
+    hook!("core.tools.evaluate", ["T1"], Level::Core, tools tool_evaluate),
+    hook!("core.tools.get-dom", ["T1"], Level::Core, tools tool_get_dom),
+    hook!("core.tools.screenshot", ["T1"], Level::Core, tools tool_screenshot),
+    hook!("core.navigation.https-only", ["SEC-H3"], Level::Core, tools navigation_rule),
     hook!("interaction.targets.keepalive", ["L11"], Level::Interaction, keepalive),
     hook!(
         "interaction.tools.click-fill",
         ["T1"],
         Level::Interaction,
-        tool_click_fill
+        tools tool_click_fill
     ),
-    hook!("interaction.tools.tabs", ["T1"], Level::Interaction, tool_tabs),
+    hook!("interaction.tools.tabs", ["T1"], Level::Interaction, tools tool_tabs),
     hook!(
         "interaction.targets.stale-handle",
         ["L12"],
         Level::Interaction,
         stale_handle
     ),
-    hook!("network.tools.requests", ["T1"], Level::Network, tool_requests),
-    hook!("network.tools.cdp-send", ["T1"], Level::Network, tool_cdp_send),
+    hook!("network.tools.requests", ["T1"], Level::Network, tools tool_requests),
+    hook!("network.tools.cdp-send", ["T1"], Level::Network, tools tool_cdp_send),
     hook!("download.tools.download", ["T1"], Level::Download, tool_download),
     hook!(
         "profile.consent.grant-required",
@@ -164,14 +168,14 @@ fn ok(result: ToolResult, what: &str) -> Result<Value, String> {
     }
 }
 
-async fn running(p: &dyn ProviderUnderTest) -> Result<(), String> {
+async fn running(p: &dyn ToolsUnderTest) -> Result<(), String> {
     p.launch()
         .await
         .map(|_| ())
         .map_err(|e| format!("launch failed: {} {}", e.code.as_str(), e.message))
 }
 
-async fn fresh_target(p: &dyn ProviderUnderTest) -> Result<String, String> {
+async fn fresh_target(p: &dyn ToolsUnderTest) -> Result<String, String> {
     running(p).await?;
     let opened = ok(
         p.call("browser.navigate", json!({ "url": pages::page(pages::HELLO).await? }))
@@ -556,11 +560,11 @@ async fn fresh_userdir(p: &dyn ProviderUnderTest) -> Result<(), String> {
     }
 }
 
-async fn tool_navigate(p: &dyn ProviderUnderTest) -> Result<(), String> {
+async fn tool_navigate(p: &dyn ToolsUnderTest) -> Result<(), String> {
     fresh_target(p).await.map(|_| ())
 }
 
-async fn tool_evaluate(p: &dyn ProviderUnderTest) -> Result<(), String> {
+async fn tool_evaluate(p: &dyn ToolsUnderTest) -> Result<(), String> {
     let target = fresh_target(p).await?;
     let value = ok(
         p.call(
@@ -577,7 +581,7 @@ async fn tool_evaluate(p: &dyn ProviderUnderTest) -> Result<(), String> {
     }
 }
 
-async fn tool_get_dom(p: &dyn ProviderUnderTest) -> Result<(), String> {
+async fn tool_get_dom(p: &dyn ToolsUnderTest) -> Result<(), String> {
     let target = fresh_target(p).await?;
     let dom = ok(
         p.call("browser.get_dom", json!({ "target": target, "selector": "#h" }))
@@ -591,7 +595,7 @@ async fn tool_get_dom(p: &dyn ProviderUnderTest) -> Result<(), String> {
     }
 }
 
-async fn tool_screenshot(p: &dyn ProviderUnderTest) -> Result<(), String> {
+async fn tool_screenshot(p: &dyn ToolsUnderTest) -> Result<(), String> {
     let target = fresh_target(p).await?;
     let shot = ok(
         p.call("browser.screenshot", json!({ "target": target })).await,
@@ -638,7 +642,7 @@ async fn stale_handle(p: &dyn ProviderUnderTest) -> Result<(), String> {
     }
 }
 
-async fn tool_click_fill(p: &dyn ProviderUnderTest) -> Result<(), String> {
+async fn tool_click_fill(p: &dyn ToolsUnderTest) -> Result<(), String> {
     running(p).await?;
     let opened = ok(
         p.call("browser.navigate", json!({ "url": pages::page(pages::FORM).await? }))
@@ -674,7 +678,7 @@ async fn tool_click_fill(p: &dyn ProviderUnderTest) -> Result<(), String> {
     }
 }
 
-async fn tool_tabs(p: &dyn ProviderUnderTest) -> Result<(), String> {
+async fn tool_tabs(p: &dyn ToolsUnderTest) -> Result<(), String> {
     running(p).await?;
     let opened = ok(
         p.call("browser.tabs", json!({ "action": "open" })).await,
@@ -714,7 +718,7 @@ async fn tool_tabs(p: &dyn ProviderUnderTest) -> Result<(), String> {
 /// The navigation rule (security review H3): no tool takes the browser to `file:`, `chrome:`,
 /// a top-level `data:` document or a loopback service nobody named, and a page of the suite's
 /// origin reaches no such service by redirect, `fetch` or image either.
-async fn navigation_rule(p: &dyn ProviderUnderTest) -> Result<(), String> {
+async fn navigation_rule(p: &dyn ToolsUnderTest) -> Result<(), String> {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     running(p).await?;
@@ -779,7 +783,7 @@ async fn navigation_rule(p: &dyn ProviderUnderTest) -> Result<(), String> {
     }
 }
 
-async fn tool_requests(p: &dyn ProviderUnderTest) -> Result<(), String> {
+async fn tool_requests(p: &dyn ToolsUnderTest) -> Result<(), String> {
     let base = pages::fixture().await?;
     running(p).await?;
     let opened = ok(
@@ -819,7 +823,7 @@ async fn tool_requests(p: &dyn ProviderUnderTest) -> Result<(), String> {
     Err(last)
 }
 
-async fn tool_cdp_send(p: &dyn ProviderUnderTest) -> Result<(), String> {
+async fn tool_cdp_send(p: &dyn ToolsUnderTest) -> Result<(), String> {
     let target = fresh_target(p).await?;
     let input = json!({ "target": target, "method": "Runtime.evaluate", "params": { "expression": "6*7", "returnByValue": true } });
     let answer = ok(p.call("browser.cdp_send", input).await, "browser.cdp_send")?;

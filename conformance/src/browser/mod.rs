@@ -1,12 +1,14 @@
 //! The AIP-63 conformance suite (agentbrowser/v1 §5): hooks by their ids, run against any
 //! provider through [`ProviderUnderTest`] — our Chromium provider, an in-memory fake, and fakes
-//! broken on purpose, each of which must turn exactly its hook red.
+//! broken on purpose, each of which must turn exactly its hook red — and the hooks that need
+//! only the tools, through [`ToolsUnderTest`], against any MCP browser host ([`McpHost`]).
 
 mod chromium;
 mod defect;
 mod fake;
 mod fake_profile;
 mod hooks;
+mod mcp;
 mod pages;
 mod profile;
 
@@ -26,6 +28,7 @@ pub use self::chromium::ChromiumUnderTest;
 pub use self::defect::Defect;
 pub use self::fake::FakeProvider;
 pub use self::hooks::HOOKS;
+pub use self::mcp::McpHost;
 pub use self::pages::SUITE_ORIGIN;
 use crate::report::{CaseResult, Report};
 
@@ -40,17 +43,23 @@ pub struct Launched {
     pub was_already_running: bool,
 }
 
-/// A provider, as the suite drives it. One instance key per provider under test.
+/// What the tool hooks need of a browser: that it runs, and tool calls. A provider has it
+/// ([`ProviderUnderTest`]); so has an MCP host the suite reaches as a paired device.
 #[async_trait]
-pub trait ProviderUnderTest: Send + Sync {
-    /// Its `BROWSER.md`.
-    fn manifest_text(&self) -> String;
-    /// `launch` (L2).
+pub trait ToolsUnderTest: Send + Sync {
+    /// `launch` (L2); for a host that launches on first use, a no-op that says so.
     async fn launch(&self) -> Result<Launched, ToolError>;
-    /// `health()` (L1, L4).
-    async fn health(&self) -> Health;
     /// An AIP-14 tool call as an agent caller.
     async fn call(&self, tool: &str, input: Value) -> ToolResult;
+}
+
+/// A provider, as the suite drives it. One instance key per provider under test.
+#[async_trait]
+pub trait ProviderUnderTest: ToolsUnderTest {
+    /// Its `BROWSER.md`.
+    fn manifest_text(&self) -> String;
+    /// `health()` (L1, L4).
+    async fn health(&self) -> Health;
     /// `stop` (L5).
     async fn stop(&self) -> Result<(), ToolError>;
     /// `stop` with `force: true` (L5: the only stop that ends an instance the host did not
@@ -146,8 +155,12 @@ pub trait SupervisionUnderTest: Send {
 /// A hook's body: a result and, when red, what went wrong.
 type HookFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
 
-/// How a hook runs against a provider.
-type HookFn = for<'a> fn(&'a dyn ProviderUnderTest) -> HookFuture<'a>;
+/// How a hook runs: against a whole provider, or against the tools alone.
+#[derive(Clone, Copy)]
+enum Body {
+    Provider(for<'a> fn(&'a dyn ProviderUnderTest) -> HookFuture<'a>),
+    Tools(for<'a> fn(&'a dyn ToolsUnderTest) -> HookFuture<'a>),
+}
 
 /// One hook: its id, the rule it tests, its level.
 pub struct Hook {
@@ -157,7 +170,14 @@ pub struct Hook {
     pub rule: &'static [&'static str],
     /// Its level.
     pub level: Level,
-    run: HookFn,
+    run: Body,
+}
+
+impl Hook {
+    /// Whether it needs only the tools (it runs through [`run_over_tools`] too).
+    pub fn over_tools(&self) -> bool {
+        matches!(self.run, Body::Tools(_))
+    }
 }
 
 impl std::fmt::Debug for Hook {
@@ -185,10 +205,27 @@ pub async fn run(provider: &dyn ProviderUnderTest, levels: &[Level]) -> Report {
     let mut report = Report::default();
     for hook in HOOKS.iter().filter(selected) {
         let body = async {
-            (hook.run)(provider)
-                .await
-                .map_err(|m| format!("{}: {m}", hook.rule.join(", ")))
+            let outcome = match hook.run {
+                Body::Provider(run) => run(provider).await,
+                Body::Tools(run) => run(provider).await,
+            };
+            outcome.map_err(|m| format!("{}: {m}", hook.rule.join(", ")))
         };
+        report
+            .results
+            .push(CaseResult::timed(hook.id, hook.rule, HOOK_TIMEOUT, body).await);
+    }
+    report
+}
+
+/// Runs the hooks of `levels` that need only the tools against `tools` (an MCP host), in order.
+/// The pages they load are served on this machine's loopback ([`SUITE_ORIGIN`]): the host must
+/// run here and let its browser reach that origin.
+pub async fn run_over_tools(tools: &dyn ToolsUnderTest, levels: &[Level]) -> Report {
+    let mut report = Report::default();
+    for hook in HOOKS.iter().filter(|h| levels.contains(&h.level)) {
+        let Body::Tools(run) = hook.run else { continue };
+        let body = async { run(tools).await.map_err(|m| format!("{}: {m}", hook.rule.join(", "))) };
         report
             .results
             .push(CaseResult::timed(hook.id, hook.rule, HOOK_TIMEOUT, body).await);
