@@ -489,7 +489,7 @@ pub fn parse_manifest(text: &str, dir: Option<&Path>) -> Result<BrowserManifest,
     let schema: Value =
         serde_json::from_str(BROWSER_SCHEMA).map_err(|e| vec![m1(format!("the schema is not JSON: {e}"))])?;
     let validator =
-        jsonschema::validator_for(&schema).map_err(|e| vec![m1(format!("the schema does not compile: {e}"))])?;
+        crate::spec::schema::compile(&schema).map_err(|e| vec![m1(format!("the schema does not compile: {e}"))])?;
     // The schema's own statement of M2-M6 (under `manifestRules`) is reported by the code checks
     // below, which name the rule; every other schema error is M1.
     let mut diagnostics: Vec<Diagnostic> = validator

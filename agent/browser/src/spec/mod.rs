@@ -14,7 +14,6 @@ mod lifecycle;
 mod manifest;
 mod navigation;
 mod principal;
-#[cfg(test)]
 pub(crate) mod schema;
 mod supervisor;
 mod tool;
