@@ -29,7 +29,10 @@ use tokio::io::AsyncBufReadExt as _;
 
 fn main() {
     let rounds: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(200);
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(run(rounds));
 }
 
@@ -57,7 +60,12 @@ async fn run(rounds: usize) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let guard = Exposure::check(addr, false, &[], &[]).unwrap().guard(addr.port());
-    let app = router(BrowserServer::per_request(tools.clone()), devices, guard, Limits::default());
+    let app = router(
+        BrowserServer::per_request(tools.clone()),
+        devices,
+        guard,
+        Limits::default(),
+    );
     tokio::spawn(serve(listener, app, std::future::pending()));
     let transport = StreamableHttpClientTransport::from_config(
         StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp")).auth_header(bearer.expose()),
@@ -68,18 +76,33 @@ async fn run(rounds: usize) {
     let mut over_mcp = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let started = Instant::now();
-        let opened = ok(tools.call_as(&caller, "browser.navigate", &json!({ "url": page })).await);
-        let dom = ok(tools.call_as(&caller, "browser.get_dom", &json!({ "target": opened["target"] })).await);
+        let opened = ok(tools
+            .call_as(&caller, "browser.navigate", &json!({ "url": page }))
+            .await);
+        let dom = ok(tools
+            .call_as(&caller, "browser.get_dom", &json!({ "target": opened["target"] }))
+            .await);
         in_process.push(started.elapsed());
         assert!(dom["html"].as_str().unwrap().contains("hello"));
-        ok(tools.call_as(&caller, "browser.tabs", &json!({ "action": "close", "target": opened["target"] })).await);
+        ok(tools
+            .call_as(
+                &caller,
+                "browser.tabs",
+                &json!({ "action": "close", "target": opened["target"] }),
+            )
+            .await);
 
         let started = Instant::now();
         let opened = call(&client, "browser.navigate", json!({ "url": page })).await;
         let dom = call(&client, "browser.get_dom", json!({ "target": opened["target"] })).await;
         over_mcp.push(started.elapsed());
         assert!(dom["html"].as_str().unwrap().contains("hello"));
-        call(&client, "browser.tabs", json!({ "action": "close", "target": opened["target"] })).await;
+        call(
+            &client,
+            "browser.tabs",
+            json!({ "action": "close", "target": opened["target"] }),
+        )
+        .await;
     }
     drop(client);
     tools.stop(true).await.unwrap();
@@ -90,7 +113,10 @@ async fn run(rounds: usize) {
     );
     report("in process (ToolHost::call_as)", &mut in_process);
     report("over MCP (streamable HTTP, bearer, guard)", &mut over_mcp);
-    println!("host serve idle, no browser yet: {} KiB resident", idle_host_rss(&work).await);
+    println!(
+        "host serve idle, no browser yet: {} KiB resident",
+        idle_host_rss(&work).await
+    );
     std::fs::remove_dir_all(&work).unwrap();
 }
 
@@ -101,8 +127,14 @@ fn ok(result: ToolResult) -> Value {
     }
 }
 
-async fn call(client: &rmcp::service::RunningService<rmcp::service::RoleClient, ()>, name: &str, input: Value) -> Value {
-    let Value::Object(arguments) = input else { unreachable!("arguments are objects") };
+async fn call(
+    client: &rmcp::service::RunningService<rmcp::service::RoleClient, ()>,
+    name: &str,
+    input: Value,
+) -> Value {
+    let Value::Object(arguments) = input else {
+        unreachable!("arguments are objects")
+    };
     let result = client
         .call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(arguments))
         .await
@@ -128,12 +160,25 @@ async fn idle_host_rss(work: &std::path::Path) -> u64 {
     let agent = env!("CARGO_BIN_EXE_pap-agent");
     let state = work.join("idle");
     let init = std::process::Command::new(agent)
-        .args(["--state-dir", state.to_str().unwrap(), "identity", "init", "atlas.example"])
+        .args([
+            "--state-dir",
+            state.to_str().unwrap(),
+            "identity",
+            "init",
+            "atlas.example",
+        ])
         .output()
         .unwrap();
     assert!(init.status.success());
     let mut host = tokio::process::Command::new(agent)
-        .args(["--state-dir", state.to_str().unwrap(), "host", "serve", "--listen", "127.0.0.1:0"])
+        .args([
+            "--state-dir",
+            state.to_str().unwrap(),
+            "host",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ])
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()

@@ -115,7 +115,10 @@ mod tests {
         assert_eq!(schema["$schema"], "https://json-schema.org/draft/2020-12/schema");
         let mut found = Vec::new();
         walk(&schema, "", &mut found);
-        assert!(found.is_empty(), "compile it as 2020-12 again, or change these: {found:?}");
+        assert!(
+            found.is_empty(),
+            "compile it as 2020-12 again, or change these: {found:?}"
+        );
         compile(&schema).unwrap();
     }
 }
