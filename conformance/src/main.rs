@@ -38,7 +38,7 @@ enum Command {
     /// Runs the AIP-63 (agentbrowser/v1) suite's hooks against a browser provider, or its tool
     /// hooks against an MCP browser host (--mcp).
     #[command(
-        after_help = "Examples:\n  pap-conformance browser --provider chromium --junit aip63.xml\n  pap-conformance browser --mcp http://127.0.0.1:7878/mcp --bearer-file device.bearer"
+        after_help = "Example:\n  pap-conformance browser --provider chromium --junit aip63.xml\n  pap-conformance browser --mcp http://127.0.0.1:7878/mcp --bearer-file device.bearer"
     )]
     Browser(BrowserArgs),
     /// Runs a hostile load against a `pap-company serve` process it starts, and prints what it

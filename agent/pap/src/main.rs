@@ -635,14 +635,15 @@ impl Agent {
             std::fs::read_to_string(bearer_file)
                 .with_context(|| format!("reading the device credential {}", bearer_file.display()))?,
         ));
-        if devices.authenticate(&bearer)?.is_none() {
+        let Some(device) = devices.authenticate(&bearer)? else {
             bail!(
                 "{} holds no paired device's credential: pair it (pap-agent install-mcp, or pap-agent pair)",
                 bearer_file.display()
             );
-        }
+        };
         let (host, tools) = self.mcp_tools().await?;
-        let server = pap_agent::mcp::BrowserServer::stdio(tools, devices, bearer).with_pap(self.pap_tools()?);
+        let server =
+            pap_agent::mcp::BrowserServer::stdio(tools, devices, bearer, device.id).with_pap(self.pap_tools()?);
         let served = server.serve(rmcp::transport::stdio()).await?;
         let ended = served.waiting().await;
         host.stop(MCP_INSTANCE, Duration::from_secs(2)).await?;

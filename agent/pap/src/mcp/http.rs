@@ -340,3 +340,109 @@ async fn pair(State(host): State<Host>, body: axum::Json<PairRequest>) -> Respon
         Err(_) => busy("the host cannot pair now"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+    use super::*;
+    use pap_browser::chromium::{BrowserHost, ChromiumConfig};
+    use pap_browser::consent::ConsentHost;
+    use pap_browser::spec::InstanceKey;
+    use pap_browser::tools::ToolHost;
+    use tower::ServiceExt as _;
+
+    const PORT: u16 = 7878;
+
+    /// A host with `limits` over a fresh state directory, and a paired device's bearer. No
+    /// browser is launched: these requests never reach a tool.
+    fn host(limits: Limits) -> (Router, String, std::path::PathBuf) {
+        let state = std::env::temp_dir().join(format!("pap-http-limits-{}-{}", std::process::id(), limits.max_body));
+        std::fs::create_dir_all(&state).unwrap();
+        let consent = Arc::new(ConsentHost::open(&state, Arc::new(SystemClock), Arc::new(SystemRng)).unwrap());
+        let tools = ToolHost::new(
+            pap_browser::chromium::manifest().unwrap(),
+            BrowserHost::new(),
+            ChromiumConfig::new(state.clone()),
+            InstanceKey::try_from("limits").unwrap(),
+            consent,
+        );
+        let devices = Devices::at(&state);
+        let (_, bearer) = devices.mint("test", "install", &SystemClock, &SystemRng).unwrap();
+        let guard = Exposure::check(SocketAddr::from(([127, 0, 0, 1], PORT)), false, &[], &[])
+            .unwrap()
+            .guard(PORT);
+        let app = router(BrowserServer::per_request(tools), devices, guard, limits);
+        (app, bearer.expose().to_owned(), state)
+    }
+
+    fn post(path: &str, bearer: &str, body: String) -> Request {
+        http::Request::post(path)
+            .header(header::HOST, format!("127.0.0.1:{PORT}"))
+            .header(header::AUTHORIZATION, format!("Bearer {bearer}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .body(axum::body::Body::from(body))
+            .unwrap()
+    }
+
+    /// An `initialize` of a protocol version with sessions (before 2026-07-28).
+    fn initialize() -> String {
+        json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "limits", "version": "1"}},
+        })
+        .to_string()
+    }
+
+    #[tokio::test]
+    async fn bodies_and_sessions_are_capped() {
+        let limits = Limits {
+            max_body: 4096,
+            max_in_flight: 8,
+            max_sessions: 1,
+        };
+        let (app, bearer, state) = host(limits);
+
+        let first = app.clone().oneshot(post("/mcp", &bearer, initialize())).await.unwrap();
+        assert_eq!(first.status(), StatusCode::OK);
+        let session = first.headers().get("mcp-session-id").cloned().expect("a session");
+        let second = app.clone().oneshot(post("/mcp", &bearer, initialize())).await.unwrap();
+        assert_eq!(
+            second.status(),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "a session past the cap"
+        );
+        assert!(second.headers().contains_key(header::RETRY_AFTER));
+
+        let padding = "x".repeat(limits.max_body);
+        let big = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": {"pad": padding}}});
+        let mut request = post("/mcp", &bearer, big.to_string());
+        request.headers_mut().insert("mcp-session-id", session);
+        let too_big = app.clone().oneshot(request).await.unwrap();
+        assert_eq!(too_big.status(), StatusCode::PAYLOAD_TOO_LARGE);
+
+        let code = json!({"code": "x".repeat(2048)}).to_string();
+        let too_big = app.clone().oneshot(post("/pair", "", code)).await.unwrap();
+        assert_eq!(too_big.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let _ = std::fs::remove_dir_all(&state);
+    }
+
+    #[tokio::test]
+    async fn requests_past_the_in_flight_cap_are_told_to_come_back() {
+        let (app, _, state) = host(Limits {
+            max_body: 1024,
+            max_in_flight: 0,
+            max_sessions: 1,
+        });
+        let request = http::Request::get("/health")
+            .header(header::HOST, format!("localhost:{PORT}"))
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let busy = app.oneshot(request).await.unwrap();
+        assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(busy.headers()[header::RETRY_AFTER], "1");
+        let _ = std::fs::remove_dir_all(&state);
+    }
+}

@@ -47,20 +47,25 @@ pub struct BrowserServer {
 /// Who a call comes from.
 #[derive(Clone, Debug)]
 enum Callers {
-    /// One device, whose bearer is checked at every call (stdio).
-    Device { devices: Devices, bearer: Arc<Bearer> },
+    /// One device (`id`), whose bearer is checked at every call (stdio).
+    Device {
+        devices: Devices,
+        bearer: Arc<Bearer>,
+        id: String,
+    },
     /// The device the HTTP guard authenticated for this request ([`http`]).
     PerRequest,
 }
 
 impl BrowserServer {
-    /// Serves `tools` over stdio to the device holding `bearer`.
-    pub fn stdio(tools: Arc<ToolHost>, devices: Devices, bearer: Bearer) -> Self {
+    /// Serves `tools` over stdio to the device `device_id`, holding `bearer`.
+    pub fn stdio(tools: Arc<ToolHost>, devices: Devices, bearer: Bearer, device_id: String) -> Self {
         Self {
             tools,
             callers: Callers::Device {
                 devices,
                 bearer: Arc::new(bearer),
+                id: device_id,
             },
             pap: None,
         }
@@ -97,7 +102,7 @@ impl BrowserServer {
             )
         };
         match &self.callers {
-            Callers::Device { devices, bearer } => match devices.authenticate(bearer) {
+            Callers::Device { devices, bearer, .. } => match devices.authenticate(bearer) {
                 Ok(Some(device)) => Ok(AgentCaller::paired(device.id)),
                 Ok(None) => Err(unpaired()),
                 Err(e) => Err(ToolError::new(ToolErrorCode::Internal, e.to_string())),
@@ -220,7 +225,16 @@ impl ServerHandler for BrowserServer {
     ) -> Result<CallToolResponse, McpError> {
         let caller = match self.caller(&context) {
             Ok(caller) => caller,
-            Err(refused) => return Ok(tool_error(&ToolResult::Err(refused).to_json()).into()),
+            Err(refused) => {
+                // A stdio device unpaired mid-session: its tabs and contexts end too (C13).
+                if let Callers::Device { id, .. } = &self.callers
+                    && refused.code == ToolErrorCode::PermissionDenied
+                    && let Err(error) = self.tools.end_device(id).await
+                {
+                    tracing::warn!(device = %id, error = %error.message, "ending an unpaired device's browser contexts");
+                }
+                return Ok(tool_error(&ToolResult::Err(refused).to_json()).into());
+            }
         };
         let arguments = request.arguments.map_or(json!({}), Value::Object);
         Ok(self.call(&caller, &request.name, arguments).await.into())
