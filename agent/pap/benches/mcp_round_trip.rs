@@ -66,7 +66,7 @@ async fn run(rounds: usize) {
         guard,
         Limits::default(),
     );
-    tokio::spawn(serve(listener, app, std::future::pending()));
+    tokio::spawn(serve(listener, app, Limits::default(), std::future::pending()));
     let transport = StreamableHttpClientTransport::from_config(
         StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp")).auth_header(bearer.expose()),
     );

@@ -662,10 +662,11 @@ impl Agent {
             .with_context(|| format!("binding {listen}"))?;
         let bound = listener.local_addr()?;
         let guard = exposure.guard(bound.port());
-        let app = http::router(server, Devices::at(&self.state_dir), guard, http::Limits::default());
+        let limits = http::Limits::default();
+        let app = http::router(server, Devices::at(&self.state_dir), guard, limits);
         // Readiness: this line, once the socket is bound.
         eprintln!("listening on http://{bound}/mcp");
-        http::serve(listener, app, shutdown_signal()).await?;
+        http::serve(listener, app, limits, shutdown_signal()).await;
         host.stop(MCP_INSTANCE, Duration::from_secs(2)).await?;
         Ok(())
     }

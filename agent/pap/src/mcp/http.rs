@@ -13,13 +13,12 @@
 //!                then MCP (rmcp's streamable HTTP service), as that device
 //! ```
 //!
-//! Bounds: a request body cap (413), a cap on requests in flight and on live MCP sessions (503
-//! with `Retry-After`). Binding anything but loopback is the operator's explicit choice
+//! Bounds ([`Limits`]): connections (the next waits in the kernel's queue), the time a
+//! connection may take to send a request's headers, a request body cap (413), requests in
+//! flight and live MCP sessions (503 with `Retry-After`). No request timeout: an MCP response
+//! may be a long-lived event stream (rmcp pings it every 15 s and ends idle sessions after
+//! 5 min). Binding anything but loopback is the operator's explicit choice
 //! ([`Exposure::check`]), and pairing stays required.
-//!
-//! Not bounded here yet (left open, README): connections per client and header/idle timeouts
-//! (`axum::serve` has neither). The host listens on loopback by default, where the stranger is
-//! a web page (the guard refuses it) or a local process.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -153,6 +152,11 @@ pub struct Limits {
     pub max_in_flight: usize,
     /// Most live MCP sessions (a client that negotiates a protocol with sessions holds one).
     pub max_sessions: usize,
+    /// Most connections open at once ([`serve`]); the next waits in the kernel's queue.
+    pub max_connections: usize,
+    /// Longest a connection may take to send a request's headers once the host waits for them
+    /// (the first request's or the next one's, so also how long an idle keep-alive lasts).
+    pub header_read_timeout: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -161,6 +165,8 @@ impl Default for Limits {
             max_body: 1024 * 1024,
             max_in_flight: 64,
             max_sessions: 32,
+            max_connections: 256,
+            header_read_timeout: std::time::Duration::from_secs(10),
         }
     }
 }
@@ -209,13 +215,58 @@ pub fn router(server: BrowserServer, devices: Devices, guard: Guard, limits: Lim
         .with_state(host)
 }
 
-/// Serves `app` on `listener` until `shutdown` completes.
+/// Serves `app` on `listener` until `shutdown` completes: at most `limits.max_connections` at
+/// once, each in its own task, HTTP/1.1, headers within
+/// `limits.header_read_timeout`. A failing `accept` (out of files, say) rests before the next.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: Router,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    limits: Limits,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto;
+    use hyper_util::service::TowerToHyperService;
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    tokio::pin!(shutdown);
+    loop {
+        let slot = tokio::select! {
+            () = &mut shutdown => return,
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                // The semaphore is never closed.
+                Err(_) => return,
+            },
+        };
+        let tcp = tokio::select! {
+            () = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed; resting before the next");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let app = app.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let _ = tcp.set_nodelay(true);
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout);
+            // HTTP/1.1 only: detecting HTTP/2 prior knowledge would wait for a silent client's
+            // first bytes with no timeout at all (MCP clients speak HTTP/1.1 to an http: URL).
+            let builder = builder.http1_only();
+            let connection = builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(app));
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+        });
+    }
 }
 
 /// The Host/Origin guard and the in-flight cap, in front of every route.
@@ -356,8 +407,8 @@ mod tests {
 
     /// A host with `limits` over a fresh state directory, and a paired device's bearer. No
     /// browser is launched: these requests never reach a tool.
-    fn host(limits: Limits) -> (Router, String, std::path::PathBuf) {
-        let state = std::env::temp_dir().join(format!("pap-http-limits-{}-{}", std::process::id(), limits.max_body));
+    fn host(label: &str, limits: Limits) -> (Router, String, std::path::PathBuf) {
+        let state = std::env::temp_dir().join(format!("pap-http-{label}-{}", std::process::id()));
         std::fs::create_dir_all(&state).unwrap();
         let consent = Arc::new(ConsentHost::open(&state, Arc::new(SystemClock), Arc::new(SystemRng)).unwrap());
         let tools = ToolHost::new(
@@ -402,8 +453,9 @@ mod tests {
             max_body: 4096,
             max_in_flight: 8,
             max_sessions: 1,
+            ..Limits::default()
         };
-        let (app, bearer, state) = host(limits);
+        let (app, bearer, state) = host("capped", limits);
 
         let first = app.clone().oneshot(post("/mcp", &bearer, initialize())).await.unwrap();
         assert_eq!(first.status(), StatusCode::OK);
@@ -431,11 +483,15 @@ mod tests {
 
     #[tokio::test]
     async fn requests_past_the_in_flight_cap_are_told_to_come_back() {
-        let (app, _, state) = host(Limits {
-            max_body: 1024,
-            max_in_flight: 0,
-            max_sessions: 1,
-        });
+        let (app, _, state) = host(
+            "in-flight",
+            Limits {
+                max_body: 1024,
+                max_in_flight: 0,
+                max_sessions: 1,
+                ..Limits::default()
+            },
+        );
         let request = http::Request::get("/health")
             .header(header::HOST, format!("localhost:{PORT}"))
             .body(axum::body::Body::empty())
@@ -443,6 +499,55 @@ mod tests {
         let busy = app.oneshot(request).await.unwrap();
         assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(busy.headers()[header::RETRY_AFTER], "1");
+        let _ = std::fs::remove_dir_all(&state);
+    }
+
+    /// A client that opens a connection and sends nothing is cut off once the header timeout
+    /// passes, and past the connection cap the next client waits until a slot frees.
+    #[tokio::test]
+    async fn silent_connections_are_cut_off_and_capped() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let limits = Limits {
+            max_body: 2048,
+            max_connections: 2,
+            header_read_timeout: std::time::Duration::from_millis(300),
+            ..Limits::default()
+        };
+        let (app, _, state) = host("silent", limits);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve(listener, app, limits, std::future::pending()));
+
+        let started = tokio::time::Instant::now();
+        let mut silent = vec![
+            tokio::net::TcpStream::connect(addr).await.unwrap(),
+            tokio::net::TcpStream::connect(addr).await.unwrap(),
+        ];
+        let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+        third
+            .write_all(
+                format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1:{PORT}\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
+            .await
+            .unwrap();
+        let deadline = std::time::Duration::from_secs(10);
+        let mut cut = Vec::new();
+        for stream in &mut silent {
+            let mut byte = [0u8; 1];
+            let read = tokio::time::timeout(deadline, stream.read(&mut byte)).await.unwrap();
+            assert!(matches!(read, Ok(0) | Err(_)), "a silent connection was answered");
+            cut.push(started.elapsed());
+        }
+        let mut answer = String::new();
+        tokio::time::timeout(deadline, third.read_to_string(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        let answered = started.elapsed();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(cut.iter().all(|at| *at >= limits.header_read_timeout), "{cut:?}");
+        // The third connection waited in the queue until a silent one was cut off.
+        assert!(answered >= limits.header_read_timeout, "answered after {answered:?}");
         let _ = std::fs::remove_dir_all(&state);
     }
 }
