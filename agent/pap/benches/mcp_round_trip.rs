@@ -59,7 +59,9 @@ async fn run(rounds: usize) {
     let caller = AgentCaller::paired(device.id);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let guard = Exposure::check(addr, false, &[], &[]).unwrap().guard(addr.port());
+    let guard = Exposure::check(addr, false, false, &[], &[])
+        .unwrap()
+        .guard(addr.port());
     let app = router(
         BrowserServer::per_request(tools.clone()),
         devices,

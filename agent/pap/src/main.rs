@@ -181,15 +181,22 @@ enum HostCommand {
         bearer_file: PathBuf,
     },
     /// Streamable HTTP at /mcp (and /health, /pair), for paired devices only. Binds loopback
-    /// unless --allow-remote; refuses a request whose Host or Origin it does not expect.
+    /// unless --allow-remote (then over TLS); refuses a request whose Host or Origin it does not
+    /// expect.
     #[command(after_help = "Example:\n  pap-agent host serve --listen 127.0.0.1:7878")]
     Serve {
         /// Where to listen (port 0: any free port; the line `listening on URL` says which).
         #[arg(long, default_value = "127.0.0.1:7878")]
         listen: SocketAddr,
-        /// Allow a non-loopback --listen address (pairing stays required).
+        /// Allow a non-loopback --listen address (over TLS only; pairing stays required).
         #[arg(long)]
         allow_remote: bool,
+        /// Serve over TLS with this certificate chain (PEM); needs --tls-key.
+        #[arg(long, value_name = "PEM", requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The certificate's private key (PEM).
+        #[arg(long, value_name = "PEM", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
         /// A further Host value to answer (NAME or NAME:PORT), e.g. the name a remote device
         /// uses; repeat for more.
         #[arg(long = "allow-host", value_name = "HOST")]
@@ -583,13 +590,24 @@ impl Agent {
                     HostCommand::Serve {
                         listen,
                         allow_remote,
+                        tls_cert,
+                        tls_key,
                         allow_hosts,
                         allow_origins,
                     },
             } => {
-                let exposure =
-                    pap_agent::mcp::http::Exposure::check(listen, allow_remote, &allow_hosts, &allow_origins)?;
-                self.host_serve(listen, exposure).await
+                let tls = match (tls_cert, tls_key) {
+                    (Some(cert), Some(key)) => Some((read_file(&cert)?, zeroize::Zeroizing::new(read_file(&key)?))),
+                    _ => None,
+                };
+                let exposure = pap_agent::mcp::http::Exposure::check(
+                    listen,
+                    allow_remote,
+                    tls.is_some(),
+                    &allow_hosts,
+                    &allow_origins,
+                )?;
+                self.host_serve(listen, exposure, tls).await
             }
             PapCommand::Revoke { domain } => {
                 let (company, mut wallet) = self.company(&domain).await?;
@@ -653,7 +671,12 @@ impl Agent {
 
     /// `pap-agent host serve`: the agent's browser over streamable HTTP for paired devices,
     /// until SIGINT or SIGTERM; its browser stops with it.
-    async fn host_serve(&self, listen: SocketAddr, exposure: pap_agent::mcp::http::Exposure) -> anyhow::Result<()> {
+    async fn host_serve(
+        &self,
+        listen: SocketAddr,
+        exposure: pap_agent::mcp::http::Exposure,
+        tls: Option<(Vec<u8>, zeroize::Zeroizing<Vec<u8>>)>,
+    ) -> anyhow::Result<()> {
         use pap_agent::mcp::http;
         let (host, tools) = self.mcp_tools().await?;
         let server = pap_agent::mcp::BrowserServer::per_request(tools).with_pap(self.pap_tools()?);
@@ -665,8 +688,17 @@ impl Agent {
         let limits = http::Limits::default();
         let app = http::router(server, Devices::at(&self.state_dir), guard, limits);
         // Readiness: this line, once the socket is bound.
-        eprintln!("listening on http://{bound}/mcp");
-        http::serve(listener, app, limits, shutdown_signal()).await;
+        match tls {
+            Some((cert, key)) => {
+                let listener = TlsListener::new(listener, &cert, &key).context("the TLS certificate and key")?;
+                eprintln!("listening on https://{bound}/mcp");
+                http::serve(listener, app, limits, shutdown_signal()).await;
+            }
+            None => {
+                eprintln!("listening on http://{bound}/mcp");
+                http::serve(listener, app, limits, shutdown_signal()).await;
+            }
+        }
         host.stop(MCP_INSTANCE, Duration::from_secs(2)).await?;
         Ok(())
     }
@@ -1096,6 +1128,10 @@ fn ask_per_domain(counts: &std::collections::BTreeMap<String, u64>) -> anyhow::R
         }
     }
     Ok(chosen)
+}
+
+fn read_file(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
 }
 
 fn parse_domain(domain: &str) -> anyhow::Result<CompanyDomain> {

@@ -27,7 +27,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
 use support::Stage;
-use support::cli_agent::{AGENT, agent_and_company, host_serve, pap, stop_host, test_network};
+use support::cli_agent::{AGENT, agent_and_company, host_serve, host_serve_with, pap, stop_host, test_network};
 
 async fn device(addr: SocketAddr, bearer: &str) -> RunningService<RoleClient, ()> {
     let config = StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp")).auth_header(bearer);
@@ -88,6 +88,56 @@ async fn paired_devices_reach_the_browser_and_pap_through_the_guarded_http_host(
         .unwrap();
     assert!(!refused.status.success(), "bound 0.0.0.0 without --allow-remote");
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--allow-remote"));
+    // ... and TLS, or every device's bearer would cross the network in the clear.
+    let refused = Command::new(AGENT)
+        .args([
+            "--state-dir",
+            state.to_str().unwrap(),
+            "host",
+            "serve",
+            "--listen",
+            "0.0.0.0:0",
+            "--allow-remote",
+        ])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "bound 0.0.0.0 without TLS");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--tls-cert"));
+    // With both, it serves HTTPS on every interface; the guard still answers only the names
+    // it expects (here the certificate's, which the operator allowed).
+    let (remote, remote_addr) = host_serve_with(
+        &state,
+        &[],
+        &[
+            "--listen",
+            "0.0.0.0:0",
+            "--allow-remote",
+            "--tls-cert",
+            stage.cert.to_str().unwrap(),
+            "--tls-key",
+            stage.key.to_str().unwrap(),
+            "--allow-host",
+            "shop.example",
+        ],
+    )
+    .await;
+    let roots = pap_agent::trust_roots(std::slice::from_ref(&stage.ca_der)).unwrap();
+    let local = std::net::SocketAddr::from(([127, 0, 0, 1], remote_addr.port()));
+    let https = pap_agent::testkit::plain_http_client(roots, &[("shop.example".to_owned(), local)].into()).unwrap();
+    let health = https
+        .get(format!("https://shop.example:{}/health", remote_addr.port()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200, "over TLS");
+    let unnamed = https
+        .get(format!("https://shop.example:{}/health", remote_addr.port()))
+        .header("host", format!("attacker.example:{}", remote_addr.port()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unnamed.status(), 403, "a Host the operator did not allow");
+    stop_host(remote, &state).await;
 
     let (host, addr) = host_serve(&state, &test_network(&stage, shop)).await;
     // A stranger's plain HTTP client (the host speaks HTTP on loopback).

@@ -47,6 +47,7 @@ const REALM: &str = "Bearer realm=\"pap-agent\"";
 #[derive(Clone, Debug)]
 pub struct Exposure {
     addr: SocketAddr,
+    tls: bool,
     hosts: Vec<String>,
     origins: Vec<String>,
 }
@@ -62,33 +63,51 @@ pub struct Guard {
 
 /// A listen address refused at start.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "{0} is not a loopback address: a browser host binds loopback unless the operator says \
-     otherwise (--allow-remote); pairing stays required either way"
-)]
-pub struct NotLoopback(pub SocketAddr);
+pub enum Refused {
+    /// Not loopback, and the operator did not say so.
+    #[error(
+        "{0} is not a loopback address: a browser host binds loopback unless the operator says \
+         otherwise (--allow-remote); pairing stays required either way"
+    )]
+    NotLoopback(SocketAddr),
+    /// Not loopback, and no TLS: a device's bearer would cross the network in the clear.
+    #[error(
+        "{0} is not a loopback address: serving it needs TLS (--tls-cert and --tls-key), or \
+         every device's bearer crosses the network in the clear"
+    )]
+    RemoteWithoutTls(SocketAddr),
+}
 
 impl Exposure {
-    /// Where a host may listen: `addr`, which must be loopback unless `allow_remote`; the
-    /// operator's further `hosts` (`name` or `name:port`) and `origins`.
+    /// Where a host may listen: `addr`, which must be loopback unless `allow_remote`, and then
+    /// served over TLS (`tls`); the operator's further `hosts` (`name` or `name:port`) and
+    /// `origins`.
     pub fn check(
         addr: SocketAddr,
         allow_remote: bool,
+        tls: bool,
         hosts: &[String],
         origins: &[String],
-    ) -> Result<Self, NotLoopback> {
-        if !addr.ip().is_loopback() && !allow_remote {
-            return Err(NotLoopback(addr));
+    ) -> Result<Self, Refused> {
+        if !addr.ip().is_loopback() {
+            if !allow_remote {
+                return Err(Refused::NotLoopback(addr));
+            }
+            if !tls {
+                return Err(Refused::RemoteWithoutTls(addr));
+            }
         }
         Ok(Self {
             addr,
+            tls,
             hosts: hosts.to_vec(),
             origins: origins.to_vec(),
         })
     }
 
     /// The guard once bound to `port`: the loopback names (and the address itself) at that port,
-    /// the operator's hosts (a bare name gets the port) and origins, and `http://` of each host.
+    /// the operator's hosts (a bare name gets the port) and origins, and the origin of each
+    /// host (`https://` when served over TLS).
     pub fn guard(&self, port: u16) -> Guard {
         let addr = self.addr;
         let (hosts, origins) = (&self.hosts, &self.origins);
@@ -113,7 +132,8 @@ impl Exposure {
                 },
             );
         }
-        let mut allowed_origins: Vec<String> = admitted.iter().map(|a| format!("http://{a}")).collect();
+        let scheme = if self.tls { "https" } else { "http" };
+        let mut allowed_origins: Vec<String> = admitted.iter().map(|a| format!("{scheme}://{a}")).collect();
         allowed_origins.extend(origins.iter().map(|o| o.trim_end_matches('/').to_ascii_lowercase()));
         Guard {
             hosts: admitted,
@@ -215,15 +235,13 @@ pub fn router(server: BrowserServer, devices: Devices, guard: Guard, limits: Lim
         .with_state(host)
 }
 
-/// Serves `app` on `listener` until `shutdown` completes: at most `limits.max_connections` at
-/// once, each in its own task, HTTP/1.1, headers within
-/// `limits.header_read_timeout`. A failing `accept` (out of files, say) rests before the next.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    app: Router,
-    limits: Limits,
-    shutdown: impl std::future::Future<Output = ()>,
-) {
+/// Serves `app` on `listener` (plain TCP, or [`crate::TlsListener`], whose handshakes are
+/// bounded on their own) until `shutdown` completes: at most `limits.max_connections` at once,
+/// each in its own task, HTTP/1.1, headers within `limits.header_read_timeout`.
+pub async fn serve<L>(mut listener: L, app: Router, limits: Limits, shutdown: impl std::future::Future<Output = ()>)
+where
+    L: axum::serve::Listener,
+{
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     use hyper_util::server::conn::auto;
     use hyper_util::service::TowerToHyperService;
@@ -238,21 +256,15 @@ pub async fn serve(
                 Err(_) => return,
             },
         };
-        let tcp = tokio::select! {
+        // The listener retries a failed `accept` itself (axum's: resting a second after one
+        // that is not a single connection's).
+        let (io, _) = tokio::select! {
             () = &mut shutdown => return,
-            accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
-                Err(error) => {
-                    tracing::warn!(%error, "accept failed; resting before the next");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
+            accepted = listener.accept() => accepted,
         };
         let app = app.clone();
         tokio::spawn(async move {
             let _slot = slot;
-            let _ = tcp.set_nodelay(true);
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder
                 .http1()
@@ -261,7 +273,7 @@ pub async fn serve(
             // HTTP/1.1 only: detecting HTTP/2 prior knowledge would wait for a silent client's
             // first bytes with no timeout at all (MCP clients speak HTTP/1.1 to an http: URL).
             let builder = builder.http1_only();
-            let connection = builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(app));
+            let connection = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(app));
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "connection ended with an error");
             }
@@ -420,7 +432,7 @@ mod tests {
         );
         let devices = Devices::at(&state);
         let (_, bearer) = devices.mint("test", "install", &SystemClock, &SystemRng).unwrap();
-        let guard = Exposure::check(SocketAddr::from(([127, 0, 0, 1], PORT)), false, &[], &[])
+        let guard = Exposure::check(SocketAddr::from(([127, 0, 0, 1], PORT)), false, false, &[], &[])
             .unwrap()
             .guard(PORT);
         let app = router(BrowserServer::per_request(tools), devices, guard, limits);

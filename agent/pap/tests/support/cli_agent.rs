@@ -59,10 +59,16 @@ pub fn pap(state: &Path, args: &[&str]) -> String {
 /// Starts `pap-agent --state-dir STATE GLOBAL host serve --listen 127.0.0.1:0`; waits (60 s at
 /// most) for the line that says where it listens.
 pub async fn host_serve(state: &Path, global: &[String]) -> (tokio::process::Child, SocketAddr) {
+    host_serve_with(state, global, &["--listen", "127.0.0.1:0"]).await
+}
+
+/// [`host_serve`] with `serve` as the options of `host serve`.
+pub async fn host_serve_with(state: &Path, global: &[String], serve: &[&str]) -> (tokio::process::Child, SocketAddr) {
     let mut child = tokio::process::Command::new(AGENT)
         .args(["--state-dir", state.to_str().unwrap()])
         .args(global)
-        .args(["host", "serve", "--listen", "127.0.0.1:0"])
+        .args(["host", "serve"])
+        .args(serve)
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -70,7 +76,10 @@ pub async fn host_serve(state: &Path, global: &[String]) -> (tokio::process::Chi
     let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
     let addr = tokio::time::timeout(Duration::from_secs(60), async {
         while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(url) = line.strip_prefix("listening on http://") {
+            let url = line
+                .strip_prefix("listening on http://")
+                .or_else(|| line.strip_prefix("listening on https://"));
+            if let Some(url) = url {
                 return url.trim_end_matches("/mcp").parse::<SocketAddr>().unwrap();
             }
         }
