@@ -9,6 +9,9 @@
 
 #![allow(clippy::unwrap_used, clippy::print_stdout, reason = "a benchmark binary")]
 
+#[path = "../tests/support/mod.rs"]
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,12 +23,8 @@ use pap_browser::consent::ConsentHost;
 use pap_browser::spec::{AgentCaller, InstanceKey, NamedOrigin, ToolResult};
 use pap_browser::tools::ToolHost;
 use pap_shared::{SystemClock, SystemRng};
-use rmcp::ServiceExt as _;
-use rmcp::model::CallToolRequestParams;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
-use tokio::io::AsyncBufReadExt as _;
+use support::cli_agent::{host_serve, mcp_call as call, mcp_device, pap, resident_kib};
 
 fn main() {
     let rounds: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(200);
@@ -69,10 +68,7 @@ async fn run(rounds: usize) {
         Limits::default(),
     );
     tokio::spawn(serve(listener, app, Limits::default(), std::future::pending()));
-    let transport = StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp")).auth_header(bearer.expose()),
-    );
-    let client = ().serve(transport).await.unwrap();
+    let client = mcp_device(addr, bearer.expose()).await;
 
     let mut in_process = Vec::with_capacity(rounds);
     let mut over_mcp = Vec::with_capacity(rounds);
@@ -95,8 +91,10 @@ async fn run(rounds: usize) {
             .await);
 
         let started = Instant::now();
-        let opened = call(&client, "browser.navigate", json!({ "url": page })).await;
-        let dom = call(&client, "browser.get_dom", json!({ "target": opened["target"] })).await;
+        let opened = call(&client, "browser.navigate", json!({ "url": page })).await.unwrap();
+        let dom = call(&client, "browser.get_dom", json!({ "target": opened["target"] }))
+            .await
+            .unwrap();
         over_mcp.push(started.elapsed());
         assert!(dom["html"].as_str().unwrap().contains("hello"));
         call(
@@ -104,7 +102,8 @@ async fn run(rounds: usize) {
             "browser.tabs",
             json!({ "action": "close", "target": opened["target"] }),
         )
-        .await;
+        .await
+        .unwrap();
     }
     drop(client);
     tools.stop(true).await.unwrap();
@@ -129,22 +128,6 @@ fn ok(result: ToolResult) -> Value {
     }
 }
 
-async fn call(
-    client: &rmcp::service::RunningService<rmcp::service::RoleClient, ()>,
-    name: &str,
-    input: Value,
-) -> Value {
-    let Value::Object(arguments) = input else {
-        unreachable!("arguments are objects")
-    };
-    let result = client
-        .call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(arguments))
-        .await
-        .unwrap();
-    assert_ne!(result.is_error, Some(true), "{result:?}");
-    result.structured_content.unwrap()
-}
-
 /// A page with `hello` in it, on loopback HTTP: its URL.
 async fn local_page() -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -159,48 +142,10 @@ async fn local_page() -> String {
 
 /// `VmRSS` of a `pap-agent host serve` process once it listens.
 async fn idle_host_rss(work: &std::path::Path) -> u64 {
-    let agent = env!("CARGO_BIN_EXE_pap-agent");
     let state = work.join("idle");
-    let init = std::process::Command::new(agent)
-        .args([
-            "--state-dir",
-            state.to_str().unwrap(),
-            "identity",
-            "init",
-            "atlas.example",
-        ])
-        .output()
-        .unwrap();
-    assert!(init.status.success());
-    let mut host = tokio::process::Command::new(agent)
-        .args([
-            "--state-dir",
-            state.to_str().unwrap(),
-            "host",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(host.stderr.take().unwrap()).lines();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if line.starts_with("listening on") {
-                return;
-            }
-        }
-    })
-    .await
-    .unwrap();
-    let status = std::fs::read_to_string(format!("/proc/{}/status", host.id().unwrap())).unwrap();
-    let rss = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
+    pap(&state, &["identity", "init", "atlas.example"]);
+    let (mut host, _) = host_serve(&state, &[]).await;
+    let rss = resident_kib(host.id().unwrap());
     host.kill().await.unwrap();
     rss
 }

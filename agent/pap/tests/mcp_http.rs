@@ -17,41 +17,15 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::Duration;
 
-use rmcp::ServiceExt as _;
 use rmcp::model::CallToolRequestParams;
-use rmcp::service::{RoleClient, RunningService};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
 use support::Stage;
-use support::cli_agent::{AGENT, agent_and_company, host_serve, host_serve_with, pap, stop_host, test_network};
-
-async fn device(addr: SocketAddr, bearer: &str) -> RunningService<RoleClient, ()> {
-    let config = StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp")).auth_header(bearer);
-    ().serve(StreamableHttpClientTransport::from_config(config))
-        .await
-        .unwrap()
-}
-
-/// Calls `name`: Ok(structured result) or Err(the AIP-14 error object).
-async fn call(client: &RunningService<RoleClient, ()>, name: &str, input: Value) -> Result<Value, Value> {
-    let Value::Object(arguments) = input else {
-        unreachable!("arguments are objects")
-    };
-    let result = client
-        .call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(arguments))
-        .await
-        .unwrap();
-    let structured = result.structured_content.unwrap_or(Value::Null);
-    if result.is_error == Some(true) {
-        Err(structured)
-    } else {
-        Ok(structured)
-    }
-}
+use support::cli_agent::{
+    agent_and_company, host_serve, host_serve_with, mcp_call as call, mcp_device as device, pap, pap_fails, stop_host,
+    test_network,
+};
 
 async fn pair(http: &reqwest::Client, addr: SocketAddr, state: &std::path::Path, name: &str) -> (String, String) {
     let code = pap(state, &["pair", "--name", name]).trim().to_owned();
@@ -74,35 +48,12 @@ async fn paired_devices_reach_the_browser_and_pap_through_the_guarded_http_host(
     let mut stage = Stage::new("mcp-http", &["shop.example", "atlas.example"]).await;
     let (state, company, shop) = agent_and_company(&mut stage).await;
 
-    // A non-loopback address needs the operator's explicit flag.
-    let refused = Command::new(AGENT)
-        .args([
-            "--state-dir",
-            state.to_str().unwrap(),
-            "host",
-            "serve",
-            "--listen",
-            "0.0.0.0:0",
-        ])
-        .output()
-        .unwrap();
-    assert!(!refused.status.success(), "bound 0.0.0.0 without --allow-remote");
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("--allow-remote"));
+    // A non-loopback address needs the operator's explicit flag...
+    let said = pap_fails(&state, &["host", "serve", "--listen", "0.0.0.0:0"]);
+    assert!(said.contains("--allow-remote"), "{said}");
     // ... and TLS, or every device's bearer would cross the network in the clear.
-    let refused = Command::new(AGENT)
-        .args([
-            "--state-dir",
-            state.to_str().unwrap(),
-            "host",
-            "serve",
-            "--listen",
-            "0.0.0.0:0",
-            "--allow-remote",
-        ])
-        .output()
-        .unwrap();
-    assert!(!refused.status.success(), "bound 0.0.0.0 without TLS");
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("--tls-cert"));
+    let said = pap_fails(&state, &["host", "serve", "--listen", "0.0.0.0:0", "--allow-remote"]);
+    assert!(said.contains("--tls-cert"), "{said}");
     // With both, it serves HTTPS on every interface; the guard still answers only the names
     // it expects (here the certificate's, which the operator allowed).
     let (remote, remote_addr) = host_serve_with(

@@ -10,7 +10,6 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
 use rmcp::ServiceExt as _;
@@ -18,6 +17,7 @@ use rmcp::model::{CallToolRequestParams, ContentBlock};
 use rmcp::transport::TokioChildProcess;
 use serde_json::json;
 use support::Stage;
+use support::cli_agent::pap;
 
 fn arguments(value: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
     match value {
@@ -31,44 +31,24 @@ async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_ty
     let stage = Stage::new("mcp-stdio", &["shop.example"]).await;
     let (_company, addr) = support::start_reference_company(&stage).await;
     let state = stage.work.join("state");
-    let agent = env!("CARGO_BIN_EXE_pap-agent");
-    let init = Command::new(agent)
-        .args([
-            "--state-dir",
-            state.to_str().unwrap(),
-            "identity",
-            "init",
-            "atlas.example",
-        ])
-        .output()
-        .unwrap();
-    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    let agent = support::cli_agent::AGENT;
+    pap(&state, &["identity", "init", "atlas.example"]);
     // The operator installs the client: a device of its own, its credential in a file.
     let config = stage.work.join("cursor-mcp.json");
-    let pap = |args: &[&str]| {
-        let out = Command::new(agent)
-            .args(["--state-dir", state.to_str().unwrap()])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    };
-    pap(&[
-        "install-mcp",
-        "--client",
-        "cursor",
-        "--config",
-        config.to_str().unwrap(),
-    ]);
+    pap(
+        &state,
+        &[
+            "install-mcp",
+            "--client",
+            "cursor",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
     let entry: serde_json::Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
     let args: Vec<String> = serde_json::from_value(entry["mcpServers"]["pap-agent-browser"]["args"].clone()).unwrap();
     let bearer_file = args.last().unwrap().clone();
-    let listed: serde_json::Value = serde_json::from_slice(&pap(&["devices", "list"]).stdout).unwrap();
+    let listed: serde_json::Value = serde_json::from_str(&pap(&state, &["devices", "list"])).unwrap();
     let device = listed["devices"][0]["id"].as_str().unwrap().to_owned();
 
     let mut host = tokio::process::Command::new(agent);
@@ -147,7 +127,7 @@ async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_ty
     assert_eq!(unknown.structured_content.unwrap()["code"], "browser:unsupported");
 
     // The operator unpairs the device: its very next call is refused (C13).
-    pap(&["devices", "revoke", &device]);
+    pap(&state, &["devices", "revoke", &device]);
     let after = client
         .call_tool(call("browser.get_dom", json!({"target": target})))
         .await

@@ -241,30 +241,22 @@ mod tests {
         .unwrap();
         let devices = Devices::at(&state);
         let program = Path::new("/usr/bin/pap-agent");
+        let install_cursor = || {
+            install(
+                &devices,
+                &state,
+                Client::Cursor,
+                &config,
+                program,
+                &[],
+                &SystemClock,
+                &SystemRng,
+            )
+        };
 
-        let first = install(
-            &devices,
-            &state,
-            Client::Cursor,
-            &config,
-            program,
-            &[],
-            &SystemClock,
-            &SystemRng,
-        )
-        .unwrap();
+        let first = install_cursor().unwrap();
         assert!(first.replaced.is_none());
-        let second = install(
-            &devices,
-            &state,
-            Client::Cursor,
-            &config,
-            program,
-            &[],
-            &SystemClock,
-            &SystemRng,
-        )
-        .unwrap();
+        let second = install_cursor().unwrap();
         assert_eq!(second.replaced.as_deref(), Some(first.device.id.as_str()));
         let listed = devices.list().unwrap();
         assert_eq!(listed, vec![second.device.clone()]);
@@ -285,19 +277,7 @@ mod tests {
         assert_eq!(mode & 0o777, 0o600);
 
         std::fs::write(&config, "[1, 2]").unwrap();
-        assert!(matches!(
-            install(
-                &devices,
-                &state,
-                Client::Cursor,
-                &config,
-                program,
-                &[],
-                &SystemClock,
-                &SystemRng
-            ),
-            Err(InstallError::NotAnObject(_))
-        ));
+        assert!(matches!(install_cursor(), Err(InstallError::NotAnObject(_))));
         assert_eq!(std::fs::read_to_string(&config).unwrap(), "[1, 2]");
         assert_eq!(devices.list().unwrap().len(), 1);
         let _ = std::fs::remove_dir_all(&dir);

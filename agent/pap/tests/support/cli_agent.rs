@@ -1,6 +1,6 @@
 //! The `pap-agent` binary as its operator runs it, for the tests of its MCP hosts: a state
 //! directory with an identity whose documents our reference company reads, the CLI run to the
-//! end, and `host serve` started and waited for.
+//! end, `host serve` started and waited for, and a device's MCP client.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -8,6 +8,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use pap_agent::{Identity, TlsListener, documents_router};
+use rmcp::ServiceExt as _;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::Value;
 use tokio::io::AsyncBufReadExt as _;
 
 use super::Stage;
@@ -54,6 +60,52 @@ pub fn pap(state: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs `pap-agent --state-dir STATE ARGS`, which must fail; its stderr (what it said why).
+pub fn pap_fails(state: &Path, args: &[&str]) -> String {
+    let out = Command::new(AGENT)
+        .args(["--state-dir", state.to_str().unwrap()])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{args:?} succeeded");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+/// An MCP client of the official Rust SDK on `http://ADDR/mcp`, presenting `bearer`.
+pub async fn mcp_device(addr: SocketAddr, bearer: &str) -> RunningService<RoleClient, ()> {
+    let config = StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp")).auth_header(bearer);
+    ().serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .unwrap()
+}
+
+/// Calls the tool `name` over MCP: Ok(its structured result) or Err(the AIP-14 error object).
+pub async fn mcp_call(client: &RunningService<RoleClient, ()>, name: &str, input: Value) -> Result<Value, Value> {
+    let Value::Object(arguments) = input else {
+        unreachable!("arguments are objects")
+    };
+    let result = client
+        .call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(arguments))
+        .await
+        .unwrap();
+    let structured = result.structured_content.unwrap_or(Value::Null);
+    if result.is_error == Some(true) {
+        Err(structured)
+    } else {
+        Ok(structured)
+    }
+}
+
+/// `VmRSS` of process `pid`, in KiB.
+pub fn resident_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
 }
 
 /// Starts `pap-agent --state-dir STATE GLOBAL host serve --listen 127.0.0.1:0`; waits (60 s at
