@@ -1066,6 +1066,7 @@ fn install_mcp(
         Some(path) => path,
         None => client.default_config()?,
     };
+    pap_browser::store::private_dir(state)?;
     let program = std::env::current_exe().context("where this pap-agent is")?;
     let installed = pap_agent::mcp::install::install(
         &Devices::at(state),
@@ -1087,6 +1088,12 @@ fn install_mcp(
             .map(|old| format!(" (device {old}, configured before, is unpaired)"))
             .unwrap_or_default()
     );
+    if !state.join("identity").exists() {
+        eprintln!(
+            "note: {} has no agent identity yet; run `pap-agent identity init DOMAIN` before the client starts the host",
+            state.display()
+        );
+    }
     Ok(())
 }
 
