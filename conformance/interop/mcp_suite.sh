@@ -19,18 +19,23 @@ mkdir -p "$out"
 "$agent" --state-dir "$state" install-mcp --client cursor --config "$out/cursor-mcp.json"
 bearer="$state/devices/cursor.bearer"
 
-"$agent" --state-dir "$state" --name-origin http://127.0.0.1 host serve --listen 127.0.0.1:0 2> "$out/host.log" &
-host=$!
+# The host's stderr comes through a pipe: the line it prints once bound is the readiness signal
+# (60 s at most), and the rest is kept in host.log.
+coproc HOST { exec "$agent" --state-dir "$state" --name-origin http://127.0.0.1 host serve --listen 127.0.0.1:0 2>&1 > /dev/null; }
+host=$HOST_PID
+# A descriptor of our own: bash does not pass a coprocess's to background jobs.
+exec {from_host}<&"${HOST[0]}"
+: > "$out/host.log"
 trap 'kill "$host" 2> /dev/null || true' EXIT
-# Readiness: the line the host prints once bound (60 s at most).
 url=""
-for _ in $(seq 600); do
-    url=$(sed -n 's/^listening on \(http:.*\)$/\1/p' "$out/host.log")
-    [ -n "$url" ] && break
-    kill -0 "$host" 2> /dev/null || { cat "$out/host.log" >&2; echo "host serve ended before it listened" >&2; exit 1; }
-    sleep 0.1
+while IFS= read -r -t 60 line <&"$from_host"; do
+    echo "$line" >> "$out/host.log"
+    case "$line" in
+        "listening on "*) url=${line#listening on }; break ;;
+    esac
 done
-[ -n "$url" ] || { echo "host serve did not listen in 60 s" >&2; exit 1; }
+[ -n "$url" ] || { cat "$out/host.log" >&2 2> /dev/null; echo "host serve did not listen in 60 s" >&2; exit 1; }
+cat <&"$from_host" >> "$out/host.log" &
 
 status=0
 "$target/debug/pap-conformance" browser --mcp "$url" --bearer-file "$bearer" \

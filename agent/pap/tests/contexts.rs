@@ -87,6 +87,23 @@ fn browser_config(stage: &Stage, state: std::path::PathBuf, addr: SocketAddr) ->
     config
 }
 
+/// The tool host of instance `instance` over `state`, its browser reaching the sites at `addr`.
+fn tool_host(
+    stage: &Stage,
+    state: &std::path::Path,
+    addr: SocketAddr,
+    host: &BrowserHost,
+    instance: &str,
+) -> std::sync::Arc<ToolHost> {
+    ToolHost::new(
+        chromium_manifest(),
+        host.clone(),
+        browser_config(stage, state.to_path_buf(), addr),
+        InstanceKey::try_from(instance).unwrap(),
+        consent_at(state),
+    )
+}
+
 /// Grants `domain` its session cookie (`SameSite=None`: sent on cross-site requests).
 fn grant(state: &std::path::Path, domain: &str, value: &str) -> String {
     grant_to(state, domain, value, None)
@@ -133,13 +150,7 @@ async fn a_page_elsewhere_never_rides_a_granted_session() {
     grant(&state, "shop.example", SHOP_SESSION);
 
     let host = BrowserHost::new();
-    let tools = ToolHost::new(
-        chromium_manifest(),
-        host.clone(),
-        browser_config(&stage, state.clone(), addr),
-        InstanceKey::try_from("contexts").unwrap(),
-        consent_at(&state),
-    );
+    let tools = tool_host(&stage, &state, addr, &host, "contexts");
     tools.launch().await.unwrap();
 
     // A tool visits a hostile site: its form POST, fetch and image reach the bank without the
@@ -240,13 +251,7 @@ async fn each_paired_device_has_its_own_jars_and_tabs() {
     std::fs::create_dir_all(&state).unwrap();
     grant_to(&state, "bank.example", BANK_SESSION, Some("device-a"));
     grant(&state, "shop.example", SHOP_SESSION);
-    let tools = ToolHost::new(
-        chromium_manifest(),
-        BrowserHost::new(),
-        browser_config(&stage, state.clone(), addr),
-        InstanceKey::try_from("devices").unwrap(),
-        consent_at(&state),
-    );
+    let tools = tool_host(&stage, &state, addr, &BrowserHost::new(), "devices");
     tools.launch().await.unwrap();
     let (a, b) = (AgentCaller::paired("device-a"), AgentCaller::paired("device-b"));
 

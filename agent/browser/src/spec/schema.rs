@@ -29,7 +29,9 @@ const NEWER_THAN_DRAFT_7: [&str; 11] = [
 /// meaning differs between the drafts and no assertion beside a `$ref` (checked by
 /// `the_schema_validates_the_same_as_draft_7`), so it is compiled as draft 7, formats left as
 /// annotations as 2020-12 has them; the published file still says 2020-12.
-pub(crate) fn compile(schema: &serde_json::Value) -> Result<jsonschema::Validator, String> {
+pub(crate) fn compile(
+    schema: &serde_json::Value,
+) -> Result<jsonschema::Validator, Box<jsonschema::ValidationError<'static>>> {
     let mut schema = schema.clone();
     if let Some(object) = schema.as_object_mut() {
         object.remove("$schema");
@@ -38,7 +40,7 @@ pub(crate) fn compile(schema: &serde_json::Value) -> Result<jsonschema::Validato
         .with_draft(jsonschema::Draft::Draft7)
         .should_validate_formats(false)
         .build(&schema)
-        .map_err(|e| e.to_string())
+        .map_err(Box::new)
 }
 
 #[cfg(test)]

@@ -47,7 +47,9 @@ pub struct PapTools {
     /// One change of a company record at a time (a sign-in finishing in the background and a
     /// call of a tool may both write one).
     records: tokio::sync::Mutex<()>,
-    /// The Device Sign-Ins started here, by company.
+    /// The Device Sign-Ins started here, by company: one entry per company with a record here
+    /// (an entry is made only after that company's discovery and `device_begin` succeeded), the
+    /// latest replacing the one before.
     signins: Mutex<HashMap<String, SignIn>>,
 }
 
