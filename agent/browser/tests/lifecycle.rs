@@ -35,8 +35,8 @@ fn quick_manifest() -> pap_browser::spec::BrowserManifest {
     parse_manifest(&text, None).unwrap()
 }
 
-/// A "browser" that keeps Chromium's flags on its command line and never prints a DevTools
-/// address: a launch that makes no progress.
+/// A "browser" that keeps Chromium's flags on its command line and never answers on its DevTools
+/// pipe: a launch that makes no progress.
 fn silent_launcher(dir: &Path) -> PathBuf {
     let launcher = dir.join("silent");
     std::fs::write(
@@ -48,16 +48,17 @@ fn silent_launcher(dir: &Path) -> PathBuf {
     launcher
 }
 
-/// A "browser" that binds a port, says DevTools listens there, and never answers a websocket
-/// handshake: a launch that progresses (process alive, port bound) and never becomes healthy.
+/// A "browser" that answers the first message on its DevTools pipe (fds 3 and 4, one
+/// NUL-terminated JSON message each) and nothing after: a launch that progresses (process alive,
+/// DevTools up) and never becomes healthy.
 fn stuck_launcher(dir: &Path) -> PathBuf {
     let launcher = dir.join("stuck");
-    let script = "import socket, sys, time\n\
-                  s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(8)\n\
-                  port = s.getsockname()[1]\n\
-                  print(f'DevTools listening on ws://127.0.0.1:{port}/devtools/browser/stuck', file=sys.stderr, flush=True)\n\
-                  held = []\n\
-                  while True:\n    c, _ = s.accept(); held.append(c)\n";
+    let script = "import json, os\n\
+                  first = b''\n\
+                  while not first.endswith(b'\\0'):\n    first += os.read(3, 1)\n\
+                  hello = json.loads(first[:-1])\n\
+                  os.write(4, json.dumps({'id': hello['id'], 'result': {}}).encode() + b'\\0')\n\
+                  while os.read(3, 65536):\n    pass\n";
     std::fs::write(dir.join("stuck.py"), script).unwrap();
     std::fs::write(
         &launcher,
@@ -181,7 +182,7 @@ async fn a_call_while_starting_waits_the_remaining_budget_then_fails_starting_th
         "answered before the budget ran out"
     );
     assert!(waited < Duration::from_millis(2_500), "waited {waited:?}");
-    // Still progressing (process alive, port bound): the supervisor ends it at its 4 s ceiling.
+    // Still progressing (process alive, DevTools up): the supervisor ends it at its 4 s ceiling.
     let launched = tokio::time::timeout(Duration::from_secs(20), launching)
         .await
         .unwrap()

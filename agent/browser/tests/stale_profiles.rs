@@ -1,15 +1,14 @@
 //! Review L5: `LiveProfiles` (how `pap-agent consent refresh` and `revoke` reach the running
-//! browsers of a state directory from another process) follows a profile's `DevToolsActivePort`
-//! only while that profile's own browser runs. A killed browser leaves its port file behind;
-//! whoever listens on that port next is sent nothing.
+//! browsers of a state directory from another process) asks a browser's owner at its control
+//! socket only while that profile's own browser runs. A killed owner leaves its socket file
+//! behind; whatever listens there next is sent nothing.
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pap_browser::chromium::{BrowserHost, CHROMIUM, ChromiumConfig, LiveProfiles, StandaloneChromium};
+use pap_browser::chromium::{BrowserHost, ChromiumConfig, LiveProfiles};
 use pap_browser::consent::{Caller, ConsentHost, GrantRequest, LiveInstances as _, Operator, SourceSpec};
 use pap_shared::{SystemClock, SystemRng};
 
@@ -37,49 +36,20 @@ async fn granted_cookies_go_only_to_a_browser_that_runs_now_in_its_profile() {
         .unwrap();
     let injection = consent.local_injections(&Caller::local_agent()).unwrap().remove(0);
 
-    // Someone else's DevTools listener, and a profile of the state directory whose port file
-    // names it, as a killed browser's would once the port is taken.
-    let mut stranger = StandaloneChromium::start(
-        &PathBuf::from(CHROMIUM),
-        &dir.join("stranger-profile"),
-        0,
-        &[],
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
-    // Chromium writes its port file just after DevTools answers: wait for it, with a deadline.
-    let port_file = dir.join("stranger-profile/DevToolsActivePort");
-    tokio::time::timeout(Duration::from_secs(10), async {
-        let mut tick = tokio::time::interval(Duration::from_millis(20));
-        while !port_file.exists() {
-            tick.tick().await;
-        }
-    })
-    .await
-    .expect("the stranger never wrote its DevToolsActivePort");
-    let stale = state.join("browsers/killed");
-    std::fs::create_dir_all(&stale).unwrap();
-    std::fs::copy(&port_file, stale.join("DevToolsActivePort")).unwrap();
+    // A profile of the state directory whose browser is gone, and a listener on the socket
+    // its owner left, as whatever took the path over would be.
+    std::fs::create_dir_all(state.join("browsers/killed")).unwrap();
+    let taken = std::os::unix::net::UnixListener::bind(state.join("browsers/killed.control")).unwrap();
+    taken.set_nonblocking(true).unwrap();
 
     let live = LiveProfiles::new(&state);
+    assert_eq!(live.inject(&injection).await.unwrap(), 0, "a stale socket was followed");
+    // A connection made to it would be waiting in its backlog now.
     assert_eq!(
-        live.inject(&injection).await.unwrap(),
-        0,
-        "a stale port file was followed"
+        taken.accept().map(|_| ()).unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock,
+        "the stale socket was connected to"
     );
-    let mut config = ChromiumConfig::new(dir.join("observer"));
-    config.attach_to = Some(stranger.endpoint());
-    let observer = BrowserHost::new();
-    let seen = observer.launch(&config, "stranger", &|_| {}).await.unwrap().browser;
-    let names = seen.cookie_names().await.unwrap();
-    assert!(
-        !names.iter().any(|(_, domain)| domain.ends_with("shop.example")),
-        "the stranger received {names:?}"
-    );
-    drop(seen);
-    observer.stop_forced("stranger", Duration::from_secs(2)).await.unwrap();
-    assert!(stranger.exited_within(Duration::from_secs(10)).await);
 
     // The state directory's own running browser is still reached.
     let host = BrowserHost::new();

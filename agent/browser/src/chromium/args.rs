@@ -76,9 +76,10 @@ fn default_profiles(home: &Path, xdg_config: Option<&Path>) -> Vec<PathBuf> {
 }
 
 /// What every Chromium the agent runs or has an operator run gets: headless, no first-run or
-/// background traffic, DevTools on loopback only. Never `--no-sandbox` (review H4): as root,
-/// the agent runs Chromium as an unprivileged user instead (`sandbox`).
-pub(super) const HEADLESS_ARGS: [&str; 9] = [
+/// background traffic. Never `--no-sandbox` (review H4): as root, the agent runs Chromium as an
+/// unprivileged user instead (`sandbox`). DevTools: on a pipe for the agent's own (M7), on a
+/// loopback port for an operator's (`standalone`).
+pub(super) const HEADLESS_ARGS: [&str; 8] = [
     "--headless=new",
     "--disable-gpu",
     "--no-first-run",
@@ -87,13 +88,12 @@ pub(super) const HEADLESS_ARGS: [&str; 9] = [
     "--disable-component-update",
     "--disable-sync",
     "--disable-quic",
-    "--remote-debugging-address=127.0.0.1",
 ];
 
 pub(super) fn chromium_args(user_data_dir: &Path, instance: &str, test: &TestNetwork) -> Vec<String> {
     let mut args: Vec<String> = HEADLESS_ARGS.iter().map(|a| (*a).to_owned()).collect();
     args.extend([
-        "--remote-debugging-port=0".to_owned(),
+        super::pipe::PIPE_SWITCH.to_owned(),
         format!("--user-data-dir={}", user_data_dir.display()),
         format!("{ORPHAN_MARKER}={instance}"),
         format!("{HOST_MARKER}={}", std::process::id()),
@@ -146,11 +146,13 @@ mod tests {
     }
 
     #[test]
-    fn arguments_carry_the_marker_loopback_devtools_and_only_the_given_test_routing() {
+    fn arguments_carry_the_marker_piped_devtools_and_only_the_given_test_routing() {
         let plain = chromium_args(Path::new("/state/browsers/a-1"), "a", &TestNetwork::default());
         assert!(plain.contains(&"--pap-agent-browser=a".to_owned()));
-        assert!(plain.contains(&"--remote-debugging-port=0".to_owned()));
-        assert!(plain.contains(&"--remote-debugging-address=127.0.0.1".to_owned()));
+        // DevTools on the pipe only: no port for any local process to find (M7).
+        assert!(plain.contains(&"--remote-debugging-pipe".to_owned()));
+        assert!(!plain.iter().any(|a| a.starts_with("--remote-debugging-port")));
+        assert!(!plain.iter().any(|a| a.starts_with("--remote-debugging-address")));
         assert!(plain.contains(&"--user-data-dir=/state/browsers/a-1".to_owned()));
         // No blanket certificate bypass, ever; no routing unless asked.
         assert!(!plain.iter().any(|a| a.starts_with("--ignore-certificate-errors")));

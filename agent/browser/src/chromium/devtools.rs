@@ -1,9 +1,9 @@
-//! Reaching a Chromium's DevTools: the address it prints on stderr once its port is bound, the
-//! CDP connection (certificate errors respected), `/json/version` on a loopback port, and what
-//! a running browser tells about itself (its process, its profile), plus the status probe a
-//! process other than the agent can make (L1).
+//! Reaching a Chromium's DevTools: the address an operator's Chromium prints on stderr once its
+//! port is bound, the CDP connection (certificate errors respected), `/json/version` on a
+//! loopback port (both for an attached browser; the agent's own is on a pipe, `pipe`), and what a
+//! running browser tells about itself (its process, its profile).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use chromiumoxide::browser::Browser;
@@ -14,35 +14,6 @@ use tokio::process::Child;
 use tokio::task::JoinHandle;
 
 use super::error::LaunchError;
-use crate::spec::InstanceState;
-
-/// The state of a browser seen only from outside (a status surface in another process, L1):
-/// `starting` until Chromium has written the DevTools port into its profile, `healthy` when
-/// `/json/version` answers within `timeout` (like `Browser.getVersion`, it opens no target;
-/// HTTP/1.1, as Chromium closes an HTTP/1.0 request unanswered), `degraded` when it does not.
-pub async fn probe_profile(user_data_dir: &Path, timeout: Duration) -> InstanceState {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let port = std::fs::read_to_string(user_data_dir.join("DevToolsActivePort"))
-        .ok()
-        .and_then(|text| text.lines().next().and_then(|line| line.trim().parse::<u16>().ok()));
-    let Some(port) = port else {
-        return InstanceState::Starting;
-    };
-    let answered = tokio::time::timeout(timeout, async {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-        stream
-            .write_all(b"GET /json/version HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-            .await?;
-        let mut status = [0_u8; 12];
-        stream.read_exact(&mut status).await?;
-        Ok::<_, std::io::Error>(status.ends_with(b" 200"))
-    })
-    .await;
-    match answered {
-        Ok(Ok(true)) => InstanceState::Healthy,
-        _ => InstanceState::Degraded,
-    }
-}
 
 /// The DevTools address Chromium prints on stderr once its port is bound, within `timeout`;
 /// then stderr keeps being drained (its lines dropped) so Chromium never blocks on a full pipe.

@@ -16,7 +16,7 @@ pub enum LaunchError {
     /// Connecting over CDP failed.
     #[error("connecting to Chromium over CDP failed: {0}")]
     Cdp(String),
-    /// Chromium exited without a DevTools address; what it printed follows.
+    /// Chromium exited before its DevTools answered; what it printed follows.
     #[error("Chromium exited before it was ready:\n{0}")]
     NoDevTools(String),
     /// Chromium cannot run sandboxed here (as root, its unprivileged user is missing).
@@ -47,7 +47,12 @@ pub enum LaunchError {
     /// default profile).
     #[error("attaching to the running Chromium failed: {0}")]
     Attach(String),
-    /// No DevTools address within the launch timeout; what it printed follows.
+    /// The browser's control socket (how the agent's other processes reach it, M7) could not
+    /// be served; most often its path (`STATE/browsers/NAME.control`) is longer than a Unix
+    /// socket's 107 bytes: choose a shorter state directory.
+    #[error("the browser's control socket could not be served (is the state directory's path too long?)")]
+    Control(#[source] std::io::Error),
+    /// DevTools did not answer within the launch timeout; what it printed follows.
     #[error("Chromium was not ready in time:\n{0}")]
     Timeout(String),
 }

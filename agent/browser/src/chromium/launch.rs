@@ -2,34 +2,38 @@
 //! (chromiumoxide). The AIP-63 Chromium provider's instance.
 //!
 //! The agent spawns `/usr/lib/chromium/chromium` itself (not the `/usr/bin` wrapper) headless,
-//! with a fresh user-data-dir under its 0700 state directory, `--remote-debugging-port=0` (the
-//! DevTools port is loopback-only), and an orphan marker argument naming the instance. It reads
-//! the DevTools address from Chromium's stderr within a deadline, connects chromiumoxide with
-//! certificate errors *respected*, and owns the process until `stop`: graceful `Browser.close`,
-//! then a kill after a grace period, then the user-data-dir removed.
+//! with a fresh user-data-dir under its 0700 state directory, DevTools on a pipe only it holds
+//! (`--remote-debugging-pipe`: nothing listens, review M7; see `pipe`), and an orphan marker
+//! argument naming the instance. It waits for the pipe to answer within a deadline, connects
+//! chromiumoxide (through the in-process bridge) with certificate errors *respected*, serves the
+//! browser's control socket for its other processes (`control`), and owns the process until
+//! `stop`: graceful `Browser.close`, then a kill after a grace period, then the user-data-dir
+//! removed. The browser also ends when the agent does: its pipe closes.
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chromiumoxide::Page;
 use chromiumoxide::browser::Browser;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
 use super::args::{CHROMIUM_HOME, chromium_args, is_default_profile, profile_dir};
 use super::config::ChromiumConfig;
-use super::devtools::{browser_pid, connect_cdp, devtools_address, devtools_version, user_data_dir_of};
+use super::control::{self, ControlSocket};
+use super::devtools::{browser_pid, connect_cdp, devtools_version, user_data_dir_of};
 use super::error::{BrowserError, LaunchError};
 use super::guard::RequestGuard;
+use super::pipe;
 use super::sandbox::BrowserUser;
 use super::sweep::{ProcTable, SweepScope, end_processes, sweep, wait_gone};
 use crate::spec::{InstanceEndpoints, InstanceKey, Stopped};
 use crate::store::private_dir;
+use pap_shared::SystemRng;
 
 /// A browser context of a [`ControlledBrowser`] (`Target.createBrowserContext`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -39,7 +43,7 @@ pub struct ContextId(chromiumoxide::cdp::browser_protocol::browser::BrowserConte
 pub struct ControlledBrowser {
     instance: InstanceKey,
     pid: Option<u32>,
-    /// The DevTools websocket it was connected on.
+    /// Where its DevTools is: [`PIPE_ENDPOINT`], or an attached browser's websocket.
     devtools: String,
     /// The process, when this host started it; `None` for an attached instance.
     child: Mutex<Option<Child>>,
@@ -49,6 +53,9 @@ pub struct ControlledBrowser {
     handler: JoinHandle<()>,
     /// Answers every request the browser sends by the navigation rule (H3); ends with it.
     _guard: RequestGuard,
+    /// How the agent's other processes reach a launched browser (M7); none for an attached one,
+    /// and none once stopped.
+    control: std::sync::Mutex<Option<ControlSocket>>,
     user_data_dir: PathBuf,
     health_timeout: Duration,
 }
@@ -62,9 +69,13 @@ impl fmt::Debug for ControlledBrowser {
     }
 }
 
-/// The launch step that says the DevTools port is bound: from then on the live process with its
-/// bound port is a progress signal (L9).
+/// The launch step that says DevTools answers on its pipe: from then on the live process with
+/// its answering DevTools is a progress signal (L9).
 pub(super) const STEP_DEVTOOLS_BOUND: &str = "connecting over CDP";
+
+/// `endpoints.cdp` of a launched instance: its DevTools is a pipe the provider holds (M7),
+/// reached through the provider's tools (`browser.cdp_send`), not at an address.
+pub const PIPE_ENDPOINT: &str = "pipe";
 
 impl ControlledBrowser {
     /// Launches Chromium for `instance` with a fresh profile. `progress` is told each step.
@@ -90,7 +101,18 @@ impl ControlledBrowser {
         private_dir(&user_data_dir).map_err(LaunchError::Profile)?;
         let chromium_home = private_dir(&config.state_dir.join(CHROMIUM_HOME)).map_err(LaunchError::Profile)?;
         progress("starting Chromium");
-        let mut command = Command::new(&config.executable);
+        // The wrapper `pipe::command` runs would only say "not found" from inside the child.
+        if let Err(error) = std::fs::metadata(&config.executable) {
+            let _ = std::fs::remove_dir_all(&user_data_dir);
+            return Err(LaunchError::Spawn {
+                executable: config.executable.clone(),
+                source: error,
+            });
+        }
+        let mut command = pipe::command(
+            &config.executable,
+            &chromium_args(&user_data_dir, instance.as_str(), &config.test_network),
+        );
         if let Some(user) = &browser_user {
             // Root: Chromium runs as its own unprivileged user, sandboxed (H4; see `sandbox`).
             let handed = user
@@ -105,16 +127,12 @@ impl ControlledBrowser {
             command.uid(user.uid).gid(user.gid).env("HOME", &chromium_home);
         }
         command
-            .args(chromium_args(&user_data_dir, instance.as_str(), &config.test_network))
             // Chromium's crash handler keeps its database (minidumps: browser memory, cookies
             // included) under the config home, by default the user's own `~/.config/chromium`;
             // no switch turns the handler off. The agent's browsers keep theirs in the state
             // directory, 0700, outside `browsers/` so no profile sweep removes it under a
             // running handler.
             .env("CHROME_CONFIG_HOME", &chromium_home)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
             .kill_on_drop(true);
         let mut child = match command.spawn() {
             Ok(child) => child,
@@ -126,18 +144,19 @@ impl ControlledBrowser {
                 });
             }
         };
-        match Self::connect(&mut child, config, progress).await {
-            Ok((browser, handler, guard, devtools)) => {
+        match Self::connect(&mut child, config, progress, &user_data_dir).await {
+            Ok((browser, handler, guard, control)) => {
                 progress("Chromium is ready");
                 Ok(Self {
                     instance: instance.clone(),
                     pid: child.id(),
-                    devtools,
+                    devtools: PIPE_ENDPOINT.to_owned(),
                     child: Mutex::new(Some(child)),
                     was_already_running: false,
                     browser,
                     handler,
                     _guard: guard,
+                    control: std::sync::Mutex::new(Some(control)),
                     user_data_dir,
                     health_timeout: config.health_timeout,
                 })
@@ -155,13 +174,25 @@ impl ControlledBrowser {
         child: &mut Child,
         config: &ChromiumConfig,
         progress: &(dyn Fn(&str) + Sync),
-    ) -> Result<(Arc<Browser>, JoinHandle<()>, RequestGuard, String), LaunchError> {
-        let ws = devtools_address(child, config.launch_timeout).await?;
+        user_data_dir: &Path,
+    ) -> Result<(Arc<Browser>, JoinHandle<()>, RequestGuard, ControlSocket), LaunchError> {
+        let pipe = pipe::handshake(child, config.launch_timeout).await?;
         progress(STEP_DEVTOOLS_BOUND);
-        let (browser, handler) = connect_cdp(ws.clone()).await?;
+        let (ws, _relay) = pipe::bridge(pipe, &SystemRng).await?;
+        let (browser, handler) = connect_cdp(ws).await?;
         let browser = Arc::new(browser);
-        match RequestGuard::install(browser.clone(), config.navigation.clone()).await {
-            Ok(guard) => Ok((browser, handler, guard, ws)),
+        let ready = async {
+            let guard = RequestGuard::install(browser.clone(), config.navigation.clone()).await?;
+            let control = ControlSocket::serve(
+                control::socket_path(user_data_dir),
+                browser.clone(),
+                config.health_timeout,
+            )
+            .map_err(LaunchError::Control)?;
+            Ok((guard, control))
+        };
+        match ready.await {
+            Ok((guard, control)) => Ok((browser, handler, guard, control)),
             Err(error) => {
                 handler.abort();
                 Err(error)
@@ -240,6 +271,7 @@ impl ControlledBrowser {
             browser,
             handler,
             _guard: guard,
+            control: std::sync::Mutex::new(None),
             user_data_dir,
             health_timeout: config.health_timeout,
         })
@@ -256,7 +288,8 @@ impl ControlledBrowser {
         &self.instance
     }
 
-    /// Where it is reached (`endpoints.cdp`, discovered at launch).
+    /// Where it is reached (`endpoints.cdp`): [`PIPE_ENDPOINT`] for a launched browser (only the
+    /// provider holds its DevTools), the DevTools websocket of an attached one.
     pub fn endpoints(&self) -> InstanceEndpoints {
         InstanceEndpoints {
             rest: None,
@@ -456,6 +489,13 @@ impl ControlledBrowser {
     /// removed.
     pub(crate) async fn stop_with(&self, grace: Duration, force: bool) -> Result<Stopped, BrowserError> {
         use chromiumoxide::cdp::browser_protocol::browser::CloseParams;
+        // No other process is sent anything for a browser that is going.
+        drop(
+            self.control
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
+        );
         let mut child = self.child.lock().await;
         match child.as_mut() {
             Some(child) => {

@@ -5,24 +5,28 @@
 //! [`BrowserHost`], which runs instances under the spec's supervisor.
 //!
 //! ```text
-//! host ──> launch ──> devtools      (the process and its DevTools connection)
+//! host ──> launch ──> pipe          (the process, DevTools on its pipe, the in-process bridge)
+//!            ├──────> devtools      (the CDP connection; an attached browser's DevTools)
+//!            ├──────> control ──> cdp (the socket the agent's other processes reach it by)
 //!            ├──────> guard         (every request the browser sends, by the navigation rule)
 //!   │        ├──────> args ──> config (arguments, markers, profile directories; the settings)
 //!   ├────> sweep ───> args          (what a stop or a start ends, by marker or profile)
 //!   └────> cdp                      (granted material in, revoked material out)
-//! profiles ──> cdp                  (the same effects from another process)
+//! profiles ──> control              (the same effects from another process, through its owner)
 //! every module ──> error            (typed errors, scrubbed CDP text)
 //! ```
 
 mod args;
 mod cdp;
 mod config;
+mod control;
 mod devtools;
 mod error;
 mod guard;
 mod host;
 mod launch;
 mod logging;
+mod pipe;
 mod profiles;
 mod sandbox;
 mod standalone;
@@ -44,10 +48,10 @@ pub fn manifest() -> Result<BrowserManifest, Vec<Diagnostic>> {
     parse_manifest(MANIFEST, None)
 }
 pub use self::config::{CHROMIUM, ChromiumConfig, TestNetwork};
-pub use self::devtools::probe_profile;
+pub use self::control::probe_profile;
 pub use self::error::{BrowserError, LaunchError};
 pub use self::host::{BrowserHost, HealthLoop, Launched};
-pub use self::launch::{ContextId, ControlledBrowser};
+pub use self::launch::{ContextId, ControlledBrowser, PIPE_ENDPOINT};
 pub use self::logging::{SECRET_SAFE_DIRECTIVES, log_filter};
 pub use self::profiles::LiveProfiles;
 pub use self::sandbox::{BROWSER_USER, BROWSER_USER_ENV, BrowserUser, SandboxError};

@@ -1,25 +1,25 @@
 //! The browsers of a state directory seen from another process: how `pap-agent consent revoke`
-//! reaches a running agent's browsers (AIP-63 C8) through the DevTools port each wrote into its
-//! profile.
+//! reaches a running agent's browsers (AIP-63 C8) through each browser's owner, at the control
+//! socket it serves beside the profile (`control`; DevTools itself is a pipe only the owner holds,
+//! review M7).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use chromiumoxide::Browser;
-use futures_util::StreamExt as _;
 
-use super::cdp::{self, STEP};
+use super::control;
 use super::sweep::{ProcTable, ProcessTable, browsers_of};
 use crate::consent::{Forgotten, Injection, LiveError, LiveInstances, Scope};
 
-/// The browsers of a state directory, reached from another process through the DevTools port
-/// each wrote into its profile (`DevToolsActivePort`): how `pap-agent consent revoke` reaches a
-/// running agent's browsers.
+/// The browsers of a state directory, reached from another process through the control socket
+/// each browser's owner serves (`STATE/browsers/NAME.control`): how `pap-agent consent revoke`
+/// reaches a running agent's browsers.
 ///
-/// Only the profile of a browser that runs now, as this user, marked as this state directory's,
-/// is read (review L5): a killed browser leaves its port file behind, and whoever binds that
-/// port next would otherwise be sent the granted cookies of a `consent refresh`.
+/// Only the socket of a browser that runs now, as this user, marked as this state directory's,
+/// is asked (review L5): a killed owner leaves its socket file behind, and nothing but a running
+/// browser's owner is sent granted material. The owner answers only this user, and is checked to
+/// be this user (`SO_PEERCRED`).
 #[derive(Clone)]
 pub struct LiveProfiles {
     state_dir: PathBuf,
@@ -48,48 +48,18 @@ impl LiveProfiles {
         }
     }
 
-    /// The DevTools endpoints of the state directory's running browsers: the port file of each
-    /// profile whose browser process runs now (none when the process table cannot be read).
-    fn endpoints(&self) -> Vec<String> {
+    /// The control sockets of the state directory's running browsers (none when the process
+    /// table cannot be read).
+    fn sockets(&self) -> Vec<PathBuf> {
         let running = browsers_of(self.processes.as_ref(), &self.state_dir).unwrap_or_default();
-        running
+        let mut sockets: Vec<PathBuf> = running
             .iter()
             .filter(|browser| browser.user_data_dir.starts_with(self.state_dir.join("browsers")))
-            .filter_map(|browser| std::fs::read_to_string(browser.user_data_dir.join("DevToolsActivePort")).ok())
-            .filter_map(|text| {
-                let mut lines = text.lines();
-                let port: u16 = lines.next()?.trim().parse().ok()?;
-                let path = lines.next()?.trim().to_owned();
-                Some(format!("ws://127.0.0.1:{port}{path}"))
-            })
-            .collect()
-    }
-}
-
-/// A browser reached over its DevTools port, with the task that drives its connection.
-struct Connected {
-    browser: Browser,
-    driver: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Connected {
-    fn drop(&mut self) {
-        self.driver.abort();
-    }
-}
-
-impl LiveProfiles {
-    /// Connects to each running browser of the state directory (a profile whose browser has
-    /// ended is not among them).
-    async fn connect(&self) -> Vec<Connected> {
-        let mut out = Vec::new();
-        for endpoint in self.endpoints() {
-            if let Ok(Ok((browser, mut handler))) = tokio::time::timeout(STEP, Browser::connect(endpoint)).await {
-                let driver = tokio::spawn(async move { while handler.next().await.is_some() {} });
-                out.push(Connected { browser, driver });
-            }
-        }
-        out
+            .map(|browser| control::socket_path(&browser.user_data_dir))
+            .collect();
+        sockets.sort();
+        sockets.dedup();
+        sockets
     }
 }
 
@@ -97,16 +67,18 @@ impl LiveProfiles {
 impl LiveInstances for LiveProfiles {
     async fn forget(&self, scope: Scope<'_>, origins: &[String]) -> Result<Forgotten, LiveError> {
         let mut total = Forgotten::default();
-        for connected in self.connect().await {
-            total += cdp::forget(&connected.browser, scope, origins).await?;
+        for socket in self.sockets() {
+            if let Some(forgotten) = control::forget(&socket, scope, origins).await? {
+                total += forgotten;
+            }
         }
         Ok(total)
     }
 
     async fn inject(&self, injection: &Injection) -> Result<usize, LiveError> {
         let mut total = 0;
-        for connected in self.connect().await {
-            total += cdp::inject(&connected.browser, injection, None).await?;
+        for socket in self.sockets() {
+            total += control::inject(&socket, injection).await?.unwrap_or(0);
         }
         Ok(total)
     }

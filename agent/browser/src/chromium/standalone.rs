@@ -46,6 +46,7 @@ impl StandaloneChromium {
         let mut child = command
             .args(HEADLESS_ARGS)
             .args(extra_args)
+            .arg("--remote-debugging-address=127.0.0.1")
             .arg(format!("--remote-debugging-port={port}"))
             .arg(format!("--user-data-dir={}", user_data_dir.display()))
             .arg("about:blank")

@@ -235,6 +235,8 @@ pub async fn sweep(table: &dyn ProcessTable, scope: &SweepScope, grace: Duration
     // Every process of these profiles has ended (and none can write into them): a profile that
     // cannot be removed now is an error to report, not to leave behind with its cookies.
     for dir in dirs {
+        // The owner's control socket beside it, if a killed owner left one (no one answers it).
+        let _ = std::fs::remove_file(super::control::socket_path(&dir));
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}

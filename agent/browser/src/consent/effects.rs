@@ -84,6 +84,13 @@ pub enum LiveError {
         /// What was being done.
         step: &'static str,
     },
+    /// The browser's owning process (reached over its control socket from another process,
+    /// review M7) reported a failure, or gave no usable answer.
+    #[error("the browser's owner: {detail}")]
+    Owner {
+        /// What the owner said (an error of this enum, as text).
+        detail: String,
+    },
 }
 
 /// No running instance (a host with nothing launched).
@@ -150,6 +157,33 @@ impl Injection {
     /// How many local-storage items it carries.
     pub fn storage_item_count(&self) -> usize {
         self.origins.iter().map(|o| o.local_storage.len()).sum()
+    }
+
+    /// The injection as a browser's control socket carries it to the browser's owner (a 0600
+    /// socket of this user, review M7): values included, so the caller keeps it off every log.
+    pub(crate) fn to_wire(&self) -> serde_json::Value {
+        serde_json::json!({
+            "grantId": self.grant_id,
+            "cookies": self.cookies,
+            "origins": self.origins,
+        })
+    }
+
+    /// An injection as [`Self::to_wire`] wrote it, read by the browser's owner.
+    pub(crate) fn from_wire(wire: serde_json::Value) -> Result<Self, serde_json::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Wire {
+            grant_id: String,
+            cookies: Vec<Cookie>,
+            origins: Vec<Origin>,
+        }
+        let wire: Wire = serde_json::from_value(wire)?;
+        Ok(Self {
+            grant_id: wire.grant_id,
+            cookies: wire.cookies,
+            origins: wire.origins,
+        })
     }
 }
 
