@@ -23,7 +23,9 @@ fn cli(state: &std::path::Path, args: &[&str]) -> String {
     String::from_utf8(output.stdout).unwrap()
 }
 
-#[tokio::test]
+// Two workers: this process owns the browser, and its control socket (how `browser status`
+// reaches the browser, review M7) is served while a worker waits on the CLI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_shows_the_running_browser_and_stop_ends_it() {
     let state = std::env::temp_dir().join(format!("pap-cli-browser-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&state);
