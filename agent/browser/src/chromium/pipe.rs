@@ -179,6 +179,10 @@ async fn accept_one(listener: &TcpListener, path: &str) -> Option<Socket> {
     let config = WebSocketConfig::default().max_message_size(None).max_frame_size(None);
     loop {
         let (stream, _) = listener.accept().await.ok()?;
+        #[allow(
+            clippy::result_large_err,
+            reason = "the shape tungstenite's handshake callback must have"
+        )]
         let check = |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
             if request.uri().path() == path {
                 Ok(response)
