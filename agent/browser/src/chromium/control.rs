@@ -220,7 +220,28 @@ pub async fn probe_profile(user_data_dir: &Path, timeout: Duration) -> InstanceS
     }
 }
 
-/// Asks the owner at `path` to forget `scope` (C8).
+/// Asks the owner at `path`: its answer, `None` when no owner listens there (gone, or not yet
+/// serving: nothing runs there to act on), a [`LiveError::Owner`] when it failed or gave no
+/// usable answer.
+async fn ask_owner(path: &Path, request: &Request) -> Result<Option<Answer>, LiveError> {
+    match ask(path, request).await {
+        Ok(Answer::Failed(detail)) => Err(LiveError::Owner { detail }),
+        Ok(answer) => Ok(Some(answer)),
+        Err(AskError::Unreachable(_)) => Ok(None),
+        Err(error) => Err(LiveError::Owner {
+            detail: error.to_string(),
+        }),
+    }
+}
+
+/// The error for an answer of the wrong kind.
+fn unexpected() -> LiveError {
+    LiveError::Owner {
+        detail: "an answer of another kind".into(),
+    }
+}
+
+/// Asks the owner at `path` to forget `scope` (C8); `None` when no owner listens.
 pub(super) async fn forget(path: &Path, scope: Scope<'_>, origins: &[String]) -> Result<Option<Forgotten>, LiveError> {
     let scope = match scope {
         Scope::Domains(domains) => WireScope::Domains(domains.to_vec()),
@@ -230,14 +251,10 @@ pub(super) async fn forget(path: &Path, scope: Scope<'_>, origins: &[String]) ->
         scope,
         origins: origins.to_vec(),
     };
-    match ask(path, &request).await {
-        Ok(Answer::Forgotten { cookies, tabs }) => Ok(Some(Forgotten { cookies, tabs })),
-        Ok(Answer::Failed(detail)) => Err(LiveError::Owner { detail }),
-        Ok(_) | Err(AskError::NoAnswer | AskError::Stranger) => Err(LiveError::Owner {
-            detail: "no usable answer".into(),
-        }),
-        // No owner listens (gone, or not yet serving): nothing runs there to forget anything.
-        Err(AskError::Unreachable(_)) => Ok(None),
+    match ask_owner(path, &request).await? {
+        Some(Answer::Forgotten { cookies, tabs }) => Ok(Some(Forgotten { cookies, tabs })),
+        Some(_) => Err(unexpected()),
+        None => Ok(None),
     }
 }
 
@@ -246,13 +263,10 @@ pub(super) async fn inject(path: &Path, injection: &Injection) -> Result<Option<
     let request = Request::Inject {
         injection: injection.to_wire(),
     };
-    match ask(path, &request).await {
-        Ok(Answer::Injected(count)) => Ok(Some(count)),
-        Ok(Answer::Failed(detail)) => Err(LiveError::Owner { detail }),
-        Ok(_) | Err(AskError::NoAnswer | AskError::Stranger) => Err(LiveError::Owner {
-            detail: "no usable answer".into(),
-        }),
-        Err(AskError::Unreachable(_)) => Ok(None),
+    match ask_owner(path, &request).await? {
+        Some(Answer::Injected(count)) => Ok(Some(count)),
+        Some(_) => Err(unexpected()),
+        None => Ok(None),
     }
 }
 
