@@ -8,13 +8,16 @@ pinned in mcp-requirements.txt): a client nobody on this project wrote.
 to BASE_URL/mcp with it. `stdio`: spawns the server exactly as CLIENT_CONFIG (a config
 `pap-agent install-mcp --client cursor` wrote) says. Either way it lists the tools, loads
 https://shop.example/ and takes a screenshot (MCP image content, a PNG), then joins the agent's
-PAP Session through the `pap.join` tool, landing on RETURN_TO (an operation's page), and reads
-that page. It prints one JSON line of what it saw and exits 0, or names what failed and exits 1.
+PAP Session through the `pap_join` tool, landing on RETURN_TO (an operation's page), and reads
+that page. Every listed tool name must match ^[a-zA-Z0-9_-]{1,64}$ (Claude Desktop withholds the
+whole tool set when one name fails it). It prints one JSON line of what it saw (the tool names
+among it) and exits 0, or names what failed and exits 1.
 """
 
 import asyncio
 import base64
 import json
+import re
 import sys
 
 import httpx2
@@ -22,6 +25,10 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+
+
+# What Claude Desktop (and OpenAI's function names) accept as a tool name.
+MCP_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
 
 def fail(what):
@@ -39,13 +46,16 @@ async def tool(client, name, arguments):
 async def session(client, return_to):
     listed = await client.list_tools()
     names = {t.name for t in listed.tools}
-    for wanted in ("browser.navigate", "browser.screenshot", "browser.get_dom", "pap.join"):
+    refused = sorted(n for n in names if not MCP_NAME.fullmatch(n))
+    if refused:
+        fail(f"tool names MCP clients refuse: {refused}")
+    for wanted in ("browser_navigate", "browser_screenshot", "browser_get_dom", "pap_join"):
         if wanted not in names:
             fail(f"{wanted} is not listed: {sorted(names)}")
 
-    opened = await tool(client, "browser.navigate", {"url": "https://shop.example/"})
+    opened = await tool(client, "browser_navigate", {"url": "https://shop.example/"})
     target = opened.structured_content["target"]
-    shot = await tool(client, "browser.screenshot", {"target": target})
+    shot = await tool(client, "browser_screenshot", {"target": target})
     images = [c for c in shot.content if getattr(c, "type", None) == "image"]
     if not images or images[0].mime_type != "image/png":
         fail(f"the screenshot is not PNG image content: {shot.content}")
@@ -53,22 +63,23 @@ async def session(client, return_to):
     if not png.startswith(b"\x89PNG"):
         fail("the screenshot's data is not a PNG")
 
-    joined = await tool(client, "pap.join", {"domain": "shop.example", "returnTo": return_to})
+    joined = await tool(client, "pap_join", {"domain": "shop.example", "returnTo": return_to})
     landed = joined.structured_content
     if landed["url"] != return_to or landed["status"] != 200:
         fail(f"the join did not land on the operation page: {landed}")
-    page = await tool(client, "browser.get_dom", {"target": landed["target"]})
+    page = await tool(client, "browser_get_dom", {"target": landed["target"]})
     html = page.structured_content["html"]
     if 'value="confirm"' not in html:
         fail("the operation page has no confirm form")
 
-    refused = await client.call_tool("browser.navigate", {"url": "file:///etc/passwd"})
+    refused = await client.call_tool("browser_navigate", {"url": "file:///etc/passwd"})
     if not refused.is_error or refused.structured_content.get("code") != "permission_denied":
         fail(f"file: was not refused as permission_denied: {refused}")
 
     return {
         "protocolVersion": client.protocol_version,
         "tools": len(names),
+        "names": sorted(names),
         "screenshotBytes": len(png),
         "joined": landed["url"],
         "pageBytes": len(html),

@@ -349,7 +349,10 @@ async fn run_browser(args: BrowserArgs) -> anyhow::Result<bool> {
                 .with_context(|| format!("reading the bearer {}", bearer_file.display()))?;
             let host = browser::McpHost::connect(url, bearer.trim()).await?;
             let levels = if levels.is_empty() { host.levels() } else { levels };
-            browser::run_over_tools(&host, &levels).await
+            let names = host.names_case().await;
+            let mut report = browser::run_over_tools(&host, &levels).await;
+            report.results.insert(0, names);
+            report
         }
         _ => run_provider(&args, &levels).await?,
     };

@@ -91,15 +91,15 @@ async fn run(rounds: usize) {
             .await);
 
         let started = Instant::now();
-        let opened = call(&client, "browser.navigate", json!({ "url": page })).await.unwrap();
-        let dom = call(&client, "browser.get_dom", json!({ "target": opened["target"] }))
+        let opened = call(&client, "browser_navigate", json!({ "url": page })).await.unwrap();
+        let dom = call(&client, "browser_get_dom", json!({ "target": opened["target"] }))
             .await
             .unwrap();
         over_mcp.push(started.elapsed());
         assert!(dom["html"].as_str().unwrap().contains("hello"));
         call(
             &client,
-            "browser.tabs",
+            "browser_tabs",
             json!({ "action": "close", "target": opened["target"] }),
         )
         .await

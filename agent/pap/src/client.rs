@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use pap_shared::{
     AuthorizationServerMetadata, CLIENT_ASSERTION_TYPE, Clock, CompanyDomain, DeviceAuthorizationResponse, Discovery,
-    DpopRequest, HttpsUrl, Jti, OAuthErrorCode, Operation, PROTOCOL_VERSION, PairwiseUserId, Rng, SecretToken,
-    SessionId, SigningKey, TokenResponse, UnixTime, create_dpop_proof, grant_type,
+    DpopRequest, HttpsUrl, Jti, OAuthErrorCode, Operation, OperationState, PROTOCOL_VERSION, PairwiseUserId, Rng,
+    SecretToken, SessionId, SigningKey, TokenResponse, UnixTime, create_dpop_proof, grant_type,
 };
 use rustls::pki_types::CertificateDer;
 use serde_json::{Value, json};
@@ -71,6 +71,8 @@ pub struct Company {
     pub browser_session_endpoint: Option<HttpsUrl>,
     /// Origin of the first OpenAPI API.
     pub api_origin: Option<String>,
+    /// The first OpenAPI API's description document (what it declares it proposes).
+    pub api_description: Option<HttpsUrl>,
     /// The Operations v1 endpoint, when negotiated.
     pub operations_endpoint: Option<HttpsUrl>,
 }
@@ -237,12 +239,12 @@ impl PapClient {
             None => None,
             Some(url) => Some(https(url).ok_or(invalid("web.browser_session_endpoint"))?),
         };
-        let api_origin = doc
+        let api_description = doc
             .apis
             .iter()
             .find(|a| a.kind == "openapi")
-            .and_then(|a| https(&a.url))
-            .map(|u| u.origin());
+            .and_then(|a| https(&a.url));
+        let api_origin = api_description.as_ref().map(HttpsUrl::origin);
         let operations_endpoint = doc
             .extensions
             .operations
@@ -279,6 +281,7 @@ impl PapClient {
             device_authorization_endpoint: meta.device_authorization_endpoint.as_deref().and_then(https),
             browser_session_endpoint,
             api_origin,
+            api_description,
             operations_endpoint,
         })
     }
@@ -339,7 +342,9 @@ impl PapClient {
                 .and_then(|u| HttpsUrl::parse(u).ok())
                 .and_then(on_company),
             interval: body.interval.unwrap_or(5).clamp(1, 300),
-            expires_in: body.expires_in.unwrap_or(600),
+            // A company cannot keep the agent polling for days (reviews L11, N10): at most
+            // 30 minutes, so at most 1,800 polls at the shortest interval.
+            expires_in: body.expires_in.unwrap_or(600).min(MAX_DEVICE_SIGNIN_SECONDS),
         })
     }
 
@@ -426,6 +431,66 @@ impl PapClient {
             HttpsUrl::parse(&format!("{origin}{path}")).map_err(|_| ClientError::InvalidResponse("the API path"))?;
         let answer = self.api_call(&url, method, session, Some(body), 202).await?;
         serde_json::from_value(answer["operation"].clone()).map_err(|_| ClientError::InvalidResponse("operation"))
+    }
+
+    /// The proposals the company's OpenAPI description declares: every operation (method and
+    /// path template) that answers `202`, the status of a proposed operation (Operations v1),
+    /// outside the operations endpoint. Read from the API's description document now.
+    pub async fn declared_proposals(&self, company: &Company) -> Result<Vec<DeclaredProposal>, ClientError> {
+        let description = company
+            .api_description
+            .as_ref()
+            .ok_or(ClientError::Unsupported("an OpenAPI API"))?;
+        let document = self.get_json(description.as_str()).await?;
+        let paths = document["paths"]
+            .as_object()
+            .ok_or(ClientError::InvalidResponse("the OpenAPI description has no paths"))?;
+        let mut declared = Vec::new();
+        for (template, item) in paths.iter().take(MAX_DECLARED_PATHS) {
+            let Some(item) = item.as_object() else { continue };
+            for (method, operation) in item {
+                let proposes = operation["responses"].get("202").is_some();
+                let method = method.to_ascii_uppercase();
+                if proposes && ["POST", "PUT", "PATCH", "DELETE"].contains(&method.as_str()) {
+                    declared.push(DeclaredProposal {
+                        method,
+                        template: template.clone(),
+                    });
+                }
+            }
+        }
+        Ok(declared)
+    }
+
+    /// Proposes an operation through a proposal the company declares (review N2): `method` and
+    /// `path` must match one of [`Self::declared_proposals`]; the URL is the API's origin joined
+    /// with `path` (`Url::join`) and must keep that origin; nothing under the operations endpoint
+    /// is sent; only `202` with a `proposed` operation is an answer. This is what the agent's
+    /// tools call: no sequence of them confirms or cancels an operation (AIP-7).
+    pub async fn propose_declared(
+        &self,
+        company: &Company,
+        session: &Session,
+        method: &str,
+        path: &str,
+        body: &Value,
+    ) -> Result<Operation, ClientError> {
+        let url = declared_url(company, path)?;
+        let declared = self.declared_proposals(company).await?;
+        let matches = declared
+            .iter()
+            .any(|d| d.method.eq_ignore_ascii_case(method) && d.matches(url.url().path()));
+        if !matches {
+            return Err(ClientError::Undeclared);
+        }
+        let method = method.to_ascii_uppercase();
+        let answer = self.api_call(&url, &method, session, Some(body), 202).await?;
+        let operation: Operation = serde_json::from_value(answer["operation"].clone())
+            .map_err(|_| ClientError::InvalidResponse("operation"))?;
+        if operation.state != OperationState::Proposed {
+            return Err(ClientError::InvalidResponse("the answer is not a proposed operation"));
+        }
+        Ok(operation)
     }
 
     /// Reads an operation from the operations endpoint.
@@ -614,6 +679,69 @@ impl PapClient {
     }
 }
 
+/// The longest a Device Sign-In is polled, whatever `expires_in` the company answers.
+pub const MAX_DEVICE_SIGNIN_SECONDS: u64 = 1800;
+
+/// Paths of an OpenAPI description read, at most.
+const MAX_DECLARED_PATHS: usize = 1024;
+
+/// A proposal a company's OpenAPI declares: a method and a path template (`/api/orders/{id}/exchanges`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeclaredProposal {
+    /// `POST`, uppercase.
+    pub method: String,
+    /// The path template.
+    pub template: String,
+}
+
+impl DeclaredProposal {
+    /// Whether `path` fills the template: the same segments, each `{parameter}` filled with
+    /// one identifier (`[A-Za-z0-9_-]+`).
+    pub fn matches(&self, path: &str) -> bool {
+        let (wanted, given): (Vec<&str>, Vec<&str>) = (self.template.split('/').collect(), path.split('/').collect());
+        wanted.len() == given.len()
+            && wanted.iter().zip(&given).all(|(w, g)| {
+                if w.starts_with('{') && w.ends_with('}') {
+                    !g.is_empty() && g.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+                } else {
+                    w == g
+                }
+            })
+    }
+}
+
+/// The URL of a proposal at `path` on the company's API: one leading `/`, no query, fragment,
+/// dot segment or escape; joined to the API's origin with `Url::join` and still on it; not
+/// under the operations endpoint (whose confirm and cancel are the person's, AIP-7).
+fn declared_url(company: &Company, path: &str) -> Result<HttpsUrl, ClientError> {
+    let origin = company
+        .api_origin
+        .as_deref()
+        .ok_or(ClientError::Unsupported("an OpenAPI API"))?;
+    let plain = path.starts_with('/')
+        && !path.starts_with("//")
+        && path.len() <= 2048
+        && path.bytes().all(|b| b.is_ascii_alphanumeric() || b"/_-.~".contains(&b))
+        && !path.split('/').any(|segment| segment == "." || segment == "..");
+    if !plain {
+        return Err(ClientError::Undeclared);
+    }
+    let base = url::Url::parse(origin).map_err(|_| ClientError::InvalidDiscovery("the API's origin"))?;
+    let joined = base.join(path).map_err(|_| ClientError::Undeclared)?;
+    if joined.origin().ascii_serialization() != origin {
+        return Err(ClientError::Undeclared);
+    }
+    if let Some(endpoint) = &company.operations_endpoint {
+        let operations = endpoint.url();
+        let under = operations.path().trim_end_matches('/');
+        let same_origin = operations.origin() == joined.origin();
+        if same_origin && (joined.path() == under || joined.path().starts_with(&format!("{under}/"))) {
+            return Err(ClientError::Undeclared);
+        }
+    }
+    HttpsUrl::parse(joined.as_str()).map_err(|_| ClientError::Undeclared)
+}
+
 fn operation_url(company: &Company, id: &str, suffix: &str) -> Result<HttpsUrl, ClientError> {
     let endpoint = company
         .operations_endpoint
@@ -728,6 +856,13 @@ pub enum ClientError {
     /// The company does not offer what is needed.
     #[error("the company does not offer {0}")]
     Unsupported(&'static str),
+    /// A proposal the company's OpenAPI does not declare (a method and path it does not list,
+    /// a path off the API's origin, or under the operations endpoint).
+    #[error(
+        "that is not a proposal the company's OpenAPI declares (a method and path it lists as answering 202, \
+         on the API's origin, outside the operations endpoint)"
+    )]
+    Undeclared,
 }
 
 /// The pairwise User ID the agent uses with a company: `usr_` + 22 random base64url characters.

@@ -30,10 +30,11 @@ mod wallet;
 
 // The public interface is:
 pub use client::{
-    ClientConfig, ClientError, Company, DeviceAuthorization, PapClient, Pause, Session, TokioPause, new_pairwise_user,
+    ClientConfig, ClientError, Company, DeclaredProposal, DeviceAuthorization, MAX_DEVICE_SIGNIN_SECONDS, PapClient,
+    Pause, Session, TokioPause, new_pairwise_user,
 };
 pub use documents::{TlsListener, documents_router};
 pub use identity::{Identity, IdentityError, KEY_ID};
 pub use join::{JoinError, JoinOutcome, JoinTabError, join, join_tab};
 pub use tls::{PinError, pin_served_leaf, spki_pin, tls_client_config, trust_roots};
-pub use wallet::{Wallet, WalletError};
+pub use wallet::{Holder, Wallet, WalletError};

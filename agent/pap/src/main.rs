@@ -212,10 +212,14 @@ enum DevicesCommand {
     /// Lists the paired devices (never a credential).
     #[command(after_help = "Example:\n  pap-agent devices list")]
     List,
-    /// Unpairs a device: its credential is refused from its next request, and the grants scoped
-    /// to it are revoked (C13).
-    #[command(after_help = "Example:\n  pap-agent devices revoke dev_3q2-AbCdEfGh")]
-    Revoke { id: String },
+    /// Unpairs a device, named by id or by name: its credential is refused from its next
+    /// request, the grants scoped to it are revoked (C13), and its PAP Sessions are signed out
+    /// at each company.
+    #[command(after_help = "Examples:\n  pap-agent devices revoke dev_3q2-AbCdEfGh\n  pap-agent devices revoke phone")]
+    Revoke {
+        /// The device's id (`dev_...`) or its name (one device must bear it).
+        device: String,
+    },
 }
 
 /// The browser instance an MCP host runs.
@@ -467,12 +471,13 @@ fn default_state_dir(root: bool, home_default: PathBuf) -> (PathBuf, Option<Stri
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let state = state_dir(&cli);
+    let network = cli.network();
     match cli.command {
         Command::Identity { command } => identity(&state, &command).await,
         Command::Consent { command } => consent_command(&state, &command).await,
         Command::Browser { command } => browser_command(&state, &command).await,
         Command::Pair { name, ttl } => pair(&state, &name, ttl),
-        Command::Devices { command } => devices_command(&state, &command).await,
+        Command::Devices { command } => devices_command(&state, &network, &command).await,
         Command::InstallMcp { client, config } => {
             // The global options it runs with are the host's too (--connect and --trust-ca:
             // a test stage's routing reaches the spawned host as it reached this command).
@@ -483,10 +488,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if let Some(ca) = &cli.trust_ca {
                 global.extend(["--trust-ca".to_owned(), std::path::absolute(ca)?.display().to_string()]);
             }
-            for origin in &cli.named_origins {
-                global.extend(["--name-origin".to_owned(), origin.clone()]);
+            // --name-origin is a test exemption of the navigation rule: it is never made
+            // permanent in a client's configuration (review N17).
+            if !cli.named_origins.is_empty() {
+                eprintln!("note: --name-origin is not written into the client's configuration");
             }
-            install_mcp(&state, client, config, &global)
+            install_mcp(&state, &network, client, config, &global).await
         }
         Command::Pap(command) => {
             let mut agent = Agent::open(state, &cli.connect, cli.trust_ca.as_deref(), cli.attach)?;
@@ -1032,32 +1039,83 @@ fn pair(state: &std::path::Path, name: &str, ttl: u64) -> anyhow::Result<()> {
 }
 
 /// `pap-agent devices ...`.
-async fn devices_command(state: &std::path::Path, command: &DevicesCommand) -> anyhow::Result<()> {
+async fn devices_command(state: &std::path::Path, network: &Network, command: &DevicesCommand) -> anyhow::Result<()> {
     let devices = Devices::at(state);
     match command {
         DevicesCommand::List => print_json(&serde_json::json!({ "devices": devices.list()? })),
-        DevicesCommand::Revoke { id } => {
-            if !devices.revoke(id)? {
-                bail!("no paired device {id} (see `pap-agent devices list`)");
-            }
-            // C13: its grants stop now, and are revoked (C8) with what they put in the browsers.
-            let consent = consent::ConsentHost::open(state, Arc::new(SystemClock), Arc::new(SystemRng))?;
-            let operator = consent::Operator::from_operator_channel("cli");
-            let live = pap_browser::chromium::LiveProfiles::new(state);
-            let revoked = consent.revoke_pairing(&operator, id, &live).await?;
-            print_json(&serde_json::json!({
-                "unpaired": id,
-                "grantsRevoked": revoked.iter().map(|r| r.grant.id.clone()).collect::<Vec<_>>(),
-            }));
+        DevicesCommand::Revoke { device } => {
+            let id = devices.resolve(device)?;
+            print_json(&unpair(state, network, &id).await?);
         }
     }
     Ok(())
 }
 
+/// The test-only network options (`--connect`, `--trust-ca`) a command reaches companies with.
+#[derive(Clone, Debug, Default)]
+struct Network {
+    connect: Vec<String>,
+    trust_ca: Option<PathBuf>,
+}
+
+impl Cli {
+    fn network(&self) -> Network {
+        Network {
+            connect: self.connect.clone(),
+            trust_ca: self.trust_ca.clone(),
+        }
+    }
+}
+
+/// Unpairs the device `id` everywhere it reached: its credential refused from its next
+/// request; its grants revoked under C8 with what they put in the browsers (C13); its PAP
+/// Sessions signed out at each company and their records removed (review N5). What could not
+/// be signed out is reported (its record kept, so a later run can try again).
+async fn unpair(state: &std::path::Path, network: &Network, id: &str) -> anyhow::Result<serde_json::Value> {
+    if !Devices::at(state).revoke(id)? {
+        bail!("no paired device {id} (see `pap-agent devices list`)");
+    }
+    finish_unpairing(state, network, id).await
+}
+
+/// [`unpair`] for a device already out of the devices file (one `install-mcp` replaced).
+async fn finish_unpairing(state: &std::path::Path, network: &Network, id: &str) -> anyhow::Result<serde_json::Value> {
+    let consent = consent::ConsentHost::open(state, Arc::new(SystemClock), Arc::new(SystemRng))?;
+    let operator = consent::Operator::from_operator_channel("cli");
+    let live = pap_browser::chromium::LiveProfiles::new(state);
+    let revoked = consent.revoke_pairing(&operator, id, &live).await?;
+    let mut signed_out = Vec::new();
+    let mut failed = Vec::new();
+    let holds = pap_agent::Wallet::held_by_device(state, id).is_ok_and(|held| !held.is_empty());
+    if holds {
+        let agent = Agent::open(state.to_path_buf(), &network.connect, network.trust_ca.as_deref(), None)?;
+        let held = pap_agent::Wallet::held_by_device(state, id)?;
+        failed = pap_agent::mcp::pap::sign_out_device(&agent.client, state, &agent.sealing, id).await?;
+        signed_out = held
+            .iter()
+            .map(|d| d.as_str().to_owned())
+            .filter(|d| !failed.iter().any(|(f, _)| f == d))
+            .collect();
+    }
+    if !failed.is_empty() {
+        eprintln!("some of the device's Sessions could not be signed out; their records are kept:");
+        for (domain, why) in &failed {
+            eprintln!("  {domain}: {why}");
+        }
+    }
+    Ok(serde_json::json!({
+        "unpaired": id,
+        "grantsRevoked": revoked.iter().map(|r| r.grant.id.clone()).collect::<Vec<_>>(),
+        "sessionsSignedOut": signed_out,
+        "sessionsNotSignedOut": failed.iter().map(|(d, _)| d.clone()).collect::<Vec<_>>(),
+    }))
+}
+
 /// `pap-agent install-mcp`: a fresh device for the client, its credential in
 /// `STATE/devices/CLIENT.bearer` (0600), and the client's config pointing at `host stdio`.
-fn install_mcp(
+async fn install_mcp(
     state: &std::path::Path,
+    network: &Network,
     client: pap_agent::mcp::install::Client,
     config: Option<PathBuf>,
     global: &[String],
@@ -1085,9 +1143,14 @@ fn install_mcp(
         installed.device.id,
         installed
             .replaced
+            .as_ref()
             .map(|old| format!(" (device {old}, configured before, is unpaired)"))
             .unwrap_or_default()
     );
+    // The device configured before is unpaired as `devices revoke` would (C13: its grants too).
+    if let Some(old) = &installed.replaced {
+        finish_unpairing(state, network, old).await?;
+    }
     if !state.join("identity").exists() {
         eprintln!(
             "note: {} has no agent identity yet; run `pap-agent identity init DOMAIN` before the client starts the host",

@@ -95,7 +95,18 @@ pub struct Device {
     /// How it was paired: `code` (a device that redeemed a pairing code) or `install` (a local
     /// client `install-mcp` configured).
     pub via: String,
+    /// When a host last served it (kept to the minute: [`LAST_SEEN_GRANULARITY`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "pap_shared::rfc3339::option"
+    )]
+    pub last_seen: Option<UnixTime>,
 }
+
+/// How stale `lastSeen` may be: a host writes it at most this often per device (seconds), so
+/// requests do not each rewrite the devices file.
+pub const LAST_SEEN_GRANULARITY: i64 = 60;
 
 /// The devices paired at one moment.
 pub struct Paired(Vec<DeviceRecord>);
@@ -124,6 +135,25 @@ impl Paired {
     pub fn has(&self, id: &str) -> bool {
         self.0.iter().any(|d| d.device.id == id)
     }
+}
+
+/// Why a name or id names no one device.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// No device has that id or name.
+    #[error("no paired device has the id or name {0:?} (see `pap-agent devices list`)")]
+    None(String),
+    /// Several devices bear that name.
+    #[error("{} devices are named {name:?}; name one by id: {}", ids.len(), ids.join(", "))]
+    Ambiguous {
+        /// The name.
+        name: String,
+        /// The ids bearing it.
+        ids: Vec<String>,
+    },
+    /// The devices file could not be read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// Why a pairing code was not exchanged. Says nothing about which codes exist.
@@ -290,6 +320,41 @@ impl Devices {
         Ok(self.read()?.devices.into_iter().map(|d| d.device).collect())
     }
 
+    /// The id of the device `name_or_id` names: its id, or the name of exactly one device.
+    pub fn resolve(&self, name_or_id: &str) -> Result<String, ResolveError> {
+        let devices = self.list()?;
+        if devices.iter().any(|d| d.id == name_or_id) {
+            return Ok(name_or_id.to_owned());
+        }
+        let named: Vec<&Device> = devices.iter().filter(|d| d.name == name_or_id).collect();
+        match named.as_slice() {
+            [one] => Ok(one.id.clone()),
+            [] => Err(ResolveError::None(name_or_id.to_owned())),
+            many => Err(ResolveError::Ambiguous {
+                name: name_or_id.to_owned(),
+                ids: many.iter().map(|d| d.id.clone()).collect(),
+            }),
+        }
+    }
+
+    /// Records that a host served `device` (as just authenticated) at `now`, when its
+    /// `lastSeen` is older than [`LAST_SEEN_GRANULARITY`]: a write at most once a minute per
+    /// device, none otherwise.
+    pub fn seen(&self, device: &Device, now: UnixTime) -> Result<(), StoreError> {
+        let stale = |seen: Option<UnixTime>| seen.is_none_or(|t| now.since(t) >= LAST_SEEN_GRANULARITY);
+        if !stale(device.last_seen) {
+            return Ok(());
+        }
+        self.update(|record| {
+            if let Some(entry) = record.devices.iter_mut().find(|d| d.device.id == device.id)
+                && stale(entry.device.last_seen)
+            {
+                entry.device.last_seen = Some(now);
+            }
+            Ok(())
+        })
+    }
+
     /// Unpairs `id`: its bearer is refused from the next request on. Whether it was paired.
     pub fn revoke(&self, id: &str) -> Result<bool, StoreError> {
         self.update(|record| {
@@ -353,6 +418,7 @@ fn mint_into(record: &mut Record, name: &str, via: &str, now: UnixTime, rng: &dy
         name: name.to_owned(),
         paired_at: now,
         via: via.to_owned(),
+        last_seen: None,
     };
     record.devices.push(DeviceRecord {
         device: device.clone(),

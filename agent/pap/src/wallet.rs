@@ -1,6 +1,14 @@
 //! What the agent keeps about each company between runs of the CLI: the pairwise User ID, the
-//! DPoP key of (company, user), and the Session and Account Token. One file per company, sealed
-//! (AES-256-GCM under the state directory's key), mode 0600, in the 0700 state directory.
+//! DPoP key of (company, user), and the Session and Account Token. One file per company and
+//! holder, sealed (AES-256-GCM under the state directory's key), mode 0600, in the 0700 state
+//! directory.
+//!
+//! A holder is the agent itself (its operator's CLI: `companies/DOMAIN.sealed`) or one paired
+//! device (`companies/devices/DEVICE/DOMAIN.sealed`, review N5): each device has Sessions of
+//! its own, which no other device reads, replaces or ends, and which end when it is unpaired.
+//! Every holder presents the same pairwise User ID to a company (it is one person's agent); a
+//! device's Session has a DPoP key of its own. The holder is sealed into the record with the
+//! domain, so a record copied to another holder's place does not open.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,8 +27,46 @@ use pap_shared::SecretToken;
 /// cannot make the agent send B's tokens to A (security review L10).
 const PURPOSE: &str = "pap-agent company record v2";
 
-fn purpose(domain: &CompanyDomain) -> String {
-    format!("{PURPOSE} for {domain}")
+fn purpose(domain: &CompanyDomain, holder: &Holder) -> String {
+    match holder {
+        Holder::Agent => format!("{PURPOSE} for {domain}"),
+        Holder::Device(id) => format!("{PURPOSE} for {domain} held by device {id}"),
+    }
+}
+
+/// Whose record it is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Holder {
+    /// The agent itself: its operator's CLI.
+    Agent,
+    /// A paired device, by id (`dev_...`).
+    Device(String),
+}
+
+impl Holder {
+    /// The holder a call from `device` (`None`: the local agent) acts as.
+    pub fn of(device: Option<&str>) -> Self {
+        device.map_or(Self::Agent, |id| Self::Device(id.to_owned()))
+    }
+
+    /// Where its records live under `state_dir`. A device id is one path component of
+    /// `[A-Za-z0-9_-]` (what pairing mints), anything else is refused.
+    fn dir(&self, state_dir: &Path) -> Result<PathBuf, WalletError> {
+        let companies = private_dir(&state_dir.join("companies")).map_err(WalletError::Io)?;
+        match self {
+            Self::Agent => Ok(companies),
+            Self::Device(id) => {
+                let fits = !id.is_empty()
+                    && id.len() <= 64
+                    && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+                if !fits {
+                    return Err(WalletError::Holder);
+                }
+                let devices = private_dir(&companies.join("devices")).map_err(WalletError::Io)?;
+                private_dir(&devices.join(id)).map_err(WalletError::Io)
+            }
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -40,6 +86,7 @@ struct Stored {
 pub struct Wallet {
     path: PathBuf,
     domain: CompanyDomain,
+    holder: Holder,
     /// The pairwise User ID for this company.
     pub user: PairwiseUserId,
     /// The DPoP key of (this company, this user).
@@ -49,14 +96,24 @@ pub struct Wallet {
 }
 
 impl Wallet {
-    /// Loads the record of `domain`, if there is one, opening it with `key`.
+    /// Loads the agent's own record of `domain`, if there is one, opening it with `key`.
     pub fn load(state_dir: &Path, domain: &CompanyDomain, key: &SealingKey) -> Result<Option<Self>, WalletError> {
-        let path = Self::path(state_dir, domain)?;
+        Self::load_held(state_dir, domain, &Holder::Agent, key)
+    }
+
+    /// Loads `holder`'s record of `domain`, if there is one, opening it with `key`.
+    pub fn load_held(
+        state_dir: &Path,
+        domain: &CompanyDomain,
+        holder: &Holder,
+        key: &SealingKey,
+    ) -> Result<Option<Self>, WalletError> {
+        let path = Self::path(state_dir, domain, holder)?;
         let Ok(sealed) = std::fs::read(&path) else {
             return Ok(None);
         };
         let text = key
-            .open_sealed(&purpose(domain), &sealed)
+            .open_sealed(&purpose(domain, holder), &sealed)
             .map_err(|_| WalletError::Corrupt)?;
         let stored: Stored = serde_json::from_slice(&text).map_err(|_| WalletError::Corrupt)?;
         let user = PairwiseUserId::parse(&stored.user).map_err(|_| WalletError::Corrupt)?;
@@ -78,31 +135,73 @@ impl Wallet {
         Ok(Some(Self {
             path,
             domain: domain.clone(),
+            holder: holder.clone(),
             user,
             dpop_key,
             session,
         }))
     }
 
-    /// A new record for `domain` with `user` and `dpop_key`.
+    /// A new record of the agent's for `domain` with `user` and `dpop_key`.
     pub fn new(
         state_dir: &Path,
         domain: &CompanyDomain,
         user: PairwiseUserId,
         dpop_key: Arc<SigningKey>,
     ) -> Result<Self, WalletError> {
+        Self::new_held(state_dir, domain, Holder::Agent, user, dpop_key)
+    }
+
+    /// A new record of `holder`'s for `domain` with `user` and `dpop_key`.
+    pub fn new_held(
+        state_dir: &Path,
+        domain: &CompanyDomain,
+        holder: Holder,
+        user: PairwiseUserId,
+        dpop_key: Arc<SigningKey>,
+    ) -> Result<Self, WalletError> {
         Ok(Self {
-            path: Self::path(state_dir, domain)?,
+            path: Self::path(state_dir, domain, &holder)?,
             domain: domain.clone(),
+            holder,
             user,
             dpop_key,
             session: None,
         })
     }
 
-    fn path(state_dir: &Path, domain: &CompanyDomain) -> Result<PathBuf, WalletError> {
-        let dir = private_dir(&state_dir.join("companies")).map_err(WalletError::Io)?;
-        Ok(dir.join(format!("{domain}.sealed")))
+    fn path(state_dir: &Path, domain: &CompanyDomain, holder: &Holder) -> Result<PathBuf, WalletError> {
+        Ok(holder.dir(state_dir)?.join(format!("{domain}.sealed")))
+    }
+
+    /// The companies `device` holds a record of (what unpairing it signs out and removes).
+    pub fn held_by_device(state_dir: &Path, device: &str) -> Result<Vec<CompanyDomain>, WalletError> {
+        let dir = Holder::Device(device.to_owned()).dir(state_dir)?;
+        let entries = std::fs::read_dir(&dir).map_err(WalletError::Io)?;
+        let mut domains = Vec::new();
+        for entry in entries {
+            let name = entry.map_err(WalletError::Io)?.file_name();
+            let domain = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".sealed"))
+                .and_then(|d| CompanyDomain::try_from(d).ok());
+            domains.extend(domain);
+        }
+        domains.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        Ok(domains)
+    }
+
+    /// Deletes the record (a device's, once its Session is signed out at unpairing).
+    pub fn remove(self) -> Result<(), WalletError> {
+        match std::fs::remove_file(&self.path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(WalletError::Io(e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whose record it is.
+    pub fn holder(&self) -> &Holder {
+        &self.holder
     }
 
     /// Writes the record, sealed with `key` (0600, atomically).
@@ -122,7 +221,7 @@ impl Wallet {
         };
         let text = Zeroizing::new(serde_json::to_string(&stored).map_err(|_| WalletError::Corrupt)?);
         let sealed = key
-            .seal(rng, &purpose(&self.domain), text.as_bytes())
+            .seal(rng, &purpose(&self.domain, &self.holder), text.as_bytes())
             .map_err(|_| WalletError::Corrupt)?;
         write_private(&self.path, &sealed).map_err(WalletError::Io)
     }
@@ -137,6 +236,9 @@ pub enum WalletError {
     /// The file could not be read or written.
     #[error("the company record could not be read or written")]
     Io(#[source] std::io::Error),
+    /// A device id that is not one path component pairing would mint.
+    #[error("that is not a paired device's id")]
+    Holder,
 }
 
 #[cfg(test)]
@@ -180,6 +282,57 @@ mod tests {
         std::fs::write(dir.join("companies/shop.example.sealed"), changed).unwrap();
         assert!(matches!(Wallet::load(&dir, &domain, &key), Err(WalletError::Corrupt)));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    #[test]
+    fn each_device_holds_its_own_records_and_one_copied_to_another_holder_does_not_open() {
+        let state = std::env::temp_dir().join(format!("pap-wallet-holders-{}", std::process::id()));
+        let key = SealingKey::open(&state, &SystemRng).unwrap();
+        let shop = CompanyDomain::try_from("shop.example").unwrap();
+        let user = crate::new_pairwise_user(&SystemRng);
+        let (a, b) = (Holder::Device("dev_A".into()), Holder::Device("dev_B".into()));
+        for holder in [Holder::Agent, a.clone()] {
+            let dpop = Arc::new(SigningKey::generate_es256(&SystemRng, "dpop").unwrap());
+            Wallet::new_held(&state, &shop, holder, user.clone(), dpop)
+                .unwrap()
+                .save(&key, &SystemRng)
+                .unwrap();
+        }
+        assert!(Wallet::load_held(&state, &shop, &a, &key).unwrap().is_some());
+        assert!(
+            Wallet::load_held(&state, &shop, &b, &key).unwrap().is_none(),
+            "B sees A's record"
+        );
+        assert_eq!(Wallet::held_by_device(&state, "dev_A").unwrap(), vec![shop.clone()]);
+        assert!(Wallet::held_by_device(&state, "dev_B").unwrap().is_empty());
+        // A's record put in B's place, or over the agent's, does not open.
+        let a_path = state.join("companies/devices/dev_A/shop.example.sealed");
+        std::fs::copy(&a_path, state.join("companies/devices/dev_B/shop.example.sealed")).unwrap();
+        assert!(matches!(
+            Wallet::load_held(&state, &shop, &b, &key),
+            Err(WalletError::Corrupt)
+        ));
+        std::fs::copy(&a_path, state.join("companies/shop.example.sealed")).unwrap();
+        assert!(matches!(Wallet::load(&state, &shop, &key), Err(WalletError::Corrupt)));
+        // An id that is not one path component is refused before any path is made.
+        for id in ["", "..", "a/b", "dev.x"] {
+            let holder = Holder::Device(id.into());
+            assert!(
+                matches!(
+                    Wallet::load_held(&state, &shop, &holder, &key),
+                    Err(WalletError::Holder)
+                ),
+                "{id}"
+            );
+        }
+        Wallet::load_held(&state, &shop, &a, &key)
+            .unwrap()
+            .unwrap()
+            .remove()
+            .unwrap();
+        assert!(Wallet::held_by_device(&state, "dev_A").unwrap().is_empty());
+        std::fs::remove_dir_all(&state).unwrap();
     }
 
     #[allow(clippy::unwrap_used, reason = "tests fail loudly")]

@@ -148,7 +148,7 @@ async fn paired_devices_reach_the_browser_and_pap_through_the_guarded_http_host(
         .into_iter()
         .map(|t| t.name.to_string())
         .collect();
-    for wanted in ["browser.navigate", "pap.join", "pap.signin.start", "pap.signin.status"] {
+    for wanted in ["browser_navigate", "pap_join", "pap_signin_start", "pap_signin_status"] {
         assert!(names.contains(&wanted.to_owned()), "{wanted}: {names:?}");
     }
     assert!(
@@ -157,16 +157,16 @@ async fn paired_devices_reach_the_browser_and_pap_through_the_guarded_http_host(
     );
 
     // The PAP steps, as device A: a Session, signed in by the person, an operation.
-    let started = call(&a, "pap.session.start", json!({"domain": "shop.example"}))
+    let started = call(&a, "pap_session_start", json!({"domain": "shop.example"}))
         .await
         .unwrap();
     assert_eq!(started["signedIn"], false);
-    let signin = call(&a, "pap.signin.start", json!({"domain": "shop.example"}))
+    let signin = call(&a, "pap_signin_start", json!({"domain": "shop.example"}))
         .await
         .unwrap();
     assert_eq!(signin["state"], "pending");
     // The host is not blocked while the sign-in waits for the person.
-    let pending = call(&a, "pap.signin.status", json!({"domain": "shop.example"}))
+    let pending = call(&a, "pap_signin_status", json!({"domain": "shop.example"}))
         .await
         .unwrap();
     assert_eq!(pending["state"], "pending");
@@ -178,7 +178,7 @@ async fn paired_devices_reach_the_browser_and_pap_through_the_guarded_http_host(
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
         tick.tick().await;
-        let status = call(&a, "pap.signin.status", json!({"domain": "shop.example"}))
+        let status = call(&a, "pap_signin_status", json!({"domain": "shop.example"}))
             .await
             .unwrap();
         if status["state"] == "signed_in" {
@@ -192,7 +192,7 @@ async fn paired_devices_reach_the_browser_and_pap_through_the_guarded_http_host(
     }
     let operation = call(
         &a,
-        "pap.propose",
+        "pap_propose",
         json!({"domain": "shop.example", "method": "POST", "path": "/api/orders/ord_7Hk2/exchanges", "body": {}}),
     )
     .await
@@ -200,18 +200,18 @@ async fn paired_devices_reach_the_browser_and_pap_through_the_guarded_http_host(
     let page = operation["url"].as_str().unwrap().to_owned();
 
     // Device B: the shop's grant is A's, so B's join is refused (C12).
-    let refused = call(&b, "pap.join", json!({"domain": "shop.example", "returnTo": page}))
+    let refused = call(&b, "pap_join", json!({"domain": "shop.example", "returnTo": page}))
         .await
         .unwrap_err();
     assert_eq!(refused["code"], "browser:consent_required", "{refused}");
 
     // Device A joins and lands on the operation's page, in the Session.
-    let joined = call(&a, "pap.join", json!({"domain": "shop.example", "returnTo": page}))
+    let joined = call(&a, "pap_join", json!({"domain": "shop.example", "returnTo": page}))
         .await
         .unwrap();
     assert_eq!(joined["url"], page.as_str());
     assert_eq!(joined["status"], 200);
-    let dom = call(&a, "browser.get_dom", json!({"target": joined["target"]}))
+    let dom = call(&a, "browser_get_dom", json!({"target": joined["target"]}))
         .await
         .unwrap();
     let html = dom["html"].as_str().unwrap();
@@ -222,14 +222,14 @@ async fn paired_devices_reach_the_browser_and_pap_through_the_guarded_http_host(
     assert!(html.contains("value=\"confirm\""), "the page's own confirm form");
 
     // B cannot use A's tab.
-    let foreign = call(&b, "browser.get_dom", json!({"target": joined["target"]}))
+    let foreign = call(&b, "browser_get_dom", json!({"target": joined["target"]}))
         .await
         .unwrap_err();
     assert_eq!(foreign["code"], "not_found");
 
     // Unpairing A refuses its very next request.
     pap(&state, &["devices", "revoke", &a_id]);
-    let after = a.call_tool(CallToolRequestParams::new("browser.tabs")).await;
+    let after = a.call_tool(CallToolRequestParams::new("browser_tabs")).await;
     assert!(after.is_err(), "an unpaired device's request went through: {after:?}");
     let raw = http
         .post(format!("{base}/mcp"))
@@ -242,7 +242,7 @@ async fn paired_devices_reach_the_browser_and_pap_through_the_guarded_http_host(
         .unwrap();
     assert_eq!(raw.status(), 401);
     assert!(
-        call(&b, "browser.tabs", json!({})).await.is_ok(),
+        call(&b, "browser_tabs", json!({})).await.is_ok(),
         "device B lost its access"
     );
 

@@ -69,25 +69,25 @@ async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_ty
     let tools = client.list_all_tools().await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
     for wanted in [
-        "browser.navigate",
-        "browser.screenshot",
-        "browser.get_dom",
-        "browser.profile.list",
+        "browser_navigate",
+        "browser_screenshot",
+        "browser_get_dom",
+        "browser_profile_list",
     ] {
         assert!(names.contains(&wanted), "{wanted} is not listed: {names:?}");
     }
     assert!(
-        !names.contains(&"browser.act"),
+        !names.contains(&"browser_act"),
         "a tool the provider cannot serve is listed"
     );
-    let navigate = tools.iter().find(|t| t.name == "browser.navigate").unwrap();
+    let navigate = tools.iter().find(|t| t.name == "browser_navigate").unwrap();
     assert_eq!(navigate.input_schema["required"], json!(["url"]));
 
     let call = |name: &'static str, input: serde_json::Value| {
         CallToolRequestParams::new(name).with_arguments(arguments(input))
     };
     let opened = client
-        .call_tool(call("browser.navigate", json!({"url": "https://shop.example/"})))
+        .call_tool(call("browser_navigate", json!({"url": "https://shop.example/"})))
         .await
         .unwrap();
     assert_ne!(opened.is_error, Some(true), "{opened:?}");
@@ -96,7 +96,7 @@ async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_ty
     let target = landed["target"].as_str().unwrap().to_owned();
 
     let shot = client
-        .call_tool(call("browser.screenshot", json!({"target": target})))
+        .call_tool(call("browser_screenshot", json!({"target": target})))
         .await
         .unwrap();
     let image = shot
@@ -114,14 +114,14 @@ async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_ty
 
     // H3 through MCP: a tool error with the AIP-14 code, and the call's transport unharmed.
     let refused = client
-        .call_tool(call("browser.navigate", json!({"url": "file:///etc/passwd"})))
+        .call_tool(call("browser_navigate", json!({"url": "file:///etc/passwd"})))
         .await
         .unwrap();
     assert_eq!(refused.is_error, Some(true), "{refused:?}");
     let error = refused.structured_content.unwrap();
     assert_eq!(error["code"], "permission_denied");
     let unknown = client
-        .call_tool(call("browser.act", json!({"instruction": "buy"})))
+        .call_tool(call("browser_act", json!({"instruction": "buy"})))
         .await
         .unwrap();
     assert_eq!(unknown.structured_content.unwrap()["code"], "browser:unsupported");
@@ -129,7 +129,7 @@ async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_ty
     // The operator unpairs the device: its very next call is refused (C13).
     pap(&state, &["devices", "revoke", &device]);
     let after = client
-        .call_tool(call("browser.get_dom", json!({"target": target})))
+        .call_tool(call("browser_get_dom", json!({"target": target})))
         .await
         .unwrap();
     assert_eq!(after.is_error, Some(true), "an unpaired device's call ran: {after:?}");

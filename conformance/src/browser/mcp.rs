@@ -7,7 +7,9 @@
 //! `retryable`, `cause`), as AIP-63 hosts answer it over MCP.
 
 use async_trait::async_trait;
-use pap_browser::spec::{Level, ToolError, ToolErrorCode, ToolResult};
+use std::time::Duration;
+
+use pap_browser::spec::{Level, MCP_NAME_PATTERN, ToolError, ToolErrorCode, ToolId, ToolResult, is_mcp_name};
 use rmcp::ServiceExt as _;
 use rmcp::model::{CallToolRequestParams, ContentBlock};
 use rmcp::service::{RoleClient, RunningService};
@@ -16,6 +18,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::Value;
 
 use super::{Launched, ToolsUnderTest};
+use crate::report::CaseResult;
 
 /// An MCP host, connected as one paired device.
 pub struct McpHost {
@@ -73,15 +76,36 @@ impl McpHost {
         &self.listed
     }
 
+    /// The MCP surface's own case: every tool it lists has a name MCP clients accept
+    /// ([`MCP_NAME_PATTERN`]): Claude Desktop withholds the *whole* tool set when one name
+    /// fails, and OpenAI-backed clients refuse the request.
+    pub async fn names_case(&self) -> CaseResult {
+        let listed = &self.listed;
+        CaseResult::timed("mcp.tool-names", &["AIP63-MCP-NAMES"], Duration::from_secs(1), async {
+            let refused: Vec<&String> = listed.iter().filter(|name| !is_mcp_name(name)).collect();
+            if listed.is_empty() {
+                return Err("the host lists no tools".to_owned());
+            }
+            if refused.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "tool names MCP clients refuse (outside {MCP_NAME_PATTERN}): {refused:?}"
+                ))
+            }
+        })
+        .await
+    }
+
     /// The levels its tools cover: `core` and `interaction` always (their tools are what a
     /// browser host is), `network` and `download` when it lists their tools.
     pub fn levels(&self) -> Vec<Level> {
-        let lists = |tool: &str| self.listed.iter().any(|t| t == tool);
+        let lists = |tool: ToolId| self.listed.iter().any(|t| *t == tool.mcp_name());
         let mut levels = vec![Level::Core, Level::Interaction];
-        if lists("browser.list_requests") && lists("browser.cdp_send") {
+        if lists(ToolId::ListRequests) && lists(ToolId::CdpSend) {
             levels.push(Level::Network);
         }
-        if lists("browser.download") {
+        if lists(ToolId::Download) {
             levels.push(Level::Download);
         }
         levels
@@ -104,7 +128,9 @@ impl ToolsUnderTest for McpHost {
         let Value::Object(arguments) = input else {
             return ToolResult::Err(ToolError::new(ToolErrorCode::InputInvalid, "arguments are an object"));
         };
-        let request = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        // The suite speaks AIP-14 ids; an MCP host names its tools by the kit's one mapping.
+        let name = ToolId::parse(tool).map_or_else(|| tool.to_owned(), ToolId::mcp_name);
+        let request = CallToolRequestParams::new(name).with_arguments(arguments);
         let result = match self.client.call_tool(request).await {
             Ok(result) => result,
             Err(e) => {

@@ -12,6 +12,7 @@ mod aip14;
 mod instance;
 mod lifecycle;
 mod manifest;
+mod mcp_name;
 mod navigation;
 mod principal;
 pub(crate) mod schema;
@@ -28,6 +29,7 @@ pub use self::manifest::{
     ManifestSink, ProfileMode, Profiles, SinkKind, StopSettings, StoredBy, SupervisionSettings, load_manifest,
     parse_manifest, rule_errors,
 };
+pub use self::mcp_name::{MCP_NAME_PATTERN, is_mcp_name, mcp_name};
 pub use self::navigation::{InvalidOrigin, NamedOrigin, NavigationPolicy, Refused};
 pub use self::principal::{AgentCaller, Operator};
 pub use self::supervisor::{CallGate, Health, InstanceRecord, Launch, Policy, Stalled, Supervisor};

@@ -29,6 +29,7 @@ mod cdp_send;
 pub mod fuzzing;
 mod input;
 mod page;
+mod persons;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -42,7 +43,7 @@ use tokio::time::Instant;
 use crate::chromium::{BrowserHost, ChromiumConfig, ContextId, ControlledBrowser, LaunchError};
 use crate::consent::{Caller, ConsentHost, Forgotten, Injection, LiveError, LiveInstances, Scope};
 use crate::spec::{
-    AgentCaller, BrowserManifest, Capability, HealthReport, InstanceInfo, InstanceKey, Stopped, ToolError,
+    AgentCaller, BrowserManifest, Capability, HealthReport, InstanceInfo, InstanceKey, Operator, Stopped, ToolError,
     ToolErrorCode, ToolId, ToolResult,
 };
 
@@ -77,6 +78,8 @@ pub struct ToolHost {
     /// The browser contexts of the running boot: one per grant, holding only its material, and
     /// one holding none (review M5).
     contexts: Mutex<Contexts>,
+    /// The pages that are the person's, which tools read but never drive (AIP-7, [`persons`]).
+    persons: std::sync::Mutex<persons::PersonsPages>,
 }
 
 /// Whose cookie jar a tab runs in (review M5), per paired device (issue 15): two devices never
@@ -145,6 +148,7 @@ impl ToolHost {
             next_target: std::sync::atomic::AtomicU64::new(1),
             consent,
             contexts: Mutex::default(),
+            persons: std::sync::Mutex::default(),
         })
     }
 
@@ -489,6 +493,52 @@ impl ToolHost {
         }
         target.last_used = Instant::now();
         Ok(target.page.clone())
+    }
+
+    /// Reserves for the person the pages under `path_prefix` on `origin` (a URL or an origin):
+    /// pages where they decide (an operation's page). A tab showing one can be read, never
+    /// driven: click, fill, act, download, evaluate and cdp_send aimed at it are
+    /// `permission_denied` (AIP-7, [`persons`]). Fails when the host's bounded table is full.
+    pub fn reserve_decision_pages(&self, origin: &str, path_prefix: &str) -> Result<(), ToolError> {
+        self.persons().reserve_decisions(origin, path_prefix)
+    }
+
+    /// Says a Session was joined on `origin`: evaluate and cdp_send stay off all its pages (a
+    /// script there reaches the person's decision pages with the Session's cookie, [`persons`]).
+    pub fn reserve_joined_origin(&self, origin: &str) -> Result<(), ToolError> {
+        self.persons().reserve_joined(origin)
+    }
+
+    fn persons(&self) -> std::sync::MutexGuard<'_, persons::PersonsPages> {
+        // Every critical section is one table operation.
+        self.persons.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The target `id` for a `tool` that acts on its page: refused when the page it shows now
+    /// is the person's (AIP-7). The URL is the page's own as CDP last reported it.
+    async fn drivable(&self, caller: &AgentCaller, tool: ToolId, id: &str) -> Result<Page, ToolError> {
+        let page = self.target(Some(caller), id).await?;
+        let url = page
+            .url()
+            .await
+            .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("the tab's address: {e}")))?
+            .unwrap_or_default();
+        match self.persons().refuses(tool, id, &url) {
+            Some(refused) => Err(refused),
+            None => Ok(page),
+        }
+    }
+
+    /// The decision paths of the origin `page` shows, for the page-level tools' in-page check.
+    async fn decision_guard(&self, page: &Page) -> String {
+        let url = page.url().await.ok().flatten().unwrap_or_default();
+        persons::in_page_guard(&self.persons().decision_paths(&url))
+    }
+
+    /// The page of `target`, for the person: the operator's channel alone reaches it (C7), so a
+    /// person's UI (or a test playing the person) can act where tools may not.
+    pub async fn persons_page(&self, _operator: &Operator, target: &str) -> Result<Page, ToolError> {
+        self.target(None, target).await
     }
 
     /// The cookies, as (name, domain) and never their values, of the jar `target` runs in: what

@@ -49,7 +49,7 @@ impl ToolHost {
     }
 
     pub(super) async fn evaluate(&self, caller: &AgentCaller, input: input::Evaluate) -> Result<Value, ToolError> {
-        let page = self.target(Some(caller), &input.target).await?;
+        let page = self.drivable(caller, ToolId::Evaluate, &input.target).await?;
         let result = page.evaluate(input.expression).await.map_err(|e| cdp(&e))?;
         Ok(json!({ "target": input.target, "value": result.value().cloned().unwrap_or(Value::Null) }))
     }
@@ -91,7 +91,7 @@ impl ToolHost {
         if input.trusted {
             self.option_gate(ToolId::Click, Capability::TrustedInput)?;
         }
-        let page = self.target(Some(caller), &input.target).await?;
+        let page = self.drivable(caller, ToolId::Click, &input.target).await?;
         if input.trusted {
             let element = page
                 .find_element(input.selector.as_str())
@@ -100,12 +100,11 @@ impl ToolHost {
             element.click().await.map_err(|e| cdp(&e))?;
         } else {
             let script = format!(
-                "(() => {{ const e = document.querySelector({}); if (!e) return false; e.click(); return true; }})()",
+                "(() => {{ {}const e = document.querySelector({}); if (!e) return 'missing'; e.click(); return 'done'; }})()",
+                self.decision_guard(&page).await,
                 literal(&input.selector)?
             );
-            if !evaluated_true(&page, script).await? {
-                return Err(not_found(&input.selector));
-            }
+            acted(&page, script, ToolId::Click, &input.target, &input.selector).await?;
         }
         Ok(json!({ "target": input.target, "clicked": input.selector, "trusted": input.trusted }))
     }
@@ -116,7 +115,7 @@ impl ToolHost {
         if input.trusted {
             self.option_gate(ToolId::Fill, Capability::TrustedInput)?;
         }
-        let page = self.target(Some(caller), &input.target).await?;
+        let page = self.drivable(caller, ToolId::Fill, &input.target).await?;
         let characters = input.value.chars().count();
         if input.trusted {
             let element = page
@@ -134,17 +133,16 @@ impl ToolHost {
             // The value travels inside the script as a JSON string literal; an error is cut
             // before any quote (`cdp`), so it never comes back.
             let script = zeroize::Zeroizing::new(format!(
-                "(() => {{ const e = document.querySelector({}); if (!e) return false; e.focus(); \
+                "(() => {{ {}const e = document.querySelector({}); if (!e) return 'missing'; e.focus(); \
                  const set = Object.getOwnPropertyDescriptor(Object.getPrototypeOf(e), 'value'); \
-                 if (set && set.set) {{ set.set.call(e, {}); }} else {{ e.value = {1}; }} \
+                 if (set && set.set) {{ set.set.call(e, {}); }} else {{ e.value = {2}; }} \
                  e.dispatchEvent(new Event('input', {{ bubbles: true }})); \
-                 e.dispatchEvent(new Event('change', {{ bubbles: true }})); return true; }})()",
+                 e.dispatchEvent(new Event('change', {{ bubbles: true }})); return 'done'; }})()",
+                self.decision_guard(&page).await,
                 literal(&input.selector)?,
                 literal(input.value.as_str())?
             ));
-            if !evaluated_true(&page, script.as_str()).await? {
-                return Err(not_found(&input.selector));
-            }
+            acted(&page, script.as_str(), ToolId::Fill, &input.target, &input.selector).await?;
         }
         Ok(json!({
             "target": input.target, "filled": input.selector, "characters": characters, "trusted": input.trusted,
@@ -223,7 +221,7 @@ impl ToolHost {
     }
 
     pub(super) async fn cdp_send(&self, caller: &AgentCaller, input: input::CdpSend) -> Result<Value, ToolError> {
-        let page = self.target(Some(caller), &input.target).await?;
+        let page = self.drivable(caller, ToolId::CdpSend, &input.target).await?;
         if !allowed(&input.method) {
             // Cookies and storage enter or leave only through grants (C1, C9); the network,
             // navigation and the host's files only through their own tools.
@@ -250,7 +248,7 @@ impl ToolHost {
     /// state directory (0700), and the tool answers with the path and size once complete.
     pub(super) async fn download(&self, caller: &AgentCaller, input: input::Download) -> Result<Value, ToolError> {
         use chromiumoxide::cdp::browser_protocol::browser::DownloadProgressState;
-        let page = self.target(Some(caller), &input.target).await?;
+        let page = self.drivable(caller, ToolId::Download, &input.target).await?;
         // A relative link is the page's: judged where it resolves.
         let here = page.url().await.map_err(|e| cdp(&e))?.unwrap_or_default();
         let absolute = url::Url::parse(&here)
@@ -351,9 +349,25 @@ fn literal(text: &str) -> Result<String, ToolError> {
 }
 
 /// Evaluates `script` on `page`; whether it answered `true`.
-async fn evaluated_true(page: &Page, script: impl Into<String>) -> Result<bool, ToolError> {
+/// Runs a page-level act (`script` answers `'done'`, `'missing'` when the selector matches
+/// nothing, or `'reserved'` when the in-page guard finds the document is the person's).
+async fn acted(
+    page: &Page,
+    script: impl Into<String>,
+    tool: ToolId,
+    target: &str,
+    selector: &str,
+) -> Result<(), ToolError> {
     let result = page.evaluate(script.into()).await.map_err(|e| cdp(&e))?;
-    Ok(result.value().and_then(Value::as_bool).unwrap_or(false))
+    match result.value().and_then(Value::as_str) {
+        Some("done") => Ok(()),
+        Some("reserved") => Err(ToolError::new(
+            ToolErrorCode::PermissionDenied,
+            "this tab shows a page where the person decides (AIP-7): tools may read it, never act on it",
+        )
+        .with_cause(json!({ "rule": "AIP-7", "target": target, "tool": tool.as_str() }))),
+        _ => Err(not_found(selector)),
+    }
 }
 
 pub(super) fn not_found(what: &str) -> ToolError {

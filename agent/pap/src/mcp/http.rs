@@ -326,6 +326,10 @@ async fn paired(State(host): State<Host>, mut request: Request, next: Next) -> R
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .insert(device.id.clone());
+    if let Err(error) = host.devices.seen(&device, pap_shared::Clock::now(&SystemClock)) {
+        // Only `devices list`'s lastSeen is stale then; the request goes on.
+        tracing::warn!(%error, "recording when the device was last seen");
+    }
     request.extensions_mut().insert(AgentCaller::paired(device.id));
     next.run(request).await
 }

@@ -32,7 +32,7 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
 
-use self::pap::PapTools;
+use self::pap::{PapTool, PapTools};
 use crate::pairing::{Bearer, Devices};
 
 /// The MCP server of one tool host.
@@ -103,7 +103,12 @@ impl BrowserServer {
         };
         match &self.callers {
             Callers::Device { devices, bearer, .. } => match devices.authenticate(bearer) {
-                Ok(Some(device)) => Ok(AgentCaller::paired(device.id)),
+                Ok(Some(device)) => {
+                    if let Err(error) = devices.seen(&device, pap_shared::Clock::now(&pap_shared::SystemClock)) {
+                        tracing::warn!(%error, "recording when the device was last seen");
+                    }
+                    Ok(AgentCaller::paired(device.id))
+                }
                 Ok(None) => Err(unpaired()),
                 Err(e) => Err(ToolError::new(ToolErrorCode::Internal, e.to_string())),
             },
@@ -116,13 +121,14 @@ impl BrowserServer {
         }
     }
 
-    /// The tools as MCP lists them: the ones the provider serves, nothing it would refuse.
+    /// The tools as MCP lists them: the ones the provider serves, nothing it would refuse, by
+    /// their MCP names ([`pap_browser::spec::mcp_name`]).
     pub fn listed(&self) -> Vec<Tool> {
         let mut listed: Vec<Tool> = self
             .tools
             .served()
             .into_iter()
-            .map(|tool| Tool::new(tool.as_str(), description(tool), Arc::new(input_schema(tool))))
+            .map(|tool| Tool::new(tool.mcp_name(), description(tool), Arc::new(input_schema(tool))))
             .collect();
         if self.pap.is_some() {
             listed.extend(PapTools::listed());
@@ -130,12 +136,24 @@ impl BrowserServer {
         listed
     }
 
-    /// Calls `name` with `arguments` as `caller`, launching the browser first when it is not
-    /// running.
+    /// Calls the tool an MCP client named `name` with `arguments` as `caller`, launching the
+    /// browser first when it is not running. A name that is no listed tool's MCP name (an
+    /// AIP-14 id among them: `browser.navigate`) is `browser:unsupported` (T3).
     pub async fn call(&self, caller: &AgentCaller, name: &str, arguments: Value) -> CallToolResult {
-        let pap = self.pap.as_ref().filter(|_| pap::NAMES.contains(&name));
-        let needs_browser = name == "pap.join"
-            || ToolId::parse(name)
+        let pap = self
+            .pap
+            .as_ref()
+            .and_then(|pap| PapTool::from_mcp_name(name).map(|tool| (pap, tool)));
+        let browser_tool = ToolId::from_mcp_name(name);
+        if pap.is_none() && browser_tool.is_none() {
+            let unknown = ToolError::new(
+                ToolErrorCode::Unsupported,
+                "no tool here has that name (tools/list names them: browser_navigate, pap_join, ...)",
+            );
+            return tool_error(&ToolResult::Err(unknown).to_json());
+        }
+        let needs_browser = pap.is_some_and(|(_, tool)| tool == PapTool::Join)
+            || browser_tool
                 .is_some_and(|t| !matches!(t, ToolId::ProfileList | ToolId::ProfileRefresh | ToolId::ProfileRevoke));
         let state = self.tools.health().state;
         if needs_browser
@@ -144,23 +162,28 @@ impl BrowserServer {
         {
             return tool_error(&ToolResult::Err(error).to_json());
         }
-        if let Some(pap) = pap {
-            return match pap.call(&self.tools, caller, name, arguments).await {
-                Ok(value) => success(name, value),
+        if let Some((pap, tool)) = pap {
+            return match pap.call(&self.tools, caller, tool, arguments).await {
+                Ok(value) => success(None, value),
                 Err(error) => tool_error(&ToolResult::Err(error).to_json()),
             };
         }
-        match self.tools.call_as(caller, name, &arguments).await {
-            ToolResult::Ok(value) => success(name, value),
+        let id = match browser_tool {
+            Some(tool) => tool.as_str(),
+            None => name,
+        };
+        // The tool host serves what its manifest lists: an unlisted tool is unsupported there.
+        match self.tools.call_as(caller, id, &arguments).await {
+            ToolResult::Ok(value) => success(browser_tool, value),
             failed => tool_error(&failed.to_json()),
         }
     }
 }
 
 /// A result: a screenshot as an image (and its other fields as text), anything else as JSON.
-fn success(name: &str, mut value: Value) -> CallToolResult {
+fn success(tool: Option<ToolId>, mut value: Value) -> CallToolResult {
     let mut content = Vec::new();
-    if name == ToolId::Screenshot.as_str()
+    if tool == Some(ToolId::Screenshot)
         && let Some(Value::String(png)) = value.as_object_mut().and_then(|o| o.remove("data"))
     {
         content.push(ContentBlock::image(png, "image/png"));

@@ -1,23 +1,31 @@
-//! The PAP steps as MCP tools (`pap.*`), beside the browser's: what an agent runtime needs to
-//! carry a Session from a company's API into its website.
+//! The PAP steps as MCP tools, beside the browser's: what an agent runtime needs to carry a
+//! Session from a company's API into its website. Each tool is a [`PapTool`] with its input
+//! type; MCP lists it by the kit's one name mapping ([`pap_browser::spec::mcp_name`]).
 //!
-//! | tool                  | does                                                            |
-//! |-----------------------|-----------------------------------------------------------------|
-//! | `pap.discover`        | reads a company's discovery                                     |
-//! | `pap.session.start`   | starts a (signed-out) Session                                   |
-//! | `pap.signin.start`    | starts Device Sign-In: answers where *the person* approves      |
-//! | `pap.signin.status`   | how that sign-in stands (the host polls in the background)      |
-//! | `pap.propose`         | calls the company's API; answers the operation it proposes      |
-//! | `pap.operation`       | reads an operation                                              |
-//! | `pap.join`            | joins the Session in a new tab of the caller's, on `returnTo`   |
-//! | `pap.signout`         | revokes the Account Token: the company signs the Session out    |
+//! | tool (MCP name)       | does                                                                  |
+//! |-----------------------|-----------------------------------------------------------------------|
+//! | `pap_discover`        | reads a company's discovery                                           |
+//! | `pap_session_start`   | starts a (signed-out) Session of the calling device's                 |
+//! | `pap_signin_start`    | starts Device Sign-In: answers where *the person* approves            |
+//! | `pap_signin_status`   | how that sign-in stands (the host polls in the background)            |
+//! | `pap_propose`         | sends a proposal the company's OpenAPI declares; answers the operation |
+//! | `pap_operation`       | reads an operation                                                    |
+//! | `pap_join`            | joins the device's Session in a new tab of the device's, on `returnTo` |
+//! | `pap_signout`         | revokes the device's Account Token: the company signs it out          |
+//!
+//! **A Session per device** (review N5): every paired device holds its own Sessions
+//! ([`Holder::Device`]); no device reads, replaces, signs out or ends another's. Starting a
+//! Session over one signed in revokes the old Account Token first; unpairing a device signs its
+//! Sessions out at each company ([`sign_out_device`]).
 //!
 //! What is not a tool, on purpose (AIP-7, agents never decide): approving a sign-in, confirming
 //! or cancelling an operation, granting session material. A sign-in is approved by the person
-//! at the company; an operation is confirmed by the person on its page (`pap.join` lands the
-//! agent's browser there so the person sees it in the Session, and the page confirms at most
-//! once with its own CSRF-bound form); grants come only from the operator's channel. Nothing a
-//! tool answers carries a token or an assertion.
+//! at the company; an operation is confirmed by the person on its page. No sequence of these
+//! tools does either (review N2): `pap_propose` sends only what the company's OpenAPI declares
+//! as a proposal (a `202` operation), never anything under the operations endpoint; and every
+//! operation page a tool sees is reserved in the tool host for the person, where tools read it
+//! but never click, fill or script it (`pap_browser::tools` "persons"). Grants come only from
+//! the operator's channel. Nothing a tool answers carries a token or an assertion.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -25,16 +33,19 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pap_browser::consent::Caller;
+use pap_browser::spec::mcp_name;
 use pap_browser::spec::{AgentCaller, ToolError, ToolErrorCode};
 use pap_browser::store::SealingKey;
 use pap_browser::tools::ToolHost;
 use pap_shared::{CompanyDomain, HttpsUrl, SystemRng};
 use rmcp::model::Tool;
+use schemars::{JsonSchema, schema_for};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::client::{ClientError, Company, PapClient, new_pairwise_user};
-use crate::wallet::Wallet;
+use crate::wallet::{Holder, Wallet};
+use pap_shared::Operation;
 
 /// How long a join may take to land.
 const JOIN_DEADLINE: Duration = Duration::from_secs(20);
@@ -47,10 +58,10 @@ pub struct PapTools {
     /// One change of a company record at a time (a sign-in finishing in the background and a
     /// call of a tool may both write one).
     records: tokio::sync::Mutex<()>,
-    /// The Device Sign-Ins started here, by company: one entry per company with a record here
-    /// (an entry is made only after that company's discovery and `device_begin` succeeded), the
-    /// latest replacing the one before.
-    signins: Mutex<HashMap<String, SignIn>>,
+    /// The Device Sign-Ins started here, by holder and company: one entry per Session record
+    /// here (an entry is made only after that company's discovery and `device_begin` succeeded),
+    /// the latest replacing (and ending the poll of) the one before.
+    signins: Mutex<HashMap<(Holder, String), SignIn>>,
 }
 
 impl std::fmt::Debug for PapTools {
@@ -67,6 +78,8 @@ enum SignIn {
     Pending {
         user_code: String,
         verification_uri: String,
+        /// The background poll, ended when the sign-in is replaced.
+        poller: tokio::task::AbortHandle,
     },
     SignedIn {
         scope: String,
@@ -76,53 +89,167 @@ enum SignIn {
     },
 }
 
-/// The `pap.*` tool names, in the table's order.
-pub const NAMES: [&str; 8] = [
-    "pap.discover",
-    "pap.session.start",
-    "pap.signin.start",
-    "pap.signin.status",
-    "pap.propose",
-    "pap.operation",
-    "pap.join",
-    "pap.signout",
-];
+/// The PAP tools, a closed set (the shape of [`pap_browser::spec::ToolId`]): each names its
+/// input type, and its MCP name comes from the kit's one mapping ([`mcp_name`]), so no tool
+/// name is spelled anywhere else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PapTool {
+    /// `pap.discover` ([`OnCompany`]).
+    Discover,
+    /// `pap.session.start` ([`OnCompany`]).
+    SessionStart,
+    /// `pap.signin.start` ([`SigninStart`]).
+    SigninStart,
+    /// `pap.signin.status` ([`OnCompany`]).
+    SigninStatus,
+    /// `pap.propose` ([`Propose`]).
+    Propose,
+    /// `pap.operation` ([`ReadOperation`]).
+    Operation,
+    /// `pap.join` ([`Join`]).
+    Join,
+    /// `pap.signout` ([`OnCompany`]).
+    Signout,
+}
 
-#[derive(Deserialize)]
+impl PapTool {
+    /// Every PAP tool, in the table's order.
+    pub const ALL: [PapTool; 8] = [
+        Self::Discover,
+        Self::SessionStart,
+        Self::SigninStart,
+        Self::SigninStatus,
+        Self::Propose,
+        Self::Operation,
+        Self::Join,
+        Self::Signout,
+    ];
+
+    /// Its id in the kit's vocabulary (`pap.session.start`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Discover => "pap.discover",
+            Self::SessionStart => "pap.session.start",
+            Self::SigninStart => "pap.signin.start",
+            Self::SigninStatus => "pap.signin.status",
+            Self::Propose => "pap.propose",
+            Self::Operation => "pap.operation",
+            Self::Join => "pap.join",
+            Self::Signout => "pap.signout",
+        }
+    }
+
+    /// Its name on an MCP surface (`pap_session_start`).
+    pub fn mcp_name(self) -> String {
+        mcp_name(self.as_str())
+    }
+
+    /// The PAP tool an MCP surface names `name`, if it is one.
+    pub fn from_mcp_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|tool| tool.mcp_name() == name)
+    }
+
+    /// One line on what it does, as MCP lists it.
+    fn description(self) -> &'static str {
+        match self {
+            Self::Discover => "Read a company's PAP discovery: its name, what it offers.",
+            Self::SessionStart => "Start a (signed-out) PAP Session with a company, for this device.",
+            Self::SigninStart => {
+                "Start Device Sign-In for this device's Session: answers the URL and code the PERSON \
+                 opens and approves at the company (the agent cannot approve); then ask pap_signin_status."
+            }
+            Self::SigninStatus => {
+                "How the Device Sign-In started with pap_signin_start stands: pending, signed_in or failed."
+            }
+            Self::Propose => {
+                "Propose an operation through one of the proposals the company's OpenAPI declares; answers \
+                 the proposed operation (the person confirms it on its page, never the agent)."
+            }
+            Self::Operation => "Read an operation of this device's Session.",
+            Self::Join => {
+                "Join this device's Session in the agent's browser: a new tab lands on returnTo (an https \
+                 URL on the company's domain) signed in as the Session; answers the tab's target. A page \
+                 where the person decides (an operation's page) is theirs: it can be read, not driven."
+            }
+            Self::Signout => {
+                "Sign this device's Session out: the company revokes its Account Token (the website follows)."
+            }
+        }
+    }
+
+    /// The JSON Schema of its input, made from the closed type it parses into.
+    fn input_schema(self) -> serde_json::Map<String, Value> {
+        let schema = match self {
+            Self::Discover | Self::SessionStart | Self::SigninStatus | Self::Signout => schema_for!(OnCompany),
+            Self::SigninStart => schema_for!(SigninStart),
+            Self::Propose => schema_for!(Propose),
+            Self::Operation => schema_for!(ReadOperation),
+            Self::Join => schema_for!(Join),
+        };
+        match schema.to_value() {
+            Value::Object(object) => object,
+            _ => serde_json::Map::new(),
+        }
+    }
+}
+
+impl std::fmt::Display for PapTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The input of a tool that names only the company.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct OnCompany {
+pub struct OnCompany {
+    /// The company's domain, e.g. shop.example.
     domain: String,
 }
 
-#[derive(Deserialize)]
+/// `pap.signin.start`.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct SigninStart {
+pub struct SigninStart {
+    /// The company's domain, e.g. shop.example.
     domain: String,
+    /// Scopes, space-separated (default: orders:read orders:write).
     #[serde(default)]
     scope: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// `pap.propose`.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Propose {
+pub struct Propose {
+    /// The company's domain, e.g. shop.example.
     domain: String,
+    /// The HTTP method of a proposal the company's OpenAPI declares (POST).
     method: String,
+    /// Its path, a path the OpenAPI declares with its parameters filled in (/api/orders/ord_1/exchanges).
     path: String,
+    /// The JSON body.
     #[serde(default)]
     body: Option<Value>,
 }
 
-#[derive(Deserialize)]
+/// `pap.operation`.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ReadOperation {
+pub struct ReadOperation {
+    /// The company's domain, e.g. shop.example.
     domain: String,
+    /// The operation's id.
     id: String,
 }
 
-#[derive(Deserialize)]
+/// `pap.join`.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct Join {
+pub struct Join {
+    /// The company's domain, e.g. shop.example.
     domain: String,
+    /// Where the tab lands: an https URL on the company's domain.
     return_to: String,
 }
 
@@ -140,84 +267,25 @@ impl PapTools {
 
     /// The tools as MCP lists them.
     pub fn listed() -> Vec<Tool> {
-        let domain = json!({"type": "string", "description": "The company's domain, e.g. shop.example"});
-        let schema = |properties: Value, required: &[&str]| {
-            let object = json!({
-                "type": "object", "properties": properties, "required": required,
-                "additionalProperties": false,
-            });
-            Arc::new(object.as_object().cloned().unwrap_or_default())
-        };
-        let on_company = schema(json!({ "domain": domain }), &["domain"]);
-        vec![
-            Tool::new(
-                "pap.discover",
-                "Read a company's PAP discovery: its name, what it offers.",
-                on_company.clone(),
-            ),
-            Tool::new(
-                "pap.session.start",
-                "Start a (signed-out) PAP Session with a company.",
-                on_company.clone(),
-            ),
-            Tool::new(
-                "pap.signin.start",
-                "Start Device Sign-In for the Session: answers the URL and code the PERSON opens and \
-                 approves at the company (the agent cannot approve); then ask pap.signin.status.",
-                schema(
-                    json!({ "domain": domain, "scope": {"type": "string", "description": "Scopes, space-separated"} }),
-                    &["domain"],
-                ),
-            ),
-            Tool::new(
-                "pap.signin.status",
-                "How the Device Sign-In started with pap.signin.start stands: pending, signed_in or failed.",
-                on_company.clone(),
-            ),
-            Tool::new(
-                "pap.propose",
-                "Call the company's API in the Session to propose an operation; answers the operation \
-                 (the person confirms it on its page, never the agent).",
-                schema(
-                    json!({
-                        "domain": domain, "method": {"type": "string"}, "path": {"type": "string"},
-                        "body": {"description": "The JSON body"},
-                    }),
-                    &["domain", "method", "path"],
-                ),
-            ),
-            Tool::new(
-                "pap.operation",
-                "Read an operation of the Session.",
-                schema(json!({ "domain": domain, "id": {"type": "string"} }), &["domain", "id"]),
-            ),
-            Tool::new(
-                "pap.join",
-                "Join the Session in the agent's browser: a new tab lands on returnTo (an https URL on \
-                 the company's domain) signed in as the Session; answers the tab's target.",
-                schema(
-                    json!({ "domain": domain, "returnTo": {"type": "string"} }),
-                    &["domain", "returnTo"],
-                ),
-            ),
-            Tool::new(
-                "pap.signout",
-                "Sign the Session out: the company revokes its Account Token (the website follows).",
-                on_company,
-            ),
-        ]
+        PapTool::ALL
+            .into_iter()
+            .map(|tool| Tool::new(tool.mcp_name(), tool.description(), Arc::new(tool.input_schema())))
+            .collect()
     }
 
-    /// Calls the PAP tool `name` as `caller`; a join opens its tab in `tools`.
+    /// Calls the PAP tool `tool` as `caller`, on the Sessions `caller` holds (review N5); a join
+    /// opens its tab in `tools`, and every operation page seen is reserved there for the person
+    /// (AIP-7).
     pub async fn call(
         self: &Arc<Self>,
         tools: &ToolHost,
         caller: &AgentCaller,
-        name: &str,
+        tool: PapTool,
         input: Value,
     ) -> Result<Value, ToolError> {
-        match name {
-            "pap.discover" => {
+        let holder = Holder::of(caller.device_id());
+        match tool {
+            PapTool::Discover => {
                 let OnCompany { domain } = parse(input)?;
                 let company = self.discover(&domain).await?;
                 Ok(json!({
@@ -227,66 +295,68 @@ impl PapTools {
                     "operations": company.operations_endpoint.is_some(),
                 }))
             }
-            "pap.session.start" => {
+            PapTool::SessionStart => {
                 let OnCompany { domain } = parse(input)?;
-                self.start_session(&domain).await
+                self.start_session(&holder, &domain).await
             }
-            "pap.signin.start" => {
+            PapTool::SigninStart => {
                 let SigninStart { domain, scope } = parse(input)?;
-                self.start_signin(&domain, scope.as_deref().unwrap_or("orders:read orders:write"))
+                self.start_signin(&holder, &domain, scope.as_deref().unwrap_or("orders:read orders:write"))
                     .await
             }
-            "pap.signin.status" => {
+            PapTool::SigninStatus => {
                 let OnCompany { domain } = parse(input)?;
                 let domain = company_domain(&domain)?;
                 let signins = self.signins.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                Ok(match signins.get(domain.as_str()) {
+                Ok(match signins.get(&(holder, domain.as_str().to_owned())) {
                     None => json!({ "state": "none" }),
                     Some(SignIn::Pending {
                         user_code,
                         verification_uri,
+                        ..
                     }) => json!({ "state": "pending", "userCode": user_code, "verificationUri": verification_uri }),
                     Some(SignIn::SignedIn { scope }) => json!({ "state": "signed_in", "scope": scope }),
                     Some(SignIn::Failed { why }) => json!({ "state": "failed", "message": why }),
                 })
             }
-            "pap.propose" => {
+            PapTool::Propose => {
                 let Propose {
                     domain,
                     method,
                     path,
                     body,
                 } = parse(input)?;
-                let (company, wallet) = self.record(&domain).await?;
+                let (company, wallet) = self.record(&holder, &domain).await?;
                 let session = wallet.session.as_ref().ok_or_else(no_session)?;
                 let body = body.unwrap_or_else(|| json!({}));
                 let operation = self
                     .client
-                    .propose(&company, session, &method, &path, &body)
+                    .propose_declared(&company, session, &method, &path, &body)
                     .await
                     .map_err(|e| pap_error(&e))?;
+                self.reserve_page_of(tools, &company, &operation)?;
                 serde_json::to_value(operation).map_err(|_| internal("the operation"))
             }
-            "pap.operation" => {
+            PapTool::Operation => {
                 let ReadOperation { domain, id } = parse(input)?;
-                let (company, wallet) = self.record(&domain).await?;
+                let (company, wallet) = self.record(&holder, &domain).await?;
                 let session = wallet.session.as_ref().ok_or_else(no_session)?;
                 let operation = self
                     .client
                     .read_operation(&company, session, &id)
                     .await
                     .map_err(|e| pap_error(&e))?;
+                self.reserve_page_of(tools, &company, &operation)?;
                 serde_json::to_value(operation).map_err(|_| internal("the operation"))
             }
-            "pap.join" => {
+            PapTool::Join => {
                 let Join { domain, return_to } = parse(input)?;
-                self.join(tools, caller, &domain, &return_to).await
+                self.join(tools, caller, &holder, &domain, &return_to).await
             }
-            "pap.signout" => {
+            PapTool::Signout => {
                 let OnCompany { domain } = parse(input)?;
-                self.sign_out(&domain).await
+                self.sign_out(&holder, &domain).await
             }
-            _ => Err(ToolError::new(ToolErrorCode::NotFound, "no PAP tool by that name")),
         }
     }
 
@@ -297,30 +367,38 @@ impl PapTools {
             .map_err(|e| pap_error(&e))
     }
 
-    /// The company and its record (with the Session, if one was started).
-    async fn record(&self, domain: &str) -> Result<(Company, Wallet), ToolError> {
+    /// The company and `holder`'s record of it (with the Session, if one was started).
+    async fn record(&self, holder: &Holder, domain: &str) -> Result<(Company, Wallet), ToolError> {
         let company = self.discover(domain).await?;
-        let wallet = Wallet::load(&self.state_dir, &company.domain, &self.sealing)
-            .map_err(|e| internal(&e.to_string()))?
-            .ok_or_else(no_session)?;
+        let wallet = self.load(holder, &company)?.ok_or_else(no_session)?;
         Ok((company, wallet))
     }
 
-    async fn start_session(&self, domain: &str) -> Result<Value, ToolError> {
+    fn load(&self, holder: &Holder, company: &Company) -> Result<Option<Wallet>, ToolError> {
+        Wallet::load_held(&self.state_dir, &company.domain, holder, &self.sealing).map_err(|e| internal(&e.to_string()))
+    }
+
+    /// Starts a Session for `holder` (a device's own, review N5). One it replaces is signed
+    /// out first: its Account Token is revoked at the company, or nothing is replaced. Every
+    /// holder presents the agent's one pairwise User ID; a device's Session gets its own DPoP
+    /// key.
+    async fn start_session(&self, holder: &Holder, domain: &str) -> Result<Value, ToolError> {
         let company = self.discover(domain).await?;
         let _record = self.records.lock().await;
-        let mut wallet = match Wallet::load(&self.state_dir, &company.domain, &self.sealing)
-            .map_err(|e| internal(&e.to_string()))?
-        {
+        let mut wallet = match self.load(holder, &company)? {
             Some(wallet) => wallet,
-            None => Wallet::new(
-                &self.state_dir,
-                &company.domain,
-                new_pairwise_user(&SystemRng),
-                self.client.new_dpop_key().map_err(|e| pap_error(&e))?,
-            )
-            .map_err(|e| internal(&e.to_string()))?,
+            None => {
+                let user = self.pairwise_user(&company)?;
+                let dpop = self.client.new_dpop_key().map_err(|e| pap_error(&e))?;
+                Wallet::new_held(&self.state_dir, &company.domain, holder.clone(), user, dpop)
+                    .map_err(|e| internal(&e.to_string()))?
+            }
         };
+        if let Some(token) = wallet.session.as_ref().and_then(|s| s.account_token.as_ref()) {
+            self.client.revoke(&company, token).await.map_err(|e| pap_error(&e))?;
+        }
+        // A sign-in still waiting on the Session being replaced ends with it.
+        self.forget_signin(holder, &company);
         let session = self
             .client
             .start_session(&company, &wallet.user, wallet.dpop_key.clone())
@@ -334,13 +412,35 @@ impl PapTools {
         Ok(answer)
     }
 
-    /// Starts Device Sign-In and polls it in the background (RFC 8628 pacing): the call answers
-    /// at once with where the person approves.
-    async fn start_signin(self: &Arc<Self>, domain: &str, scope: &str) -> Result<Value, ToolError> {
-        let (company, wallet) = self.record(domain).await?;
-        if wallet.session.is_none() {
-            return Err(no_session());
+    /// The agent's pairwise User ID for `company`: its own record's, made (and kept, with no
+    /// Session) when there is none yet, so every holder presents the same one.
+    fn pairwise_user(&self, company: &Company) -> Result<pap_shared::PairwiseUserId, ToolError> {
+        if let Some(agent) = self.load(&Holder::Agent, company)? {
+            return Ok(agent.user);
         }
+        let user = new_pairwise_user(&SystemRng);
+        let dpop = self.client.new_dpop_key().map_err(|e| pap_error(&e))?;
+        Wallet::new(&self.state_dir, &company.domain, user.clone(), dpop)
+            .and_then(|w| w.save(&self.sealing, &SystemRng))
+            .map_err(|e| internal(&e.to_string()))?;
+        Ok(user)
+    }
+
+    /// Ends the background poll of `holder`'s sign-in with `company`, if one runs.
+    fn forget_signin(&self, holder: &Holder, company: &Company) {
+        let key = (holder.clone(), company.domain.as_str().to_owned());
+        let mut signins = self.signins.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(SignIn::Pending { poller, .. }) = signins.remove(&key) {
+            poller.abort();
+        }
+    }
+
+    /// Starts Device Sign-In for `holder`'s Session and polls it in the background (RFC 8628
+    /// pacing): the call answers at once with where the person approves. One poll per holder
+    /// and company: a new start ends the one before (review N10).
+    async fn start_signin(self: &Arc<Self>, holder: &Holder, domain: &str, scope: &str) -> Result<Value, ToolError> {
+        let (company, mut wallet) = self.record(holder, domain).await?;
+        let session = wallet.session.take().ok_or_else(no_session)?;
         let scopes: Vec<&str> = scope.split(' ').filter(|s| !s.is_empty()).collect();
         let device = self
             .client
@@ -353,19 +453,14 @@ impl PapTools {
             .unwrap_or(&device.verification_uri)
             .as_str()
             .to_owned();
-        let pending = SignIn::Pending {
-            user_code: device.user_code.clone(),
-            verification_uri: url.clone(),
-        };
-        let key = company.domain.as_str().to_owned();
+        let key = (holder.clone(), company.domain.as_str().to_owned());
         let user_code = device.user_code.clone();
-        self.signins
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(key.clone(), pending);
+        let mut signins = self.signins.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let tools = self.clone();
-        tokio::spawn(async move {
-            let outcome = tools.finish_signin(&company, wallet, &device).await;
+        let poll_key = key.clone();
+        let holder = holder.clone();
+        let poller = tokio::spawn(async move {
+            let outcome = tools.finish_signin(&holder, &company, session, &device).await;
             let state = match outcome {
                 Ok(scope) => SignIn::SignedIn { scope },
                 Err(error) => SignIn::Failed { why: error.message },
@@ -374,50 +469,106 @@ impl PapTools {
                 .signins
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(key, state);
-        });
+                .insert(poll_key, state);
+        })
+        .abort_handle();
+        let pending = SignIn::Pending {
+            user_code: user_code.clone(),
+            verification_uri: url.clone(),
+            poller,
+        };
+        if let Some(SignIn::Pending { poller, .. }) = signins.insert(key, pending) {
+            poller.abort();
+        }
         Ok(json!({
             "state": "pending", "verificationUri": url, "userCode": user_code,
-            "message": "the person opens verificationUri and approves userCode at the company; ask pap.signin.status",
+            "message": "the person opens verificationUri and approves userCode at the company; ask pap_signin_status",
         }))
     }
 
+    /// Waits for the person's approval, then writes the signed-in Session into `holder`'s
+    /// record as it is *now* (read under the lock): if the Session was replaced meanwhile, the
+    /// new Account Token is revoked instead of overwriting the newer Session (review N5).
     async fn finish_signin(
         &self,
+        holder: &Holder,
         company: &Company,
-        mut wallet: Wallet,
+        mut session: crate::client::Session,
         device: &crate::client::DeviceAuthorization,
     ) -> Result<String, ToolError> {
-        let session = wallet.session.as_mut().ok_or_else(no_session)?;
         self.client
-            .device_wait(company, session, device)
+            .device_wait(company, &mut session, device)
             .await
             .map_err(|e| pap_error(&e))?;
         let scope = session.scope.clone();
         let _record = self.records.lock().await;
+        let current = self.load(holder, company)?;
+        let still_this = current
+            .as_ref()
+            .and_then(|w| w.session.as_ref())
+            .is_some_and(|s| s.session_id == session.session_id);
+        let Some(mut wallet) = current.filter(|_| still_this) else {
+            if let Some(token) = &session.account_token {
+                self.client.revoke(company, token).await.map_err(|e| pap_error(&e))?;
+            }
+            return Err(ToolError::new(
+                ToolErrorCode::NotFound,
+                "the Session was replaced while the person signed in; its sign-in was revoked",
+            ));
+        };
+        wallet.session = Some(session);
         wallet
             .save(&self.sealing, &SystemRng)
             .map_err(|e| internal(&e.to_string()))?;
         Ok(scope)
     }
 
+    /// Reserves `operation`'s page for the person in `tools` (AIP-7): its directory on its
+    /// origin (`/operations/` for `https://shop.example/operations/op_1`). An operation whose
+    /// page is not on the company's domain is refused.
+    fn reserve_page_of(&self, tools: &ToolHost, company: &Company, operation: &Operation) -> Result<(), ToolError> {
+        let Some(page) = &operation.url else { return Ok(()) };
+        let page = HttpsUrl::parse(page)
+            .ok()
+            .filter(|u| u.is_on(&company.domain))
+            .ok_or_else(|| internal("the operation's page is not on the company's domain"))?;
+        let path = page.url().path();
+        let directory = &path[..=path.rfind('/').unwrap_or(0)];
+        tools.reserve_decision_pages(&page.origin(), directory)
+    }
+
     /// A join in a new tab of `caller`'s, in its context for the company's grant (C1, C12: a
-    /// device that no grant of its covers is refused `browser:consent_required`).
+    /// device that no grant of its covers is refused `browser:consent_required`), on `holder`'s
+    /// Session. Before the tab opens, the company's website is reserved for the person as far
+    /// as it reaches decisions (AIP-7): no script tool runs on its origin, and a `returnTo`
+    /// that is an operation's page is reserved as one.
     async fn join(
         &self,
         tools: &ToolHost,
         caller: &AgentCaller,
+        holder: &Holder,
         domain: &str,
         return_to: &str,
     ) -> Result<Value, ToolError> {
-        let (company, wallet) = self.record(domain).await?;
+        let (company, wallet) = self.record(holder, domain).await?;
         let session = wallet.session.as_ref().ok_or_else(no_session)?;
         let return_to = HttpsUrl::parse(return_to)
-            .map_err(|_| ToolError::new(ToolErrorCode::InputInvalid, "returnTo is not an https URL"))?;
+            .ok()
+            .filter(|u| u.is_on(&company.domain))
+            .ok_or_else(|| {
+                ToolError::new(
+                    ToolErrorCode::InputInvalid,
+                    "returnTo is not an https URL on the company's domain",
+                )
+            })?;
         let permit = tools
             .consent()
             .permit_join(&Caller::Agent(caller.clone()), company.domain.as_str())
             .map_err(|e| e.to_tool_error())?;
+        tools.reserve_joined_origin(&return_to.origin())?;
+        tools.reserve_joined_origin(&format!("https://{}", company.domain.as_str()))?;
+        self.reserve_if_operation_page(tools, &company, session, &return_to)
+            .await?;
         let (target, page) = tools
             .open_tab(caller, &format!("https://{}/", company.domain.as_str()))
             .await?;
@@ -445,9 +596,38 @@ impl PapTools {
         Ok(json!({ "target": target, "url": outcome.landed.as_str(), "status": outcome.status }))
     }
 
-    async fn sign_out(&self, domain: &str) -> Result<Value, ToolError> {
-        let (company, mut wallet) = self.record(domain).await?;
+    /// When `return_to`'s last path segment names an operation of the Session whose page it is,
+    /// that page is reserved for the person. A read that fails for another reason than "no such
+    /// operation" reserves `return_to`'s own path: unsure is reserved.
+    async fn reserve_if_operation_page(
+        &self,
+        tools: &ToolHost,
+        company: &Company,
+        session: &crate::client::Session,
+        return_to: &HttpsUrl,
+    ) -> Result<(), ToolError> {
+        let path = return_to.url().path();
+        let last = path.rsplit('/').next().unwrap_or_default();
+        let identifier = !last.is_empty()
+            && last
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !identifier || company.operations_endpoint.is_none() {
+            return Ok(());
+        }
+        match self.client.read_operation(company, session, last).await {
+            Ok(operation) => self.reserve_page_of(tools, company, &operation),
+            Err(ClientError::Protocol { status: 404, .. }) => Ok(()),
+            Err(_) => tools.reserve_decision_pages(&return_to.origin(), path),
+        }
+    }
+
+    /// Signs `holder`'s Session out: its Account Token revoked at the company, the record
+    /// changed under the lock it was read under.
+    async fn sign_out(&self, holder: &Holder, domain: &str) -> Result<Value, ToolError> {
+        let company = self.discover(domain).await?;
         let _record = self.records.lock().await;
+        let mut wallet = self.load(holder, &company)?.ok_or_else(no_session)?;
         let session = wallet.session.as_mut().ok_or_else(no_session)?;
         let token = session
             .account_token
@@ -460,6 +640,38 @@ impl PapTools {
             .map_err(|e| internal(&e.to_string()))?;
         Ok(json!({ "signedOut": company.domain.as_str() }))
     }
+}
+
+/// Signs out and removes every Session the unpaired device `device` held (review N5): each
+/// company's Account Token revoked, then the record deleted. Every company is tried; what
+/// failed is returned with the company's domain (the record of a company that could not be
+/// reached is kept, so a later unpair can try again).
+pub async fn sign_out_device(
+    client: &PapClient,
+    state_dir: &std::path::Path,
+    sealing: &SealingKey,
+    device: &str,
+) -> Result<Vec<(String, String)>, crate::WalletError> {
+    let holder = Holder::Device(device.to_owned());
+    let mut failed = Vec::new();
+    for domain in Wallet::held_by_device(state_dir, device)? {
+        let outcome = async {
+            let Some(wallet) = Wallet::load_held(state_dir, &domain, &holder, sealing)? else {
+                return Ok::<_, anyhow::Error>(());
+            };
+            if let Some(token) = wallet.session.as_ref().and_then(|s| s.account_token.as_ref()) {
+                let company = client.discover(&domain).await?;
+                client.revoke(&company, token).await?;
+            }
+            wallet.remove()?;
+            Ok(())
+        }
+        .await;
+        if let Err(error) = outcome {
+            failed.push((domain.as_str().to_owned(), error.to_string()));
+        }
+    }
+    Ok(failed)
 }
 
 fn parse<T: serde::de::DeserializeOwned>(input: Value) -> Result<T, ToolError> {
@@ -477,7 +689,7 @@ fn company_domain(domain: &str) -> Result<CompanyDomain, ToolError> {
 fn no_session() -> ToolError {
     ToolError::new(
         ToolErrorCode::NotFound,
-        "no Session with this company: call pap.session.start first",
+        "no Session with this company: call pap_session_start first",
     )
 }
 
@@ -489,6 +701,9 @@ fn internal(what: &str) -> ToolError {
 /// status and OAuth error code; a transport failure is retryable.
 fn pap_error(error: &ClientError) -> ToolError {
     match error {
+        ClientError::Undeclared => {
+            ToolError::new(ToolErrorCode::PermissionDenied, error.to_string()).with_cause(json!({ "rule": "AIP-7" }))
+        }
         ClientError::Protocol { status, code } => ToolError::new(ToolErrorCode::PermissionDenied, error.to_string())
             .with_cause(json!({ "status": status, "error": code.to_string() })),
         ClientError::Transport(_) => ToolError::new(ToolErrorCode::Timeout, error.to_string()),
