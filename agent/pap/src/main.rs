@@ -667,6 +667,7 @@ impl Agent {
             );
         };
         let (host, tools) = self.mcp_tools().await?;
+        let _supervision = supervise(&host, &tools)?;
         let server =
             pap_agent::mcp::BrowserServer::stdio(tools, devices, bearer, device.id).with_pap(self.pap_tools()?);
         let served = server.serve(rmcp::transport::stdio()).await?;
@@ -686,6 +687,7 @@ impl Agent {
     ) -> anyhow::Result<()> {
         use pap_agent::mcp::http;
         let (host, tools) = self.mcp_tools().await?;
+        let _supervision = supervise(&host, &tools)?;
         let server = pap_agent::mcp::BrowserServer::per_request(tools).with_pap(self.pap_tools()?);
         let listener = tokio::net::TcpListener::bind(listen)
             .await
@@ -1036,6 +1038,17 @@ fn pair(state: &std::path::Path, name: &str, ttl: u64) -> anyhow::Result<()> {
     );
     println!("{}", code.expose());
     Ok(())
+}
+
+/// A long-running host's supervision of its browser: the health loop probing it every
+/// `lifecycle.health.intervalMs` (L1, L4), and the recovery that relaunches it when it exits
+/// on its own. Both end when the returned handles drop.
+fn supervise(
+    host: &BrowserHost,
+    tools: &Arc<ToolHost>,
+) -> anyhow::Result<(pap_browser::chromium::HealthLoop, pap_browser::tools::Recovery)> {
+    let interval = Duration::from_millis(lifecycle()?.health.interval_ms);
+    Ok((host.start_health_loop(interval), tools.start_recovery()))
 }
 
 /// `pap-agent devices ...`.

@@ -47,6 +47,46 @@ pub struct BrowserHost {
     records: Option<PathBuf>,
     /// The clock: the wall clock read once when the host was made, plus monotonic time since.
     clock: HostClock,
+    /// Tells whoever recovers browsers ([`crate::ToolHost::start_recovery`]) that one exited.
+    exits: tokio::sync::broadcast::Sender<Exit>,
+}
+
+/// A running browser exited on its own (noticed when its DevTools pipe closed): the instance
+/// is `stopped` with `reason`, and `relaunch` says what the supervisor advises.
+#[derive(Clone, Debug)]
+pub struct Exit {
+    /// The instance key.
+    pub instance: String,
+    /// Why, as `health()` reports it (the exit status; no secrets).
+    pub reason: String,
+    /// When to relaunch it.
+    pub relaunch: crate::spec::Relaunch,
+}
+
+/// The parts of a [`BrowserHost`] an exit watcher holds: weak, so a dropped host (and the
+/// browsers it owns, killed on drop) is not kept alive by the watchers of its browsers.
+struct WeakHost {
+    browsers: std::sync::Weak<std::sync::Mutex<HashMap<String, Arc<ControlledBrowser>>>>,
+    gates: std::sync::Weak<std::sync::Mutex<HashMap<String, Arc<Mutex<()>>>>>,
+    supervisor: std::sync::Weak<std::sync::Mutex<Supervisor>>,
+    changes: std::sync::Weak<tokio::sync::watch::Sender<u64>>,
+    records: Option<PathBuf>,
+    clock: HostClock,
+    exits: tokio::sync::broadcast::WeakSender<Exit>,
+}
+
+impl WeakHost {
+    fn upgrade(&self) -> Option<BrowserHost> {
+        Some(BrowserHost {
+            browsers: self.browsers.upgrade()?,
+            gates: self.gates.upgrade()?,
+            supervisor: self.supervisor.upgrade()?,
+            changes: self.changes.upgrade()?,
+            records: self.records.clone(),
+            clock: self.clock,
+            exits: self.exits.upgrade()?,
+        })
+    }
 }
 
 /// What a launch found or made.
@@ -115,6 +155,81 @@ impl BrowserHost {
             changes: Arc::new(tokio::sync::watch::Sender::new(0)),
             records,
             clock: HostClock::start(),
+            exits: tokio::sync::broadcast::channel(16).0,
+        }
+    }
+
+    fn downgrade(&self) -> WeakHost {
+        WeakHost {
+            browsers: Arc::downgrade(&self.browsers),
+            gates: Arc::downgrade(&self.gates),
+            supervisor: Arc::downgrade(&self.supervisor),
+            changes: Arc::downgrade(&self.changes),
+            records: self.records.clone(),
+            clock: self.clock,
+            exits: self.exits.downgrade(),
+        }
+    }
+
+    /// The browsers that exit on their own from now on ([`Exit`]), for a host that recovers
+    /// them.
+    pub fn exits(&self) -> tokio::sync::broadcast::Receiver<Exit> {
+        self.exits.subscribe()
+    }
+
+    /// Watches `browser`, just launched as `instance`, for an exit nobody asked for: when its
+    /// DevTools pipe closes while the registry still holds it (a stop takes it out first), the
+    /// exit is handled ([`Self::exited`]) within the time the pipe takes to close (measured:
+    /// milliseconds after a SIGKILL).
+    fn watch_exit(&self, instance: &str, browser: &Arc<ControlledBrowser>, grace: Duration) {
+        let host = self.downgrade();
+        let weak = Arc::downgrade(browser);
+        let instance = instance.to_owned();
+        // The watcher waits on the signal alone and holds the browser weakly: it must not keep
+        // a browser alive that its host dropped.
+        let signal = browser.closed_signal();
+        tokio::spawn(async move {
+            let Some(mut signal) = signal else { return };
+            let _ = signal.wait_for(|closed| *closed).await;
+            let (Some(host), Some(browser)) = (host.upgrade(), weak.upgrade()) else {
+                return;
+            };
+            host.exited(&instance, &browser, grace).await;
+        });
+    }
+
+    /// `browser` (the registry's `instance`) exited on its own: taken out of the registry, its
+    /// leftovers swept, the supervisor told ([`Supervisor::exited`]), and the exit announced.
+    async fn exited(&self, instance: &str, browser: &Arc<ControlledBrowser>, grace: Duration) {
+        let gate = self.gate(instance);
+        let _turn = gate.lock().await;
+        let ours = self
+            .registry()
+            .get(instance)
+            .is_some_and(|running| Arc::ptr_eq(running, browser));
+        if !ours {
+            // A stop (or a relaunch) took it out first: not an exit on its own.
+            return;
+        }
+        self.registry().remove(instance);
+        let reason = match browser.exit_status(grace).await {
+            Some(status) => format!("the browser exited on its own ({status})"),
+            None => "the browser's DevTools pipe closed on its own".to_owned(),
+        };
+        let relaunch = self.supervisor().exited(instance, self.now(), &reason);
+        self.changed();
+        tracing::warn!(instance, %reason, "the agent's browser exited under the host");
+        // Its children and its profile go as at a stop (L5, L13).
+        if let Err(error) = browser.stop(grace).await {
+            tracing::warn!(instance, %error, "sweeping what the exited browser left");
+        }
+        self.keep_records();
+        if let Some(relaunch) = relaunch {
+            let _ = self.exits.send(Exit {
+                instance: instance.to_owned(),
+                reason,
+                relaunch,
+            });
         }
     }
 
@@ -324,6 +439,7 @@ impl BrowserHost {
                 self.registry().insert(instance.to_owned(), launched.clone());
                 self.supervisor().probe_succeeded(instance, self.now());
                 self.changed();
+                self.watch_exit(instance, &launched, config.grace);
                 Ok(launched)
             }
             Err(error) => {

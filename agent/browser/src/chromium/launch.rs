@@ -56,6 +56,9 @@ pub struct ControlledBrowser {
     /// How the agent's other processes reach a launched browser (M7); none for an attached one,
     /// and none once stopped.
     control: std::sync::Mutex<Option<ControlSocket>>,
+    /// Turns `true` when the DevTools pipe closed (the process exited, or was stopped); none
+    /// for an attached browser, whose connection is the operator's.
+    closed: Option<tokio::sync::watch::Receiver<bool>>,
     user_data_dir: PathBuf,
     health_timeout: Duration,
 }
@@ -68,6 +71,16 @@ impl fmt::Debug for ControlledBrowser {
             .finish_non_exhaustive()
     }
 }
+
+/// What a launch connected: the CDP client and its driver, the request guard, the control
+/// socket, and the pipe's closed signal.
+type Connected = (
+    Arc<Browser>,
+    JoinHandle<()>,
+    RequestGuard,
+    ControlSocket,
+    tokio::sync::watch::Receiver<bool>,
+);
 
 /// The launch step that says DevTools answers on its pipe: from then on the live process with
 /// its answering DevTools is a progress signal (L9).
@@ -145,7 +158,7 @@ impl ControlledBrowser {
             }
         };
         match Self::connect(&mut child, config, progress, &user_data_dir).await {
-            Ok((browser, handler, guard, control)) => {
+            Ok((browser, handler, guard, control, closed)) => {
                 progress("Chromium is ready");
                 Ok(Self {
                     instance: instance.clone(),
@@ -157,6 +170,7 @@ impl ControlledBrowser {
                     handler,
                     _guard: guard,
                     control: std::sync::Mutex::new(Some(control)),
+                    closed: Some(closed),
                     user_data_dir,
                     health_timeout: config.health_timeout,
                 })
@@ -175,10 +189,10 @@ impl ControlledBrowser {
         config: &ChromiumConfig,
         progress: &(dyn Fn(&str) + Sync),
         user_data_dir: &Path,
-    ) -> Result<(Arc<Browser>, JoinHandle<()>, RequestGuard, ControlSocket), LaunchError> {
+    ) -> Result<Connected, LaunchError> {
         let pipe = pipe::handshake(child, config.launch_timeout).await?;
         progress(STEP_DEVTOOLS_BOUND);
-        let (ws, _relay) = pipe::bridge(pipe, &SystemRng).await?;
+        let (ws, closed) = pipe::bridge(pipe, &SystemRng).await?;
         let (browser, handler) = connect_cdp(ws).await?;
         let browser = Arc::new(browser);
         let ready = async {
@@ -192,7 +206,7 @@ impl ControlledBrowser {
             Ok((guard, control))
         };
         match ready.await {
-            Ok((guard, control)) => Ok((browser, handler, guard, control)),
+            Ok((guard, control)) => Ok((browser, handler, guard, control, closed)),
             Err(error) => {
                 handler.abort();
                 Err(error)
@@ -272,6 +286,7 @@ impl ControlledBrowser {
             handler,
             _guard: guard,
             control: std::sync::Mutex::new(None),
+            closed: None,
             user_data_dir,
             health_timeout: config.health_timeout,
         })
@@ -311,6 +326,33 @@ impl ControlledBrowser {
             .await
             .map_err(BrowserError::cdp)?;
         Ok(targets.result.target_infos.len())
+    }
+
+    /// Completes once the browser's DevTools pipe has closed: its process exited (a crash, the
+    /// out-of-memory killer, a SIGKILL) or it was stopped. Never completes for an attached
+    /// browser. What a host watches to notice a browser that died under it.
+    pub async fn closed(&self) {
+        match self.closed.clone() {
+            Some(mut closed) => {
+                // An error means the relay is gone: closed as well.
+                let _ = closed.wait_for(|closed| *closed).await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The pipe's closed signal ([`Self::closed`]), for a watcher that must not hold the
+    /// browser itself.
+    pub(super) fn closed_signal(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        self.closed.clone()
+    }
+
+    /// How the browser's process ended, waiting at most `wait` for it to be reaped; `None`
+    /// while it runs, for an attached browser, or when it was already reaped by a stop.
+    pub async fn exit_status(&self, wait: Duration) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.lock().await;
+        let child = child.as_mut()?;
+        tokio::time::timeout(wait, child.wait()).await.ok()?.ok()
     }
 
     /// The browser's process id.

@@ -50,7 +50,7 @@ pub fn manifest() -> Result<BrowserManifest, Vec<Diagnostic>> {
 pub use self::config::{CHROMIUM, ChromiumConfig, TestNetwork};
 pub use self::control::probe_profile;
 pub use self::error::{BrowserError, LaunchError};
-pub use self::host::{BrowserHost, HealthLoop, Launched};
+pub use self::host::{BrowserHost, Exit, HealthLoop, Launched};
 pub use self::launch::{ContextId, ControlledBrowser, PIPE_ENDPOINT};
 pub use self::logging::{SECRET_SAFE_DIRECTIVES, log_filter};
 pub use self::profiles::LiveProfiles;

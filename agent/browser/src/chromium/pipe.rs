@@ -35,7 +35,7 @@ use futures_util::StreamExt as _;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::TcpListener;
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio::task::JoinHandle;
+use tokio::sync::watch;
 
 use super::error::LaunchError;
 use pap_shared::Rng;
@@ -141,9 +141,10 @@ pub(super) async fn handshake(child: &mut Child, timeout: Duration) -> Result<Pi
     }
 }
 
-/// A websocket endpoint for [`Pipe`]: its one-time URL, and the task that relays (it ends when
-/// either side closes, and with it the pipe, which ends the browser).
-pub(super) async fn bridge(pipe: Pipe, rng: &dyn Rng) -> Result<(String, JoinHandle<()>), LaunchError> {
+/// A websocket endpoint for [`Pipe`]: its one-time URL, and a signal that turns `true` once the
+/// relay has ended (it ends when either side closes: the browser's end of the pipe closes when
+/// its process exits, however it exits; the pipe closing ends the browser).
+pub(super) async fn bridge(pipe: Pipe, rng: &dyn Rng) -> Result<(String, watch::Receiver<bool>), LaunchError> {
     let listener = TcpListener::bind(("127.0.0.1", 0))
         .await
         .map_err(|e| LaunchError::Cdp(format!("the DevTools bridge could not listen on loopback: {e}")))?;
@@ -158,15 +159,17 @@ pub(super) async fn bridge(pipe: Pipe, rng: &dyn Rng) -> Result<(String, JoinHan
         secret.iter().map(|b| format!("{b:02x}")).collect::<String>()
     );
     let url = format!("ws://127.0.0.1:{port}{path}");
-    let relay = tokio::spawn(async move {
+    let (ended, closed) = watch::channel(false);
+    tokio::spawn(async move {
         let accepted = tokio::time::timeout(BRIDGE_ACCEPT_DEADLINE, accept_one(&listener, &path)).await;
         // From here nothing listens: the one connection is made, or none will be.
         drop(listener);
         if let Ok(Some(socket)) = accepted {
             relay(socket, pipe).await;
         }
+        ended.send_replace(true);
     });
-    Ok((url, relay))
+    Ok((url, closed))
 }
 
 type Socket = async_tungstenite::WebSocketStream<async_tungstenite::tokio::TokioAdapter<tokio::net::TcpStream>>;

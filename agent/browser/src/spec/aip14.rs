@@ -94,6 +94,14 @@ impl ToolError {
         }
     }
 
+    /// Marked retryable whatever its code (a `browser:not_ready` while the host relaunches a
+    /// browser that exited: retrying soon succeeds).
+    #[must_use]
+    pub fn retryable(mut self) -> Self {
+        self.retryable = Some(true);
+        self
+    }
+
     /// With a structured cause.
     pub fn with_cause(mut self, cause: Value) -> Self {
         self.cause = Some(cause);

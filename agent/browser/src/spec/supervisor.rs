@@ -74,6 +74,24 @@ pub enum CallGate {
     Refuse(ToolError),
 }
 
+/// What a host does after a running instance exited on its own ([`Supervisor::exited`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Relaunch {
+    /// Relaunch it after `delay` milliseconds (the `exits`-th exit in the crash-loop window).
+    After {
+        /// Milliseconds to wait.
+        delay: u64,
+        /// Exits in the window, this one included.
+        exits: usize,
+    },
+    /// It exited `maxFailures` times within the crash-loop window: no relaunch by itself (no
+    /// silent restart loop); the next call that needs it launches it, as after a stop.
+    OnNextCall {
+        /// Exits in the window, this one included.
+        exits: usize,
+    },
+}
+
 /// A launch that stalled or ran too long: kill it; it counted as a failure.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stalled {
@@ -108,6 +126,8 @@ struct Instance {
     /// Times of the consecutive failed launches (cleared by a success).
     failures: Vec<u64>,
     last_failure: Option<String>,
+    /// Times a running instance's process exited on its own, within the crash-loop window.
+    exits: Vec<u64>,
 }
 
 impl Instance {
@@ -120,6 +140,7 @@ impl Instance {
             checked_at: 0,
             failures: Vec::new(),
             last_failure: None,
+            exits: Vec::new(),
         }
     }
 
@@ -357,6 +378,44 @@ impl Supervisor {
             instance.checked_at = now;
             instance.go(&LifecycleEvent::Gone);
         }
+    }
+
+    /// A running instance's process exited on its own at `now` (a crash, the out-of-memory
+    /// killer, a SIGKILL): it goes through the table's moves (`degraded` when it was healthy,
+    /// `stopping`, `stopped`) with `reason` as its last failure, and the exit is counted in the
+    /// crash-loop window. Answers how long to wait before relaunching it ([`Relaunch`]); an
+    /// instance that was not running is left alone (`None`).
+    pub fn exited(&mut self, key: &str, now: u64, reason: &str) -> Option<Relaunch> {
+        let policy = self.policy;
+        let instance = self.instance(key);
+        if !instance.state.is_usable() {
+            return None;
+        }
+        if instance.state == InstanceState::Healthy {
+            instance.go(&LifecycleEvent::ProbeFailed);
+        }
+        instance.go(&LifecycleEvent::Stop);
+        instance.go(&LifecycleEvent::Gone);
+        instance.checked_at = now;
+        instance.last_failure = Some(reason.to_owned());
+        instance
+            .exits
+            .retain(|t| now.saturating_sub(*t) < policy.failure_window);
+        instance.exits.push(now);
+        let exits = instance.exits.len();
+        Some(if exits >= policy.max_failures {
+            Relaunch::OnNextCall { exits }
+        } else {
+            // 0 ms for the first exit in the window, then doubling from 500 ms, never past the
+            // progress window.
+            let shift = u32::try_from(exits.saturating_sub(1)).unwrap_or(u32::MAX).min(16);
+            let delay = if exits <= 1 {
+                0
+            } else {
+                (250_u64 << shift).min(policy.progress_window)
+            };
+            Relaunch::After { delay, exits }
+        })
     }
 
     /// An operator's reset of a crash-looping instance (L7): a fresh launch, failures forgotten.

@@ -80,6 +80,8 @@ pub struct ToolHost {
     contexts: Mutex<Contexts>,
     /// The pages that are the person's, which tools read but never drive (AIP-7, [`persons`]).
     persons: std::sync::Mutex<persons::PersonsPages>,
+    /// Set while [`ToolHost::start_recovery`]'s task relaunches a browser that exited.
+    recovering: std::sync::atomic::AtomicBool,
 }
 
 /// Whose cookie jar a tab runs in (review M5), per paired device (issue 15): two devices never
@@ -149,6 +151,7 @@ impl ToolHost {
             consent,
             contexts: Mutex::default(),
             persons: std::sync::Mutex::default(),
+            recovering: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -536,9 +539,14 @@ impl ToolHost {
     }
 
     /// The page of `target`, for the person: the operator's channel alone reaches it (C7), so a
-    /// person's UI (or a test playing the person) can act where tools may not.
+    /// person's UI (or a test playing the person) can act where tools may not. The tab is
+    /// brought to the front, as the person looks at it (input reaches a visible tab only).
     pub async fn persons_page(&self, _operator: &Operator, target: &str) -> Result<Page, ToolError> {
-        self.target(None, target).await
+        let page = self.target(None, target).await?;
+        page.bring_to_front()
+            .await
+            .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("bringing the tab to the front: {e}")))?;
+        Ok(page)
     }
 
     /// The cookies, as (name, domain) and never their values, of the jar `target` runs in: what
@@ -634,6 +642,45 @@ impl ToolHost {
             .map(Duration::from_millis)
     }
 
+    /// Relaunches this host's instance when its browser exits on its own (a crash, the
+    /// out-of-memory killer, a SIGKILL), after the supervisor's backoff
+    /// ([`crate::spec::Relaunch`]), with the grants' material put back as at any launch (C1); the
+    /// devices' contexts are made anew as their next tabs need them, and target handles of the
+    /// old boot answer `browser:target_gone` (L12). While it relaunches, [`Self::recovering`] is
+    /// set. An instance that exited `maxFailures` times in the crash-loop window is left to the
+    /// next call. Runs until the handle drops.
+    pub fn start_recovery(self: &Arc<Self>) -> Recovery {
+        let mut exits = self.host.exits();
+        let tools = Arc::downgrade(self);
+        Recovery(tokio::spawn(async move {
+            loop {
+                let exit = match exits.recv().await {
+                    Ok(exit) => exit,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                let Some(tools) = tools.upgrade() else { return };
+                if exit.instance != tools.instance.as_str() {
+                    continue;
+                }
+                let crate::spec::Relaunch::After { delay, .. } = exit.relaunch else {
+                    continue;
+                };
+                tools.recovering.store(true, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                if let Err(error) = tools.launch().await {
+                    tracing::warn!(instance = %exit.instance, error = %error.message, "relaunching the browser that exited");
+                }
+                tools.recovering.store(false, std::sync::atomic::Ordering::SeqCst);
+            }
+        }))
+    }
+
+    /// Whether a browser that exited is being relaunched now ([`Self::start_recovery`]).
+    pub fn recovering(&self) -> bool {
+        self.recovering.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Runs the idle reaper every `idleReapMs / 2` (none without `idleReapMs`), until the
     /// handle drops.
     pub fn start_idle_reaper(self: &Arc<Self>) -> Option<IdleReaper> {
@@ -647,6 +694,17 @@ impl ToolHost {
                 host.reap_idle(Instant::now()).await;
             }
         })))
+    }
+}
+
+/// The recovery task of a [`ToolHost`] ([`ToolHost::start_recovery`]); it ends when this is
+/// dropped.
+#[derive(Debug)]
+pub struct Recovery(tokio::task::JoinHandle<()>);
+
+impl Drop for Recovery {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -20,6 +20,9 @@ const REQUEST_LOG: usize = 500;
 /// How long a navigation may take.
 const NAVIGATION: Duration = Duration::from_secs(30);
 
+/// How long browser-level input may take to be taken.
+const INPUT: Duration = Duration::from_secs(30);
+
 /// How long a download may take.
 const DOWNLOAD: Duration = Duration::from_secs(60);
 
@@ -93,11 +96,17 @@ impl ToolHost {
         }
         let page = self.drivable(caller, ToolId::Click, &input.target).await?;
         if input.trusted {
+            // Browser-level input reaches a visible tab only: one in the background would
+            // wait for a frame that never comes.
+            page.bring_to_front().await.map_err(|e| cdp(&e))?;
             let element = page
                 .find_element(input.selector.as_str())
                 .await
                 .map_err(|_| not_found(&input.selector))?;
-            element.click().await.map_err(|e| cdp(&e))?;
+            tokio::time::timeout(INPUT, element.click())
+                .await
+                .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the click was not taken in 30 s"))?
+                .map_err(|e| cdp(&e))?;
         } else {
             let script = format!(
                 "(() => {{ {}const e = document.querySelector({}); if (!e) return 'missing'; e.click(); return 'done'; }})()",
@@ -118,16 +127,15 @@ impl ToolHost {
         let page = self.drivable(caller, ToolId::Fill, &input.target).await?;
         let characters = input.value.chars().count();
         if input.trusted {
+            page.bring_to_front().await.map_err(|e| cdp(&e))?;
             let element = page
                 .find_element(input.selector.as_str())
                 .await
                 .map_err(|_| not_found(&input.selector))?;
-            element
-                .click()
+            let typed = async { element.click().await?.type_str(input.value.as_str()).await.map(|_| ()) };
+            tokio::time::timeout(INPUT, typed)
                 .await
-                .map_err(|e| cdp(&e))?
-                .type_str(input.value.as_str())
-                .await
+                .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the typing was not taken in 30 s"))?
                 .map_err(|e| cdp(&e))?;
         } else {
             // The value travels inside the script as a JSON string literal; an error is cut

@@ -368,9 +368,17 @@ fn busy(why: &'static str) -> Response {
         .into_response()
 }
 
+/// `/health`: the host answers, how many tools it lists, and its browser's state as AIP-63's
+/// `health()` reports it (`state`, `reason` after an exit or failures, `checkedAt`, `bootId`)
+/// with `recovering` while a browser that exited is relaunched. No secrets: a reason is an exit
+/// status or a launch failure.
 async fn health(State(host): State<Host>) -> axum::Json<serde_json::Value> {
-    let tools = host.server.listed().len();
-    axum::Json(json!({ "ok": true, "tools": tools }))
+    let tools = host.server.tools();
+    let mut browser = serde_json::to_value(tools.health()).unwrap_or_else(|_| json!({}));
+    if let Some(fields) = browser.as_object_mut() {
+        fields.insert("recovering".into(), tools.recovering().into());
+    }
+    axum::Json(json!({ "ok": true, "tools": host.server.listed().len(), "browser": browser }))
 }
 
 #[derive(serde::Deserialize)]

@@ -155,9 +155,20 @@ impl BrowserServer {
         let needs_browser = pap.is_some_and(|(_, tool)| tool == PapTool::Join)
             || browser_tool
                 .is_some_and(|t| !matches!(t, ToolId::ProfileList | ToolId::ProfileRefresh | ToolId::ProfileRevoke));
-        let state = self.tools.health().state;
+        let health = self.tools.health();
+        if needs_browser && self.tools.recovering() {
+            // The browser exited under the host and is coming back (`start_recovery`): a
+            // retryable answer, never a second launch beside the relaunch.
+            let recovering = ToolError::new(
+                ToolErrorCode::NotReady,
+                "the browser exited and the host is relaunching it; retry shortly",
+            )
+            .retryable()
+            .with_cause(json!({ "state": health.state, "reason": health.reason, "recovering": true }));
+            return tool_error(&ToolResult::Err(recovering).to_json());
+        }
         if needs_browser
-            && matches!(state, InstanceState::Absent | InstanceState::Stopped)
+            && matches!(health.state, InstanceState::Absent | InstanceState::Stopped)
             && let Err(error) = self.tools.launch().await
         {
             return tool_error(&ToolResult::Err(error).to_json());

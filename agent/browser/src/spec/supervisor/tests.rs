@@ -213,3 +213,67 @@ fn failures_and_crash_looping_outlive_the_host_and_nothing_else_does() {
         Ok(Launch::Spawn { .. })
     ));
 }
+
+#[test]
+fn an_exit_under_a_running_instance_stops_it_with_the_reason_and_backs_off_then_leaves_it_to_the_next_call() {
+    let policy = Policy::default();
+    let mut supervisor = Supervisor::new(policy);
+    // Not running: nothing to do.
+    assert_eq!(supervisor.exited(KEY, 0, "gone"), None);
+    supervisor.launch(KEY, 0).unwrap();
+    assert_eq!(
+        supervisor.exited(KEY, 1, "gone"),
+        None,
+        "a starting instance's exit is a failed launch"
+    );
+    supervisor.probe_succeeded(KEY, 2);
+    assert_eq!(
+        supervisor.exited(KEY, 1_000, "the browser exited (signal: 9 (SIGKILL))"),
+        Some(Relaunch::After { delay: 0, exits: 1 })
+    );
+    let health = supervisor.health(KEY);
+    assert_eq!(health.state, InstanceState::Stopped);
+    assert_eq!(
+        health.reason.as_deref(),
+        Some("the browser exited (signal: 9 (SIGKILL))")
+    );
+    assert_eq!(health.checked_at, 1_000);
+    // Calls meanwhile are refused `browser:not_ready` with the state; the relaunch clears the reason.
+    assert_eq!(
+        supervisor.call(KEY, 1_001),
+        CallGate::Refuse(supervisor_not_ready("stopped"))
+    );
+    assert!(matches!(
+        supervisor.launch(KEY, 1_002),
+        Ok(Launch::Spawn { boot_id: 2 })
+    ));
+    supervisor.probe_succeeded(KEY, 1_003);
+    assert_eq!(supervisor.health(KEY).reason, None);
+    // A degraded instance exits too; the second exit in the window waits 500 ms.
+    supervisor.probe_failed(KEY, 1_004);
+    assert_eq!(
+        supervisor.exited(KEY, 2_000, "again"),
+        Some(Relaunch::After { delay: 500, exits: 2 })
+    );
+    supervisor.launch(KEY, 2_500).unwrap();
+    supervisor.probe_succeeded(KEY, 2_600);
+    // The third within the window: no relaunch by itself.
+    assert_eq!(
+        supervisor.exited(KEY, 3_000, "and again"),
+        Some(Relaunch::OnNextCall { exits: 3 })
+    );
+    assert_eq!(supervisor.health(KEY).state, InstanceState::Stopped);
+    // Past the window the count starts over.
+    supervisor.launch(KEY, 3_100).unwrap();
+    supervisor.probe_succeeded(KEY, 3_200);
+    let later = 3_000 + policy.failure_window;
+    assert_eq!(
+        supervisor.exited(KEY, later, "much later"),
+        Some(Relaunch::After { delay: 0, exits: 1 })
+    );
+}
+
+fn supervisor_not_ready(state: &str) -> ToolError {
+    ToolError::new(ToolErrorCode::NotReady, format!("the browser is {state}, not ready"))
+        .with_cause(serde_json::json!({ "state": state }))
+}
