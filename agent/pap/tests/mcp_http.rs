@@ -23,25 +23,9 @@ use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
 use support::Stage;
 use support::cli_agent::{
-    agent_and_company, host_serve, host_serve_with, mcp_call as call, mcp_device as device, pap, pap_fails, stop_host,
-    test_network,
+    agent_and_company, host_serve, host_serve_with, mcp_call as call, mcp_device as device, pair_over_http as pair, pap,
+    pap_fails, stop_host, test_network,
 };
-
-async fn pair(http: &reqwest::Client, addr: SocketAddr, state: &std::path::Path, name: &str) -> (String, String) {
-    let code = pap(state, &["pair", "--name", name]).trim().to_owned();
-    let redeem = || {
-        http.post(format!("http://{addr}/pair"))
-            .header("content-type", "application/json")
-            .body(json!({ "code": code }).to_string())
-            .send()
-    };
-    let paired: Value = serde_json::from_str(&redeem().await.unwrap().text().await.unwrap()).unwrap();
-    assert_eq!(redeem().await.unwrap().status(), 400, "a pairing code worked twice");
-    (
-        paired["deviceId"].as_str().unwrap().to_owned(),
-        paired["bearer"].as_str().unwrap().to_owned(),
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paired_devices_reach_the_browser_and_pap_through_the_guarded_http_host() {

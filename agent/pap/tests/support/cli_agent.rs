@@ -98,6 +98,31 @@ pub async fn mcp_call(client: &RunningService<RoleClient, ()>, name: &str, input
     }
 }
 
+/// Pairs a device called `name` with the host at `addr`: a one-time code from `pap-agent pair`,
+/// exchanged at `POST /pair` (and refused a second time). The device's id and bearer.
+pub async fn pair_over_http(http: &reqwest::Client, addr: SocketAddr, state: &Path, name: &str) -> (String, String) {
+    let code = pap(state, &["pair", "--name", name]).trim().to_owned();
+    let redeem = || {
+        http.post(format!("http://{addr}/pair"))
+            .header("content-type", "application/json")
+            .body(serde_json::json!({ "code": code }).to_string())
+            .send()
+    };
+    let paired: Value = serde_json::from_str(&redeem().await.unwrap().text().await.unwrap()).unwrap();
+    assert_eq!(redeem().await.unwrap().status(), 400, "a pairing code worked twice");
+    (
+        paired["deviceId"].as_str().unwrap().to_owned(),
+        paired["bearer"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// `/health` of the host at `addr`, as JSON.
+pub async fn health(http: &reqwest::Client, addr: SocketAddr) -> Value {
+    let answer = http.get(format!("http://{addr}/health")).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    serde_json::from_str(&answer.text().await.unwrap()).unwrap()
+}
+
 /// `VmRSS` of process `pid`, in KiB.
 pub fn resident_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
