@@ -1,17 +1,19 @@
 """A paired device of the agent's browser, played by the official MCP Python SDK (`mcp` from PyPI,
 pinned in mcp-requirements.txt): a client nobody on this project wrote.
 
-    python mcp_client.py http  BASE_URL PAIRING_CODE RETURN_TO
-    python mcp_client.py stdio CLIENT_CONFIG RETURN_TO
+    python mcp_client.py http  BASE_URL PAIRING_CODE
+    python mcp_client.py stdio CLIENT_CONFIG
 
 `http`: redeems PAIRING_CODE at BASE_URL/pair (AIP-59) for a bearer, then speaks streamable HTTP
 to BASE_URL/mcp with it. `stdio`: spawns the server exactly as CLIENT_CONFIG (a config
-`pap-agent install-mcp --client cursor` wrote) says. Either way it lists the tools, loads
-https://shop.example/ and takes a screenshot (MCP image content, a PNG), then joins the agent's
-PAP Session through the `pap_join` tool, landing on RETURN_TO (an operation's page), and reads
-that page. Every listed tool name must match ^[a-zA-Z0-9_-]{1,64}$ (Claude Desktop withholds the
-whole tool set when one name fails it). It prints one JSON line of what it saw (the tool names
-among it) and exits 0, or names what failed and exits 1.
+`pap-agent install-mcp --client cursor` wrote) says. Either way it lists the tools (every name
+must match ^[a-zA-Z0-9_-]{1,64}$: Claude Desktop withholds the whole tool set when one name
+fails it), loads https://shop.example/ and takes a screenshot (MCP image content, a PNG), then
+carries a Session of its own into the website: `pap_session_start`, `pap_signin_start` (it
+prints `mcp_client: approve USER_CODE` on stderr and waits: the person approves at the
+company), `pap_propose`, `pap_join` onto the operation's page; it reads the page, and its
+click on the page's confirm button must be refused (AIP-7: the person decides). It prints one
+JSON line of what it saw (the tool names among it) and exits 0, or names what failed and exits 1.
 """
 
 import asyncio
@@ -43,7 +45,7 @@ async def tool(client, name, arguments):
     return result
 
 
-async def session(client, return_to):
+async def session(client):
     listed = await client.list_tools()
     names = {t.name for t in listed.tools}
     refused = sorted(n for n in names if not MCP_NAME.fullmatch(n))
@@ -63,14 +65,36 @@ async def session(client, return_to):
     if not png.startswith(b"\x89PNG"):
         fail("the screenshot's data is not a PNG")
 
-    joined = await tool(client, "pap_join", {"domain": "shop.example", "returnTo": return_to})
+    shop = {"domain": "shop.example"}
+    await tool(client, "pap_session_start", shop)
+    signin = await tool(client, "pap_signin_start", shop)
+    print(f"mcp_client: approve {signin.structured_content['userCode']}", file=sys.stderr, flush=True)
+    for _ in range(300):
+        status = (await tool(client, "pap_signin_status", shop)).structured_content
+        if status["state"] == "signed_in":
+            break
+        if status["state"] != "pending":
+            fail(f"the sign-in did not finish: {status}")
+        await asyncio.sleep(0.2)
+    else:
+        fail("the sign-in was not approved in 60 s")
+    proposed = await tool(
+        client, "pap_propose", {**shop, "method": "POST", "path": "/api/orders/ord_7Hk2/exchanges"}
+    )
+    operation = proposed.structured_content
+    page_url = operation["url"]
+
+    joined = await tool(client, "pap_join", {**shop, "returnTo": page_url})
     landed = joined.structured_content
-    if landed["url"] != return_to or landed["status"] != 200:
+    if landed["url"] != page_url or landed["status"] != 200:
         fail(f"the join did not land on the operation page: {landed}")
     page = await tool(client, "browser_get_dom", {"target": landed["target"]})
     html = page.structured_content["html"]
     if 'value="confirm"' not in html:
         fail("the operation page has no confirm form")
+    click = await client.call_tool("browser_click", {"target": landed["target"], "selector": "button[value=confirm]"})
+    if not click.is_error or click.structured_content.get("code") != "permission_denied":
+        fail(f"a tool's click on the confirm button was not refused: {click}")
 
     refused = await client.call_tool("browser_navigate", {"url": "file:///etc/passwd"})
     if not refused.is_error or refused.structured_content.get("code") != "permission_denied":
@@ -81,12 +105,14 @@ async def session(client, return_to):
         "tools": len(names),
         "names": sorted(names),
         "screenshotBytes": len(png),
+        "operation": operation["operation_id"],
         "joined": landed["url"],
+        "confirmRefused": True,
         "pageBytes": len(html),
     }
 
 
-async def over_http(base, code, return_to):
+async def over_http(base, code):
     async with httpx2.AsyncClient() as plain:
         paired = await plain.post(f"{base}/pair", json={"code": code})
         if paired.status_code != 200:
@@ -95,23 +121,23 @@ async def over_http(base, code, return_to):
     http = create_mcp_http_client(headers={"Authorization": f"Bearer {bearer}"})
     async with http:
         async with Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client:
-            return await session(client, return_to)
+            return await session(client)
 
 
-async def over_stdio(config_path, return_to):
+async def over_stdio(config_path):
     with open(config_path) as f:
         entry = json.load(f)["mcpServers"]["pap-agent-browser"]
     server = StdioServerParameters(command=entry["command"], args=entry["args"])
     async with Client(server) as client:
-        return await session(client, return_to)
+        return await session(client)
 
 
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
-    if mode == "http" and len(sys.argv) == 5:
-        seen = asyncio.run(over_http(sys.argv[2], sys.argv[3], sys.argv[4]))
-    elif mode == "stdio" and len(sys.argv) == 4:
-        seen = asyncio.run(over_stdio(sys.argv[2], sys.argv[3]))
+    if mode == "http" and len(sys.argv) == 4:
+        seen = asyncio.run(over_http(sys.argv[2], sys.argv[3]))
+    elif mode == "stdio" and len(sys.argv) == 3:
+        seen = asyncio.run(over_stdio(sys.argv[2]))
     else:
         fail(__doc__)
     print(json.dumps({"mode": mode, **seen}))

@@ -23,8 +23,8 @@ use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
 use support::Stage;
 use support::cli_agent::{
-    agent_and_company, host_serve, host_serve_with, mcp_call as call, mcp_device as device, pair_over_http as pair, pap,
-    pap_fails, stop_host, test_network,
+    agent_and_company, host_serve, host_serve_with, mcp_call as call, mcp_device as device, pair_over_http as pair,
+    pap, pap_fails, stop_host, test_network,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,6 +85,8 @@ async fn paired_devices_reach_the_browser_and_pap_through_the_guarded_http_host(
     let health: Value = serde_json::from_str(&health.text().await.unwrap()).unwrap();
     assert_eq!(health["ok"], true, "{health}");
     assert!(health["tools"].as_u64().unwrap() >= 20, "{health}");
+    // The browser's state, as AIP-63's health() reports it (none launched yet).
+    assert_eq!(health["browser"]["state"], "absent", "{health}");
     for path in ["/health", "/mcp", "/pair"] {
         let rebinding = http
             .post(format!("{base}{path}"))
@@ -183,7 +185,15 @@ async fn paired_devices_reach_the_browser_and_pap_through_the_guarded_http_host(
     .unwrap();
     let page = operation["url"].as_str().unwrap().to_owned();
 
-    // Device B: the shop's grant is A's, so B's join is refused (C12).
+    // Device B holds no Session of A's (review N5)...
+    let none = call(&b, "pap_join", json!({"domain": "shop.example", "returnTo": page}))
+        .await
+        .unwrap_err();
+    assert_eq!(none["code"], "not_found", "{none}");
+    // ... and with one of its own, the shop's grant is A's, so B's join is refused (C12).
+    call(&b, "pap_session_start", json!({"domain": "shop.example"}))
+        .await
+        .unwrap();
     let refused = call(&b, "pap_join", json!({"domain": "shop.example", "returnTo": page}))
         .await
         .unwrap_err();

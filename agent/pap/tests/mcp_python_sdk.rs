@@ -2,9 +2,12 @@
 //! `conformance/interop/mcp-requirements.txt`), a client nobody here wrote, through
 //! `conformance/interop/mcp_client.py`: over streamable HTTP with a bearer it pairs for itself
 //! (`POST /pair` with a code from `pap-agent pair`), and over stdio as the config
-//! `pap-agent install-mcp --client cursor` wrote spawns the host. Each time it lists the tools,
-//! loads a page of our company and gets a screenshot, joins the agent's PAP Session through the
-//! `pap.join` tool landing on an operation's page, and sees `file:` refused.
+//! `pap-agent install-mcp --client cursor` wrote spawns the host. Each time it lists the tools
+//! (every name one Claude Desktop accepts; the names are printed), loads a page of our company
+//! and gets a screenshot, carries a Session of its own into the website (`pap_session_start`,
+//! `pap_signin_start` approved here by the person at the company, `pap_propose`, `pap_join`
+//! onto the operation's page), reads the page, sees its own click on the confirm button refused
+//! (AIP-7) and `file:` refused; the operation is performed 0 times.
 //!
 //! Needs `PAP_MCP_PYTHON`: a Python with that requirements file (`.ci/run` makes one). Without
 //! it this test fails, saying so: it is never skipped.
@@ -18,24 +21,67 @@ use std::path::Path;
 use std::time::Duration;
 
 use support::Stage;
-use support::cli_agent::{AGENT, agent_and_company, host_serve, pap, stop_host, test_network};
+use support::cli_agent::{agent_and_company, host_serve, pap, stop_host, test_network};
 use tokio::io::AsyncBufReadExt as _;
 
-/// Runs the Python client with `args`; the JSON line it printed.
-fn python_client(python: &str, args: &[&str]) -> serde_json::Value {
+/// Runs the Python client with `args`, approving at `company` (as the person) the sign-in it
+/// asks for; the JSON line it printed.
+async fn python_device(python: &str, args: &[&str], company: &pap_company::ReferenceCompany) -> serde_json::Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../conformance/interop/mcp_client.py");
-    let out = std::process::Command::new(python)
+    let mut child = tokio::process::Command::new(python)
         .arg(script)
         .args(args)
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
         .unwrap();
-    let said = String::from_utf8_lossy(&out.stderr);
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut said = Vec::new();
+    let finished = tokio::time::timeout(Duration::from_secs(180), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(code) = line.strip_prefix("mcp_client: approve ") {
+                company.approve_device(code.trim(), "acct_ada", None).await.unwrap();
+            }
+            said.push(line);
+        }
+        child.wait_with_output().await.unwrap()
+    })
+    .await
+    .expect("the MCP Python SDK client did not finish in 180 s");
+    let said = said.join("\n");
     assert!(
-        out.status.success(),
+        finished.status.success(),
         "the MCP Python SDK client failed ({args:?}): {said}"
     );
-    eprint!("{said}");
-    serde_json::from_slice(&out.stdout).unwrap()
+    eprintln!("{said}");
+    serde_json::from_slice(&finished.stdout).unwrap()
+}
+
+/// What every run must show: MCP-safe names, a join onto the operation page, the tool's
+/// confirm refused and the operation never performed by it.
+async fn check(seen: &serde_json::Value, company: &pap_company::ReferenceCompany) {
+    let names: Vec<&str> = seen["names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    eprintln!("the tools the SDK listed: {}", names.join(", "));
+    assert!(names.iter().all(|n| pap_browser::spec::is_mcp_name(n)), "{names:?}");
+    assert!(
+        names.contains(&"pap_join") && names.contains(&"browser_navigate"),
+        "{names:?}"
+    );
+    assert!(seen["screenshotBytes"].as_u64().unwrap() > 1000, "{seen}");
+    assert_eq!(seen["confirmRefused"], true, "{seen}");
+    let operation = seen["operation"].as_str().unwrap();
+    assert!(seen["joined"].as_str().unwrap().ends_with(operation), "{seen}");
+    assert_eq!(
+        company.performed(operation).await.unwrap().unwrap_or(0),
+        0,
+        "a tool performed it"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -58,49 +104,14 @@ async fn the_official_python_sdk_drives_our_hosts_over_http_and_stdio() {
         pap(&state, &args.iter().map(String::as_str).collect::<Vec<_>>())
     };
 
-    // The operator: a signed-in Session (the person approves the sign-in at the company), an
-    // operation proposed on it, and the shop granted to the agent's browser.
-    run(&["session", "shop.example"]);
-    let mut signin = tokio::process::Command::new(AGENT)
-        .args(["--state-dir", state.to_str().unwrap()])
-        .args(with_network(&["signin", "shop.example"]))
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(signin.stderr.take().unwrap()).lines();
-    let code = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some((_, code)) = line.split_once("approve the code ") {
-                return code.trim().to_owned();
-            }
-        }
-        panic!("signin ended before it showed a code");
-    })
-    .await
-    .unwrap();
-    company.approve_device(&code, "acct_ada", None).await.unwrap();
-    let signed = tokio::time::timeout(Duration::from_secs(60), signin.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(signed.success(), "signin failed");
-    let operation: serde_json::Value = serde_json::from_str(&run(&[
-        "propose",
-        "shop.example",
-        "POST",
-        "/api/orders/ord_7Hk2/exchanges",
-    ]))
-    .unwrap();
-    let page = operation["url"].as_str().unwrap().to_owned();
+    // The operator grants the shop to the agent's browser (every device may join it).
     run(&["consent", "grant", "--domain", "shop.example"]);
 
     // Streamable HTTP: the client pairs with a one-time code, then speaks MCP with its bearer.
     let (host, addr) = host_serve(&state, &network).await;
     let code = pap(&state, &["pair", "--name", "python-sdk"]).trim().to_owned();
-    let seen = python_client(&python, &["http", &format!("http://{addr}"), &code, &page]);
-    assert_eq!(seen["joined"], page.as_str(), "{seen}");
-    assert!(seen["screenshotBytes"].as_u64().unwrap() > 1000, "{seen}");
+    let seen = python_device(&python, &["http", &format!("http://{addr}"), &code], &company).await;
+    check(&seen, &company).await;
     stop_host(host, &state).await;
 
     // Stdio: the host spawned as install-mcp configured the client.
@@ -112,8 +123,8 @@ async fn the_official_python_sdk_drives_our_hosts_over_http_and_stdio() {
         "--config",
         config.to_str().unwrap(),
     ]);
-    let seen = python_client(&python, &["stdio", config.to_str().unwrap(), &page]);
-    assert_eq!(seen["joined"], page.as_str(), "{seen}");
+    let seen = python_device(&python, &["stdio", config.to_str().unwrap()], &company).await;
+    check(&seen, &company).await;
     let left = pap_browser::chromium::browsers_of(&pap_browser::chromium::ProcTable, &state).unwrap();
     assert!(left.is_empty(), "the stdio host left its browser running: {left:?}");
 

@@ -62,14 +62,24 @@ async fn a_browser_killed_under_the_host_is_noticed_and_comes_back_with_the_devi
     let has_cookie = |target: Value| {
         let client = &client;
         async move {
-            let read = call(client, "browser_evaluate", json!({"target": target, "expression": "document.cookie"}))
-                .await
-                .unwrap();
-            read["value"].as_str().unwrap_or_default().contains(&format!("{COOKIE}="))
+            let read = call(
+                client,
+                "browser_evaluate",
+                json!({"target": target, "expression": "document.cookie"}),
+            )
+            .await
+            .unwrap();
+            read["value"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(&format!("{COOKIE}="))
         }
     };
     let tab = open().await.unwrap();
-    assert!(has_cookie(tab["target"].clone()).await, "the grant's cookie before any kill");
+    assert!(
+        has_cookie(tab["target"].clone()).await,
+        "the grant's cookie before any kill"
+    );
 
     let mut noticed = Vec::new();
     let mut recovered = Vec::new();
@@ -97,7 +107,10 @@ async fn a_browser_killed_under_the_host_is_noticed_and_comes_back_with_the_devi
             if browser["state"] != "healthy" || browser["bootId"].as_u64() != Some(boot) {
                 break now;
             }
-            assert!(Instant::now() < deadline, "round {round}: the exit was not noticed in 2 s: {now}");
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: the exit was not noticed in 2 s: {now}"
+            );
         };
         noticed.push(killed.elapsed());
         if seen["browser"]["state"] == "stopped" {
@@ -118,12 +131,17 @@ async fn a_browser_killed_under_the_host_is_noticed_and_comes_back_with_the_devi
                     );
                 }
             }
-            assert!(Instant::now() < deadline, "round {round}: no successful call 10 s after the kill");
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: no successful call 10 s after the kill"
+            );
             ticks.tick().await;
         };
         recovered.push(killed.elapsed());
 
-        let stale = call(&client, "browser_get_dom", json!({"target": tab["target"]})).await.unwrap_err();
+        let stale = call(&client, "browser_get_dom", json!({"target": tab["target"]}))
+            .await
+            .unwrap_err();
         assert_eq!(stale["code"], "browser:target_gone", "round {round}: {stale}");
         assert!(
             has_cookie(fresh["target"].clone()).await,
@@ -141,9 +159,15 @@ async fn a_browser_killed_under_the_host_is_noticed_and_comes_back_with_the_devi
         "kill-and-recover over 5 rounds: noticed (median) {:.0} ms, first successful call (median) {:.0} ms; each: {:?}",
         ms(median(&mut noticed)),
         ms(median(&mut recovered)),
-        recovered.iter().map(|d| format!("{:.0} ms", ms(*d))).collect::<Vec<_>>(),
+        recovered
+            .iter()
+            .map(|d| format!("{:.0} ms", ms(*d)))
+            .collect::<Vec<_>>(),
     );
-    assert!(median(&mut recovered) < Duration::from_secs(5), "the median recovery is over 5 s");
+    assert!(
+        median(&mut recovered) < Duration::from_secs(5),
+        "the median recovery is over 5 s"
+    );
 
     drop(client);
     stop_host(host, &state).await;
