@@ -13,12 +13,24 @@
 //!                then MCP (rmcp's streamable HTTP service), as that device
 //! ```
 //!
-//! Bounds ([`Limits`]): connections (the next waits in the kernel's queue), the time a
-//! connection may take to send a request's headers, a request body cap (413), requests in
-//! flight and live MCP sessions (503 with `Retry-After`). No request timeout: an MCP response
-//! may be a long-lived event stream (rmcp pings it every 15 s and ends idle sessions after
-//! 5 min). Binding anything but loopback is the operator's explicit choice
-//! ([`Exposure::check`]), and pairing stays required.
+//! Bounds ([`Limits`]), so that strangers cannot hold what paired devices need (review N4):
+//!
+//! - **connections**: at most `max_connections`; when all are taken, a new one makes room by
+//!   ending the oldest connection that has not yet carried a paired device's request (a slow or
+//!   silent stranger's), so a device's new connection is served while strangers fill the rest;
+//!   headers within `header_read_timeout`, which is also the idle limit between requests;
+//! - **no keep-alive for strangers**: every answer that did not authenticate a device (`/health`,
+//!   `/pair`, a 401 or 403) closes its connection, so idle keep-alives cannot be held by
+//!   periodic requests;
+//! - **bodies** are read within `body_read_timeout` and capped (413);
+//! - **requests in flight**: strangers' (`/health`, `/pair`) within `max_stranger_in_flight`,
+//!   devices' within `max_in_flight`, taken only after the bearer is checked (503 with
+//!   `Retry-After`);
+//! - **MCP sessions**: `max_sessions` in all and `max_sessions_per_device` per device (503).
+//!
+//! No request timeout: an MCP response may be a long-lived event stream (rmcp pings it every
+//! 15 s and ends idle sessions after 5 min). Binding anything but loopback is the operator's
+//! explicit choice ([`Exposure::check`]), and pairing stays required.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -177,6 +189,12 @@ pub struct Limits {
     /// Longest a connection may take to send a request's headers once the host waits for them
     /// (the first request's or the next one's, so also how long an idle keep-alive lasts).
     pub header_read_timeout: std::time::Duration,
+    /// Longest a request's body may take to arrive (`/pair`, `/mcp`).
+    pub body_read_timeout: std::time::Duration,
+    /// Most strangers' requests (`/health`, `/pair`) in flight at once, apart from devices'.
+    pub max_stranger_in_flight: usize,
+    /// Most live MCP sessions one device holds.
+    pub max_sessions_per_device: usize,
 }
 
 impl Default for Limits {
@@ -187,6 +205,9 @@ impl Default for Limits {
             max_sessions: 32,
             max_connections: 256,
             header_read_timeout: std::time::Duration::from_secs(10),
+            body_read_timeout: std::time::Duration::from_secs(5),
+            max_stranger_in_flight: 16,
+            max_sessions_per_device: 4,
         }
     }
 }
@@ -199,9 +220,19 @@ struct Host {
     in_flight: Arc<Semaphore>,
     sessions: Arc<LocalSessionManager>,
     max_sessions: usize,
+    /// Strangers' requests in flight (`/health`, `/pair`), apart from devices'.
+    strangers: Arc<Semaphore>,
+    max_sessions_per_device: usize,
+    /// The MCP sessions each device opened (ids), to cap them per device.
+    sessions_of: Arc<Mutex<std::collections::HashMap<String, Vec<String>>>>,
     /// The devices that made a request, so a revoked one's tabs and contexts end (C13).
     seen: Arc<Mutex<HashSet<String>>>,
 }
+
+/// Set on a connection once it carried a paired device's request: a full host never ends it to
+/// make room ([`serve`]).
+#[derive(Clone, Debug, Default)]
+pub struct Proven(Arc<std::sync::atomic::AtomicBool>);
 
 /// The host's routes: `/health`, `/pair` and `/mcp` (serving `server`, made with
 /// [`BrowserServer::per_request`]), every one behind the Host/Origin guard.
@@ -222,14 +253,20 @@ pub fn router(server: BrowserServer, devices: Devices, guard: Guard, limits: Lim
         in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
         sessions,
         max_sessions: limits.max_sessions,
+        strangers: Arc::new(Semaphore::new(limits.max_stranger_in_flight)),
+        max_sessions_per_device: limits.max_sessions_per_device,
+        sessions_of: Arc::default(),
         seen: Arc::default(),
     };
     let guarded_mcp = Router::new()
         .nest_service("/mcp", mcp)
         .layer(axum::middleware::from_fn_with_state(host.clone(), paired));
-    Router::new()
+    let for_strangers = Router::new()
         .route("/health", axum::routing::get(health))
         .route("/pair", axum::routing::post(pair).layer(DefaultBodyLimit::max(1024)))
+        .layer(axum::middleware::from_fn_with_state(host.clone(), stranger));
+    Router::new()
+        .merge(for_strangers)
         .merge(guarded_mcp)
         .layer(axum::middleware::from_fn_with_state(host.clone(), guarded))
         .with_state(host)
@@ -237,7 +274,9 @@ pub fn router(server: BrowserServer, devices: Devices, guard: Guard, limits: Lim
 
 /// Serves `app` on `listener` (plain TCP, or [`crate::TlsListener`], whose handshakes are
 /// bounded on their own) until `shutdown` completes: at most `limits.max_connections` at once,
-/// each in its own task, HTTP/1.1, headers within `limits.header_read_timeout`.
+/// each in its own task, HTTP/1.1, headers within `limits.header_read_timeout`. When every
+/// slot is taken, the oldest connection that never carried a paired device's request is ended
+/// to make room ([`Proven`]); with none such, the next connection waits for a slot.
 pub async fn serve<L>(mut listener: L, app: Router, limits: Limits, shutdown: impl std::future::Future<Output = ()>)
 where
     L: axum::serve::Listener,
@@ -245,25 +284,44 @@ where
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     use hyper_util::server::conn::auto;
     use hyper_util::service::TowerToHyperService;
+    use tower::ServiceExt as _;
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let open: Arc<Mutex<std::collections::VecDeque<Open>>> = Arc::default();
+    let mut next_id = 0_u64;
     tokio::pin!(shutdown);
     loop {
-        let slot = tokio::select! {
-            () = &mut shutdown => return,
-            slot = slots.clone().acquire_owned() => match slot {
-                Ok(slot) => slot,
-                // The semaphore is never closed.
-                Err(_) => return,
-            },
-        };
         // The listener retries a failed `accept` itself (axum's: resting a second after one
         // that is not a single connection's).
         let (io, _) = tokio::select! {
             () = &mut shutdown => return,
             accepted = listener.accept() => accepted,
         };
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                make_room(&open);
+                tokio::select! {
+                    () = &mut shutdown => return,
+                    slot = slots.clone().acquire_owned() => match slot {
+                        Ok(slot) => slot,
+                        // The semaphore is never closed.
+                        Err(_) => return,
+                    },
+                }
+            }
+        };
+        next_id += 1;
+        let id = next_id;
+        let proven = Proven::default();
         let app = app.clone();
-        tokio::spawn(async move {
+        let tag = proven.clone();
+        let service = tower::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+            let mut request = request.map(|body| DeadlineBody::new(body, limits.body_read_timeout));
+            request.extensions_mut().insert(tag.clone());
+            app.clone().oneshot(request)
+        });
+        let registry = open.clone();
+        let task = tokio::spawn(async move {
             let _slot = slot;
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder
@@ -273,54 +331,166 @@ where
             // HTTP/1.1 only: detecting HTTP/2 prior knowledge would wait for a silent client's
             // first bytes with no timeout at all (MCP clients speak HTTP/1.1 to an http: URL).
             let builder = builder.http1_only();
-            let connection = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(app));
+            let connection = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "connection ended with an error");
             }
+            lock(&registry).retain(|o| o.id != id);
+        });
+        lock(&open).push_back(Open {
+            id,
+            proven,
+            task: task.abort_handle(),
         });
     }
 }
 
-/// The Host/Origin guard and the in-flight cap, in front of every route.
+/// A request body that must arrive whole before its deadline: a total deadline, not one per
+/// frame, so a client that trickles a byte at a time is cut off all the same (review N4).
+struct DeadlineBody<B> {
+    body: std::pin::Pin<Box<B>>,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<B> DeadlineBody<B> {
+    fn new(body: B, within: std::time::Duration) -> Self {
+        Self {
+            body: Box::pin(body),
+            deadline: Box::pin(tokio::time::sleep(within)),
+        }
+    }
+}
+
+impl<B> hyper::body::Body for DeadlineBody<B>
+where
+    B: hyper::body::Body,
+    B::Error: Into<axum::BoxError>,
+{
+    type Data = B::Data;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        if let std::task::Poll::Ready(frame) = this.body.as_mut().poll_frame(cx) {
+            return std::task::Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        match this.deadline.as_mut().poll(cx) {
+            std::task::Poll::Ready(()) => {
+                std::task::Poll::Ready(Some(Err("the request body did not arrive in time".into())))
+            }
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A connection being served.
+struct Open {
+    id: u64,
+    proven: Proven,
+    task: tokio::task::AbortHandle,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every critical section is one collection operation.
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Ends the oldest open connection that never carried a paired device's request; its slot is
+/// free once its task has ended (at its next await).
+fn make_room(open: &Mutex<std::collections::VecDeque<Open>>) {
+    let mut open = lock(open);
+    let oldest = open
+        .iter()
+        .position(|o| !o.proven.0.load(std::sync::atomic::Ordering::SeqCst));
+    if let Some(oldest) = oldest.and_then(|at| open.remove(at)) {
+        oldest.task.abort();
+    }
+}
+
+/// The Host/Origin guard, in front of every route.
 async fn guarded(State(host): State<Host>, request: Request, next: Next) -> Response {
     if let Some(why) = host.guard.refuses(&request) {
-        return (
-            StatusCode::FORBIDDEN,
-            axum::Json(json!({ "error": "forbidden", "message": why })),
-        )
-            .into_response();
+        return closing(
+            (
+                StatusCode::FORBIDDEN,
+                axum::Json(json!({ "error": "forbidden", "message": why })),
+            )
+                .into_response(),
+        );
     }
-    let Ok(_slot) = host.in_flight.clone().try_acquire_owned() else {
-        return busy("too many requests in flight");
-    };
     next.run(request).await
 }
 
+/// The strangers' routes (`/health`, `/pair`): their own in-flight budget, and no keep-alive.
+async fn stranger(State(host): State<Host>, request: Request, next: Next) -> Response {
+    let Ok(_slot) = host.strangers.clone().try_acquire_owned() else {
+        return closing(busy("too many requests in flight"));
+    };
+    closing(next.run(request).await)
+}
+
+/// `response`, closing its connection after it (HTTP/1.1 `Connection: close`).
+fn closing(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
 /// `/mcp` for paired devices only: the bearer is checked against the devices file now (a
-/// revoked device is refused on its next request), and the device rides the request to the
-/// tools ([`BrowserServer`] reads it).
+/// revoked device is refused on its next request), then the devices' in-flight budget and
+/// session caps apply, and the device rides the request to the tools ([`BrowserServer`] reads
+/// it). The connection is marked [`Proven`].
 async fn paired(State(host): State<Host>, mut request: Request, next: Next) -> Response {
     let paired = match host.devices.load() {
         Ok(paired) => paired,
         Err(error) => {
             // Fail closed: no device is known when the file cannot be read.
             tracing::error!(%error, "the devices file");
-            return busy("the host cannot check devices now");
+            return closing(busy("the host cannot check devices now"));
         }
     };
     end_unpaired(&host, &paired);
     let device = bearer(request.headers()).and_then(|b| paired.authenticate(&b));
     let Some(device) = device else {
-        return (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, REALM)],
-            axum::Json(json!({ "error": "unauthorized" })),
-        )
-            .into_response();
+        return closing(
+            (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, REALM)],
+                axum::Json(json!({ "error": "unauthorized" })),
+            )
+                .into_response(),
+        );
+    };
+    if let Some(proven) = request.extensions().get::<Proven>() {
+        proven.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    let Ok(_slot) = host.in_flight.clone().try_acquire_owned() else {
+        return busy("too many requests in flight");
     };
     let opens_session = request.method() == http::Method::POST && !request.headers().contains_key("mcp-session-id");
-    if opens_session && host.sessions.sessions.read().await.len() >= host.max_sessions {
-        return busy("too many MCP sessions are open");
+    if opens_session {
+        let live = host.sessions.sessions.read().await;
+        if live.len() >= host.max_sessions {
+            return busy("too many MCP sessions are open");
+        }
+        let mut of = lock(&host.sessions_of);
+        let mine = of.entry(device.id.clone()).or_default();
+        mine.retain(|id| live.keys().any(|live| live.as_ref() == id.as_str()));
+        if mine.len() >= host.max_sessions_per_device {
+            return busy("this device has too many MCP sessions open");
+        }
     }
     host.seen
         .lock()
@@ -330,8 +500,13 @@ async fn paired(State(host): State<Host>, mut request: Request, next: Next) -> R
         // Only `devices list`'s lastSeen is stale then; the request goes on.
         tracing::warn!(%error, "recording when the device was last seen");
     }
+    let id = device.id.clone();
     request.extensions_mut().insert(AgentCaller::paired(device.id));
-    next.run(request).await
+    let response = next.run(request).await;
+    if opens_session && let Some(session) = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()) {
+        lock(&host.sessions_of).entry(id).or_default().push(session.to_owned());
+    }
+    response
 }
 
 /// Ends the tabs and contexts of devices seen here that are no longer paired (C13).
@@ -506,30 +681,47 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn requests_past_the_in_flight_cap_are_told_to_come_back() {
-        let (app, _, state) = host(
+    async fn strangers_and_devices_have_their_own_in_flight_budgets_and_strangers_no_keep_alive() {
+        let (app, bearer, state) = host(
             "in-flight",
             Limits {
                 max_body: 1024,
                 max_in_flight: 0,
+                max_stranger_in_flight: 0,
                 max_sessions: 1,
                 ..Limits::default()
             },
         );
-        let request = http::Request::get("/health")
-            .header(header::HOST, format!("localhost:{PORT}"))
-            .body(axum::body::Body::empty())
-            .unwrap();
-        let busy = app.oneshot(request).await.unwrap();
+        let health = || {
+            http::Request::get("/health")
+                .header(header::HOST, format!("localhost:{PORT}"))
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        let busy = app.clone().oneshot(health()).await.unwrap();
         assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(busy.headers()[header::RETRY_AFTER], "1");
+        assert_eq!(busy.headers()[header::CONNECTION], "close");
+        // A device's budget is its own: spent here, so its request is told to come back...
+        let device = app.clone().oneshot(post("/mcp", &bearer, initialize())).await.unwrap();
+        assert_eq!(device.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // ... and a stranger's 401 is not taken from it, and closes its connection.
+        let stranger = app.oneshot(post("/mcp", "papdev_guessed", initialize())).await.unwrap();
+        assert_eq!(stranger.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(stranger.headers()[header::CONNECTION], "close");
+
+        let (app, _, _) = host("in-flight-open", Limits::default());
+        let open = app.oneshot(health()).await.unwrap();
+        assert_eq!(open.status(), StatusCode::OK);
+        assert_eq!(open.headers()[header::CONNECTION], "close", "a stranger's keep-alive");
         let _ = std::fs::remove_dir_all(&state);
     }
 
     /// A client that opens a connection and sends nothing is cut off once the header timeout
-    /// passes, and past the connection cap the next client waits until a slot frees.
+    /// passes; when every slot is taken, a new connection ends the oldest one that never
+    /// carried a device's request, never a device's.
     #[tokio::test]
-    async fn silent_connections_are_cut_off_and_capped() {
+    async fn silent_strangers_are_cut_off_and_make_room_but_a_devices_connection_stays() {
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
         let limits = Limits {
             max_body: 2048,
@@ -537,41 +729,105 @@ mod tests {
             header_read_timeout: std::time::Duration::from_millis(300),
             ..Limits::default()
         };
-        let (app, _, state) = host("silent", limits);
+        let (app, bearer, state) = host("silent", limits);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(serve(listener, app, limits, std::future::pending()));
+        let deadline = std::time::Duration::from_secs(10);
 
+        // A silent stranger is cut off after the header timeout.
         let started = tokio::time::Instant::now();
-        let mut silent = vec![
-            tokio::net::TcpStream::connect(addr).await.unwrap(),
-            tokio::net::TcpStream::connect(addr).await.unwrap(),
-        ];
+        let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(deadline, silent.read(&mut byte)).await.unwrap();
+        assert!(matches!(read, Ok(0) | Err(_)), "a silent connection was answered");
+        assert!(started.elapsed() >= limits.header_read_timeout);
+
+        // A device's keep-alive connection, then a silent stranger: both slots taken.
+        let mut device = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{PORT}\r\nAuthorization: Bearer {bearer}\r\n\
+             Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+             Content-Length: 2\r\n\r\n{{}}"
+        );
+        device.write_all(request.as_bytes()).await.unwrap();
+        let mut head = [0u8; 12];
+        tokio::time::timeout(deadline, device.read_exact(&mut head))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut stranger = tokio::net::TcpStream::connect(addr).await.unwrap();
+        // A third connection is served at once: the stranger made room, not the device.
+        let started = tokio::time::Instant::now();
         let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
         third
-            .write_all(
-                format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1:{PORT}\r\nConnection: close\r\n\r\n").as_bytes(),
-            )
+            .write_all(format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1:{PORT}\r\n\r\n").as_bytes())
             .await
             .unwrap();
-        let deadline = std::time::Duration::from_secs(10);
-        let mut cut = Vec::new();
-        for stream in &mut silent {
-            let mut byte = [0u8; 1];
-            let read = tokio::time::timeout(deadline, stream.read(&mut byte)).await.unwrap();
-            assert!(matches!(read, Ok(0) | Err(_)), "a silent connection was answered");
-            cut.push(started.elapsed());
-        }
         let mut answer = String::new();
         tokio::time::timeout(deadline, third.read_to_string(&mut answer))
             .await
             .unwrap()
             .unwrap();
-        let answered = started.elapsed();
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-        assert!(cut.iter().all(|at| *at >= limits.header_read_timeout), "{cut:?}");
-        // The third connection waited in the queue until a silent one was cut off.
-        assert!(answered >= limits.header_read_timeout, "answered after {answered:?}");
+        assert!(
+            started.elapsed() < limits.header_read_timeout,
+            "the third waited {:?}",
+            started.elapsed()
+        );
+        let read = tokio::time::timeout(deadline, stranger.read(&mut byte)).await.unwrap();
+        assert!(matches!(read, Ok(0) | Err(_)), "the silent stranger was kept");
+        // The device's connection is still open: its next request is answered.
+        let mut rest = vec![0u8; 4096];
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(100), device.read(&mut rest)).await;
+        device.write_all(request.as_bytes()).await.unwrap();
+        tokio::time::timeout(deadline, device.read_exact(&mut head))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(head.starts_with(b"HTTP/1.1"), "{}", String::from_utf8_lossy(&head));
+        let _ = std::fs::remove_dir_all(&state);
+    }
+
+    /// A body that trickles in is cut off at the body deadline, whatever it sends meanwhile.
+    #[tokio::test]
+    async fn a_trickling_body_is_cut_off_at_its_deadline() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let limits = Limits {
+            body_read_timeout: std::time::Duration::from_millis(400),
+            ..Limits::default()
+        };
+        let (app, _, state) = host("trickle", limits);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve(listener, app, limits, std::future::pending()));
+        let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let started = tokio::time::Instant::now();
+        slow.write_all(
+            format!("POST /pair HTTP/1.1\r\nHost: 127.0.0.1:{PORT}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let trickle = async {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                if slow.write_all(b" ").await.is_err() {
+                    return;
+                }
+            }
+        };
+        let mut answer = Vec::new();
+        tokio::select! {
+            () = trickle => {}
+            () = tokio::time::sleep(std::time::Duration::from_secs(10)) => panic!("the trickling body was not cut off"),
+        }
+        let _ = slow.read_to_end(&mut answer).await;
+        assert!(started.elapsed() >= limits.body_read_timeout);
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
         let _ = std::fs::remove_dir_all(&state);
     }
 }
