@@ -362,3 +362,34 @@ async fn each_device_holds_its_own_sessions_and_unpairing_signs_them_out() {
     w.tools.stop(true).await.unwrap();
     let _ = std::fs::remove_dir_all(&w.stage.work);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_is_held_to_its_tabs_and_its_rate_and_no_other_device_notices() {
+    let w = world("mcp-limits").await;
+    let (c, d) = (AgentCaller::paired("dev_C"), AgentCaller::paired("dev_D"));
+    let open = json!({"action": "open"});
+    for _ in 0..pap_browser::tools::MAX_TABS_PER_DEVICE {
+        call(&w.server, &c, "browser_tabs", open.clone()).await.unwrap();
+    }
+    let refused = call(&w.server, &c, "browser_tabs", open.clone()).await.unwrap_err();
+    assert_eq!(refused["code"], "permission_denied", "{refused}");
+    assert_eq!(refused["cause"]["rule"], "tabs-per-device", "{refused}");
+    call(&w.server, &d, "browser_tabs", open).await.unwrap();
+
+    // A burst past the rate limit: refused at once, retryable, saying when; D is not slowed.
+    let mut limited = None;
+    for _ in 0..=(pap_agent::mcp::rate::BURST as usize) {
+        if let Err(error) = call(&w.server, &c, "browser_tabs", json!({})).await {
+            limited = Some(error);
+            break;
+        }
+    }
+    let limited = limited.expect("no call was rate limited");
+    assert_eq!(limited["code"], "rate_limited", "{limited}");
+    assert_eq!(limited["retryable"], true, "{limited}");
+    assert!(limited["cause"]["retryAfterMs"].as_u64().unwrap() >= 1, "{limited}");
+    call(&w.server, &d, "browser_tabs", json!({})).await.unwrap();
+
+    w.tools.stop(true).await.unwrap();
+    let _ = std::fs::remove_dir_all(&w.stage.work);
+}

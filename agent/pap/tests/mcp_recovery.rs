@@ -120,6 +120,7 @@ async fn a_browser_killed_under_the_host_is_noticed_and_comes_back_with_the_devi
 
         // Calls until one succeeds; each failure meanwhile is a retryable not-ready answer.
         let deadline = killed + Duration::from_secs(10);
+        let mut retry = tokio::time::interval(Duration::from_millis(100));
         let fresh = loop {
             match open().await {
                 Ok(fresh) => break fresh,

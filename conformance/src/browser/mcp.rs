@@ -124,7 +124,33 @@ impl ToolsUnderTest for McpHost {
         })
     }
 
+    /// A `rate_limited` answer is waited out (its `retryAfterMs`, a few times at most), as a
+    /// well-behaved client does: the suite's polling hooks ask faster than a host's limit.
     async fn call(&self, tool: &str, input: Value) -> ToolResult {
+        let mut tries = 0;
+        loop {
+            let result = self.call_once(tool, input.clone()).await;
+            let wait = match &result {
+                ToolResult::Err(error) if error.code == ToolErrorCode::RateLimited && tries < RATE_LIMITED_TRIES => {
+                    error
+                        .cause
+                        .as_ref()
+                        .and_then(|c| c["retryAfterMs"].as_u64())
+                        .unwrap_or(100)
+                }
+                _ => return result,
+            };
+            tries += 1;
+            tokio::time::sleep(Duration::from_millis(wait.min(1_000))).await;
+        }
+    }
+}
+
+/// How often one call waits out a `rate_limited` answer before it reports it.
+const RATE_LIMITED_TRIES: u32 = 20;
+
+impl McpHost {
+    async fn call_once(&self, tool: &str, input: Value) -> ToolResult {
         let Value::Object(arguments) = input else {
             return ToolResult::Err(ToolError::new(ToolErrorCode::InputInvalid, "arguments are an object"));
         };

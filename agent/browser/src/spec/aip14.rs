@@ -39,6 +39,9 @@ pub enum ToolErrorCode {
     /// The call took too long.
     #[serde(rename = "timeout")]
     Timeout,
+    /// The caller called this tool too often; `cause.retryAfterMs` says when to try again.
+    #[serde(rename = "rate_limited")]
+    RateLimited,
     /// Something failed inside the host or provider.
     #[serde(rename = "internal")]
     Internal,
@@ -58,13 +61,14 @@ impl ToolErrorCode {
             Self::NotFound => "not_found",
             Self::PermissionDenied => "permission_denied",
             Self::Timeout => "timeout",
+            Self::RateLimited => "rate_limited",
             Self::Internal => "internal",
         }
     }
 
     /// Whether a caller may retry the same call later.
     pub fn retryable(self) -> bool {
-        matches!(self, Self::Starting | Self::Timeout)
+        matches!(self, Self::Starting | Self::Timeout | Self::RateLimited)
     }
 }
 

@@ -66,6 +66,10 @@ struct Target {
     requests: Arc<std::sync::Mutex<Vec<Value>>>,
 }
 
+/// Tabs one paired device may hold open at once (review N10: a renderer each). Its browser
+/// contexts are bounded by the operator's grants (one per grant it may use, and a bare one).
+pub const MAX_TABS_PER_DEVICE: usize = 16;
+
 /// Serves the tools of one Chromium instance, as its manifest declares them.
 pub struct ToolHost {
     manifest: BrowserManifest,
@@ -448,6 +452,22 @@ impl ToolHost {
             .count();
         if open >= 1 {
             self.option_gate(ToolId::Tabs, Capability::MultiTarget)?;
+        }
+        if let Some(device) = caller.device_id() {
+            let of_device = self
+                .targets
+                .lock()
+                .await
+                .values()
+                .filter(|t| t.boot_id == boot_id && t.owner.as_deref() == Some(device))
+                .count();
+            if of_device >= MAX_TABS_PER_DEVICE {
+                return Err(ToolError::new(
+                    ToolErrorCode::PermissionDenied,
+                    format!("this device has {MAX_TABS_PER_DEVICE} tabs open, the most one device may: close one first (browser.tabs)"),
+                )
+                .with_cause(json!({ "rule": "tabs-per-device", "max": MAX_TABS_PER_DEVICE })));
+            }
         }
         let browser = self.browser().await?;
         let jar = self.jar_for(caller, url)?;

@@ -18,6 +18,7 @@
 pub mod http;
 pub mod install;
 pub mod pap;
+pub mod rate;
 
 use std::sync::Arc;
 
@@ -40,6 +41,8 @@ use crate::pairing::{Bearer, Devices};
 pub struct BrowserServer {
     tools: Arc<ToolHost>,
     callers: Callers,
+    /// Calls per device and tool ([`rate`]).
+    rate: rate::RateLimit,
     /// The PAP steps as tools, when the host serves them ([`pap`]).
     pap: Option<Arc<PapTools>>,
 }
@@ -67,6 +70,7 @@ impl BrowserServer {
                 bearer: Arc::new(bearer),
                 id: device_id,
             },
+            rate: rate::RateLimit::default(),
             pap: None,
         }
     }
@@ -77,6 +81,7 @@ impl BrowserServer {
         Self {
             tools,
             callers: Callers::PerRequest,
+            rate: rate::RateLimit::default(),
             pap: None,
         }
     }
@@ -151,6 +156,22 @@ impl BrowserServer {
                 "no tool here has that name (tools/list names them: browser_navigate, pap_join, ...)",
             );
             return tool_error(&ToolResult::Err(unknown).to_json());
+        }
+        if let Err(wait) = self
+            .rate
+            .check(caller.device_id().unwrap_or("local"), name, tokio::time::Instant::now())
+        {
+            let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
+            let limited = ToolError::new(
+                ToolErrorCode::RateLimited,
+                format!(
+                    "this device called {name} too often (at most {} a second, {} at once); retry in {millis} ms",
+                    rate::PER_SECOND,
+                    rate::BURST
+                ),
+            )
+            .with_cause(json!({ "retryAfterMs": millis }));
+            return tool_error(&ToolResult::Err(limited).to_json());
         }
         let needs_browser = pap.is_some_and(|(_, tool)| tool == PapTool::Join)
             || browser_tool
