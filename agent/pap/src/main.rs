@@ -93,7 +93,7 @@ enum Command {
     /// the device it configured before.
     #[command(after_help = "Example:\n  pap-agent install-mcp --client cursor")]
     InstallMcp {
-        /// The client: claude-desktop, cursor or vscode.
+        /// The client: claude-code, claude-desktop, cursor or vscode.
         #[arg(long)]
         client: pap_agent::mcp::install::Client,
         /// Its MCP config file, when not where the client keeps it by default.

@@ -559,4 +559,37 @@ mod tests {
         std::fs::write(dir.path().join("devices.json"), b"{not json").unwrap();
         assert!(devices.authenticate(&Bearer::presented("papdev_x")).is_err());
     }
+
+    #[test]
+    fn a_device_is_named_by_id_or_by_a_name_only_one_bears_and_its_last_seen_kept_to_the_minute() {
+        let (dir, devices) = devices();
+        let (phone, _) = devices.mint("phone", "code", &At(1_000), &SystemRng).unwrap();
+        let (laptop, _) = devices.mint("laptop", "code", &At(1_000), &SystemRng).unwrap();
+        let (_, _) = devices.mint("laptop", "install", &At(1_000), &SystemRng).unwrap();
+        assert_eq!(devices.resolve(&phone.id).unwrap(), phone.id);
+        assert_eq!(devices.resolve("phone").unwrap(), phone.id);
+        assert!(matches!(devices.resolve("laptop"), Err(ResolveError::Ambiguous { ids, .. }) if ids.len() == 2));
+        assert!(matches!(devices.resolve("tablet"), Err(ResolveError::None(_))));
+        assert!(
+            devices.resolve(&laptop.id).is_ok(),
+            "an id resolves even when its name is shared"
+        );
+
+        // lastSeen: written when stale, not again within the minute.
+        assert_eq!(phone.last_seen, None);
+        devices.seen(&phone, UnixTime::from_secs(2_000)).unwrap();
+        let listed = |id: &str| devices.list().unwrap().into_iter().find(|d| d.id == id).unwrap();
+        let seen = listed(&phone.id);
+        assert_eq!(seen.last_seen, Some(UnixTime::from_secs(2_000)));
+        devices.seen(&seen, UnixTime::from_secs(2_030)).unwrap();
+        assert_eq!(listed(&phone.id).last_seen, Some(UnixTime::from_secs(2_000)));
+        devices.seen(&seen, UnixTime::from_secs(2_060)).unwrap();
+        assert_eq!(listed(&phone.id).last_seen, Some(UnixTime::from_secs(2_060)));
+        let shown = serde_json::to_value(listed(&phone.id)).unwrap();
+        assert!(
+            shown["pairedAt"].is_string() && shown["lastSeen"].is_string(),
+            "{shown}"
+        );
+        drop(dir);
+    }
 }

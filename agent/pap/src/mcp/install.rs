@@ -21,6 +21,9 @@ pub const ENTRY: &str = "pap-agent-browser";
 /// An MCP client whose config file `install-mcp` knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Client {
+    /// Claude Code: its user configuration `~/.claude.json` (what `claude mcp add --scope user`
+    /// writes), servers under `mcpServers` with a `type`.
+    ClaudeCode,
     /// Claude Desktop: `claude_desktop_config.json`, servers under `mcpServers`.
     ClaudeDesktop,
     /// Cursor: `~/.cursor/mcp.json`, servers under `mcpServers`.
@@ -34,11 +37,12 @@ impl std::str::FromStr for Client {
 
     fn from_str(name: &str) -> Result<Self, Self::Err> {
         match name {
+            "claude-code" => Ok(Self::ClaudeCode),
             "claude-desktop" => Ok(Self::ClaudeDesktop),
             "cursor" => Ok(Self::Cursor),
             "vscode" => Ok(Self::Vscode),
             other => Err(format!(
-                "{other}: not a client install-mcp knows (claude-desktop, cursor, vscode)"
+                "{other}: not a client install-mcp knows (claude-code, claude-desktop, cursor, vscode)"
             )),
         }
     }
@@ -48,6 +52,7 @@ impl Client {
     /// Its name on the command line.
     pub fn name(self) -> &'static str {
         match self {
+            Self::ClaudeCode => "claude-code",
             Self::ClaudeDesktop => "claude-desktop",
             Self::Cursor => "cursor",
             Self::Vscode => "vscode",
@@ -65,6 +70,7 @@ impl Client {
         let app_support = home.join("Library/Application Support");
         let macos = cfg!(target_os = "macos");
         Ok(match self {
+            Self::ClaudeCode => home.join(".claude.json"),
             Self::ClaudeDesktop if macos => app_support.join("Claude/claude_desktop_config.json"),
             Self::ClaudeDesktop => config_home.join("Claude/claude_desktop_config.json"),
             Self::Cursor => home.join(".cursor/mcp.json"),
@@ -76,7 +82,7 @@ impl Client {
     fn servers_key(self) -> &'static str {
         match self {
             Self::Vscode => "servers",
-            Self::ClaudeDesktop | Self::Cursor => "mcpServers",
+            Self::ClaudeCode | Self::ClaudeDesktop | Self::Cursor => "mcpServers",
         }
     }
 }
@@ -203,7 +209,7 @@ fn write_entry(
         bearer_file.display().to_string(),
     ]);
     let mut entry = json!({ "command": program.display().to_string(), "args": args });
-    if client == Client::Vscode {
+    if matches!(client, Client::Vscode | Client::ClaudeCode) {
         entry["type"] = json!("stdio");
     }
     let servers = document
@@ -280,6 +286,55 @@ mod tests {
         assert!(matches!(install_cursor(), Err(InstallError::NotAnObject(_))));
         assert_eq!(std::fs::read_to_string(&config).unwrap(), "[1, 2]");
         assert_eq!(devices.list().unwrap().len(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Each client's entry has the layout that client documents: Claude Code's `~/.claude.json`
+    /// and VS Code's `mcp.json` name the transport (`"type": "stdio"`), Claude Desktop's and
+    /// Cursor's do not; the servers sit under `mcpServers`, or `servers` for VS Code. Claude
+    /// Code's file is its whole user state: every other key stays.
+    #[test]
+    fn each_client_gets_the_layout_it_documents() {
+        let dir = std::env::temp_dir().join(format!("pap-install-layouts-{}", std::process::id()));
+        let state = dir.join("state");
+        std::fs::create_dir_all(&state).unwrap();
+        let devices = Devices::at(&state);
+        for (client, servers, typed) in [
+            (Client::ClaudeCode, "mcpServers", true),
+            (Client::ClaudeDesktop, "mcpServers", false),
+            (Client::Cursor, "mcpServers", false),
+            (Client::Vscode, "servers", true),
+        ] {
+            let config = dir.join(format!("{}.json", client.name()));
+            std::fs::write(
+                &config,
+                r#"{"projects": {"/src": {"allowedTools": []}}, "numStartups": 7}"#,
+            )
+            .unwrap();
+            install(
+                &devices,
+                &state,
+                client,
+                &config,
+                Path::new("/usr/bin/pap-agent"),
+                &[],
+                &SystemClock,
+                &SystemRng,
+            )
+            .unwrap();
+            let written: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+            let entry = &written[servers][ENTRY];
+            assert_eq!(entry["command"], "/usr/bin/pap-agent", "{client:?}: {written}");
+            assert!(entry["args"].as_array().is_some_and(|a| !a.is_empty()), "{client:?}");
+            assert_eq!(entry.get("type").is_some(), typed, "{client:?}: {entry}");
+            if typed {
+                assert_eq!(entry["type"], "stdio");
+            }
+            assert_eq!(written["numStartups"], 7, "{client:?} lost its other keys");
+            assert!(written["projects"]["/src"].is_object(), "{client:?}");
+            assert_eq!(client.name().parse::<Client>().unwrap(), client);
+        }
+        assert!("claude".parse::<Client>().is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
