@@ -382,6 +382,43 @@ impl ControlledBrowser {
             .map_err(BrowserError::cdp)
     }
 
+    /// Sets `context` (the default one without) back to refusing downloads, as it was before a
+    /// `browser.download` allowed them for its one download (review N18).
+    pub async fn deny_downloads(&self, context: Option<&ContextId>) -> Result<(), BrowserError> {
+        use chromiumoxide::cdp::browser_protocol::browser::{SetDownloadBehaviorBehavior, SetDownloadBehaviorParams};
+        let mut params = SetDownloadBehaviorParams::new(SetDownloadBehaviorBehavior::Deny);
+        params.browser_context_id = context.map(|c| c.0.clone());
+        self.browser
+            .execute(params)
+            .await
+            .map(|_| ())
+            .map_err(BrowserError::cdp)
+    }
+
+    /// Cancels the download `guid` in `context` (the default one without).
+    pub async fn cancel_download(&self, guid: &str, context: Option<&ContextId>) -> Result<(), BrowserError> {
+        use chromiumoxide::cdp::browser_protocol::browser::CancelDownloadParams;
+        let params = CancelDownloadParams {
+            guid: guid.to_owned(),
+            browser_context_id: context.map(|c| c.0.clone()),
+        };
+        self.browser
+            .execute(params)
+            .await
+            .map(|_| ())
+            .map_err(BrowserError::cdp)
+    }
+
+    /// The downloads pages are about to begin (their frame and guid), browser-wide.
+    pub async fn download_starts(
+        &self,
+    ) -> Result<
+        chromiumoxide::listeners::EventStream<chromiumoxide::cdp::browser_protocol::browser::EventDownloadWillBegin>,
+        BrowserError,
+    > {
+        self.browser.event_listener().await.map_err(BrowserError::cdp)
+    }
+
     /// The browser's download progress events.
     pub async fn download_events(
         &self,

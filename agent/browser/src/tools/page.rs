@@ -23,6 +23,10 @@ const NAVIGATION: Duration = Duration::from_secs(30);
 /// How long browser-level input may take to be taken.
 const INPUT: Duration = Duration::from_secs(30);
 
+/// The largest download `browser.download` takes, bytes (review N18: a page cannot fill the
+/// disk through it).
+const MAX_DOWNLOAD_BYTES: f64 = 100.0 * 1024.0 * 1024.0;
+
 /// How long a download may take.
 const DOWNLOAD: Duration = Duration::from_secs(60);
 
@@ -273,22 +277,47 @@ impl ToolHost {
             .await
             .get(&input.target)
             .and_then(|t| t.context.clone());
+        let frame = page
+            .mainframe()
+            .await
+            .map_err(|e| cdp(&e))?
+            .ok_or_else(|| ToolError::new(ToolErrorCode::Internal, "the tab has no main frame"))?;
+        let mut starts = browser.download_starts().await.map_err(internal)?;
+        let mut events = browser.download_events().await.map_err(internal)?;
         browser
             .allow_downloads(&dir, context.as_ref())
             .await
             .map_err(internal)?;
-        let mut events = browser.download_events().await.map_err(internal)?;
         let script = format!(
             "(() => {{ const a = document.createElement('a'); a.href = {}; a.download = ''; \
              document.body.appendChild(a); a.click(); return true; }})()",
             literal(&input.url)?
         );
-        page.evaluate(script).await.map_err(|e| cdp(&e))?;
-        let (guid, file_path, bytes) = tokio::time::timeout(DOWNLOAD, async {
+        // The progress events are the whole browser's: only the download this tab's main frame
+        // begins is this call's (review N18), and it may not grow past MAX_DOWNLOAD_BYTES.
+        let followed = async {
+            page.evaluate(script).await.map_err(|e| cdp(&e))?;
+            let guid = loop {
+                match starts.next().await {
+                    Some(start) if start.frame_id == frame => break start.guid.clone(),
+                    Some(_) => {}
+                    None => return Err(ToolError::new(ToolErrorCode::Internal, "the browser closed")),
+                }
+            };
             while let Some(event) = events.next().await {
+                if event.guid != guid {
+                    continue;
+                }
+                if event.received_bytes > MAX_DOWNLOAD_BYTES || event.total_bytes > MAX_DOWNLOAD_BYTES {
+                    let _ = browser.cancel_download(&guid, context.as_ref()).await;
+                    return Err(ToolError::new(
+                        ToolErrorCode::PermissionDenied,
+                        format!("the download is larger than {MAX_DOWNLOAD_BYTES} bytes; it was canceled"),
+                    ));
+                }
                 match event.state {
                     DownloadProgressState::Completed => {
-                        return Ok((event.guid.clone(), event.file_path.clone(), event.received_bytes));
+                        return Ok((guid, event.file_path.clone(), event.received_bytes));
                     }
                     DownloadProgressState::Canceled => {
                         return Err(ToolError::new(ToolErrorCode::Internal, "the download was canceled"));
@@ -297,9 +326,13 @@ impl ToolHost {
                 }
             }
             Err(ToolError::new(ToolErrorCode::Internal, "the browser closed"))
-        })
-        .await
-        .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the download did not finish in 60 s"))??;
+        };
+        let outcome = tokio::time::timeout(DOWNLOAD, followed).await;
+        // Pages of the context download nothing more by themselves.
+        let denied = browser.deny_downloads(context.as_ref()).await.map_err(internal);
+        let (guid, file_path, bytes) =
+            outcome.map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the download did not finish in 60 s"))??;
+        denied?;
         let path = file_path.map_or_else(|| dir.join(&guid), std::path::PathBuf::from);
         Ok(json!({ "target": input.target, "path": path.display().to_string(), "bytes": bytes }))
     }
