@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `pap-conformance browser --mcp` against `pap-agent host serve`: the AIP-63 suite's tool hooks
 # run through our MCP host by a paired device (one `install-mcp` mints: its bearer file is the
-# one the suite reads). The suite serves its pages on this machine's loopback, so the host names
-# http://127.0.0.1 for its browser (--name-origin); nothing else on loopback is reachable.
+# one the suite reads). The suite serves its pages on this machine's loopback, on ports of one
+# range, which the host names for its browser (--name-origin takes explicit ports, review N17);
+# nothing else on loopback is reachable.
 #
 #   conformance/interop/mcp_suite.sh TARGET_DIR OUT_DIR
 set -euo pipefail
@@ -21,7 +22,8 @@ bearer="$state/devices/cursor.bearer"
 
 # The host's stderr comes through a pipe: the line it prints once bound is the readiness signal
 # (60 s at most), and the rest is kept in host.log.
-coproc HOST { exec "$agent" --state-dir "$state" --name-origin http://127.0.0.1 host serve --listen 127.0.0.1:0 2>&1 > /dev/null; }
+pages=47100-47199
+coproc HOST { exec "$agent" --state-dir "$state" --name-origin "http://127.0.0.1:$pages" host serve --listen 127.0.0.1:0 2>&1 > /dev/null; }
 host=$HOST_PID
 # A descriptor of our own: bash does not pass a coprocess's to background jobs.
 exec {from_host}<&"${HOST[0]}"
@@ -38,7 +40,7 @@ done
 cat <&"$from_host" >> "$out/host.log" &
 
 status=0
-"$target/debug/pap-conformance" browser --mcp "$url" --bearer-file "$bearer" \
+"$target/debug/pap-conformance" browser --mcp "$url" --bearer-file "$bearer" --pages-ports "$pages" \
     --json "$out/mcp-suite.json" --junit "$out/mcp-suite.xml" || status=1
 kill -TERM "$host"
 wait "$host" || { echo "host serve did not end cleanly" >&2; status=1; }

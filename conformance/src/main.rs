@@ -153,13 +153,18 @@ struct BrowserArgs {
     #[arg(long, value_enum, default_value = "chromium", conflicts_with = "mcp")]
     provider: Provider,
     /// Instead of a provider: the streamable HTTP endpoint of an MCP browser host on this
-    /// machine, whose browser may load http://127.0.0.1 (the suite's pages). Runs the hooks
-    /// that need only the tools, of the levels its tools cover (or --level).
+    /// machine, whose browser may load the suite's pages on http://127.0.0.1 (the ports of
+    /// --pages-ports). Runs the hooks that need only the tools, of the levels its tools cover
+    /// (or --level).
     #[arg(long, value_name = "URL", requires = "bearer_file")]
     mcp: Option<String>,
     /// The paired device's bearer for --mcp (a file: a bearer is never an argument).
     #[arg(long, value_name = "FILE")]
     bearer_file: Option<PathBuf>,
+    /// Serve the suite's pages on ports of this range (`LOW-HIGH`), the range the host under
+    /// test names for its browser (`pap-agent --name-origin http://127.0.0.1:LOW-HIGH`).
+    #[arg(long, value_name = "LOW-HIGH")]
+    pages_ports: Option<String>,
     /// The provider's manifest (default, from the repository root:
     /// agent/browser/providers/chromium/BROWSER.md, or
     /// agent/browser/providers/chromium-attach/BROWSER.md for chromium-attach).
@@ -343,6 +348,14 @@ async fn run_abuse(args: AbuseArgs) -> anyhow::Result<bool> {
 
 async fn run_browser(args: BrowserArgs) -> anyhow::Result<bool> {
     let levels: Vec<browser::Level> = args.levels.iter().map(|l| (*l).into()).collect();
+    if let Some(range) = &args.pages_ports {
+        let ports = range
+            .split_once('-')
+            .and_then(|(low, high)| Some((low.parse::<u16>().ok()?, high.parse::<u16>().ok()?)))
+            .filter(|(low, high)| *low > 0 && low <= high)
+            .with_context(|| format!("--pages-ports {range}: not LOW-HIGH"))?;
+        browser::serve_pages_on(ports.0, ports.1);
+    }
     let report = match (&args.mcp, &args.bearer_file) {
         (Some(url), Some(bearer_file)) => {
             let bearer = std::fs::read_to_string(bearer_file)

@@ -57,7 +57,7 @@ struct Served {
 /// serve their pages (the rule itself is tested in `navigation.rs`).
 fn loopback_config(state: &std::path::Path) -> ChromiumConfig {
     let mut config = ChromiumConfig::new(state.to_path_buf());
-    config.navigation = NavigationPolicy::naming([NamedOrigin::parse("http://127.0.0.1").unwrap()]);
+    config.navigation = NavigationPolicy::naming([NamedOrigin::every_port("http://127.0.0.1").unwrap()]);
     config
 }
 

@@ -42,7 +42,9 @@ async fn run(rounds: usize) {
 
     let state = work.join("state");
     let mut config = ChromiumConfig::new(state.clone());
-    config.navigation.name(NamedOrigin::parse("http://127.0.0.1").unwrap());
+    config
+        .navigation
+        .name(NamedOrigin::every_port("http://127.0.0.1").unwrap());
     let consent = Arc::new(ConsentHost::open(&state, Arc::new(SystemClock), Arc::new(SystemRng)).unwrap());
     let tools = ToolHost::new(
         chromium::manifest().unwrap(),

@@ -92,7 +92,7 @@ impl ChromiumUnderTest {
         let host = BrowserHost::with_policy(parsed.browser.lifecycle.policy());
         let mut config = config.with_lifecycle(&parsed.browser.lifecycle);
         // The suite serves its pages on loopback HTTP: the one origin the run names (H3).
-        config.navigation.name(NamedOrigin::parse(super::SUITE_ORIGIN)?);
+        config.navigation.name(NamedOrigin::every_port(super::SUITE_ORIGIN)?);
         let state_dir = config.state_dir.clone();
         let consent = Arc::new(ConsentHost::open(
             &state_dir,

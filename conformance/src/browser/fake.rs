@@ -162,7 +162,7 @@ impl FakeProvider {
         }
         let url = input.get("url").and_then(Value::as_str);
         if let Some(url) = url.filter(|_| !self.has(Defect::NavigatesAnywhere)) {
-            let suite = NamedOrigin::parse(super::SUITE_ORIGIN)
+            let suite = NamedOrigin::every_port(super::SUITE_ORIGIN)
                 .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
             NavigationPolicy::naming([suite])
                 .navigation(url)

@@ -29,7 +29,7 @@ pub use self::defect::Defect;
 pub use self::fake::FakeProvider;
 pub use self::hooks::HOOKS;
 pub use self::mcp::McpHost;
-pub use self::pages::SUITE_ORIGIN;
+pub use self::pages::{SUITE_ORIGIN, serve_pages_on};
 use crate::report::{CaseResult, Report};
 
 /// What a launch reported.

@@ -17,11 +17,33 @@ pub(super) const HELLO: &str = "<title>conformance</title><h1 id=h>hello</h1>";
 /// A form: typing a name into `#name` and clicking `#go` writes `hi NAME` into `#out`.
 pub(super) const FORM: &str = "<input id=name><button id=go onclick=\"document.getElementById('out').textContent='hi '+document.getElementById('name').value\">go</button><p id=out></p>";
 
-/// Serves `app` on `ip` (a free port) until the process ends: its `http://IP:PORT`.
+/// The ports the pages are served on, when a host under test names only those (review N17:
+/// `pap-agent --name-origin` takes an explicit port or range); any free port otherwise.
+static PORTS: std::sync::OnceLock<(u16, u16)> = std::sync::OnceLock::new();
+
+/// Serves the suite's pages on ports `low..=high` from now on (the first call wins).
+pub fn serve_pages_on(low: u16, high: u16) {
+    let _ = PORTS.set((low, high));
+}
+
+/// Serves `app` on `ip` (a free port, within the range of [`serve_pages_on`] if one was set)
+/// until the process ends: its `http://IP:PORT`.
 pub(super) async fn serve_on(ip: [u8; 4], app: axum::Router) -> Result<String, String> {
-    let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::from(ip), 0))
-        .await
-        .map_err(|e| format!("no page server: {e}"))?;
+    let ip = std::net::Ipv4Addr::from(ip);
+    let listener = match PORTS.get() {
+        None => tokio::net::TcpListener::bind((ip, 0)).await.ok(),
+        Some(&(low, high)) => {
+            let mut bound = None;
+            for port in low..=high {
+                if let Ok(listener) = tokio::net::TcpListener::bind((ip, port)).await {
+                    bound = Some(listener);
+                    break;
+                }
+            }
+            bound
+        }
+    }
+    .ok_or_else(|| "no page server: no free port".to_owned())?;
     let base = format!("http://{}", listener.local_addr().map_err(|e| e.to_string())?);
     tokio::spawn(axum::serve(listener, app).into_future());
     Ok(base)

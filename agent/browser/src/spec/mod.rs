@@ -30,7 +30,7 @@ pub use self::manifest::{
     parse_manifest, rule_errors,
 };
 pub use self::mcp_name::{MCP_NAME_PATTERN, is_mcp_name, mcp_name};
-pub use self::navigation::{InvalidOrigin, NamedOrigin, NavigationPolicy, Refused};
+pub use self::navigation::{InvalidOrigin, MAX_PORT_RANGE, NamedOrigin, NavigationPolicy, Refused};
 pub use self::principal::{AgentCaller, Operator};
 pub use self::supervisor::{CallGate, Health, InstanceRecord, Launch, Policy, Relaunch, Stalled, Supervisor};
 pub use self::tool::{Capability, Gate, Level, ToolId, ToolSpec, reserved_tools, resolve};

@@ -18,61 +18,90 @@ use std::fmt;
 use url::{Host, Url};
 
 /// An origin an operator named as reachable although the rule would refuse it, e.g. a local
-/// test server: `http://127.0.0.1` (any port) or `https://10.0.0.5:8443` (that port only).
+/// test server: `http://127.0.0.1:8080`, or a range of ports `http://127.0.0.1:47100-47199` for
+/// a suite that serves pages on several. A port is always explicit (review N17): a name with no
+/// port would open every service on the host (a public page could then send requests to each
+/// of them); [`NamedOrigin::every_port`] is for a program's own in-process test servers, never
+/// for an operator's flag.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NamedOrigin {
     scheme: String,
     host: String,
-    port: Option<u16>,
+    /// The ports named, inclusive; `None`: every port (only through `every_port`).
+    ports: Option<(u16, u16)>,
 }
 
 /// Why a [`NamedOrigin`] was not accepted.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("a named origin is `http://HOST[:PORT]` or `https://HOST[:PORT]` with no path: {0}")]
+#[error(
+    "a named origin is `http://HOST:PORT` or `https://HOST:PORT` (or a range `:LOW-HIGH` of at most \
+     {MAX_PORT_RANGE} ports) with no path: {0}"
+)]
 pub struct InvalidOrigin(String);
 
+/// The most ports one named origin may span.
+pub const MAX_PORT_RANGE: u16 = 1000;
+
 impl NamedOrigin {
-    /// Parses `scheme://host[:port]`; without a port, every port of the host is named.
+    /// Parses `scheme://host:port` or `scheme://host:low-high`: the port is required.
     pub fn parse(text: &str) -> Result<Self, InvalidOrigin> {
+        let invalid = || InvalidOrigin(text.chars().take(100).collect());
+        let trimmed = text.strip_suffix('/').unwrap_or(text);
+        let (rest, ports) = trimmed.rsplit_once(':').ok_or_else(invalid)?;
+        let ports = match ports.split_once('-') {
+            Some((low, high)) => (low.parse::<u16>(), high.parse::<u16>()),
+            None => (ports.parse::<u16>(), ports.parse::<u16>()),
+        };
+        let (Ok(low), Ok(high)) = ports else {
+            return Err(invalid());
+        };
+        if low == 0 || high < low || high - low >= MAX_PORT_RANGE {
+            return Err(invalid());
+        }
+        let mut origin = Self::every_port(rest).map_err(|_| invalid())?;
+        origin.ports = Some((low, high));
+        Ok(origin)
+    }
+
+    /// `scheme://host` with every port of the host: for a program's own in-process test servers
+    /// on ports it cannot know in advance (the conformance suite's provider runs), never for an
+    /// operator's flag ([`NamedOrigin::parse`] requires a port).
+    pub fn every_port(text: &str) -> Result<Self, InvalidOrigin> {
         let invalid = || InvalidOrigin(text.chars().take(100).collect());
         let url = Url::parse(text).map_err(|_| invalid())?;
         let plain = url.username().is_empty()
             && url.password().is_none()
             && url.query().is_none()
             && url.fragment().is_none()
+            && url.port().is_none()
             && matches!(url.path(), "" | "/");
-        if !matches!(url.scheme(), "http" | "https") || !plain {
+        if !matches!(url.scheme(), "http" | "https") || !plain || text.trim_end_matches('/').ends_with(':') {
             return Err(invalid());
         }
         let host = url.host_str().ok_or_else(invalid)?.to_owned();
-        // `Url` drops a scheme's default port: look for one in the text itself.
-        let written_port = text
-            .rsplit_once(':')
-            .is_some_and(|(_, p)| p.trim_end_matches('/').parse::<u16>().is_ok());
-        let port = if written_port {
-            url.port_or_known_default()
-        } else {
-            None
-        };
         Ok(Self {
             scheme: url.scheme().to_owned(),
             host,
-            port,
+            ports: None,
         })
     }
 
     fn covers(&self, url: &Url) -> bool {
         url.scheme() == self.scheme
             && url.host_str() == Some(self.host.as_str())
-            && self.port.is_none_or(|port| url.port_or_known_default() == Some(port))
+            && self.ports.is_none_or(|(low, high)| {
+                url.port_or_known_default()
+                    .is_some_and(|port| (low..=high).contains(&port))
+            })
     }
 }
 
 impl fmt::Display for NamedOrigin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}://{}", self.scheme, self.host)?;
-        match self.port {
-            Some(port) => write!(f, ":{port}"),
+        match self.ports {
+            Some((low, high)) if low == high => write!(f, ":{low}"),
+            Some((low, high)) => write!(f, ":{low}-{high}"),
             None => Ok(()),
         }
     }
@@ -217,31 +246,51 @@ mod tests {
     }
 
     #[test]
-    fn a_named_origin_opens_exactly_itself() {
-        let any_port = NamedOrigin::parse("http://127.0.0.1").unwrap();
+    fn a_named_origin_opens_exactly_itself_and_an_operator_names_its_ports() {
+        let range = NamedOrigin::parse("http://127.0.0.1:41200-41299").unwrap();
         let one_port = NamedOrigin::parse("https://10.0.0.5:8443/").unwrap();
-        assert_eq!(any_port.to_string(), "http://127.0.0.1");
+        assert_eq!(range.to_string(), "http://127.0.0.1:41200-41299");
         assert_eq!(one_port.to_string(), "https://10.0.0.5:8443");
-        let policy = NavigationPolicy::naming([any_port, one_port]);
+        let policy = NavigationPolicy::naming([range, one_port]);
         for ok in [
             "http://127.0.0.1:41234/page",
-            "http://127.0.0.1/",
+            "http://127.0.0.1:41200/",
             "https://10.0.0.5:8443/x",
         ] {
             assert_eq!(policy.request(ok), Ok(()), "{ok}");
         }
         for refused in [
             "https://127.0.0.1:41234/",
-            "http://127.0.0.2/",
+            "http://127.0.0.1:41300/",
+            "http://127.0.0.1/",
+            "http://127.0.0.2:41234/",
             "https://10.0.0.5/",
             "file:///etc/passwd",
-            "http://u:p@127.0.0.1:1/",
+            "http://u:p@127.0.0.1:41234/",
         ] {
             assert!(policy.request(refused).is_err(), "{refused}");
         }
-        for invalid in ["file:///", "http://h/path", "http://u@h", "ftp://h", "http://h?q", ""] {
+        // Review N17: no port, no name; nor a range past MAX_PORT_RANGE, nor an upside-down one.
+        for invalid in [
+            "http://127.0.0.1",
+            "http://127.0.0.1/",
+            "http://127.0.0.1:",
+            "http://127.0.0.1:1-65535",
+            "http://127.0.0.1:90-80",
+            "http://127.0.0.1:0",
+            "file:///",
+            "http://h:1/path",
+            "http://u@h:1",
+            "ftp://h:1",
+            "http://h:1?q",
+            "",
+        ] {
             assert!(NamedOrigin::parse(invalid).is_err(), "{invalid}");
         }
+        // A program's own test servers may name every port, on purpose and in code.
+        let every = NamedOrigin::every_port("http://127.0.0.1").unwrap();
+        assert_eq!(NavigationPolicy::naming([every]).request("http://127.0.0.1:1/"), Ok(()));
+        assert!(NamedOrigin::every_port("http://127.0.0.1:8080").is_err());
     }
 
     #[test]
