@@ -23,8 +23,8 @@
 //!   `/pair`, a 401 or 403) closes its connection, so idle keep-alives cannot be held by
 //!   periodic requests;
 //! - **bodies** are read within `body_read_timeout` and capped (413);
-//! - **requests in flight**: strangers' (`/health`, `/pair`) within `max_stranger_in_flight`,
-//!   devices' within `max_in_flight`, taken only after the bearer is checked (503 with
+//! - **requests in flight**: strangers' within `max_stranger_in_flight` (`/health` and `/pair`
+//!   each), devices' within `max_in_flight`, taken only after the bearer is checked (503 with
 //!   `Retry-After`);
 //! - **MCP sessions**: `max_sessions` in all and `max_sessions_per_device` per device (503).
 //!
@@ -191,7 +191,8 @@ pub struct Limits {
     pub header_read_timeout: std::time::Duration,
     /// Longest a request's body may take to arrive (`/pair`, `/mcp`).
     pub body_read_timeout: std::time::Duration,
-    /// Most strangers' requests (`/health`, `/pair`) in flight at once, apart from devices'.
+    /// Most strangers' requests in flight at once on `/health`, and on `/pair`, apart from each
+    /// other's and from devices'.
     pub max_stranger_in_flight: usize,
     /// Most live MCP sessions one device holds.
     pub max_sessions_per_device: usize,
@@ -220,8 +221,10 @@ struct Host {
     in_flight: Arc<Semaphore>,
     sessions: Arc<LocalSessionManager>,
     max_sessions: usize,
-    /// Strangers' requests in flight (`/health`, `/pair`), apart from devices'.
-    strangers: Arc<Semaphore>,
+    /// Strangers' requests in flight, apart from devices': `/health`'s and `/pair`'s each their
+    /// own, so a flood of slow pairings leaves `/health` answering.
+    health_in_flight: Arc<Semaphore>,
+    pair_in_flight: Arc<Semaphore>,
     max_sessions_per_device: usize,
     /// The MCP sessions each device opened (ids), to cap them per device.
     sessions_of: Arc<Mutex<std::collections::HashMap<String, Vec<String>>>>,
@@ -253,7 +256,8 @@ pub fn router(server: BrowserServer, devices: Devices, guard: Guard, limits: Lim
         in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
         sessions,
         max_sessions: limits.max_sessions,
-        strangers: Arc::new(Semaphore::new(limits.max_stranger_in_flight)),
+        health_in_flight: Arc::new(Semaphore::new(limits.max_stranger_in_flight)),
+        pair_in_flight: Arc::new(Semaphore::new(limits.max_stranger_in_flight)),
         max_sessions_per_device: limits.max_sessions_per_device,
         sessions_of: Arc::default(),
         seen: Arc::default(),
@@ -432,9 +436,14 @@ async fn guarded(State(host): State<Host>, request: Request, next: Next) -> Resp
     next.run(request).await
 }
 
-/// The strangers' routes (`/health`, `/pair`): their own in-flight budget, and no keep-alive.
+/// The strangers' routes (`/health`, `/pair`): each its own in-flight budget, and no keep-alive.
 async fn stranger(State(host): State<Host>, request: Request, next: Next) -> Response {
-    let Ok(_slot) = host.strangers.clone().try_acquire_owned() else {
+    let budget = if request.uri().path() == "/pair" {
+        &host.pair_in_flight
+    } else {
+        &host.health_in_flight
+    };
+    let Ok(_slot) = budget.clone().try_acquire_owned() else {
         return closing(busy("too many requests in flight"));
     };
     closing(next.run(request).await)
@@ -607,6 +616,11 @@ mod tests {
     /// A host with `limits` over a fresh state directory, and a paired device's bearer. No
     /// browser is launched: these requests never reach a tool.
     fn host(label: &str, limits: Limits) -> (Router, String, std::path::PathBuf) {
+        host_on(label, limits, PORT)
+    }
+
+    /// [`host`] whose guard admits `port`.
+    fn host_on(label: &str, limits: Limits, port: u16) -> (Router, String, std::path::PathBuf) {
         let state = std::env::temp_dir().join(format!("pap-http-{label}-{}", std::process::id()));
         std::fs::create_dir_all(&state).unwrap();
         let consent = Arc::new(ConsentHost::open(&state, Arc::new(SystemClock), Arc::new(SystemRng)).unwrap());
@@ -619,9 +633,9 @@ mod tests {
         );
         let devices = Devices::at(&state);
         let (_, bearer) = devices.mint("test", "install", &SystemClock, &SystemRng).unwrap();
-        let guard = Exposure::check(SocketAddr::from(([127, 0, 0, 1], PORT)), false, false, &[], &[])
+        let guard = Exposure::check(SocketAddr::from(([127, 0, 0, 1], port)), false, false, &[], &[])
             .unwrap()
-            .guard(PORT);
+            .guard(port);
         let app = router(BrowserServer::per_request(tools), devices, guard, limits);
         (app, bearer.expose().to_owned(), state)
     }
@@ -828,6 +842,44 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+        let _ = std::fs::remove_dir_all(&state);
+    }
+
+    /// Review N4's flood: 64 slow `/pair` bodies and 256 silent connections (more than the 256
+    /// connection slots in all); a paired device's tool calls still go through, every one, and
+    /// `/health` answers. (The load run `benches/mcp_flood.rs` measures the calls' latency.)
+    #[cfg(feature = "test-support")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn under_a_flood_of_slow_pairings_and_idle_connections_a_device_is_served_and_health_answers() {
+        use rmcp::ServiceExt as _;
+        use rmcp::model::CallToolRequestParams;
+        use rmcp::transport::StreamableHttpClientTransport;
+        use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+        // The SDK's HTTP client (reqwest over rustls) needs the process's crypto provider.
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = Limits::default();
+        let (app, bearer, state) = host_on("flood", limits, addr.port());
+        tokio::spawn(serve(listener, app, limits, std::future::pending()));
+        let flood = crate::testkit::Flood::open(addr, &format!("127.0.0.1:{}", addr.port()), 64, 256)
+            .await
+            .unwrap();
+        assert_eq!(flood.len(), 320);
+
+        let config = StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp")).auth_header(bearer);
+        let device = ().serve(StreamableHttpClientTransport::from_config(config)).await.unwrap();
+        for _ in 0..15 {
+            let listed = device
+                .call_tool(CallToolRequestParams::new("browser_profile_list"))
+                .await
+                .unwrap();
+            assert_ne!(listed.is_error, Some(true), "{listed:?}");
+        }
+        let http = reqwest::Client::builder().no_proxy().build().unwrap();
+        let health = http.get(format!("http://{addr}/health")).send().await.unwrap();
+        assert_eq!(health.status(), 200);
+        drop(flood);
         let _ = std::fs::remove_dir_all(&state);
     }
 }
