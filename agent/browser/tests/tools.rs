@@ -738,3 +738,62 @@ async fn a_revoke_over_another_connection_reaches_the_grant_context() {
     host.stop("other", Duration::from_secs(2)).await.unwrap();
     std::fs::remove_dir_all(&state).unwrap();
 }
+
+/// Review N18: two devices downloading at once each get the file their own tab began (the
+/// progress events are the whole browser's; each call follows the guid its tab's main frame
+/// started), never the other's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_download_is_the_one_its_callers_tab_began() {
+    let attachment = |text: &'static str, name: &'static str| {
+        axum::routing::get(move || async move {
+            (
+                [(
+                    axum::http::header::CONTENT_DISPOSITION,
+                    format!("attachment; filename=\"{name}\""),
+                )],
+                text,
+            )
+        })
+    };
+    let app = axum::Router::new()
+        .route(
+            "/",
+            axum::routing::get(|| async { axum::response::Html("<p>files</p>") }),
+        )
+        .route("/a.txt", attachment("file A\n", "a.txt"))
+        .route("/b.txt", attachment("file B, a little longer\n", "b.txt"));
+    let served = serve_and_open(app, "downloads").await;
+    let (c, d) = (
+        pap_browser::spec::AgentCaller::paired("dev_C"),
+        pap_browser::spec::AgentCaller::paired("dev_D"),
+    );
+    let tab = |caller: pap_browser::spec::AgentCaller| {
+        let (tools, base) = (served.tools.clone(), served.base.clone());
+        async move {
+            ok(tools
+                .call_as(&caller, "browser.navigate", &json!({"url": format!("{base}/")}))
+                .await)["target"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let (c_tab, d_tab) = (tab(c.clone()).await, tab(d.clone()).await);
+    let c_input = json!({"target": c_tab, "url": format!("{}/a.txt", served.base)});
+    let d_input = json!({"target": d_tab, "url": format!("{}/b.txt", served.base)});
+    for _ in 0..3 {
+        let (from_c, from_d) = tokio::join!(
+            served.tools.call_as(&c, "browser.download", &c_input),
+            served.tools.call_as(&d, "browser.download", &d_input),
+        );
+        let read = |result: ToolResult| std::fs::read_to_string(ok(result)["path"].as_str().unwrap()).unwrap();
+        assert_eq!(read(from_c), "file A\n", "C was answered another download");
+        assert_eq!(
+            read(from_d),
+            "file B, a little longer\n",
+            "D was answered another download"
+        );
+    }
+    served.host.stop("downloads", Duration::from_secs(2)).await.unwrap();
+    let _ = std::fs::remove_dir_all(&served.state);
+}

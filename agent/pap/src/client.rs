@@ -414,7 +414,9 @@ impl PapClient {
     }
 
     /// Calls the company's API to propose an operation (`202 {"operation": …}`), with an
-    /// `Idempotency-Key`.
+    /// `Idempotency-Key`: the URL is the API's origin joined with `path` and kept on it, never
+    /// under the operations endpoint. The operator's CLI calls it; the
+    /// agent's tools call [`Self::propose_declared`].
     pub async fn propose(
         &self,
         company: &Company,
@@ -423,12 +425,7 @@ impl PapClient {
         path: &str,
         body: &Value,
     ) -> Result<Operation, ClientError> {
-        let origin = company
-            .api_origin
-            .as_deref()
-            .ok_or(ClientError::Unsupported("an OpenAPI API"))?;
-        let url =
-            HttpsUrl::parse(&format!("{origin}{path}")).map_err(|_| ClientError::InvalidResponse("the API path"))?;
+        let url = proposal_url(company, path)?;
         let answer = self.api_call(&url, method, session, Some(body), 202).await?;
         serde_json::from_value(answer["operation"].clone()).map_err(|_| ClientError::InvalidResponse("operation"))
     }
@@ -475,7 +472,7 @@ impl PapClient {
         path: &str,
         body: &Value,
     ) -> Result<Operation, ClientError> {
-        let url = declared_url(company, path)?;
+        let url = proposal_url(company, path)?;
         let declared = self.declared_proposals(company).await?;
         let matches = declared
             .iter()
@@ -483,10 +480,9 @@ impl PapClient {
         if !matches {
             return Err(ClientError::Undeclared);
         }
-        let method = method.to_ascii_uppercase();
-        let answer = self.api_call(&url, &method, session, Some(body), 202).await?;
-        let operation: Operation = serde_json::from_value(answer["operation"].clone())
-            .map_err(|_| ClientError::InvalidResponse("operation"))?;
+        let operation = self
+            .propose(company, session, &method.to_ascii_uppercase(), path, body)
+            .await?;
         if operation.state != OperationState::Proposed {
             return Err(ClientError::InvalidResponse("the answer is not a proposed operation"));
         }
@@ -713,7 +709,7 @@ impl DeclaredProposal {
 /// The URL of a proposal at `path` on the company's API: one leading `/`, no query, fragment,
 /// dot segment or escape; joined to the API's origin with `Url::join` and still on it; not
 /// under the operations endpoint (whose confirm and cancel are the person's, AIP-7).
-fn declared_url(company: &Company, path: &str) -> Result<HttpsUrl, ClientError> {
+fn proposal_url(company: &Company, path: &str) -> Result<HttpsUrl, ClientError> {
     let origin = company
         .api_origin
         .as_deref()

@@ -16,7 +16,6 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use rmcp::model::CallToolRequestParams;
@@ -222,7 +221,14 @@ async fn paired_devices_reach_the_browser_and_pap_through_the_guarded_http_host(
     assert_eq!(foreign["code"], "not_found");
 
     // Unpairing A refuses its very next request.
-    pap(&state, &["devices", "revoke", &a_id]);
+    // By name; its signed-in Session is signed out at the company and its record removed (N5).
+    let mut revoke = test_network(&stage, shop);
+    revoke.extend(["devices".to_owned(), "revoke".to_owned(), "device-a".to_owned()]);
+    let unpaired: Value =
+        serde_json::from_str(&pap(&state, &revoke.iter().map(String::as_str).collect::<Vec<_>>())).unwrap();
+    assert_eq!(unpaired["unpaired"], a_id.as_str(), "{unpaired}");
+    assert_eq!(unpaired["sessionsSignedOut"], json!(["shop.example"]), "{unpaired}");
+    assert!(pap_agent::Wallet::held_by_device(&state, &a_id).unwrap().is_empty());
     let after = a.call_tool(CallToolRequestParams::new("browser_tabs")).await;
     assert!(after.is_err(), "an unpaired device's request went through: {after:?}");
     let raw = http

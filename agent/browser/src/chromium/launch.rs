@@ -374,19 +374,25 @@ impl ControlledBrowser {
         let mut params = SetDownloadBehaviorParams::new(SetDownloadBehaviorBehavior::AllowAndName);
         params.download_path = Some(dir.display().to_string());
         params.events_enabled = Some(true);
-        params.browser_context_id = context.map(|c| c.0.clone());
-        self.browser
-            .execute(params)
-            .await
-            .map(|_| ())
-            .map_err(BrowserError::cdp)
+        self.download_behavior(params, context).await
     }
 
     /// Sets `context` (the default one without) back to refusing downloads, as it was before a
     /// `browser.download` allowed them for its one download (review N18).
     pub async fn deny_downloads(&self, context: Option<&ContextId>) -> Result<(), BrowserError> {
         use chromiumoxide::cdp::browser_protocol::browser::{SetDownloadBehaviorBehavior, SetDownloadBehaviorParams};
-        let mut params = SetDownloadBehaviorParams::new(SetDownloadBehaviorBehavior::Deny);
+        self.download_behavior(
+            SetDownloadBehaviorParams::new(SetDownloadBehaviorBehavior::Deny),
+            context,
+        )
+        .await
+    }
+
+    async fn download_behavior(
+        &self,
+        mut params: chromiumoxide::cdp::browser_protocol::browser::SetDownloadBehaviorParams,
+        context: Option<&ContextId>,
+    ) -> Result<(), BrowserError> {
         params.browser_context_id = context.map(|c| c.0.clone());
         self.browser
             .execute(params)

@@ -29,7 +29,7 @@ mod cdp_send;
 pub mod fuzzing;
 mod input;
 mod page;
-mod persons;
+pub mod persons;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -32,9 +32,9 @@ use serde_json::json;
 use crate::spec::{ToolError, ToolErrorCode, ToolId};
 
 /// Origins with reservations, at most.
-pub(super) const MAX_ORIGINS: usize = 1024;
+pub const MAX_ORIGINS: usize = 1024;
 /// Decision paths per origin, at most.
-pub(super) const MAX_PATHS: usize = 64;
+pub const MAX_PATHS: usize = 64;
 
 /// What is the person's, by origin (`https://shop.example`).
 #[derive(Debug, Default)]
