@@ -215,7 +215,7 @@ enum DevicesCommand {
     /// Unpairs a device, named by id or by name: its credential is refused from its next
     /// request, the grants scoped to it are revoked (C13), and its PAP Sessions are signed out
     /// at each company.
-    #[command(after_help = "Examples:\n  pap-agent devices revoke dev_3q2-AbCdEfGh\n  pap-agent devices revoke phone")]
+    #[command(after_help = "Example:\n  pap-agent devices revoke dev_3q2-AbCdEfGh\n  pap-agent devices revoke phone")]
     Revoke {
         /// The device's id (`dev_...`) or its name (one device must bear it).
         device: String,

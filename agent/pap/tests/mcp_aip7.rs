@@ -269,8 +269,7 @@ async fn no_tool_sequence_performs_an_operation_and_the_persons_own_click_does_o
     );
     assert_eq!(performed(&w, &id).await, 0, "a tool performed the operation");
     // The person confirms on the page: performed exactly once.
-    let person = Operator::from_operator_channel("the person at the screen");
-    let persons_page = w.tools.persons_page(&person, &target).await.unwrap();
+    let persons_page = w.tools.persons_page(&target).await.unwrap();
     let status = click_and_land(&persons_page, "button[value=confirm]", Duration::from_secs(15))
         .await
         .unwrap();

@@ -43,7 +43,7 @@ use tokio::time::Instant;
 use crate::chromium::{BrowserHost, ChromiumConfig, ContextId, ControlledBrowser, LaunchError};
 use crate::consent::{Caller, ConsentHost, Forgotten, Injection, LiveError, LiveInstances, Scope};
 use crate::spec::{
-    AgentCaller, BrowserManifest, Capability, HealthReport, InstanceInfo, InstanceKey, Operator, Stopped, ToolError,
+    AgentCaller, BrowserManifest, Capability, HealthReport, InstanceInfo, InstanceKey, Stopped, ToolError,
     ToolErrorCode, ToolId, ToolResult,
 };
 
@@ -86,6 +86,9 @@ pub struct ToolHost {
     persons: std::sync::Mutex<persons::PersonsPages>,
     /// Set while [`ToolHost::start_recovery`]'s task relaunches a browser that exited.
     recovering: std::sync::atomic::AtomicBool,
+    /// One `browser.download` at a time: Chromium keeps download events one switch for the
+    /// whole DevTools session, so two at once (two devices) lose each other's events.
+    downloads: Mutex<()>,
 }
 
 /// Whose cookie jar a tab runs in (review M5), per paired device (issue 15): two devices never
@@ -156,6 +159,7 @@ impl ToolHost {
             contexts: Mutex::default(),
             persons: std::sync::Mutex::default(),
             recovering: std::sync::atomic::AtomicBool::new(false),
+            downloads: Mutex::default(),
         })
     }
 
@@ -558,10 +562,11 @@ impl ToolHost {
         persons::in_page_guard(&self.persons().decision_paths(&url))
     }
 
-    /// The page of `target`, for the person: the operator's channel alone reaches it (C7), so a
-    /// person's UI (or a test playing the person) can act where tools may not. The tab is
-    /// brought to the front, as the person looks at it (input reaches a visible tab only).
-    pub async fn persons_page(&self, _operator: &Operator, target: &str) -> Result<Page, ToolError> {
+    /// The page of `target`, for the person: a person's UI (or a test playing the person) acts
+    /// on it where tools may not. Not a tool: no tool call reaches it (the MCP hosts dispatch
+    /// tools by name to [`ToolHost::call_as`] only). The tab is brought to the front, as the
+    /// person looks at it (input reaches a visible tab only).
+    pub async fn persons_page(&self, target: &str) -> Result<Page, ToolError> {
         let page = self.target(None, target).await?;
         page.bring_to_front()
             .await

@@ -261,6 +261,9 @@ impl ToolHost {
     pub(super) async fn download(&self, caller: &AgentCaller, input: input::Download) -> Result<Value, ToolError> {
         use chromiumoxide::cdp::browser_protocol::browser::DownloadProgressState;
         let page = self.drivable(caller, ToolId::Download, &input.target).await?;
+        let _one_at_a_time = tokio::time::timeout(DOWNLOAD, self.downloads.lock())
+            .await
+            .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "another download held the browser for 60 s"))?;
         // A relative link is the page's: judged where it resolves.
         let here = page.url().await.map_err(|e| cdp(&e))?.unwrap_or_default();
         let absolute = url::Url::parse(&here)
