@@ -199,11 +199,6 @@ impl Wallet {
         }
     }
 
-    /// Whose record it is.
-    pub fn holder(&self) -> &Holder {
-        &self.holder
-    }
-
     /// Writes the record, sealed with `key` (0600, atomically).
     pub fn save(&self, key: &SealingKey, rng: &dyn pap_shared::Rng) -> Result<(), WalletError> {
         let session = self.session.as_ref();

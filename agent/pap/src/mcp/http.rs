@@ -526,6 +526,7 @@ fn end_unpaired(host: &Host, paired: &crate::pairing::Paired) {
         seen.retain(|id| paired.has(id));
         gone
     };
+    lock(&host.sessions_of).retain(|id, _| paired.has(id));
     for id in gone {
         let tools = host.server.tools().clone();
         tokio::spawn(async move {

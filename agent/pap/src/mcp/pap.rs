@@ -193,12 +193,6 @@ impl PapTool {
     }
 }
 
-impl std::fmt::Display for PapTool {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// The input of a tool that names only the company.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
