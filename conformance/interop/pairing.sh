@@ -7,7 +7,7 @@
 #          | rust-agent-x-rust-replicas | python-agent-x-rust-replicas (two company replicas sharing
 #          one redis-server the script starts: the Rust agent's API calls go to one replica and its
 #          Chromium to the other; the Python agent reaches them through a round-robin balancer)
-# PYTHON:  a venv python with ../shared/interop/requirements.txt
+# PYTHON:  a venv python with conformance/interop/peer/requirements.txt
 # TARGET_DIR: where pap-company and pap-conformance were built (debug)
 # Writes OUT_DIR/junit.xml, the report and the logs; prints the runner's `N passed, N failed`
 # line; exits with the runner's status. Every process it starts is stopped on exit.
@@ -15,7 +15,7 @@ set -euo pipefail
 
 pairing=$1 python=$(realpath -s "$2") target=$(realpath -m "$3") out=$(realpath -m "$4")
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-interop=$(cd "$repo/../shared/interop" && pwd)
+interop="$repo/conformance/interop/peer"
 company_bin="$target/debug/pap-company"
 runner_bin="$target/debug/pap-conformance"
 mkdir -p "$out"
@@ -107,7 +107,7 @@ rust-agent-x-rust-company)
 python-agent-x-rust-company)
     start_rust_company
     runner() {
-        (cd "$interop" && "$python" peer_runner.py --company shop.example --port "$company_port" \
+        (cd "$interop" && "$python" runner.py --company shop.example --port "$company_port" \
             --ca "$out/certs/ca.pem" --cert "$out/certs/cert.pem" --key "$out/certs/key.pem" \
             --agent-port "$agent_port" --agent-key "$out/agent-key.pem" \
             --scenario "$repo/conformance/interop/shop.example.scenario.json" --approve device-page --username ada --password "$password" \
@@ -150,7 +150,7 @@ python-agent-x-rust-replicas)
     status=0
     case_args=()
     for c in "${web_cases[@]}"; do case_args+=(--case "$c"); done
-    (cd "$interop" && "$python" peer_runner.py --company shop.example --port "$balance_port" \
+    (cd "$interop" && "$python" runner.py --company shop.example --port "$balance_port" \
         --ca "$out/certs/ca.pem" --cert "$out/certs/cert.pem" --key "$out/certs/key.pem" \
         --agent-port "$agent_port" --agent-key "$out/agent-key.pem" \
         --scenario "$repo/conformance/interop/shop.example.scenario.json" --approve device-page --username ada --password "$password" \
@@ -164,17 +164,15 @@ python-agent-x-rust-replicas)
 rust-agent-x-python-company)
     "$company_bin" dev-certs "$out/certs" manzanita.example atlas.example
     : > "$out/company.log"
-    (cd "$interop" && exec "$python" peer_company.py --port "$company_port" --cert "$out/certs/cert.pem" \
+    (cd "$interop" && exec "$python" company.py --port "$company_port" --cert "$out/certs/cert.pem" \
         --key "$out/certs/key.pem" --ca "$out/certs/ca.pem" --agent-domain atlas.example \
         --agent-port "$agent_port") > "$out/company.log" 2>&1 &
     pids+=($!)
-    # The peer prints its line just before uvicorn binds; the runner's discovery is retried by
-    # nothing, so wait for the port itself to accept (30 s at most).
+    # The peer prints its line once it accepts connections.
     ready "$!" "$out/company.log" "serving https://manzanita.example"
-    timeout 30 bash -c "until (exec 3<>/dev/tcp/127.0.0.1/$company_port) 2>/dev/null; do :; done"
     status=0
     "$runner_bin" pap --company https://manzanita.example --connect "manzanita.example=127.0.0.1:$company_port" \
-        --trust-ca "$out/certs/ca.pem" --scenario "$interop/scenario.manzanita.json" \
+        --trust-ca "$out/certs/ca.pem" --scenario "$repo/conformance/interop/manzanita.scenario.json" \
         --approve device-page --username ada --password "$password" \
         --serve-agent "127.0.0.1:$agent_port" --agent-cert "$out/certs/cert.pem" --agent-key "$out/certs/key.pem" \
         --json "$out/report.json" --junit "$out/junit.xml" || status=$?

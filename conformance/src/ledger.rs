@@ -43,7 +43,7 @@ pub struct Rule {
     /// `FILE::TEST` for Rust tests, `python-runner:CASE` for a reference-runner case,
     /// `pap-conformance:CASE` for a PAP case, `aip63-suite:HOOK` for an AIP-63 suite hook,
     /// `replicas:CHECK` for a check of the replicas run, `fuzz:TARGET` for a fuzz target of
-    /// `fuzz/` (its committed corpus replays as a test) that covers the rule's parser.
+    /// `conformance/fuzz/` (its committed corpus replays as a test) that covers the rule's parser.
     #[serde(default)]
     pub tests: Vec<String>,
     /// What is left, for a partial or open rule.
@@ -100,8 +100,8 @@ impl Ledger {
                     continue;
                 }
                 if let Some(target) = test.strip_prefix("fuzz:") {
-                    if !root.join("fuzz/corpus").join(target).is_dir() {
-                        problems.push(format!("{}: no fuzz target {target} (fuzz/corpus/{target})", rule.id));
+                    if !root.join("conformance/fuzz/corpus").join(target).is_dir() {
+                        problems.push(format!("{}: no fuzz target {target} (conformance/fuzz/corpus/{target})", rule.id));
                     }
                     continue;
                 }
@@ -128,14 +128,17 @@ impl Ledger {
 
 /// What is wrong with a `code` entry (`FILE` or `FILE: NAME …`), if anything: the file must
 /// exist, and the first name after it must stand in it (a whole word), so a move or a rename
-/// that leaves the ledger behind is caught. Entries outside the repository (`../shared/…`) and
-/// free text are not checked.
+/// that leaves the ledger behind is caught. Free text (no `/` in it) is not checked; a path
+/// outside the repository (`../…`) is a problem: a clone has nothing beside it.
 fn code_problem(root: &Path, code: &str) -> Option<String> {
     let (file, named) = match code.split_once(": ") {
         Some((file, named)) => (file, Some(named)),
         None => (code, None),
     };
-    if file.starts_with("..") || !file.contains('/') {
+    if file.starts_with("..") {
+        return Some(format!("{file}: outside the repository"));
+    }
+    if !file.contains('/') {
         return None;
     }
     let Ok(source) = std::fs::read_to_string(root.join(file)) else {

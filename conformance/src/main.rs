@@ -202,7 +202,7 @@ struct PapArgs {
     /// Test only: trust this CA for the company (the browser pins the leaf it vouches for).
     #[arg(long)]
     trust_ca: Option<PathBuf>,
-    /// The company's scenario (format of ../shared/interop/scenario.example.json).
+    /// The company's scenario (format of conformance/interop/shop.example.scenario.json).
     #[arg(long)]
     scenario: PathBuf,
     /// How the user approves Device Sign-In.

@@ -27,7 +27,7 @@ pub fn plain_http_client(
 }
 
 /// Plays the user approving a Device Sign-In on the company's own page, from the user's own HTTP
-/// client (the contract of `../shared/interop/README.md`): `GET {base}/device?user_code=…`, then
+/// client (the contract of `conformance/interop/README.md`): `GET {base}/device?user_code=…`, then
 /// every hidden input posted back to `{base}/device` with the user name, password and
 /// `decision=approve`, the page's cookies and same-site headers. The answer must be 200.
 pub async fn approve_on_device_page(

@@ -1,8 +1,8 @@
-//! End to end against the public Python reference company (`../shared/interop/peer_company.py`,
-//! "Manzanita", which no one here wrote), over real TLS on 127.0.0.1, with real Chromium.
+//! End to end against the public Python reference company ("Manzanita", which no one here wrote,
+//! served by `conformance/interop/peer/company.py`), over real TLS on 127.0.0.1, with real Chromium.
 //!
-//! Needs `PAP_PEER_PYTHON`: a Python with `../shared/interop/requirements.txt` (`.ci/run` makes
-//! one). Without it this test fails, saying so: it is never skipped.
+//! Needs `PAP_PEER_PYTHON`: a Python with `conformance/interop/peer/requirements.txt` (`.ci/run`
+//! makes one). Without it this test fails, saying so: it is never skipped.
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
@@ -16,13 +16,11 @@ use tokio::io::AsyncBufReadExt as _;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_whole_story_against_the_python_reference_company_in_chromium() {
-    let python = std::env::var("PAP_PEER_PYTHON")
-        .expect("PAP_PEER_PYTHON must name a Python with ../shared/interop/requirements.txt (bash .ci/run sets it up)");
-    let interop = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/interop");
-    assert!(
-        interop.join("peer_company.py").exists(),
-        "../shared/interop/peer_company.py is missing"
+    let python = std::env::var("PAP_PEER_PYTHON").expect(
+        "PAP_PEER_PYTHON must name a Python with conformance/interop/peer/requirements.txt (bash .ci/run sets it up)",
     );
+    let peer = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../conformance/interop/peer/company.py");
+    assert!(peer.exists(), "{} is missing", peer.display());
     let logs = Captured::install();
     let stage = Stage::new("e2e-python-company", &["manzanita.example", "atlas.example"]).await;
 
@@ -31,7 +29,7 @@ async fn the_whole_story_against_the_python_reference_company_in_chromium() {
         probe.local_addr().unwrap().port()
     };
     let mut company = tokio::process::Command::new(&python)
-        .arg(interop.join("peer_company.py"))
+        .arg(&peer)
         .args(["--port", &port.to_string(), "--agent-domain", "atlas.example"])
         .args(["--agent-port", &stage.documents_addr.port().to_string()])
         .arg("--cert")
@@ -45,7 +43,7 @@ async fn the_whole_story_against_the_python_reference_company_in_chromium() {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    // Ready when it says so (its first line), within a deadline.
+    // Ready when it says so: the peer prints its first line once it accepts connections.
     let mut lines = tokio::io::BufReader::new(company.stdout.take().unwrap()).lines();
     let ready = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
         .await
@@ -54,19 +52,6 @@ async fn the_whole_story_against_the_python_reference_company_in_chromium() {
         .unwrap();
     assert!(ready.starts_with("serving https://manzanita.example"), "{ready}");
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    // The peer prints that line just before uvicorn binds and logs nothing once bound (its log
-    // level is warning): the accepting port is the only signal left. Try it, within a deadline.
-    tokio::time::timeout(Duration::from_secs(30), async {
-        let mut tick = tokio::time::interval(Duration::from_millis(20));
-        loop {
-            tick.tick().await;
-            if tokio::net::TcpStream::connect(addr).await.is_ok() {
-                break;
-            }
-        }
-    })
-    .await
-    .expect("the Python company did not accept connections within 30 s");
 
     let ca = stage.ca_der.clone();
     let operator_ca = stage.ca_der.clone();

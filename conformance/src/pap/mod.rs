@@ -21,7 +21,7 @@ use pap_shared::Rng;
 pub use self::scenario::{Proposal, Scenario};
 pub use crate::report::{CaseResult, Outcome, Report};
 
-/// How the user's approval of Device Sign-In is played (`../shared/interop/README.md`).
+/// How the user's approval of Device Sign-In is played (`conformance/interop/README.md`).
 #[derive(Clone, Debug)]
 pub enum Approver {
     /// The user opens `https://DOMAIN/device?user_code=…` in their own HTTP client, and posts

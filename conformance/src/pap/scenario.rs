@@ -1,5 +1,5 @@
 //! What the runner must know about a company: the format of
-//! `../shared/interop/scenario.example.json`.
+//! `conformance/interop/shop.example.scenario.json`.
 
 use std::collections::HashMap;
 

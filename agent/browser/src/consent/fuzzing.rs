@@ -1,4 +1,4 @@
-//! Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`, never in a product build):
+//! Entry points for the fuzz targets in `conformance/fuzz/` (feature `fuzzing`, never in a product build):
 //! the parsers of the files a person hands the agent as a grant's source, each with the
 //! property it must keep. Each function panics when a property fails; that is the fuzzer's
 //! finding. Not a stable interface.

@@ -1,4 +1,4 @@
-//! Entry point for the `tool_input` fuzz target in `fuzz/` (feature `fuzzing`, never in a
+//! Entry point for the `tool_input` fuzz target in `conformance/fuzz/` (feature `fuzzing`, never in a
 //! product build): a tool caller's input, parsed as each reserved tool of the tool host parses
 //! it. Not a stable interface.
 

@@ -2,16 +2,16 @@
 # Runs fuzz targets under libFuzzer (nightly, cargo-fuzz), each on a scratch copy of its committed
 # corpus, and prints one line a target: executions, executions a second, coverage (edges), crashes.
 # A crash's input is kept under $PAP_FUZZ_WORK/artifacts/ and fails the run: fix it at its root,
-# then copy the input to fuzz/regressions/TARGET/ (the stable replay test keeps it fixed).
+# then copy the input to conformance/fuzz/regressions/TARGET/ (the stable replay test keeps it fixed).
 #
-#   bash fuzz/run.sh [--seconds S | --runs N | --goal] [TARGET...]   (default: every target, 20 s)
+#   bash conformance/fuzz/run.sh [--seconds S | --runs N | --goal] [TARGET...]   (default: every target, 20 s)
 #
 # --goal runs the README's goal: 10 million executions of each company-side target, 1 million
 # of each agent-side one. The build is release with debug assertions (overflow checks on) and
 # no sanitizer: the code is safe Rust (`unsafe_code = "forbid"`), so ASan would find nothing a
 # panic does not, at several times the cost.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 limit=(-max_total_time=20)
 goal=false
 while [ $# -gt 0 ]; do
@@ -23,12 +23,12 @@ while [ $# -gt 0 ]; do
     esac
 done
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || mapfile -t targets < <(ls fuzz/corpus)
+[ ${#targets[@]} -gt 0 ] || mapfile -t targets < <(ls conformance/fuzz/corpus)
 work=${PAP_FUZZ_WORK:-/var/tmp/pap-fuzz-work}
 fuzz_target=${PAP_FUZZ_TARGET_DIR:-/var/tmp/pap-fuzz-target}
 mkdir -p "$work/artifacts"
 
-cargo +nightly fuzz build --fuzz-dir fuzz/libfuzzer --target-dir "$fuzz_target" -s none -a > "$work/build.log" 2>&1 ||
+cargo +nightly fuzz build --fuzz-dir conformance/fuzz/libfuzzer --target-dir "$fuzz_target" -s none -a > "$work/build.log" 2>&1 ||
     { tail -n 30 "$work/build.log" >&2; exit 1; }
 bin="$fuzz_target/$(rustc +nightly -vV | sed -n 's/^host: //p')/release"
 
@@ -43,7 +43,7 @@ for name in "${targets[@]}"; do
     fi
     corpus="$work/corpus/$name"
     mkdir -p "$corpus"
-    cp -n fuzz/corpus/"$name"/* "$corpus"/ 2> /dev/null || true
+    cp -n conformance/fuzz/corpus/"$name"/* "$corpus"/ 2> /dev/null || true
     log="$work/$name.log"
     crashed=0
     "$bin/$name" "$corpus" "${run_limit[@]}" -print_final_stats=1 -artifact_prefix="$work/artifacts/$name-" \

@@ -1,6 +1,6 @@
 //! Every committed corpus entry and crash reproducer, replayed through its target on stable:
-//! `fuzz/corpus/<target>/` (inputs the fuzzer kept for their coverage, seeded from real inputs)
-//! and `fuzz/regressions/<target>/` (each input that once failed, kept after its fix).
+//! `conformance/fuzz/corpus/<target>/` (inputs the fuzzer kept for their coverage, seeded from real inputs)
+//! and `conformance/fuzz/regressions/<target>/` (each input that once failed, kept after its fix).
 
 use std::path::{Path, PathBuf};
 

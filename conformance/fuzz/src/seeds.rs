@@ -1,5 +1,5 @@
 //! Seed inputs made here, for the targets whose real inputs are signed by the company fixture's
-//! agent or are cases the tests already name. `fuzz/seed-corpus.sh` adds the inputs other
+//! agent or are cases the tests already name. `conformance/fuzz/seed-corpus.sh` adds the inputs other
 //! programs produce (the Python reference's documents, our agent's identity, ledger and grants,
 //! a real Chromium cookie database) and then minimises each corpus.
 

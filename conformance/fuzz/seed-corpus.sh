@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seeds fuzz/corpus/<target>/ from real inputs, added to what is there:
+# Seeds conformance/fuzz/corpus/<target>/ from real inputs, added to what is there:
 #   - made in Rust (`cargo run -p pap-fuzz --example seeds`): joins signed by the fixture agent,
 #     the cases the tests name (alg none, a repeated assertion, lookalike return_to hosts, ...);
 #   - the Python reference (a peer nobody here wrote): its agent's client metadata and JWKS, its
@@ -11,15 +11,15 @@
 #   - the provider manifests we ship.
 # Then, where nightly and cargo-fuzz are present, each corpus is minimised (`cargo fuzz cmin`).
 #
-#   bash fuzz/seed-corpus.sh PYTHON     (PYTHON: a venv python with ../shared/interop/requirements.txt)
+#   bash conformance/fuzz/seed-corpus.sh PYTHON     (PYTHON: a venv python with conformance/interop/peer/requirements.txt)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-python=$(realpath -s "${1:?usage: fuzz/seed-corpus.sh PYTHON (a venv with the interop requirements)}")
+cd "$(dirname "$0")/../.."
+python=$(realpath -s "${1:?usage: conformance/fuzz/seed-corpus.sh PYTHON (a venv with the interop requirements)}")
 repo=$PWD
-out=$repo/fuzz/corpus
-interop=$(realpath ../shared/interop)
+out=$repo/conformance/fuzz/corpus
+interop=$repo/conformance/interop/peer
 target=${CARGO_TARGET_DIR:-$repo/target}
-fuzz_target=${PAP_FUZZ_TARGET_DIR:-$repo/fuzz/libfuzzer/target}
+fuzz_target=${PAP_FUZZ_TARGET_DIR:-$repo/conformance/fuzz/libfuzzer/target}
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -39,14 +39,14 @@ cargo run -q --locked -p pap-fuzz --example seeds -- "$out"
 cargo build -q --locked -p pap-company -p pap-agent
 
 echo "the Python reference's agent documents"
-(cd "$interop" && "$python" peer_runner.py --agent-key "$work/peer-agent.pem" --write-agent-docs "$work/peer-docs") > /dev/null
+(cd "$interop" && "$python" runner.py --agent-key "$work/peer-agent.pem" --write-agent-docs "$work/peer-docs") > /dev/null
 put client_metadata python-agent.json "$work/peer-docs/agent.json"
 put jwks python-jwks.json "$work/peer-docs/jwks.json"
 
 echo "the Python reference's company documents"
 "$target/debug/pap-company" dev-certs "$work/certs" manzanita.example shop.example atlas.example > /dev/null
 port=$(free_port)
-(cd "$interop" && exec "$python" peer_company.py --port "$port" --cert "$work/certs/cert.pem" \
+(cd "$interop" && exec "$python" company.py --port "$port" --cert "$work/certs/cert.pem" \
     --key "$work/certs/key.pem" --ca "$work/certs/ca.pem" --agent-domain atlas.example) > "$work/peer.log" 2>&1 &
 pids+=($!)
 wait_port "$port"
@@ -134,7 +134,7 @@ if cargo +nightly --version > /dev/null 2>&1 && cargo +nightly fuzz --version > 
     echo "minimising each corpus (cargo fuzz cmin)"
     for dir in "$out"/*/; do
         name=$(basename "$dir")
-        cargo +nightly fuzz cmin --fuzz-dir fuzz/libfuzzer --target-dir "$fuzz_target" -s none -a "$name" "$dir" > "$work/cmin.log" 2>&1 ||
+        cargo +nightly fuzz cmin --fuzz-dir conformance/fuzz/libfuzzer --target-dir "$fuzz_target" -s none -a "$name" "$dir" > "$work/cmin.log" 2>&1 ||
             { tail -n 20 "$work/cmin.log" >&2; exit 1; }
     done
 fi

@@ -1,5 +1,5 @@
 //! Writes the seed inputs made in Rust under a corpus directory:
-//! `cargo run -p pap-fuzz --example seeds -- fuzz/corpus` (what `fuzz/seed-corpus.sh` runs).
+//! `cargo run -p pap-fuzz --example seeds -- conformance/fuzz/corpus` (what `conformance/fuzz/seed-corpus.sh` runs).
 
 fn main() -> std::io::Result<()> {
     let out = std::env::args_os()
