@@ -15,7 +15,7 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pap_company::serve_tls;
+use pap_net::serve::serve_tls;
 use pap_shared::CompactJws;
 use support::World;
 
@@ -85,9 +85,10 @@ async fn serve(app: axum::Router, pki: &support::TestPki) -> reqwest::Client {
 /// world's agent and user started there.
 #[cfg(feature = "redis")]
 async fn over_redis(world: &World, url: &str) -> (axum::Router, pap_shared::SessionId) {
-    use pap_company::{
-        BrowserSession, RecordSessions, RedisStore, StaticClientKeys, Verifier, VerifierParts, browser_session_router,
-    };
+    use pap_company::resolver::StaticClientKeys;
+    use pap_company::route::{BrowserSession, browser_session_router};
+    use pap_company::stores::{RecordSessions, RedisStore};
+    use pap_company::verify::{Verifier, VerifierParts};
     let store = Arc::new(RedisStore::connect(url, "bench").await.unwrap());
     let sessions = RecordSessions::new(store.clone(), world.clock.clone(), Arc::new(pap_shared::SystemRng));
     let session = sessions

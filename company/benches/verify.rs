@@ -93,10 +93,10 @@ fn benches(c: &mut Criterion) {
                 let mut done = 0u64;
                 while done < iters {
                     let run = (iters - done).min(200_000);
-                    let guard = pap_company::MemoryReplayGuard::new(world.clock.clone());
+                    let guard = pap_company::stores::MemoryReplayGuard::new(world.clock.clone());
                     let keys: Vec<_> = (done..done + run)
                         .map(|n| {
-                            pap_company::ReplayKey::browser_assertion(
+                            pap_company::stores::ReplayKey::browser_assertion(
                                 &world.agent.client_id,
                                 &pap_shared::Jti::parse(&format!("{n:0>22}")).unwrap(),
                             )
@@ -106,7 +106,7 @@ fn benches(c: &mut Criterion) {
                     for key in keys {
                         assert!(
                             runtime
-                                .block_on(pap_company::ReplayGuard::mark_once(&guard, key, exp))
+                                .block_on(pap_company::stores::ReplayGuard::mark_once(&guard, key, exp))
                                 .unwrap()
                         );
                     }
@@ -120,7 +120,7 @@ fn benches(c: &mut Criterion) {
     parts.bench_function("session_lookup", |b| {
         b.iter(|| {
             runtime
-                .block_on(pap_company::SessionDirectory::session(&world.sessions, &world.session))
+                .block_on(pap_company::stores::SessionDirectory::session(&world.sessions, &world.session))
                 .unwrap()
         });
     });

@@ -258,7 +258,7 @@ const BUSY_RETRY_SECONDS: &str = "5";
 
 /// The answer when a store (or the resolver) cannot answer now: 503, no cookie, a short page,
 /// `Retry-After: retry_after` seconds.
-pub(crate) fn unavailable(retry_after: &'static str) -> Response {
+pub fn unavailable(retry_after: &'static str) -> Response {
     let mut response = message_page(
         StatusCode::SERVICE_UNAVAILABLE,
         "Try again",

@@ -5,7 +5,7 @@ use http::{HeaderValue, StatusCode, header};
 
 /// A page with `status` and a one-line `message` (plain text, HTML-escaped here), served with
 /// `no-store`, no framing and a same-origin content policy.
-pub(crate) fn message_page(status: StatusCode, title: &str, message: &str) -> Response {
+pub fn message_page(status: StatusCode, title: &str, message: &str) -> Response {
     let body = format!(
         "<!doctype html><meta charset=utf-8>\
          <meta name=viewport content=\"width=device-width, initial-scale=1\">\
@@ -17,7 +17,7 @@ pub(crate) fn message_page(status: StatusCode, title: &str, message: &str) -> Re
 }
 
 /// An HTML response with the site's standard headers.
-pub(crate) fn html(status: StatusCode, body: String) -> Response {
+pub fn html(status: StatusCode, body: String) -> Response {
     let mut response = (status, body).into_response();
     let headers = response.headers_mut();
     headers.insert(

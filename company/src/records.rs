@@ -80,17 +80,18 @@ pub trait Records: Send + Sync + fmt::Debug {
 
 /// A typed change under construction; [`Commit::apply`] writes it.
 #[derive(Debug, Default)]
-pub(crate) struct Commit {
+pub struct Commit {
     changes: Vec<Change>,
 }
 
 impl Commit {
-    pub(crate) fn new() -> Self {
+    /// An empty change.
+    pub fn new() -> Self {
         Self::default()
     }
 
     /// Writes `value` under `key` until `until`, if the key is as `expect`.
-    pub(crate) fn put<T: Serialize>(mut self, key: String, expect: Expect, value: &T, until: UnixTime) -> Self {
+    pub fn put<T: Serialize>(mut self, key: String, expect: Expect, value: &T, until: UnixTime) -> Self {
         // A record type always serialises (no maps with non-string keys, no failing impls).
         let data = serde_json::to_vec(value).unwrap_or_default();
         self.changes.push(Change {
@@ -102,7 +103,7 @@ impl Commit {
     }
 
     /// Removes `key`, if it is as `expect`.
-    pub(crate) fn delete(mut self, key: String, expect: Expect) -> Self {
+    pub fn delete(mut self, key: String, expect: Expect) -> Self {
         self.changes.push(Change {
             key,
             expect,
@@ -112,14 +113,14 @@ impl Commit {
     }
 
     /// Applies it: `Ok(false)` when another writer moved a record first.
-    pub(crate) async fn apply(self, records: &dyn Records) -> Result<bool, StoreError> {
+    pub async fn apply(self, records: &dyn Records) -> Result<bool, StoreError> {
         records.commit(&self.changes).await
     }
 }
 
 /// The record under `key`, typed, with its version. A record that no longer reads as `T` (an
 /// older shape) counts as absent.
-pub(crate) async fn read<T: DeserializeOwned>(
+pub async fn read<T: DeserializeOwned>(
     records: &dyn Records,
     key: &str,
 ) -> Result<Option<(u64, T)>, StoreError> {
@@ -131,14 +132,14 @@ pub(crate) async fn read<T: DeserializeOwned>(
 }
 
 /// What a record's version expects: `Absent` for none.
-pub(crate) fn expect_of<T>(held: &Option<(u64, T)>) -> Expect {
+pub fn expect_of<T>(held: &Option<(u64, T)>) -> Expect {
     held.as_ref()
         .map_or(Expect::Absent, |(version, _)| Expect::Version(*version))
 }
 
-/// Runs `attempt` until it commits (`Some`), at most [`RETRIES`] times; a store so contended
+/// Runs `attempt` until it commits (`Some`), at most 32 times; a store so contended
 /// that none commits is unavailable for this request.
-pub(crate) async fn retrying<T, F, Fut>(mut attempt: F) -> Result<T, StoreError>
+pub async fn retrying<T, F, Fut>(mut attempt: F) -> Result<T, StoreError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<Option<T>, StoreError>>,

@@ -46,6 +46,15 @@ impl SessionRecord {
     pub fn is_signed_in(&self) -> bool {
         self.account.is_some()
     }
+
+    /// Signs the Session out: no account, no scopes, and a new epoch when it was signed in
+    /// (every cookie bound to the old epoch stops reading as signed in).
+    pub fn sign_out(&mut self) {
+        if self.account.take().is_some() {
+            self.epoch += 1;
+        }
+        self.scopes.clear();
+    }
 }
 
 /// Looks Sessions up. A distributed store implements this the same way; the website calls it on
@@ -128,7 +137,7 @@ impl MemorySessionDirectory {
     /// Signs the Session out; it stays live, with no account and no scopes, in a new epoch (the
     /// browsers it joined are logged out for good).
     pub fn sign_out(&self, id: &SessionId) -> bool {
-        self.sessions.update(id, sign_out)
+        self.sessions.update(id, SessionRecord::sign_out)
     }
 
     /// Replaces the Session's scopes.
@@ -183,7 +192,7 @@ impl RecordSessions {
     }
 
     /// The key of Session `id`'s record.
-    pub(crate) fn key(id: &SessionId) -> String {
+    pub fn key(id: &SessionId) -> String {
         format!("session:{}", id.as_str())
     }
 
@@ -274,7 +283,7 @@ impl RecordSessions {
     /// Signs the Session out, in a new epoch when it was signed in (its browsers are logged out
     /// for good); false for an unknown Session.
     pub async fn sign_out(&self, id: &SessionId) -> Result<bool, StoreError> {
-        self.change(id, sign_out).await
+        self.change(id, SessionRecord::sign_out).await
     }
 
     /// Replaces the Session's scopes; false for an unknown Session.
@@ -288,13 +297,6 @@ impl RecordSessions {
     }
 }
 
-/// A sign-out: no account, no scopes, and a new epoch when it was signed in.
-pub(crate) fn sign_out(record: &mut SessionRecord) {
-    if record.account.take().is_some() {
-        record.epoch += 1;
-    }
-    record.scopes.clear();
-}
 
 #[async_trait]
 impl SessionDirectory for RecordSessions {

@@ -10,10 +10,8 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pap_company::{
-    Binding, Change, CookieBindings as _, Expect, RecordSessions, Records as _, RedisStore, ReplayGuard as _,
-    ReplayKey, SessionCookie, SessionDirectory as _, StoreError, Write,
-};
+use pap_company::records::{Change, Expect, Records as _, Write};
+use pap_company::stores::{Binding, CookieBindings as _, RecordSessions, RedisStore, ReplayGuard as _, ReplayKey, SessionCookie, SessionDirectory as _, StoreError};
 use pap_shared::{ClientId, Jti, PairwiseUserId, SystemClock, SystemRng, UnixTime};
 use support::redis_server::RedisServer;
 

@@ -241,7 +241,7 @@ async fn refuses_an_assertion_in_the_url_a_json_body_an_oversized_body_and_other
     let oversized = format!(
         "assertion={}&pad={}",
         assertion.secret(),
-        "x".repeat(pap_company::MAX_FORM_BYTES)
+        "x".repeat(pap_company::route::MAX_FORM_BYTES)
     );
     assert_refused(&send(&world, form_post(&oversized)).await, "oversized body");
 

@@ -6,7 +6,8 @@ mod support;
 
 use std::sync::Arc;
 
-use pap_company::{StaticClientKeys, Verifier, VerifierParts, VerifyError};
+use pap_company::resolver::StaticClientKeys;
+use pap_company::verify::{Verifier, VerifierParts, VerifyError};
 use pap_shared::{BROWSER_ASSERTION_TYP, ClaimsError, CompactJws, HttpsUrl, JoseError, SigningKey, SystemRng};
 use serde_json::json;
 use support::{Agent, NOW, World};
@@ -154,7 +155,7 @@ async fn expiry_is_exclusive_and_checked_against_the_injected_clock() {
 #[tokio::test]
 async fn iat_may_be_at_most_the_documented_skew_ahead() {
     let world = World::new();
-    let skew = pap_company::IAT_SKEW_SECONDS;
+    let skew = pap_company::verify::IAT_SKEW_SECONDS;
     let at = |iat: i64| {
         let mut claims = world.claims();
         claims["iat"] = json!(iat);
@@ -225,7 +226,7 @@ async fn refuses_an_unknown_client() {
     let assertion = world.agent.sign(BROWSER_ASSERTION_TYP, &claims);
     assert_eq!(
         verify(&world, &assertion).await.unwrap_err(),
-        VerifyError::Client(pap_company::ResolveError::UnknownClient)
+        VerifyError::Client(pap_company::resolver::ResolveError::UnknownClient)
     );
 }
 
@@ -250,12 +251,12 @@ struct Rotated {
 }
 
 #[async_trait::async_trait]
-impl pap_company::ClientKeys for Rotated {
+impl pap_company::resolver::ClientKeys for Rotated {
     async fn keys(
         &self,
         _client_id: &pap_shared::ClientId,
         _kid: Option<&str>,
-    ) -> Result<Arc<pap_shared::Jwks>, pap_company::ResolveError> {
+    ) -> Result<Arc<pap_shared::Jwks>, pap_company::resolver::ResolveError> {
         Ok(self.cached.clone())
     }
 
@@ -263,7 +264,7 @@ impl pap_company::ClientKeys for Rotated {
         &self,
         _client_id: &pap_shared::ClientId,
         _kid: Option<&str>,
-    ) -> Result<Option<Arc<pap_shared::Jwks>>, pap_company::ResolveError> {
+    ) -> Result<Option<Arc<pap_shared::Jwks>>, pap_company::resolver::ResolveError> {
         self.refetches.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(self.published.clone())
     }

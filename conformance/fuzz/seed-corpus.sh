@@ -63,7 +63,7 @@ fetch manzanita.example "$port" /oauth/device -d client_id=x > "$work/e" && put 
 echo "our company's documents"
 port=$(free_port)
 admin=$(free_port)
-"$target/debug/pap-company" serve --config "$repo/company/shop.example.toml" --listen "127.0.0.1:$port" \
+"$target/debug/pap-company" serve --config "$repo/company/shop/shop.example.toml" --listen "127.0.0.1:$port" \
     --cert "$work/certs/cert.pem" --key "$work/certs/key.pem" --admin-listen "127.0.0.1:$admin" \
     --admin-credential-file "$work/operator.credential" --trust-ca "$work/certs/ca.pem" > "$work/company.log" 2>&1 &
 pids+=($!)

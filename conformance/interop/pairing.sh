@@ -61,7 +61,7 @@ start_rust_company() {
     local store_args=()
     [ -z "$store" ] || store_args=(--store "$store")
     : > "$log"
-    "$company_bin" serve --config "$repo/company/shop.example.toml" \
+    "$company_bin" serve --config "$repo/company/shop/shop.example.toml" \
         --listen "127.0.0.1:$port" --cert "$out/certs/cert.pem" --key "$out/certs/key.pem" \
         --admin-listen "127.0.0.1:$admin" --admin-credential-file "$credential" \
         --trust-ca "$out/certs/ca.pem" "${store_args[@]}" \

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand, ValueEnum};
-use pap_agent::{ClientConfig, Identity, PapClient, TlsListener, documents_router, pin_served_leaf};
+use pap_agent::{ClientConfig, Identity, PapClient, documents_router, pin_served_leaf};
+use pap_net::listener::TlsListener;
 use pap_browser::chromium::{BrowserHost, ChromiumConfig, TestNetwork};
 use pap_conformance::pap::{self, Approver, Context, Scenario};
 use pap_conformance::{abuse, browser};
@@ -84,7 +85,7 @@ struct ReplicasArgs {
     #[arg(long)]
     company_bin: Option<PathBuf>,
     /// Its configuration (testing on, `ada`'s password the shipped one).
-    #[arg(long, default_value = "company/shop.example.toml")]
+    #[arg(long, default_value = "company/shop/shop.example.toml")]
     config: PathBuf,
     /// Where certificates, the logs, the credentials and Redis's files go (default: a new temp dir).
     #[arg(long)]
@@ -100,7 +101,7 @@ struct AbuseArgs {
     #[arg(long)]
     company_bin: Option<PathBuf>,
     /// Its configuration (testing on, `ada`'s password the shipped one).
-    #[arg(long, default_value = "company/shop.example.toml")]
+    #[arg(long, default_value = "company/shop/shop.example.toml")]
     config: PathBuf,
     /// Where certificates, the company's log and its credential go (default: a new temp dir).
     #[arg(long)]
@@ -286,7 +287,7 @@ async fn run_balance(args: BalanceArgs) -> anyhow::Result<bool> {
     if !args.listen.ip().is_loopback() {
         bail!("the balancer is a test tool: it listens on loopback addresses only");
     }
-    let tls = pap_company::load_server_config(&args.cert, &args.key)?;
+    let tls = pap_net::tls::load_server_config(&args.cert, &args.key)?;
     let ca = std::fs::read(&args.ca).with_context(|| format!("reading {}", args.ca.display()))?;
     let router = pap_conformance::balance::router(&args.domain, &args.backends, &ca)?;
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -297,7 +298,7 @@ async fn run_balance(args: BalanceArgs) -> anyhow::Result<bool> {
         args.listen,
         args.backends.len()
     );
-    pap_company::serve_tls(listener, router, tls, std::future::pending()).await;
+    pap_net::serve::serve_tls(listener, router, tls, std::future::pending()).await;
     Ok(true)
 }
 

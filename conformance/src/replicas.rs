@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use pap_agent::{ClientConfig, Company, Identity, PapClient, Session, TlsListener, documents_router};
+use pap_agent::{ClientConfig, Company, Identity, PapClient, Session, documents_router};
+use pap_net::listener::TlsListener;
 use pap_shared::{
     BROWSER_ASSERTION_TYP, BrowserAssertionClaims, BrowserAssertionRequest, CompanyDomain, HttpsUrl, Jti, SystemClock,
     SystemRng,
@@ -83,10 +84,10 @@ struct LaunchTemplate {
 
 /// Runs every check; what it saw.
 pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
-    pap_company::raise_open_file_limit().context("raising the open-file limit")?;
+    pap_net::serve::raise_open_file_limit().context("raising the open-file limit")?;
     std::fs::create_dir_all(&plan.work)?;
     let certs_dir = plan.work.join("certs");
-    let certs = pap_company::write_dev_certs(&certs_dir, &[DOMAIN.to_owned(), "atlas.example".to_owned()])?;
+    let certs = pap_net::dev_certs::write_dev_certs(&certs_dir, &[DOMAIN.to_owned(), "atlas.example".to_owned()])?;
     let ca_pem = std::fs::read(&certs.ca)?;
     let mut roots = rustls::RootCertStore::empty();
     let mut extra_roots = Vec::new();

@@ -13,9 +13,10 @@ use axum::extract::Request;
 use axum::middleware::{Next, from_fn};
 use axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
-use pap_agent::{ClientConfig, Identity, PapClient, TlsListener, documents_router};
+use pap_agent::{ClientConfig, Identity, PapClient, documents_router};
+use pap_net::listener::TlsListener;
 use pap_browser::chromium::{BrowserHost, ChromiumConfig};
-use pap_company::{CompanyConfig, LocalCompany};
+use pap_shop::{CompanyConfig, LocalCompany};
 use pap_conformance::pap::{self, Approver, Context, Outcome, Scenario};
 use pap_shared::{CompanyDomain, SystemClock, SystemRng};
 
@@ -27,7 +28,7 @@ type Answered = HashMap<Vec<u8>, (StatusCode, http::HeaderMap)>;
 /// A company whose public router is `wrap`ped by a broken layer, and a runner context for it.
 async fn context_for(label: &str, wrap: impl FnOnce(Router) -> Router) -> Context {
     let work = std::env::temp_dir().join(format!("pap-broken-{label}-{}", std::process::id()));
-    let certs = pap_company::write_dev_certs(&work, &["shop.example".into(), "atlas.example".into()]).unwrap();
+    let certs = pap_net::dev_certs::write_dev_certs(&work, &["shop.example".into(), "atlas.example".into()]).unwrap();
     let (cert_pem, key_pem) = (std::fs::read(&certs.cert).unwrap(), std::fs::read(&certs.key).unwrap());
     let ca = rustls_pemfile::certs(&mut &std::fs::read(&certs.ca).unwrap()[..])
         .next()
@@ -46,7 +47,7 @@ async fn context_for(label: &str, wrap: impl FnOnce(Router) -> Router) -> Contex
         .into_future(),
     );
 
-    let config = CompanyConfig::parse(include_str!("../../company/shop.example.toml")).unwrap();
+    let config = CompanyConfig::parse(include_str!("../../company/shop/shop.example.toml")).unwrap();
     let agents = [("atlas.example".to_owned(), documents_addr)].into();
     let addr = LocalCompany::start(config, &certs, agents, wrap).await.unwrap().addr;
 
@@ -64,7 +65,7 @@ async fn context_for(label: &str, wrap: impl FnOnce(Router) -> Router) -> Contex
         .discover(&CompanyDomain::try_from("shop.example").unwrap())
         .await
         .unwrap();
-    let roots = pap_agent::trust_roots(&[ca]).unwrap();
+    let roots = pap_net::tls::trust_roots(&[ca]).unwrap();
     let http = pap_agent::testkit::plain_http_client(roots, &[("shop.example".to_owned(), addr)].into()).unwrap();
     let scenario = Scenario::parse(include_str!("../interop/shop.example.scenario.json")).unwrap();
     Context {

@@ -38,7 +38,7 @@ pub use jose::{
     PublicJwk, PublicKey, SigningKey, UnverifiedJws,
 };
 pub use secret::{CompactJws, SecretToken};
-pub use time::{Clock, Rng, SystemClock, SystemRng, UnixTime, rfc3339};
+pub use time::{Clock, ManualClock, Rng, SystemClock, SystemRng, UnixTime, rfc3339};
 pub use wire::browser_assertion::{
     BROWSER_ASSERTION_TYP, BrowserAssertionClaims, BrowserAssertionRequest, ClaimsError, MAX_BROWSER_ASSERTION_LIFETIME,
 };

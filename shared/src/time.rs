@@ -184,6 +184,34 @@ impl Clock for SystemClock {
     }
 }
 
+/// A clock that stands where it is set: tests move it by hand, so expiry and lifetimes are
+/// exact (no sleeps). Shared by every crate's tests, and by an adopter's.
+#[derive(Debug, Default)]
+pub struct ManualClock(std::sync::atomic::AtomicI64);
+
+impl ManualClock {
+    /// A clock at `seconds` since the epoch.
+    pub fn at(seconds: i64) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(Self(std::sync::atomic::AtomicI64::new(seconds)))
+    }
+
+    /// Moves the clock to `seconds` since the epoch.
+    pub fn set(&self, seconds: i64) {
+        self.0.store(seconds, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Moves the clock on by `seconds`.
+    pub fn advance(&self, seconds: i64) {
+        self.0.fetch_add(seconds, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> UnixTime {
+        UnixTime::from_secs(self.0.load(std::sync::atomic::Ordering::SeqCst))
+    }
+}
+
 /// A source of cryptographically secure random bytes.
 pub trait Rng: Send + Sync + fmt::Debug {
     /// Fills `buf` with random bytes.

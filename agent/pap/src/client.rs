@@ -33,25 +33,6 @@ pub struct ClientConfig {
     pub connect: HashMap<String, SocketAddr>,
 }
 
-/// A resolver that answers only public addresses (PAP-3-10: never loopback, private or
-/// link-local ones, whatever a company's documents name).
-struct PublicOnly;
-
-impl reqwest::dns::Resolve for PublicOnly {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        Box::pin(async move {
-            let public: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0))
-                .await?
-                .filter(|a| pap_shared::is_public_address(a.ip()))
-                .collect();
-            if public.is_empty() {
-                return Err("the name has no public address".into());
-            }
-            Ok(Box::new(public.into_iter()) as reqwest::dns::Addrs)
-        })
-    }
-}
-
 /// What discovery tells about a company (wire doc §2.1-2.2), checked.
 #[derive(Clone, Debug)]
 pub struct Company {
@@ -160,9 +141,9 @@ impl PapClient {
         clock: Arc<dyn Clock>,
         rng: Arc<dyn Rng>,
     ) -> Result<Self, ClientError> {
-        let roots = crate::tls::trust_roots(&config.extra_roots)
+        let roots = pap_net::tls::trust_roots(&config.extra_roots)
             .map_err(|_| ClientError::Setup("an extra root certificate is invalid"))?;
-        let tls = crate::tls::tls_client_config(roots).map_err(|_| ClientError::Setup("TLS"))?;
+        let tls = pap_net::tls::client_config(roots).map_err(|_| ClientError::Setup("TLS"))?;
         // A company's names must resolve to public addresses (PAP-3-10); the test-only
         // `connect` map is the one explicit exception, and takes precedence over the resolver.
         let mut builder = reqwest::Client::builder()
@@ -171,7 +152,7 @@ impl PapClient {
             .redirect(reqwest::redirect::Policy::none())
             .timeout(Duration::from_secs(10))
             .no_proxy()
-            .dns_resolver(Arc::new(PublicOnly));
+            .dns_resolver(Arc::new(pap_net::resolve::PublicOnly::new()));
         for (name, addr) in &config.connect {
             builder = builder.resolve(name, *addr);
         }

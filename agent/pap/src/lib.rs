@@ -33,8 +33,8 @@ pub use client::{
     ClientConfig, ClientError, Company, DeclaredProposal, DeviceAuthorization, MAX_DEVICE_SIGNIN_SECONDS, PapClient,
     Pause, Session, TokioPause, new_pairwise_user,
 };
-pub use documents::{TlsListener, documents_router};
+pub use documents::documents_router;
 pub use identity::{Identity, IdentityError, KEY_ID};
 pub use join::{JoinError, JoinOutcome, JoinTabError, join, join_tab};
-pub use tls::{PinError, pin_served_leaf, spki_pin, tls_client_config, trust_roots};
+pub use tls::{PinError, pin_served_leaf, spki_pin};
 pub use wallet::{Holder, Wallet, WalletError};

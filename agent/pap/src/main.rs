@@ -12,10 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 use pap_agent::pairing::{Bearer, Devices};
-use pap_agent::{
-    ClientConfig, Company, Identity, PapClient, TlsListener, Wallet, documents_router, join, join_tab,
-    new_pairwise_user, pin_served_leaf,
-};
+use pap_agent::{ClientConfig, Company, Identity, PapClient, Wallet, documents_router, join, join_tab, new_pairwise_user, pin_served_leaf};
+use pap_net::listener::TlsListener;
 use pap_browser::chromium::{self, BrowserHost, ChromiumConfig, TestNetwork, click_and_land};
 use pap_browser::consent;
 use pap_browser::spec::{InstanceKey, InstanceState, Lifecycle, OperatorReset};
@@ -523,7 +521,7 @@ impl Agent {
             }
         }
         let test_network = (!connect.is_empty())
-            .then(|| pap_agent::trust_roots(&extra_roots).map(|roots| (connect.clone(), roots)))
+            .then(|| pap_net::tls::trust_roots(&extra_roots).map(|roots| (connect.clone(), roots)))
             .transpose()?;
         let config = ClientConfig { extra_roots, connect };
         let client = PapClient::new(identity, &config, Arc::new(SystemClock), Arc::new(SystemRng))?;
@@ -771,7 +769,8 @@ async fn identity(state: &std::path::Path, command: &IdentityCommand) -> anyhow:
             let tcp = tokio::net::TcpListener::bind(listen).await.with_context(|| {
                 format!("cannot listen on {listen}: is another server using that port? choose another with --listen")
             })?;
-            let listener = TlsListener::new(tcp, &cert_pem, &key)?;
+            let tls = pap_net::tls::server_config_from_pem(&cert_pem, &key)
+                .context("the certificate and key do not make a TLS configuration")?;
             let domain = identity.domain();
             eprintln!("serving {} on {listen}", identity.client_id());
             if listen.ip().is_loopback() || listen.ip().is_unspecified() {
@@ -781,7 +780,9 @@ async fn identity(state: &std::path::Path, command: &IdentityCommand) -> anyhow:
                     identity.client_id()
                 );
             }
-            axum::serve(listener, documents_router(&identity)).await?;
+            // Strangers (every company) fetch these: the bounded server (a connection cap, handshake,
+            // header, idle and request deadlines; review N14), until Ctrl-C or SIGTERM.
+            pap_net::serve::serve_tls(tcp, documents_router(&identity), tls, shutdown_signal()).await;
             Ok(())
         }
     }

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use rustls::RootCertStore;
 
-use crate::tls::tls_client_config;
+
 
 /// An HTTP client that trusts `roots`, dials the names in `connect` at those addresses, follows
 /// no redirect and keeps no cookie: for a user's or an operator's requests in tests and demos.
@@ -15,7 +15,7 @@ pub fn plain_http_client(
     roots: RootCertStore,
     connect: &HashMap<String, SocketAddr>,
 ) -> Result<reqwest::Client, UserError> {
-    let tls = tls_client_config(roots).map_err(UserError::Tls)?;
+    let tls = pap_net::tls::client_config(roots).map_err(UserError::Tls)?;
     let mut builder = reqwest::Client::builder()
         .use_preconfigured_tls(tls)
         .redirect(reqwest::redirect::Policy::none())

@@ -1,54 +1,35 @@
-//! The agent's TLS set-up: the roots it trusts and its client configuration (aws-lc-rs), and,
-//! for the test-only `--connect`/`--trust-ca` routing, the SPKI pin of a test leaf that the
-//! agent's Chromium is told to accept ([`pap_browser::chromium::TestNetwork`]).
+//! For the test-only `--connect`/`--trust-ca` routing: the SPKI pin of a test leaf that the
+//! agent's Chromium is told to accept ([`pap_browser::chromium::TestNetwork`]). The roots and
+//! the client configuration are `pap_net::tls`'s.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use rustls::RootCertStore;
 use rustls::pki_types::CertificateDer;
-
-/// The roots the agent trusts: the web PKI, plus `extra` (a test CA).
-pub fn trust_roots(extra: &[CertificateDer<'static>]) -> Result<RootCertStore, rustls::Error> {
-    let mut roots = RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
-    for root in extra {
-        roots.add(root.clone())?;
-    }
-    Ok(roots)
-}
-
-/// A TLS client configuration: aws-lc-rs, safe protocol versions, `roots`, no client auth.
-pub fn tls_client_config(roots: RootCertStore) -> Result<rustls::ClientConfig, rustls::Error> {
-    Ok(
-        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    )
-}
 
 /// The base64 SHA-256 of a PEM certificate's SubjectPublicKeyInfo, for
 /// `--ignore-certificate-errors-spki-list`.
 pub fn spki_pin(cert_pem: &[u8]) -> Result<String, PinError> {
-    use base64::Engine as _;
-    use sha2::Digest as _;
-    let bad = || PinError::NoCertificate;
     let der = rustls_pemfile::certs(&mut &cert_pem[..])
         .next()
         .and_then(Result::ok)
-        .ok_or_else(bad)?;
-    let cert = webpki::EndEntityCert::try_from(&der).map_err(|_| bad())?;
-    let spki = cert.subject_public_key_info();
-    Ok(base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(spki.as_ref())))
+        .ok_or(PinError::NoCertificate)?;
+    spki_sha256(&der).ok_or(PinError::NoCertificate)
+}
+
+/// The base64 SHA-256 of a DER certificate's SubjectPublicKeyInfo, if it parses.
+fn spki_sha256(der: &CertificateDer<'_>) -> Option<String> {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let cert = webpki::EndEntityCert::try_from(der).ok()?;
+    Some(base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(cert.subject_public_key_info().as_ref())))
 }
 
 /// Test only: the base64 SPKI pin of the leaf that `name` serves at `addr`, after checking that
 /// it chains to `roots` (so only a certificate the test CA issued is ever pinned).
 pub async fn pin_served_leaf(name: &str, addr: SocketAddr, roots: rustls::RootCertStore) -> Result<String, PinError> {
     let fail = PinError::Leaf;
-    let tls = tls_client_config(roots).map_err(|_| fail("TLS"))?;
+    let tls = pap_net::tls::client_config(roots).map_err(|_| fail("TLS"))?;
     let server = rustls::pki_types::ServerName::try_from(name.to_owned()).map_err(|_| fail("the name"))?;
     let tcp = tokio::net::TcpStream::connect(addr)
         .await
@@ -63,10 +44,7 @@ pub async fn pin_served_leaf(name: &str, addr: SocketAddr, roots: rustls::RootCe
         .peer_certificates()
         .and_then(|c| c.first())
         .ok_or_else(|| fail("no certificate"))?;
-    use base64::Engine as _;
-    use sha2::Digest as _;
-    let cert = webpki::EndEntityCert::try_from(leaf).map_err(|_| fail("the certificate"))?;
-    Ok(base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(cert.subject_public_key_info().as_ref())))
+    spki_sha256(leaf).ok_or_else(|| fail("the certificate"))
 }
 
 /// Why a test leaf could not be pinned.
@@ -87,7 +65,7 @@ mod tests {
     #[test]
     fn spki_pin_hashes_the_leaf_key() {
         let dir = std::env::temp_dir().join(format!("pap-agent-pin-{}", std::process::id()));
-        let certs = pap_company::write_dev_certs(&dir, &["shop.example".into()]).unwrap();
+        let certs = pap_net::dev_certs::write_dev_certs(&dir, &["shop.example".into()]).unwrap();
         let pin = spki_pin(&std::fs::read(&certs.cert).unwrap()).unwrap();
         // Base64 of a SHA-256: 44 characters with one '='.
         assert_eq!(pin.len(), 44);

@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::http::HeaderMap;
-use pap_agent::{TlsListener, join_tab, spki_pin};
+use pap_agent::{join_tab, spki_pin};
+use pap_net::listener::TlsListener;
 use pap_browser::chromium::{BrowserHost, ChromiumConfig, TestNetwork};
 use pap_browser::consent::{Caller, GrantRequest, SourceSpec};
 use pap_browser::spec::{AgentCaller, InstanceKey, Operator, ToolErrorCode, ToolResult};

@@ -85,7 +85,7 @@ async fn the_whole_story_against_the_python_reference_company_in_chromium() {
 
 /// The peer's test-only operator hook: how often the operation's action ran.
 async fn operator_count(ca: &rustls::pki_types::CertificateDer<'static>, addr: std::net::SocketAddr, id: &str) -> u64 {
-    let roots = pap_agent::trust_roots(std::slice::from_ref(ca)).unwrap();
+    let roots = pap_net::tls::trust_roots(std::slice::from_ref(ca)).unwrap();
     let http = pap_agent::testkit::plain_http_client(roots, &[("manzanita.example".to_owned(), addr)].into()).unwrap();
     let url = format!("https://manzanita.example/_operator/performed/{id}");
     let body = http.get(url).send().await.unwrap().bytes().await.unwrap();

@@ -55,7 +55,7 @@ fn refused_by_aip7(outcome: Result<Value, Value>, what: &str) {
 
 struct World {
     stage: Stage,
-    company: pap_company::ReferenceCompany,
+    company: pap_shop::ReferenceCompany,
     server: BrowserServer,
     tools: Arc<ToolHost>,
     client: pap_agent::PapClient,

@@ -55,7 +55,7 @@ async fn paired_devices_reach_the_browser_and_pap_through_the_guarded_http_host(
         ],
     )
     .await;
-    let roots = pap_agent::trust_roots(std::slice::from_ref(&stage.ca_der)).unwrap();
+    let roots = pap_net::tls::trust_roots(std::slice::from_ref(&stage.ca_der)).unwrap();
     let local = std::net::SocketAddr::from(([127, 0, 0, 1], remote_addr.port()));
     let https = pap_agent::testkit::plain_http_client(roots, &[("shop.example".to_owned(), local)].into()).unwrap();
     let health = https

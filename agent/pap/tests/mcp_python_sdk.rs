@@ -26,7 +26,7 @@ use tokio::io::AsyncBufReadExt as _;
 
 /// Runs the Python client with `args`, approving at `company` (as the person) the sign-in it
 /// asks for; the JSON line it printed.
-async fn python_device(python: &str, args: &[&str], company: &pap_company::ReferenceCompany) -> serde_json::Value {
+async fn python_device(python: &str, args: &[&str], company: &pap_shop::ReferenceCompany) -> serde_json::Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../conformance/interop/mcp_client.py");
     let mut child = tokio::process::Command::new(python)
         .arg(script)
@@ -60,7 +60,7 @@ async fn python_device(python: &str, args: &[&str], company: &pap_company::Refer
 
 /// What every run must show: MCP-safe names, a join onto the operation page, the tool's
 /// confirm refused and the operation never performed by it.
-async fn check(seen: &serde_json::Value, company: &pap_company::ReferenceCompany) {
+async fn check(seen: &serde_json::Value, company: &pap_shop::ReferenceCompany) {
     let names: Vec<&str> = seen["names"]
         .as_array()
         .unwrap()

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use pap_shared::{ClientId, Clock, HttpsUrl, Jwks, UnixTime};
-use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use pap_net::resolve::PublicOnly;
 use rustls::pki_types::CertificateDer;
 use tokio::sync::Semaphore;
 
@@ -155,18 +155,8 @@ pub struct HttpClientResolver {
 impl HttpClientResolver {
     /// A resolver with its own HTTPS client.
     pub fn new(config: ResolverConfig, clock: Arc<dyn Clock>) -> Result<Self, ResolverBuildError> {
-        let mut roots = rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        };
-        for root in config.extra_roots {
-            roots.add(root).map_err(|_| ResolverBuildError::BadRoot)?;
-        }
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|_| ResolverBuildError::Tls)?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let roots = pap_net::tls::trust_roots(&config.extra_roots).map_err(|_| ResolverBuildError::BadRoot)?;
+        let mut tls = pap_net::tls::client_config(roots).map_err(|_| ResolverBuildError::Tls)?;
         tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         let http = reqwest::Client::builder()
             .use_preconfigured_tls(tls)
@@ -175,9 +165,7 @@ impl HttpClientResolver {
             .timeout(config.timeout)
             .connect_timeout(config.timeout)
             .no_proxy()
-            .dns_resolver(Arc::new(PublicOnly {
-                overrides: Arc::new(config.overrides),
-            }))
+            .dns_resolver(Arc::new(PublicOnly::with_overrides(config.overrides)))
             .build()
             .map_err(|_| ResolverBuildError::Tls)?;
         let documents = moka::future::Cache::builder()
@@ -457,61 +445,9 @@ async fn read_limited(mut response: reqwest::Response, max: usize) -> Result<Vec
     Ok(body)
 }
 
-/// A DNS resolver that answers only public addresses, except for allow-listed test names.
-struct PublicOnly {
-    overrides: Arc<HashMap<String, SocketAddr>>,
-}
-
-impl Resolve for PublicOnly {
-    fn resolve(&self, name: Name) -> Resolving {
-        let overrides = self.overrides.clone();
-        Box::pin(async move {
-            if let Some(addr) = overridden(&overrides, name.as_str()) {
-                return Ok(Box::new(std::iter::once(addr)) as Addrs);
-            }
-            let public: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0))
-                .await?
-                .filter(|a| pap_shared::is_public_address(a.ip()))
-                .collect();
-            if public.is_empty() {
-                return Err("the name has no public address".into());
-            }
-            Ok(Box::new(public.into_iter()) as Addrs)
-        })
-    }
-}
-
-/// The allow-listed address of `name`: its own entry, or a `*.parent` entry for a name under
-/// `parent` (a load test's many agents on one test server).
-fn overridden(overrides: &HashMap<String, SocketAddr>, name: &str) -> Option<SocketAddr> {
-    if let Some(addr) = overrides.get(name) {
-        return Some(*addr);
-    }
-    let mut rest = name;
-    while let Some((_, parent)) = rest.split_once('.') {
-        if let Some(addr) = overrides.get(&format!("*.{parent}")) {
-            return Some(*addr);
-        }
-        rest = parent;
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn overrides_match_a_name_or_a_wildcard_parent() {
-        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        let overrides: HashMap<String, SocketAddr> =
-            [("atlas.example".to_owned(), addr), ("*.atk.example".to_owned(), addr)].into();
-        assert_eq!(overridden(&overrides, "atlas.example"), Some(addr));
-        assert_eq!(overridden(&overrides, "a1.atk.example"), Some(addr));
-        assert_eq!(overridden(&overrides, "x.a1.atk.example"), Some(addr));
-        assert_eq!(overridden(&overrides, "atk.example"), None);
-        assert_eq!(overridden(&overrides, "other.example"), None);
-    }
 
     #[test]
     fn cache_lifetime_is_clamped() {

@@ -4,47 +4,29 @@
 #![allow(clippy::unwrap_used, reason = "fixtures fail the test loudly")]
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 
 use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
 use http::Request;
-use pap_company::{
-    BrowserSession, MemoryCookieBindings, MemoryReplayGuard, MemorySessionDirectory, StaticClientKeys, Verifier,
-    VerifierParts, WebSession, browser_session_router,
-};
+use pap_company::resolver::StaticClientKeys;
+use pap_company::route::{BrowserSession, WebSession, browser_session_router};
+use pap_company::stores::{MemoryCookieBindings, MemoryReplayGuard, MemorySessionDirectory};
+use pap_company::verify::{Verifier, VerifierParts};
 use pap_shared::{
-    BROWSER_ASSERTION_TYP, BrowserAssertionClaims, BrowserAssertionRequest, ClientId, Clock, CompactJws, CompanyDomain,
+    BROWSER_ASSERTION_TYP, BrowserAssertionClaims, BrowserAssertionRequest, ClientId, CompactJws, CompanyDomain,
     HttpsUrl, Jti, Jwks, PairwiseUserId, SessionId, SigningKey, SystemRng, UnixTime,
 };
 use serde_json::Value;
 
 pub mod redis_server;
-pub mod shop;
 
 pub const NOW: i64 = 1_800_000_000;
 pub const ENDPOINT: &str = "https://shop.example/poppy/browser-session";
 pub const CLIENT_ID: &str = "https://atlas.example/agent.json";
 
 /// A clock tests move by hand.
-#[derive(Debug)]
-pub struct TestClock(AtomicI64);
-
-impl TestClock {
-    pub fn at(seconds: i64) -> Arc<Self> {
-        Arc::new(Self(AtomicI64::new(seconds)))
-    }
-    pub fn set(&self, seconds: i64) {
-        self.0.store(seconds, Ordering::SeqCst);
-    }
-}
-
-impl Clock for TestClock {
-    fn now(&self) -> UnixTime {
-        UnixTime::from_secs(self.0.load(Ordering::SeqCst))
-    }
-}
+pub type TestClock = pap_shared::ManualClock;
 
 /// An agent: its client id and signing key.
 pub struct Agent {
@@ -188,7 +170,7 @@ pub fn test_pki(names: &[&str]) -> TestPki {
         .signed_by(&leaf_key, &ca, &ca_key)
         .unwrap();
     let server =
-        pap_company::server_config_from_pem(leaf.pem().as_bytes(), leaf_key.serialize_pem().as_bytes()).unwrap();
+        pap_net::tls::server_config_from_pem(leaf.pem().as_bytes(), leaf_key.serialize_pem().as_bytes()).unwrap();
     TestPki {
         ca_der: ca.der().to_vec(),
         server,

@@ -7,7 +7,8 @@ use axum::body::Body;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::{Request, StatusCode, header};
-use pap_company::{BROWSER_SESSION_PATH, ClientMetadata};
+use pap_company::resolver::ClientMetadata;
+use pap_company::route::BROWSER_SESSION_PATH;
 use pap_shared::{
     BROWSER_ASSERTION_TYP, BrowserAssertionClaims, CompactJws, DPOP_IAT_WINDOW, DPOP_TYP, DpopRequest, HttpsUrl,
     JWT_ASSERTION_SKEW, Jwks, JwtAssertionClaims, MAX_BROWSER_ASSERTION_LIFETIME, MAX_JWKS_KEYS,

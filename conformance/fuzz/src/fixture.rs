@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use axum::Router;
-use pap_company::{
-    BrowserSession, MemoryCookieBindings, MemoryReplayGuard, MemorySessionDirectory, SessionDirectory as _,
-    SessionRecord, StaticClientKeys, Verifier, VerifierParts, browser_session_router,
-};
+use pap_company::resolver::StaticClientKeys;
+use pap_company::route::{BrowserSession, browser_session_router};
+use pap_company::stores::{MemoryCookieBindings, MemoryReplayGuard, MemorySessionDirectory, SessionDirectory as _, SessionRecord};
+use pap_company::verify::{Verifier, VerifierParts};
 use pap_shared::{
     ClientId, Clock, CompanyDomain, HttpsUrl, Jwks, PairwiseUserId, Rng, SessionId, SigningKey, UnixTime,
 };

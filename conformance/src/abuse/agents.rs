@@ -14,7 +14,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use pap_agent::{Identity, TlsListener};
+use pap_agent::Identity;
+use pap_net::listener::TlsListener;
 use pap_shared::{SigningKey, SystemRng};
 use serde_json::{Value, json};
 

@@ -40,7 +40,7 @@ use crate::process::{CompanyProcess, CpuShare, Launch, PeakRss};
 
 /// The company's domain in the run.
 const DOMAIN: &str = "shop.example";
-/// Its password for `ada` (company/shop.example.toml).
+/// Its password for `ada` (company/shop/shop.example.toml).
 const PASSWORD: &str = "correct horse battery staple";
 /// Requests in flight at once in the floods.
 const CONCURRENCY: usize = 64;
@@ -90,7 +90,7 @@ impl Size {
 pub struct Plan {
     /// The `pap-company` binary.
     pub company_bin: PathBuf,
-    /// Its configuration (`company/shop.example.toml`: testing on, `ada`'s password known).
+    /// Its configuration (`company/shop/shop.example.toml`: testing on, `ada`'s password known).
     pub config: PathBuf,
     /// Where certificates, logs and the credential go.
     pub work: PathBuf,
@@ -185,7 +185,7 @@ struct Stage {
 pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
     // Thousands of sockets on both ends: the connection cap must bound the company, not
     // the file table.
-    pap_company::raise_open_file_limit().context("raising the open-file limit")?;
+    pap_net::serve::raise_open_file_limit().context("raising the open-file limit")?;
     std::fs::create_dir_all(&plan.work)?;
     let names: Vec<String> = [
         DOMAIN,
@@ -198,7 +198,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
     .map(|n| (*n).to_owned())
     .collect();
     let certs_dir = plan.work.join("certs");
-    let certs = pap_company::write_dev_certs(&certs_dir, &names)?;
+    let certs = pap_net::dev_certs::write_dev_certs(&certs_dir, &names)?;
     let ca_pem = std::fs::read(&certs.ca)?;
     let mut roots = rustls::RootCertStore::empty();
     let mut extra_roots: Vec<CertificateDer<'static>> = Vec::new();
@@ -556,7 +556,7 @@ fn unix_now() -> i64 {
 
 /// Scenario 2.
 async fn idle_and_slow_connections(stage: &Stage, scale: &Scale, figures: &mut Figures) -> anyhow::Result<()> {
-    let limits = pap_company::ServeLimits::default();
+    let limits = pap_net::serve::ServeLimits::default();
     let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
         .with_safe_default_protocol_versions()?
         .with_root_certificates(stage.roots.clone())
@@ -763,7 +763,7 @@ async fn password_guessing(stage: &Arc<Stage>, scale: &Scale, figures: &mut Figu
     let device = stage.agent.device_begin(&stage.pap_company, &["orders:read"]).await?;
     let form = device_form(&stage.http, &device.user_code).await?;
     let (mut known, mut unknown) = (Vec::new(), Vec::new());
-    for i in 0..pap_company::limits::ACCOUNT_ATTEMPTS {
+    for i in 0..pap_shop::limits::ACCOUNT_ATTEMPTS {
         let (status, _, took) = attempt(&stage.http, &form, "ada", "guess").await?;
         anyhow::ensure!(status == 401, "a wrong password got {status}");
         known.push(took);

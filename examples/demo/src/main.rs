@@ -19,11 +19,11 @@ use anyhow::{Context as _, bail};
 use chromiumoxide::cdp::browser_protocol::network::{EventResponseReceived, ResourceType};
 use futures_util::StreamExt as _;
 use pap_agent::testkit::{approve_on_device_page, plain_http_client};
-use pap_agent::{
-    ClientConfig, Identity, PapClient, TlsListener, documents_router, join, new_pairwise_user, spki_pin, trust_roots,
-};
+use pap_agent::{ClientConfig, Identity, PapClient, documents_router, join, new_pairwise_user, spki_pin};
+use pap_net::listener::TlsListener;
+use pap_net::tls::trust_roots;
 use pap_browser::chromium::{BrowserHost, ChromiumConfig, TestNetwork, click_and_land};
-use pap_company::{CompanyConfig, LocalCompany};
+use pap_shop::{CompanyConfig, LocalCompany};
 use pap_shared::{CompanyDomain, HttpsUrl, SystemClock, SystemRng};
 
 const PASSWORD: &str = "correct horse battery staple";
@@ -147,7 +147,7 @@ impl Clock {
 
 async fn story(host: &BrowserHost, work: &std::path::Path) -> anyhow::Result<()> {
     let clock = Clock(Instant::now());
-    let certs = pap_company::write_dev_certs(&work.join("certs"), &["shop.example".into(), "atlas.example".into()])?;
+    let certs = pap_net::dev_certs::write_dev_certs(&work.join("certs"), &["shop.example".into(), "atlas.example".into()])?;
     let (cert_pem, key_pem) = (std::fs::read(&certs.cert)?, std::fs::read(&certs.key)?);
     let ca = rustls_pemfile::certs(&mut &std::fs::read(&certs.ca)?[..])
         .next()
@@ -171,7 +171,7 @@ async fn story(host: &BrowserHost, work: &std::path::Path) -> anyhow::Result<()>
     );
 
     // The company, with its embedded store, reaching the agent's documents on 127.0.0.1.
-    let config = CompanyConfig::parse(include_str!("../../../company/shop.example.toml"))?;
+    let config = CompanyConfig::parse(include_str!("../../../company/shop/shop.example.toml"))?;
     let agents = [("atlas.example".to_owned(), documents_addr)].into();
     let LocalCompany { company: _, addr } = LocalCompany::start(config, &certs, agents, |router| router).await?;
     clock.step(&format!(

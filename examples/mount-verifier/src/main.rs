@@ -17,10 +17,10 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::FromRef;
 use axum::routing::get;
-use pap_company::{
-    BrowserSession, HttpClientResolver, MemoryCookieBindings, MemoryReplayGuard, MemorySessionDirectory,
-    ResolverConfig, Verifier, VerifierParts, WebSession, browser_session_router,
-};
+use pap_company::resolver::{HttpClientResolver, ResolverConfig};
+use pap_company::route::{BrowserSession, WebSession, browser_session_router};
+use pap_company::stores::{MemoryCookieBindings, MemoryReplayGuard, MemorySessionDirectory};
+use pap_company::verify::{Verifier, VerifierParts};
 use pap_shared::{CompanyDomain, HttpsUrl, SystemClock, SystemRng};
 
 /// Your application's state; the bridge needs only its `BrowserSession`.
@@ -75,8 +75,8 @@ fn state() -> Result<App, Box<dyn std::error::Error>> {
 async fn redis_state(url: &str) -> Result<App, Box<dyn std::error::Error>> {
     let clock = Arc::new(SystemClock);
     let rng = Arc::new(SystemRng);
-    let store = Arc::new(pap_company::RedisStore::connect(url, "shop").await?);
-    let sessions = pap_company::RecordSessions::new(store.clone(), clock.clone(), rng.clone());
+    let store = Arc::new(pap_company::stores::RedisStore::connect(url, "shop").await?);
+    let sessions = pap_company::stores::RecordSessions::new(store.clone(), clock.clone(), rng.clone());
     let verifier = Verifier::new(VerifierParts {
         endpoint: HttpsUrl::parse("https://shop.example/poppy/browser-session")?,
         domain: CompanyDomain::try_from("shop.example")?,
@@ -104,11 +104,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         #[cfg(not(feature = "redis"))]
         Some(_) => return Err("a Redis URL needs the `redis` feature (cargo run --features redis)".into()),
     };
-    let tls = pap_company::load_server_config(&PathBuf::from(cert), &PathBuf::from(key))?;
+    let tls = pap_net::tls::load_server_config(&PathBuf::from(cert), &PathBuf::from(key))?;
     let listen: SocketAddr = listen.parse()?;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     eprintln!("serving https on {listen} (POST /poppy/browser-session, GET /account)");
-    pap_company::serve_tls(listener, app(state), tls, std::future::pending()).await;
+    pap_net::serve::serve_tls(listener, app(state), tls, std::future::pending()).await;
     Ok(())
 }
 

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use pap_agent::{Identity, TlsListener, documents_router};
+use pap_agent::{Identity, documents_router};
+use pap_net::listener::TlsListener;
 use rmcp::ServiceExt as _;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{RoleClient, RunningService};
@@ -25,7 +26,7 @@ pub const AGENT: &str = env!("CARGO_BIN_EXE_pap-agent");
 /// documents are served on the stage's documents address, and our reference company (which
 /// reads them) started: the company and where it listens. The stage's certificate must name
 /// `atlas.example`.
-pub async fn agent_and_company(stage: &mut Stage) -> (PathBuf, pap_company::ReferenceCompany, SocketAddr) {
+pub async fn agent_and_company(stage: &mut Stage) -> (PathBuf, pap_shop::ReferenceCompany, SocketAddr) {
     let state = stage.work.join("state");
     pap(&state, &["identity", "init", "atlas.example"]);
     let identity = Identity::load(&state).unwrap();

@@ -21,7 +21,8 @@ use std::time::Duration;
 use chromiumoxide::cdp::browser_protocol::network::{EventRequestWillBeSent, EventResponseReceived, ResourceType};
 use chromiumoxide::cdp::browser_protocol::page::GetNavigationHistoryParams;
 use futures_util::StreamExt as _;
-use pap_agent::{ClientConfig, Identity, PapClient, TlsListener, documents_router, join, new_pairwise_user, spki_pin};
+use pap_agent::{ClientConfig, Identity, PapClient, documents_router, join, new_pairwise_user, spki_pin};
+use pap_net::listener::TlsListener;
 use pap_browser::chromium::{BrowserHost, ChromiumConfig, TestNetwork, click_and_land};
 use pap_shared::{CompanyDomain, HttpsUrl, OperationState, SystemClock, SystemRng};
 use rustls::pki_types::CertificateDer;
@@ -92,7 +93,7 @@ impl Stage {
         // an unprivileged user that must pass through it to the state directory.
         std::fs::create_dir_all(&work).unwrap();
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-        let certs = pap_company::write_dev_certs(&work.join("certs"), &names).unwrap();
+        let certs = pap_net::dev_certs::write_dev_certs(&work.join("certs"), &names).unwrap();
         let cert_pem = std::fs::read(&certs.cert).unwrap();
         let key_pem = std::fs::read(&certs.key).unwrap();
         let ca_der = rustls_pemfile::certs(&mut &std::fs::read(&certs.ca).unwrap()[..])
@@ -143,7 +144,7 @@ pub async fn approve_on_device_page(
     username: &str,
     password: &str,
 ) {
-    let roots = pap_agent::trust_roots(std::slice::from_ref(stage_ca)).unwrap();
+    let roots = pap_net::tls::trust_roots(std::slice::from_ref(stage_ca)).unwrap();
     let http = pap_agent::testkit::plain_http_client(roots, &[(domain.to_owned(), addr)].into()).unwrap();
     pap_agent::testkit::approve_on_device_page(&http, &format!("https://{domain}"), user_code, username, password)
         .await
@@ -322,7 +323,7 @@ pub async fn story(stage: &Stage, target: &Target, logs: &Captured) {
 
 /// Our reference company in process over TLS on 127.0.0.1, reaching the stage's agent documents
 /// through its test allow-list.
-pub async fn start_reference_company(stage: &Stage) -> (pap_company::ReferenceCompany, SocketAddr) {
+pub async fn start_reference_company(stage: &Stage) -> (pap_shop::ReferenceCompany, SocketAddr) {
     start_reference_company_on(stage, Arc::new(SystemClock), |router| router).await
 }
 
@@ -331,15 +332,15 @@ pub async fn start_reference_company_on(
     stage: &Stage,
     clock: Arc<dyn pap_shared::Clock>,
     wrap: impl FnOnce(axum::Router) -> axum::Router,
-) -> (pap_company::ReferenceCompany, SocketAddr) {
-    let config = pap_company::CompanyConfig::parse(include_str!("../../../../company/shop.example.toml")).unwrap();
-    let certs = pap_company::DevCerts {
+) -> (pap_shop::ReferenceCompany, SocketAddr) {
+    let config = pap_shop::CompanyConfig::parse(include_str!("../../../../company/shop/shop.example.toml")).unwrap();
+    let certs = pap_net::dev_certs::DevCerts {
         ca: stage.ca_pem.clone(),
         cert: stage.cert.clone(),
         key: stage.key.clone(),
     };
     let agents = [("atlas.example".to_owned(), stage.documents_addr)].into();
-    let local = pap_company::LocalCompany::start_with_clock(config, &certs, agents, clock, wrap)
+    let local = pap_shop::LocalCompany::start_with_clock(config, &certs, agents, clock, wrap)
         .await
         .unwrap();
     (local.company, local.addr)
@@ -367,7 +368,7 @@ pub fn permit(state_dir: &std::path::Path, domain: &str) -> pap_browser::consent
 /// A signed-in Session with our reference company (the sign-in approved through its operator
 /// API) and an operation proposed on it: the Session and the operation's page.
 pub async fn signed_in_with_operation(
-    company: &pap_company::ReferenceCompany,
+    company: &pap_shop::ReferenceCompany,
     client: &PapClient,
     shop: &pap_agent::Company,
 ) -> (pap_agent::Session, HttpsUrl) {

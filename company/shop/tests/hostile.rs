@@ -7,7 +7,7 @@
 mod support;
 
 use http::{StatusCode, header};
-use pap_company::limits::{ACCOUNT_ATTEMPTS, ATTEMPT_WINDOW, PENDING_PER_CLIENT};
+use pap_shop::limits::{ACCOUNT_ATTEMPTS, ATTEMPT_WINDOW, PENDING_PER_CLIENT};
 use serde_json::{Value, json};
 use support::shop::*;
 
@@ -140,7 +140,7 @@ async fn renewing_a_session_in_a_loop_holds_a_bounded_number_of_tokens() {
     assert_eq!(sizes["session"], 1);
     assert_eq!(
         sizes["access"],
-        u64::try_from(pap_company::limits::SESSION_TOKENS_PER_SESSION).unwrap()
+        u64::try_from(pap_shop::limits::SESSION_TOKENS_PER_SESSION).unwrap()
     );
 }
 

@@ -3,15 +3,13 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
-mod support;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::routing::{get, post};
-use pap_company::{ServeLimits, serve_tls_with};
+use pap_net::serve::{ServeLimits, serve_tls_with};
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -31,7 +29,7 @@ struct Server {
 }
 
 async fn server(limits: ServeLimits) -> Server {
-    let pki = support::test_pki(&["shop.example"]);
+    let pki = test_pki("shop.example");
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
         .route("/echo", post(|body: String| async move { body }));
@@ -193,4 +191,30 @@ async fn connections_past_the_cap_wait_until_one_closes() {
     let mut answer = Vec::new();
     third.read_to_end(&mut answer).await.unwrap();
     assert!(answer.starts_with(b"HTTP/1.1 200"));
+}
+
+struct TestPki {
+    ca_der: Vec<u8>,
+    server: Arc<rustls::ServerConfig>,
+}
+
+/// A CA and a leaf for `name`, the leaf as a server configuration.
+fn test_pki(name: &str) -> TestPki {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, KeyUsagePurpose};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec![name.to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &ca, &ca_key)
+        .unwrap();
+    let server =
+        pap_net::tls::server_config_from_pem(leaf.pem().as_bytes(), leaf_key.serialize_pem().as_bytes()).unwrap();
+    TestPki {
+        ca_der: ca.der().to_vec(),
+        server,
+    }
 }

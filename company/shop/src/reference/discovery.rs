@@ -13,7 +13,7 @@ use pap_shared::{
 
 use super::ReferenceCompany;
 use super::protocol::json_response;
-use crate::browser_session::BROWSER_SESSION_PATH;
+use pap_company::route::BROWSER_SESSION_PATH;
 
 pub(super) fn routes() -> Router<ReferenceCompany> {
     Router::new()

@@ -12,7 +12,7 @@ use super::protocol::ApiError;
 pub(crate) struct Caller {
     pub(crate) client_id: ClientId,
     pub(crate) session: SessionId,
-    pub(crate) record: crate::session::SessionRecord,
+    pub(crate) record: pap_company::stores::SessionRecord,
 }
 
 impl ReferenceCompany {

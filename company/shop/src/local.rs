@@ -9,11 +9,11 @@ use std::sync::Arc;
 use axum::Router;
 use pap_shared::{Clock, SystemClock, SystemRng};
 
-use crate::client::{HttpClientResolver, ResolverConfig};
-use crate::dev_certs::DevCerts;
+use pap_company::resolver::{HttpClientResolver, ResolverConfig};
+use pap_net::dev_certs::DevCerts;
 use crate::reference::{CompanyConfig, ReferenceCompany};
-use crate::serve::serve_tls;
-use crate::tls::{TlsError, load_server_config};
+use pap_net::serve::serve_tls;
+use pap_net::tls::{TlsError, load_server_config};
 
 /// A running local company.
 #[derive(Clone, Debug)]

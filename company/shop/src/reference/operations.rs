@@ -23,8 +23,8 @@ use serde_json::{Value, json};
 use super::ReferenceCompany;
 use super::caller::Caller;
 use super::protocol::{ApiError, json_response, read_json};
-use crate::records::{self, Commit, Expect, expect_of, retrying};
-use crate::store::StoreError;
+use pap_company::records::{self, Commit, Expect, expect_of, retrying};
+use pap_company::stores::StoreError;
 
 /// A proposal stays confirmable for 15 minutes.
 const PROPOSAL_LIFETIME: i64 = 15 * 60;

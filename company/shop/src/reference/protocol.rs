@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use pap_shared::OAuthErrorCode;
 
-use crate::store::StoreError;
+use pap_company::stores::StoreError;
 use serde_json::{Value, json};
 
 /// How long a refused (429) caller is asked to wait, in seconds.
@@ -62,7 +62,7 @@ impl ApiError {
     /// A store could not take the request: a full one is 429 with `Retry-After` (too much at
     /// once, from someone), an unreachable one 503. Nothing was done.
     pub(crate) fn store(error: StoreError) -> Self {
-        crate::metrics::store_error(error);
+        pap_company::metrics::store_error(error);
         match error {
             StoreError::Full => Self::new(StatusCode::TOO_MANY_REQUESTS, OAuthErrorCode::TemporarilyUnavailable),
             StoreError::Unavailable => {

@@ -18,9 +18,9 @@ use subtle::ConstantTimeEq;
 use super::operations::{ConfirmError, Viewer};
 use super::protocol::read_form;
 use super::{ReferenceCompany, layout};
-use crate::page::escape_html;
-use crate::web_cookie::SessionCookie;
-use crate::web_session::WebSession;
+use pap_company::page::escape_html;
+use pap_company::stores::SessionCookie;
+use pap_company::route::WebSession;
 
 pub(super) fn routes() -> Router<ReferenceCompany> {
     Router::new().route("/operations/{id}", get(show).post(submit))
@@ -68,7 +68,7 @@ fn refusal(company: &ReferenceCompany, error: &ConfirmError) -> Response {
             "Nothing here",
             "There is nothing to show here.",
         ),
-        ConfirmError::Store(error) => crate::browser_session::unavailable(error.retry_after()),
+        ConfirmError::Store(error) => pap_company::route::unavailable(error.retry_after()),
         other => layout::message(
             company,
             other.status(),

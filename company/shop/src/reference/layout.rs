@@ -9,7 +9,7 @@ use http::{HeaderValue, StatusCode, header};
 use pap_shared::ClientId;
 
 use super::ReferenceCompany;
-use crate::page::{escape_html, html};
+use pap_company::page::{escape_html, html};
 
 /// Where the stylesheet is served.
 const STYLESHEET_PATH: &str = "/site.css";

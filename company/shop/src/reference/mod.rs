@@ -40,13 +40,13 @@ pub use self::device::{ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, PENDI
 pub use self::operations::{OPERATION_RETENTION, OPERATIONS_PER_ACCOUNT};
 use self::protocol::ApiError;
 pub use self::token::SESSION_TOKENS_PER_SESSION;
-use crate::browser_session::{BROWSER_SESSION_PATH, BrowserSession, browser_session_router};
-use crate::client::ClientRegistry;
-use crate::records::{MemoryRecords, Records};
-use crate::replay::{MemoryReplayGuard, ReplayGuard, ReplayKey};
-use crate::session::RecordSessions;
-use crate::verify::{Verifier, VerifierParts};
-use crate::web_cookie::{CookieBindings, MemoryCookieBindings};
+use pap_company::route::{BROWSER_SESSION_PATH, BrowserSession, browser_session_router};
+use pap_company::resolver::ClientRegistry;
+use pap_company::records::{MemoryRecords, Records};
+use pap_company::stores::{MemoryReplayGuard, ReplayGuard, ReplayKey};
+use pap_company::stores::RecordSessions;
+use pap_company::verify::{Verifier, VerifierParts};
+use pap_company::stores::{CookieBindings, MemoryCookieBindings};
 
 /// Most records the in-memory reference company holds (Sessions, tokens, device codes,
 /// operations, idempotency answers, attempt counts together); past it new ones are refused
@@ -65,7 +65,7 @@ pub struct CompanyStores {
     memory: Option<MemoryStores>,
     /// The Redis store, asked whether it answers.
     #[cfg(feature = "redis")]
-    redis: Option<crate::RedisStore>,
+    redis: Option<pap_company::stores::RedisStore>,
     /// The key of the device page's CSRF tokens, when replicas share one (a page one replica
     /// served is posted to another).
     device_csrf_key: Option<Zeroizing<[u8; 32]>>,
@@ -99,7 +99,7 @@ impl CompanyStores {
 
     /// Everything in Redis, shared by every replica given the same store.
     #[cfg(feature = "redis")]
-    pub async fn redis(store: &crate::RedisStore, rng: &dyn Rng) -> Result<Self, crate::StoreError> {
+    pub async fn redis(store: &pap_company::stores::RedisStore, rng: &dyn Rng) -> Result<Self, pap_company::stores::StoreError> {
         let shared = Arc::new(store.clone());
         let device_csrf_key = shared_secret(shared.as_ref(), "device-csrf", rng).await?;
         Ok(Self {
@@ -113,7 +113,7 @@ impl CompanyStores {
     }
 
     /// Which store it is, and whether it answers now.
-    pub async fn ready(&self) -> (&'static str, Result<(), crate::StoreError>) {
+    pub async fn ready(&self) -> (&'static str, Result<(), pap_company::stores::StoreError>) {
         #[cfg(feature = "redis")]
         if let Some(redis) = &self.redis {
             return ("redis", redis.ping().await);
@@ -129,7 +129,7 @@ async fn shared_secret(
     records: &dyn Records,
     name: &str,
     rng: &dyn Rng,
-) -> Result<Zeroizing<[u8; 32]>, crate::StoreError> {
+) -> Result<Zeroizing<[u8; 32]>, pap_company::stores::StoreError> {
     let key = format!("secret:{name}");
     let decode = |text: &str| -> Option<Zeroizing<[u8; 32]>> {
         let bytes = Zeroizing::new(URL_SAFE_NO_PAD.decode(text).ok()?);
@@ -139,18 +139,18 @@ async fn shared_secret(
             secret
         })
     };
-    crate::records::retrying(|| async {
+    pap_company::records::retrying(|| async {
         // A stored secret that does not decode reads as a conflict: after the retries, the
         // store is unavailable rather than the replicas disagreeing.
-        if let Some((_, held)) = crate::records::read::<String>(records, &key).await? {
+        if let Some((_, held)) = pap_company::records::read::<String>(records, &key).await? {
             return Ok(decode(&held));
         }
         let mut drawn = Zeroizing::new([0u8; 32]);
         rng.fill(drawn.as_mut());
         let text = Zeroizing::new(URL_SAFE_NO_PAD.encode(drawn.as_ref()));
         let century = UnixTime::from_secs(0).plus(4_102_444_800);
-        let committed = crate::records::Commit::new()
-            .put(key.clone(), crate::records::Expect::Absent, &*text, century)
+        let committed = pap_company::records::Commit::new()
+            .put(key.clone(), pap_company::records::Expect::Absent, &*text, century)
             .apply(records)
             .await?;
         Ok(committed.then_some(drawn))
@@ -248,7 +248,7 @@ impl ReferenceCompany {
     }
 
     /// Which store it keeps its state in, and whether that store answers now.
-    pub async fn store_ready(&self) -> (&'static str, Result<(), crate::StoreError>) {
+    pub async fn store_ready(&self) -> (&'static str, Result<(), pap_company::stores::StoreError>) {
         self.inner.stores.ready().await
     }
 
@@ -391,7 +391,7 @@ impl ReferenceCompany {
             .await
             .map_err(ApiError::store)?;
         if !first {
-            crate::metrics::replay_hit();
+            pap_company::metrics::replay_hit();
             return Err(invalid(status));
         }
         Ok(verified.thumbprint)

@@ -261,7 +261,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
 
 /// An `accept` error that is one connection's (it went away before it was taken): try the next
 /// at once. Anything else (out of files, out of memory) is the process's, and waits.
-fn is_connection_error(error: &io::Error) -> bool {
+pub(crate) fn is_connection_error(error: &io::Error) -> bool {
     matches!(
         error.kind(),
         io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset

@@ -1,7 +1,7 @@
 //! `pap-company`: the reference company, a small shop speaking PAP draft 0.2 whose website
 //! follows the PAP Session through the browser-session bridge.
 //!
-//! Run with `cargo run -p pap-company -- serve --config company/shop.example.toml`.
+//! Run with `cargo run -p pap-shop --bin pap-company -- serve --config company/shop/shop.example.toml`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -10,9 +10,10 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
-use pap_company::{
-    CompanyConfig, CompanyStores, HttpClientResolver, ReferenceCompany, ResolverConfig, load_server_config, serve_tls,
-};
+use pap_company::resolver::{HttpClientResolver, ResolverConfig};
+use pap_net::serve::serve_tls;
+use pap_net::tls::load_server_config;
+use pap_shop::{CompanyConfig, CompanyStores, ReferenceCompany};
 use pap_shared::{SystemClock, SystemRng};
 
 #[derive(Parser)]
@@ -30,7 +31,7 @@ struct Cli {
 enum Command {
     /// Serves the company over HTTPS (and the operator API, when asked, on loopback HTTP).
     #[command(
-        after_help = "Example:\n  pap-company serve --config company/shop.example.toml --listen 127.0.0.1:8443 \\\n      --cert certs/cert.pem --key certs/key.pem"
+        after_help = "Example:\n  pap-company serve --config company/shop/shop.example.toml --listen 127.0.0.1:8443 \\\n      --cert certs/cert.pem --key certs/key.pem"
     )]
     Serve(Serve),
     /// Reads a password from standard input and prints its Argon2 hash for a config file.
@@ -50,7 +51,7 @@ enum Command {
 
 #[derive(clap::Args)]
 struct Serve {
-    /// The configuration file (TOML); see company/shop.example.toml.
+    /// The configuration file (TOML); see company/shop/shop.example.toml.
     #[arg(long)]
     config: PathBuf,
     /// Where to listen for HTTPS, e.g. 127.0.0.1:8443.
@@ -88,7 +89,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::HashPassword => hash_password(),
         Command::DevCerts { dir, names } => {
-            let certs = pap_company::write_dev_certs(&dir, &names).context("writing the certificates")?;
+            let certs = pap_net::dev_certs::write_dev_certs(&dir, &names).context("writing the certificates")?;
             eprintln!(
                 "wrote {}, {} and {}",
                 certs.ca.display(),
@@ -140,7 +141,7 @@ mod rand_core_adapter {
 async fn serve(args: Serve) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.config).with_context(|| {
         format!(
-            "cannot read the configuration {}: give --config an existing file (company/shop.example.toml documents every setting)",
+            "cannot read the configuration {}: give --config an existing file (company/shop/shop.example.toml documents every setting)",
             args.config.display()
         )
     })?;
@@ -179,7 +180,7 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     resolver.overrides = parse_resolve(&args.resolve)?;
     let clock = Arc::new(SystemClock);
     let clients = Arc::new(HttpClientResolver::new(resolver, clock.clone()).context("building the HTTPS client")?);
-    pap_company::install_metrics().context("installing the metrics recorder")?;
+    pap_shop::install_metrics().context("installing the metrics recorder")?;
     let stores = match &args.store {
         None => CompanyStores::in_memory(clock.clone()),
         Some(url) => redis_stores(url, &config.domain.to_string()).await?,
@@ -195,7 +196,7 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
         )
     })?;
 
-    match pap_company::raise_open_file_limit() {
+    match pap_net::serve::raise_open_file_limit() {
         Ok(files) => tracing::info!(files, "open-file limit"),
         Err(error) => tracing::warn!(%error, "could not raise the open-file limit"),
     }
@@ -235,7 +236,7 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
 /// The company's stores in Redis at `url`, its keys under `prefix`.
 #[cfg(feature = "redis")]
 async fn redis_stores(url: &str, prefix: &str) -> anyhow::Result<CompanyStores> {
-    let store = pap_company::RedisStore::connect(url, prefix)
+    let store = pap_company::stores::RedisStore::connect(url, prefix)
         .await
         .context("connecting to the store (--store)")?;
     tracing::info!(

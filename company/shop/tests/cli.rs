@@ -51,7 +51,7 @@ fn an_unreadable_configuration_says_which_file_and_where_the_documented_one_is()
         "{said}"
     );
     assert!(
-        said.contains("company/shop.example.toml documents every setting"),
+        said.contains("company/shop/shop.example.toml documents every setting"),
         "{said}"
     );
 }

@@ -9,15 +9,15 @@ use pap_shared::{Algorithm, CLIENT_ASSERTION_TYPE, ClientId, JwtAssertionClaims,
 
 use super::ReferenceCompany;
 use super::protocol::ApiError;
-use crate::client::ResolveError;
-use crate::replay::ReplayKey;
+use pap_company::resolver::ResolveError;
+use pap_company::stores::ReplayKey;
 
 /// Why a JWT assertion failed; the caller maps it to `invalid_client` or `invalid_grant`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum AssertionFailure {
     Refused(&'static str),
     /// The replay store could not mark the `jti`: nothing is accepted unmarked.
-    Store(crate::store::StoreError),
+    Store(pap_company::stores::StoreError),
     /// The client's keys could not be fetched now (too many fetches under way): try again.
     Busy,
 }
@@ -105,7 +105,7 @@ impl ReferenceCompany {
             .await
             .map_err(AssertionFailure::Store)?;
         if !first {
-            crate::metrics::replay_hit();
+            pap_company::metrics::replay_hit();
             return Err(refuse("replayed jti"));
         }
         Ok(claims)

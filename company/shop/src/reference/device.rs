@@ -27,9 +27,9 @@ use super::config::AccountConfig;
 use super::protocol::{ApiError, json_response, read_form};
 use super::website::same_site;
 use super::{ReferenceCompany, layout, scopes, token_hash};
-use crate::page::escape_html;
-use crate::records::{Commit, Expect, expect_of, read, retrying};
-use crate::store::StoreError;
+use pap_company::page::escape_html;
+use pap_company::records::{Commit, Expect, expect_of, read, retrying};
+use pap_company::stores::StoreError;
 
 /// A device code lives ten minutes.
 const DEVICE_CODE_LIFETIME: i64 = 600;
@@ -459,7 +459,7 @@ async fn page(State(company): State<ReferenceCompany>, Query(query): Query<PageQ
     };
     let asking = match company.waiting(&user_code).await {
         Ok(pending) => pending.map(|(_, _, pending)| pending),
-        Err(error) => return crate::browser_session::unavailable(error.retry_after()),
+        Err(error) => return pap_company::route::unavailable(error.retry_after()),
     };
     let code = escape_html(&user_code);
     let mut main = String::from("<section class=\"card\"><h1>Connect your agent</h1>");

@@ -1,11 +1,34 @@
-//! The server's TLS configuration (rustls with aws-lc-rs), offering HTTP/2 and HTTP/1.1;
-//! serving with it is in `serve`.
+//! One rustls set-up (aws-lc-rs, safe protocol versions) for every server and client of the
+//! bridge: server configurations from PEM files, offering HTTP/2 and HTTP/1.1 (serving with
+//! them is [`crate::serve`]), and the roots and client configuration for fetching.
 
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::ServerConfig;
+use rustls::pki_types::CertificateDer;
+use rustls::{RootCertStore, ServerConfig};
+
+/// The roots a client trusts: the web PKI, plus `extra` (a test CA).
+pub fn trust_roots(extra: &[CertificateDer<'static>]) -> Result<RootCertStore, rustls::Error> {
+    let mut roots = RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    for root in extra {
+        roots.add(root.clone())?;
+    }
+    Ok(roots)
+}
+
+/// A TLS client configuration: aws-lc-rs, safe protocol versions, `roots`, no client auth.
+pub fn client_config(roots: RootCertStore) -> Result<rustls::ClientConfig, rustls::Error> {
+    Ok(
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
+}
 
 /// Loads a certificate chain and a private key (PEM files) into a server configuration that
 /// offers `h2` and `http/1.1`.

@@ -23,9 +23,9 @@ use serde_json::json;
 
 use super::protocol::{ApiError, json_response, read_form};
 use super::{ReferenceCompany, token_hash};
-use crate::records::{Commit, Expect, expect_of, read, retrying};
-use crate::session::{RecordSessions, SessionRecord};
-use crate::store::StoreError;
+use pap_company::records::{Commit, Expect, expect_of, read, retrying};
+use pap_company::stores::{RecordSessions, SessionRecord};
+use pap_company::stores::StoreError;
 
 /// Account Tokens live 90 days.
 const ACCOUNT_TOKEN_LIFETIME: i64 = 90 * 86_400;
@@ -170,8 +170,8 @@ impl ReferenceCompany {
     pub(crate) async fn session_record(
         &self,
         id: &SessionId,
-    ) -> Result<Option<crate::session::SessionRecord>, ApiError> {
-        let record = crate::session::SessionDirectory::session(&self.inner.sessions, id)
+    ) -> Result<Option<pap_company::stores::SessionRecord>, ApiError> {
+        let record = pap_company::stores::SessionDirectory::session(&self.inner.sessions, id)
             .await
             .map_err(ApiError::store)?;
         Ok(record.filter(|r| r.is_live(self.now())))
@@ -457,7 +457,7 @@ impl ReferenceCompany {
             for session in &sessions {
                 let key = RecordSessions::key(session);
                 if let Some((session_version, mut record)) = read::<SessionRecord>(records, &key).await? {
-                    crate::session::sign_out(&mut record);
+                    record.sign_out();
                     commit = commit.put(key, Expect::Version(session_version), &record, record.expires_at);
                 }
             }
@@ -493,9 +493,9 @@ mod tests {
     use pap_shared::{PairwiseUserId, SystemClock, SystemRng};
 
     use super::*;
-    use crate::client::StaticClientKeys;
+    use pap_company::resolver::StaticClientKeys;
     use crate::reference::CompanyConfig;
-    use crate::session::SessionDirectory as _;
+    use pap_company::stores::SessionDirectory as _;
 
     #[allow(clippy::unwrap_used, reason = "tests fail loudly")]
     #[tokio::test]

@@ -8,7 +8,7 @@ mod support;
 
 use axum::body::Body;
 use http::{Request, Response, StatusCode, header};
-use pap_company::SessionDirectory as _;
+use pap_company::stores::SessionDirectory as _;
 use pap_shared::SessionId;
 use serde_json::Value;
 use support::shop::*;

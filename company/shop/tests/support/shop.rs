@@ -7,7 +7,8 @@ use axum::Router;
 use axum::body::Body;
 use http::{Request, Response, StatusCode, header};
 use http_body_util::BodyExt as _;
-use pap_company::{ClientMetadata, CompanyConfig, ReferenceCompany, StaticClientKeys};
+use pap_company::resolver::{ClientMetadata, StaticClientKeys};
+use pap_shop::{CompanyConfig, ReferenceCompany};
 use pap_shared::{
     BROWSER_ASSERTION_TYP, ClientId, DpopRequest, Jti, SigningKey, SystemRng, UnixTime, create_dpop_proof,
 };
@@ -105,7 +106,7 @@ pub struct Signed {
 
 impl Shop {
     pub fn now(&self) -> i64 {
-        self.clock.now_secs()
+        pap_shared::Clock::now(self.clock.as_ref()).as_secs()
     }
 
     pub fn client_assertion(&self) -> String {
@@ -390,15 +391,6 @@ impl Shop {
             ("token_type_hint", "refresh_token"),
         ];
         self.post_form("/oauth/revoke", &fields, false).await.status()
-    }
-}
-
-impl TestClock {
-    pub fn now_secs(&self) -> i64 {
-        pap_shared::Clock::now(self).as_secs()
-    }
-    pub fn advance(&self, seconds: i64) {
-        self.set(self.now_secs() + seconds);
     }
 }
 

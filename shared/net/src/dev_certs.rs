@@ -1,6 +1,6 @@
 //! Throwaway certificates for tests and demos on 127.0.0.1: one CA (kept only as its
-//! certificate) and one leaf covering every name, valid for one day, as the interop harness's
-//! `make_certs.py` makes them. Never for production.
+//! certificate) and one leaf covering every name, valid for one day, as the interop runs need
+//! them. Never for production.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -107,7 +107,7 @@ mod tests {
     fn writes_a_ca_a_leaf_and_a_private_key() {
         let dir = std::env::temp_dir().join(format!("pap-dev-certs-{}", std::process::id()));
         let certs = write_dev_certs(&dir, &["shop.example".into(), "atlas.example".into()]).unwrap();
-        let config = crate::load_server_config(&certs.cert, &certs.key);
+        let config = crate::tls::load_server_config(&certs.cert, &certs.key);
         assert!(config.is_ok());
         #[cfg(unix)]
         {

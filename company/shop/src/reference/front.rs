@@ -14,9 +14,9 @@ use subtle::ConstantTimeEq;
 use super::protocol::read_form;
 use super::website::{account_name, csrf_token, same_site, viewer};
 use super::{ReferenceCompany, layout};
-use crate::page::escape_html;
-use crate::web_cookie::SESSION_COOKIE_NAME;
-use crate::web_session::{WebSession, WebSessionRejection};
+use pap_company::page::escape_html;
+use pap_company::stores::SESSION_COOKIE_NAME;
+use pap_company::route::{WebSession, WebSessionRejection};
 
 /// How many operations the front page lists.
 const LISTED_OPERATIONS: usize = 10;
@@ -31,7 +31,7 @@ pub(super) fn routes() -> Router<ReferenceCompany> {
 async fn front(State(company): State<ReferenceCompany>, session: Result<WebSession, WebSessionRejection>) -> Response {
     match session {
         Ok(session) => signed_in(&company, &session).await,
-        Err(WebSessionRejection::Store(error)) => crate::browser_session::unavailable(error.retry_after()),
+        Err(WebSessionRejection::Store(error)) => pap_company::route::unavailable(error.retry_after()),
         Err(_) => anonymous(&company),
     }
 }
@@ -74,7 +74,7 @@ fn anonymous(company: &ReferenceCompany) -> Response {
 async fn signed_in(company: &ReferenceCompany, session: &WebSession) -> Response {
     let operations = match company.recent_operations(&viewer(session), LISTED_OPERATIONS).await {
         Ok(operations) => operations,
-        Err(error) => return crate::browser_session::unavailable(error.retry_after()),
+        Err(error) => return pap_company::route::unavailable(error.retry_after()),
     };
     let agent = company.agent(&session.record().client_id).await;
     let mut main = format!(
@@ -151,7 +151,7 @@ async fn sign_out(
         return refused("This request did not come from this site.");
     }
     if let Err(error) = company.inner.sessions.sign_out(session.id()).await {
-        return crate::browser_session::unavailable(error.retry_after());
+        return pap_company::route::unavailable(error.retry_after());
     }
     tracing::info!("a Session signed out from the website");
     let mut response = StatusCode::SEE_OTHER.into_response();

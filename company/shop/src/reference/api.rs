@@ -17,7 +17,7 @@ use super::ReferenceCompany;
 use super::config::{CompanyConfig, ProposalConfig};
 use super::operations::NewOperation;
 use super::protocol::{ApiError, json_response, read_json};
-use crate::records::{Commit, Expect, read};
+use pap_company::records::{Commit, Expect, read};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
