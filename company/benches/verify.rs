@@ -120,7 +120,10 @@ fn benches(c: &mut Criterion) {
     parts.bench_function("session_lookup", |b| {
         b.iter(|| {
             runtime
-                .block_on(pap_company::stores::SessionDirectory::session(&world.sessions, &world.session))
+                .block_on(pap_company::stores::SessionDirectory::session(
+                    &world.sessions,
+                    &world.session,
+                ))
                 .unwrap()
         });
     });

@@ -120,10 +120,7 @@ impl Commit {
 
 /// The record under `key`, typed, with its version. A record that no longer reads as `T` (an
 /// older shape) counts as absent.
-pub async fn read<T: DeserializeOwned>(
-    records: &dyn Records,
-    key: &str,
-) -> Result<Option<(u64, T)>, StoreError> {
+pub async fn read<T: DeserializeOwned>(records: &dyn Records, key: &str) -> Result<Option<(u64, T)>, StoreError> {
     Ok(records.get(key).await?.and_then(|stored| {
         serde_json::from_slice(&stored.data)
             .ok()

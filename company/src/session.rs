@@ -297,7 +297,6 @@ impl RecordSessions {
     }
 }
 
-
 #[async_trait]
 impl SessionDirectory for RecordSessions {
     async fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {

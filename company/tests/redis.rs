@@ -11,7 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pap_company::records::{Change, Expect, Records as _, Write};
-use pap_company::stores::{Binding, CookieBindings as _, RecordSessions, RedisStore, ReplayGuard as _, ReplayKey, SessionCookie, SessionDirectory as _, StoreError};
+use pap_company::stores::{
+    Binding, CookieBindings as _, RecordSessions, RedisStore, ReplayGuard as _, ReplayKey, SessionCookie,
+    SessionDirectory as _, StoreError,
+};
 use pap_shared::{ClientId, Jti, PairwiseUserId, SystemClock, SystemRng, UnixTime};
 use support::redis_server::RedisServer;
 

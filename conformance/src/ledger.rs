@@ -101,7 +101,10 @@ impl Ledger {
                 }
                 if let Some(target) = test.strip_prefix("fuzz:") {
                     if !root.join("conformance/fuzz/corpus").join(target).is_dir() {
-                        problems.push(format!("{}: no fuzz target {target} (conformance/fuzz/corpus/{target})", rule.id));
+                        problems.push(format!(
+                            "{}: no fuzz target {target} (conformance/fuzz/corpus/{target})",
+                            rule.id
+                        ));
                     }
                     continue;
                 }

@@ -8,6 +8,7 @@
 //! - [`Ledger`]: the requirement ledger (`conformance/requirements.toml`), checked so that every
 //!   test it names exists.
 
+#![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

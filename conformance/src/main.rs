@@ -11,10 +11,10 @@ use std::sync::Arc;
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use pap_agent::{ClientConfig, Identity, PapClient, documents_router, pin_served_leaf};
-use pap_net::listener::TlsListener;
 use pap_browser::chromium::{BrowserHost, ChromiumConfig, TestNetwork};
 use pap_conformance::pap::{self, Approver, Context, Scenario};
 use pap_conformance::{abuse, browser};
+use pap_net::listener::TlsListener;
 use pap_shared::{CompanyDomain, SystemClock, SystemRng};
 use rustls::pki_types::CertificateDer;
 

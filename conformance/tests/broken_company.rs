@@ -14,11 +14,11 @@ use axum::middleware::{Next, from_fn};
 use axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
 use pap_agent::{ClientConfig, Identity, PapClient, documents_router};
-use pap_net::listener::TlsListener;
 use pap_browser::chromium::{BrowserHost, ChromiumConfig};
-use pap_shop::{CompanyConfig, LocalCompany};
 use pap_conformance::pap::{self, Approver, Context, Outcome, Scenario};
+use pap_net::listener::TlsListener;
 use pap_shared::{CompanyDomain, SystemClock, SystemRng};
+use pap_shop::{CompanyConfig, LocalCompany};
 
 const REFUSED: &str = "lifecycle.browser-assertion-refused";
 

@@ -14,6 +14,7 @@
 //! pap-shared                wire types, JOSE, domain rules, Clock/Rng
 //! ```
 
+#![doc = include_str!("../../README.md")]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

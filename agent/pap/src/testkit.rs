@@ -7,8 +7,6 @@ use std::net::SocketAddr;
 
 use rustls::RootCertStore;
 
-
-
 /// An HTTP client that trusts `roots`, dials the names in `connect` at those addresses, follows
 /// no redirect and keeps no cookie: for a user's or an operator's requests in tests and demos.
 pub fn plain_http_client(

@@ -22,7 +22,9 @@ fn spki_sha256(der: &CertificateDer<'_>) -> Option<String> {
     use base64::Engine as _;
     use sha2::Digest as _;
     let cert = webpki::EndEntityCert::try_from(der).ok()?;
-    Some(base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(cert.subject_public_key_info().as_ref())))
+    Some(
+        base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(cert.subject_public_key_info().as_ref())),
+    )
 }
 
 /// Test only: the base64 SPKI pin of the leaf that `name` serves at `addr`, after checking that

@@ -18,12 +18,12 @@ use std::time::Duration;
 
 use axum::http::HeaderMap;
 use pap_agent::{join_tab, spki_pin};
-use pap_net::listener::TlsListener;
 use pap_browser::chromium::{BrowserHost, ChromiumConfig, TestNetwork};
 use pap_browser::consent::{Caller, GrantRequest, SourceSpec};
 use pap_browser::spec::{AgentCaller, InstanceKey, Operator, ToolErrorCode, ToolResult};
 use pap_browser::testkit::{chromium_manifest, consent_at, ok};
 use pap_browser::tools::ToolHost;
+use pap_net::listener::TlsListener;
 use serde_json::json;
 use support::Stage;
 

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use axum::Router;
 use pap_shared::{Clock, SystemClock, SystemRng};
 
+use crate::reference::{CompanyConfig, ReferenceCompany};
 use pap_company::resolver::{HttpClientResolver, ResolverConfig};
 use pap_net::dev_certs::DevCerts;
-use crate::reference::{CompanyConfig, ReferenceCompany};
 use pap_net::serve::serve_tls;
 use pap_net::tls::{TlsError, load_server_config};
 

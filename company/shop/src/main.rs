@@ -13,8 +13,8 @@ use clap::{Parser, Subcommand};
 use pap_company::resolver::{HttpClientResolver, ResolverConfig};
 use pap_net::serve::serve_tls;
 use pap_net::tls::load_server_config;
-use pap_shop::{CompanyConfig, CompanyStores, ReferenceCompany};
 use pap_shared::{SystemClock, SystemRng};
+use pap_shop::{CompanyConfig, CompanyStores, ReferenceCompany};
 
 #[derive(Parser)]
 #[command(

@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use pap_shared::{ClientId, Clock, HttpsUrl, Jwks, UnixTime};
 use pap_net::resolve::PublicOnly;
+use pap_shared::{ClientId, Clock, HttpsUrl, Jwks, UnixTime};
 use rustls::pki_types::CertificateDer;
 use tokio::sync::Semaphore;
 

@@ -8,7 +8,9 @@ use std::sync::{Arc, OnceLock};
 use axum::Router;
 use pap_company::resolver::StaticClientKeys;
 use pap_company::route::{BrowserSession, browser_session_router};
-use pap_company::stores::{MemoryCookieBindings, MemoryReplayGuard, MemorySessionDirectory, SessionDirectory as _, SessionRecord};
+use pap_company::stores::{
+    MemoryCookieBindings, MemoryReplayGuard, MemorySessionDirectory, SessionDirectory as _, SessionRecord,
+};
 use pap_company::verify::{Verifier, VerifierParts};
 use pap_shared::{
     ClientId, Clock, CompanyDomain, HttpsUrl, Jwks, PairwiseUserId, Rng, SessionId, SigningKey, UnixTime,

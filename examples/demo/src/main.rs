@@ -20,11 +20,11 @@ use chromiumoxide::cdp::browser_protocol::network::{EventResponseReceived, Resou
 use futures_util::StreamExt as _;
 use pap_agent::testkit::{approve_on_device_page, plain_http_client};
 use pap_agent::{ClientConfig, Identity, PapClient, documents_router, join, new_pairwise_user, spki_pin};
+use pap_browser::chromium::{BrowserHost, ChromiumConfig, TestNetwork, click_and_land};
 use pap_net::listener::TlsListener;
 use pap_net::tls::trust_roots;
-use pap_browser::chromium::{BrowserHost, ChromiumConfig, TestNetwork, click_and_land};
-use pap_shop::{CompanyConfig, LocalCompany};
 use pap_shared::{CompanyDomain, HttpsUrl, SystemClock, SystemRng};
+use pap_shop::{CompanyConfig, LocalCompany};
 
 const PASSWORD: &str = "correct horse battery staple";
 const INSTANCE: &str = "demo";
@@ -147,7 +147,8 @@ impl Clock {
 
 async fn story(host: &BrowserHost, work: &std::path::Path) -> anyhow::Result<()> {
     let clock = Clock(Instant::now());
-    let certs = pap_net::dev_certs::write_dev_certs(&work.join("certs"), &["shop.example".into(), "atlas.example".into()])?;
+    let certs =
+        pap_net::dev_certs::write_dev_certs(&work.join("certs"), &["shop.example".into(), "atlas.example".into()])?;
     let (cert_pem, key_pem) = (std::fs::read(&certs.cert)?, std::fs::read(&certs.key)?);
     let ca = rustls_pemfile::certs(&mut &std::fs::read(&certs.ca)?[..])
         .next()

@@ -225,3 +225,38 @@ pub struct Revoked {
     /// The ledger's `derived`.
     pub derived: Derived,
 }
+
+/// What a refresh reports, to a tool caller and on the command line alike.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RefreshReport {
+    /// The grant as it stands.
+    pub grant: Grant,
+    /// Cookies put into the running browsers.
+    pub injected: usize,
+}
+
+/// What a revoke reports, to a tool caller and on the command line alike.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RevokeReport {
+    /// The grant as it stands (revoked, or narrowed).
+    pub grant: Grant,
+    /// The ledger's `derived`.
+    pub derived: Derived,
+    /// Cookies deleted from the running browsers.
+    pub cookies_deleted: usize,
+    /// Tabs and contexts closed.
+    pub tabs_closed: usize,
+}
+
+impl Revoked {
+    /// The report of this revoke.
+    pub fn report(self) -> RevokeReport {
+        RevokeReport {
+            grant: self.grant,
+            derived: self.derived,
+            cookies_deleted: self.forgotten.cookies,
+            tabs_closed: self.forgotten.tabs,
+        }
+    }
+}

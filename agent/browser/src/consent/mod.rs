@@ -30,7 +30,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use self::effects::{
-    Forgotten, Injection, JoinPermit, LiveError, LiveInstances, NoInstances, Refreshed, Revoked, Scope,
+    Forgotten, Injection, JoinPermit, LiveError, LiveInstances, NoInstances, RefreshReport, Refreshed, RevokeReport,
+    Revoked, Scope,
 };
 pub use self::error::ConsentError;
 pub use self::grant::{Grant, GrantScope, GrantedVia, InvalidGrant, Sink, Source, SourceKind};

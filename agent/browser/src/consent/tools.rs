@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Caller, ConsentHost, LiveInstances, SourceSpec};
+use super::{Caller, ConsentHost, LiveInstances, RefreshReport, SourceSpec};
 use crate::spec::{AgentCaller, Gate, ToolError, ToolErrorCode, ToolId};
 
 /// `browser.profile.list`.
@@ -78,7 +78,10 @@ pub async fn profile_tool(
                 .inject(&injection)
                 .await
                 .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
-            Ok(json!({ "grant": refreshed.grant, "injected": injected }))
+            report(&RefreshReport {
+                grant: refreshed.grant,
+                injected,
+            })
         }
         ToolId::ProfileRevoke => {
             let asked: ProfileRevoke = tool.parse_input(input)?;
@@ -86,13 +89,13 @@ pub async fn profile_tool(
                 .revoke(&caller, &asked.grant_id, asked.domains.as_deref(), live)
                 .await
                 .map_err(|e| e.to_tool_error())?;
-            Ok(json!({
-                "grant": revoked.grant,
-                "derived": revoked.derived,
-                "cookiesDeleted": revoked.forgotten.cookies,
-                "tabsClosed": revoked.forgotten.tabs,
-            }))
+            report(&revoked.report())
         }
         other => Err(ToolError::unsupported(other.as_str(), Gate::SessionMaterial.name())),
     }
+}
+
+/// A report as the tool's JSON result.
+fn report(value: &impl serde::Serialize) -> Result<Value, ToolError> {
+    serde_json::to_value(value).map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))
 }

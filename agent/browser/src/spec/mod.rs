@@ -15,6 +15,7 @@ mod manifest;
 mod mcp_name;
 mod navigation;
 mod principal;
+mod resolve;
 pub(crate) mod schema;
 mod supervisor;
 mod tool;
@@ -32,5 +33,6 @@ pub use self::manifest::{
 pub use self::mcp_name::{MCP_NAME_PATTERN, is_mcp_name, mcp_name};
 pub use self::navigation::{InvalidOrigin, MAX_PORT_RANGE, NamedOrigin, NavigationPolicy, Refused};
 pub use self::principal::{AgentCaller, Operator};
+pub use self::resolve::resolve;
 pub use self::supervisor::{CallGate, Health, InstanceRecord, Launch, Policy, Relaunch, Stalled, Supervisor};
-pub use self::tool::{Capability, Gate, Level, ToolId, ToolSpec, reserved_tools, resolve};
+pub use self::tool::{Capability, Gate, Level, ToolId, ToolSpec, reserved_tools};

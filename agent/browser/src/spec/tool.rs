@@ -10,7 +10,6 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::aip14::{ToolError, ToolErrorCode};
-use super::manifest::{BrowserManifest, DriverKind};
 
 /// A capability a provider declares under `browser.capabilities` (AIP-63 §1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -305,27 +304,6 @@ pub fn reserved_tools() -> impl Iterator<Item = ToolSpec> {
     ToolId::ALL.into_iter().map(ToolId::spec)
 }
 
-/// T2: among `providers`, the one to serve `tool` when the call needs `gate`: only providers
-/// that list the tool and declare the gate, in AIP-30's preference order (builtin, sdk, http,
-/// mcp, cli), the first listed winning a tie.
-pub fn resolve<'a>(providers: &'a [BrowserManifest], tool: &str, gate: Option<Gate>) -> Option<&'a BrowserManifest> {
-    providers
-        .iter()
-        .filter(|p| p.lists(tool))
-        .filter(|p| gate.is_none_or(|g| p.browser.capabilities.opens(g)))
-        .min_by_key(|p| kind_rank(p.kind))
-}
-
-fn kind_rank(kind: DriverKind) -> u8 {
-    match kind {
-        DriverKind::Builtin => 0,
-        DriverKind::Sdk => 1,
-        DriverKind::Http => 2,
-        DriverKind::Mcp => 3,
-        DriverKind::Cli => 4,
-    }
-}
-
 /// serde's message without the caller's own name: "unknown field `NAME`, expected one of ..."
 /// (and the same for a variant) quotes a key or tag the caller chose, which is dropped; what
 /// follows (the names expected, ours) is kept. The last ", expected" is serde's own, whatever
@@ -348,24 +326,6 @@ fn without_callers_name(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::manifest::parse_manifest;
-
-    fn manifest(id: &str, kind: &str, cdp: bool) -> BrowserManifest {
-        let tools = if cdp {
-            "  - { tool: browser.navigate, version: \"1\" }\n  - { tool: browser.list_requests, version: \"1\" }\n"
-        } else {
-            "  - { tool: browser.navigate, version: \"1\" }\n"
-        };
-        let endpoints = if cdp {
-            "  endpoints: { cdp: { discovered: true } }\n"
-        } else {
-            ""
-        };
-        let text = format!(
-            "---\nname: {id}\nid: {id}\ndescription: test\nversion: 1.0.0\nkind: {kind}\nimplements:\n{tools}browser:\n  location: local\n  display: [headless]\n  instances: single\n{endpoints}  capabilities: {{ cdp: {cdp} }}\n  profiles: {{ modes: [ephemeral] }}\n---\n"
-        );
-        parse_manifest(&text, None).unwrap()
-    }
 
     #[test]
     fn reserved_ids_keep_their_gates_and_none_creates_a_grant() {
@@ -406,21 +366,5 @@ mod tests {
         }
         assert_eq!(Gate::SessionMaterial.name(), "cookies|storageState");
         assert_eq!(Capability::FullPageScreenshot.to_string(), "fullPageScreenshot");
-    }
-
-    #[test]
-    fn the_resolver_considers_only_providers_declaring_the_capability_in_preference_order() {
-        let cdp = Some(Gate::One(Capability::Cdp));
-        let providers = [
-            manifest("cli-cdp", "cli", true),
-            manifest("http-plain", "http", false),
-            manifest("sdk-cdp", "sdk", true),
-        ];
-        assert_eq!(resolve(&providers, "browser.list_requests", cdp).unwrap().id, "sdk-cdp");
-        assert_eq!(resolve(&providers, "browser.navigate", None).unwrap().id, "sdk-cdp");
-        let plain_only = [manifest("http-plain", "http", false)];
-        assert!(resolve(&plain_only, "browser.list_requests", cdp).is_none());
-        let cli_only = [manifest("http-plain", "http", false), manifest("cli-cdp", "cli", true)];
-        assert_eq!(resolve(&cli_only, "browser.list_requests", cdp).unwrap().id, "cli-cdp");
     }
 }

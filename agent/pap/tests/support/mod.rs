@@ -22,8 +22,8 @@ use chromiumoxide::cdp::browser_protocol::network::{EventRequestWillBeSent, Even
 use chromiumoxide::cdp::browser_protocol::page::GetNavigationHistoryParams;
 use futures_util::StreamExt as _;
 use pap_agent::{ClientConfig, Identity, PapClient, documents_router, join, new_pairwise_user, spki_pin};
-use pap_net::listener::TlsListener;
 use pap_browser::chromium::{BrowserHost, ChromiumConfig, TestNetwork, click_and_land};
+use pap_net::listener::TlsListener;
 use pap_shared::{CompanyDomain, HttpsUrl, OperationState, SystemClock, SystemRng};
 use rustls::pki_types::CertificateDer;
 

@@ -17,9 +17,9 @@ use super::ReferenceCompany;
 use super::config::{CompanyConfig, ProposalConfig};
 use super::operations::NewOperation;
 use super::protocol::{ApiError, json_response, read_json};
-use pap_company::records::{Commit, Expect, read};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use pap_company::records::{Commit, Expect, read};
 
 pub(super) fn routes(config: &CompanyConfig) -> Router<ReferenceCompany> {
     let mut router = Router::new().route("/api/openapi.json", get(openapi));

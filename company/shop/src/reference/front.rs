@@ -15,8 +15,8 @@ use super::protocol::read_form;
 use super::website::{account_name, csrf_token, same_site, viewer};
 use super::{ReferenceCompany, layout};
 use pap_company::page::escape_html;
-use pap_company::stores::SESSION_COOKIE_NAME;
 use pap_company::route::{WebSession, WebSessionRejection};
+use pap_company::stores::SESSION_COOKIE_NAME;
 
 /// How many operations the front page lists.
 const LISTED_OPERATIONS: usize = 10;

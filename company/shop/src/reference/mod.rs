@@ -40,13 +40,13 @@ pub use self::device::{ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, PENDI
 pub use self::operations::{OPERATION_RETENTION, OPERATIONS_PER_ACCOUNT};
 use self::protocol::ApiError;
 pub use self::token::SESSION_TOKENS_PER_SESSION;
-use pap_company::route::{BROWSER_SESSION_PATH, BrowserSession, browser_session_router};
-use pap_company::resolver::ClientRegistry;
 use pap_company::records::{MemoryRecords, Records};
-use pap_company::stores::{MemoryReplayGuard, ReplayGuard, ReplayKey};
+use pap_company::resolver::ClientRegistry;
+use pap_company::route::{BROWSER_SESSION_PATH, BrowserSession, browser_session_router};
 use pap_company::stores::RecordSessions;
-use pap_company::verify::{Verifier, VerifierParts};
 use pap_company::stores::{CookieBindings, MemoryCookieBindings};
+use pap_company::stores::{MemoryReplayGuard, ReplayGuard, ReplayKey};
+use pap_company::verify::{Verifier, VerifierParts};
 
 /// Most records the in-memory reference company holds (Sessions, tokens, device codes,
 /// operations, idempotency answers, attempt counts together); past it new ones are refused
@@ -99,7 +99,10 @@ impl CompanyStores {
 
     /// Everything in Redis, shared by every replica given the same store.
     #[cfg(feature = "redis")]
-    pub async fn redis(store: &pap_company::stores::RedisStore, rng: &dyn Rng) -> Result<Self, pap_company::stores::StoreError> {
+    pub async fn redis(
+        store: &pap_company::stores::RedisStore,
+        rng: &dyn Rng,
+    ) -> Result<Self, pap_company::stores::StoreError> {
         let shared = Arc::new(store.clone());
         let device_csrf_key = shared_secret(shared.as_ref(), "device-csrf", rng).await?;
         Ok(Self {

@@ -24,8 +24,8 @@ use serde_json::json;
 use super::protocol::{ApiError, json_response, read_form};
 use super::{ReferenceCompany, token_hash};
 use pap_company::records::{Commit, Expect, expect_of, read, retrying};
-use pap_company::stores::{RecordSessions, SessionRecord};
 use pap_company::stores::StoreError;
+use pap_company::stores::{RecordSessions, SessionRecord};
 
 /// Account Tokens live 90 days.
 const ACCOUNT_TOKEN_LIFETIME: i64 = 90 * 86_400;
@@ -493,8 +493,8 @@ mod tests {
     use pap_shared::{PairwiseUserId, SystemClock, SystemRng};
 
     use super::*;
-    use pap_company::resolver::StaticClientKeys;
     use crate::reference::CompanyConfig;
+    use pap_company::resolver::StaticClientKeys;
     use pap_company::stores::SessionDirectory as _;
 
     #[allow(clippy::unwrap_used, reason = "tests fail loudly")]

@@ -19,8 +19,8 @@ use super::operations::{ConfirmError, Viewer};
 use super::protocol::read_form;
 use super::{ReferenceCompany, layout};
 use pap_company::page::escape_html;
-use pap_company::stores::SessionCookie;
 use pap_company::route::WebSession;
+use pap_company::stores::SessionCookie;
 
 pub(super) fn routes() -> Router<ReferenceCompany> {
     Router::new().route("/operations/{id}", get(show).post(submit))

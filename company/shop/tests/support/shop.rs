@@ -8,10 +8,10 @@ use axum::body::Body;
 use http::{Request, Response, StatusCode, header};
 use http_body_util::BodyExt as _;
 use pap_company::resolver::{ClientMetadata, StaticClientKeys};
-use pap_shop::{CompanyConfig, ReferenceCompany};
 use pap_shared::{
     BROWSER_ASSERTION_TYP, ClientId, DpopRequest, Jti, SigningKey, SystemRng, UnixTime, create_dpop_proof,
 };
+use pap_shop::{CompanyConfig, ReferenceCompany};
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
 

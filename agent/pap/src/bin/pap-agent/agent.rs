@@ -1,0 +1,402 @@
+//! The PAP steps (`pap-agent pap …`): the agent opened from its state directory, its Session,
+//! sign-in, proposals, operations and the join in its own Chromium.
+
+#[allow(unused_imports, reason = "the binary's shared imports, one list in main.rs")]
+use crate::*;
+
+pub(crate) struct Agent {
+    pub(crate) state_dir: PathBuf,
+    pub(crate) client: PapClient,
+    pub(crate) sealing: SealingKey,
+    pub(crate) test_network: Option<(HashMap<String, SocketAddr>, rustls::RootCertStore)>,
+    pub(crate) attach: Option<SocketAddr>,
+    /// Origins the operator lets the browser load beyond the navigation rule (`--name-origin`).
+    pub(crate) named_origins: Vec<pap_browser::spec::NamedOrigin>,
+}
+
+/// `pap-agent browser status|stop`: what the process table shows of this state directory's
+/// browsers, and the operator's stop. The per-instance supervisor state (crash-looping, and the
+/// operator reset out of it) lives in one agent process today; see the README.
+#[allow(clippy::print_stdout, reason = "the report is the command's output")]
+
+impl Agent {
+    /// The agent of `state`, reaching companies as the test-only `--connect`/`--trust-ca` say.
+    pub(crate) fn open(
+        state: PathBuf,
+        connect: &[String],
+        trust_ca: Option<&std::path::Path>,
+        attach: Option<SocketAddr>,
+    ) -> anyhow::Result<Self> {
+        let identity = Arc::new(Identity::load(&state)?);
+        let connect = parse_connect(connect)?;
+        let mut extra_roots: Vec<CertificateDer<'static>> = Vec::new();
+        if let Some(ca) = trust_ca {
+            let pem = std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?;
+            for cert in rustls_pemfile::certs(&mut &pem[..]) {
+                extra_roots.push(cert.with_context(|| format!("parsing {}", ca.display()))?);
+            }
+        }
+        let test_network = (!connect.is_empty())
+            .then(|| pap_net::tls::trust_roots(&extra_roots).map(|roots| (connect.clone(), roots)))
+            .transpose()?;
+        let config = ClientConfig { extra_roots, connect };
+        let client = PapClient::new(identity, &config, Arc::new(SystemClock), Arc::new(SystemRng))?;
+        let sealing = SealingKey::open(&state, &SystemRng)?;
+        Ok(Self {
+            state_dir: state,
+            client,
+            sealing,
+            test_network,
+            attach,
+            named_origins: Vec::new(),
+        })
+    }
+
+    pub(crate) async fn run(&self, command: PapCommand) -> anyhow::Result<()> {
+        match command {
+            PapCommand::Discover { domain } => {
+                let company = self.client.discover(&parse_domain(&domain)?).await?;
+                print_json(&serde_json::json!({
+                    "domain": company.domain.as_str(), "name": company.name, "issuer": company.issuer,
+                    "browser_session_endpoint": company.browser_session_endpoint.as_ref().map(HttpsUrl::as_str),
+                    "operations_endpoint": company.operations_endpoint.as_ref().map(HttpsUrl::as_str),
+                    "device_sign_in": company.device_authorization_endpoint.is_some(),
+                }));
+                Ok(())
+            }
+            PapCommand::Session { domain } => session(self, &domain).await,
+            PapCommand::Signin { domain, scope } => signin(self, &domain, &scope).await,
+            PapCommand::Propose {
+                domain,
+                method,
+                path,
+                body,
+            } => {
+                let (company, wallet) = self.company(&domain).await?;
+                let session = wallet
+                    .session
+                    .as_ref()
+                    .context("no Session: run `pap-agent session` first")?;
+                let body: serde_json::Value = serde_json::from_str(&body).context("--body is not JSON")?;
+                let operation = self.client.propose(&company, session, &method, &path, &body).await?;
+                print_json(&serde_json::to_value(&operation)?);
+                Ok(())
+            }
+            PapCommand::Operation { domain, id } => {
+                let (company, wallet) = self.company(&domain).await?;
+                let session = wallet
+                    .session
+                    .as_ref()
+                    .context("no Session: run `pap-agent session` first")?;
+                print_json(&serde_json::to_value(
+                    self.client.read_operation(&company, session, &id).await?,
+                )?);
+                Ok(())
+            }
+            PapCommand::Join {
+                domain,
+                return_to,
+                screenshot,
+            } => browse(self, &domain, &return_to, false, screenshot).await,
+            PapCommand::ConfirmOnPage {
+                domain,
+                operation_url,
+                screenshot,
+            } => browse(self, &domain, &operation_url, true, screenshot).await,
+            PapCommand::Host {
+                command: HostCommand::Stdio { bearer_file },
+            } => self.host_stdio(&bearer_file).await,
+            PapCommand::Host {
+                command:
+                    HostCommand::Serve {
+                        listen,
+                        allow_remote,
+                        tls_cert,
+                        tls_key,
+                        allow_hosts,
+                        allow_origins,
+                    },
+            } => {
+                let tls = match (tls_cert, tls_key) {
+                    (Some(cert), Some(key)) => Some((read_file(&cert)?, zeroize::Zeroizing::new(read_file(&key)?))),
+                    _ => None,
+                };
+                let exposure = pap_agent::mcp::http::Exposure::check(
+                    listen,
+                    allow_remote,
+                    tls.is_some(),
+                    &allow_hosts,
+                    &allow_origins,
+                )?;
+                self.host_serve(listen, exposure, tls).await
+            }
+            PapCommand::Revoke { domain } => {
+                let (company, mut wallet) = self.company(&domain).await?;
+                let session = wallet.session.as_mut().context("no Session")?;
+                let token = session.account_token.take().context("the Session is not signed in")?;
+                self.client.revoke(&company, &token).await?;
+                session.signed_in = false;
+                wallet.save(&self.sealing, &SystemRng)?;
+                eprintln!("revoked: the company signed the Session out");
+                Ok(())
+            }
+        }
+    }
+
+    /// How this agent launches (or attaches to) its Chromium: the manifest's lifecycle, the
+    /// test-only routing of `--connect` with the one leaf each name serves pinned, `--attach`.
+    pub(crate) async fn browser_config(&self) -> anyhow::Result<ChromiumConfig> {
+        let mut config = ChromiumConfig::new(self.state_dir.clone()).with_lifecycle(&lifecycle()?);
+        if let Some((map, roots)) = &self.test_network {
+            let mut pins = Vec::new();
+            for (name, addr) in map {
+                pins.push(pin_served_leaf(name, *addr, roots.clone()).await?);
+            }
+            config.test_network = TestNetwork {
+                map: map.clone(),
+                spki_pins: pins,
+            };
+        }
+        config.attach_to = self.attach;
+        for origin in &self.named_origins {
+            config.navigation.name(origin.clone());
+        }
+        Ok(config)
+    }
+
+    /// `pap-agent host stdio`: the agent's browser as an MCP server on stdin/stdout, for a client
+    /// that spawns its servers. Its tools run as the paired device of `bearer_file`; its browser
+    /// (instance `mcp`) starts with the first call that needs it and stops when the client goes.
+    pub(crate) async fn host_stdio(&self, bearer_file: &std::path::Path) -> anyhow::Result<()> {
+        use rmcp::ServiceExt as _;
+        let devices = Devices::at(&self.state_dir);
+        let bearer = Bearer::presented(&zeroize::Zeroizing::new(
+            std::fs::read_to_string(bearer_file)
+                .with_context(|| format!("reading the device credential {}", bearer_file.display()))?,
+        ));
+        let Some(device) = devices.authenticate(&bearer)? else {
+            bail!(
+                "{} holds no paired device's credential: pair it (pap-agent install-mcp, or pap-agent pair)",
+                bearer_file.display()
+            );
+        };
+        let (host, tools) = self.mcp_tools().await?;
+        let _supervision = supervise(&host, &tools)?;
+        let server =
+            pap_agent::mcp::BrowserServer::stdio(tools, devices, bearer, device.id).with_pap(self.pap_tools()?);
+        let served = server.serve(rmcp::transport::stdio()).await?;
+        let ended = served.waiting().await;
+        host.stop(MCP_INSTANCE, Duration::from_secs(2)).await?;
+        ended?;
+        Ok(())
+    }
+
+    /// `pap-agent host serve`: the agent's browser over streamable HTTP for paired devices,
+    /// until SIGINT or SIGTERM; its browser stops with it.
+    pub(crate) async fn host_serve(
+        &self,
+        listen: SocketAddr,
+        exposure: pap_agent::mcp::http::Exposure,
+        tls: Option<(Vec<u8>, zeroize::Zeroizing<Vec<u8>>)>,
+    ) -> anyhow::Result<()> {
+        use pap_agent::mcp::http;
+        let (host, tools) = self.mcp_tools().await?;
+        let _supervision = supervise(&host, &tools)?;
+        let server = pap_agent::mcp::BrowserServer::per_request(tools).with_pap(self.pap_tools()?);
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("binding {listen}"))?;
+        let bound = listener.local_addr()?;
+        let guard = exposure.guard(bound.port());
+        let limits = http::Limits::default();
+        let app = http::router(server, Devices::at(&self.state_dir), guard, limits);
+        // Readiness: this line, once the socket is bound.
+        match tls {
+            Some((cert, key)) => {
+                let listener = TlsListener::new(listener, &cert, &key).context("the TLS certificate and key")?;
+                eprintln!("listening on https://{bound}/mcp");
+                http::serve(listener, app, limits, shutdown_signal()).await;
+            }
+            None => {
+                eprintln!("listening on http://{bound}/mcp");
+                http::serve(listener, app, limits, shutdown_signal()).await;
+            }
+        }
+        host.stop(MCP_INSTANCE, Duration::from_secs(2)).await?;
+        Ok(())
+    }
+
+    /// The PAP steps as tools, for an MCP host.
+    pub(crate) fn pap_tools(&self) -> anyhow::Result<Arc<pap_agent::mcp::pap::PapTools>> {
+        let sealing = SealingKey::open(&self.state_dir, &SystemRng)?;
+        Ok(pap_agent::mcp::pap::PapTools::new(
+            self.client.clone(),
+            self.state_dir.clone(),
+            sealing,
+        ))
+    }
+
+    /// The tool host an MCP host serves: instance `mcp`, launched by the first call that needs
+    /// it, after a sweep of what an earlier run left.
+    pub(crate) async fn mcp_tools(&self) -> anyhow::Result<(BrowserHost, Arc<ToolHost>)> {
+        let config = self.browser_config().await?;
+        let host = BrowserHost::persistent(&self.state_dir, lifecycle()?.policy())?;
+        host.sweep_previous_run(&self.state_dir, Duration::from_secs(2)).await?;
+        let consent = Arc::new(consent::ConsentHost::open(
+            &self.state_dir,
+            Arc::new(SystemClock),
+            Arc::new(SystemRng),
+        )?);
+        let manifest = chromium::manifest().map_err(|d| anyhow::anyhow!("the shipped manifest: {d:?}"))?;
+        let instance = InstanceKey::try_from(MCP_INSTANCE)?;
+        let tools = ToolHost::new(manifest, host.clone(), config, instance, consent);
+        Ok((host, tools))
+    }
+
+    pub(crate) async fn company(&self, domain: &str) -> anyhow::Result<(Company, Wallet)> {
+        let domain = parse_domain(domain)?;
+        let company = self.client.discover(&domain).await?;
+        let wallet = Wallet::load(&self.state_dir, &domain, &self.sealing)?
+            .context("no record of this company: run `pap-agent session` first")?;
+        Ok((company, wallet))
+    }
+}
+
+pub(crate) async fn session(agent: &Agent, domain: &str) -> anyhow::Result<()> {
+    let domain = parse_domain(domain)?;
+    let company = agent.client.discover(&domain).await?;
+    let mut wallet = match Wallet::load(&agent.state_dir, &domain, &agent.sealing)? {
+        Some(wallet) => wallet,
+        None => Wallet::new(
+            &agent.state_dir,
+            &domain,
+            new_pairwise_user(&SystemRng),
+            agent.client.new_dpop_key()?,
+        )?,
+    };
+    let session = agent
+        .client
+        .start_session(&company, &wallet.user, wallet.dpop_key.clone())
+        .await?;
+    eprintln!(
+        "Session {} started with {} (signed in: {})",
+        session.session_id,
+        printable(&company.name),
+        session.signed_in
+    );
+    wallet.session = Some(session);
+    wallet.save(&agent.sealing, &SystemRng)?;
+    Ok(())
+}
+
+pub(crate) async fn signin(agent: &Agent, domain: &str, scope: &str) -> anyhow::Result<()> {
+    let (company, mut wallet) = agent.company(domain).await?;
+    let session = wallet
+        .session
+        .as_mut()
+        .context("no Session: run `pap-agent session` first")?;
+    let scopes: Vec<&str> = scope.split(' ').filter(|s| !s.is_empty()).collect();
+    let device = agent.client.device_begin(&company, &scopes).await?;
+    let url = device
+        .verification_uri_complete
+        .as_ref()
+        .unwrap_or(&device.verification_uri);
+    eprintln!(
+        "to sign in, open {url} and approve the code {}",
+        printable(&device.user_code)
+    );
+    agent.client.device_wait(&company, session, &device).await?;
+    eprintln!("signed in (scopes: {})", printable(&session.scope));
+    wallet.save(&agent.sealing, &SystemRng)?;
+    Ok(())
+}
+
+/// Launches Chromium, joins the Session landing on `url`, optionally clicks the page's confirm
+/// button, optionally saves a screenshot, stops Chromium.
+pub(crate) async fn browse(
+    agent: &Agent,
+    domain: &str,
+    url: &str,
+    confirm: bool,
+    screenshot: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let (company, wallet) = agent.company(domain).await?;
+    let session = wallet
+        .session
+        .as_ref()
+        .context("no Session: run `pap-agent session` first")?;
+    let return_to = HttpsUrl::parse(url).context("the page is not an HTTPS URL")?;
+    let config = agent.browser_config().await?;
+    let host = BrowserHost::persistent(&agent.state_dir, lifecycle()?.policy())?;
+    // L8: before the first launch, end what a killed run of this agent left (never the browsers
+    // of another agent process running now).
+    let swept = host
+        .sweep_previous_run(&agent.state_dir, Duration::from_secs(2))
+        .await?;
+    if swept > 0 {
+        eprintln!("browser: ended {swept} process(es) left by a previous run");
+    }
+    let started = Instant::now();
+    let browser = host
+        .launch(&config, "cli", &|step| {
+            eprintln!("browser: {step} ({} ms)", started.elapsed().as_millis())
+        })
+        .await?
+        .browser;
+    let result = async {
+        // The join needs a grant for the company's domain (`pap-agent consent grant`), and the
+        // granted material goes in first.
+        let consent = consent::ConsentHost::open(&agent.state_dir, Arc::new(SystemClock), Arc::new(SystemRng))?;
+        let caller = consent::Caller::local_agent();
+        let permit = consent.permit_join(&caller, company.domain.as_str())?;
+        if browser.was_already_running() {
+            // An operator-run Chromium (--attach) takes no granted material (review F1): only the
+            // join's own cookie, which the company sets.
+            eprintln!("browser: attached; no granted material goes into a browser the agent did not start");
+        }
+        // A context of its own, holding the company's grant only (review M5).
+        let page = join_tab(&browser, &consent, &caller, company.domain.as_str()).await?;
+        let outcome = join(
+            &agent.client,
+            &company,
+            session,
+            &return_to,
+            &page,
+            &permit,
+            Duration::from_secs(20),
+        )
+        .await?;
+        eprintln!(
+            "joined: {} answered {} ({} ms)",
+            outcome.landed,
+            outcome.status,
+            started.elapsed().as_millis()
+        );
+        let mut report = serde_json::json!({
+            "endpoint": outcome.endpoint.as_str(), "landed": outcome.landed.as_str(),
+            "status": outcome.status, "assertion_expires_at": outcome.expires_at.as_secs(),
+        });
+        if confirm {
+            let status = click_and_land(&page, "button[value=confirm]", Duration::from_secs(20)).await?;
+            let state = page
+                .evaluate("document.querySelector('[data-state]')?.getAttribute('data-state')")
+                .await?
+                .into_value::<Option<String>>()
+                .unwrap_or_default();
+            report["after_confirm"] = serde_json::json!({"status": status, "state": state});
+        }
+        if let Some(path) = &screenshot {
+            let png = page
+                .screenshot(chromiumoxide::page::ScreenshotParams::builder().build())
+                .await?;
+            std::fs::write(path, png).with_context(|| format!("writing {}", path.display()))?;
+            report["screenshot"] = serde_json::json!(path.display().to_string());
+        }
+        anyhow::Ok(report)
+    }
+    .await;
+    drop(browser);
+    host.stop("cli", Duration::from_secs(2)).await?;
+    print_json(&result?);
+    Ok(())
+}

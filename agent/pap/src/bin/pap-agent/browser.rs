@@ -1,0 +1,67 @@
+//! `pap-agent browser`: the controlled browser's lifecycle, as the operator sees it.
+
+#[allow(unused_imports, reason = "the binary's shared imports, one list in main.rs")]
+use crate::*;
+
+pub(crate) async fn browser_command(state: &std::path::Path, command: &BrowserCommand) -> anyhow::Result<()> {
+    match command {
+        BrowserCommand::Status => {
+            let browsers = chromium::browsers_of(&chromium::ProcTable, state)?;
+            if browsers.is_empty() {
+                println!("no browsers of {}", state.display());
+            }
+            let host = BrowserHost::persistent(state, lifecycle()?.policy())?;
+            for (instance, health) in host.recorded() {
+                let reason = health.reason.unwrap_or_default();
+                println!("{instance}\t{}\t{reason}", health.state);
+            }
+            for b in browsers {
+                let host = match (b.host, b.host_alive) {
+                    (Some(pid), true) => format!("agent {pid} running"),
+                    (Some(pid), false) => format!("agent {pid} gone (an orphan: the next start sweeps it)"),
+                    (None, _) => "agent unknown".to_owned(),
+                };
+                let state = chromium::probe_profile(&b.user_data_dir, Duration::from_secs(5)).await;
+                println!(
+                    "{}\t{state}\tpid {}\t{host}\t{}",
+                    b.instance,
+                    b.pid,
+                    b.user_data_dir.display()
+                );
+            }
+            Ok(())
+        }
+        BrowserCommand::Stop => {
+            let scope = chromium::SweepScope::StateDir {
+                state_dir: state.to_owned(),
+            };
+            let ended = chromium::sweep(&chromium::ProcTable, &scope, Duration::from_secs(2)).await?;
+            println!("ended {ended} process(es)");
+            Ok(())
+        }
+        BrowserCommand::Reset { instance } => {
+            let host = BrowserHost::persistent(state, lifecycle()?.policy())?;
+            let now = host.health(instance).state;
+            if now != InstanceState::CrashLooping {
+                bail!("{instance} is {now}, not crash-looping: there is nothing to reset");
+            }
+            let started = Instant::now();
+            let config = ChromiumConfig::new(state.to_owned()).with_lifecycle(&lifecycle()?);
+            let reset = OperatorReset::new(&consent::Operator::from_operator_channel("cli"));
+            host.reset(&config, instance, reset, &|_| {}).await?;
+            let launched = started.elapsed().as_millis();
+            host.stop(instance, Duration::from_secs(2)).await?;
+            println!("{instance}: reset; Chromium launched in {launched} ms and was stopped; it may launch again");
+            Ok(())
+        }
+    }
+}
+
+/// The lifecycle the agent's Chromium runs by: its shipped manifest's (AIP-63 §3).
+pub(crate) fn lifecycle() -> anyhow::Result<Lifecycle> {
+    let manifest = chromium::manifest().map_err(|diagnostics| {
+        let all: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
+        anyhow::anyhow!("the shipped Chromium manifest does not load: {}", all.join("; "))
+    })?;
+    Ok(manifest.browser.lifecycle)
+}

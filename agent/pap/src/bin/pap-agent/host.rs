@@ -1,0 +1,140 @@
+//! The MCP host and its devices: `pair`, `devices`, `install-mcp`, and the supervision of the
+//! host's browser.
+
+#[allow(unused_imports, reason = "the binary's shared imports, one list in main.rs")]
+use crate::*;
+
+pub(crate) fn pair(state: &std::path::Path, name: &str, ttl: u64) -> anyhow::Result<()> {
+    pap_browser::store::private_dir(state)?;
+    let code = Devices::at(state).start_pairing(name, ttl, &SystemClock, &SystemRng)?;
+    let left = code.expires_at.since(pap_shared::Clock::now(&SystemClock));
+    eprintln!(
+        "pairing code for {name:?}, valid once for {left} s: the device sends it to the host \
+         (POST /pair {{\"code\": \"...\"}} on `pap-agent host serve`) and receives its credential"
+    );
+    println!("{}", code.expose());
+    Ok(())
+}
+
+/// A long-running host's supervision of its browser: the health loop probing it every
+/// `lifecycle.health.intervalMs` (L1, L4), and the recovery that relaunches it when it exits
+/// on its own. Both end when the returned handles drop.
+pub(crate) fn supervise(
+    host: &BrowserHost,
+    tools: &Arc<ToolHost>,
+) -> anyhow::Result<(pap_browser::chromium::HealthLoop, pap_browser::tools::Recovery)> {
+    let interval = Duration::from_millis(lifecycle()?.health.interval_ms);
+    Ok((host.start_health_loop(interval), tools.start_recovery()))
+}
+
+/// `pap-agent devices ...`.
+pub(crate) async fn devices_command(
+    state: &std::path::Path,
+    network: &Network,
+    command: &DevicesCommand,
+) -> anyhow::Result<()> {
+    let devices = Devices::at(state);
+    match command {
+        DevicesCommand::List => print_json(&serde_json::json!({ "devices": devices.list()? })),
+        DevicesCommand::Revoke { device } => {
+            let id = devices.resolve(device)?;
+            print_json(&unpair(state, network, &id).await?);
+        }
+    }
+    Ok(())
+}
+
+/// The test-only network options (`--connect`, `--trust-ca`) a command reaches companies with.
+
+pub(crate) async fn unpair(state: &std::path::Path, network: &Network, id: &str) -> anyhow::Result<serde_json::Value> {
+    if !Devices::at(state).revoke(id)? {
+        bail!("no paired device {id} (see `pap-agent devices list`)");
+    }
+    finish_unpairing(state, network, id).await
+}
+
+/// [`unpair`] for a device already out of the devices file (one `install-mcp` replaced).
+pub(crate) async fn finish_unpairing(
+    state: &std::path::Path,
+    network: &Network,
+    id: &str,
+) -> anyhow::Result<serde_json::Value> {
+    let consent = consent::ConsentHost::open(state, Arc::new(SystemClock), Arc::new(SystemRng))?;
+    let operator = consent::Operator::from_operator_channel("cli");
+    let live = pap_browser::chromium::LiveProfiles::new(state);
+    let revoked = consent.revoke_pairing(&operator, id, &live).await?;
+    let mut signed_out = Vec::new();
+    let mut failed = Vec::new();
+    let holds = pap_agent::Wallet::held_by_device(state, id).is_ok_and(|held| !held.is_empty());
+    if holds {
+        let agent = Agent::open(state.to_path_buf(), &network.connect, network.trust_ca.as_deref(), None)?;
+        let held = pap_agent::Wallet::held_by_device(state, id)?;
+        failed = pap_agent::mcp::pap::sign_out_device(&agent.client, state, &agent.sealing, id).await?;
+        signed_out = held
+            .iter()
+            .map(|d| d.as_str().to_owned())
+            .filter(|d| !failed.iter().any(|(f, _)| f == d))
+            .collect();
+    }
+    if !failed.is_empty() {
+        eprintln!("some of the device's Sessions could not be signed out; their records are kept:");
+        for (domain, why) in &failed {
+            eprintln!("  {domain}: {why}");
+        }
+    }
+    Ok(serde_json::json!({
+        "unpaired": id,
+        "grantsRevoked": revoked.iter().map(|r| r.grant.id.clone()).collect::<Vec<_>>(),
+        "sessionsSignedOut": signed_out,
+        "sessionsNotSignedOut": failed.iter().map(|(d, _)| d.clone()).collect::<Vec<_>>(),
+    }))
+}
+
+/// `pap-agent install-mcp`: a fresh device for the client, its credential in
+/// `STATE/devices/CLIENT.bearer` (0600), and the client's config pointing at `host stdio`.
+pub(crate) async fn install_mcp(
+    state: &std::path::Path,
+    network: &Network,
+    client: pap_agent::mcp::install::Client,
+    config: Option<PathBuf>,
+    global: &[String],
+) -> anyhow::Result<()> {
+    let config = match config {
+        Some(path) => path,
+        None => client.default_config()?,
+    };
+    pap_browser::store::private_dir(state)?;
+    let program = std::env::current_exe().context("where this pap-agent is")?;
+    let installed = pap_agent::mcp::install::install(
+        &Devices::at(state),
+        state,
+        client,
+        &config,
+        &program,
+        global,
+        &SystemClock,
+        &SystemRng,
+    )?;
+    eprintln!(
+        "configured {} in {} as device {}{}",
+        client.name(),
+        config.display(),
+        installed.device.id,
+        installed
+            .replaced
+            .as_ref()
+            .map(|old| format!(" (device {old}, configured before, is unpaired)"))
+            .unwrap_or_default()
+    );
+    // The device configured before is unpaired as `devices revoke` would (C13: its grants too).
+    if let Some(old) = &installed.replaced {
+        finish_unpairing(state, network, old).await?;
+    }
+    if !state.join("identity").exists() {
+        eprintln!(
+            "note: {} has no agent identity yet; run `pap-agent identity init DOMAIN` before the client starts the host",
+            state.display()
+        );
+    }
+    Ok(())
+}
