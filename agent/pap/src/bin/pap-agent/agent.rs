@@ -14,11 +14,6 @@ pub(crate) struct Agent {
     pub(crate) named_origins: Vec<pap_browser::spec::NamedOrigin>,
 }
 
-/// `pap-agent browser status|stop`: what the process table shows of this state directory's
-/// browsers, and the operator's stop. The per-instance supervisor state (crash-looping, and the
-/// operator reset out of it) lives in one agent process today; see the README.
-#[allow(clippy::print_stdout, reason = "the report is the command's output")]
-
 impl Agent {
     /// The agent of `state`, reaching companies as the test-only `--connect`/`--trust-ca` say.
     pub(crate) fn open(

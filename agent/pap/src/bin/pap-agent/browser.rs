@@ -3,6 +3,10 @@
 #[allow(unused_imports, reason = "the binary's shared imports, one list in main.rs")]
 use crate::*;
 
+/// `pap-agent browser status|stop`: what the process table shows of this state directory's
+/// browsers, and the operator's stop. The per-instance supervisor state (crash-looping, and the
+/// operator reset out of it) lives in one agent process today; see the README.
+#[allow(clippy::print_stdout, reason = "the report is the command's output")]
 pub(crate) async fn browser_command(state: &std::path::Path, command: &BrowserCommand) -> anyhow::Result<()> {
     match command {
         BrowserCommand::Status => {

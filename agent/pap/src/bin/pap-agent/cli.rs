@@ -324,26 +324,6 @@ pub(crate) enum IdentityCommand {
     },
 }
 
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Network {
-    pub(crate) connect: Vec<String>,
-    pub(crate) trust_ca: Option<PathBuf>,
-}
-
-impl Cli {
-    fn network(&self) -> Network {
-        Network {
-            connect: self.connect.clone(),
-            trust_ca: self.trust_ca.clone(),
-        }
-    }
-}
-
-/// Unpairs the device `id` everywhere it reached: its credential refused from its next
-/// request; its grants revoked under C8 with what they put in the browsers (C13); its PAP
-/// Sessions signed out at each company and their records removed (review N5). What could not
-/// be signed out is reported (its record kept, so a later run can try again).
-
 pub(crate) fn state_dir(cli: &Cli) -> PathBuf {
     if let Some(dir) = &cli.state_dir {
         return dir.clone();
@@ -411,6 +391,22 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
                 agent.named_origins.push(pap_browser::spec::NamedOrigin::parse(origin)?);
             }
             agent.run(command).await
+        }
+    }
+}
+
+/// The test-only network options (`--connect`, `--trust-ca`) a command reaches companies with.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Network {
+    pub(crate) connect: Vec<String>,
+    pub(crate) trust_ca: Option<PathBuf>,
+}
+
+impl Cli {
+    fn network(&self) -> Network {
+        Network {
+            connect: self.connect.clone(),
+            trust_ca: self.trust_ca.clone(),
         }
     }
 }

@@ -103,9 +103,8 @@ pub(crate) async fn consent_command(state: &std::path::Path, command: &ConsentCo
     Ok(())
 }
 
-/// `pap-agent pair`: a one-time code, on stdout alone (how to use it on stderr).
-#[allow(clippy::print_stdout, reason = "the command's output")]
-
+/// C5: the scan's per-domain counts first (no value read yet), then a question per domain; only
+/// the domains answered `y` are granted (and only then are values read).
 pub(crate) fn ask_per_domain(counts: &std::collections::BTreeMap<String, u64>) -> anyhow::Result<Vec<String>> {
     use std::io::BufRead as _;
     if counts.is_empty() {

@@ -4,6 +4,8 @@
 #[allow(unused_imports, reason = "the binary's shared imports, one list in main.rs")]
 use crate::*;
 
+/// `pap-agent pair`: a one-time code, on stdout alone (how to use it on stderr).
+#[allow(clippy::print_stdout, reason = "the command's output")]
 pub(crate) fn pair(state: &std::path::Path, name: &str, ttl: u64) -> anyhow::Result<()> {
     pap_browser::store::private_dir(state)?;
     let code = Devices::at(state).start_pairing(name, ttl, &SystemClock, &SystemRng)?;
@@ -44,8 +46,10 @@ pub(crate) async fn devices_command(
     Ok(())
 }
 
-/// The test-only network options (`--connect`, `--trust-ca`) a command reaches companies with.
-
+/// Unpairs the device `id` everywhere it reached: its credential refused from its next
+/// request; its grants revoked under C8 with what they put in the browsers (C13); its PAP
+/// Sessions signed out at each company and their records removed (review N5). What could not
+/// be signed out is reported (its record kept, so a later run can try again).
 pub(crate) async fn unpair(state: &std::path::Path, network: &Network, id: &str) -> anyhow::Result<serde_json::Value> {
     if !Devices::at(state).revoke(id)? {
         bail!("no paired device {id} (see `pap-agent devices list`)");

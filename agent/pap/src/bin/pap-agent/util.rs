@@ -19,9 +19,6 @@ pub(crate) async fn shutdown_signal() {
     }
 }
 
-/// C5: the scan's per-domain counts first (no value read yet), then a question per domain; only
-/// the domains answered `y` are granted (and only then are values read).
-
 pub(crate) fn read_file(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("reading {}", path.display()))
 }
