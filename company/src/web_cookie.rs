@@ -119,7 +119,7 @@ impl fmt::Debug for CookieHash {
 }
 
 /// What a cookie stands for: its Session, in the sign-out epoch it joined
-/// ([`crate::SessionRecord::epoch`]). A cookie of an earlier epoch stands for nothing.
+/// ([`crate::stores::SessionRecord::epoch`]). A cookie of an earlier epoch stands for nothing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Binding {
     /// The Session.

@@ -276,7 +276,7 @@ pub fn router(server: BrowserServer, devices: Devices, guard: Guard, limits: Lim
         .with_state(host)
 }
 
-/// Serves `app` on `listener` (plain TCP, or [`crate::TlsListener`], whose handshakes are
+/// Serves `app` on `listener` (plain TCP, or [`pap_net::listener::TlsListener`], whose handshakes are
 /// bounded on their own) until `shutdown` completes: at most `limits.max_connections` at once,
 /// each in its own task, HTTP/1.1, headers within `limits.header_read_timeout`. When every
 /// slot is taken, the oldest connection that never carried a paired device's request is ended
