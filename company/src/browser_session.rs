@@ -146,10 +146,33 @@ where
 
 async fn join(State(state): State<BrowserSession>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
     let result = async {
+        check_origin(&headers, state.verifier().domain()).map_err(JoinRefusal::Request)?;
         let assertion = read_form(&uri, &headers, body).await.map_err(JoinRefusal::Request)?;
         state.join(&assertion).await
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Review L3 (login CSRF): a page of another site that auto-posts an assertion it holds would
+/// log the visitor's browser into that Session. What the company can tell without breaking
+/// the agent's own post: a browser names the page that posted in `Origin`, and the agent's
+/// form is posted from a blank page of its own (`Origin: null`) or sent by a client that sends
+/// none. A post whose `Origin` is another site is refused before the assertion is read. What
+/// stays open: a page that posts from an opaque origin (a sandboxed frame) sends `null` too;
+/// the website names the account and the agent on every page, so a browser joined to a
+/// Session it did not expect shows it.
+fn check_origin(headers: &HeaderMap, domain: &pap_shared::CompanyDomain) -> Result<(), RequestError> {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let origin = origin.to_str().map_err(|_| RequestError::CrossSiteOrigin)?;
+    if origin == "null" {
+        return Ok(());
+    }
+    match pap_shared::HttpsUrl::parse(origin) {
+        Ok(url) if url.is_on(domain) => Ok(()),
+        _ => Err(RequestError::CrossSiteOrigin),
+    }
 }
 
 /// Reads the one `assertion` field from an `application/x-www-form-urlencoded` body of at most
@@ -206,6 +229,9 @@ pub enum RequestError {
     /// The body is larger than [`MAX_FORM_BYTES`].
     #[error("the body is too large")]
     TooLarge,
+    /// A page of another site posted the form (its `Origin`): review L3.
+    #[error("the form was posted by another site")]
+    CrossSiteOrigin,
 }
 
 /// Why a join was refused: every refusal is answered the same way, 400 with a short page and
@@ -230,6 +256,7 @@ impl JoinRefusal {
             Self::Request(RequestError::QueryString) => "query_string",
             Self::Request(RequestError::RepeatedAssertion) => "repeated_assertion",
             Self::Request(RequestError::TooLarge) => "too_large",
+            Self::Request(RequestError::CrossSiteOrigin) => "cross_site_origin",
             Self::Verify(e) => e.code(),
         }
     }

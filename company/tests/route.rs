@@ -262,3 +262,35 @@ async fn refuses_an_assertion_in_the_url_a_json_body_an_oversized_body_and_other
         StatusCode::SEE_OTHER
     );
 }
+
+#[tokio::test]
+async fn a_page_of_another_site_cannot_post_an_assertion_into_a_browser() {
+    // Review L3: evil.example's page auto-posts an assertion it holds; the visitor's browser
+    // names the page in Origin. Refused, no cookie, the assertion left unspent.
+    let world = World::new();
+    let assertion = world.assertion();
+    let with_origin = |origin: &str| {
+        let mut request = join_request(&assertion);
+        request
+            .headers_mut()
+            .insert(header::ORIGIN, http::HeaderValue::from_str(origin).unwrap());
+        request
+    };
+    for foreign in [
+        "https://evil.example",
+        "https://shop.example.evil.example",
+        "http://shop.example",
+        "garbage",
+    ] {
+        let refused = send(&world, with_origin(foreign)).await;
+        assert_refused(&refused, foreign);
+    }
+    // The agent's own post: from a blank page (Origin: null), from the company's own pages, or
+    // from a client that sends no Origin. The assertion was not spent by the refusals above.
+    let joined = send(&world, with_origin("null")).await;
+    assert_eq!(joined.status(), StatusCode::SEE_OTHER);
+    let again = send(&world, with_origin("https://www.shop.example")).await;
+    assert_eq!(again.status(), StatusCode::BAD_REQUEST, "replayed");
+    let fresh = send(&world, join_request(&world.assertion())).await;
+    assert_eq!(fresh.status(), StatusCode::SEE_OTHER);
+}

@@ -3,7 +3,8 @@
 //! PAP §5 ("Browser Session") lets a personal agent carry its PAP Session into a company's
 //! website: the agent signs a 60-second `poppy-browser+jwt` and its own browser form-POSTs it to
 //! the company, which verifies it and sets a cookie bound to the live Session. This crate holds
-//! what both sides must agree on, and does no I/O:
+//! what both sides must agree on, and does no I/O but one ([`fs`]: how either side writes a
+//! private file):
 //!
 //! - the browser-assertion claims ([`BrowserAssertionClaims`]) and their identifiers;
 //! - compact JWS parsing, JWK/JWKS import, ES256/RS256 signing and verification ([`UnverifiedJws`],
@@ -25,6 +26,7 @@
 
 mod consent;
 mod domain;
+pub mod fs;
 mod jose;
 mod secret;
 mod time;

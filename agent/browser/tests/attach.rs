@@ -155,3 +155,42 @@ async fn an_attached_browser_takes_no_granted_material() {
     assert!(foreign.exited_within(Duration::from_secs(10)).await);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test]
+async fn an_impostor_naming_another_socket_is_never_followed() {
+    // Review L6, at the call site: something local answers `/json/version` on the endpoint and
+    // names a DevTools socket elsewhere (its own listener). The attach is refused, and nothing
+    // connects to that other socket, where the agent's grants would have gone.
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let elsewhere = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let elsewhere_port = elsewhere.local_addr().unwrap().port();
+    let impostor = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = impostor.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = impostor.accept().await {
+            let mut request = [0_u8; 1024];
+            let _ = stream.read(&mut request).await;
+            let body = format!(
+                r#"{{"Browser":"Chrome/156","webSocketDebuggerUrl":"ws://127.0.0.1:{elsewhere_port}/devtools/browser/x"}}"#
+            );
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(answer.as_bytes()).await;
+        }
+    });
+    let dir = std::env::temp_dir().join(format!("pap-attach-impostor-{}", std::process::id()));
+    let mut config = ChromiumConfig::new(dir.clone());
+    config.attach_to = Some(endpoint);
+    let refused = BrowserHost::new().launch(&config, "impostor", &|_| {}).await;
+    let error = refused.err().expect("an impostor's socket was attached to").to_string();
+    assert!(error.contains("not on"), "{error}");
+    // Nothing came to the other socket.
+    let connected = tokio::time::timeout(Duration::from_millis(200), elsewhere.accept()).await;
+    assert!(
+        connected.is_err(),
+        "the agent connected to the socket the impostor named"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

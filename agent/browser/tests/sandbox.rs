@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use pap_browser::chromium::{BrowserUser, ChromiumConfig, ControlledBrowser};
+use pap_browser::chromium::{BrowserUser, ChromiumConfig, ControlledBrowser, passed_to_browser};
 
 fn field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
     status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim)
@@ -70,5 +70,38 @@ async fn every_renderer_of_the_agents_browser_is_sandboxed() {
     );
     browser.stop(Duration::from_secs(2)).await.unwrap();
     assert!(!browser.user_data_dir().exists(), "the profile outlived the stop");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_browser_holds_none_of_the_agents_environment() {
+    // Review N11: cargo runs this test with its own variables (CARGO_*, and whatever CI holds);
+    // the browser process started from it keeps only the allowlist and a HOME of its own.
+    assert!(
+        std::env::vars().any(|(name, _)| !passed_to_browser(&name) && name != "HOME"),
+        "nothing to leave behind"
+    );
+    let dir = std::env::temp_dir().join(format!("pap-sandbox-env-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = ChromiumConfig::new(dir.join("state"));
+    let browser = ControlledBrowser::launch(&config, "environment", &|_| {})
+        .await
+        .unwrap();
+    let pid = browser.pid().unwrap();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let names: Vec<String> = environ
+        .split(|b| *b == 0)
+        .filter(|v| !v.is_empty())
+        .map(|v| String::from_utf8_lossy(v.split(|b| *b == b'=').next().unwrap_or_default()).into_owned())
+        .collect();
+    assert!(names.iter().any(|n| n == "HOME"), "{names:?}");
+    let kept: Vec<&String> = names.iter().filter(|n| *n != "HOME" && !passed_to_browser(n)).collect();
+    assert!(kept.is_empty(), "the browser inherited {kept:?}");
+    let home = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let home = String::from_utf8_lossy(&home);
+    let home = home.split('\0').find_map(|v| v.strip_prefix("HOME=")).unwrap();
+    assert!(home.starts_with(dir.to_str().unwrap()), "the browser's HOME is {home}");
+    browser.stop(Duration::from_secs(2)).await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -108,16 +108,20 @@ pub async fn join(
     let mut events = futures_util::stream::select(responses.map(Seen::Response), failures.map(Seen::Failure));
     // A form built in the page: method POST, the published endpoint as action, one hidden
     // input. The values travel as JSON string literals inside the script, not in any URL.
-    let script = format!(
+    // The script holds the assertion: zeroized when dropped (review L11). chromiumoxide's own
+    // copy of the command it sends is beyond reach; the assertion is single-use and expires in
+    // 60 s.
+    let script = zeroize::Zeroizing::new(format!(
         "(() => {{ const f = document.createElement('form'); f.method = 'post'; f.action = {action}; \
          f.enctype = 'application/x-www-form-urlencoded'; \
          const i = document.createElement('input'); i.type = 'hidden'; i.name = 'assertion'; i.value = {value}; \
          f.appendChild(i); document.body.appendChild(f); f.submit(); return true; }})()",
         action = serde_json::to_string(endpoint.as_str()).map_err(|_| JoinError::Signing)?,
         value = serde_json::to_string(assertion.secret()).map_err(|_| JoinError::Signing)?,
-    );
+    ));
     drop(assertion);
-    page.evaluate(script).await.map_err(|e| cdp(&e))?;
+    page.evaluate(script.as_str()).await.map_err(|e| cdp(&e))?;
+    drop(script);
 
     let target = return_to.url().clone();
     let endpoint_url = endpoint.url().clone();

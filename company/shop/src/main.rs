@@ -278,18 +278,9 @@ fn how_to_reach(domain: &str, listen: SocketAddr, cert: &std::path::Path) -> Str
 
 /// Writes `text` to `path`, readable and writable by this user only (0600), replacing it.
 fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write as _;
-    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    // A file that existed keeps its mode through `open`: set it.
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    file.write_all(text.as_bytes())?;
-    file.sync_all()
+    // A fresh file renamed into place: no link at the name, no descriptor a previous owner of
+    // the file kept, reaches the credential (review N16).
+    pap_shared::fs::write_private(path, text.as_bytes())
 }
 
 async fn serve_tls_until(

@@ -119,6 +119,17 @@ async fn in_a_signed_in_session_the_front_page_lists_the_operations_and_signs_ou
     );
     let page = shop.page(&format!("{BASE}/operations/{id}"), &cookie).await;
     assert_eq!(page.status(), StatusCode::UNAUTHORIZED);
+    // Review N19: the agent's next refresh does not undo the person's sign-out; its sign-in
+    // ended with it.
+    let renewed = shop
+        .token_request(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", &signed.account_token),
+            ("session_id", &signed.session_id),
+        ])
+        .await;
+    assert_eq!(body_json(renewed).await, serde_json::json!({"error": "invalid_grant"}));
+    assert!(!live(&shop).await, "a refresh signed the Session back in");
 }
 
 #[tokio::test]

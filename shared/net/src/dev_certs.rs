@@ -2,7 +2,6 @@
 //! certificate) and one leaf covering every name, valid for one day, as the interop runs need
 //! them. Never for production.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose};
@@ -18,9 +17,22 @@ pub struct DevCerts {
     pub key: PathBuf,
 }
 
-/// Writes `ca.pem`, `cert.pem` and `key.pem` for `names` into `dir` (created 0700 if missing).
-/// The CA's private key is dropped at once, so nothing else can ever be signed with it.
-pub fn write_dev_certs(dir: &Path, names: &[String]) -> Result<DevCerts, DevCertsError> {
+/// A throwaway CA and a leaf covering every name, in memory (PEM); [`write_dev_certs`] writes
+/// them out. The CA's private key is dropped at once, so nothing else can ever be signed with it.
+#[derive(Debug)]
+pub struct DevPem {
+    /// The CA certificate (DER): the one root a test's clients trust.
+    pub ca_der: Vec<u8>,
+    /// The CA certificate (PEM).
+    pub ca_pem: String,
+    /// The leaf certificate (PEM).
+    pub cert_pem: String,
+    /// The leaf's private key (PKCS#8 PEM).
+    pub key_pem: zeroize::Zeroizing<String>,
+}
+
+/// Makes a CA and a leaf for `names`, valid for one day.
+pub fn generate(names: &[String]) -> Result<DevPem, DevCertsError> {
     if names.is_empty() {
         return Err(DevCertsError::NoNames);
     }
@@ -46,19 +58,26 @@ pub fn write_dev_certs(dir: &Path, names: &[String]) -> Result<DevCerts, DevCert
         .signed_by(&leaf_key, &ca, &ca_key)
         .map_err(DevCertsError::Generate)?;
 
+    Ok(DevPem {
+        ca_der: ca.der().to_vec(),
+        ca_pem: ca.pem(),
+        cert_pem: leaf.pem(),
+        key_pem: zeroize::Zeroizing::new(leaf_key.serialize_pem()),
+    })
+}
+
+/// Writes `ca.pem`, `cert.pem` and `key.pem` for `names` into `dir` (created 0700 if missing).
+pub fn write_dev_certs(dir: &Path, names: &[String]) -> Result<DevCerts, DevCertsError> {
+    let pem = generate(names)?;
     create_private_dir(dir)?;
     let certs = DevCerts {
         ca: dir.join("ca.pem"),
         cert: dir.join("cert.pem"),
         key: dir.join("key.pem"),
     };
-    write_file(&certs.ca, ca.pem().as_bytes(), 0o644)?;
-    write_file(&certs.cert, leaf.pem().as_bytes(), 0o644)?;
-    write_file(
-        &certs.key,
-        zeroize::Zeroizing::new(leaf_key.serialize_pem()).as_bytes(),
-        0o600,
-    )?;
+    write_file(&certs.ca, pem.ca_pem.as_bytes(), 0o644)?;
+    write_file(&certs.cert, pem.cert_pem.as_bytes(), 0o644)?;
+    write_file(&certs.key, pem.key_pem.as_bytes(), 0o600)?;
     Ok(certs)
 }
 
@@ -71,18 +90,7 @@ fn create_private_dir(dir: &Path) -> Result<(), DevCertsError> {
 }
 
 fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), DevCertsError> {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
-    let mut file = options.open(path).map_err(DevCertsError::Write)?;
-    // The mode applies only when creating; tighten an existing file too.
-    #[cfg(unix)]
-    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
-        .map_err(DevCertsError::Write)?;
-    #[cfg(not(unix))]
-    let _ = mode;
-    file.write_all(bytes).map_err(DevCertsError::Write)
+    pap_shared::fs::write_file(path, bytes, mode).map_err(DevCertsError::Write)
 }
 
 /// Why the certificates could not be made.

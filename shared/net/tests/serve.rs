@@ -200,21 +200,9 @@ struct TestPki {
 
 /// A CA and a leaf for `name`, the leaf as a server configuration.
 fn test_pki(name: &str) -> TestPki {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, KeyUsagePurpose};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec![name.to_owned()])
-        .unwrap()
-        .signed_by(&leaf_key, &ca, &ca_key)
-        .unwrap();
-    let server =
-        pap_net::tls::server_config_from_pem(leaf.pem().as_bytes(), leaf_key.serialize_pem().as_bytes()).unwrap();
+    let pem = pap_net::dev_certs::generate(&[name.to_owned()]).unwrap();
     TestPki {
-        ca_der: ca.der().to_vec(),
-        server,
+        server: pap_net::tls::server_config_from_pem(pem.cert_pem.as_bytes(), pem.key_pem.as_bytes()).unwrap(),
+        ca_der: pem.ca_der,
     }
 }

@@ -116,6 +116,27 @@ pub(super) fn chromium_args(user_data_dir: &Path, instance: &str, test: &TestNet
     args
 }
 
+/// The variables of the agent's environment a launched browser keeps: where programs are,
+/// the locale and time zone, fonts, and a display when one is used. Everything else is cleared
+/// (review N11); `HOME` is the browser's own.
+pub const BROWSER_ENV: &[&str] = &[
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "FONTCONFIG_FILE",
+    "FONTCONFIG_PATH",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "XAUTHORITY",
+];
+
+/// Whether the variable `name` is passed to a launched browser: one of [`BROWSER_ENV`], or a
+/// locale category (`LC_*`).
+pub fn passed_to_browser(name: &str) -> bool {
+    BROWSER_ENV.contains(&name) || name.starts_with("LC_")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -259,27 +259,13 @@ impl BrowserHost {
         Ok(Self::with_supervisor(supervisor, Some(path)))
     }
 
-    /// Writes the supervisor's records, if this host keeps them: to a temporary file, then
-    /// renamed over the old one, so a crash leaves the old records or the new, never half.
+    /// Writes the supervisor's records, if this host keeps them, whole or not at all
+    /// ([`crate::store::write_private`]).
     fn save(&self) -> Result<(), BrowserError> {
         let Some(path) = &self.records else { return Ok(()) };
         let records = self.supervisor().records();
         let json = serde_json::to_vec_pretty(&records).map_err(|e| BrowserError::Profile(e.into()))?;
-        let temp = path.with_extension("json.tmp");
-        {
-            use std::io::Write as _;
-            use std::os::unix::fs::OpenOptionsExt as _;
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&temp)
-                .map_err(BrowserError::Profile)?;
-            file.write_all(&json).map_err(BrowserError::Profile)?;
-            file.sync_all().map_err(BrowserError::Profile)?;
-        }
-        std::fs::rename(&temp, path).map_err(BrowserError::Profile)
+        crate::store::write_private(path, &json).map_err(BrowserError::Profile)
     }
 
     /// Sweeps what a previous run of this host left under `state_dir` (L8): call once at start,

@@ -137,7 +137,16 @@ impl ControlledBrowser {
                 let _ = std::fs::remove_dir_all(&user_data_dir);
                 return Err(LaunchError::Profile(error));
             }
-            command.uid(user.uid).gid(user.gid).env("HOME", &chromium_home);
+            command.uid(user.uid).gid(user.gid);
+        }
+        // The browser starts from a cleared environment (review N11): after a renderer escape,
+        // the browser process holds none of the agent's variables (cloud credentials in CI,
+        // tokens), only what a browser needs to run, and a home of its own.
+        command.env_clear().env("HOME", &chromium_home);
+        for (name, value) in std::env::vars_os() {
+            if name.to_str().is_some_and(super::args::passed_to_browser) {
+                command.env(name, value);
+            }
         }
         command
             // Chromium's crash handler keeps its database (minidumps: browser memory, cookies

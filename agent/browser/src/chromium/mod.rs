@@ -33,7 +33,7 @@ mod standalone;
 mod sweep;
 
 // The public interface is:
-pub use self::args::{CHROMIUM_HOME, HOST_MARKER, ORPHAN_MARKER, is_default_profile};
+pub use self::args::{BROWSER_ENV, CHROMIUM_HOME, HOST_MARKER, ORPHAN_MARKER, is_default_profile, passed_to_browser};
 pub use self::cdp::click_and_land;
 pub(crate) use self::error::scrub;
 

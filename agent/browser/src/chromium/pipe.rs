@@ -174,34 +174,65 @@ pub(super) async fn bridge(pipe: Pipe, rng: &dyn Rng) -> Result<(String, watch::
 
 type Socket = async_tungstenite::WebSocketStream<async_tungstenite::tokio::TokioAdapter<tokio::net::TcpStream>>;
 
+/// Longest one connection's websocket handshake may take. The agent's own client sends its
+/// request at once; a local stranger who connects first and says nothing is dropped after
+/// this, and meanwhile others are served (review N13).
+const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Handshakes under way at once; a connection past it is closed unread.
+const MAX_HANDSHAKES: usize = 32;
+
 /// The first connection whose handshake names `path`; any other is refused (404) and the wait
-/// goes on.
+/// goes on. Each handshake runs in a task of its own, within [`HANDSHAKE_DEADLINE`], so a
+/// connection that stalls holds up no other (review N13).
 async fn accept_one(listener: &TcpListener, path: &str) -> Option<Socket> {
+    let mut handshakes = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, _) = accepted.ok()?;
+                if handshakes.len() >= MAX_HANDSHAKES {
+                    continue;
+                }
+                // CDP is request and answer, small messages: Nagle's wait for an ACK would hold
+                // each answer back by the peer's delayed-ACK timer (measured: +110 ms a join).
+                let _ = stream.set_nodelay(true);
+                let path = path.to_owned();
+                handshakes.spawn(async move {
+                    tokio::time::timeout(HANDSHAKE_DEADLINE, websocket_handshake(stream, &path)).await.ok().flatten()
+                });
+            }
+            Some(done) = handshakes.join_next(), if !handshakes.is_empty() => {
+                if let Ok(Some(socket)) = done {
+                    // The others (strangers, stalled) end with the set.
+                    return Some(socket);
+                }
+            }
+        }
+    }
+}
+
+/// One connection's websocket handshake, accepted only on `path`.
+async fn websocket_handshake(stream: tokio::net::TcpStream, path: &str) -> Option<Socket> {
     // Chromium's messages (screenshots, DOM snapshots) are not bounded by the protocol; the
     // only peer that gets past the handshake is the agent's own client, which sets no bound either.
     let config = WebSocketConfig::default().max_message_size(None).max_frame_size(None);
-    loop {
-        let (stream, _) = listener.accept().await.ok()?;
-        // CDP is request and answer, small messages: Nagle's wait for an ACK would hold each
-        // answer back by the peer's delayed-ACK timer (measured: +110 ms a join).
-        let _ = stream.set_nodelay(true);
-        #[allow(
-            clippy::result_large_err,
-            reason = "the shape tungstenite's handshake callback must have"
-        )]
-        let check = |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
-            if request.uri().path() == path {
-                Ok(response)
-            } else {
-                let mut refused = ErrorResponse::new(None);
-                *refused.status_mut() = StatusCode::NOT_FOUND;
-                Err(refused)
-            }
-        };
-        if let Ok(socket) = async_tungstenite::tokio::accept_hdr_async_with_config(stream, check, Some(config)).await {
-            return Some(socket);
+    #[allow(
+        clippy::result_large_err,
+        reason = "the shape tungstenite's handshake callback must have"
+    )]
+    let check = |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
+        if request.uri().path() == path {
+            Ok(response)
+        } else {
+            let mut refused = ErrorResponse::new(None);
+            *refused.status_mut() = StatusCode::NOT_FOUND;
+            Err(refused)
         }
-    }
+    };
+    async_tungstenite::tokio::accept_hdr_async_with_config(stream, check, Some(config))
+        .await
+        .ok()
 }
 
 /// Relays websocket messages to NUL-terminated frames on the pipe and back, until either side
@@ -246,5 +277,50 @@ async fn relay(socket: Socket, pipe: Pipe) {
     tokio::select! {
         () = upstream => {}
         () = downstream => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_stranger_who_connects_first_and_says_nothing_does_not_stall_the_bridge() {
+        // Review N13: a local user polls for the bridge's port and connects before the agent's
+        // own client, then sends nothing. The agent's client is served all the same, at once.
+        let mut child = Command::new("/bin/cat")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let pipe = Pipe {
+            to_browser: child.stdin.take().unwrap(),
+            from_browser: BufReader::new(child.stdout.take().unwrap()),
+        };
+        let (url, _closed) = bridge(pipe, &pap_shared::SystemRng).await.unwrap();
+        let port: u16 = url
+            .trim_start_matches("ws://127.0.0.1:")
+            .split('/')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let _silent = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let started = std::time::Instant::now();
+        let connected = tokio::time::timeout(
+            Duration::from_secs(5),
+            async_tungstenite::tokio::connect_async(url.as_str()),
+        )
+        .await
+        .expect("the agent's client waited behind a silent stranger");
+        assert!(connected.is_ok(), "the agent's own client was refused");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "served after {:?}",
+            started.elapsed()
+        );
     }
 }

@@ -49,12 +49,21 @@ impl LiveProfiles {
     }
 
     /// The control sockets of the state directory's running browsers (none when the process
-    /// table cannot be read).
+    /// table cannot be read). A profile path with a `..` is nobody's here: `starts_with` is
+    /// component-wise, so `STATE/browsers/../../x` would pass it and send the ask outside the
+    /// state directory (review N12).
     fn sockets(&self) -> Vec<PathBuf> {
         let running = browsers_of(self.processes.as_ref(), &self.state_dir).unwrap_or_default();
+        let browsers = self.state_dir.join("browsers");
         let mut sockets: Vec<PathBuf> = running
             .iter()
-            .filter(|browser| browser.user_data_dir.starts_with(self.state_dir.join("browsers")))
+            .filter(|browser| {
+                browser.user_data_dir.starts_with(&browsers)
+                    && browser
+                        .user_data_dir
+                        .components()
+                        .all(|part| !matches!(part, std::path::Component::ParentDir))
+            })
             .map(|browser| control::socket_path(&browser.user_data_dir))
             .collect();
         sockets.sort();
@@ -65,21 +74,31 @@ impl LiveProfiles {
 
 #[async_trait]
 impl LiveInstances for LiveProfiles {
+    /// Asks every running browser, whatever the others answer: one hung or failing owner must
+    /// not leave the browsers after it holding what is revoked (review N12). Every failure is
+    /// reported, together.
     async fn forget(&self, scope: Scope<'_>, origins: &[String]) -> Result<Forgotten, LiveError> {
         let mut total = Forgotten::default();
+        let mut failures = Vec::new();
         for socket in self.sockets() {
-            if let Some(forgotten) = control::forget(&socket, scope, origins).await? {
-                total += forgotten;
+            match control::forget(&socket, scope, origins).await {
+                Ok(Some(forgotten)) => total += forgotten,
+                Ok(None) => {}
+                Err(error) => failures.push(error),
             }
         }
-        Ok(total)
+        LiveError::all(failures).map_or(Ok(total), Err)
     }
 
     async fn inject(&self, injection: &Injection) -> Result<usize, LiveError> {
         let mut total = 0;
+        let mut failures = Vec::new();
         for socket in self.sockets() {
-            total += control::inject(&socket, injection).await?.unwrap_or(0);
+            match control::inject(&socket, injection).await {
+                Ok(injected) => total += injected.unwrap_or(0),
+                Err(error) => failures.push(error),
+            }
         }
-        Ok(total)
+        LiveError::all(failures).map_or(Ok(total), Err)
     }
 }

@@ -91,6 +91,20 @@ pub enum LiveError {
         /// What the owner said (an error of this enum, as text).
         detail: String,
     },
+    /// Several browsers failed; every one of them is listed (the others did what was asked).
+    #[error("{} browsers failed: {}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Several(Vec<LiveError>),
+}
+
+impl LiveError {
+    /// The failures of a fan-out as one error: none, the one, or all of them.
+    pub fn all(mut failures: Vec<LiveError>) -> Option<LiveError> {
+        match failures.len() {
+            0 => None,
+            1 => failures.pop(),
+            _ => Some(LiveError::Several(failures)),
+        }
+    }
 }
 
 /// No running instance (a host with nothing launched).

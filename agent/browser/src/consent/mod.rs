@@ -22,6 +22,7 @@ mod grant;
 mod grants;
 mod ledger;
 mod material;
+mod redact;
 mod request;
 mod tools;
 
@@ -578,12 +579,25 @@ impl ConsentHost {
             .filter(|g| g.revoked_at.is_none() && g.device_id.as_deref() == Some(device_id))
             .map(|g| g.id)
             .collect();
+        // Every grant of the device is revoked, whatever an earlier one met (review N12): a
+        // browser that could not be cleaned for one grant must not keep the next grant alive.
         let mut out = Vec::new();
+        let mut unclean = Vec::new();
+        let mut failed = None;
         for id in scoped {
             let revoker = Revoker::System(system("pairing-revoked", Some(device_id)));
-            out.push(self.revoke_as(revoker, &id, None, live).await?);
+            match self.revoke_as(revoker, &id, None, live).await {
+                Ok(revoked) => out.push(revoked),
+                Err(ConsentError::Live(error)) => unclean.push(error),
+                Err(error) => {
+                    failed.get_or_insert(error);
+                }
+            }
         }
-        Ok(out)
+        if let Some(error) = failed {
+            return Err(error);
+        }
+        LiveError::all(unclean).map_or(Ok(out), |error| Err(ConsentError::Live(error)))
     }
 
     /// Leave to join `host` from this host's browser: an active grant visible to `caller`, with
@@ -601,31 +615,25 @@ impl ConsentHost {
     }
 
     /// Replaces every value held for an active grant (cookies and storage, 8 characters or
-    /// longer) wherever it appears in the strings of `value`, and says how many it replaced (C9):
-    /// what a page shows an agent through a tool (`document.cookie` from `browser.evaluate`, a
-    /// body that echoes a cookie) is redacted where it carries a value as it was granted.
+    /// longer) wherever it appears in the strings of `value`, raw or in an encoding the host
+    /// recognises (`redact`: base64 at any alignment, hex, percent, JSON escapes, runs of 8
+    /// characters), and says how many it replaced (C9, review M4): what a page shows an agent
+    /// through a tool (`btoa(document.cookie)` from `browser.evaluate`, a body that echoes a
+    /// cookie) is redacted.
     pub fn redact(&self, value: &mut serde_json::Value) -> Result<usize, ConsentError> {
         let now = self.clock.now();
         let mut materials = Vec::new();
         for grant in self.grants.load()?.iter().filter(|g| g.is_active(now)) {
             materials.push(self.store.load(&grant.id)?);
         }
-        let secrets: Vec<&str> = materials
-            .iter()
-            .flat_map(|m| {
-                m.cookies.iter().map(|c| c.value.expose()).chain(
-                    m.origins
-                        .iter()
-                        .flat_map(|o| o.local_storage.iter().map(|i| i.value.expose())),
-                )
-            })
-            .filter(|s| s.chars().count() >= 8)
-            .collect();
-        Ok(if secrets.is_empty() {
-            0
-        } else {
-            redact_strings(value, &secrets)
-        })
+        let secrets = materials.iter().flat_map(|m| {
+            m.cookies.iter().map(|c| c.value.expose()).chain(
+                m.origins
+                    .iter()
+                    .flat_map(|o| o.local_storage.iter().map(|i| i.value.expose())),
+            )
+        });
+        Ok(redact::Redactor::new(secrets).map_or(0, |redactor| redactor.redact(value)))
     }
 
     /// The grant `caller` may use on `host` in a local browser: the first active one covering it
@@ -803,27 +811,6 @@ fn parse_domains(names: &[String]) -> Result<Vec<GrantDomain>, ConsentError> {
         return Err(ConsentError::NoDomains);
     }
     Ok(out)
-}
-
-/// What stands where a granted value was.
-const REDACTED: &str = "[granted value redacted]";
-
-fn redact_strings(value: &mut serde_json::Value, secrets: &[&str]) -> usize {
-    match value {
-        serde_json::Value::String(text) => {
-            let mut replaced = 0;
-            for secret in secrets {
-                if text.contains(secret) {
-                    replaced += text.matches(secret).count();
-                    *text = text.replace(secret, REDACTED);
-                }
-            }
-            replaced
-        }
-        serde_json::Value::Array(items) => items.iter_mut().map(|v| redact_strings(v, secrets)).sum(),
-        serde_json::Value::Object(fields) => fields.values_mut().map(|v| redact_strings(v, secrets)).sum(),
-        _ => 0,
-    }
 }
 
 fn names(domains: &[GrantDomain]) -> Vec<String> {

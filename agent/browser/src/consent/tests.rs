@@ -412,3 +412,50 @@ fn refused_attempts_past_the_minutes_budget_are_refused_but_not_recorded() {
     assert!(f.host.ledger().verify().is_ok());
     std::fs::remove_dir_all(&f.dir).unwrap();
 }
+
+/// Running browsers that fail to forget every time (an owner that hangs up).
+struct Unreachable(std::sync::atomic::AtomicUsize);
+
+#[async_trait]
+impl LiveInstances for Unreachable {
+    async fn forget(&self, _scope: Scope<'_>, _origins: &[String]) -> Result<Forgotten, LiveError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Err(LiveError::Owner {
+            detail: "no answer".into(),
+        })
+    }
+
+    async fn inject(&self, _injection: &Injection) -> Result<usize, LiveError> {
+        Ok(0)
+    }
+}
+
+#[tokio::test]
+async fn a_pairing_revoke_revokes_every_grant_of_the_device_when_a_browser_fails() {
+    // Review N12: the first grant's cleaning fails; the second grant is revoked all the same,
+    // its cleaning asked for too, and both failures are reported.
+    let f = fixture("pairing-fan-out");
+    for domain in ["shop.example", "tracker.example"] {
+        let mut asked = request(&f, &[domain]);
+        asked.device_id = Some("phone".into());
+        f.host.grant(&operator(), asked).unwrap();
+    }
+    let live = Unreachable(std::sync::atomic::AtomicUsize::new(0));
+    let failed = f.host.revoke_pairing(&operator(), "phone", &live).await.unwrap_err();
+    assert_eq!(
+        live.0.load(Ordering::SeqCst),
+        2,
+        "the second grant's browsers were not asked"
+    );
+    assert!(
+        matches!(&failed, ConsentError::Live(LiveError::Several(all)) if all.len() == 2),
+        "{failed:?}"
+    );
+    let grants = f.host.grants.load().unwrap();
+    assert_eq!(grants.len(), 2);
+    assert!(
+        grants.iter().all(|g| g.revoked_at.is_some()),
+        "a grant of the device stayed active"
+    );
+    std::fs::remove_dir_all(&f.dir).unwrap();
+}

@@ -6,7 +6,6 @@ mod sealed;
 
 pub use self::sealed::{SealError, SealingKey};
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 /// Creates `dir` (and parents) with mode 0700, tightening it if it already exists.
@@ -29,18 +28,9 @@ pub fn private_dir(dir: &Path) -> std::io::Result<PathBuf> {
     Ok(dir.to_path_buf())
 }
 
-/// Writes `bytes` to `path` with mode 0600 through a temporary file and a rename, so a reader
-/// never sees half a file and the old content is never lost to a crash.
+/// Writes `bytes` to `path` with mode 0600, whole or not at all, through a fresh temporary file
+/// no link can redirect (`pap_shared::fs`, review N16); a directory others may write into is
+/// refused.
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(&tmp)?;
-    #[cfg(unix)]
-    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
+    pap_shared::fs::write_private(path, bytes)
 }

@@ -726,3 +726,154 @@ pub(crate) fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
         .find(|c| c.name() == name)
         .map(|c| c.value().to_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+    use std::sync::Mutex;
+
+    use pap_company::resolver::StaticClientKeys;
+    use pap_shared::{ManualClock, Rng};
+
+    use super::*;
+    use crate::reference::CompanyConfig;
+
+    /// Randomness that repeats itself once when armed: the two draws after [`Repeating::arm`]
+    /// give the same bytes; every other draw its own.
+    #[derive(Debug, Default)]
+    struct Repeating(Mutex<(u8, u8, Vec<u8>)>);
+
+    impl Repeating {
+        fn arm(&self) {
+            self.0.lock().unwrap().1 = 2;
+        }
+    }
+
+    impl Rng for Repeating {
+        fn fill(&self, bytes: &mut [u8]) {
+            let mut state = self.0.lock().unwrap();
+            let (drawn, armed, last) = &mut *state;
+            if *armed == 1 && last.len() == bytes.len() {
+                bytes.copy_from_slice(last);
+                *armed = 0;
+                return;
+            }
+            *drawn = drawn.wrapping_add(1);
+            for (i, byte) in bytes.iter_mut().enumerate() {
+                // Below 240, so every byte of a user-code draw is a letter.
+                *byte = drawn.wrapping_mul(37).wrapping_add(u8::try_from(i % 200).unwrap_or(0)) % 240;
+            }
+            if *armed == 2 {
+                *last = bytes.to_vec();
+                *armed = 1;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_user_code_a_live_code_holds_is_never_given_twice() {
+        // Review M2: the second code draws the first one's user code; the commit sees it taken
+        // and draws again, so two devices never share a code a person types.
+        let config = CompanyConfig::parse(include_str!("../../shop.example.toml")).unwrap();
+        let clock = ManualClock::at(1_800_000_000);
+        let rng = Arc::new(Repeating::default());
+        let company = ReferenceCompany::new(config, clock.clone(), rng.clone(), Arc::new(StaticClientKeys::new()));
+        let client = ClientId::parse("https://atlas.example/agent.json").unwrap();
+        let pending = Pending {
+            client_id: client.clone(),
+            user_code: String::new(),
+            scopes: vec!["orders:read".into()],
+            expires_at: UnixTime::from_secs(1_800_000_600),
+            interval: 5,
+            next_poll: UnixTime::from_secs(1_800_000_000),
+            decision: Decision::Waiting,
+        };
+        rng.arm();
+        let first = company
+            .store_pending(&client, "device:one", pending.clone())
+            .await
+            .unwrap();
+        let second = company.store_pending(&client, "device:two", pending).await.unwrap();
+        assert_ne!(first, second, "two live device codes share the user code {first}");
+        let one = read::<String>(company.records(), &user_code_key(&first))
+            .await
+            .unwrap()
+            .unwrap()
+            .1;
+        let two = read::<String>(company.records(), &user_code_key(&second))
+            .await
+            .unwrap()
+            .unwrap()
+            .1;
+        assert_eq!((one.as_str(), two.as_str()), ("device:one", "device:two"));
+    }
+
+    fn company() -> ReferenceCompany {
+        let config = CompanyConfig::parse(include_str!("../../shop.example.toml")).unwrap();
+        ReferenceCompany::new(
+            config,
+            ManualClock::at(1_800_000_000),
+            Arc::new(pap_shared::SystemRng),
+            Arc::new(StaticClientKeys::new()),
+        )
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_password_check_leaves_the_async_worker_free() {
+        // Review H5: Argon2 runs on the blocking pool. On a one-thread runtime, a ticker keeps
+        // ticking while a check runs; on the worker itself it would not tick at all.
+        let company = company();
+        let account = company.inner.config.account("ada").unwrap().clone();
+        let ticks = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = ticks.clone();
+        let ticker = tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(1));
+            loop {
+                every.tick().await;
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        tokio::task::yield_now().await;
+        let before = ticks.load(std::sync::atomic::Ordering::SeqCst);
+        let started = std::time::Instant::now();
+        let matched = company
+            .password_matches(Some(&account), Zeroizing::new("not the password".into()))
+            .await;
+        let took = started.elapsed();
+        let ticked = ticks.load(std::sync::atomic::Ordering::SeqCst) - before;
+        ticker.abort();
+        assert!(matches!(matched, Ok(false)));
+        assert!(took >= Duration::from_millis(5), "no hash was computed ({took:?})");
+        // At least a third of the milliseconds the check took were ticked by the one worker.
+        let millis = u64::try_from(took.as_millis()).unwrap();
+        assert!(ticked * 3 >= millis, "the worker ticked {ticked} times in {took:?}");
+    }
+
+    #[tokio::test]
+    async fn an_unknown_name_costs_what_a_known_one_does() {
+        // Review H5: an unknown name is checked against a stand-in hash, so the time of an
+        // answer does not tell which names exist. Medians of five, within a factor of two.
+        let company = company();
+        let account = company.inner.config.account("ada").unwrap().clone();
+        let mut known = Vec::new();
+        let mut unknown = Vec::new();
+        for _ in 0..5 {
+            let started = std::time::Instant::now();
+            let _ = company
+                .password_matches(Some(&account), Zeroizing::new("wrong".into()))
+                .await;
+            known.push(started.elapsed());
+            let started = std::time::Instant::now();
+            let _ = company.password_matches(None, Zeroizing::new("wrong".into())).await;
+            unknown.push(started.elapsed());
+        }
+        known.sort();
+        unknown.sort();
+        let (known, unknown) = (known[2], unknown[2]);
+        assert!(
+            unknown * 2 >= known && known * 2 >= unknown,
+            "known name {known:?}, unknown name {unknown:?}"
+        );
+    }
+}

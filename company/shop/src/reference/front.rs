@@ -100,8 +100,8 @@ async fn signed_in(company: &ReferenceCompany, session: &WebSession) -> Response
         "</ul><form method=\"post\" action=\"/sign-out\">\
          <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
          <div class=\"actions\"><button class=\"secondary\">Sign out</button></div></form>\
-         <p class=\"muted\">Signing out signs your agent's Session out too: it asks you again \
-         before it uses this shop.</p></section><section class=\"card\"><h2>Your operations</h2>",
+         <p class=\"muted\">Signing out ends your agent's sign-in too: its Session is signed out \
+         and its sign-in cannot be renewed, so it asks you again before it uses this shop.</p></section><section class=\"card\"><h2>Your operations</h2>",
         csrf = csrf_token(session.cookie(), SIGN_OUT),
     ));
     if operations.is_empty() {
@@ -124,9 +124,10 @@ async fn signed_in(company: &ReferenceCompany, session: &WebSession) -> Response
     layout::page(company, StatusCode::OK, "Your account", &main)
 }
 
-/// `POST /sign-out`: same-site, the CSRF token of this browser's cookie; signs the Session out
-/// (every browser joined to it loses its cookie's standing on its next request), clears this
-/// browser's cookie and answers 303 to the front page.
+/// `POST /sign-out`: same-site, the CSRF token of this browser's cookie; ends the sign-in that
+/// signed the Session in (the agent's Account Token of it refreshes no more) and signs the
+/// Session out (every browser joined to it loses its cookie's standing on its next request),
+/// clears this browser's cookie and answers 303 to the front page.
 async fn sign_out(
     State(company): State<ReferenceCompany>,
     headers: HeaderMap,
@@ -149,6 +150,11 @@ async fn sign_out(
     let expected = csrf_token(session.cookie(), SIGN_OUT);
     if !bool::from(expected.as_bytes().ct_eq(sent.as_bytes())) {
         return refused("This request did not come from this site.");
+    }
+    // The sign-in that signed this Session in ends with it (its Account Token refreshes no
+    // more, review N19), then the Session itself is signed out (also one no sign-in reached).
+    if let Err(error) = company.end_sign_in_of(session.id()).await {
+        return pap_company::route::unavailable(error.retry_after());
     }
     if let Err(error) = company.inner.sessions.sign_out(session.id()).await {
         return pap_company::route::unavailable(error.retry_after());

@@ -88,6 +88,12 @@ fn session_account_key(session: &SessionId) -> String {
     format!("session-account:{}", session.as_str())
 }
 
+/// The sign-in (family id) that last signed Session `session` in: what the website's sign-out
+/// ends (review N19).
+fn session_family_key(session: &SessionId) -> String {
+    format!("session-family:{}", session.as_str())
+}
+
 pub(super) fn routes() -> Router<ReferenceCompany> {
     Router::new()
         .route("/oauth/token", post(token))
@@ -267,9 +273,16 @@ impl ReferenceCompany {
             if ever.as_ref().is_some_and(|(_, a)| a != account) {
                 return Ok(Some(Err(ApiError::bad_request(OAuthErrorCode::AccountMismatch))));
             }
+            let signed_by = read::<String>(records, &session_family_key(session)).await?;
             record.account = Some(account.to_owned());
             record.scopes.clone_from(&scopes);
             let committed = Commit::new()
+                .put(
+                    session_family_key(session),
+                    expect_of(&signed_by),
+                    &family,
+                    record.expires_at,
+                )
                 .put(
                     family_key(&family),
                     Expect::Absent,
@@ -393,6 +406,7 @@ impl ReferenceCompany {
             };
             let account_key = session_account_key(session);
             let ever = read::<String>(records, &account_key).await?;
+            let signed_by = read::<String>(records, &session_family_key(session)).await?;
             old.claimed = true;
             let next = AccountToken {
                 scopes: scopes.clone(),
@@ -416,6 +430,12 @@ impl ReferenceCompany {
                 .put(account_token_key(rotated), Expect::Absent, &next, next.expires_at)
                 .put(family_key, Expect::Version(family_version), &family, family.kept_until)
                 .put(account_key, expect_of(&ever), &old.account, record.expires_at)
+                .put(
+                    session_family_key(session),
+                    expect_of(&signed_by),
+                    &old.family,
+                    record.expires_at,
+                )
                 .put(
                     session_key,
                     Expect::Version(session_version),
@@ -441,7 +461,24 @@ impl ReferenceCompany {
         if &grant.client_id != client_id {
             return Ok(Vec::new());
         }
-        let family_key = family_key(&grant.family);
+        self.end_family(&grant.family).await
+    }
+
+    /// Ends the sign-in that last signed Session `session` in, if any: what the website's
+    /// sign-out does, so the agent's Account Token of that sign-in stops refreshing too (review
+    /// N19: a sign-out on the website that the agent's next refresh undid would be no sign-out).
+    /// The Sessions it signed out.
+    pub(crate) async fn end_sign_in_of(&self, session: &SessionId) -> Result<Vec<SessionId>, StoreError> {
+        match read::<String>(self.records(), &session_family_key(session)).await? {
+            Some((_, family)) => self.end_family(&family).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Marks sign-in `family` revoked and signs out every Session it signed in, in one commit.
+    async fn end_family(&self, family: &str) -> Result<Vec<SessionId>, StoreError> {
+        let records = self.records();
+        let family_key = family_key(family);
         retrying(|| async {
             let Some((version, mut family)) = read::<Family>(records, &family_key).await? else {
                 return Ok(Some(Vec::new()));
