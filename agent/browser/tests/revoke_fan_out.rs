@@ -36,8 +36,8 @@ fn browser(pid: u32, user_data_dir: &Path) -> ProcessInfo {
     }
 }
 
-/// An owner that takes the connection and hangs up without an answer (a failing owner): it
-/// counts the asks it was sent.
+/// An owner that reads each ask and answers that it failed (as an owner whose browser hung
+/// answers): it counts the asks it was sent.
 fn failing_owner(socket: &Path) -> (Arc<std::sync::atomic::AtomicUsize>, std::thread::JoinHandle<()>) {
     let listener = UnixListener::bind(socket).unwrap();
     listener.set_nonblocking(true).unwrap();
@@ -48,8 +48,13 @@ fn failing_owner(socket: &Path) -> (Arc<std::sync::atomic::AtomicUsize>, std::th
         while std::time::Instant::now() < deadline {
             match listener.accept() {
                 Ok((stream, _)) => {
+                    use std::io::{BufRead as _, Write as _};
                     counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    drop(stream);
+                    stream.set_nonblocking(false).unwrap();
+                    let mut ask = String::new();
+                    let mut reader = std::io::BufReader::new(&stream);
+                    let _ = reader.read_line(&mut ask);
+                    let _ = (&stream).write_all(b"{\"failed\":\"the browser did not answer\"}\n");
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     std::thread::sleep(std::time::Duration::from_millis(5));
