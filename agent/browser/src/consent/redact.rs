@@ -135,7 +135,7 @@ mod tests {
 
     const SECRET: &str = "s3cr3t-V4lue+/of=the~grant";
 
-    fn leaks(redactor: &Redactor, text: String) -> String {
+    fn leaks(redactor: &Redactor, text: &str) -> String {
         let mut value = json!({ "result": text });
         redactor.redact(&mut value);
         value["result"].as_str().unwrap().to_owned()
@@ -170,7 +170,7 @@ mod tests {
             forms.push(("base64url", URL_SAFE_NO_PAD.encode(cookie.as_bytes())));
         }
         for (form, text) in forms {
-            let seen = leaks(&redactor, text.clone());
+            let seen = leaks(&redactor, &text);
             assert!(seen.contains(REDACTED), "{form} not recognised: {text}");
             assert!(!seen.contains(SECRET), "{form}: the raw value is left");
         }
@@ -181,7 +181,7 @@ mod tests {
         let redactor = Redactor::new([SECRET]).unwrap();
         let (head, tail) = SECRET.split_at(SECRET.len() / 2);
         for part in [head, tail] {
-            let seen = leaks(&redactor, format!("part: {part}"));
+            let seen = leaks(&redactor, &format!("part: {part}"));
             assert!(seen.contains(REDACTED), "the part {part} passed");
             // What is left of a part is shorter than a window: no run of the value remains.
             let left = seen.replace(REDACTED, "");
@@ -199,7 +199,7 @@ mod tests {
     fn text_without_a_granted_value_is_left_as_it_was() {
         let redactor = Redactor::new([SECRET]).unwrap();
         let text = "An ordinary page: orders, prices, s3cr3t (too short to mean anything).".to_owned();
-        assert_eq!(leaks(&redactor, text.clone()), text);
+        assert_eq!(leaks(&redactor, &text), text);
         assert!(
             Redactor::new(["short"]).is_none(),
             "a value under a window is not searched"
