@@ -42,10 +42,7 @@ impl SessionCookie {
 
     /// A value read from a `Cookie` header, if it has the shape of one this company issued.
     pub fn from_value(value: &str) -> Option<Self> {
-        let shaped = value.len() == VALUE_LEN
-            && value
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        let shaped = pap_shared::is_base64url(value, VALUE_LEN, VALUE_LEN);
         shaped.then(|| Self(Zeroizing::new(value.to_owned())))
     }
 

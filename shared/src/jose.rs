@@ -118,9 +118,7 @@ impl<'a> UnverifiedJws<'a> {
         }
         let payload = URL_SAFE_NO_PAD.decode(p).map_err(|_| JoseError::Malformed)?;
         // Reject a signature that is not base64url now, so every later failure is about keys.
-        if s.bytes()
-            .any(|b| !(b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
-        {
+        if !crate::is_base64url(s, 1, usize::MAX) {
             return Err(JoseError::Malformed);
         }
         let signing_input = &compact[..h.len() + 1 + p.len()];

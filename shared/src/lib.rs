@@ -52,7 +52,7 @@ pub use wire::dpop::{
     DPOP_IAT_WINDOW, DPOP_TYP, DpopError, DpopRequest, VerifiedDpop, access_token_hash, create_dpop_proof,
     verify_dpop_proof,
 };
-pub use wire::ids::{ClientId, InvalidId, Jti, PairwiseUserId, SessionId};
+pub use wire::ids::{ClientId, InvalidId, Jti, PairwiseUserId, SessionId, is_base64url};
 pub use wire::jwt_assertion::{JWT_ASSERTION_SKEW, JwtAssertionClaims, JwtAssertionError, MAX_JWT_ASSERTION_LIFETIME};
 pub use wire::oauth::{
     CLIENT_ASSERTION_TYPE, DeviceAuthorizationResponse, OAuthErrorBody, OAuthErrorCode, TokenResponse, grant_type,

@@ -96,8 +96,15 @@ async fn the_browser_holds_none_of_the_agents_environment() {
         .map(|v| String::from_utf8_lossy(v.split(|b| *b == b'=').next().unwrap_or_default()).into_owned())
         .collect();
     assert!(names.iter().any(|n| n == "HOME"), "{names:?}");
-    let kept: Vec<&String> = names.iter().filter(|n| *n != "HOME" && !passed_to_browser(n)).collect();
+    // The launch's own: the browser's HOME and config home, and what `sh` (the wrapper that
+    // hands Chromium its pipe) sets itself.
+    let own = ["HOME", "CHROME_CONFIG_HOME", "PWD", "OLDPWD", "SHLVL", "_"];
+    let kept: Vec<&String> = names
+        .iter()
+        .filter(|n| !own.contains(&n.as_str()) && !passed_to_browser(n))
+        .collect();
     assert!(kept.is_empty(), "the browser inherited {kept:?}");
+    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some() && !names.iter().any(|n| n == "CARGO_MANIFEST_DIR"));
     let home = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
     let home = String::from_utf8_lossy(&home);
     let home = home.split('\0').find_map(|v| v.strip_prefix("HOME=")).unwrap();

@@ -33,6 +33,25 @@ pub struct ClientConfig {
     pub connect: HashMap<String, SocketAddr>,
 }
 
+/// What the agent reports of a company's discovery, on the command line (`pap-agent pap
+/// discover`) and to a tool caller (`pap_discover`) alike: one shape, not two.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoveryReport {
+    /// `organization.domain`.
+    pub domain: String,
+    /// `organization.name`.
+    pub name: String,
+    /// `auth.issuer`.
+    pub issuer: String,
+    /// `web.browser_session_endpoint`, if the website follows the Session.
+    pub browser_session_endpoint: Option<String>,
+    /// The Operations v1 endpoint, if offered.
+    pub operations_endpoint: Option<String>,
+    /// Whether Device Sign-In is offered.
+    pub device_sign_in: bool,
+}
+
 /// What discovery tells about a company (wire doc §2.1-2.2), checked.
 #[derive(Clone, Debug)]
 pub struct Company {
@@ -56,6 +75,20 @@ pub struct Company {
     pub api_description: Option<HttpsUrl>,
     /// The Operations v1 endpoint, when negotiated.
     pub operations_endpoint: Option<HttpsUrl>,
+}
+
+impl Company {
+    /// What the agent reports of this company.
+    pub fn report(&self) -> DiscoveryReport {
+        DiscoveryReport {
+            domain: self.domain.as_str().to_owned(),
+            name: self.name.clone(),
+            issuer: self.issuer.clone(),
+            browser_session_endpoint: self.browser_session_endpoint.as_ref().map(|u| u.as_str().to_owned()),
+            operations_endpoint: self.operations_endpoint.as_ref().map(|u| u.as_str().to_owned()),
+            device_sign_in: self.device_authorization_endpoint.is_some(),
+        }
+    }
 }
 
 /// A live Session with a company: its id, user, Session Token and the DPoP key it is bound to.
@@ -679,7 +712,7 @@ impl DeclaredProposal {
         wanted.len() == given.len()
             && wanted.iter().zip(&given).all(|(w, g)| {
                 if w.starts_with('{') && w.ends_with('}') {
-                    !g.is_empty() && g.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+                    pap_shared::is_base64url(g, 1, MAX_ID_LEN)
                 } else {
                     w == g
                 }
@@ -719,12 +752,15 @@ fn proposal_url(company: &Company, path: &str) -> Result<HttpsUrl, ClientError> 
     HttpsUrl::parse(joined.as_str()).map_err(|_| ClientError::Undeclared)
 }
 
+/// The longest identifier (an operation id, a path parameter) the agent takes from a company.
+const MAX_ID_LEN: usize = 256;
+
 fn operation_url(company: &Company, id: &str, suffix: &str) -> Result<HttpsUrl, ClientError> {
     let endpoint = company
         .operations_endpoint
         .as_ref()
         .ok_or(ClientError::Unsupported("Operations v1"))?;
-    if !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+    if !pap_shared::is_base64url(id, 1, MAX_ID_LEN) {
         return Err(ClientError::InvalidResponse("operation_id"));
     }
     HttpsUrl::parse(&format!("{}/{id}{suffix}", endpoint.as_str().trim_end_matches('/')))

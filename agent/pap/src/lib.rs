@@ -31,8 +31,8 @@ mod wallet;
 
 // The public interface is:
 pub use client::{
-    ClientConfig, ClientError, Company, DeclaredProposal, DeviceAuthorization, MAX_DEVICE_SIGNIN_SECONDS, PapClient,
-    Pause, Session, TokioPause, new_pairwise_user,
+    ClientConfig, ClientError, Company, DeclaredProposal, DeviceAuthorization, DiscoveryReport,
+    MAX_DEVICE_SIGNIN_SECONDS, PapClient, Pause, Session, TokioPause, new_pairwise_user,
 };
 pub use documents::documents_router;
 pub use identity::{Identity, IdentityError, KEY_ID};

@@ -56,9 +56,7 @@ impl Holder {
         match self {
             Self::Agent => Ok(companies),
             Self::Device(id) => {
-                let fits = !id.is_empty()
-                    && id.len() <= 64
-                    && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+                let fits = pap_shared::is_base64url(id, 1, 64);
                 if !fits {
                     return Err(WalletError::Holder);
                 }

@@ -13,7 +13,7 @@
 //! 4. An agent whose JWKS lists 1,000 keys is refused.
 //!
 //! The fifth figure of the issue, a simulated week returning every store to its baseline,
-//! needs an injected clock, so it is a test (`company/tests/hostile.rs`), not part of this run.
+//! needs an injected clock, so it is a test (`company/shop/tests/hostile.rs`), not part of this run.
 
 mod agents;
 

@@ -6,8 +6,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::{HttpsUrl, InvalidHttpsUrl};
 
-/// True when `text` is `min..=max` characters of `[A-Za-z0-9_-]` (the base64url alphabet).
-fn is_b64url(text: &str, min: usize, max: usize) -> bool {
+/// True when `text` is `min..=max` characters of `[A-Za-z0-9_-]` (the base64url alphabet): the
+/// one shape check of every identifier either side reads from a stranger (ids, cookie values,
+/// operation ids, path parameters, instance keys, JWS segments).
+pub fn is_base64url(text: &str, min: usize, max: usize) -> bool {
     (min..=max).contains(&text.len())
         && text
             .bytes()
@@ -76,7 +78,7 @@ macro_rules! b64url_id {
         impl $name {
             /// Parses the identifier.
             pub fn parse(text: &str) -> Result<Self, InvalidId> {
-                if is_b64url(text, $min, $max) { Ok(Self(text.to_owned())) } else { Err(InvalidId) }
+                if is_base64url(text, $min, $max) { Ok(Self(text.to_owned())) } else { Err(InvalidId) }
             }
 
             /// The identifier's text.
@@ -89,7 +91,7 @@ macro_rules! b64url_id {
             type Error = InvalidId;
 
             fn try_from(value: String) -> Result<Self, Self::Error> {
-                if is_b64url(&value, $min, $max) { Ok(Self(value)) } else { Err(InvalidId) }
+                if is_base64url(&value, $min, $max) { Ok(Self(value)) } else { Err(InvalidId) }
             }
         }
 

@@ -28,10 +28,7 @@ impl TryFrom<&str> for InstanceKey {
     type Error = InvalidInstanceKey;
 
     fn try_from(text: &str) -> Result<Self, InvalidInstanceKey> {
-        let fits = (1..=64).contains(&text.len())
-            && text
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        let fits = pap_shared::is_base64url(text, 1, 64);
         fits.then(|| Self(text.to_owned())).ok_or(InvalidInstanceKey)
     }
 }

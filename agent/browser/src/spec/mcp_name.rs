@@ -24,10 +24,8 @@ pub fn mcp_name(id: &str) -> String {
 
 /// Whether `name` matches [`MCP_NAME_PATTERN`].
 pub fn is_mcp_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    // The MCP pattern is the base64url alphabet, 1 to 64 characters.
+    pap_shared::is_base64url(name, 1, 64)
 }
 
 impl ToolId {

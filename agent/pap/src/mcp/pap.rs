@@ -282,12 +282,8 @@ impl PapTools {
             PapTool::Discover => {
                 let OnCompany { domain } = parse(input)?;
                 let company = self.discover(&domain).await?;
-                Ok(json!({
-                    "domain": company.domain.as_str(), "name": company.name,
-                    "browserSession": company.browser_session_endpoint.is_some(),
-                    "deviceSignIn": company.device_authorization_endpoint.is_some(),
-                    "operations": company.operations_endpoint.is_some(),
-                }))
+                serde_json::to_value(company.report())
+                    .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))
             }
             PapTool::SessionStart => {
                 let OnCompany { domain } = parse(input)?;
@@ -602,10 +598,7 @@ impl PapTools {
     ) -> Result<(), ToolError> {
         let path = return_to.url().path();
         let last = path.rsplit('/').next().unwrap_or_default();
-        let identifier = !last.is_empty()
-            && last
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        let identifier = pap_shared::is_base64url(last, 1, usize::MAX);
         if !identifier || company.operations_endpoint.is_none() {
             return Ok(());
         }

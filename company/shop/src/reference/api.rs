@@ -243,10 +243,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 
 /// 1 to 64 ASCII letters, digits, `_` or `-`: what an id in a path may be.
 fn is_identifier(text: &str) -> bool {
-    (1..=64).contains(&text.len())
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    pap_shared::is_base64url(text, 1, 64)
 }
 
 /// Fills `{name}` placeholders from the path parameters.

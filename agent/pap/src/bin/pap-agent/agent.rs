@@ -51,12 +51,7 @@ impl Agent {
         match command {
             PapCommand::Discover { domain } => {
                 let company = self.client.discover(&parse_domain(&domain)?).await?;
-                print_json(&serde_json::json!({
-                    "domain": company.domain.as_str(), "name": company.name, "issuer": company.issuer,
-                    "browser_session_endpoint": company.browser_session_endpoint.as_ref().map(HttpsUrl::as_str),
-                    "operations_endpoint": company.operations_endpoint.as_ref().map(HttpsUrl::as_str),
-                    "device_sign_in": company.device_authorization_endpoint.is_some(),
-                }));
+                print_json(&serde_json::to_value(company.report())?);
                 Ok(())
             }
             PapCommand::Session { domain } => session(self, &domain).await,
