@@ -174,5 +174,15 @@ async fn no_local_process_but_the_agent_reaches_its_browsers_devtools() {
     host.stop("piped", Duration::from_secs(2)).await.unwrap();
     assert!(!control.exists(), "the control socket outlived its browser");
     operators.kill().await;
+    // The operator's browser's children (renderers, the crash handler) leave after it and may
+    // still write into its profile: the directory goes once none of them runs (10 s at most).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !processes_of(&dir.join("operator-profile")).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the operator's browser outlived its kill by 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
