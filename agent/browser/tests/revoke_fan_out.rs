@@ -6,7 +6,6 @@
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
 use std::io;
-use std::os::unix::net::UnixListener;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -38,29 +37,20 @@ fn browser(pid: u32, user_data_dir: &Path) -> ProcessInfo {
 
 /// An owner that reads each ask and answers that it failed (as an owner whose browser hung
 /// answers): it counts the asks it was sent.
-fn failing_owner(socket: &Path) -> (Arc<std::sync::atomic::AtomicUsize>, std::thread::JoinHandle<()>) {
-    let listener = UnixListener::bind(socket).unwrap();
-    listener.set_nonblocking(true).unwrap();
+fn failing_owner(socket: &Path) -> (Arc<std::sync::atomic::AtomicUsize>, tokio::task::JoinHandle<()>) {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::UnixListener::bind(socket).unwrap();
     let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = asked.clone();
-    let serving = std::thread::spawn(move || {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while std::time::Instant::now() < deadline {
-            match listener.accept() {
-                Ok((stream, _)) => {
-                    use std::io::{BufRead as _, Write as _};
-                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    stream.set_nonblocking(false).unwrap();
-                    let mut ask = String::new();
-                    let mut reader = std::io::BufReader::new(&stream);
-                    let _ = reader.read_line(&mut ask);
-                    let _ = (&stream).write_all(b"{\"failed\":\"the browser did not answer\"}\n");
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                }
-                Err(_) => return,
-            }
+    let serving = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let (reading, mut writing) = stream.into_split();
+            let mut ask = String::new();
+            let _ = tokio::io::BufReader::new(reading).read_line(&mut ask).await;
+            let _ = writing
+                .write_all(b"{\"failed\":\"the browser did not answer\"}\n")
+                .await;
         }
     });
     (asked, serving)
