@@ -11,7 +11,7 @@ use std::sync::Arc;
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use pap_agent::{ClientConfig, Identity, PapClient, documents_router, pin_served_leaf};
-use pap_browser::chromium::{BrowserHost, ChromiumConfig, TestNetwork};
+use pap_browser::chromium::{BrowserHost, BrowserUserPolicy, ChromiumConfig, TestNetwork};
 use pap_conformance::pap::{self, Approver, Context, Scenario};
 use pap_conformance::{abuse, browser};
 use pap_net::listener::TlsListener;
@@ -401,7 +401,9 @@ async fn run_provider(
                     "agent/browser/providers/chromium/BROWSER.md"
                 })
             });
-            let config = ChromiumConfig::new(state.clone());
+            let mut config = ChromiumConfig::new(state.clone());
+            // A state directory of this run's: the shared browser user, not one per run.
+            config.browser_user = BrowserUserPolicy::shared();
             let provider = if attach {
                 browser::ChromiumUnderTest::attached(&manifest, config)?
             } else {
@@ -494,6 +496,7 @@ async fn run_pap(args: PapArgs) -> anyhow::Result<bool> {
 
     let state = std::env::temp_dir().join(format!("pap-conformance-{}", std::process::id()));
     let mut browser = ChromiumConfig::new(state.clone());
+    browser.browser_user = BrowserUserPolicy::shared();
     if let Some(addr) = browser_connect {
         let pin = pin_served_leaf(domain.as_str(), addr, roots).await?;
         browser.test_network = TestNetwork {

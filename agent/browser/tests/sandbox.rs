@@ -25,7 +25,7 @@ async fn every_renderer_of_the_agents_browser_is_sandboxed() {
 
     let profile = format!("--user-data-dir={}", browser.user_data_dir().display());
     let our_namespace = std::fs::read_link("/proc/self/ns/user").unwrap();
-    let browser_user = BrowserUser::for_this_process().unwrap();
+    let browser_user = BrowserUser::recorded(&config.state_dir).unwrap();
     // The renderer is up once the page loaded; its process is listed with its flags.
     let renderers: Vec<(u32, String)> = std::fs::read_dir("/proc")
         .unwrap()
@@ -110,5 +110,90 @@ async fn the_browser_holds_none_of_the_agents_environment() {
     let home = home.split('\0').find_map(|v| v.strip_prefix("HOME=")).unwrap();
     assert!(home.starts_with(dir.to_str().unwrap()), "the browser's HOME is {home}");
     browser.stop(Duration::from_secs(2)).await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Removes the users a test created, whatever happened (`userdel` also removes their groups).
+struct CreatedUsers(Vec<String>);
+
+impl Drop for CreatedUsers {
+    fn drop(&mut self) {
+        for name in &self.0 {
+            let _ = std::process::Command::new("userdel").arg(name).output();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_state_directory_runs_its_browser_as_a_user_of_its_own() {
+    use pap_browser::chromium::BrowserUserPolicy;
+    use std::os::unix::fs::MetadataExt as _;
+    use std::os::unix::process::CommandExt as _;
+
+    // Review N11: one browser uid for every state directory let a browser compromised through
+    // one agent read another's profile and trace its processes.
+    let dir = std::env::temp_dir().join(format!("pap-browser-users-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let states = [dir.join("a/state"), dir.join("b/state")];
+    if !nix::unistd::geteuid().is_root() {
+        // Not root: Chromium runs as the agent's own user and sandboxes itself; no user is made.
+        for state in &states {
+            let user = BrowserUser::for_state_dir(state, &BrowserUserPolicy::PerStateDirectory).unwrap();
+            assert_eq!(user, None);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    let names: Vec<String> = states.iter().map(|s| BrowserUser::name_for(s)).collect();
+    assert_ne!(names[0], names[1]);
+    let _cleanup = CreatedUsers(names.clone());
+    // A home left by another user (the directory's user changed) is not handed over as it is.
+    let kept_home = states[0].join("chromium-home");
+    std::fs::create_dir_all(kept_home.join("planted")).unwrap();
+    std::os::unix::fs::chown(&kept_home, Some(65534), Some(65534)).unwrap();
+
+    let mut browsers = Vec::new();
+    for state in &states {
+        let mut config = ChromiumConfig::new(state.clone());
+        config.browser_user = BrowserUserPolicy::PerStateDirectory;
+        browsers.push(ControlledBrowser::launch(&config, "own-user", &|_| {}).await.unwrap());
+    }
+    let mut users = Vec::new();
+    for ((state, name), browser) in states.iter().zip(&names).zip(&browsers) {
+        let user = BrowserUser::recorded(state).unwrap().unwrap();
+        assert_eq!(&user.name, name, "the state directory's own user, recorded");
+        assert_eq!(std::fs::read_to_string(state.join("browser-user")).unwrap(), *name);
+        let status = std::fs::read_to_string(format!("/proc/{}/status", browser.pid().unwrap())).unwrap();
+        let uid = field(&status, "Uid:")
+            .and_then(|u| u.split_whitespace().next())
+            .unwrap();
+        assert_eq!(
+            uid,
+            user.uid.to_string(),
+            "the browser runs as its state directory's user"
+        );
+        assert_eq!(std::fs::metadata(browser.user_data_dir()).unwrap().uid(), user.uid);
+        users.push(user);
+    }
+    assert_ne!(users[0].uid, users[1].uid, "two state directories share a browser uid");
+    assert!(
+        !kept_home.join("planted").exists(),
+        "another user's home was handed over as it was"
+    );
+    assert_eq!(std::fs::metadata(&kept_home).unwrap().uid(), users[0].uid);
+
+    // Seen from b's browser user: a's profile cannot even be listed.
+    let listed = std::process::Command::new("ls")
+        .arg(browsers[0].user_data_dir())
+        .uid(users[1].uid)
+        .gid(users[1].gid)
+        .output()
+        .unwrap();
+    assert!(!listed.status.success(), "b's browser user lists a's profile");
+
+    for browser in browsers {
+        browser.stop(Duration::from_secs(2)).await.unwrap();
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

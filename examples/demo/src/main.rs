@@ -20,7 +20,7 @@ use chromiumoxide::cdp::browser_protocol::network::{EventResponseReceived, Resou
 use futures_util::StreamExt as _;
 use pap_agent::testkit::{approve_on_device_page, plain_http_client};
 use pap_agent::{ClientConfig, Identity, PapClient, documents_router, join, new_pairwise_user, spki_pin};
-use pap_browser::chromium::{BrowserHost, ChromiumConfig, TestNetwork, click_and_land};
+use pap_browser::chromium::{BrowserHost, BrowserUserPolicy, ChromiumConfig, TestNetwork, click_and_land};
 use pap_net::listener::TlsListener;
 use pap_net::tls::trust_roots;
 use pap_shared::{CompanyDomain, HttpsUrl, SystemClock, SystemRng};
@@ -111,11 +111,12 @@ fn ensure_chromium() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// As root, the agent's Chromium runs sandboxed as an unprivileged user of its own
-/// (`pap_browser::chromium::BROWSER_USER`): created here, once, if it is missing.
+/// As root, the agent's Chromium runs sandboxed as an unprivileged user: the demo's state
+/// directory is a new one each run, so it uses the shared one
+/// (`pap_browser::chromium::BROWSER_USER`), created here, once, if it is missing.
 fn ensure_browser_user() -> anyhow::Result<()> {
     use pap_browser::chromium::{BROWSER_USER, BrowserUser, SandboxError};
-    match BrowserUser::for_this_process() {
+    match BrowserUser::shared() {
         Err(SandboxError::NoUser { name }) if name == BROWSER_USER => {
             println!("creating the system user {name}: as root, the agent's Chromium runs sandboxed as it");
             let status = std::process::Command::new("useradd")
@@ -218,6 +219,8 @@ async fn story(host: &BrowserHost, work: &std::path::Path) -> anyhow::Result<()>
     clock.step(&format!("operation proposed: {}", operation.summary));
 
     let mut browser_config = ChromiumConfig::new(work.join("agent"));
+    // A throwaway state directory on each run: the shared browser user, not one per run.
+    browser_config.browser_user = BrowserUserPolicy::shared();
     browser_config.test_network = TestNetwork {
         map: [("shop.example".to_owned(), addr)].into(),
         spki_pins: vec![spki_pin(&cert_pem)?],

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::sandbox::BrowserUserPolicy;
 use crate::spec::{Lifecycle, NavigationPolicy, Policy};
 
 /// Where Debian's Chromium binary is (the `/usr/bin/chromium` wrapper adds its own flags).
@@ -47,6 +48,9 @@ pub struct ChromiumConfig {
     /// an operator may name more origins (a loopback test server). Enforced by the browser
     /// itself for every request, and by the tools before they navigate.
     pub navigation: NavigationPolicy,
+    /// Who the browser runs as when the agent runs as root (review N11): by default the state
+    /// directory's own user ([`BrowserUserPolicy::from_env`]).
+    pub browser_user: BrowserUserPolicy,
 }
 
 impl ChromiumConfig {
@@ -62,6 +66,7 @@ impl ChromiumConfig {
             test_network: TestNetwork::default(),
             attach_to: None,
             navigation: NavigationPolicy::https_only(),
+            browser_user: BrowserUserPolicy::from_env(),
         }
     }
 

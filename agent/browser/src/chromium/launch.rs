@@ -102,7 +102,7 @@ impl ControlledBrowser {
         if let Some(endpoint) = config.attach_to {
             return Self::attach(config, instance, endpoint, progress).await;
         }
-        let browser_user = BrowserUser::for_this_process()?;
+        let browser_user = BrowserUser::for_state_dir(&config.state_dir, &config.browser_user)?;
         if let Some(user) = &browser_user {
             user.can_reach(&config.state_dir)?;
         }
@@ -132,7 +132,7 @@ impl ControlledBrowser {
                 .pass_through(&config.state_dir)
                 .and_then(|()| user.pass_through(&browsers))
                 .and_then(|()| user.own(&user_data_dir))
-                .and_then(|()| user.own(&chromium_home));
+                .and_then(|()| user.own_kept(&chromium_home));
             if let Err(error) = handed {
                 let _ = std::fs::remove_dir_all(&user_data_dir);
                 return Err(LaunchError::Profile(error));

@@ -54,6 +54,6 @@ pub use self::host::{BrowserHost, Exit, HealthLoop, Launched};
 pub use self::launch::{ContextId, ControlledBrowser, PIPE_ENDPOINT};
 pub use self::logging::{SECRET_SAFE_DIRECTIVES, log_filter};
 pub use self::profiles::LiveProfiles;
-pub use self::sandbox::{BROWSER_USER, BROWSER_USER_ENV, BrowserUser, SandboxError};
+pub use self::sandbox::{BROWSER_USER, BROWSER_USER_ENV, BrowserUser, BrowserUserPolicy, SandboxError};
 pub use self::standalone::StandaloneChromium;
 pub use self::sweep::{BrowserProcess, ProcTable, ProcessInfo, ProcessTable, SweepScope, browsers_of, sweep};

@@ -37,7 +37,7 @@ impl StandaloneChromium {
     ) -> Result<Self, LaunchError> {
         private_dir(user_data_dir).map_err(LaunchError::Profile)?;
         let mut command = Command::new(executable);
-        if let Some(user) = BrowserUser::for_this_process()? {
+        if let Some(user) = BrowserUser::shared()? {
             // Sandboxed as the agent's own are: as root, run as the unprivileged browser user.
             user.can_reach(user_data_dir)?;
             user.own(user_data_dir).map_err(LaunchError::Profile)?;

@@ -56,12 +56,22 @@ pub struct ProcTable;
 
 impl ProcessTable for ProcTable {
     fn list(&self) -> io::Result<Vec<ProcessInfo>> {
-        // Ours: this user's processes, and (as root) those of the user the agent's Chromium runs
-        // as, sandboxed (review H4, `sandbox`).
-        let mut ours = vec![nix::unistd::getuid().as_raw()];
-        if let Ok(Some(user)) = super::sandbox::BrowserUser::for_this_process() {
-            ours.push(user.uid);
-        }
+        // Ours: this user's processes, and (as root) those of the users the agent's Chromium
+        // runs as, sandboxed (review H4 and N11, `sandbox`): a state directory's own, the
+        // shared one. Each uid's name is looked up once a listing.
+        let me = nix::unistd::getuid();
+        let mut judged: std::collections::HashMap<u32, bool> = std::collections::HashMap::new();
+        let mut is_ours = |uid: u32| {
+            *judged.entry(uid).or_insert_with(|| {
+                uid == me.as_raw()
+                    || me.is_root()
+                        && uid != 0
+                        && nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+                            .ok()
+                            .flatten()
+                            .is_some_and(|user| super::sandbox::BrowserUser::is_browser_user(&user.name))
+            })
+        };
         let mut out = Vec::new();
         for entry in std::fs::read_dir("/proc")? {
             let Ok(entry) = entry else { continue };
@@ -73,7 +83,7 @@ impl ProcessTable for ProcTable {
             let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
                 continue;
             };
-            if !real_uid(&status).is_some_and(|uid| ours.contains(&uid)) {
+            if !real_uid(&status).is_some_and(&mut is_ours) {
                 continue;
             }
             let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
@@ -350,19 +360,22 @@ mod tests {
         assert_eq!(real_uid(status), Some(1000));
         assert_eq!(real_uid("Name:\tx\n"), None);
         // Our own processes are listed (this test's own, at least); none of another user's.
-        // (As root, the agent's sandboxed browsers' user is ours too.)
+        // (As root, the agent's sandboxed browsers' users are ours too.)
         let me = nix::unistd::getuid().as_raw();
-        let browser = super::super::sandbox::BrowserUser::for_this_process()
-            .ok()
-            .flatten()
-            .map(|u| u.uid);
+        let browser_user = |uid: u32| {
+            me == 0
+                && nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+                    .ok()
+                    .flatten()
+                    .is_some_and(|user| super::super::sandbox::BrowserUser::is_browser_user(&user.name))
+        };
         let listed = ProcTable.list().unwrap();
         assert!(listed.iter().any(|p| p.pid == std::process::id()));
         for process in &listed {
             let status = std::fs::read_to_string(format!("/proc/{}/status", process.pid)).unwrap_or_default();
             if !status.is_empty() {
                 let uid = real_uid(&status);
-                assert!(uid == Some(me) || uid.is_some() && uid == browser, "{}", process.pid);
+                assert!(uid == Some(me) || uid.is_some_and(browser_user), "{}", process.pid);
             }
         }
         // Where this runs as root (CI does), a process of `nobody` that names a browser's marker

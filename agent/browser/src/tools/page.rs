@@ -482,7 +482,7 @@ fn cdp(error: &chromiumoxide::error::CdpError) -> ToolError {
 fn download_dir(state_dir: &std::path::Path, instance: &str) -> std::io::Result<std::path::PathBuf> {
     let downloads = crate::store::private_dir(&state_dir.join("downloads"))?;
     let dir = crate::store::private_dir(&downloads.join(instance))?;
-    if let Some(user) = crate::chromium::BrowserUser::for_this_process().map_err(std::io::Error::other)? {
+    if let Some(user) = crate::chromium::BrowserUser::recorded(state_dir).map_err(std::io::Error::other)? {
         user.pass_through(&downloads)?;
         user.own(&dir)?;
     }
