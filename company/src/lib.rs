@@ -37,7 +37,7 @@ pub mod route {
 /// ([`stores::StoreError::Unavailable`]).
 pub mod stores {
     #[cfg(feature = "redis")]
-    pub use crate::redis_store::{RedisSetupError, RedisStore};
+    pub use crate::redis_store::{RedisOptions, RedisSetupError, RedisStore};
     pub use crate::replay::{MemoryReplayGuard, ReplayGuard, ReplayKey};
     pub use crate::session::{MemorySessionDirectory, RecordSessions, SessionDirectory, SessionRecord};
     pub use crate::store::StoreError;

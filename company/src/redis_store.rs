@@ -10,6 +10,15 @@
 //!
 //! Any error talking to Redis is [`StoreError::Unavailable`]: the caller fails closed (503), and
 //! the connection manager reconnects on its own when Redis is back.
+//!
+//! Redis as operators run it (review N6, N7): `rediss://` over rustls, verified against the
+//! system's roots or a private CA ([`RedisOptions::ca_pem`]), never `#insecure`; the password
+//! from the caller ([`RedisOptions::password`]: a file or the environment), never needed in the
+//! URL; and a refusal at connect when `maxmemory-policy` is anything but `noeviction`, since
+//! every other policy may evict a replay mark before its `exp`, and its assertion would then be
+//! accepted again. A mark lives until `exp` plus [`IAT_SKEW_SECONDS`] as the *company's* clock
+//! reads it (a relative TTL, `PX`): a Redis whose wall clock runs ahead cannot end it early,
+//! and a replica whose clock runs up to that skew behind still finds it.
 
 use std::fmt;
 use std::sync::Arc;
@@ -18,13 +27,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use pap_shared::{SessionId, UnixTime};
+use pap_shared::{Clock, SessionId, SystemClock, UnixTime};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands as _, Script};
 
 use crate::records::{Change, Expect, Records, Stored, Write};
 use crate::replay::{ReplayGuard, ReplayKey};
 use crate::store::StoreError;
+use crate::verify::IAT_SKEW_SECONDS;
 use crate::web_cookie::{BINDINGS_PER_SESSION, Binding, CookieBindings, CookieHash};
 
 /// How long one command may take before the store counts as unavailable.
@@ -41,6 +51,39 @@ pub struct RedisStore {
     connection: ConnectionManager,
     prefix: Arc<str>,
     scripts: Arc<Scripts>,
+    clock: Arc<dyn Clock>,
+}
+
+/// How to reach Redis, beyond its URL.
+#[derive(Clone)]
+pub struct RedisOptions {
+    /// Redis's password (`AUTH`), read by the caller from a file or the environment so that it
+    /// is never needed on a command line; it replaces one the URL holds.
+    pub password: Option<zeroize::Zeroizing<String>>,
+    /// PEM roots that verify a `rediss://` server's certificate (a private CA); the system's
+    /// roots when `None`.
+    pub ca_pem: Option<Vec<u8>>,
+    /// The company's clock, on which replay marks are kept until `exp` plus the skew.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        Self {
+            password: None,
+            ca_pem: None,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+impl fmt::Debug for RedisOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisOptions")
+            .field("password", &self.password.as_ref().map(|_| "[redacted]"))
+            .field("ca_pem", &self.ca_pem.as_ref().map(Vec::len))
+            .finish_non_exhaustive()
+    }
 }
 
 struct Scripts {
@@ -52,19 +95,59 @@ struct Scripts {
 /// Why the store could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum RedisSetupError {
-    /// The URL is not a Redis URL (`redis://HOST:PORT/DB`).
-    #[error("not a Redis URL (redis://HOST:PORT/DB)")]
+    /// The URL is not a Redis URL (`redis://HOST:PORT/DB`, `rediss://HOST:PORT/DB`).
+    #[error("not a Redis URL (redis://HOST:PORT/DB, or rediss://HOST:PORT/DB for TLS)")]
     Url(#[source] redis::RedisError),
-    /// Redis could not be reached or refused the connection.
-    #[error("Redis could not be reached")]
+    /// The URL turns certificate verification off (`#insecure`).
+    #[error("a rediss:// URL with #insecure turns certificate checks off: give the server's CA instead")]
+    Insecure,
+    /// The CA for `rediss://` is not PEM certificates.
+    #[error("the Redis CA is not PEM certificates")]
+    Ca(#[source] redis::RedisError),
+    /// Redis could not be reached or refused the connection (a wrong password among others).
+    #[error("Redis could not be reached, or refused the connection")]
     Connect(#[source] redis::RedisError),
+    /// Redis may evict keys before they expire.
+    #[error(
+        "Redis's maxmemory-policy is {policy}: under any policy but noeviction Redis may evict a \
+         replay mark before its assertion expires, and the assertion would then be accepted \
+         again; set maxmemory-policy noeviction (a full Redis then refuses new joins instead)"
+    )]
+    EvictionPolicy {
+        /// The policy Redis reported.
+        policy: String,
+    },
 }
 
 impl RedisStore {
     /// Connects to `url` (`redis://HOST:PORT/DB`), keeping every key under `prefix` (one per
     /// company sharing the database). The connection reconnects on its own.
     pub async fn connect(url: &str, prefix: &str) -> Result<Self, RedisSetupError> {
-        let client = redis::Client::open(url).map_err(RedisSetupError::Url)?;
+        Self::connect_with(url, prefix, RedisOptions::default()).await
+    }
+
+    /// [`Self::connect`] with a password, a private CA for `rediss://`, and the company's clock.
+    /// Refuses a Redis whose `maxmemory-policy` is not `noeviction`.
+    pub async fn connect_with(url: &str, prefix: &str, options: RedisOptions) -> Result<Self, RedisSetupError> {
+        use redis::IntoConnectionInfo as _;
+        let mut info = url.into_connection_info().map_err(RedisSetupError::Url)?;
+        if let redis::ConnectionAddr::TcpTls { insecure: true, .. } = info.addr {
+            return Err(RedisSetupError::Insecure);
+        }
+        if let Some(password) = &options.password {
+            info.redis.password = Some(password.as_str().to_owned());
+        }
+        let client = match (&info.addr, options.ca_pem) {
+            (redis::ConnectionAddr::TcpTls { .. }, Some(ca)) => redis::Client::build_with_tls(
+                info,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(ca),
+                },
+            )
+            .map_err(RedisSetupError::Ca)?,
+            _ => redis::Client::open(info).map_err(RedisSetupError::Url)?,
+        };
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(RESPONSE_TIMEOUT)
             .set_connection_timeout(CONNECT_TIMEOUT)
@@ -72,11 +155,28 @@ impl RedisStore {
             // Commands waiting on a reconnection fail with its first failed attempt (the caller
             // answers 503 at once); the next command starts another attempt.
             .set_number_of_retries(1);
-        let connection = ConnectionManager::new_with_config(client, config)
+        let mut connection = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(RedisSetupError::Connect)?;
+        // `INFO memory`, not `CONFIG GET`: managed Redis services often rename or refuse CONFIG.
+        let memory: String = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut connection)
+            .await
+            .map_err(RedisSetupError::Connect)?;
+        let policy = memory
+            .lines()
+            .find_map(|line| line.strip_prefix("maxmemory_policy:"))
+            .map(str::trim)
+            .unwrap_or("unknown");
+        if policy != "noeviction" {
+            return Err(RedisSetupError::EvictionPolicy {
+                policy: policy.to_owned(),
+            });
+        }
         Ok(Self {
             connection,
+            clock: options.clock,
             prefix: Arc::from(prefix),
             scripts: Arc::new(Scripts {
                 commit: Script::new(COMMIT),
@@ -107,17 +207,18 @@ impl RedisStore {
 
 #[async_trait]
 impl ReplayGuard for RedisStore {
-    /// One `SET key 1 NX PXAT exp`: of any number of replicas marking the same key at once,
-    /// exactly one sees `OK`.
+    /// One `SET key 1 NX PX ttl`: of any number of replicas marking the same key at once,
+    /// exactly one sees `OK`. The mark lives until `exp` plus [`IAT_SKEW_SECONDS`] as this
+    /// company's clock reads it (see the module's doc).
     async fn mark_once(&self, key: ReplayKey, expires_at: UnixTime) -> Result<bool, StoreError> {
         let key = self.key("replay", &URL_SAFE_NO_PAD.encode(key.as_bytes()));
-        let at_ms = expires_at.as_secs().saturating_add(1).saturating_mul(1_000).max(1);
+        let ttl_ms = mark_ttl_ms(expires_at, self.clock.now());
         let set: Option<String> = redis::cmd("SET")
             .arg(key)
             .arg(1)
             .arg("NX")
-            .arg("PXAT")
-            .arg(at_ms)
+            .arg("PX")
+            .arg(ttl_ms)
             .query_async(&mut self.connection.clone())
             .await
             .map_err(|e| unavailable(&e))?;
@@ -226,6 +327,17 @@ impl fmt::Debug for RedisStore {
     }
 }
 
+/// How long a replay mark for an assertion expiring at `expires_at` lives from `now`: until
+/// `exp` plus [`IAT_SKEW_SECONDS`], and at least a second.
+fn mark_ttl_ms(expires_at: UnixTime, now: UnixTime) -> i64 {
+    expires_at
+        .as_secs()
+        .saturating_add(IAT_SKEW_SECONDS)
+        .saturating_sub(now.as_secs())
+        .saturating_mul(1_000)
+        .max(1_000)
+}
+
 /// Every Redis error is the store being unavailable: logged by kind, never with a key or value.
 fn unavailable(error: &redis::RedisError) -> StoreError {
     tracing::warn!(kind = ?error.kind(), "redis store unavailable");
@@ -279,3 +391,25 @@ end
 redis.call('PEXPIREAT', KEYS[2], ARGV[4])
 return 1
 ";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mark_lives_until_exp_plus_the_skew_on_the_companys_clock() {
+        let exp = UnixTime::from_secs(1_060);
+        assert_eq!(mark_ttl_ms(exp, UnixTime::from_secs(1_000)), 65_000);
+        assert_eq!(mark_ttl_ms(exp, UnixTime::from_secs(1_064)), 1_000);
+        assert_eq!(mark_ttl_ms(exp, UnixTime::from_secs(2_000)), 1_000);
+    }
+
+    #[test]
+    fn the_options_never_print_the_password() {
+        let options = RedisOptions {
+            password: Some(zeroize::Zeroizing::new("hunter2-secret".to_owned())),
+            ..RedisOptions::default()
+        };
+        assert!(!format!("{options:?}").contains("hunter2"));
+    }
+}

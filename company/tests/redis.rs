@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use pap_company::records::{Change, Expect, Records as _, Write};
 use pap_company::stores::{
-    Binding, CookieBindings as _, RecordSessions, RedisStore, ReplayGuard as _, ReplayKey, SessionCookie,
-    SessionDirectory as _, StoreError,
+    Binding, CookieBindings as _, RecordSessions, RedisOptions, RedisSetupError, RedisStore, ReplayGuard as _,
+    ReplayKey, SessionCookie, SessionDirectory as _, StoreError,
 };
 use pap_shared::{ClientId, Jti, PairwiseUserId, SystemClock, SystemRng, UnixTime};
 use support::redis_server::RedisServer;
@@ -218,4 +218,101 @@ async fn with_redis_gone_every_call_fails_closed_and_recovers_on_its_own() {
         }
     };
     assert!(recovered, "a fresh server holds no mark");
+}
+
+/// Review N7: under any `maxmemory-policy` but `noeviction`, Redis may evict a replay mark
+/// before its `exp`, and its assertion would be accepted again: the store refuses to start.
+#[tokio::test]
+async fn a_redis_that_may_evict_is_refused_at_start_naming_the_policy() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
+    let refused = RedisStore::connect(&server.url(), "evicting").await.unwrap_err();
+    assert!(
+        matches!(&refused, RedisSetupError::EvictionPolicy { policy } if policy == "allkeys-lru"),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("maxmemory-policy"), "{refused}");
+    // The default policy is noeviction: accepted.
+    let server = RedisServer::start();
+    RedisStore::connect(&server.url(), "fine").await.unwrap();
+}
+
+/// Review N6: the password comes from the caller (a file, the environment), not the URL.
+#[tokio::test]
+async fn the_password_comes_from_the_options_not_the_url() {
+    let server = RedisServer::start_with(&["--requirepass", "correct-horse-battery"]);
+    let refused = RedisStore::connect(&server.url(), "auth").await.unwrap_err();
+    assert!(matches!(refused, RedisSetupError::Connect(_)), "{refused:?}");
+    let options = RedisOptions {
+        password: Some(zeroize::Zeroizing::new("correct-horse-battery".to_owned())),
+        ..RedisOptions::default()
+    };
+    let store = RedisStore::connect_with(&server.url(), "auth", options).await.unwrap();
+    store.ping().await.unwrap();
+    assert!(!format!("{store:?}").contains("correct-horse"));
+}
+
+/// Review N6: `rediss://` over rustls, verified against a private CA; a server whose
+/// certificate the CA did not sign is refused, and so is `#insecure`.
+#[tokio::test]
+async fn rediss_is_verified_against_the_given_ca() {
+    let dir = RedisServer::scratch();
+    let pem = pap_net::dev_certs::generate(&["localhost".to_owned()]).unwrap();
+    std::fs::write(dir.join("cert.pem"), &pem.cert_pem).unwrap();
+    std::fs::write(dir.join("key.pem"), pem.key_pem.as_bytes()).unwrap();
+    let server = RedisServer::start_tls(&dir.join("cert.pem"), &dir.join("key.pem"));
+
+    let options = |ca: &str| RedisOptions {
+        ca_pem: Some(ca.as_bytes().to_vec()),
+        ..RedisOptions::default()
+    };
+    let store = RedisStore::connect_with(&server.url(), "tls", options(&pem.ca_pem))
+        .await
+        .unwrap();
+    let key = ReplayKey::browser_assertion(&client(), &Jti::parse("AAAAAAAAAAAAAAAAAAAAAA").unwrap());
+    assert_eq!(store.mark_once(key, now().plus(60)).await, Ok(true));
+    assert_eq!(store.mark_once(key, now().plus(60)).await, Ok(false));
+
+    let stranger = pap_net::dev_certs::generate(&["localhost".to_owned()]).unwrap();
+    let refused = RedisStore::connect_with(&server.url(), "tls", options(&stranger.ca_pem))
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, RedisSetupError::Connect(_)), "{refused:?}");
+    let insecure = format!("{}#insecure", server.url());
+    let refused = RedisStore::connect_with(&insecure, "tls", options(&pem.ca_pem))
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, RedisSetupError::Insecure), "{refused:?}");
+    // Plain text to the TLS port gets nowhere.
+    let plain = format!("redis://127.0.0.1:{}/0", server.port);
+    assert!(RedisStore::connect(&plain, "tls").await.is_err());
+}
+
+/// Review N7: a mark lives until `exp` plus the accepted skew on the company's clock, whatever
+/// Redis's own clock says.
+#[tokio::test]
+async fn a_mark_lives_until_exp_plus_the_skew_on_the_companys_clock() {
+    let server = RedisServer::start();
+    // The company's clock reads an hour before Redis's: an absolute expiry on Redis's clock
+    // would have ended the mark at once.
+    let company_now = UnixTime::from_secs(now().as_secs() - 3_600);
+    let options = RedisOptions {
+        clock: pap_shared::ManualClock::at(company_now.as_secs()),
+        ..RedisOptions::default()
+    };
+    let store = RedisStore::connect_with(&server.url(), "clock", options).await.unwrap();
+    let key = ReplayKey::browser_assertion(&client(), &Jti::parse("BBBBBBBBBBBBBBBBBBBBBB").unwrap());
+    assert_eq!(store.mark_once(key, company_now.plus(60)).await, Ok(true));
+    assert_eq!(store.mark_once(key, company_now.plus(60)).await, Ok(false));
+    let mut raw = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("clock:replay:*")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let ttl: i64 = redis::cmd("PTTL").arg(&keys[0]).query_async(&mut raw).await.unwrap();
+    assert!((60_000..=65_000).contains(&ttl), "the mark's TTL is {ttl} ms");
 }

@@ -70,10 +70,20 @@ struct Serve {
     /// with --admin-listen. Callers send it as a Bearer token or a Basic password.
     #[arg(long)]
     admin_credential_file: Option<PathBuf>,
-    /// Where the company keeps what it knows: `redis://HOST:PORT/DB` for replicas that share
-    /// it (each key under the company's domain as prefix); the default keeps it in this process.
+    /// Where the company keeps what it knows: `redis://HOST:PORT/DB` (or `rediss://` for TLS)
+    /// for replicas that share it (each key under the company's domain as prefix); the default
+    /// keeps it in this process. Redis must run with `maxmemory-policy noeviction`.
     #[arg(long, value_name = "redis://HOST:PORT/DB")]
     store: Option<String>,
+    /// A file whose first line is Redis's password; without it, the environment's
+    /// PAP_COMPANY_STORE_PASSWORD, if set. Not in --store's URL: every local user can read a
+    /// command line.
+    #[arg(long, value_name = "FILE")]
+    store_password_file: Option<PathBuf>,
+    /// PEM certificates of the CA that signed Redis's certificate, for a `rediss://` store
+    /// with a private CA; the system's roots otherwise.
+    #[arg(long, value_name = "FILE")]
+    store_ca: Option<PathBuf>,
     /// Test only (the config must set `testing = true`): an extra trusted root for outbound
     /// fetches of agents' documents.
     #[arg(long)]
@@ -183,7 +193,7 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     pap_shop::install_metrics().context("installing the metrics recorder")?;
     let stores = match &args.store {
         None => CompanyStores::in_memory(clock.clone()),
-        Some(url) => redis_stores(url, &config.domain.to_string()).await?,
+        Some(url) => redis_stores(url, &config.domain.to_string(), &args, clock.clone()).await?,
     };
     let company = ReferenceCompany::with_stores(config, clock, Arc::new(SystemRng), clients, stores);
     let _maintenance = company.start_maintenance(MAINTENANCE_EVERY);
@@ -233,10 +243,39 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The company's stores in Redis at `url`, its keys under `prefix`.
+/// The environment variable that may hold Redis's password.
+const STORE_PASSWORD_ENV: &str = "PAP_COMPANY_STORE_PASSWORD";
+
+/// The company's stores in Redis at `url`, its keys under `prefix`, with the password and CA
+/// that `args` name.
 #[cfg(feature = "redis")]
-async fn redis_stores(url: &str, prefix: &str) -> anyhow::Result<CompanyStores> {
-    let store = pap_company::stores::RedisStore::connect(url, prefix)
+async fn redis_stores(url: &str, prefix: &str, args: &Serve, clock: Arc<SystemClock>) -> anyhow::Result<CompanyStores> {
+    use zeroize::Zeroizing;
+    if url::Url::parse(url).is_ok_and(|u| u.password().is_some()) {
+        tracing::warn!(
+            "the --store URL holds a password, which every local user can read on the command line: use --store-password-file or {STORE_PASSWORD_ENV}"
+        );
+    }
+    let password = match &args.store_password_file {
+        Some(file) => {
+            let text = Zeroizing::new(
+                std::fs::read_to_string(file)
+                    .with_context(|| format!("reading --store-password-file {}", file.display()))?,
+            );
+            Some(Zeroizing::new(text.lines().next().unwrap_or_default().to_owned()))
+        }
+        None => std::env::var(STORE_PASSWORD_ENV).ok().map(Zeroizing::new),
+    };
+    let ca_pem = match &args.store_ca {
+        Some(file) => Some(std::fs::read(file).with_context(|| format!("reading --store-ca {}", file.display()))?),
+        None => None,
+    };
+    let options = pap_company::stores::RedisOptions {
+        password,
+        ca_pem,
+        clock,
+    };
+    let store = pap_company::stores::RedisStore::connect_with(url, prefix, options)
         .await
         .context("connecting to the store (--store)")?;
     tracing::info!(
@@ -249,7 +288,12 @@ async fn redis_stores(url: &str, prefix: &str) -> anyhow::Result<CompanyStores> 
 }
 
 #[cfg(not(feature = "redis"))]
-async fn redis_stores(_url: &str, _prefix: &str) -> anyhow::Result<CompanyStores> {
+async fn redis_stores(
+    _url: &str,
+    _prefix: &str,
+    _args: &Serve,
+    _clock: Arc<SystemClock>,
+) -> anyhow::Result<CompanyStores> {
     bail!("--store needs the `redis` feature; this pap-company was built without it")
 }
 

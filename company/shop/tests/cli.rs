@@ -139,3 +139,48 @@ fn once_serving_it_prints_how_to_reach_it_from_this_machine() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+// The company crate's real redis-server fixture, shared rather than written twice.
+#[path = "../../tests/support/redis_server.rs"]
+#[allow(dead_code, unreachable_pub, reason = "this binary starts one kind of server")]
+mod redis_server;
+
+/// Review N6, N7: the password from a file (never on the command line), and a Redis that may
+/// evict a replay mark refused at start with the setting named.
+#[test]
+fn a_redis_store_takes_its_password_from_a_file_and_must_not_evict() {
+    let dir = scratch("redis");
+    let certs = dev_certs(&dir);
+    let (cert, key) = (certs.join("cert.pem"), certs.join("key.pem"));
+    let server =
+        redis_server::RedisServer::start_with(&["--requirepass", "from-a-file", "--maxmemory-policy", "volatile-lru"]);
+    let password_file = dir.join("redis-password");
+    std::fs::write(&password_file, "from-a-file\n").unwrap();
+    let url = server.url();
+    let serve = |extra: &[&str]| {
+        let mut args = vec![
+            "--config",
+            CONFIG,
+            "--listen",
+            "127.0.0.1:0",
+            "--cert",
+            cert.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+            "--store",
+            &url,
+        ];
+        args.extend_from_slice(extra);
+        serve_fails(&args)
+    };
+    // Without the password Redis refuses the connection.
+    let said = serve(&[]);
+    assert!(said.contains("connecting to the store (--store)"), "{said}");
+    assert!(!said.contains("maxmemory-policy"), "{said}");
+    // With it, the connection is made, and the policy refused, named.
+    let said = serve(&["--store-password-file", password_file.to_str().unwrap()]);
+    assert!(said.contains("maxmemory-policy is volatile-lru"), "{said}");
+    assert!(said.contains("noeviction"), "{said}");
+    assert!(!said.contains("from-a-file"), "the password was printed: {said}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -17,23 +17,64 @@ pub struct RedisServer {
     pub port: u16,
     dir: PathBuf,
     aof: bool,
+    /// Further arguments (a password, a policy, TLS).
+    extra: Vec<String>,
+    /// `rediss://` on `port` (the plain port is off).
+    tls: bool,
 }
 
 impl RedisServer {
     /// A server with no persistence.
     pub fn start() -> Self {
-        Self::launch(free_port(), scratch_dir(), false)
+        Self::launch(free_port(), scratch_dir(), false, Vec::new(), false)
+    }
+
+    /// A server with no persistence and these further arguments (`--requirepass`, ...).
+    pub fn start_with(extra: &[&str]) -> Self {
+        Self::launch(
+            free_port(),
+            scratch_dir(),
+            false,
+            extra.iter().map(|a| (*a).to_owned()).collect(),
+            false,
+        )
+    }
+
+    /// A server that speaks only TLS, with this certificate chain and key (PEM files), its
+    /// clients unauthenticated.
+    pub fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> Self {
+        let extra = [
+            "--tls-cert-file".to_owned(),
+            cert.display().to_string(),
+            "--tls-key-file".to_owned(),
+            key.display().to_string(),
+            "--tls-auth-clients".to_owned(),
+            "no".to_owned(),
+        ];
+        Self::launch(free_port(), scratch_dir(), false, extra.to_vec(), true)
+    }
+
+    /// A directory of the server's own, for files a test hands it (certificates).
+    pub fn scratch() -> PathBuf {
+        scratch_dir()
     }
 
     /// A server that appends every write to a file in its directory (AOF), so a restart keeps
     /// what it held.
     pub fn start_persistent() -> Self {
-        Self::launch(free_port(), scratch_dir(), true)
+        Self::launch(free_port(), scratch_dir(), true, Vec::new(), false)
     }
 
-    fn launch(port: u16, dir: PathBuf, aof: bool) -> Self {
+    fn launch(port: u16, dir: PathBuf, aof: bool, extra: Vec<String>, tls: bool) -> Self {
+        let ports: [String; 4] = if tls {
+            ["--port".into(), "0".into(), "--tls-port".into(), port.to_string()]
+        } else {
+            ["--port".into(), port.to_string(), "--tls-port".into(), "0".into()]
+        };
         let mut child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .args(&ports)
+            .args(["--bind", "127.0.0.1", "--save", ""])
+            .args(&extra)
             .args(["--appendonly", if aof { "yes" } else { "no" }])
             .args(["--appendfsync", "always"])
             .arg("--dir")
@@ -59,12 +100,19 @@ impl RedisServer {
             port,
             dir,
             aof,
+            extra,
+            tls,
         }
     }
 
-    /// `redis://127.0.0.1:PORT/0`.
+    /// `redis://127.0.0.1:PORT/0`, or `rediss://localhost:PORT/0` for a TLS server (its
+    /// certificate names `localhost`).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        if self.tls {
+            format!("rediss://localhost:{}/0", self.port)
+        } else {
+            format!("redis://127.0.0.1:{}/0", self.port)
+        }
     }
 
     /// Kills the server (as a crash would: no shutdown save).
@@ -78,7 +126,7 @@ impl RedisServer {
     /// Starts it again on the same port and directory.
     pub fn restart(&mut self) {
         self.kill();
-        let again = Self::launch(self.port, self.dir.clone(), self.aof);
+        let again = Self::launch(self.port, self.dir.clone(), self.aof, self.extra.clone(), self.tls);
         *self = again;
     }
 }
