@@ -11,7 +11,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use pap_shared::{ClientId, Jwks};
 
-pub use self::http::{FAILURE_CAPACITY, HttpClientResolver, ResolverBuildError, ResolverConfig, ResolverHolds};
+pub use self::http::{
+    DEFAULT_MAX_CACHE_LIFETIME, FAILURE_CAPACITY, HttpClientResolver, ResolverBuildError, ResolverConfig, ResolverHolds,
+};
 pub use self::metadata::ClientMetadata;
 
 /// Where the verifier gets an agent's public keys.

@@ -60,7 +60,7 @@ pub mod resolver {
 /// capacity and per-owner caps, the resolver's failure memory. A store at its capacity refuses
 /// new work (429 or 503) rather than drop what must not be lost.
 pub mod limits {
-    pub use crate::client::FAILURE_CAPACITY;
+    pub use crate::client::{DEFAULT_MAX_CACHE_LIFETIME, FAILURE_CAPACITY};
     pub use crate::replay::REPLAY_CAPACITY;
     pub use crate::session::{SESSION_CAPACITY, SESSIONS_PER_CLIENT};
     pub use crate::web_cookie::{BINDINGS_PER_SESSION, COOKIE_CAPACITY};

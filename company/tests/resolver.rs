@@ -8,6 +8,7 @@ mod support;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -201,7 +202,14 @@ async fn resolves_over_tls_and_caches_for_sixty_seconds_by_default() {
 
 #[tokio::test]
 async fn cache_control_sets_the_lifetime_and_no_store_disables_it() {
-    let h = harness().await;
+    let h = harness_configured(
+        true,
+        ResolverConfig {
+            max_cache_lifetime: Duration::from_secs(3_600),
+            ..ResolverConfig::default()
+        },
+    )
+    .await;
     edit(&h, |s| s.cache_control = Some("max-age=600"));
     h.resolver.keys(&h.client_id, None).await.unwrap();
     h.clock.set(NOW + 599);
@@ -212,6 +220,42 @@ async fn cache_control_sets_the_lifetime_and_no_store_disables_it() {
     edit(&h, |s| s.cache_control = Some("no-store"));
     h.resolver.keys(&h.client_id, None).await.unwrap();
     h.resolver.keys(&h.client_id, None).await.unwrap();
+    assert_eq!(h.served.hits("/jwks.json"), 2);
+}
+
+/// Issue 25: a key the agent removed stops verifying within the cap (5 minutes by default),
+/// whatever `max-age` the agent published.
+#[tokio::test]
+async fn a_removed_key_stops_verifying_within_the_cache_cap() {
+    let h = harness().await;
+    edit(&h, |s| s.cache_control = Some("max-age=86400"));
+    assert!(
+        h.resolver
+            .keys(&h.client_id, Some("key-1"))
+            .await
+            .unwrap()
+            .has_kid("key-1")
+    );
+    // The agent retires key-1 for key-2.
+    let rotated = SigningKey::generate_es256(&SystemRng, "key-2").unwrap();
+    edit(&h, |s| s.jwks = json!({"keys": [rotated.public_key().jwk()]}));
+    h.clock.set(NOW + 299);
+    assert!(
+        h.resolver
+            .keys(&h.client_id, Some("key-1"))
+            .await
+            .unwrap()
+            .has_kid("key-1")
+    );
+    assert_eq!(h.served.hits("/jwks.json"), 1);
+    h.clock.set(NOW + 300);
+    assert!(
+        !h.resolver
+            .keys(&h.client_id, Some("key-1"))
+            .await
+            .unwrap()
+            .has_kid("key-1")
+    );
     assert_eq!(h.served.hits("/jwks.json"), 2);
 }
 
@@ -450,6 +494,42 @@ async fn concurrent_requests_for_one_client_share_one_fetch() {
         assert!(caller.await.unwrap());
     }
     assert_eq!((h.served.hits("/agent.json"), h.served.hits("/jwks.json")), (1, 1));
+}
+
+/// Issue 25: an agent that rotated its key under load. Every join carrying the new `kid` while
+/// the one refetch runs waits for it and gets the new key; none is refused for want of a
+/// fetch permit (one permit here: a second fetch would be `Busy`).
+#[tokio::test]
+async fn callers_of_a_rotated_kid_share_one_refetch() {
+    let config = ResolverConfig {
+        max_in_flight: 1,
+        ..ResolverConfig::default()
+    };
+    let h = Arc::new(harness_configured(true, config).await);
+    h.resolver.keys(&h.client_id, Some("key-1")).await.unwrap();
+    let rotated = SigningKey::generate_es256(&SystemRng, "key-2").unwrap();
+    edit(&h, |s| {
+        s.jwks = json!({"keys": [h.key.public_key().jwk(), rotated.public_key().jwk()]})
+    });
+    h.clock.set(NOW + 1);
+    let held = h.served.hold.write().await;
+    let callers: Vec<_> = (0..20)
+        .map(|_| {
+            let h = h.clone();
+            tokio::spawn(async move {
+                h.resolver
+                    .keys(&h.client_id, Some("key-2"))
+                    .await
+                    .is_ok_and(|keys| keys.has_kid("key-2"))
+            })
+        })
+        .collect();
+    h.served.arrived.notified().await;
+    drop(held);
+    for caller in callers {
+        assert!(caller.await.unwrap(), "a caller of the new kid did not get it");
+    }
+    assert_eq!(h.served.hits("/jwks.json"), 2);
 }
 
 #[tokio::test]

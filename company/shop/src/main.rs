@@ -33,7 +33,7 @@ enum Command {
     #[command(
         after_help = "Example:\n  pap-company serve --config company/shop/shop.example.toml --listen 127.0.0.1:8443 \\\n      --cert certs/cert.pem --key certs/key.pem"
     )]
-    Serve(Serve),
+    Serve(Box<Serve>),
     /// Reads a password from standard input and prints its Argon2 hash for a config file.
     #[command(after_help = "Example:\n  echo 'correct horse battery staple' | pap-company hash-password")]
     HashPassword,
@@ -84,6 +84,10 @@ struct Serve {
     /// with a private CA; the system's roots otherwise.
     #[arg(long, value_name = "FILE")]
     store_ca: Option<PathBuf>,
+    /// Longest an agent's client metadata and JWKS are cached, in seconds, whatever their
+    /// `max-age` (60 to 86400): how long a key the agent removed keeps verifying here.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(60..=86_400))]
+    jwks_max_age: u64,
     /// Test only (the config must set `testing = true`): an extra trusted root for outbound
     /// fetches of agents' documents.
     #[arg(long)]
@@ -117,7 +121,7 @@ fn main() -> anyhow::Result<()> {
                 .with_writer(std::io::stderr)
                 .init();
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-            runtime.block_on(serve(args))
+            runtime.block_on(serve(*args))
         }
     }
 }
@@ -178,7 +182,10 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
         bail!("the operator API listens on loopback addresses only, not {admin}");
     }
 
-    let mut resolver = ResolverConfig::default();
+    let mut resolver = ResolverConfig {
+        max_cache_lifetime: std::time::Duration::from_secs(args.jwks_max_age),
+        ..ResolverConfig::default()
+    };
     if let Some(ca) = &args.trust_ca {
         let pem = std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?;
         for cert in rustls_pemfile::certs(&mut &pem[..]) {

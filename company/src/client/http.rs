@@ -7,9 +7,12 @@
 //!   test allow-list ([`ResolverConfig::overrides`]) maps the name (PAP-3-10).
 //! - Each document at most [`ResolverConfig::max_bytes`], within [`ResolverConfig::timeout`];
 //!   a JWKS of at most [`pap_shared::MAX_JWKS_KEYS`] keys.
-//! - Cached by `Cache-Control` (`max-age` clamped to 60 s..1 day, 60 s when absent, never with
-//!   `no-store`/`no-cache`); an unknown `kid`, or a signature none of the cached keys verifies,
-//!   refetches the JWKS at most once per 60 s; a failed `client_id` is remembered for 30 s.
+//! - Cached by `Cache-Control` (`max-age` clamped to 60 s..[`ResolverConfig::max_cache_lifetime`],
+//!   5 minutes by default, 60 s when absent, never with `no-store`/`no-cache`); an unknown `kid`,
+//!   or a signature none of the cached keys verifies, refetches the JWKS at most once per 60 s; a
+//!   failed `client_id` is remembered for 30 s. The cap bounds how long a key the agent removed
+//!   (rotated out, or leaked) keeps verifying here: an agent's `max-age` of a day would otherwise
+//!   keep it for a day.
 //!
 //! What strangers can make it do is bounded (security review H1): the cached documents weigh at
 //! most [`ResolverConfig::cache_bytes`] and the remembered failures number at most
@@ -36,8 +39,10 @@ use crate::store::{Bounded, WhenFull};
 
 /// Shortest time a fetched document is cached, in seconds.
 const MIN_CACHE_SECONDS: i64 = 60;
-/// Longest time a fetched document is cached, in seconds.
+/// Longest time a fetched document may be cached when configured, in seconds.
 const MAX_CACHE_SECONDS: i64 = 86_400;
+/// The default cap on a fetched document's cache lifetime.
+pub const DEFAULT_MAX_CACHE_LIFETIME: Duration = Duration::from_secs(300);
 /// Least time between two refetches of one JWKS for an unknown `kid`, in seconds.
 const KID_REFETCH_SECONDS: i64 = 60;
 /// How long a failed `client_id` is answered from memory, in seconds.
@@ -66,6 +71,9 @@ pub struct ResolverConfig {
     pub cache_bytes: u64,
     /// Most fetches under way at once, over all clients (32 by default).
     pub max_in_flight: usize,
+    /// Longest an agent's documents are cached whatever their `max-age` says (5 minutes by
+    /// default, at least 60 s, at most a day): how long a removed key may keep verifying.
+    pub max_cache_lifetime: Duration,
 }
 
 impl Default for ResolverConfig {
@@ -77,6 +85,7 @@ impl Default for ResolverConfig {
             max_bytes: 100 * 1024,
             cache_bytes: 32 * 1024 * 1024,
             max_in_flight: 32,
+            max_cache_lifetime: DEFAULT_MAX_CACHE_LIFETIME,
         }
     }
 }
@@ -100,6 +109,10 @@ struct Entry {
     keys: Arc<Jwks>,
     keys_until: UnixTime,
     last_kid_refetch: Option<UnixTime>,
+    /// The outcome of this entry's one keys refetch: the callers that want a `kid` it lacks
+    /// while the refetch runs (a rotated key under load) wait for it and share what it brings,
+    /// rather than each fetch, or find the fetch permits gone and be refused.
+    refetched: tokio::sync::OnceCell<Arc<Entry>>,
     /// The metadata document's size as fetched.
     metadata_bytes: u32,
     /// Both documents' size as fetched: the entry's weight in the cache.
@@ -129,6 +142,7 @@ impl Entry {
             keys,
             keys_until,
             last_kid_refetch: Some(now),
+            refetched: tokio::sync::OnceCell::new(),
             metadata_bytes: self.metadata_bytes,
             bytes,
         }
@@ -147,6 +161,8 @@ pub struct HttpClientResolver {
     http: reqwest::Client,
     clock: Arc<dyn Clock>,
     max_bytes: usize,
+    /// [`ResolverConfig::max_cache_lifetime`] in seconds.
+    max_cache_seconds: i64,
     documents: moka::future::Cache<ClientId, Arc<Entry>>,
     failures: Arc<Bounded<ClientId, ResolveError>>,
     fetches: Arc<Semaphore>,
@@ -182,6 +198,9 @@ impl HttpClientResolver {
             failures: Arc::new(Bounded::new(FAILURE_CAPACITY, WhenFull::Evict, clock.clone())),
             clock,
             max_bytes: config.max_bytes,
+            max_cache_seconds: i64::try_from(config.max_cache_lifetime.as_secs())
+                .unwrap_or(MAX_CACHE_SECONDS)
+                .clamp(MIN_CACHE_SECONDS, MAX_CACHE_SECONDS),
             documents,
             fetches: Arc::new(Semaphore::new(config.max_in_flight)),
         })
@@ -204,8 +223,9 @@ impl HttpClientResolver {
                 let wants_kid = kid.is_some_and(|kid| !entry.keys.has_kid(kid));
                 if wants_kid && entry.may_refetch_keys(now) {
                     // The agent may have rotated its key: refetch the JWKS, at most once per
-                    // 60 s. A failed refetch keeps the cached keys rather than lock it out.
-                    return Ok(self.refetch_keys(client_id, &entry, now).await);
+                    // 60 s, shared by every caller that asks meanwhile. A failed refetch keeps
+                    // the cached keys rather than lock it out.
+                    return Ok(self.refetch_once(client_id, &entry, now).await);
                 }
                 return Ok(entry);
             }
@@ -251,7 +271,17 @@ impl HttpClientResolver {
             keys,
             keys_until: now.plus(keys_lifetime),
             last_kid_refetch: None,
+            refetched: tokio::sync::OnceCell::new(),
         }))
+    }
+
+    /// `entry`'s one refetch: the first caller runs it, the others wait for its outcome.
+    async fn refetch_once(&self, client_id: &ClientId, entry: &Entry, now: UnixTime) -> Arc<Entry> {
+        entry
+            .refetched
+            .get_or_init(|| self.refetch_keys(client_id, entry, now))
+            .await
+            .clone()
     }
 
     /// Refetches `entry`'s JWKS and caches the outcome; the entry as it now stands.
@@ -330,7 +360,7 @@ impl HttpClientResolver {
             if !json_content_type(response.headers()) {
                 return Err(fail("the content type is not JSON".into()));
             }
-            let lifetime = cache_lifetime(response.headers());
+            let lifetime = cache_lifetime(response.headers()).min(self.max_cache_seconds);
             let body = read_limited(response, self.max_bytes).await.map_err(fail)?;
             return Ok((body, lifetime));
         }
@@ -365,7 +395,7 @@ impl ClientKeys for HttpClientResolver {
         if !entry.may_refetch_keys(now) {
             return Ok(None);
         }
-        let updated = self.refetch_keys(client_id, &entry, now).await;
+        let updated = self.refetch_once(client_id, &entry, now).await;
         Ok((!Arc::ptr_eq(&updated.keys, &entry.keys)).then(|| updated.keys.clone()))
     }
 }
