@@ -34,8 +34,8 @@ pub use client::{
     ClientConfig, ClientError, Company, DeclaredProposal, DeviceAuthorization, DiscoveryReport,
     MAX_DEVICE_SIGNIN_SECONDS, PapClient, Pause, Session, TokioPause, new_pairwise_user,
 };
-pub use documents::documents_router;
-pub use identity::{Identity, IdentityError, KEY_ID};
+pub use documents::{DOCUMENTS_CACHE_CONTROL, documents_router};
+pub use identity::{DEFAULT_ROTATION_GRACE_SECONDS, Identity, IdentityError, KEY_ID, RotationReport};
 pub use join::{JoinError, JoinOutcome, JoinTabError, join, join_tab};
 pub use tls::{PinError, pin_served_leaf, spki_pin};
 pub use wallet::{Holder, Wallet, WalletError};

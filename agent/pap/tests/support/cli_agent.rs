@@ -29,11 +29,11 @@ pub const AGENT: &str = env!("CARGO_BIN_EXE_pap-agent");
 pub async fn agent_and_company(stage: &mut Stage) -> (PathBuf, pap_shop::ReferenceCompany, SocketAddr) {
     let state = stage.work.join("state");
     pap(&state, &["identity", "init", "atlas.example"]);
-    let identity = Identity::load(&state).unwrap();
+    let identity = std::sync::Arc::new(Identity::load(&state).unwrap());
     let documents = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     stage.documents_addr = documents.local_addr().unwrap();
     let tls = TlsListener::new(documents, &stage.cert_pem, &std::fs::read(&stage.key).unwrap()).unwrap();
-    tokio::spawn(axum::serve(tls, documents_router(&identity)).into_future());
+    tokio::spawn(axum::serve(tls, documents_router(identity)).into_future());
     let (company, addr) = super::start_reference_company(stage).await;
     (state, company, addr)
 }

@@ -106,7 +106,7 @@ impl Stage {
         let documents = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let documents_addr = documents.local_addr().unwrap();
         let listener = TlsListener::new(documents, &cert_pem, &key_pem).unwrap();
-        tokio::spawn(axum::serve(listener, documents_router(&identity)).into_future());
+        tokio::spawn(axum::serve(listener, documents_router(identity.clone())).into_future());
         Self {
             work,
             cert_pem,

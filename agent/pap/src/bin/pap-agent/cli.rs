@@ -322,6 +322,16 @@ pub(crate) enum IdentityCommand {
         #[arg(long)]
         key: PathBuf,
     },
+    /// Rotates the signing key: a new key signs from now on; the old one stays in the JWKS for
+    /// the grace window (so what it signed a moment ago still verifies), its private part is
+    /// deleted. Running agent processes switch at their next signature.
+    #[command(after_help = "Example:\n  pap-agent identity rotate --grace 3600")]
+    Rotate {
+        /// How long the old key stays published, in seconds.
+        #[arg(long, value_name = "SECONDS", default_value_t = pap_agent::DEFAULT_ROTATION_GRACE_SECONDS,
+              value_parser = clap::value_parser!(i64).range(0..=2_592_000))]
+        grace: i64,
+    },
 }
 
 pub(crate) fn state_dir(cli: &Cli) -> PathBuf {

@@ -1,4 +1,5 @@
-//! `pap-agent identity`: create the agent's key and documents, and serve them to companies.
+//! `pap-agent identity`: create the agent's key and documents, serve them to companies, and
+//! rotate the key.
 
 #[allow(unused_imports, reason = "the binary's shared imports, one list in main.rs")]
 use crate::*;
@@ -11,7 +12,7 @@ pub(crate) async fn identity(state: &std::path::Path, command: &IdentityCommand)
             Ok(())
         }
         IdentityCommand::Serve { listen, cert, key } => {
-            let identity = Identity::load(state)?;
+            let identity = std::sync::Arc::new(Identity::load(state)?);
             let cert_pem = std::fs::read(cert).with_context(|| {
                 format!(
                     "cannot read the certificate {}: check the path (for a test on 127.0.0.1, `pap-company dev-certs certs {}` makes one)",
@@ -39,7 +40,13 @@ pub(crate) async fn identity(state: &std::path::Path, command: &IdentityCommand)
             }
             // Strangers (every company) fetch these: the bounded server (a connection cap, handshake,
             // header, idle and request deadlines; review N14), until Ctrl-C or SIGTERM.
-            pap_net::serve::serve_tls(tcp, documents_router(&identity), tls, shutdown_signal()).await;
+            pap_net::serve::serve_tls(tcp, documents_router(identity.clone()), tls, shutdown_signal()).await;
+            Ok(())
+        }
+        IdentityCommand::Rotate { grace } => {
+            let now = pap_shared::Clock::now(&SystemClock);
+            let report = Identity::rotate(state, *grace, now, &SystemRng)?;
+            print_json(&serde_json::to_value(&report)?);
             Ok(())
         }
     }
