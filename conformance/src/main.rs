@@ -467,7 +467,7 @@ async fn run_pap(args: PapArgs) -> anyhow::Result<bool> {
             .await
             .with_context(|| format!("binding {listen}"))?;
         let listener = TlsListener::new(tcp, &std::fs::read(cert)?, &std::fs::read(key)?)?;
-        tokio::spawn(axum::serve(listener, documents_router(&identity)).into_future());
+        tokio::spawn(axum::serve(listener, documents_router(identity.clone())).into_future());
     }
 
     let client_config = ClientConfig {

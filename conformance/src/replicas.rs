@@ -107,7 +107,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         &std::fs::read(&certs.cert)?,
         &std::fs::read(&certs.key)?,
     )?;
-    tokio::spawn(axum::serve(listener, documents_router(&identity)).into_future());
+    tokio::spawn(axum::serve(listener, documents_router(identity.clone())).into_future());
 
     let mut redis = RedisProcess::start(&plan.work.join("redis"), true)?;
     let launch = LaunchTemplate {

@@ -42,7 +42,7 @@ async fn context_for(label: &str, wrap: impl FnOnce(Router) -> Router) -> Contex
     tokio::spawn(
         axum::serve(
             TlsListener::new(documents, &cert_pem, &key_pem).unwrap(),
-            documents_router(&identity),
+            documents_router(identity.clone()),
         )
         .into_future(),
     );

@@ -12,7 +12,7 @@ use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 use pap_company::resolver::{HttpClientResolver, ResolverConfig};
 use pap_net::serve::serve_tls;
-use pap_net::tls::load_server_config;
+use pap_net::tls::ReloadableCert;
 use pap_shared::{SystemClock, SystemRng};
 use pap_shop::{CompanyConfig, CompanyStores, ReferenceCompany};
 
@@ -204,7 +204,7 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     };
     let company = ReferenceCompany::with_stores(config, clock, Arc::new(SystemRng), clients, stores);
     let _maintenance = company.start_maintenance(MAINTENANCE_EVERY);
-    let tls = load_server_config(&cert, &key).with_context(|| {
+    let certificate = ReloadableCert::load(&cert, &key).with_context(|| {
         format!(
             "cannot load the TLS certificate {} and key {}: check both paths, or make a throwaway pair with `pap-company dev-certs certs {}`",
             cert.display(),
@@ -212,6 +212,8 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
             company.config().domain
         )
     })?;
+    let tls = certificate.server_config().context("building the TLS configuration")?;
+    reload_on_hangup(certificate);
 
     match pap_net::serve::raise_open_file_limit() {
         Ok(files) => tracing::info!(files, "open-file limit"),
@@ -223,9 +225,8 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     let domain = company.config().domain.clone();
     tracing::info!(%listen, public = %format!("https://{domain}"), "serving the company over HTTPS");
     eprintln!("{}", how_to_reach(&domain.to_string(), listen, &cert));
-    let shutdown = shutdown_signal();
-    tokio::pin!(shutdown);
-    let public = serve_tls(listener, company.router(), tls, std::future::pending());
+    // SIGTERM or Ctrl-C: stop accepting, answer the requests in flight (10 s at most), then end.
+    let public = serve_tls(listener, company.router(), tls, shutdown_signal());
     match admin {
         Some(admin) => {
             let credential_file = args
@@ -240,11 +241,11 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
             tracing::info!(%admin, "serving the operator API over loopback HTTP");
             let operator = axum::serve(admin_listener, company.operator_router());
             tokio::select! {
-                () = serve_tls_until(public, &mut shutdown) => {}
+                () = public => {}
                 result = operator => result.context("operator API")?,
             }
         }
-        None => serve_tls_until(public, &mut shutdown).await,
+        None => public.await,
     }
     tracing::info!("stopped");
     Ok(())
@@ -334,14 +335,25 @@ fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     pap_shared::fs::write_private(path, text.as_bytes())
 }
 
-async fn serve_tls_until(
-    public: impl std::future::Future<Output = ()>,
-    shutdown: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
-) {
-    tokio::select! {
-        () = public => {}
-        () = shutdown.as_mut() => {}
-    }
+/// On each SIGHUP, reads the TLS certificate and key again (a renewal): new handshakes present
+/// the new pair, open connections keep theirs; a pair that does not load is logged and the one
+/// in use kept.
+fn reload_on_hangup(certificate: Arc<ReloadableCert>) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+            tracing::warn!("SIGHUP cannot be caught here: the certificate reloads only on restart");
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            match certificate.reload() {
+                Ok(()) => tracing::info!("SIGHUP: reloaded the TLS certificate and key"),
+                Err(error) => {
+                    tracing::warn!(%error, "SIGHUP: the TLS certificate and key did not load; keeping the ones in use")
+                }
+            }
+        }
+    });
 }
 
 fn parse_resolve(entries: &[String]) -> anyhow::Result<HashMap<String, SocketAddr>> {

@@ -184,3 +184,94 @@ fn a_redis_store_takes_its_password_from_a_file_and_must_not_evict() {
     assert!(!said.contains("from-a-file"), "the password was printed: {said}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The leaf certificate the company at `port` presents, trusting the CAs in `cas` (PEM files).
+fn presented_leaf(port: u16, cas: &[PathBuf]) -> Vec<u8> {
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in cas {
+        for cert in rustls_pemfile::certs(&mut &std::fs::read(ca).unwrap()[..]) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+    }
+    let config = pap_net::tls::client_config(roots).unwrap();
+    let name = rustls::pki_types::ServerName::try_from("shop.example").unwrap();
+    let mut connection = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    while connection.is_handshaking() {
+        connection.complete_io(&mut tcp).unwrap();
+    }
+    connection.peer_certificates().unwrap()[0].to_vec()
+}
+
+/// Issue 25: SIGHUP reloads the certificate and key (new handshakes present the renewed pair);
+/// SIGTERM drains and ends the process cleanly.
+#[test]
+fn sighup_reloads_the_certificate_and_sigterm_drains_and_exits() {
+    let dir = scratch("signals");
+    let certs = dev_certs(&dir);
+    let renewed = dir.join("renewed");
+    assert!(
+        company()
+            .arg("dev-certs")
+            .arg(&renewed)
+            .arg("shop.example")
+            .status()
+            .unwrap()
+            .success()
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = company()
+        .env("RUST_LOG", "info")
+        .arg("serve")
+        .args(["--config", CONFIG, "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--cert")
+        .arg(certs.join("cert.pem"))
+        .arg("--key")
+        .arg(certs.join("key.pem"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, said) = std::sync::mpsc::channel::<String>();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let wait_for = |needle: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = said
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no line with {needle:?} within 20 s"));
+            if line.contains(needle) {
+                return line;
+            }
+        }
+    };
+    wait_for("serving https://shop.example");
+    let cas = [certs.join("ca.pem"), renewed.join("ca.pem")];
+    let before = presented_leaf(port, &cas);
+
+    std::fs::copy(renewed.join("cert.pem"), certs.join("cert.pem")).unwrap();
+    std::fs::copy(renewed.join("key.pem"), certs.join("key.pem")).unwrap();
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+    wait_for("reloaded the TLS certificate");
+    let after = presented_leaf(port, &cas);
+    assert_ne!(before, after, "the renewed certificate is not presented");
+    assert_eq!(after, presented_leaf(port, &[renewed.join("ca.pem")]));
+
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    wait_for("drained");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

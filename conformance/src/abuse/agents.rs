@@ -35,7 +35,9 @@ pub(crate) struct Fetches {
 
 struct Documents {
     honest_metadata: String,
-    honest_jwks: String,
+    /// The honest agent: its JWKS is built at each fetch, as `pap-agent identity serve` does,
+    /// so a rotation shows.
+    honest: Arc<Identity>,
     attacker_jwks: String,
     /// Metadata and JWKS of each of [`KEYED_AGENTS`].
     keyed: Vec<(String, String)>,
@@ -45,7 +47,7 @@ struct Documents {
 /// Starts the server on `listen`; what it has served.
 pub(crate) async fn serve(
     listen: SocketAddr,
-    honest: &Identity,
+    honest: Arc<Identity>,
     keyed: &[Identity],
     cert_pem: &[u8],
     key_pem: &[u8],
@@ -70,7 +72,7 @@ pub(crate) async fn serve(
     }
     let documents = Arc::new(Documents {
         honest_metadata: honest.metadata().to_string(),
-        honest_jwks: honest.jwks().to_string(),
+        honest: honest.clone(),
         attacker_jwks: keys(pap_shared::MAX_JWKS_KEYS, None)?,
         keyed: keyed_documents,
         fetches: fetches.clone(),
@@ -118,7 +120,7 @@ async fn document(State(docs): State<Arc<Documents>>, uri: Uri, headers: HeaderM
         if metadata {
             docs.honest_metadata.clone()
         } else {
-            docs.honest_jwks.clone()
+            docs.honest.jwks().to_string()
         }
     };
     let mut response = body.into_response();

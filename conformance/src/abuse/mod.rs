@@ -11,6 +11,9 @@
 //!    limits, a made-up code learns nothing, known and unknown names take the same time, and
 //!    the other routes' p99 stays within twice its idle value.
 //! 4. An agent whose JWKS lists 1,000 keys is refused.
+//! 5. The honest agent rotates its key (`pap-agent identity rotate`) while joins run 8 at a
+//!    time: no join is refused, the new key is in use within the run, and the company fetched
+//!    the rotated JWKS once.
 //!
 //! The fifth figure of the issue, a simulated week returning every store to its baseline,
 //! needs an injected clock, so it is a test (`company/shop/tests/hostile.rs`), not part of this run.
@@ -103,7 +106,7 @@ pub struct Plan {
 /// One figure: what was measured, the bound it must keep, and whether it did.
 #[derive(Debug, serde::Serialize)]
 pub struct Figure {
-    /// The scenario, 1 to 4.
+    /// The scenario, 1 to 5.
     pub scenario: u8,
     /// What.
     pub name: String,
@@ -179,6 +182,8 @@ struct Stage {
     session: Session,
     roots: rustls::RootCertStore,
     http: reqwest::Client,
+    /// The honest agent's state directory (its identity), for the rotation.
+    honest_state: PathBuf,
 }
 
 /// Runs every scenario; the figures.
@@ -208,7 +213,11 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         extra_roots.push(cert);
     }
 
-    let honest = Arc::new(Identity::ephemeral(
+    // On disk, as `pap-agent identity init` makes it, so that scenario 5 can rotate its key.
+    let honest_state = plan.work.join("honest-agent");
+    let _ = std::fs::remove_dir_all(&honest_state);
+    let honest = Arc::new(Identity::init(
+        &honest_state,
         CompanyDomain::try_from("atlas.example")?,
         "Atlas (abuse run)",
         &SystemRng,
@@ -222,7 +231,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
     let agents_addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let fetches = agents::serve(
         agents_addr,
-        &honest,
+        honest.clone(),
         &keyed,
         &std::fs::read(&certs.cert)?,
         &std::fs::read(&certs.key)?,
@@ -277,6 +286,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         session,
         roots,
         http,
+        honest_state,
     };
 
     let stage = Arc::new(stage);
@@ -286,6 +296,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
     idle_and_slow_connections(&stage, &scale, &mut figures).await?;
     password_guessing(&stage, &scale, &mut figures).await?;
     oversized_jwks(&stage, &mut figures).await;
+    rotation_under_load(&stage, &mut figures).await?;
     // The company process ends with the stage (it is killed on drop).
     drop(stage);
     Ok(figures)
@@ -943,4 +954,84 @@ async fn oversized_jwks(stage: &Stage, figures: &mut Figures) {
             fetched.load(Ordering::Relaxed),
         );
     }
+}
+
+/// Scenario 5: the honest agent rotates its key with joins 8 at a time before, during and
+/// after; every one must be accepted.
+async fn rotation_under_load(stage: &Arc<Stage>, figures: &mut Figures) -> anyhow::Result<()> {
+    const JOINERS: usize = 8;
+    let old_kid = stage.agent.identity().key().kid().to_owned();
+    let fetched_before = stage.fetches.honest.load(Ordering::Relaxed);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let tasks: Vec<_> = (0..JOINERS)
+        .map(|_| {
+            let stage = stage.clone();
+            let mut stopped = stopped.clone();
+            tokio::spawn(async move {
+                let (mut accepted, mut refused, mut times) = (0_usize, Vec::new(), Vec::new());
+                while !*stopped.borrow_and_update() {
+                    match stage.join().await {
+                        Ok((303, took)) => {
+                            accepted += 1;
+                            times.push(took);
+                        }
+                        Ok((status, _)) => refused.push(status.to_string()),
+                        Err(error) => refused.push(error.to_string()),
+                    }
+                }
+                (accepted, refused, times)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let now = pap_shared::Clock::now(&SystemClock);
+    let report =
+        Identity::rotate(&stage.honest_state, 3_600, now, &SystemRng).context("rotating the honest agent's key")?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let _ = stop.send(true);
+    let (mut accepted, mut refused, mut times) = (0, Vec::new(), Vec::new());
+    for task in tasks {
+        let (a, r, t) = task.await?;
+        accepted += a;
+        refused.extend(r);
+        times.extend(t);
+    }
+    let new_kid = stage.agent.identity().key().kid().to_owned();
+    let fetched = stage.fetches.honest.load(Ordering::Relaxed) - fetched_before;
+    figures.add(
+        5,
+        "joins while the key rotated, accepted (303)",
+        accepted,
+        "> 0",
+        accepted > 0,
+    );
+    figures.add(
+        5,
+        "joins refused",
+        format!(
+            "{} {}",
+            refused.len(),
+            refused.first().map(String::as_str).unwrap_or_default()
+        ),
+        "0",
+        refused.is_empty(),
+    );
+    figures.add(
+        5,
+        &format!("signing kid after the rotation (was {old_kid})"),
+        &new_kid,
+        &report.current,
+        new_kid == report.current,
+    );
+    // One JWKS refetch for the new kid, shared by every join that carried it; two more when
+    // the documents' 60 s cache ran out within the window.
+    figures.add(
+        5,
+        "honest documents fetched during the rotation",
+        fetched,
+        "<= 3",
+        fetched <= 3,
+    );
+    figures.info(5, "join p99 across the rotation", ms(p99(&mut times)));
+    Ok(())
 }

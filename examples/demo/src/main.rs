@@ -167,7 +167,7 @@ async fn story(host: &BrowserHost, work: &std::path::Path) -> anyhow::Result<()>
     tokio::spawn(
         axum::serve(
             TlsListener::new(documents, &cert_pem, &key_pem)?,
-            documents_router(&identity),
+            documents_router(identity.clone()),
         )
         .into_future(),
     );

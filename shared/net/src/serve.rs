@@ -8,6 +8,8 @@
 //!                  (this is also how long an idle keep-alive connection is kept)
 //!  any connection  closed after `idle_timeout` without a byte either way
 //!  any request     answered within `request_timeout`, body read included (408 otherwise)
+//!  shutdown        stops accepting; requests in flight finish, idle connections close, for
+//!                  at most `drain_timeout`; then whatever is left is closed
 //! ```
 
 use std::future::Future;
@@ -48,6 +50,9 @@ pub struct ServeLimits {
     pub idle_timeout: Duration,
     /// Longest one request may take, from its headers to its answer, its body read included.
     pub request_timeout: Duration,
+    /// Once shutdown begins, how long requests in flight may take to finish before their
+    /// connections are closed anyway.
+    pub drain_timeout: Duration,
 }
 
 impl Default for ServeLimits {
@@ -58,6 +63,7 @@ impl Default for ServeLimits {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(30),
+            drain_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -70,8 +76,11 @@ pub const RESERVED_FILES: usize = 256;
 const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Serves `app` on `listener` over TLS with the default [`ServeLimits`] until `shutdown`
-/// completes. Each connection runs in its own task; a failed handshake or a broken connection
-/// ends only that connection.
+/// completes, then drains: no new connection is accepted, each request in flight is answered
+/// (its connection then closes), and idle connections close, for at most
+/// [`ServeLimits::drain_timeout`]. Returns when every connection has ended or the drain
+/// deadline passed. Each connection runs in its own task; a failed handshake or a broken
+/// connection ends only that connection.
 pub async fn serve_tls(
     listener: TcpListener,
     app: Router,
@@ -96,18 +105,19 @@ pub async fn serve_tls_with(
         limits.request_timeout,
     ));
     let acceptor = TlsAcceptor::from(config);
+    let (drain, draining) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         let slot = tokio::select! {
-            () = &mut shutdown => return,
+            () = &mut shutdown => break,
             slot = slots.clone().acquire_owned() => match slot {
                 Ok(slot) => slot,
                 // The semaphore is never closed.
-                Err(_) => return,
+                Err(_) => break,
             },
         };
         let (tcp, peer) = tokio::select! {
-            () = &mut shutdown => return,
+            () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
                 Err(error) if is_connection_error(&error) => continue,
@@ -120,10 +130,23 @@ pub async fn serve_tls_with(
         };
         let acceptor = acceptor.clone();
         let app = app.clone();
+        let draining = draining.clone();
         tokio::spawn(async move {
             let _slot = slot;
-            serve_connection(tcp, peer, acceptor, app, limits).await;
+            serve_connection(tcp, peer, acceptor, app, limits, draining).await;
         });
+    }
+    // The drain. The listening socket closes first: a balancer's next connection is refused
+    // at once and goes to another replica.
+    drop(listener);
+    let _ = drain.send(true);
+    let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
+    match tokio::time::timeout(limits.drain_timeout, slots.acquire_many(all)).await {
+        Ok(_) => tracing::info!("drained: every connection ended"),
+        Err(_) => tracing::warn!(
+            open = max_connections.saturating_sub(slots.available_permits()),
+            "the drain deadline passed; closing the connections left"
+        ),
     }
 }
 
@@ -136,6 +159,7 @@ async fn serve_connection(
     acceptor: TlsAcceptor,
     app: Router,
     limits: ServeLimits,
+    mut draining: tokio::sync::watch::Receiver<bool>,
 ) {
     let _ = tcp.set_nodelay(true);
     let Ok(Ok(tls)) = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await else {
@@ -164,14 +188,26 @@ async fn serve_connection(
         })
         .service(app);
     let connection = builder.serve_connection(io, TowerToHyperService::new(service));
-    tokio::select! {
-        result = connection => {
-            if let Err(error) = result {
-                tracing::debug!(%error, "connection ended with an error");
+    tokio::pin!(connection);
+    let mut shutting_down = false;
+    loop {
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(error) = result {
+                    tracing::debug!(%error, "connection ended with an error");
+                }
+                return;
             }
-        }
-        () = activity.idle_for(limits.idle_timeout) => {
-            tracing::debug!("idle connection closed");
+            () = activity.idle_for(limits.idle_timeout) => {
+                tracing::debug!("idle connection closed");
+                return;
+            }
+            // Draining: the request in flight is answered, then the connection closes (HTTP/2:
+            // GOAWAY); an idle one closes now.
+            _ = draining.wait_for(|draining| *draining), if !shutting_down => {
+                shutting_down = true;
+                connection.as_mut().graceful_shutdown();
+            }
         }
     }
 }

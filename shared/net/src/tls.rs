@@ -3,10 +3,12 @@
 //! them is [`crate::serve`]), and the roots and client configuration for fetching.
 
 use std::io;
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use rustls::pki_types::CertificateDer;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig};
 
 /// The roots a client trusts: the web PKI, plus `extra` (a test CA).
@@ -40,6 +42,12 @@ pub fn load_server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, 
 
 /// A server configuration from a PEM certificate chain and a PEM private key.
 pub fn server_config_from_pem(cert: &[u8], key: &[u8]) -> Result<Arc<ServerConfig>, TlsError> {
+    let certified = certified_key(cert, key)?;
+    server_config_resolving(Arc::new(Fixed(Arc::new(certified))))
+}
+
+/// The certificate and key of two PEM files, matched.
+fn certified_key(cert: &[u8], key: &[u8]) -> Result<CertifiedKey, TlsError> {
     let certs = rustls_pemfile::certs(&mut &cert[..])
         .collect::<Result<Vec<_>, _>>()
         .map_err(TlsError::Read)?;
@@ -49,15 +57,77 @@ pub fn server_config_from_pem(cert: &[u8], key: &[u8]) -> Result<Arc<ServerConfi
     let key = rustls_pemfile::private_key(&mut &key[..])
         .map_err(TlsError::Read)?
         .ok_or(TlsError::NoKey)?;
+    CertifiedKey::from_der(certs, key, &rustls::crypto::aws_lc_rs::default_provider()).map_err(TlsError::Config)
+}
+
+/// A server configuration (aws-lc-rs, safe versions, `h2` and `http/1.1`) whose certificate
+/// `resolver` picks at each handshake.
+fn server_config_resolving(resolver: Arc<dyn ResolvesServerCert>) -> Result<Arc<ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(TlsError::Config)?
         .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(TlsError::Config)?;
+        .with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+/// One certificate for every handshake.
+#[derive(Debug)]
+struct Fixed(Arc<CertifiedKey>);
+
+impl ResolvesServerCert for Fixed {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+/// A server certificate read from two PEM files and read again by [`Self::reload`] (the
+/// company calls it on `SIGHUP`): each handshake after a reload presents the new certificate,
+/// and connections already open keep theirs, so a renewal drops nothing. A reload that fails
+/// (a half-written file, a key that does not match) keeps the certificate in use.
+#[derive(Debug)]
+pub struct ReloadableCert {
+    cert: PathBuf,
+    key: PathBuf,
+    current: RwLock<Arc<CertifiedKey>>,
+}
+
+impl ReloadableCert {
+    /// Reads `cert` and `key` (PEM).
+    pub fn load(cert: &Path, key: &Path) -> Result<Arc<Self>, TlsError> {
+        let certified = Self::read(cert, key)?;
+        Ok(Arc::new(Self {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            current: RwLock::new(Arc::new(certified)),
+        }))
+    }
+
+    fn read(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
+        let cert = std::fs::read(cert).map_err(TlsError::Read)?;
+        let key = zeroize::Zeroizing::new(std::fs::read(key).map_err(TlsError::Read)?);
+        certified_key(&cert, &key)
+    }
+
+    /// Reads both files again; on success the next handshakes present what they hold.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let certified = Self::read(&self.cert, &self.key)?;
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(certified);
+        Ok(())
+    }
+
+    /// A server configuration presenting this certificate (as [`load_server_config`] does).
+    pub fn server_config(self: &Arc<Self>) -> Result<Arc<ServerConfig>, TlsError> {
+        server_config_resolving(self.clone())
+    }
+}
+
+impl ResolvesServerCert for ReloadableCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.read().unwrap_or_else(PoisonError::into_inner).clone())
+    }
 }
 
 /// Why TLS could not be set up.

@@ -33,29 +33,46 @@ async fn server(limits: ServeLimits) -> Server {
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
         .route("/echo", post(|body: String| async move { body }));
+    server_of(app, limits, pki.server, &[pki.ca_der]).await.0
+}
+
+/// Serves `app` with `config`, trusting `cas`; the server, and the serving task (it ends when
+/// the drain does).
+async fn server_of(
+    app: Router,
+    limits: ServeLimits,
+    config: Arc<rustls::ServerConfig>,
+    cas: &[Vec<u8>],
+) -> (Server, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve_tls_with(listener, app, pki.server, limits, async move {
+    let serving = tokio::spawn(serve_tls_with(listener, app, config, limits, async move {
         let _ = stopped.await;
     }));
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from(pki.ca_der)).unwrap();
+    for ca in cas {
+        roots.add(CertificateDer::from(ca.clone())).unwrap();
+    }
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
+    // Every connection a full handshake: a resumed one reports the certificate of the session
+    // it resumes, not the one the server presents now.
+    config.resumption = rustls::client::Resumption::disabled();
     let mut h2 = config.clone();
     h2.alpn_protocols = vec![b"h2".to_vec()];
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Server {
+    let server = Server {
         addr,
         connector: TlsConnector::from(Arc::new(config)),
         h2_connector: TlsConnector::from(Arc::new(h2)),
         _shutdown: shutdown,
-    }
+    };
+    (server, serving)
 }
 
 fn short_limits() -> ServeLimits {
@@ -205,4 +222,136 @@ fn test_pki(name: &str) -> TestPki {
         server: pap_net::tls::server_config_from_pem(pem.cert_pem.as_bytes(), pem.key_pem.as_bytes()).unwrap(),
         ca_der: pem.ca_der,
     }
+}
+
+/// An app whose `/slow` answers only once the test adds a permit to `gate`, and says when a
+/// request has reached it.
+fn gated_app(gate: Arc<tokio::sync::Semaphore>, entered: Arc<tokio::sync::Notify>) -> Router {
+    Router::new().route(
+        "/slow",
+        get(move || {
+            let (gate, entered) = (gate.clone(), entered.clone());
+            async move {
+                entered.notify_one();
+                let _permit = gate.acquire().await;
+                "done"
+            }
+        }),
+    )
+}
+
+/// Issue 25: a restart loses nothing. On shutdown the server stops accepting, answers the
+/// request in flight, closes the idle connection, and ends once both are gone.
+#[tokio::test]
+async fn shutdown_answers_the_request_in_flight_closes_idle_connections_and_refuses_new_ones() {
+    let pki = test_pki("shop.example");
+    let (gate, entered) = (
+        Arc::new(tokio::sync::Semaphore::new(0)),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let (server, serving) = server_of(
+        gated_app(gate.clone(), entered.clone()),
+        ServeLimits::default(),
+        pki.server,
+        &[pki.ca_der],
+    )
+    .await;
+    let mut busy = connect(&server).await;
+    busy.write_all(b"GET /slow HTTP/1.1\r\nhost: shop.example\r\n\r\n")
+        .await
+        .unwrap();
+    entered.notified().await;
+    let mut idle = connect(&server).await;
+
+    let Server { addr, _shutdown, .. } = server;
+    drop(_shutdown);
+    // The idle connection closes at once; by then nothing listens.
+    assert!(closed_within(&mut idle, GRACE).await < GRACE);
+    let refused = TcpStream::connect(addr).await;
+    assert!(refused.is_err(), "a new connection was accepted while draining");
+    assert!(!serving.is_finished(), "the server ended with a request in flight");
+
+    // The request in flight is answered whole, then its connection closes.
+    gate.add_permits(1);
+    let mut answer = Vec::new();
+    tokio::time::timeout(GRACE, busy.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .ok();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("done"), "{answer}");
+    tokio::time::timeout(GRACE, serving).await.unwrap().unwrap();
+}
+
+/// A request that outlasts the drain deadline does not hold the server past it.
+#[tokio::test]
+async fn a_request_that_outlasts_the_drain_is_cut_at_its_deadline() {
+    let pki = test_pki("shop.example");
+    let (gate, entered) = (
+        Arc::new(tokio::sync::Semaphore::new(0)),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let limits = ServeLimits {
+        drain_timeout: SHORT,
+        ..ServeLimits::default()
+    };
+    let (server, serving) = server_of(gated_app(gate, entered.clone()), limits, pki.server, &[pki.ca_der]).await;
+    let mut busy = connect(&server).await;
+    busy.write_all(b"GET /slow HTTP/1.1\r\nhost: shop.example\r\n\r\n")
+        .await
+        .unwrap();
+    entered.notified().await;
+    let started = Instant::now();
+    drop(server);
+    tokio::time::timeout(SHORT + GRACE, serving).await.unwrap().unwrap();
+    assert!(started.elapsed() >= SHORT, "the drain ended before its deadline");
+}
+
+/// Issue 25: a renewed certificate is taken on reload (SIGHUP in the company) without dropping
+/// the connections already open; a reload of a broken file keeps the certificate in use.
+#[tokio::test]
+async fn a_reload_presents_the_new_certificate_and_keeps_open_connections() {
+    let dir = std::env::temp_dir().join(format!("pap-net-reload-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let first = pap_net::dev_certs::generate(&["shop.example".to_owned()]).unwrap();
+    let second = pap_net::dev_certs::generate(&["shop.example".to_owned()]).unwrap();
+    std::fs::write(&cert, &first.cert_pem).unwrap();
+    std::fs::write(&key, first.key_pem.as_bytes()).unwrap();
+    let reloadable = pap_net::tls::ReloadableCert::load(&cert, &key).unwrap();
+    let app = Router::new().route("/", get(|| async { "ok" }));
+    let (server, _serving) = server_of(
+        app,
+        ServeLimits::default(),
+        reloadable.server_config().unwrap(),
+        &[first.ca_der.clone(), second.ca_der.clone()],
+    )
+    .await;
+    let leaf = |stream: &TlsStream<TcpStream>| stream.get_ref().1.peer_certificates().unwrap()[0].to_vec();
+    let mut open = connect(&server).await;
+    let first_leaf = leaf(&open);
+
+    std::fs::write(&cert, &second.cert_pem).unwrap();
+    std::fs::write(&key, second.key_pem.as_bytes()).unwrap();
+    reloadable.reload().unwrap();
+    let renewed = connect(&server).await;
+    assert_ne!(leaf(&renewed), first_leaf, "the reload did not take");
+    // The connection opened before the reload still serves.
+    open.write_all(b"GET / HTTP/1.1\r\nhost: shop.example\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(GRACE, open.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .ok();
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"));
+
+    // A half-written key: the reload fails and the renewed certificate stays.
+    std::fs::write(&key, "-----BEGIN PRIVATE KEY-----\nAAAA").unwrap();
+    assert!(reloadable.reload().is_err());
+    assert_eq!(leaf(&connect(&server).await), leaf(&renewed));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
