@@ -182,6 +182,11 @@ async fn harness() -> Harness {
     harness_with(true).await
 }
 
+/// Whether the keys the resolver gives for `kid` hold it.
+async fn gives(h: &Harness, kid: &str) -> bool {
+    h.resolver.keys(&h.client_id, Some(kid)).await.unwrap().has_kid(kid)
+}
+
 fn edit(h: &Harness, change: impl FnOnce(&mut Site)) {
     change(&mut h.served.site.lock().unwrap());
 }
@@ -229,33 +234,15 @@ async fn cache_control_sets_the_lifetime_and_no_store_disables_it() {
 async fn a_removed_key_stops_verifying_within_the_cache_cap() {
     let h = harness().await;
     edit(&h, |s| s.cache_control = Some("max-age=86400"));
-    assert!(
-        h.resolver
-            .keys(&h.client_id, Some("key-1"))
-            .await
-            .unwrap()
-            .has_kid("key-1")
-    );
+    assert!(gives(&h, "key-1").await);
     // The agent retires key-1 for key-2.
     let rotated = SigningKey::generate_es256(&SystemRng, "key-2").unwrap();
     edit(&h, |s| s.jwks = json!({"keys": [rotated.public_key().jwk()]}));
     h.clock.set(NOW + 299);
-    assert!(
-        h.resolver
-            .keys(&h.client_id, Some("key-1"))
-            .await
-            .unwrap()
-            .has_kid("key-1")
-    );
+    assert!(gives(&h, "key-1").await);
     assert_eq!(h.served.hits("/jwks.json"), 1);
     h.clock.set(NOW + 300);
-    assert!(
-        !h.resolver
-            .keys(&h.client_id, Some("key-1"))
-            .await
-            .unwrap()
-            .has_kid("key-1")
-    );
+    assert!(!gives(&h, "key-1").await);
     assert_eq!(h.served.hits("/jwks.json"), 2);
 }
 
@@ -269,23 +256,11 @@ async fn an_unknown_kid_refetches_the_jwks_at_most_once_a_minute() {
         s.jwks = json!({"keys": [h.key.public_key().jwk(), rotated.public_key().jwk()]})
     });
     h.clock.set(NOW + 1);
-    assert!(
-        h.resolver
-            .keys(&h.client_id, Some("key-2"))
-            .await
-            .unwrap()
-            .has_kid("key-2")
-    );
+    assert!(gives(&h, "key-2").await);
     assert_eq!(h.served.hits("/jwks.json"), 2);
     // A kid nobody published: no second refetch within 60 s of the last.
     h.clock.set(NOW + 30);
-    assert!(
-        !h.resolver
-            .keys(&h.client_id, Some("key-9"))
-            .await
-            .unwrap()
-            .has_kid("key-9")
-    );
+    assert!(!gives(&h, "key-9").await);
     assert_eq!(h.served.hits("/jwks.json"), 2);
     assert_eq!(h.served.hits("/agent.json"), 1);
 }

@@ -36,6 +36,22 @@ fn dev_certs(dir: &std::path::Path) -> PathBuf {
     certs
 }
 
+/// `serve` on 127.0.0.1:`port` with the certificates `dev-certs` wrote to `certs`, logging at
+/// `log`; its standard error piped.
+fn serve_on(port: u16, certs: &std::path::Path, log: &str) -> std::process::Child {
+    company()
+        .env("RUST_LOG", log)
+        .arg("serve")
+        .args(["--config", CONFIG, "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--cert")
+        .arg(certs.join("cert.pem"))
+        .arg("--key")
+        .arg(certs.join("key.pem"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Runs `serve` with `args` to its end; what it printed on standard error.
 fn serve_fails(args: &[&str]) -> String {
     let output = company().arg("serve").args(args).output().unwrap();
@@ -106,16 +122,7 @@ fn once_serving_it_prints_how_to_reach_it_from_this_machine() {
         .local_addr()
         .unwrap()
         .port();
-    let mut child = company()
-        .arg("serve")
-        .args(["--config", CONFIG, "--listen", &format!("127.0.0.1:{port}")])
-        .arg("--cert")
-        .arg(certs.join("cert.pem"))
-        .arg("--key")
-        .arg(certs.join("key.pem"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = serve_on(port, &certs, "warn");
     let stderr = BufReader::new(child.stderr.take().unwrap());
     let deadline = Instant::now() + Duration::from_secs(20);
     let expected = format!(
@@ -224,17 +231,7 @@ fn sighup_reloads_the_certificate_and_sigterm_drains_and_exits() {
         .local_addr()
         .unwrap()
         .port();
-    let mut child = company()
-        .env("RUST_LOG", "info")
-        .arg("serve")
-        .args(["--config", CONFIG, "--listen", &format!("127.0.0.1:{port}")])
-        .arg("--cert")
-        .arg(certs.join("cert.pem"))
-        .arg("--key")
-        .arg(certs.join("key.pem"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = serve_on(port, &certs, "info");
     let (lines, said) = std::sync::mpsc::channel::<String>();
     let stderr = BufReader::new(child.stderr.take().unwrap());
     std::thread::spawn(move || {
