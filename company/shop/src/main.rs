@@ -290,7 +290,7 @@ async fn redis_stores(url: &str, prefix: &str, args: &Serve, clock: Arc<SystemCl
         prefix,
         "keeping Sessions, tokens, operations, replay marks and cookies in Redis"
     );
-    CompanyStores::redis(&store, &SystemRng)
+    CompanyStores::redis(&store, &SystemRng, &SystemClock)
         .await
         .context("reading the replicas' shared secrets from the store")
 }

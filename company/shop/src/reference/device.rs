@@ -14,12 +14,9 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, Mac};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use pap_shared::{ClientId, DeviceAuthorizationResponse, OAuthErrorCode, SecretToken, SessionId, UnixTime};
 use serde::{Deserialize, Serialize};
-use sha2::Sha256;
-use subtle::ConstantTimeEq;
 use tokio::sync::Semaphore;
 use zeroize::Zeroizing;
 
@@ -495,7 +492,7 @@ async fn page(State(company): State<ReferenceCompany>, Query(query): Query<PageQ
     let mut secret = [0u8; 32];
     company.inner.rng.fill(&mut secret);
     let cookie = base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, secret);
-    let csrf = company.device_csrf(&cookie, &user_code);
+    let csrf = company.inner.csrf.token(&cookie, &user_code);
     main.push_str(&format!(
         "<form method=\"post\" action=\"/device\">\
          <input type=\"hidden\" name=\"user_code\" value=\"{code}\">\
@@ -526,21 +523,6 @@ fn is_user_code(code: &str) -> bool {
         })
 }
 
-impl ReferenceCompany {
-    fn device_csrf(&self, cookie: &str, user_code: &str) -> String {
-        let mut mac =
-            <Hmac<Sha256> as Mac>::new_from_slice(self.inner.csrf_key.as_ref()).expect("HMAC takes any key length");
-        mac.update(b"device\0");
-        mac.update(cookie.as_bytes());
-        mac.update(b"\0");
-        mac.update(user_code.as_bytes());
-        base64::Engine::encode(
-            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
-            mac.finalize().into_bytes(),
-        )
-    }
-}
-
 /// `POST /device`: the user's decision. Same-site, CSRF bound to the page's cookie, a pending
 /// code, the account's password; any failure approves nothing.
 ///
@@ -565,17 +547,24 @@ async fn decide(
     let field = |n: &str| form.get(n).map(String::as_str).unwrap_or_default();
     let user_code = normalise_user_code(field("user_code"));
     let cookie = cookie_value(&headers, DEVICE_COOKIE);
-    let expected = cookie.as_deref().map(|c| company.device_csrf(c, &user_code));
-    let csrf_ok = expected.is_some_and(|e| bool::from(e.as_bytes().ct_eq(field("csrf").as_bytes())));
-    if !csrf_ok {
-        return page(StatusCode::FORBIDDEN, "This request did not come from this site.");
-    }
     let busy = |error: StoreError| {
         too_many_attempts(
             page(StatusCode::SERVICE_UNAVAILABLE, "The site is busy. Try again shortly."),
             error.retry_after().parse().unwrap_or(5),
         )
     };
+    // The token under the current CSRF key or the previous one (a page served before a
+    // rotation still posts).
+    let csrf_ok = match cookie.as_deref() {
+        Some(cookie) => match company.inner.csrf.accepts(cookie, &user_code, field("csrf")).await {
+            Ok(accepted) => accepted,
+            Err(error) => return busy(error),
+        },
+        None => false,
+    };
+    if !csrf_ok {
+        return page(StatusCode::FORBIDDEN, "This request did not come from this site.");
+    }
     if field("decision") == "deny" {
         if let Err(error) = company.deny_device(&user_code).await {
             return busy(error);

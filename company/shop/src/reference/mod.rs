@@ -10,6 +10,7 @@ mod api;
 mod caller;
 mod client_auth;
 mod config;
+mod csrf_key;
 mod device;
 mod discovery;
 mod front;
@@ -35,6 +36,7 @@ use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
 pub use self::config::{AccountConfig, CompanyConfig, ConfigError, ProposalConfig, ReadConfig, ScopeConfig};
+use self::csrf_key::CsrfKeys;
 use self::device::Devices;
 pub use self::device::{ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, PENDING_PER_CLIENT};
 pub use self::operations::{OPERATION_RETENTION, OPERATIONS_PER_ACCOUNT};
@@ -66,9 +68,9 @@ pub struct CompanyStores {
     /// The Redis store, asked whether it answers.
     #[cfg(feature = "redis")]
     redis: Option<pap_company::stores::RedisStore>,
-    /// The key of the device page's CSRF tokens, when replicas share one (a page one replica
-    /// served is posted to another).
-    device_csrf_key: Option<Zeroizing<[u8; 32]>>,
+    /// The device page's CSRF keys, when replicas share them (a page one replica served is
+    /// posted to another).
+    device_csrf: Option<Arc<CsrfKeys>>,
 }
 
 #[derive(Clone)]
@@ -93,7 +95,7 @@ impl CompanyStores {
             memory: Some(memory),
             #[cfg(feature = "redis")]
             redis: None,
-            device_csrf_key: None,
+            device_csrf: None,
         }
     }
 
@@ -102,16 +104,17 @@ impl CompanyStores {
     pub async fn redis(
         store: &pap_company::stores::RedisStore,
         rng: &dyn Rng,
+        clock: &dyn Clock,
     ) -> Result<Self, pap_company::stores::StoreError> {
         let shared = Arc::new(store.clone());
-        let device_csrf_key = shared_secret(shared.as_ref(), "device-csrf", rng).await?;
+        let device_csrf = CsrfKeys::shared(shared.clone(), rng, clock.now()).await?;
         Ok(Self {
             records: shared.clone(),
             replay: shared.clone(),
             cookies: shared,
             memory: None,
             redis: Some(store.clone()),
-            device_csrf_key: Some(device_csrf_key),
+            device_csrf: Some(Arc::new(device_csrf)),
         })
     }
 
@@ -123,42 +126,6 @@ impl CompanyStores {
         }
         ("memory", Ok(()))
     }
-}
-
-/// The secret `name` every replica sharing `records` uses: the first to ask draws it, the
-/// others read it. Kept a century (it never expires in practice).
-#[cfg(feature = "redis")]
-async fn shared_secret(
-    records: &dyn Records,
-    name: &str,
-    rng: &dyn Rng,
-) -> Result<Zeroizing<[u8; 32]>, pap_company::stores::StoreError> {
-    let key = format!("secret:{name}");
-    let decode = |text: &str| -> Option<Zeroizing<[u8; 32]>> {
-        let bytes = Zeroizing::new(URL_SAFE_NO_PAD.decode(text).ok()?);
-        let mut secret = Zeroizing::new([0u8; 32]);
-        (bytes.len() == 32).then(|| {
-            secret.copy_from_slice(&bytes);
-            secret
-        })
-    };
-    pap_company::records::retrying(|| async {
-        // A stored secret that does not decode reads as a conflict: after the retries, the
-        // store is unavailable rather than the replicas disagreeing.
-        if let Some((_, held)) = pap_company::records::read::<String>(records, &key).await? {
-            return Ok(decode(&held));
-        }
-        let mut drawn = Zeroizing::new([0u8; 32]);
-        rng.fill(drawn.as_mut());
-        let text = Zeroizing::new(URL_SAFE_NO_PAD.encode(drawn.as_ref()));
-        let century = UnixTime::from_secs(0).plus(4_102_444_800);
-        let committed = pap_company::records::Commit::new()
-            .put(key.clone(), pap_company::records::Expect::Absent, &*text, century)
-            .apply(records)
-            .await?;
-        Ok(committed.then_some(drawn))
-    })
-    .await
 }
 
 impl fmt::Debug for CompanyStores {
@@ -185,8 +152,8 @@ struct Inner {
     sessions: RecordSessions,
     browser: BrowserSession,
     devices: Devices,
-    /// Keys the device page's CSRF tokens.
-    csrf_key: Zeroizing<[u8; 32]>,
+    /// The device page's CSRF keys, rotated with an overlap.
+    csrf: Arc<CsrfKeys>,
     /// What the operator API asks of its callers.
     operator_credential: SecretToken,
 }
@@ -225,11 +192,10 @@ impl ReferenceCompany {
             replay: stores.replay.clone(),
         });
         let browser = BrowserSession::new(verifier, stores.cookies.clone(), rng.clone());
-        let csrf_key = stores.device_csrf_key.clone().unwrap_or_else(|| {
-            let mut drawn = Zeroizing::new([0u8; 32]);
-            rng.fill(drawn.as_mut());
-            drawn
-        });
+        let csrf = stores
+            .device_csrf
+            .clone()
+            .unwrap_or_else(|| Arc::new(CsrfKeys::local(rng.as_ref(), clock.now())));
         let mut credential = Zeroizing::new([0u8; 32]);
         rng.fill(credential.as_mut());
         let operator_credential = SecretToken::new(URL_SAFE_NO_PAD.encode(credential.as_ref()));
@@ -244,7 +210,7 @@ impl ReferenceCompany {
                 sessions,
                 browser,
                 devices: Devices::new(),
-                csrf_key,
+                csrf,
                 operator_credential,
             }),
         }
@@ -330,7 +296,12 @@ impl ReferenceCompany {
             loop {
                 ticks.tick().await;
                 let Some(inner) = company.upgrade() else { return };
-                ReferenceCompany { inner }.sweep();
+                let company = ReferenceCompany { inner };
+                company.sweep();
+                let now = company.now();
+                if let Err(error) = company.inner.csrf.rotate_if_due(company.inner.rng.as_ref(), now).await {
+                    tracing::warn!(%error, "the device page's CSRF key could not be rotated; the next tick tries again");
+                }
             }
         })
     }
