@@ -36,6 +36,15 @@ fn dev_certs(dir: &std::path::Path) -> PathBuf {
     certs
 }
 
+/// A port on 127.0.0.1 that was free a moment ago.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// `serve` on 127.0.0.1:`port` with the certificates `dev-certs` wrote to `certs`, logging at
 /// `log`; its standard error piped.
 fn serve_on(port: u16, certs: &std::path::Path, log: &str) -> std::process::Child {
@@ -117,11 +126,7 @@ fn a_busy_port_says_so_and_how_to_choose_another() {
 fn once_serving_it_prints_how_to_reach_it_from_this_machine() {
     let dir = scratch("reach");
     let certs = dev_certs(&dir);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let mut child = serve_on(port, &certs, "warn");
     let stderr = BufReader::new(child.stderr.take().unwrap());
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -226,11 +231,7 @@ fn sighup_reloads_the_certificate_and_sigterm_drains_and_exits() {
             .unwrap()
             .success()
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let mut child = serve_on(port, &certs, "info");
     let (lines, said) = std::sync::mpsc::channel::<String>();
     let stderr = BufReader::new(child.stderr.take().unwrap());

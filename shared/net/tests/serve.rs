@@ -224,6 +224,14 @@ fn test_pki(name: &str) -> TestPki {
     }
 }
 
+/// A closed gate for [`gated_app`], and the signal that a request reached it.
+fn gate() -> (Arc<tokio::sync::Semaphore>, Arc<tokio::sync::Notify>) {
+    (
+        Arc::new(tokio::sync::Semaphore::new(0)),
+        Arc::new(tokio::sync::Notify::new()),
+    )
+}
+
 /// An app whose `/slow` answers only once the test adds a permit to `gate`, and says when a
 /// request has reached it.
 fn gated_app(gate: Arc<tokio::sync::Semaphore>, entered: Arc<tokio::sync::Notify>) -> Router {
@@ -245,10 +253,7 @@ fn gated_app(gate: Arc<tokio::sync::Semaphore>, entered: Arc<tokio::sync::Notify
 #[tokio::test]
 async fn shutdown_answers_the_request_in_flight_closes_idle_connections_and_refuses_new_ones() {
     let pki = test_pki("shop.example");
-    let (gate, entered) = (
-        Arc::new(tokio::sync::Semaphore::new(0)),
-        Arc::new(tokio::sync::Notify::new()),
-    );
+    let (gate, entered) = gate();
     let (server, serving) = server_of(
         gated_app(gate.clone(), entered.clone()),
         ServeLimits::default(),
@@ -288,10 +293,7 @@ async fn shutdown_answers_the_request_in_flight_closes_idle_connections_and_refu
 #[tokio::test]
 async fn a_request_that_outlasts_the_drain_is_cut_at_its_deadline() {
     let pki = test_pki("shop.example");
-    let (gate, entered) = (
-        Arc::new(tokio::sync::Semaphore::new(0)),
-        Arc::new(tokio::sync::Notify::new()),
-    );
+    let (gate, entered) = gate();
     let limits = ServeLimits {
         drain_timeout: SHORT,
         ..ServeLimits::default()

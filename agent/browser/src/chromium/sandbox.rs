@@ -121,6 +121,22 @@ pub enum SandboxError {
     Record(#[source] io::Error),
 }
 
+/// Why a state directory's own user could not be created (logged: the shared user serves).
+#[derive(Debug, thiserror::Error)]
+enum CreateUserError {
+    /// `useradd` could not be run (not installed, say).
+    #[error("useradd could not be run")]
+    Spawn(#[source] io::Error),
+    /// `useradd` ran and refused (not root, a read-only `/etc`).
+    #[error("useradd refused ({status}): {said}")]
+    Refused {
+        /// Its exit status.
+        status: std::process::ExitStatus,
+        /// What it said on standard error (its first 300 characters).
+        said: String,
+    },
+}
+
 /// `pap-browser-` and ten hex digits: a state directory's own user.
 fn is_per_state_name(name: &str) -> bool {
     name.strip_prefix(BROWSER_USER)
@@ -219,7 +235,7 @@ impl BrowserUser {
             Some(shared) => {
                 tracing::warn!(
                     user = %name,
-                    reason = %created.err().unwrap_or_else(|| "useradd made no such user".to_owned()),
+                    reason = %created.err().map_or_else(|| "useradd made no such user".to_owned(), |e| e.to_string()),
                     "the state directory's own browser user could not be created: its browser runs as the shared {BROWSER_USER}"
                 );
                 Ok(shared)
@@ -229,7 +245,7 @@ impl BrowserUser {
     }
 
     /// `useradd --system` for `name`: no home, no login, a group of its own.
-    fn create(name: &str, state_dir: &Path) -> Result<(), String> {
+    fn create(name: &str, state_dir: &Path) -> Result<(), CreateUserError> {
         let comment = format!("pap-agent browser for {}", state_dir.display());
         // GECOS holds neither `:` nor a newline.
         let comment: String = comment.chars().filter(|c| *c != ':' && *c != '\n').take(200).collect();
@@ -247,15 +263,18 @@ impl BrowserUser {
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .stdin(std::process::Stdio::null())
             .output()
-            .map_err(|error| format!("useradd: {error}"))?;
+            .map_err(CreateUserError::Spawn)?;
         if output.status.success() {
             Ok(())
         } else {
-            Err(format!(
-                "useradd: {} {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            ))
+            Err(CreateUserError::Refused {
+                status: output.status,
+                said: String::from_utf8_lossy(&output.stderr)
+                    .trim()
+                    .chars()
+                    .take(300)
+                    .collect(),
+            })
         }
     }
 
