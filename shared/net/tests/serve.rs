@@ -291,7 +291,7 @@ async fn shutdown_answers_the_request_in_flight_closes_idle_connections_and_refu
 
 /// A request that outlasts the drain deadline does not hold the server past it.
 #[tokio::test]
-async fn a_request_that_outlasts_the_drain_is_cut_at_its_deadline() {
+async fn a_request_that_outlasts_the_drain_does_not_hold_the_server_past_it() {
     let pki = test_pki("shop.example");
     let (gate, entered) = gate();
     let limits = ServeLimits {
