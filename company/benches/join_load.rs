@@ -6,6 +6,10 @@
 //! share this machine's cores, as a company's front end and its load balancer would not: the
 //! figures are a floor. Assertions are signed before the clock starts; each join is one POST
 //! answered 303 with a cookie (redirects are not followed).
+//!
+//! Beside each level: the CPU this process spent per join (client and server together, from
+//! `/proc/self/stat`), and over Redis the commands Redis ran per join (`INFO stats`, each a
+//! round trip: nothing is pipelined) and Redis's own CPU per join (`INFO cpu`).
 
 #![allow(clippy::unwrap_used, clippy::print_stdout, reason = "a benchmark binary")]
 
@@ -28,8 +32,20 @@ fn main() {
     runtime.block_on(run(joins));
 }
 
-/// One store's figures at each concurrency: joins/s, p50, p99.
-type Figures = Vec<(usize, f64, Duration, Duration)>;
+/// One level's figures.
+struct Level {
+    concurrency: usize,
+    rate: f64,
+    p50: Duration,
+    p99: Duration,
+    /// This process's CPU per join (client and server), µs.
+    cpu_us: f64,
+    /// Over Redis: commands (round trips) per join, and Redis's CPU per join (µs).
+    redis: Option<(f64, f64)>,
+}
+
+/// One store's figures at each concurrency.
+type Figures = Vec<Level>;
 
 const LEVELS: [usize; 3] = [1, 8, 32];
 
@@ -42,7 +58,7 @@ async fn run(joins: usize) {
         "join load over TLS on 127.0.0.1 ({joins} joins per level, {} cores, client and server sharing them)",
         available_cores()
     );
-    let memory_figures = levels(&memory, joins, || world.assertion()).await;
+    let memory_figures = levels(&memory, joins, None, || world.assertion()).await;
     print_figures("in memory", &memory_figures, None);
 
     #[cfg(feature = "redis")]
@@ -50,7 +66,8 @@ async fn run(joins: usize) {
         let server = support::redis_server::RedisServer::start();
         let (app, session) = over_redis(&world, &server.url()).await;
         let client = serve(app, &pki).await;
-        let redis_figures = levels(&client, joins, || {
+        let meter = RedisMeter::connect(&server.url()).await;
+        let redis_figures = levels(&client, joins, Some(&meter), || {
             world.with("session_id", serde_json::json!(session.as_str()))
         })
         .await;
@@ -102,7 +119,7 @@ async fn over_redis(world: &World, url: &str) -> (axum::Router, pap_shared::Sess
         clock: world.clock.clone(),
         clients: Arc::new(clients),
         sessions: Arc::new(sessions),
-        replay: store.clone(),
+        joins: store.clone(),
     });
     let state = BrowserSession::new(verifier, store, Arc::new(pap_shared::SystemRng));
     (
@@ -158,13 +175,41 @@ async fn memory_per_join(url: &str, session: &pap_shared::SessionId) {
     );
 }
 
-/// The run at each of [`LEVELS`]: `joins` fresh assertions each.
-async fn levels(client: &reqwest::Client, joins: usize, assertion: impl Fn() -> CompactJws) -> Figures {
+/// The run at each of [`LEVELS`]: `joins` fresh assertions each; over Redis at `redis`, what
+/// Redis did for them.
+async fn levels(
+    client: &reqwest::Client,
+    joins: usize,
+    redis: Option<&RedisMeter>,
+    assertion: impl Fn() -> CompactJws,
+) -> Figures {
     let mut figures = Vec::new();
     for concurrency in LEVELS {
         let assertions: Vec<CompactJws> = (0..joins).map(|_| assertion()).collect();
+        let redis_before = match redis {
+            Some(meter) => Some(meter.read().await),
+            None => None,
+        };
+        let cpu_before = process_cpu();
         let (rate, p50, p99) = load(client, assertions, concurrency).await;
-        figures.push((concurrency, rate, p50, p99));
+        let cpu_us = (process_cpu() - cpu_before).as_secs_f64() * 1e6 / joins as f64;
+        let redis = match (redis, redis_before) {
+            (Some(meter), Some((commands, cpu))) => {
+                let (commands_after, cpu_after) = meter.read().await;
+                // The first reading's own INFO is counted by the second.
+                let per_join = (commands_after - commands - 1) as f64 / joins as f64;
+                Some((per_join, (cpu_after - cpu) * 1e6 / joins as f64))
+            }
+            _ => None,
+        };
+        figures.push(Level {
+            concurrency,
+            rate,
+            p50,
+            p99,
+            cpu_us,
+            redis,
+        });
     }
     figures
 }
@@ -172,19 +217,81 @@ async fn levels(client: &reqwest::Client, joins: usize, assertion: impl Fn() -> 
 fn print_figures(store: &str, figures: &Figures, against: Option<&Figures>) {
     println!("{store}:");
     println!(
-        "{:>11} {:>10} {:>10} {:>10}",
-        "concurrency", "joins/s", "p50 ms", "p99 ms"
+        "{:>11} {:>10} {:>10} {:>10} {:>14} {:>16} {:>16}",
+        "concurrency", "joins/s", "p50 ms", "p99 ms", "CPU µs/join", "Redis cmds/join", "Redis CPU µs/join"
     );
-    for (i, (concurrency, rate, p50, p99)) in figures.iter().enumerate() {
+    for (i, level) in figures.iter().enumerate() {
         let share = against
             .and_then(|a| a.get(i))
-            .map(|(_, base, ..)| format!("  ({:.0} % of in memory)", rate / base * 100.0))
+            .map(|base| format!("  ({:.0} % of in memory)", level.rate / base.rate * 100.0))
             .unwrap_or_default();
+        let (commands, redis_cpu) = level
+            .redis
+            .map(|(c, cpu)| (format!("{c:.2}"), format!("{cpu:.1}")))
+            .unwrap_or_else(|| ("-".into(), "-".into()));
         println!(
-            "{concurrency:>11} {rate:>10.0} {:>10.2} {:>10.2}{share}",
-            millis(*p50),
-            millis(*p99)
+            "{:>11} {:>10.0} {:>10.2} {:>10.2} {:>14.1} {commands:>16} {redis_cpu:>16}{share}",
+            level.concurrency,
+            level.rate,
+            millis(level.p50),
+            millis(level.p99),
+            level.cpu_us,
         );
+    }
+}
+
+/// CPU time this process has used (user and system, every thread): `/proc/self/stat`'s
+/// `utime` and `stime`, in clock ticks of 10 ms.
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // The fields after the command name (which may hold spaces) start after its `)`.
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10)
+}
+
+/// Reads Redis's count of commands run and its CPU seconds, over a connection of its own made
+/// before the run (so its handshake is not counted).
+#[cfg(feature = "redis")]
+struct RedisMeter(redis::aio::MultiplexedConnection);
+
+#[cfg(feature = "redis")]
+impl RedisMeter {
+    async fn connect(url: &str) -> Self {
+        let connection = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        Self(connection)
+    }
+
+    async fn read(&self) -> (u64, f64) {
+        let info: String = redis::cmd("INFO")
+            .arg("all")
+            .query_async(&mut self.0.clone())
+            .await
+            .unwrap();
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .unwrap()
+                .trim()
+                .to_owned()
+        };
+        let commands = field("total_commands_processed").parse().unwrap();
+        let cpu = field("used_cpu_user").parse::<f64>().unwrap() + field("used_cpu_sys").parse::<f64>().unwrap();
+        (commands, cpu)
+    }
+}
+
+#[cfg(not(feature = "redis"))]
+enum RedisMeter {}
+
+#[cfg(not(feature = "redis"))]
+impl RedisMeter {
+    async fn read(&self) -> (u64, f64) {
+        match *self {}
     }
 }
 

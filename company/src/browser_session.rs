@@ -36,7 +36,7 @@ use crate::client::ResolveError;
 use crate::metrics;
 use crate::page::message_page;
 use crate::verify::{Verifier, VerifyError};
-use crate::web_cookie::{Binding, CookieBindings, SessionCookie};
+use crate::web_cookie::{CookieBindings, SessionCookie};
 
 /// Where the route is mounted.
 pub const BROWSER_SESSION_PATH: &str = "/poppy/browser-session";
@@ -59,7 +59,8 @@ struct Inner {
 }
 
 impl BrowserSession {
-    /// The state from its parts.
+    /// The state from its parts. `cookies` are the bindings the verifier's join store writes
+    /// (the same store), read here by the [`crate::WebSession`] extractor.
     pub fn new(verifier: Verifier, cookies: Arc<dyn CookieBindings>, rng: Arc<dyn Rng>) -> Self {
         Self {
             inner: Arc::new(Inner { verifier, cookies, rng }),
@@ -96,22 +97,14 @@ impl BrowserSession {
     }
 
     async fn join_counted(&self, assertion: &CompactJws) -> Result<Response, JoinRefusal> {
+        let cookie = SessionCookie::generate(self.inner.rng.as_ref());
+        // The binding is written in the verifier's last step, with the replay mark.
         let verified = self
             .inner
             .verifier
-            .verify(assertion)
+            .verify_then_bind(assertion, Some(cookie.hash()))
             .await
             .map_err(JoinRefusal::Verify)?;
-        let cookie = SessionCookie::generate(self.inner.rng.as_ref());
-        let binding = Binding {
-            session: verified.session_id().clone(),
-            epoch: verified.session_epoch(),
-        };
-        self.inner
-            .cookies
-            .bind(cookie.hash(), binding, verified.session_expires_at())
-            .await
-            .map_err(|e| JoinRefusal::Verify(VerifyError::Store(e)))?;
         // The normalised serialisation is ASCII and cannot break the header; it names the same
         // page as the `return_to` that was checked.
         let location = HeaderValue::try_from(verified.return_to().url().as_str())

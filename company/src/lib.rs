@@ -5,6 +5,7 @@
 mod browser_session;
 mod client;
 mod expiry;
+mod join_store;
 pub mod metrics;
 pub mod page;
 pub mod records;
@@ -36,6 +37,7 @@ pub mod route {
 /// (feature `redis`) for several replicas. A store that cannot answer fails closed
 /// ([`stores::StoreError::Unavailable`]).
 pub mod stores {
+    pub use crate::join_store::{Committed, Freshness, JoinCommit, JoinStore, SeenSession, SeparateStores};
     #[cfg(feature = "redis")]
     pub use crate::redis_store::{RedisOptions, RedisSetupError, RedisStore};
     pub use crate::replay::{MemoryReplayGuard, ReplayGuard, ReplayKey};
@@ -61,6 +63,8 @@ pub mod resolver {
 /// new work (429 or 503) rather than drop what must not be lost.
 pub mod limits {
     pub use crate::client::{DEFAULT_MAX_CACHE_LIFETIME, FAILURE_CAPACITY};
+    #[cfg(feature = "redis")]
+    pub use crate::redis_store::{SESSION_COPIES, SESSION_COPY_LIFETIME};
     pub use crate::replay::REPLAY_CAPACITY;
     pub use crate::session::{SESSION_CAPACITY, SESSIONS_PER_CLIENT};
     pub use crate::web_cookie::{BINDINGS_PER_SESSION, COOKIE_CAPACITY};

@@ -3,10 +3,17 @@
 //! Every key carries the company's prefix (`{prefix}:replay:…`, `{prefix}:session:…`) and
 //! expires with its record (`PXAT`), so Redis holds no more than the live records. What must
 //! happen at most once is one atomic step on the server: a replay mark is one
-//! `SET key 1 NX PXAT exp`; a cookie binding with its Session's cap is one Lua script; every
+//! `SET key 1 NX PX ttl`; a cookie binding with its Session's cap is one Lua script; every
 //! other record ([`Records`]: Sessions, tokens, device codes, operations) is a hash of its
 //! version and JSON, changed by one Lua script that checks every version of a commit before it
 //! writes any. Cookie values are never stored, only their SHA-256 (as in memory).
+//!
+//! A join is one round trip ([`JoinStore`]): the Session's record comes from a local copy
+//! (kept [`SESSION_COPY_LIFETIME`], at most [`SESSION_COPIES`]) once it has been read, and the
+//! last step is one script that re-checks the record's version, marks the `jti` and binds the
+//! cookie, or does none of it. The copy stands for the record only while its version is the
+//! store's: a sign-out, an end or any change moves the version, the script answers
+//! "moved", and the verifier reads the record again before it decides.
 //!
 //! Any error talking to Redis is [`StoreError::Unavailable`]: the caller fails closed (503), and
 //! the connection manager reconnects on its own when Redis is back.
@@ -31,8 +38,10 @@ use pap_shared::{Clock, SessionId, SystemClock, UnixTime};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands as _, Script};
 
+use crate::join_store::{Committed, Freshness, JoinCommit, JoinStore, SeenSession};
 use crate::records::{Change, Expect, Records, Stored, Write};
 use crate::replay::{ReplayGuard, ReplayKey};
+use crate::session::{RecordSessions, SessionRecord};
 use crate::store::StoreError;
 use crate::verify::IAT_SKEW_SECONDS;
 use crate::web_cookie::{BINDINGS_PER_SESSION, Binding, CookieBindings, CookieHash};
@@ -43,6 +52,12 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// The longest wait between two reconnection attempts, in milliseconds.
 const MAX_RECONNECT_DELAY_MS: u64 = 1_000;
+/// How long a join may use its local copy of a Session's record before reading it again. The
+/// copy decides nothing alone (the join's script re-checks its version), so this bounds only
+/// how long a copy no join uses stays in memory.
+pub const SESSION_COPY_LIFETIME: Duration = Duration::from_secs(30);
+/// How many Sessions' records one process copies at most (the least used go first).
+pub const SESSION_COPIES: u64 = 100_000;
 
 /// A company's records in one Redis database, under one key prefix. Cheap to clone: clones
 /// share the connection.
@@ -52,6 +67,8 @@ pub struct RedisStore {
     prefix: Arc<str>,
     scripts: Arc<Scripts>,
     clock: Arc<dyn Clock>,
+    /// Sessions' records as joins last read them, with their versions.
+    session_copies: moka::sync::Cache<SessionId, SeenSession>,
 }
 
 /// How to reach Redis, beyond its URL.
@@ -90,6 +107,7 @@ struct Scripts {
     commit: Script,
     count: Script,
     bind_cookie: Script,
+    join: Script,
 }
 
 /// Why the store could not be opened.
@@ -182,7 +200,12 @@ impl RedisStore {
                 commit: Script::new(COMMIT),
                 count: Script::new(COUNT),
                 bind_cookie: Script::new(BIND_COOKIE),
+                join: Script::new(JOIN),
             }),
+            session_copies: moka::sync::Cache::builder()
+                .max_capacity(SESSION_COPIES)
+                .time_to_live(SESSION_COPY_LIFETIME)
+                .build(),
         })
     }
 
@@ -203,6 +226,33 @@ impl RedisStore {
     fn cookie_key(&self, cookie: &CookieHash) -> String {
         self.key("cookie", &URL_SAFE_NO_PAD.encode(cookie.as_bytes()))
     }
+
+    fn replay_key(&self, key: &ReplayKey) -> String {
+        self.key("replay", &URL_SAFE_NO_PAD.encode(key.as_bytes()))
+    }
+
+    fn session_cookies_key(&self, session: &SessionId) -> String {
+        self.key("session-cookies", session.as_str())
+    }
+
+    /// Adds a cookie's binding to a script's keys and arguments (see [`BIND`]).
+    fn bind_args(
+        &self,
+        invocation: &mut redis::ScriptInvocation<'_>,
+        cookie: &CookieHash,
+        binding: &Binding,
+        until: UnixTime,
+    ) {
+        invocation
+            .key(self.cookie_key(cookie))
+            .key(self.session_cookies_key(&binding.session))
+            .arg(URL_SAFE_NO_PAD.encode(cookie.as_bytes()))
+            .arg(binding.session.as_str())
+            .arg(binding.epoch)
+            .arg(until.as_secs().saturating_add(1).saturating_mul(1_000))
+            .arg(BINDINGS_PER_SESSION)
+            .arg(format!("{}:cookie:", self.prefix));
+    }
 }
 
 #[async_trait]
@@ -211,7 +261,7 @@ impl ReplayGuard for RedisStore {
     /// exactly one sees `OK`. The mark lives until `exp` plus [`IAT_SKEW_SECONDS`] as this
     /// company's clock reads it (see the module's doc).
     async fn mark_once(&self, key: ReplayKey, expires_at: UnixTime) -> Result<bool, StoreError> {
-        let key = self.key("replay", &URL_SAFE_NO_PAD.encode(key.as_bytes()));
+        let key = self.replay_key(&key);
         let ttl_ms = mark_ttl_ms(expires_at, self.clock.now());
         let set: Option<String> = redis::cmd("SET")
             .arg(key)
@@ -280,17 +330,9 @@ impl Records for RedisStore {
 #[async_trait]
 impl CookieBindings for RedisStore {
     async fn bind(&self, cookie: CookieHash, binding: Binding, until: UnixTime) -> Result<(), StoreError> {
-        let _: i64 = self
-            .scripts
-            .bind_cookie
-            .key(self.cookie_key(&cookie))
-            .key(self.key("session-cookies", binding.session.as_str()))
-            .arg(URL_SAFE_NO_PAD.encode(cookie.as_bytes()))
-            .arg(binding.session.as_str())
-            .arg(binding.epoch)
-            .arg(until.as_secs().saturating_add(1).saturating_mul(1_000))
-            .arg(BINDINGS_PER_SESSION)
-            .arg(format!("{}:cookie:", self.prefix))
+        let mut invocation = self.scripts.bind_cookie.prepare_invoke();
+        self.bind_args(&mut invocation, &cookie, &binding, until);
+        let _: i64 = invocation
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(|e| unavailable(&e))?;
@@ -316,6 +358,71 @@ impl CookieBindings for RedisStore {
             .del::<_, ()>(self.cookie_key(cookie))
             .await
             .map_err(|e| unavailable(&e))
+    }
+}
+
+#[async_trait]
+impl JoinStore for RedisStore {
+    /// The local copy when there is one and a copy will do; otherwise the record (one `HMGET`),
+    /// copied for the next join of the Session.
+    async fn session(&self, id: &SessionId, freshness: Freshness) -> Result<Option<SeenSession>, StoreError> {
+        if freshness == Freshness::MayBeCopied
+            && let Some(copy) = self.session_copies.get(id)
+        {
+            return Ok(Some(copy));
+        }
+        let Some(stored) = Records::get(self, &RecordSessions::key(id)).await? else {
+            self.session_copies.invalidate(id);
+            return Ok(None);
+        };
+        // A record that no longer reads as a Session (an older shape) is no Session.
+        let Ok(record) = serde_json::from_slice::<SessionRecord>(&stored.data) else {
+            return Ok(None);
+        };
+        let seen = SeenSession {
+            record,
+            stamp: Some(stored.version),
+            copied: false,
+        };
+        self.session_copies.insert(
+            id.clone(),
+            SeenSession {
+                copied: true,
+                ..seen.clone()
+            },
+        );
+        Ok(Some(seen))
+    }
+
+    /// One script ([`JOIN`]): the Session's version re-checked, the `jti` marked `NX`, the
+    /// cookie bound, or nothing written.
+    async fn commit(&self, commit: JoinCommit<'_>) -> Result<Committed, StoreError> {
+        let mut invocation = self.scripts.join.prepare_invoke();
+        invocation
+            .key(self.key("record", &RecordSessions::key(commit.session)))
+            .key(self.replay_key(&commit.replay))
+            .arg(commit.seen.stamp.map(|v| v.to_string()).unwrap_or_default())
+            .arg(mark_ttl_ms(commit.expires_at, self.clock.now()));
+        if let Some(cookie) = &commit.cookie {
+            self.bind_args(
+                &mut invocation,
+                cookie,
+                &commit.binding(),
+                commit.seen.record.expires_at,
+            );
+        }
+        let code: i64 = invocation
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(|e| unavailable(&e))?;
+        match code {
+            JOINED => Ok(Committed::Joined),
+            REPLAYED => Ok(Committed::Replayed),
+            _ => {
+                self.session_copies.invalidate(commit.session);
+                Ok(Committed::SessionMoved)
+            }
+        }
     }
 }
 
@@ -377,20 +484,47 @@ if count == 1 then redis.call('PEXPIREAT', KEYS[1], ARGV[1]) end
 return {count, redis.call('PEXPIRETIME', KEYS[1])}
 ";
 
-/// KEYS: the cookie's binding, the Session's list of cookies. ARGV: the cookie's hash, session,
-/// epoch, until (ms), the cap per Session, the prefix of binding keys. The Session's oldest
-/// cookies past the cap end.
-const BIND_COOKIE: &str = r"
-redis.call('HSET', KEYS[1], 'session', ARGV[2], 'epoch', ARGV[3])
-redis.call('PEXPIREAT', KEYS[1], ARGV[4])
-redis.call('RPUSH', KEYS[2], ARGV[1])
-while redis.call('LLEN', KEYS[2]) > tonumber(ARGV[5]) do
-  local ended = redis.call('LPOP', KEYS[2])
-  redis.call('DEL', ARGV[6] .. ended)
+/// Binds a cookie: `bind(k, a)` reads the cookie's binding key at `KEYS[k]`, the Session's
+/// list of cookies at `KEYS[k + 1]`, and at `ARGV[a]..ARGV[a + 5]` the cookie's hash, the
+/// session, the epoch, until (ms), the cap per Session and the prefix of binding keys. The
+/// Session's oldest cookies past the cap end.
+macro_rules! bind_lua {
+    () => {
+        r"
+local function bind(k, a)
+  redis.call('HSET', KEYS[k], 'session', ARGV[a + 1], 'epoch', ARGV[a + 2])
+  redis.call('PEXPIREAT', KEYS[k], ARGV[a + 3])
+  redis.call('RPUSH', KEYS[k + 1], ARGV[a])
+  while redis.call('LLEN', KEYS[k + 1]) > tonumber(ARGV[a + 4]) do
+    local ended = redis.call('LPOP', KEYS[k + 1])
+    redis.call('DEL', ARGV[a + 5] .. ended)
+  end
+  redis.call('PEXPIREAT', KEYS[k + 1], ARGV[a + 3])
 end
-redis.call('PEXPIREAT', KEYS[2], ARGV[4])
-return 1
-";
+"
+    };
+}
+
+/// KEYS and ARGV: one cookie's binding at 1 (see [`bind_lua`]).
+const BIND_COOKIE: &str = concat!(bind_lua!(), "bind(1, 1)\nreturn 1\n");
+
+/// What [`JOIN`] answers.
+const JOINED: i64 = 0;
+const REPLAYED: i64 = 1;
+
+/// A join's last step. KEYS: the Session's record, the replay mark, then (when a cookie is
+/// bound) the binding's two keys. ARGV: the version the record must be at (empty: not checked),
+/// the mark's TTL (ms), then the binding's six (see [`bind_lua`]). 0: joined; 1: replayed
+/// (nothing written); 2: the Session moved (nothing written).
+const JOIN: &str = concat!(
+    bind_lua!(),
+    r"
+if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 2 end
+if not redis.call('SET', KEYS[2], 1, 'NX', 'PX', ARGV[2]) then return 1 end
+if #KEYS == 4 then bind(3, 3) end
+return 0
+"
+);
 
 #[cfg(test)]
 mod tests {

@@ -5,7 +5,9 @@
 //! Session (a lookup: live, and the same client and user), so only an agent with a live
 //! Session of its own can make the company fetch its keys; then the keys and the signature;
 //! and last the one-time use of `(client_id, jti)`: an assertion refused for any other reason
-//! is not consumed, and one that is consumed has passed every other check.
+//! is not consumed, and one that is consumed has passed every other check. The join's route
+//! binds its cookie in that same last step ([`Verifier::verify_then_bind`]), so a store that
+//! can (Redis, one script) makes the whole join one round trip.
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,9 +18,11 @@ use pap_shared::{
 };
 
 use crate::client::{ClientKeys, ResolveError};
-use crate::replay::{ReplayGuard, ReplayKey};
-use crate::session::SessionDirectory;
+use crate::join_store::{Committed, Freshness, JoinCommit, JoinStore, SeenSession};
+use crate::replay::ReplayKey;
+use crate::session::{SessionDirectory, SessionRecord};
 use crate::store::StoreError;
+use crate::web_cookie::CookieHash;
 
 /// How far in the future an assertion's `iat` may be, in seconds, to absorb clock drift between
 /// the agent and the company. The Python reference allows none; five seconds refuses nothing an
@@ -42,10 +46,12 @@ pub struct VerifierParts {
     pub clock: Arc<dyn Clock>,
     /// The agents' keys.
     pub clients: Arc<dyn ClientKeys>,
-    /// The company's Sessions.
+    /// The company's Sessions, as the website reads them on every request.
     pub sessions: Arc<dyn SessionDirectory>,
-    /// One-time use of `(client_id, jti)`.
-    pub replay: Arc<dyn ReplayGuard>,
+    /// What a join reads and writes: its Session, the one-time use of `(client_id, jti)`, the
+    /// cookie's binding ([`crate::stores::SeparateStores`] for stores in this process; a
+    /// `RedisStore` is one itself, one round trip per join).
+    pub joins: Arc<dyn JoinStore>,
 }
 
 impl Verifier {
@@ -74,9 +80,19 @@ impl Verifier {
         &self.parts.sessions
     }
 
-    /// Runs every check of PAP §5 on `assertion`. Only this function makes a
-    /// [`VerifiedAssertion`].
+    /// Runs every check of PAP §5 on `assertion`, marking its `(client_id, jti)` used.
     pub async fn verify(&self, assertion: &CompactJws) -> Result<VerifiedAssertion, VerifyError> {
+        self.verify_then_bind(assertion, None).await
+    }
+
+    /// Runs every check of PAP §5 on `assertion` and, in the same last step as the replay mark,
+    /// binds `cookie` to its Session (the join's route). Only this function makes a
+    /// [`VerifiedAssertion`].
+    pub async fn verify_then_bind(
+        &self,
+        assertion: &CompactJws,
+        cookie: Option<CookieHash>,
+    ) -> Result<VerifiedAssertion, VerifyError> {
         // 1. Shape: three unpadded base64url segments, a JSON header without `crit`.
         let jws = UnverifiedJws::parse(assertion.secret()).map_err(VerifyError::Malformed)?;
         // 2. `alg`: ES256 or RS256 only (never `none`, never HMAC).
@@ -104,20 +120,19 @@ impl Verifier {
             return Err(VerifyError::ForeignReturnTo);
         }
         // 8. The Session: live, and the same client and user. Before any key is fetched: a
-        //    stranger without a live Session of its own makes the company fetch nothing.
-        let session = self
-            .parts
-            .sessions
-            .session(claims.session_id())
+        //    stranger without a live Session of its own makes the company fetch nothing. A
+        //    local copy may answer yes; only the store itself answers no.
+        let joins = &self.parts.joins;
+        let read = joins
+            .session(claims.session_id(), Freshness::MayBeCopied)
             .await
             .map_err(VerifyError::Store)?
             .ok_or(VerifyError::SessionNotLive)?;
-        if !session.is_live(now) {
-            return Err(VerifyError::SessionNotLive);
-        }
-        if &session.client_id != claims.iss() || &session.user != claims.sub() {
-            return Err(VerifyError::SessionOwnerMismatch);
-        }
+        let mut seen = match session_check(&read.record, &claims, now) {
+            Ok(()) => read,
+            Err(_) if read.copied => self.session_from_store(&claims, now).await?,
+            Err(refused) => return Err(refused),
+        };
         // 9. Signature, with a key from the `iss` client's JWKS (the Session's own client).
         let kid = jws.header().kid.as_deref();
         let keys = self
@@ -143,17 +158,33 @@ impl Verifier {
                 return Err(VerifyError::BadSignature);
             }
         }
-        // 10. Last: `(client_id, jti)` used once, atomically, until `exp`. A mark that cannot be
-        //     made refuses the join: never accepted unmarked.
-        let first = self
-            .parts
-            .replay
-            .mark_once(ReplayKey::browser_assertion(claims.iss(), claims.jti()), claims.exp())
-            .await
-            .map_err(VerifyError::Store)?;
-        if !first {
-            return Err(VerifyError::Replayed);
+        // 10. Last: `(client_id, jti)` used once, atomically, until `exp`, with the cookie's
+        //     binding, if the Session is still as checked. A mark that cannot be made refuses
+        //     the join: never accepted unmarked.
+        let replay = ReplayKey::browser_assertion(claims.iss(), claims.jti());
+        let mut reread = false;
+        loop {
+            let commit = JoinCommit {
+                session: claims.session_id(),
+                seen: &seen,
+                replay,
+                expires_at: claims.exp(),
+                cookie,
+            };
+            match joins.commit(commit).await.map_err(VerifyError::Store)? {
+                Committed::Joined => break,
+                Committed::Replayed => return Err(VerifyError::Replayed),
+                // The copy was out of date: the Session as the store holds it decides, once.
+                Committed::SessionMoved if !reread => {
+                    reread = true;
+                    seen = self.session_from_store(&claims, now).await?;
+                }
+                // Moved again between a read and the next commit: a Session changing that fast
+                // is refused for now, not raced.
+                Committed::SessionMoved => return Err(VerifyError::Store(StoreError::Unavailable)),
+            }
         }
+        let session = seen.record;
         Ok(VerifiedAssertion {
             client_id: claims.iss().clone(),
             user: claims.sub().clone(),
@@ -163,6 +194,36 @@ impl Verifier {
             session_epoch: session.epoch,
         })
     }
+}
+
+impl Verifier {
+    /// Step 8 from the store itself: the Session live, and the assertion's client and user.
+    async fn session_from_store(
+        &self,
+        claims: &BrowserAssertionClaims,
+        now: UnixTime,
+    ) -> Result<SeenSession, VerifyError> {
+        let seen = self
+            .parts
+            .joins
+            .session(claims.session_id(), Freshness::FromStore)
+            .await
+            .map_err(VerifyError::Store)?
+            .ok_or(VerifyError::SessionNotLive)?;
+        session_check(&seen.record, claims, now)?;
+        Ok(seen)
+    }
+}
+
+/// PAP-5-08: the Session is live, and the assertion's `iss` and `sub` are its client and user.
+fn session_check(session: &SessionRecord, claims: &BrowserAssertionClaims, now: UnixTime) -> Result<(), VerifyError> {
+    if !session.is_live(now) {
+        return Err(VerifyError::SessionNotLive);
+    }
+    if &session.client_id != claims.iss() || &session.user != claims.sub() {
+        return Err(VerifyError::SessionOwnerMismatch);
+    }
+    Ok(())
 }
 
 impl fmt::Debug for Verifier {

@@ -10,13 +10,18 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use pap_company::records::{Change, Expect, Records as _, Write};
+use pap_company::resolver::StaticClientKeys;
+use pap_company::route::{BrowserSession, JoinRefusal};
 use pap_company::stores::{
     Binding, CookieBindings as _, RecordSessions, RedisOptions, RedisSetupError, RedisStore, ReplayGuard as _,
     ReplayKey, SessionCookie, SessionDirectory as _, StoreError,
 };
-use pap_shared::{ClientId, Jti, PairwiseUserId, SystemClock, SystemRng, UnixTime};
-use support::redis_server::RedisServer;
+use pap_company::verify::{Verifier, VerifierParts, VerifyError};
+use pap_shared::{ClientId, CompanyDomain, HttpsUrl, Jti, PairwiseUserId, SessionId, SystemClock, SystemRng, UnixTime};
+use support::redis_server::{Monitor, RedisServer};
 
 async fn store(server: &RedisServer, prefix: &str) -> RedisStore {
     RedisStore::connect(&server.url(), prefix).await.unwrap()
@@ -315,4 +320,126 @@ async fn a_mark_lives_until_exp_plus_the_skew_on_the_companys_clock() {
         .unwrap();
     let ttl: i64 = redis::cmd("PTTL").arg(&keys[0]).query_async(&mut raw).await.unwrap();
     assert!((60_000..=65_000).contains(&ttl), "the mark's TTL is {ttl} ms");
+}
+
+/// The route's state over `store` for the fixture's agent, and a Session of its user started
+/// there on the fixture's clock.
+async fn joining_over(world: &support::World, store: &RedisStore) -> (BrowserSession, RecordSessions, SessionId) {
+    let sessions = RecordSessions::new(Arc::new(store.clone()), world.clock.clone(), Arc::new(SystemRng));
+    let session = sessions
+        .start(world.agent.client_id.clone(), world.user.clone(), 3_600)
+        .await
+        .unwrap();
+    let clients = StaticClientKeys::new().with_client(world.agent.client_id.clone(), world.agent.jwks());
+    let verifier = Verifier::new(VerifierParts {
+        endpoint: HttpsUrl::parse(support::ENDPOINT).unwrap(),
+        domain: CompanyDomain::try_from("shop.example").unwrap(),
+        clock: world.clock.clone(),
+        clients: Arc::new(clients),
+        sessions: Arc::new(sessions.clone()),
+        joins: Arc::new(store.clone()),
+    });
+    let state = BrowserSession::new(verifier, Arc::new(store.clone()), Arc::new(SystemRng));
+    (state, sessions, session)
+}
+
+/// The Session a join's cookie is bound to, and in which epoch.
+async fn bound(store: &RedisStore, response: &axum::response::Response) -> Option<Binding> {
+    let set_cookie = response.headers()[http::header::SET_COOKIE].to_str().unwrap();
+    let value = set_cookie.split(';').next().unwrap().split_once('=').unwrap().1;
+    let cookie = SessionCookie::from_value(value).unwrap();
+    store.lookup(&cookie.hash()).await.unwrap()
+}
+
+/// The design's hot path: once a join has read its Session, the next joins of that Session
+/// are one round trip each (one script re-checks the Session, marks the `jti`, binds the
+/// cookie).
+#[tokio::test]
+async fn a_join_is_one_round_trip_once_its_session_is_copied() {
+    let server = RedisServer::start();
+    let store = store(&server, "shop").await;
+    let world = support::World::new();
+    let (route, _, session) = joining_over(&world, &store).await;
+    let assertion = || world.with("session_id", serde_json::json!(session.as_str()));
+    // The first join reads the Session and loads the script.
+    let response = route.join(&assertion()).await.unwrap();
+    assert_eq!(bound(&store, &response).await.unwrap().session, session);
+    let mut monitor = Monitor::start(&server);
+    for _ in 0..20 {
+        route.join(&assertion()).await.unwrap();
+    }
+    let commands = monitor.client_commands();
+    assert_eq!(commands, vec!["EVALSHA".to_owned(); 20], "one round trip per join");
+}
+
+/// The copy decides nothing alone: a sign-out after it was made moves the Session's version,
+/// the script refuses to write, and the join binds its cookie to the new epoch; an ended
+/// Session refuses the join and consumes nothing.
+#[tokio::test]
+async fn a_session_that_moved_since_its_copy_is_read_again_before_a_join_is_decided() {
+    let server = RedisServer::start();
+    let (store, other_replica) = (store(&server, "shop").await, store(&server, "shop").await);
+    let world = support::World::new();
+    let (route, _, session) = joining_over(&world, &store).await;
+    let elsewhere = RecordSessions::new(Arc::new(other_replica), world.clock.clone(), Arc::new(SystemRng));
+    let assertion = || world.with("session_id", serde_json::json!(session.as_str()));
+    assert!(
+        elsewhere
+            .sign_in(&session, "ada", &["orders:read".into()])
+            .await
+            .unwrap()
+    );
+    let response = route.join(&assertion()).await.unwrap();
+    assert_eq!(bound(&store, &response).await.unwrap().epoch, 0);
+    // Signed out on another replica: the copy still says epoch 0.
+    assert!(elsewhere.sign_out(&session).await.unwrap());
+    let response = route.join(&assertion()).await.unwrap();
+    assert_eq!(
+        bound(&store, &response).await.unwrap().epoch,
+        1,
+        "bound in the Session's epoch now"
+    );
+    // Ended on another replica: refused, and the assertion is not consumed.
+    assert!(elsewhere.end(&session).await.unwrap());
+    let ended = assertion();
+    assert_eq!(
+        route.join(&ended).await.unwrap_err(),
+        JoinRefusal::Verify(VerifyError::SessionNotLive)
+    );
+    let jti = serde_json::from_slice::<serde_json::Value>(
+        &URL_SAFE_NO_PAD
+            .decode(ended.secret().split('.').nth(1).unwrap())
+            .unwrap(),
+    )
+    .unwrap()["jti"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let key = ReplayKey::browser_assertion(&world.agent.client_id, &Jti::parse(&jti).unwrap());
+    assert!(store.mark_once(key, now().plus(60)).await.unwrap(), "not marked");
+}
+
+/// Two replicas joining with the same assertion at once: one 303, one replay, over the script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_assertion_raced_over_two_replicas_joins_once() {
+    let server = RedisServer::start();
+    let world = support::World::new();
+    let (a, _, session) = joining_over(&world, &store(&server, "shop").await).await;
+    let (b, ..) = joining_over(&world, &store(&server, "shop").await).await;
+    let assertion = world.with("session_id", serde_json::json!(session.as_str()));
+    for _ in 0..3 {
+        // Warm both copies with assertions of their own.
+        a.join(&world.with("session_id", serde_json::json!(session.as_str())))
+            .await
+            .unwrap();
+        b.join(&world.with("session_id", serde_json::json!(session.as_str())))
+            .await
+            .unwrap();
+    }
+    let (one, two) = tokio::join!(a.join(&assertion), b.join(&assertion));
+    let replays = [&one, &two]
+        .iter()
+        .filter(|r| matches!(r, Err(JoinRefusal::Verify(VerifyError::Replayed))))
+        .count();
+    assert_eq!((one.is_ok() as usize + two.is_ok() as usize, replays), (1, 1));
 }

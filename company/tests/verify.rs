@@ -287,7 +287,7 @@ async fn a_key_rotated_under_the_same_kid_verifies_after_one_refetch() {
             clock: world.clock.clone(),
             clients: keys.clone(),
             sessions: Arc::new(world.sessions.clone()),
-            replay: Arc::new(world.replay.clone()),
+            joins: world.joins(),
         });
         (verifier, keys)
     };
@@ -323,7 +323,7 @@ async fn refuses_an_rs256_assertion_when_only_an_ec_key_is_published_and_accepts
         clock: world.clock.clone(),
         clients: Arc::new(clients),
         sessions: Arc::new(world.sessions.clone()),
-        replay: Arc::new(world.replay.clone()),
+        joins: world.joins(),
     });
     assert!(verifier.verify(&assertion).await.is_ok());
 }

@@ -11,7 +11,7 @@ use axum::routing::get;
 use http::Request;
 use pap_company::resolver::StaticClientKeys;
 use pap_company::route::{BrowserSession, WebSession, browser_session_router};
-use pap_company::stores::{MemoryCookieBindings, MemoryReplayGuard, MemorySessionDirectory};
+use pap_company::stores::{JoinStore, MemoryCookieBindings, MemoryReplayGuard, MemorySessionDirectory, SeparateStores};
 use pap_company::verify::{Verifier, VerifierParts};
 use pap_shared::{
     BROWSER_ASSERTION_TYP, BrowserAssertionClaims, BrowserAssertionRequest, ClientId, CompactJws, CompanyDomain,
@@ -69,6 +69,7 @@ impl World {
         let agent = Agent::new(CLIENT_ID);
         let sessions = MemorySessionDirectory::new(clock.clone(), Arc::new(SystemRng));
         let replay = MemoryReplayGuard::new(clock.clone());
+        let cookies = Arc::new(MemoryCookieBindings::new(clock.clone()));
         let clients = StaticClientKeys::new().with_client(agent.client_id.clone(), agent.jwks());
         let verifier = Verifier::new(VerifierParts {
             endpoint: HttpsUrl::parse(ENDPOINT).unwrap(),
@@ -76,13 +77,13 @@ impl World {
             clock: clock.clone(),
             clients: Arc::new(clients),
             sessions: Arc::new(sessions.clone()),
-            replay: Arc::new(replay.clone()),
+            joins: Arc::new(SeparateStores::new(
+                Arc::new(sessions.clone()),
+                Arc::new(replay.clone()),
+                cookies.clone(),
+            )),
         });
-        let state = BrowserSession::new(
-            verifier,
-            Arc::new(MemoryCookieBindings::new(clock.clone())),
-            Arc::new(SystemRng),
-        );
+        let state = BrowserSession::new(verifier, cookies, Arc::new(SystemRng));
         let user = PairwiseUserId::parse("usr_conf_abcdefghijklmnopqrstuv").unwrap();
         let session = sessions.start(agent.client_id.clone(), user.clone(), 3_600).unwrap();
         sessions.sign_in(&session, "ada", vec!["orders:read".into()]);
@@ -95,6 +96,15 @@ impl World {
             user,
             session,
         }
+    }
+
+    /// The world's stores as a verifier's join store (the route's own cookie bindings).
+    pub fn joins(&self) -> Arc<dyn JoinStore> {
+        Arc::new(SeparateStores::new(
+            Arc::new(self.sessions.clone()),
+            Arc::new(self.replay.clone()),
+            self.state.cookies().clone(),
+        ))
     }
 
     /// Valid claims as the agent would send them, as JSON so tests can break any member.

@@ -149,3 +149,84 @@ fn scratch_dir() -> PathBuf {
     std::fs::create_dir_all(&dir).expect("a scratch directory");
     dir
 }
+
+/// `redis-cli MONITOR` on a server: every command Redis runs, as it runs it. A client's own
+/// commands are its round trips (nothing here pipelines); the commands a script runs are shown
+/// apart (`[0 lua]`) and not counted.
+pub struct Monitor {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    port: u16,
+    marks: u32,
+}
+
+impl Monitor {
+    /// Watches `server` from now on (once `MONITOR` has answered `OK`).
+    pub fn start(server: &RedisServer) -> Self {
+        let mut child = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &server.port.to_string(), "monitor"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-cli comes with redis-server (Debian's redis-tools)");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (send, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let ok = lines.recv_timeout(READY_DEADLINE).expect("MONITOR answered");
+        assert_eq!(ok, "OK", "MONITOR's first line");
+        Self {
+            child,
+            lines,
+            port: server.port,
+            marks: 0,
+        }
+    }
+
+    /// The names of the commands clients sent since the last call (or the start), in order:
+    /// read until a marker this call sends (`ECHO`) comes through, so nothing is waited for
+    /// by time.
+    pub fn client_commands(&mut self) -> Vec<String> {
+        self.marks += 1;
+        let marker = format!("pap-monitor-mark-{}", self.marks);
+        let echoed = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "echo", &marker])
+            .stdout(Stdio::null())
+            .status()
+            .expect("redis-cli runs");
+        assert!(echoed.success());
+        let mut commands = Vec::new();
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(READY_DEADLINE)
+                .expect("the marker came through");
+            if line.contains(&marker) {
+                // redis-cli's own connection handshake (if any) precedes its ECHO.
+                commands.retain(|c: &String| c != "COMMAND" && c != "CLIENT");
+                return commands;
+            }
+            // `1700000000.123456 [0 127.0.0.1:5555] "EVALSHA" "…" …`; script commands: `[0 lua]`.
+            let Some((source, command)) = line.split_once("] ") else {
+                continue;
+            };
+            if source.ends_with(" lua") {
+                continue;
+            }
+            let name = command.split('"').nth(1).unwrap_or_default().to_ascii_uppercase();
+            commands.push(name);
+        }
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

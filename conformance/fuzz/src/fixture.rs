@@ -9,7 +9,8 @@ use axum::Router;
 use pap_company::resolver::StaticClientKeys;
 use pap_company::route::{BrowserSession, browser_session_router};
 use pap_company::stores::{
-    MemoryCookieBindings, MemoryReplayGuard, MemorySessionDirectory, SessionDirectory as _, SessionRecord,
+    MemoryCookieBindings, MemoryReplayGuard, MemorySessionDirectory, SeparateStores, SessionDirectory as _,
+    SessionRecord,
 };
 use pap_company::verify::{Verifier, VerifierParts};
 use pap_shared::{
@@ -115,7 +116,11 @@ impl Company {
             clock: self.clock.clone(),
             clients: self.clients.clone(),
             sessions: Arc::new(self.sessions.clone()),
-            replay: Arc::new(replay.clone()),
+            joins: Arc::new(SeparateStores::new(
+                Arc::new(self.sessions.clone()),
+                Arc::new(replay.clone()),
+                Arc::new(cookies.clone()),
+            )),
         });
         let state = BrowserSession::new(
             verifier.clone(),

@@ -19,7 +19,7 @@ use axum::extract::FromRef;
 use axum::routing::get;
 use pap_company::resolver::{HttpClientResolver, ResolverConfig};
 use pap_company::route::{BrowserSession, WebSession, browser_session_router};
-use pap_company::stores::{MemoryCookieBindings, MemoryReplayGuard, MemorySessionDirectory};
+use pap_company::stores::{MemoryCookieBindings, MemoryReplayGuard, MemorySessionDirectory, SeparateStores};
 use pap_company::verify::{Verifier, VerifierParts};
 use pap_shared::{CompanyDomain, HttpsUrl, SystemClock, SystemRng};
 
@@ -52,16 +52,18 @@ async fn account(session: WebSession, axum::extract::State(app): axum::extract::
 fn state() -> Result<App, Box<dyn std::error::Error>> {
     let clock = Arc::new(SystemClock);
     let rng = Arc::new(SystemRng);
-    let sessions = MemorySessionDirectory::new(clock.clone(), rng.clone());
+    let sessions = Arc::new(MemorySessionDirectory::new(clock.clone(), rng.clone()));
+    let cookies = Arc::new(MemoryCookieBindings::new(clock.clone()));
+    let replay = Arc::new(MemoryReplayGuard::new(clock.clone()));
     let verifier = Verifier::new(VerifierParts {
         endpoint: HttpsUrl::parse("https://shop.example/poppy/browser-session")?,
         domain: CompanyDomain::try_from("shop.example")?,
         clock: clock.clone(),
         clients: Arc::new(HttpClientResolver::new(ResolverConfig::default(), clock.clone())?),
-        sessions: Arc::new(sessions),
-        replay: Arc::new(MemoryReplayGuard::new(clock.clone())),
+        sessions: sessions.clone(),
+        joins: Arc::new(SeparateStores::new(sessions, replay, cookies.clone())),
     });
-    let browser_session = BrowserSession::new(verifier, Arc::new(MemoryCookieBindings::new(clock)), rng);
+    let browser_session = BrowserSession::new(verifier, cookies, rng);
     Ok(App {
         browser_session,
         shop_name: Arc::from("Shop"),
@@ -83,7 +85,8 @@ async fn redis_state(url: &str) -> Result<App, Box<dyn std::error::Error>> {
         clock: clock.clone(),
         clients: Arc::new(HttpClientResolver::new(ResolverConfig::default(), clock)?),
         sessions: Arc::new(sessions),
-        replay: store.clone(),
+        // One script per join: the Session re-checked, the jti marked, the cookie bound.
+        joins: store.clone(),
     });
     Ok(App {
         browser_session: BrowserSession::new(verifier, store, rng),

@@ -45,8 +45,8 @@ pub use self::token::SESSION_TOKENS_PER_SESSION;
 use pap_company::records::{MemoryRecords, Records};
 use pap_company::resolver::ClientRegistry;
 use pap_company::route::{BROWSER_SESSION_PATH, BrowserSession, browser_session_router};
-use pap_company::stores::RecordSessions;
 use pap_company::stores::{CookieBindings, MemoryCookieBindings};
+use pap_company::stores::{JoinStore, RecordSessions, SeparateStores};
 use pap_company::stores::{MemoryReplayGuard, ReplayGuard, ReplayKey};
 use pap_company::verify::{Verifier, VerifierParts};
 
@@ -63,6 +63,9 @@ pub struct CompanyStores {
     records: Arc<dyn Records>,
     replay: Arc<dyn ReplayGuard>,
     cookies: Arc<dyn CookieBindings>,
+    /// What a join reads and writes, when the store does it as one (Redis: one script per
+    /// join); otherwise the three stores above, one after the other.
+    joins: Option<Arc<dyn JoinStore>>,
     /// The embedded stores, which expired records leave only when swept.
     memory: Option<MemoryStores>,
     /// The Redis store, asked whether it answers.
@@ -92,6 +95,7 @@ impl CompanyStores {
             records: memory.records.clone(),
             replay: Arc::new(memory.replay.clone()),
             cookies: Arc::new(memory.cookies.clone()),
+            joins: None,
             memory: Some(memory),
             #[cfg(feature = "redis")]
             redis: None,
@@ -111,7 +115,8 @@ impl CompanyStores {
         Ok(Self {
             records: shared.clone(),
             replay: shared.clone(),
-            cookies: shared,
+            cookies: shared.clone(),
+            joins: Some(shared),
             memory: None,
             redis: Some(store.clone()),
             device_csrf: Some(Arc::new(device_csrf)),
@@ -189,7 +194,13 @@ impl ReferenceCompany {
             clock: clock.clone(),
             clients: clients.clone(),
             sessions: Arc::new(sessions.clone()),
-            replay: stores.replay.clone(),
+            joins: stores.joins.clone().unwrap_or_else(|| {
+                Arc::new(SeparateStores::new(
+                    Arc::new(sessions.clone()),
+                    stores.replay.clone(),
+                    stores.cookies.clone(),
+                ))
+            }),
         });
         let browser = BrowserSession::new(verifier, stores.cookies.clone(), rng.clone());
         let csrf = stores
