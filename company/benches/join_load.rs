@@ -72,6 +72,10 @@ async fn run(joins: usize) {
         })
         .await;
         print_figures("Redis", &redis_figures, Some(&memory_figures));
+        round_trips(&client, &server, 200, || {
+            world.with("session_id", serde_json::json!(session.as_str()))
+        })
+        .await;
         memory_per_join(&server.url(), &session).await;
     }
 }
@@ -126,6 +130,29 @@ async fn over_redis(world: &World, url: &str) -> (axum::Router, pap_shared::Sess
         axum::Router::new().merge(browser_session_router()).with_state(state),
         session,
     )
+}
+
+/// The round trips of `joins` joins one after the other, as Redis's `MONITOR` saw them (each
+/// command a client sent; the commands a script ran are not round trips).
+#[cfg(feature = "redis")]
+async fn round_trips(
+    client: &reqwest::Client,
+    server: &support::redis_server::RedisServer,
+    joins: usize,
+    assertion: impl Fn() -> CompactJws,
+) {
+    let assertions: Vec<CompactJws> = (0..joins).map(|_| assertion()).collect();
+    let mut monitor = support::redis_server::Monitor::start(server);
+    load(client, assertions, 1).await;
+    let commands = monitor.client_commands();
+    let mut by_name = std::collections::BTreeMap::<&str, usize>::new();
+    for command in &commands {
+        *by_name.entry(command.as_str()).or_default() += 1;
+    }
+    println!(
+        "Redis round trips per join (MONITOR, {joins} joins): {:.2} {by_name:?}",
+        commands.len() as f64 / joins as f64
+    );
 }
 
 /// What one live join holds in Redis: a replay mark and a cookie binding (`MEMORY USAGE`); the
