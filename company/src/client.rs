@@ -1,6 +1,7 @@
 //! Resolving the agent behind an assertion's `iss`: `client_id` -> Client ID Metadata Document
 //! -> JWKS (PAP §4.1; wire doc §2.3).
 
+mod budget;
 mod http;
 mod metadata;
 
@@ -11,8 +12,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use pap_shared::{ClientId, Jwks};
 
+pub use self::budget::KNOWN_CLIENTS;
 pub use self::http::{
-    DEFAULT_MAX_CACHE_LIFETIME, FAILURE_CAPACITY, HttpClientResolver, ResolverBuildError, ResolverConfig, ResolverHolds,
+    DEFAULT_MAX_CACHE_LIFETIME, FAILURE_CAPACITY, HttpClientResolver, NO_STORE_SECONDS, ResolverBuildError,
+    ResolverConfig, ResolverHolds, STALE_IF_BUSY_SECONDS,
 };
 pub use self::metadata::ClientMetadata;
 

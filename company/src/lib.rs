@@ -62,7 +62,9 @@ pub mod resolver {
 /// capacity and per-owner caps, the resolver's failure memory. A store at its capacity refuses
 /// new work (429 or 503) rather than drop what must not be lost.
 pub mod limits {
-    pub use crate::client::{DEFAULT_MAX_CACHE_LIFETIME, FAILURE_CAPACITY};
+    pub use crate::client::{
+        DEFAULT_MAX_CACHE_LIFETIME, FAILURE_CAPACITY, KNOWN_CLIENTS, NO_STORE_SECONDS, STALE_IF_BUSY_SECONDS,
+    };
     #[cfg(feature = "redis")]
     pub use crate::redis_store::{SESSION_COPIES, SESSION_COPY_LIFETIME};
     pub use crate::replay::REPLAY_CAPACITY;

@@ -16,6 +16,11 @@ pub const JOIN_REFUSALS: &str = "pap_join_refusals_total";
 pub const REPLAY_HITS: &str = "pap_replay_hits_total";
 /// Fetches of agents' documents, by outcome.
 pub const RESOLVER_FETCHES: &str = "pap_resolver_fetches_total";
+/// Fetches of agents' documents refused at once for want of a slot, by the share that was
+/// exhausted (`all`, `first_contacts`, `domain`).
+pub const RESOLVER_BUSY: &str = "pap_resolver_busy_total";
+/// Cached documents used past their lifetime because no fetch slot was free.
+pub const RESOLVER_STALE_SERVED: &str = "pap_resolver_stale_served_total";
 /// Requests a store could not serve, by error.
 pub const STORE_ERRORS: &str = "pap_store_errors_total";
 /// How long a join took, accepted or refused, in seconds.
@@ -42,6 +47,14 @@ pub fn replay_hit() {
 pub(crate) fn resolver_fetch(succeeded: bool) {
     let outcome = if succeeded { "ok" } else { "failed" };
     metrics::counter!(RESOLVER_FETCHES, "outcome" => outcome).increment(1);
+}
+
+pub(crate) fn resolver_busy(share: &'static str) {
+    metrics::counter!(RESOLVER_BUSY, "share" => share).increment(1);
+}
+
+pub(crate) fn resolver_stale_served() {
+    metrics::counter!(RESOLVER_STALE_SERVED).increment(1);
 }
 
 /// Counts a request a store could not serve.

@@ -15,6 +15,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use pap_company::limits::STALE_IF_BUSY_SECONDS;
 use pap_company::resolver::{ClientKeys, ClientRegistry, HttpClientResolver, ResolveError, ResolverConfig};
 use pap_net::serve::serve_tls;
 use pap_shared::{ClientId, SigningKey, SystemRng};
@@ -206,7 +207,7 @@ async fn resolves_over_tls_and_caches_for_sixty_seconds_by_default() {
 }
 
 #[tokio::test]
-async fn cache_control_sets_the_lifetime_and_no_store_disables_it() {
+async fn cache_control_sets_the_lifetime_and_no_store_a_floor_of_seconds() {
     let h = harness_configured(
         true,
         ResolverConfig {
@@ -221,9 +222,14 @@ async fn cache_control_sets_the_lifetime_and_no_store_disables_it() {
     h.resolver.keys(&h.client_id, None).await.unwrap();
     assert_eq!(h.served.hits("/jwks.json"), 1);
 
+    // Review N1: `no-store` is used for a floor of a few seconds, not fetched per request.
     let h = harness().await;
     edit(&h, |s| s.cache_control = Some("no-store"));
     h.resolver.keys(&h.client_id, None).await.unwrap();
+    h.clock.set(NOW + pap_company::limits::NO_STORE_SECONDS - 1);
+    h.resolver.keys(&h.client_id, None).await.unwrap();
+    assert_eq!(h.served.hits("/jwks.json"), 1);
+    h.clock.set(NOW + pap_company::limits::NO_STORE_SECONDS);
     h.resolver.keys(&h.client_id, None).await.unwrap();
     assert_eq!(h.served.hits("/jwks.json"), 2);
 }
@@ -555,4 +561,141 @@ async fn the_document_cache_holds_at_most_its_bytes_and_failures_at_most_their_c
     }
     let held = h.resolver.held().await;
     assert!(held.failures <= pap_company::limits::FAILURE_CAPACITY, "{held:?}");
+}
+
+/// Waits (at most 10 s) until the site has been asked for `path` `count` times.
+async fn arrivals(h: &Harness, path: &'static str, count: usize) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while h.served.hits(path) < count {
+            h.served.arrived.notified().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{count} requests for {path} did not arrive"));
+}
+
+fn many_client(i: usize) -> ClientId {
+    ClientId::parse(&format!("https://{}/agent.json", many(i))).unwrap()
+}
+
+/// Review N1: strangers' first contacts hold at most their share of the fetch slots; an agent
+/// the resolver knows, whose documents expired, is fetched beside them.
+#[tokio::test]
+async fn first_contacts_hold_only_their_share_and_a_known_agent_is_fetched_beside_them() {
+    let config = ResolverConfig {
+        max_in_flight: 4,
+        max_first_contacts_in_flight: 2,
+        max_in_flight_per_domain: 8,
+        ..ResolverConfig::default()
+    };
+    let h = Arc::new(harness_configured(true, config).await);
+    h.resolver.keys(&h.client_id, None).await.unwrap();
+    h.clock.set(NOW + 60 + STALE_IF_BUSY_SECONDS);
+    let held = h.served.hold.write().await;
+    let strangers: Vec<_> = (0..2)
+        .map(|i| {
+            let h = h.clone();
+            tokio::spawn(async move { h.resolver.keys(&many_client(i), None).await.is_ok() })
+        })
+        .collect();
+    arrivals(&h, "/agent.json", 3).await;
+    // Their share is held: a third stranger is refused at once, with nothing sent.
+    assert_eq!(
+        h.resolver.keys(&many_client(2), None).await.unwrap_err(),
+        ResolveError::Busy
+    );
+    assert_eq!(h.served.hits("/agent.json"), 3);
+    // The known agent's fetch goes out beside them.
+    let known = {
+        let h = h.clone();
+        tokio::spawn(async move { h.resolver.keys(&h.client_id, None).await.is_ok() })
+    };
+    arrivals(&h, "/agent.json", 4).await;
+    drop(held);
+    assert!(known.await.unwrap());
+    for stranger in strangers {
+        assert!(stranger.await.unwrap());
+    }
+}
+
+/// Review N1: every name under one registrable domain shares that domain's slots (a wildcard
+/// certificate names any number of clients); another domain's first contact goes beside them.
+#[tokio::test]
+async fn one_registrable_domain_holds_at_most_its_share_of_fetches() {
+    let h = Arc::new(harness().await);
+    let held = h.served.hold.write().await;
+    let same_domain: Vec<_> = (0..2)
+        .map(|i| {
+            let h = h.clone();
+            tokio::spawn(async move { h.resolver.keys(&many_client(i), None).await.is_ok() })
+        })
+        .collect();
+    arrivals(&h, "/agent.json", 2).await;
+    assert_eq!(
+        h.resolver.keys(&many_client(2), None).await.unwrap_err(),
+        ResolveError::Busy,
+        "a third name under many.example"
+    );
+    let other_domain = {
+        let h = h.clone();
+        tokio::spawn(async move { h.resolver.keys(&h.client_id, None).await.is_ok() })
+    };
+    arrivals(&h, "/agent.json", 3).await;
+    drop(held);
+    assert!(other_domain.await.unwrap());
+    for fetch in same_domain {
+        assert!(fetch.await.unwrap());
+    }
+}
+
+/// Review N1: when no fetch slot is free, an agent whose documents just expired keeps its keys
+/// for up to STALE_IF_BUSY_SECONDS more, rather than be refused.
+#[tokio::test]
+async fn expired_keys_are_used_while_no_fetch_slot_is_free_for_a_bounded_time() {
+    let config = ResolverConfig {
+        max_in_flight: 1,
+        ..ResolverConfig::default()
+    };
+    let h = Arc::new(harness_configured(true, config).await);
+    h.resolver.keys(&h.client_id, None).await.unwrap();
+    let held = h.served.hold.write().await;
+    let stranger = {
+        let h = h.clone();
+        tokio::spawn(async move { h.resolver.keys(&many_client(0), None).await.is_ok() })
+    };
+    arrivals(&h, "/agent.json", 2).await;
+    h.clock.set(NOW + 60);
+    assert!(h.resolver.keys(&h.client_id, Some("key-1")).await.unwrap().has_kid("key-1"));
+    h.clock.set(NOW + 60 + STALE_IF_BUSY_SECONDS - 1);
+    assert!(h.resolver.keys(&h.client_id, None).await.is_ok(), "still within the bound");
+    h.clock.set(NOW + 60 + STALE_IF_BUSY_SECONDS);
+    assert_eq!(
+        h.resolver.keys(&h.client_id, None).await.unwrap_err(),
+        ResolveError::Busy,
+        "past the bound"
+    );
+    drop(held);
+    assert!(stranger.await.unwrap());
+    assert!(h.resolver.keys(&h.client_id, None).await.is_ok(), "fetched again once free");
+}
+
+/// Review N1: a client's documents get one deadline, however the site spends it (here it
+/// accepts and stays silent, with the read timeout set longer than the deadline).
+#[tokio::test]
+async fn a_client_s_documents_are_fetched_within_one_deadline() {
+    let config = ResolverConfig {
+        timeout: Duration::from_secs(1),
+        read_timeout: Duration::from_secs(30),
+        ..ResolverConfig::default()
+    };
+    let h = harness_configured(true, config).await;
+    let _held = h.served.hold.write().await;
+    let started = std::time::Instant::now();
+    let failed = h.resolver.keys(&h.client_id, None).await.unwrap_err();
+    assert!(matches!(&failed, ResolveError::Fetch { why, .. } if why == "timed out"), "{failed:?}");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(3),
+        "took {took:?}"
+    );
 }

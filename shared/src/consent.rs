@@ -27,6 +27,18 @@ fn list() -> &'static List {
     })
 }
 
+/// The registrable domain of `host` (its public suffix and one label more, by the shipped list:
+/// `a.b.example.co.uk` -> `example.co.uk`), lowercase; the host itself when it has none (a
+/// public suffix, a single label). Who controls one registrable domain controls every name
+/// under it, so budgets shared by strangers are counted per registrable domain.
+pub fn registrable_domain(host: &str) -> String {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    list()
+        .domain(host.as_bytes())
+        .and_then(|domain| std::str::from_utf8(domain.as_bytes()).ok().map(str::to_owned))
+        .unwrap_or(host)
+}
+
 /// A domain a grant covers, with its subdomains.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -147,6 +159,15 @@ mod tests {
             assert!(GrantDomain::parse(suffix).is_err(), "{suffix}");
             assert!(GrantDomain::parse(&format!("shop.{suffix}")).is_ok(), "shop.{suffix}");
         }
+    }
+
+    #[test]
+    fn a_registrable_domain_is_the_public_suffix_and_one_label() {
+        assert_eq!(registrable_domain("r1.atk.example"), "atk.example");
+        assert_eq!(registrable_domain("A.B.Example.CO.UK."), "example.co.uk");
+        assert_eq!(registrable_domain("me.github.io"), "me.github.io");
+        assert_eq!(registrable_domain("x.me.github.io"), "me.github.io");
+        assert_eq!(registrable_domain("co.uk"), "co.uk", "a public suffix is its own");
     }
 
     #[test]

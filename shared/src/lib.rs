@@ -33,7 +33,7 @@ mod time;
 mod wire;
 
 // The public interface is:
-pub use consent::{GrantDomain, InvalidGrantDomain};
+pub use consent::{GrantDomain, InvalidGrantDomain, registrable_domain};
 pub use domain::{CompanyDomain, HttpsUrl, InvalidCompanyDomain, InvalidHttpsUrl, MAX_URL_LEN, is_public_address};
 pub use jose::{
     Algorithm, JoseError, JoseHeader, JwkError, Jwks, KeyError, MAX_COMPACT_LEN, MAX_JWKS_KEYS, MIN_RSA_BITS,

@@ -5,10 +5,16 @@
 //!   off the `client_id`'s host.
 //! - HTTPS only, to names only (no IP literals), resolving to public addresses only, unless the
 //!   test allow-list ([`ResolverConfig::overrides`]) maps the name (PAP-3-10).
-//! - Each document at most [`ResolverConfig::max_bytes`], within [`ResolverConfig::timeout`];
-//!   a JWKS of at most [`pap_shared::MAX_JWKS_KEYS`] keys.
+//! - Each document at most [`ResolverConfig::max_bytes`]; both of a client's documents, every
+//!   redirect included, within one deadline ([`ResolverConfig::timeout`], 5 s), each connection
+//!   within [`ResolverConfig::connect_timeout`] and each read within
+//!   [`ResolverConfig::read_timeout`] (2 s: a server that accepts and stays silent is given up
+//!   early); a JWKS of at most [`pap_shared::MAX_JWKS_KEYS`] keys.
 //! - Cached by `Cache-Control` (`max-age` clamped to 60 s..[`ResolverConfig::max_cache_lifetime`],
-//!   5 minutes by default, 60 s when absent, never with `no-store`/`no-cache`); an unknown `kid`,
+//!   5 minutes by default, 60 s when absent, [`NO_STORE_SECONDS`] with `no-store`/`no-cache`, so
+//!   an agent that asks for no caching costs one fetch per few seconds, not one per request; when
+//!   no fetch slot is free, documents up to [`STALE_IF_BUSY_SECONDS`] past their lifetime are used
+//!   rather than refuse an agent the resolver knows); an unknown `kid`,
 //!   or a signature none of the cached keys verifies, refetches the JWKS at most once per 60 s; a
 //!   failed `client_id` is remembered for 30 s. The cap bounds how long a key the agent removed
 //!   (rotated out, or leaked) keeps verifying here: an agent's `max-age` of a day would otherwise
@@ -17,8 +23,11 @@
 //! What strangers can make it do is bounded (security review H1): the cached documents weigh at
 //! most [`ResolverConfig::cache_bytes`] and the remembered failures number at most
 //! [`FAILURE_CAPACITY`], both dropping the least used first; concurrent requests for one
-//! `client_id` share one fetch; and at most [`ResolverConfig::max_in_flight`] fetches run at
-//! once across all clients, the next failing at once with [`ResolveError::Busy`].
+//! `client_id` share one fetch; and fetches are budgeted (review N1, `budget.rs`): at most
+//! [`ResolverConfig::max_in_flight`] at once, of which first contacts hold at most
+//! [`ResolverConfig::max_first_contacts_in_flight`] and one registrable domain at most
+//! [`ResolverConfig::max_in_flight_per_domain`]; a fetch past its share fails at once with
+//! [`ResolveError::Busy`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -30,8 +39,7 @@ use async_trait::async_trait;
 use pap_net::resolve::PublicOnly;
 use pap_shared::{ClientId, Clock, HttpsUrl, Jwks, UnixTime};
 use rustls::pki_types::CertificateDer;
-use tokio::sync::Semaphore;
-
+use super::budget::FetchBudget;
 use super::metadata::ClientMetadata;
 use super::{ClientKeys, ClientRegistry, ResolveError};
 use crate::expiry::{ExpireAt, Expiring};
@@ -45,6 +53,14 @@ const MAX_CACHE_SECONDS: i64 = 86_400;
 pub const DEFAULT_MAX_CACHE_LIFETIME: Duration = Duration::from_secs(300);
 /// Least time between two refetches of one JWKS for an unknown `kid`, in seconds.
 const KID_REFETCH_SECONDS: i64 = 60;
+/// How long documents served with `no-store` or `no-cache` are used, in seconds: a floor, so
+/// that such an agent (the project's own `identity serve` did so) costs a fetch every few
+/// seconds rather than one per request, each of which a stranger's flood could refuse.
+pub const NO_STORE_SECONDS: i64 = 5;
+/// How long past their lifetime cached documents are still used when no fetch slot is free,
+/// in seconds: a flood of first contacts does not refuse an agent whose documents just expired.
+/// This is how much longer a removed key may verify, and only while the resolver is busy.
+pub const STALE_IF_BUSY_SECONDS: i64 = 60;
 /// How long a failed `client_id` is answered from memory, in seconds.
 const FAILURE_SECONDS: i64 = 30;
 /// Most redirects followed for a JWKS.
@@ -62,8 +78,13 @@ pub struct ResolverConfig {
     /// curl's `--resolve`; `*.parent` covers every name under `parent`. Every other name must
     /// resolve to public addresses.
     pub overrides: HashMap<String, SocketAddr>,
-    /// Time limit for one fetch, body included.
+    /// One deadline for a client's documents: the metadata, the JWKS and every redirect, bodies
+    /// included (5 s by default).
     pub timeout: Duration,
+    /// Time limit for one connection, TLS included (2 s by default).
+    pub connect_timeout: Duration,
+    /// Time limit for each read, the first byte of an answer included (2 s by default).
+    pub read_timeout: Duration,
     /// Size limit for one document.
     pub max_bytes: usize,
     /// Most bytes of fetched documents held in the cache (32 MiB by default: some 300 agents
@@ -71,6 +92,12 @@ pub struct ResolverConfig {
     pub cache_bytes: u64,
     /// Most fetches under way at once, over all clients (32 by default).
     pub max_in_flight: usize,
+    /// Most of those for first contacts, `client_id`s the resolver has not resolved before
+    /// (16 by default): the rest is kept for agents it knows.
+    pub max_first_contacts_in_flight: usize,
+    /// Most fetches under way at once for `client_id`s under one registrable domain (2 by
+    /// default).
+    pub max_in_flight_per_domain: usize,
     /// Longest an agent's documents are cached whatever their `max-age` says (5 minutes by
     /// default, at least 60 s, at most a day): how long a removed key may keep verifying.
     pub max_cache_lifetime: Duration,
@@ -82,9 +109,13 @@ impl Default for ResolverConfig {
             extra_roots: Vec::new(),
             overrides: HashMap::new(),
             timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(2),
+            read_timeout: Duration::from_secs(2),
             max_bytes: 100 * 1024,
             cache_bytes: 32 * 1024 * 1024,
             max_in_flight: 32,
+            max_first_contacts_in_flight: 16,
+            max_in_flight_per_domain: 2,
             max_cache_lifetime: DEFAULT_MAX_CACHE_LIFETIME,
         }
     }
@@ -150,8 +181,9 @@ impl Entry {
 }
 
 impl Expiring for Entry {
+    /// Kept past its lifetime for [`STALE_IF_BUSY_SECONDS`], to be used only when busy.
     fn expires_at(&self) -> UnixTime {
-        self.metadata_until.min(self.keys_until)
+        self.metadata_until.min(self.keys_until).plus(STALE_IF_BUSY_SECONDS)
     }
 }
 
@@ -165,7 +197,9 @@ pub struct HttpClientResolver {
     max_cache_seconds: i64,
     documents: moka::future::Cache<ClientId, Arc<Entry>>,
     failures: Arc<Bounded<ClientId, ResolveError>>,
-    fetches: Arc<Semaphore>,
+    budget: Arc<FetchBudget>,
+    /// [`ResolverConfig::timeout`].
+    deadline: Duration,
 }
 
 impl HttpClientResolver {
@@ -178,8 +212,9 @@ impl HttpClientResolver {
             .use_preconfigured_tls(tls)
             .https_only(true)
             .redirect(reqwest::redirect::Policy::none())
-            .timeout(config.timeout)
-            .connect_timeout(config.timeout)
+            // No per-request timeout: one deadline covers a client's documents (`within_deadline`).
+            .connect_timeout(config.connect_timeout)
+            .read_timeout(config.read_timeout)
             .no_proxy()
             .dns_resolver(Arc::new(PublicOnly::with_overrides(config.overrides)))
             .build()
@@ -202,7 +237,12 @@ impl HttpClientResolver {
                 .unwrap_or(MAX_CACHE_SECONDS)
                 .clamp(MIN_CACHE_SECONDS, MAX_CACHE_SECONDS),
             documents,
-            fetches: Arc::new(Semaphore::new(config.max_in_flight)),
+            budget: Arc::new(FetchBudget::new(
+                config.max_in_flight,
+                config.max_first_contacts_in_flight,
+                config.max_in_flight_per_domain,
+            )),
+            deadline: config.timeout,
         })
     }
 
@@ -229,9 +269,26 @@ impl HttpClientResolver {
                 }
                 return Ok(entry);
             }
-            // Stale on the injected clock (moka's own timer runs on the real one).
+            // Stale on the injected clock (moka's own timer runs on the real one): fetched
+            // again, and used only if no fetch slot is free and it is not too old.
             self.documents.invalidate(client_id).await;
+            let stale = entry;
+            let fetched = self.resolve_fetching(client_id, now).await;
+            return match fetched {
+                Err(ResolveError::Busy) if now < stale.expires_at() => {
+                    crate::metrics::resolver_stale_served();
+                    // Kept for the next callers too, until a fetch replaces it.
+                    self.documents.insert(client_id.clone(), stale.clone()).await;
+                    Ok(stale)
+                }
+                other => other,
+            };
         }
+        self.resolve_fetching(client_id, now).await
+    }
+
+    /// The documents fetched, or the failure remembered.
+    async fn resolve_fetching(&self, client_id: &ClientId, now: UnixTime) -> Result<Arc<Entry>, ResolveError> {
         if let Some(error) = self.failures.get(client_id) {
             return Err(error);
         }
@@ -250,12 +307,34 @@ impl HttpClientResolver {
         fetched
     }
 
-    /// Fetches both documents, under one of the global fetch permits.
+    /// Fetches both documents within the deadline, holding the fetch's slots of the budget.
     async fn fetch_entry(&self, client_id: &ClientId, now: UnixTime) -> Result<Arc<Entry>, ResolveError> {
-        let _permit = self.fetches.try_acquire().map_err(|_| ResolveError::Busy)?;
-        let fetched = self.fetch_documents(client_id, now).await;
+        let _slots = self.budget.take(client_id).map_err(|share| {
+            crate::metrics::resolver_busy(share.label());
+            ResolveError::Busy
+        })?;
+        let fetched = self.within_deadline("client metadata", self.fetch_documents(client_id, now)).await;
         crate::metrics::resolver_fetch(fetched.is_ok());
+        if fetched.is_ok() {
+            self.budget.resolved(client_id);
+        }
         fetched
+    }
+
+    /// `fetch`, or a timeout once [`ResolverConfig::timeout`] has passed.
+    async fn within_deadline<T>(
+        &self,
+        what: &'static str,
+        fetch: impl Future<Output = Result<T, ResolveError>>,
+    ) -> Result<T, ResolveError> {
+        tokio::time::timeout(self.deadline, fetch)
+            .await
+            .unwrap_or_else(|_| {
+                Err(ResolveError::Fetch {
+                    what,
+                    why: "timed out".into(),
+                })
+            })
     }
 
     async fn fetch_documents(&self, client_id: &ClientId, now: UnixTime) -> Result<Arc<Entry>, ResolveError> {
@@ -286,10 +365,14 @@ impl HttpClientResolver {
 
     /// Refetches `entry`'s JWKS and caches the outcome; the entry as it now stands.
     async fn refetch_keys(&self, client_id: &ClientId, entry: &Entry, now: UnixTime) -> Arc<Entry> {
-        let fresh = match self.fetches.try_acquire() {
-            Err(_) => Err(ResolveError::Busy),
-            Ok(_permit) => {
-                let fetched = self.fetch_keys(client_id, &entry.metadata).await;
+        let fresh = match self.budget.take(client_id) {
+            Err(share) => {
+                crate::metrics::resolver_busy(share.label());
+                Err(ResolveError::Busy)
+            }
+            Ok(_slots) => {
+                let fetch = self.fetch_keys(client_id, &entry.metadata);
+                let fetched = self.within_deadline("client JWKS", fetch).await;
                 crate::metrics::resolver_fetch(fetched.is_ok());
                 fetched
             }
@@ -405,7 +488,7 @@ impl fmt::Debug for HttpClientResolver {
         f.debug_struct("HttpClientResolver")
             .field("max_bytes", &self.max_bytes)
             .field("cached", &self.documents.entry_count())
-            .field("fetch_permits", &self.fetches.available_permits())
+            .field("fetch_slots", &self.budget.available())
             .finish_non_exhaustive()
     }
 }
@@ -439,7 +522,8 @@ fn json_content_type(headers: &http::HeaderMap) -> bool {
     essence.eq_ignore_ascii_case("application/json") || essence.eq_ignore_ascii_case("application/jwk-set+json")
 }
 
-/// The cache lifetime `Cache-Control` allows, clamped to 60 s..1 day; 0 for `no-store`/`no-cache`.
+/// The cache lifetime `Cache-Control` allows, clamped to 60 s..1 day; [`NO_STORE_SECONDS`] for
+/// `no-store`/`no-cache`.
 fn cache_lifetime(headers: &http::HeaderMap) -> i64 {
     let mut max_age = None;
     for directive in headers
@@ -450,7 +534,7 @@ fn cache_lifetime(headers: &http::HeaderMap) -> i64 {
     {
         let directive = directive.trim().to_ascii_lowercase();
         if directive == "no-store" || directive == "no-cache" {
-            return 0;
+            return NO_STORE_SECONDS;
         }
         if let Some(seconds) = directive.strip_prefix("max-age=") {
             max_age = seconds.trim_matches('"').parse::<i64>().ok();
@@ -490,8 +574,8 @@ mod tests {
         assert_eq!(with("max-age=5"), 60);
         assert_eq!(with("public, max-age=600"), 600);
         assert_eq!(with("max-age=999999"), 86_400);
-        assert_eq!(with("no-store"), 0);
-        assert_eq!(with("max-age=600, no-cache"), 0);
+        assert_eq!(with("no-store"), NO_STORE_SECONDS);
+        assert_eq!(with("max-age=600, no-cache"), NO_STORE_SECONDS);
     }
 
     #[test]

@@ -1,0 +1,208 @@
+//! Who may make the resolver fetch, and how much at once (security review N1).
+//!
+//! A fetch is triggered by strangers (an unauthenticated token request names any `client_id`),
+//! and a slow agent site holds its fetch for up to the entry's deadline. One pool for all was
+//! one stranger's to hold: naming slow documents under many names, seven requests a second kept
+//! every permit taken, and every agent whose keys were not cached was refused. So a fetch takes
+//! three slots at once, or is refused at once ([`ResolveError::Busy`]), waiting for none:
+//!
+//! - one of [`ResolverConfig::max_in_flight`] for all fetches;
+//! - for a *first contact* (a `client_id` this resolver never resolved), also one of
+//!   [`ResolverConfig::max_first_contacts_in_flight`]: strangers hold at most that share, and
+//!   the rest is kept for agents it knows (a refetch when their documents expire, a rotated
+//!   key, an agent that serves `no-store`);
+//! - one of [`ResolverConfig::max_in_flight_per_domain`] for the `client_id`'s registrable
+//!   domain: whoever holds one domain (and a wildcard certificate for it) names any number of
+//!   clients under it, and holds that many slots, no more.
+//!
+//! [`ResolverConfig::max_in_flight`]: super::ResolverConfig::max_in_flight
+//! [`ResolverConfig::max_first_contacts_in_flight`]: super::ResolverConfig::max_first_contacts_in_flight
+//! [`ResolverConfig::max_in_flight_per_domain`]: super::ResolverConfig::max_in_flight_per_domain
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use pap_shared::ClientId;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::ResolveError;
+
+/// How many `client_id`s the resolver remembers having resolved, at most (the least used are
+/// forgotten first: such a client counts as a first contact again, no worse).
+pub const KNOWN_CLIENTS: u64 = 100_000;
+/// How long a resolved `client_id` stays known without being resolved again: longer than a
+/// Session lives, so an agent with a live Session is known.
+const KNOWN_FOR: Duration = Duration::from_secs(7 * 24 * 3_600);
+
+/// The resolver's fetch slots.
+#[derive(Debug)]
+pub(super) struct FetchBudget {
+    all: Arc<Semaphore>,
+    first_contacts: Arc<Semaphore>,
+    per_domain: usize,
+    domains: Arc<Mutex<HashMap<String, usize>>>,
+    known: moka::sync::Cache<ClientId, ()>,
+}
+
+/// Which share ran out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Exhausted {
+    All,
+    FirstContacts,
+    Domain,
+}
+
+impl Exhausted {
+    /// A label for the busy counter.
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Self::All => "all",
+            Self::FirstContacts => "first_contacts",
+            Self::Domain => "domain",
+        }
+    }
+}
+
+/// The slots one fetch holds until it is dropped.
+#[derive(Debug)]
+pub(super) struct FetchSlots {
+    _all: OwnedSemaphorePermit,
+    _first_contact: Option<OwnedSemaphorePermit>,
+    #[cfg_attr(not(test), allow(dead_code, reason = "held for its Drop; read by the tests"))]
+    domain: DomainSlot,
+}
+
+impl FetchSlots {
+    /// The registrable domain the fetch counts against.
+    #[cfg(test)]
+    fn domain(&self) -> &str {
+        &self.domain.domain
+    }
+}
+
+#[derive(Debug)]
+struct DomainSlot {
+    domain: String,
+    domains: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Drop for DomainSlot {
+    fn drop(&mut self) {
+        let mut domains = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(held) = domains.get_mut(&self.domain) {
+            *held -= 1;
+            if *held == 0 {
+                domains.remove(&self.domain);
+            }
+        }
+    }
+}
+
+impl FetchBudget {
+    pub(super) fn new(all: usize, first_contacts: usize, per_domain: usize) -> Self {
+        Self {
+            all: Arc::new(Semaphore::new(all)),
+            first_contacts: Arc::new(Semaphore::new(first_contacts)),
+            per_domain,
+            domains: Arc::default(),
+            known: moka::sync::Cache::builder()
+                .max_capacity(KNOWN_CLIENTS)
+                .time_to_idle(KNOWN_FOR)
+                .build(),
+        }
+    }
+
+    /// The slots for a fetch of `client_id`'s documents, or which share is exhausted.
+    pub(super) fn take(&self, client_id: &ClientId) -> Result<FetchSlots, Exhausted> {
+        let domain = pap_shared::registrable_domain(client_id.url().domain().unwrap_or_default());
+        // The domain first: a slot taken there is given back on any refusal below.
+        let domain = {
+            let mut domains = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+            let held = domains.entry(domain.clone()).or_default();
+            if *held >= self.per_domain {
+                return Err(Exhausted::Domain);
+            }
+            *held += 1;
+            DomainSlot {
+                domain,
+                domains: self.domains.clone(),
+            }
+        };
+        let first_contact = if self.known.contains_key(client_id) {
+            None
+        } else {
+            let permit = self.first_contacts.clone().try_acquire_owned();
+            Some(permit.map_err(|_| Exhausted::FirstContacts)?)
+        };
+        let all = self.all.clone().try_acquire_owned().map_err(|_| Exhausted::All)?;
+        Ok(FetchSlots {
+            _all: all,
+            _first_contact: first_contact,
+            domain,
+        })
+    }
+
+    /// Remembers that `client_id` resolved: its next fetches are no first contact.
+    pub(super) fn resolved(&self, client_id: &ClientId) {
+        self.known.insert(client_id.clone(), ());
+    }
+
+    /// Fetch slots free now, over all fetches.
+    pub(super) fn available(&self) -> usize {
+        self.all.available_permits()
+    }
+}
+
+impl From<Exhausted> for ResolveError {
+    fn from(_: Exhausted) -> Self {
+        ResolveError::Busy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(host: &str) -> ClientId {
+        ClientId::parse(&format!("https://{host}/agent.json")).unwrap()
+    }
+
+    #[test]
+    fn one_domain_holds_at_most_its_share_whatever_the_names_under_it() {
+        let budget = FetchBudget::new(32, 16, 2);
+        let a = budget.take(&client("r1.atk.example")).unwrap();
+        let _b = budget.take(&client("r2.atk.example")).unwrap();
+        assert_eq!(a.domain(), "atk.example");
+        assert_eq!(budget.take(&client("r3.atk.example")).unwrap_err(), Exhausted::Domain);
+        assert!(budget.take(&client("atlas.example")).is_ok(), "another domain");
+        drop(a);
+        assert!(budget.take(&client("r3.atk.example")).is_ok(), "a slot given back");
+    }
+
+    #[test]
+    fn first_contacts_hold_at_most_their_share_and_known_clients_keep_the_rest() {
+        let budget = FetchBudget::new(4, 2, 1);
+        let known = client("atlas.example");
+        budget.resolved(&known);
+        let strangers: Vec<_> = (0..2)
+            .map(|i| budget.take(&client(&format!("s{i}.example"))).unwrap())
+            .collect();
+        assert_eq!(
+            budget.take(&client("s9.example")).unwrap_err(),
+            Exhausted::FirstContacts
+        );
+        let _known = budget.take(&known).unwrap();
+        assert_eq!(budget.available(), 1);
+        drop(strangers);
+        assert_eq!(budget.available(), 3);
+    }
+
+    #[test]
+    fn a_refused_fetch_gives_its_domain_slot_back() {
+        let budget = FetchBudget::new(1, 1, 1);
+        let _held = budget.take(&client("one.example")).unwrap();
+        assert_eq!(budget.take(&client("two.example")).unwrap_err(), Exhausted::FirstContacts);
+        assert!(budget.domains.lock().unwrap().get("two.example").is_none());
+    }
+}
