@@ -4,6 +4,11 @@
 //! key cap), and agents whose JWKS lists far more keys than the cap: 1,000 (`big.example`, some
 //! 127 KB, past the document limit too) and 780 (`wide.example`, the most that fit in 100 KiB,
 //! which only the key cap refuses). Every fetch is counted.
+//!
+//! For scenario 6 (review N1) the attacker's names also serve slow documents: under
+//! `/slow/` a server that accepts and stays silent, under `/chain/` a metadata document whose
+//! JWKS redirects on the same host, slowly, one hop after another; and a legitimate agent the
+//! company has never seen (`newcomer.example`) serves its documents beside them.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,6 +26,12 @@ use serde_json::{Value, json};
 
 /// The attacker's names: `a{n}.atk.example`.
 pub(crate) const ATTACKER_PARENT: &str = "atk.example";
+/// The legitimate agent of scenario 6, a first contact for the company.
+pub(crate) const NEWCOMER: &str = "newcomer.example";
+/// How long a `/slow/` document stays silent: past the company's read timeout.
+const SLOW_SILENCE: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long each hop of a `/chain/` JWKS takes before it redirects to the next.
+const CHAIN_HOP: std::time::Duration = std::time::Duration::from_millis(1_500);
 /// Agents whose JWKS is far past the key cap, and how many keys each lists (its own among them).
 pub(crate) const KEYED_AGENTS: [(&str, usize); 2] = [("big.example", 1_000), ("wide.example", 780)];
 
@@ -31,6 +42,12 @@ pub(crate) struct Fetches {
     pub(crate) attacker: AtomicU64,
     /// Fetches of each of [`KEYED_AGENTS`], and the size of its JWKS.
     pub(crate) keyed: [(AtomicU64, AtomicU64); 2],
+    /// Requests for the attacker's slow and chained documents that reached this server.
+    pub(crate) attacker_slow: AtomicU64,
+    /// Told at each of them.
+    pub(crate) attacker_slow_seen: tokio::sync::Notify,
+    /// Fetches of the newcomer's documents.
+    pub(crate) newcomer: AtomicU64,
 }
 
 struct Documents {
@@ -38,6 +55,7 @@ struct Documents {
     /// The honest agent: its JWKS is built at each fetch, as `pap-agent identity serve` does,
     /// so a rotation shows.
     honest: Arc<Identity>,
+    newcomer: Arc<Identity>,
     attacker_jwks: String,
     /// Metadata and JWKS of each of [`KEYED_AGENTS`].
     keyed: Vec<(String, String)>,
@@ -48,6 +66,7 @@ struct Documents {
 pub(crate) async fn serve(
     listen: SocketAddr,
     honest: Arc<Identity>,
+    newcomer: Arc<Identity>,
     keyed: &[Identity],
     cert_pem: &[u8],
     key_pem: &[u8],
@@ -73,6 +92,7 @@ pub(crate) async fn serve(
     let documents = Arc::new(Documents {
         honest_metadata: honest.metadata().to_string(),
         honest: honest.clone(),
+        newcomer,
         attacker_jwks: keys(pap_shared::MAX_JWKS_KEYS, None)?,
         keyed: keyed_documents,
         fetches: fetches.clone(),
@@ -83,6 +103,9 @@ pub(crate) async fn serve(
     let app = Router::new()
         .route("/agent.json", get(document))
         .route("/jwks.json", get(document))
+        .route("/slow/agent.json", get(slow))
+        .route("/chain/agent.json", get(chain_metadata))
+        .route("/chain/jwks/{hop}", get(chain_hop))
         .with_state(documents);
     let tcp = tokio::net::TcpListener::bind(listen).await?;
     let listener = TlsListener::new(tcp, cert_pem, key_pem)?;
@@ -90,7 +113,8 @@ pub(crate) async fn serve(
     Ok(fetches)
 }
 
-async fn document(State(docs): State<Arc<Documents>>, uri: Uri, headers: HeaderMap) -> Response {
+/// The name a request was sent to: HTTP/2's `:authority` or HTTP/1.1's `Host`, no port.
+fn request_host(uri: &Uri, headers: &HeaderMap) -> String {
     let host = uri
         .host()
         .map(str::to_owned)
@@ -101,13 +125,65 @@ async fn document(State(docs): State<Arc<Documents>>, uri: Uri, headers: HeaderM
                 .map(str::to_owned)
         })
         .unwrap_or_default();
-    let host = host.split(':').next().unwrap_or_default().to_owned();
+    host.split(':').next().unwrap_or_default().to_owned()
+}
+
+/// The attacker's silent server: it accepts, says nothing past the company's read timeout.
+async fn slow(State(docs): State<Arc<Documents>>) -> Response {
+    docs.fetches.attacker_slow.fetch_add(1, Ordering::Relaxed);
+    docs.fetches.attacker_slow_seen.notify_one();
+    tokio::time::sleep(SLOW_SILENCE).await;
+    json_response("{}".to_owned())
+}
+
+/// The attacker's chained documents: a valid metadata document, quickly...
+async fn chain_metadata(State(docs): State<Arc<Documents>>, uri: Uri, headers: HeaderMap) -> Response {
+    docs.fetches.attacker_slow.fetch_add(1, Ordering::Relaxed);
+    docs.fetches.attacker_slow_seen.notify_one();
+    let host = request_host(&uri, &headers);
+    json_response(
+        json!({
+            "client_id": format!("https://{host}/chain/agent.json"),
+            "client_name": "Attacker",
+            "jwks_uri": format!("https://{host}/chain/jwks/0"),
+            "token_endpoint_auth_method": "private_key_jwt",
+        })
+        .to_string(),
+    )
+}
+
+/// ... whose JWKS redirects on the same host, one slow hop after another, past the limit.
+async fn chain_hop(State(docs): State<Arc<Documents>>, axum::extract::Path(hop): axum::extract::Path<u32>) -> Response {
+    docs.fetches.attacker_slow.fetch_add(1, Ordering::Relaxed);
+    docs.fetches.attacker_slow_seen.notify_one();
+    tokio::time::sleep(CHAIN_HOP).await;
+    let next = format!("/chain/jwks/{}", hop.saturating_add(1));
+    (axum::http::StatusCode::FOUND, [(header::LOCATION, next)]).into_response()
+}
+
+fn json_response(body: String) -> Response {
+    let mut response = body.into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+async fn document(State(docs): State<Arc<Documents>>, uri: Uri, headers: HeaderMap) -> Response {
+    let host = request_host(&uri, &headers);
     let metadata = uri.path() == "/agent.json";
     let keyed = KEYED_AGENTS.iter().position(|(name, _)| *name == host);
     let body = if let Some(i) = keyed {
         docs.fetches.keyed[i].0.fetch_add(1, Ordering::Relaxed);
         let (metadata_doc, jwks) = &docs.keyed[i];
         if metadata { metadata_doc.clone() } else { jwks.clone() }
+    } else if host == NEWCOMER {
+        docs.fetches.newcomer.fetch_add(1, Ordering::Relaxed);
+        if metadata {
+            docs.newcomer.metadata().to_string()
+        } else {
+            docs.newcomer.jwks().to_string()
+        }
     } else if host.ends_with(&format!(".{ATTACKER_PARENT}")) {
         docs.fetches.attacker.fetch_add(1, Ordering::Relaxed);
         if metadata {
@@ -123,11 +199,7 @@ async fn document(State(docs): State<Arc<Documents>>, uri: Uri, headers: HeaderM
             docs.honest.jwks().to_string()
         }
     };
-    let mut response = body.into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
+    json_response(body)
 }
 
 /// A valid metadata document for `host`, padded to just under the company's 100 KiB limit.

@@ -14,6 +14,10 @@
 //! 5. The honest agent rotates its key (`pap-agent identity rotate`) while joins run 8 at a
 //!    time (1,000 answered before the rotation, 2,000 after): no join is refused, the new key is in use within the run, and the company fetched
 //!    the rotated JWKS once.
+//! 6. Review N1: unauthenticated token requests naming a fresh `client_id` under one wildcard
+//!    domain each, 20 a second, whose documents are slow (a silent server, a JWKS that
+//!    redirects slowly hop after hop): meanwhile an agent the company has never seen gets its
+//!    token and joins, and the honest agent's joins go on.
 //!
 //! The fifth figure of the issue, a simulated week returning every store to its baseline,
 //! needs an injected clock, so it is a test (`company/shop/tests/hostile.rs`), not part of this run.
@@ -184,6 +188,8 @@ struct Stage {
     http: reqwest::Client,
     /// The honest agent's state directory (its identity), for the rotation.
     honest_state: PathBuf,
+    /// An agent the company has never seen, for scenario 6.
+    newcomer: PapClient,
 }
 
 /// Runs every scenario; the figures.
@@ -198,6 +204,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         &format!("*.{}", agents::ATTACKER_PARENT),
         agents::KEYED_AGENTS[0].0,
         agents::KEYED_AGENTS[1].0,
+        agents::NEWCOMER,
     ]
     .iter()
     .map(|n| (*n).to_owned())
@@ -228,10 +235,16 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
             Identity::ephemeral(CompanyDomain::try_from(*name)?, "Many keys", &SystemRng).map_err(anyhow::Error::from)
         })
         .collect::<anyhow::Result<_>>()?;
+    let newcomer = Arc::new(Identity::ephemeral(
+        CompanyDomain::try_from(agents::NEWCOMER)?,
+        "Newcomer (abuse run)",
+        &SystemRng,
+    )?);
     let agents_addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let fetches = agents::serve(
         agents_addr,
         honest.clone(),
+        newcomer.clone(),
         &keyed,
         &std::fs::read(&certs.cert)?,
         &std::fs::read(&certs.key)?,
@@ -247,6 +260,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
             format!("*.{}={agents_addr}", agents::ATTACKER_PARENT),
             format!("{}={agents_addr}", agents::KEYED_AGENTS[0].0),
             format!("{}={agents_addr}", agents::KEYED_AGENTS[1].0),
+            format!("{}={agents_addr}", agents::NEWCOMER),
         ],
         before_credential: plan.before_credential,
         store: None,
@@ -259,6 +273,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         connect: [(DOMAIN.to_owned(), company.addr)].into(),
     };
     let agent = PapClient::new(honest, &client_config, Arc::new(SystemClock), Arc::new(SystemRng))?;
+    let newcomer = PapClient::new(newcomer, &client_config, Arc::new(SystemClock), Arc::new(SystemRng))?;
     let keyed_agents = keyed
         .into_iter()
         .map(|identity| {
@@ -287,6 +302,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         roots,
         http,
         honest_state,
+        newcomer,
     };
 
     let stage = Arc::new(stage);
@@ -297,6 +313,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
     password_guessing(&stage, &scale, &mut figures).await?;
     oversized_jwks(&stage, &mut figures).await;
     rotation_under_load(&stage, &mut figures).await?;
+    slow_documents_under_many_names(&stage, &mut figures).await?;
     // The company process ends with the stage (it is killed on drop).
     drop(stage);
     Ok(figures)
@@ -330,20 +347,25 @@ impl Stage {
 
     /// One honest join: a fresh assertion for the live Session, POSTed; its status and time.
     async fn join(&self) -> anyhow::Result<(u16, Duration)> {
+        self.join_as(&self.agent, &self.session).await
+    }
+
+    /// A join of `agent`'s `session`: a fresh assertion, POSTed; its status and time.
+    async fn join_as(&self, agent: &PapClient, session: &Session) -> anyhow::Result<(u16, Duration)> {
         let endpoint = HttpsUrl::parse(&self.endpoint())?;
         let return_to = HttpsUrl::parse(&format!("https://{DOMAIN}/"))?;
         let domain = CompanyDomain::try_from(DOMAIN)?;
         let request = BrowserAssertionRequest {
-            client_id: self.agent.identity().client_id(),
-            user: &self.session.user,
+            client_id: agent.identity().client_id(),
+            user: &session.user,
             endpoint: &endpoint,
-            session_id: &self.session.session_id,
+            session_id: &session.session_id,
             return_to: &return_to,
             company_domain: &domain,
         };
-        let now = self.agent.clock().now().plus(-5);
+        let now = agent.clock().now().plus(-5);
         let claims = BrowserAssertionClaims::build(&request, now, 60, Jti::generate(&SystemRng))?;
-        let assertion = self.agent.identity().key().sign(BROWSER_ASSERTION_TYP, &claims)?;
+        let assertion = agent.identity().key().sign(BROWSER_ASSERTION_TYP, &claims)?;
         let started = Instant::now();
         let status = self.post_assertion(&self.http, assertion.secret()).await?;
         Ok((status, started.elapsed()))
@@ -1048,5 +1070,152 @@ async fn rotation_under_load(stage: &Arc<Stage>, figures: &mut Figures) -> anyho
         fetched <= 3,
     );
     figures.info(5, "join p99 across the rotation", ms(p99(&mut times)));
+    Ok(())
+}
+
+/// An unauthenticated token request for `client_id`, with an unsigned client assertion whose
+/// `iss`, `sub`, `aud` and times are right: the company must fetch the client's keys to refuse
+/// it (review N1's attack). Its status.
+async fn stranger_token_request(http: &reqwest::Client, client_id: &str, n: usize) -> u16 {
+    let now = pap_shared::Clock::now(&SystemClock).as_secs();
+    let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"ES256","typ":"JWT"}"#);
+    let claims = json!({
+        "iss": client_id, "sub": client_id, "aud": format!("https://{DOMAIN}"),
+        "iat": now - 5, "exp": now + 55, "jti": format!("stranger-token-{n:0>16}"),
+    });
+    let assertion = format!(
+        "{header}.{}.{}",
+        URL_SAFE_NO_PAD.encode(claims.to_string()),
+        URL_SAFE_NO_PAD.encode([7u8; 64])
+    );
+    let body = url::form_urlencoded::Serializer::new(String::new())
+        .append_pair("grant_type", pap_shared::grant_type::JWT_BEARER)
+        .append_pair("client_id", client_id)
+        .append_pair("client_assertion_type", pap_shared::CLIENT_ASSERTION_TYPE)
+        .append_pair("client_assertion", &assertion)
+        .append_pair("assertion", "x")
+        .finish();
+    match http
+        .post(format!("https://{DOMAIN}/oauth/token"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body)
+        .send()
+        .await
+    {
+        Ok(answer) => answer.status().as_u16(),
+        Err(_) => 0,
+    }
+}
+
+/// Scenario 6 (review N1): a flood of token requests naming fresh `client_id`s under the
+/// attacker's wildcard domain, their documents slow (`/slow/`: silent; `/chain/`: a JWKS that
+/// redirects slowly, hop after hop), 20 a second. Once the company is fetching the attacker's
+/// documents, an agent it has never seen discovers it, gets its token and joins; the honest
+/// agent joins too. Both must succeed, each within the company's fetch deadline.
+async fn slow_documents_under_many_names(stage: &Arc<Stage>, figures: &mut Figures) -> anyhow::Result<()> {
+    /// The flood's pace: 20 token requests a second, each naming a new client.
+    const EVERY: Duration = Duration::from_millis(50);
+    /// How long the attacker's fetches may take to start reaching its server.
+    const DEADLINE: Duration = Duration::from_secs(30);
+    /// Requests sent before the newcomer starts: 5 s of flood, so every fetch slot the
+    /// attacker could take is taken (each of its fetches holds one for 2 to 5 s).
+    const BEFORE: usize = 100;
+    /// What the newcomer's token and join may take: the company's fetch deadline (5 s) and a
+    /// loaded machine's margin.
+    const BOUND: Duration = Duration::from_secs(6);
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let (sent, mut sent_so_far) = tokio::sync::watch::channel(0_usize);
+    let flood = {
+        let http = stage.http.clone();
+        tokio::spawn(async move {
+            let mut pace = tokio::time::interval(EVERY);
+            let mut requests = tokio::task::JoinSet::new();
+            let mut n = 0_usize;
+            loop {
+                tokio::select! {
+                    _ = pace.tick() => {}
+                    _ = stopped.changed() => break,
+                }
+                let path = if n % 2 == 0 { "slow" } else { "chain" };
+                let client_id = format!("https://r{n}.{}/{path}/agent.json", agents::ATTACKER_PARENT);
+                let http = http.clone();
+                requests.spawn(async move { stranger_token_request(&http, &client_id, n).await });
+                n += 1;
+                let _ = sent.send(n);
+            }
+            let mut statuses = BTreeMap::<u16, usize>::new();
+            while let Some(status) = requests.join_next().await {
+                *statuses.entry(status.unwrap_or(0)).or_default() += 1;
+            }
+            statuses
+        })
+    };
+    // The attacker's documents are being fetched: the company's fetch slots are under attack.
+    tokio::time::timeout(DEADLINE, async {
+        while stage.fetches.attacker_slow.load(Ordering::Relaxed) < 2 {
+            stage.fetches.attacker_slow_seen.notified().await;
+        }
+    })
+    .await
+    .context("the attacker's documents were never fetched")?;
+    tokio::time::timeout(DEADLINE, sent_so_far.wait_for(|n| *n >= BEFORE))
+        .await
+        .context("the flood did not get going")??;
+    let newcomer = &stage.newcomer;
+    let company = newcomer.discover(&CompanyDomain::try_from(DOMAIN)?).await?;
+    let user = pap_agent::new_pairwise_user(&SystemRng);
+    let began = Instant::now();
+    let session = newcomer
+        .start_session(&company, &user, newcomer.new_dpop_key()?)
+        .await;
+    let token_took = began.elapsed();
+    let (join_status, join_took) = match &session {
+        Ok(session) => stage.join_as(newcomer, session).await?,
+        Err(_) => (0, Duration::ZERO),
+    };
+    let (honest_status, honest_took) = stage.join().await?;
+    let _ = stop.send(true);
+    let statuses = flood.await?;
+    let requests: usize = statuses.values().sum();
+    figures.info(6, "attacker token requests (fresh client_id each)", requests);
+    figures.info(
+        6,
+        "answered 503 busy / 401 invalid_client / other",
+        format!(
+            "{} / {} / {}",
+            statuses.get(&503).unwrap_or(&0),
+            statuses.get(&401).unwrap_or(&0),
+            requests - statuses.get(&503).unwrap_or(&0) - statuses.get(&401).unwrap_or(&0)
+        ),
+    );
+    figures.info(
+        6,
+        "attacker document requests that reached its server",
+        stage.fetches.attacker_slow.load(Ordering::Relaxed),
+    );
+    figures.add(
+        6,
+        "a new agent's token (first contact) during the flood",
+        match &session {
+            Ok(_) => ms(token_took),
+            Err(error) => format!("refused: {error}"),
+        },
+        &format!("granted, < {} s", BOUND.as_secs()),
+        session.is_ok() && token_took < BOUND,
+    );
+    figures.add(
+        6,
+        "its join during the flood",
+        format!("{join_status} in {}", ms(join_took)),
+        &format!("303, < {} s", BOUND.as_secs()),
+        join_status == 303 && join_took < BOUND,
+    );
+    figures.add(
+        6,
+        "the honest agent's join during the flood",
+        format!("{honest_status} in {}", ms(honest_took)),
+        "303",
+        honest_status == 303,
+    );
     Ok(())
 }
