@@ -665,9 +665,18 @@ async fn expired_keys_are_used_while_no_fetch_slot_is_free_for_a_bounded_time() 
     };
     arrivals(&h, "/agent.json", 2).await;
     h.clock.set(NOW + 60);
-    assert!(h.resolver.keys(&h.client_id, Some("key-1")).await.unwrap().has_kid("key-1"));
+    assert!(
+        h.resolver
+            .keys(&h.client_id, Some("key-1"))
+            .await
+            .unwrap()
+            .has_kid("key-1")
+    );
     h.clock.set(NOW + 60 + STALE_IF_BUSY_SECONDS - 1);
-    assert!(h.resolver.keys(&h.client_id, None).await.is_ok(), "still within the bound");
+    assert!(
+        h.resolver.keys(&h.client_id, None).await.is_ok(),
+        "still within the bound"
+    );
     h.clock.set(NOW + 60 + STALE_IF_BUSY_SECONDS);
     assert_eq!(
         h.resolver.keys(&h.client_id, None).await.unwrap_err(),
@@ -676,7 +685,10 @@ async fn expired_keys_are_used_while_no_fetch_slot_is_free_for_a_bounded_time() 
     );
     drop(held);
     assert!(stranger.await.unwrap());
-    assert!(h.resolver.keys(&h.client_id, None).await.is_ok(), "fetched again once free");
+    assert!(
+        h.resolver.keys(&h.client_id, None).await.is_ok(),
+        "fetched again once free"
+    );
 }
 
 /// Review N1: a client's documents get one deadline, however the site spends it (here it
@@ -692,7 +704,10 @@ async fn a_client_s_documents_are_fetched_within_one_deadline() {
     let _held = h.served.hold.write().await;
     let started = std::time::Instant::now();
     let failed = h.resolver.keys(&h.client_id, None).await.unwrap_err();
-    assert!(matches!(&failed, ResolveError::Fetch { why, .. } if why == "timed out"), "{failed:?}");
+    assert!(
+        matches!(&failed, ResolveError::Fetch { why, .. } if why == "timed out"),
+        "{failed:?}"
+    );
     let took = started.elapsed();
     assert!(
         took >= Duration::from_secs(1) && took < Duration::from_secs(3),

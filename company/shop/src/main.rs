@@ -88,6 +88,11 @@ struct Serve {
     /// `max-age` (60 to 86400): how long a key the agent removed keeps verifying here.
     #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(60..=86_400))]
     jwks_max_age: u64,
+    /// A load balancer in front of the company, trusted for `X-Forwarded-For` (repeatable;
+    /// added to the configuration's `trusted_proxies`): the `/device` throttle then counts the
+    /// address it forwards, not its own.
+    #[arg(long, value_name = "ADDR")]
+    trusted_proxy: Vec<std::net::IpAddr>,
     /// Test only (the config must set `testing = true`): an extra trusted root for outbound
     /// fetches of agents' documents.
     #[arg(long)]
@@ -159,7 +164,8 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
             args.config.display()
         )
     })?;
-    let config = CompanyConfig::parse(&text).with_context(|| format!("loading {}", args.config.display()))?;
+    let mut config = CompanyConfig::parse(&text).with_context(|| format!("loading {}", args.config.display()))?;
+    config.trusted_proxies.extend(args.trusted_proxy.iter().copied());
     if !config.testing && (args.trust_ca.is_some() || !args.resolve.is_empty()) {
         bail!("--trust-ca and --resolve are for tests only; the configuration does not set testing = true");
     }

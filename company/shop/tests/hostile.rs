@@ -7,7 +7,7 @@
 mod support;
 
 use http::{StatusCode, header};
-use pap_shop::limits::{ACCOUNT_ATTEMPTS, ATTEMPT_WINDOW, PENDING_PER_CLIENT};
+use pap_shop::limits::{ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, PENDING_PER_CLIENT};
 use serde_json::{Value, json};
 use support::shop::*;
 
@@ -245,4 +245,67 @@ async fn a_poll_past_the_codes_expiry_hears_expired_token() {
         ])
         .await;
     assert_eq!(body_json(poll).await, json!({"error": "expired_token"}));
+}
+
+/// Review N8: the account's limit counts per client address, so guesses from one address do
+/// not keep the account's owner, elsewhere, from approving.
+#[tokio::test]
+async fn guesses_from_one_address_do_not_lock_the_account_for_another() {
+    let shop = shop();
+    let user_code = pending_code(&shop).await["user_code"].as_str().unwrap().to_owned();
+    let stranger: std::net::SocketAddr = "203.0.113.66:40000".parse().unwrap();
+    for _ in 0..ACCOUNT_ATTEMPTS {
+        let answer = shop
+            .approve_on_page_from(&user_code, "ada", "guess", Some(stranger), None)
+            .await;
+        assert_eq!(answer.status(), StatusCode::UNAUTHORIZED);
+    }
+    let refused = shop
+        .approve_on_page_from(&user_code, "ada", "guess", Some(stranger), None)
+        .await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let owner: std::net::SocketAddr = "198.51.100.7:50000".parse().unwrap();
+    let approved = shop
+        .approve_on_page_from(&user_code, "ada", PASSWORD, Some(owner), None)
+        .await;
+    assert_eq!(
+        approved.status(),
+        StatusCode::OK,
+        "the owner elsewhere is not locked out"
+    );
+}
+
+/// Review N8: behind a configured balancer every request comes from its address; the throttle
+/// counts the address it forwards, so one client's guesses do not refuse everyone else's
+/// approvals. A client's own `X-Forwarded-For` entries count for nothing.
+#[tokio::test]
+async fn behind_a_trusted_balancer_the_forwarded_address_is_counted() {
+    let balancer: std::net::SocketAddr = "10.0.0.1:443".parse().unwrap();
+    let shop = shop_configured(true, |config| {
+        config.trusted_proxies = vec![balancer.ip()];
+    });
+    let user_code = pending_code(&shop).await["user_code"].as_str().unwrap().to_owned();
+    // One client guesses through the balancer, claiming other addresses on the way in.
+    for i in 0..ADDRESS_ATTEMPTS {
+        let forwarded = format!("192.0.2.{i}, 203.0.113.66");
+        let answer = shop
+            .approve_on_page_from(
+                &user_code,
+                &format!("name{i}"),
+                "guess",
+                Some(balancer),
+                Some(&forwarded),
+            )
+            .await;
+        assert_eq!(answer.status(), StatusCode::UNAUTHORIZED, "attempt {i}");
+    }
+    let refused = shop
+        .approve_on_page_from(&user_code, "ada", "guess", Some(balancer), Some("203.0.113.66"))
+        .await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    // Another person behind the same balancer approves.
+    let approved = shop
+        .approve_on_page_from(&user_code, "ada", PASSWORD, Some(balancer), Some("198.51.100.7"))
+        .await;
+    assert_eq!(approved.status(), StatusCode::OK);
 }

@@ -202,7 +202,10 @@ mod tests {
     fn a_refused_fetch_gives_its_domain_slot_back() {
         let budget = FetchBudget::new(1, 1, 1);
         let _held = budget.take(&client("one.example")).unwrap();
-        assert_eq!(budget.take(&client("two.example")).unwrap_err(), Exhausted::FirstContacts);
+        assert_eq!(
+            budget.take(&client("two.example")).unwrap_err(),
+            Exhausted::FirstContacts
+        );
         assert!(budget.domains.lock().unwrap().get("two.example").is_none());
     }
 }

@@ -35,15 +35,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use pap_net::resolve::PublicOnly;
-use pap_shared::{ClientId, Clock, HttpsUrl, Jwks, UnixTime};
-use rustls::pki_types::CertificateDer;
 use super::budget::FetchBudget;
 use super::metadata::ClientMetadata;
 use super::{ClientKeys, ClientRegistry, ResolveError};
 use crate::expiry::{ExpireAt, Expiring};
 use crate::store::{Bounded, WhenFull};
+use async_trait::async_trait;
+use pap_net::resolve::PublicOnly;
+use pap_shared::{ClientId, Clock, HttpsUrl, Jwks, UnixTime};
+use rustls::pki_types::CertificateDer;
 
 /// Shortest time a fetched document is cached, in seconds.
 const MIN_CACHE_SECONDS: i64 = 60;
@@ -313,7 +313,9 @@ impl HttpClientResolver {
             crate::metrics::resolver_busy(share.label());
             ResolveError::Busy
         })?;
-        let fetched = self.within_deadline("client metadata", self.fetch_documents(client_id, now)).await;
+        let fetched = self
+            .within_deadline("client metadata", self.fetch_documents(client_id, now))
+            .await;
         crate::metrics::resolver_fetch(fetched.is_ok());
         if fetched.is_ok() {
             self.budget.resolved(client_id);
@@ -327,14 +329,12 @@ impl HttpClientResolver {
         what: &'static str,
         fetch: impl Future<Output = Result<T, ResolveError>>,
     ) -> Result<T, ResolveError> {
-        tokio::time::timeout(self.deadline, fetch)
-            .await
-            .unwrap_or_else(|_| {
-                Err(ResolveError::Fetch {
-                    what,
-                    why: "timed out".into(),
-                })
+        tokio::time::timeout(self.deadline, fetch).await.unwrap_or_else(|_| {
+            Err(ResolveError::Fetch {
+                what,
+                why: "timed out".into(),
             })
+        })
     }
 
     async fn fetch_documents(&self, client_id: &ClientId, now: UnixTime) -> Result<Arc<Entry>, ResolveError> {

@@ -1165,9 +1165,7 @@ async fn slow_documents_under_many_names(stage: &Arc<Stage>, figures: &mut Figur
     let company = newcomer.discover(&CompanyDomain::try_from(DOMAIN)?).await?;
     let user = pap_agent::new_pairwise_user(&SystemRng);
     let began = Instant::now();
-    let session = newcomer
-        .start_session(&company, &user, newcomer.new_dpop_key()?)
-        .await;
+    let session = newcomer.start_session(&company, &user, newcomer.new_dpop_key()?).await;
     let token_took = began.elapsed();
     let (join_status, join_took) = match &session {
         Ok(session) => stage.join_as(newcomer, session).await?,

@@ -28,6 +28,11 @@ pub struct CompanyConfig {
     /// `--admin-listen`); off when absent.
     #[serde(default)]
     pub admin_listen: Option<SocketAddr>,
+    /// The load balancers in front of the company (extended by `--trusted-proxy`): from them,
+    /// the client's address for the `/device` throttle is the last `X-Forwarded-For` entry that
+    /// is not one of them (review N8). Empty: the TCP peer is the client.
+    #[serde(default)]
+    pub trusted_proxies: Vec<std::net::IpAddr>,
     /// Allows the test-only flags `--trust-ca` and `--resolve`. Never set in production.
     #[serde(default)]
     pub testing: bool,

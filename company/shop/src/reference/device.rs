@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use zeroize::Zeroizing;
 
+use super::client_address::ClientAddress;
 use super::config::AccountConfig;
 use super::protocol::{ApiError, json_response, read_form};
 use super::website::same_site;
@@ -45,10 +46,13 @@ const USER_CODE_ALPHABET: &[u8] = b"BCDFGHJKLMNPQRSTVWXZ";
 /// Most pending device codes one client may hold (each lives ten minutes).
 pub const PENDING_PER_CLIENT: usize = 32;
 
-/// Password attempts on `/device` per account name per window: past it, 429 for that name.
+/// Password attempts on `/device` per account name from one client address per window: past
+/// it, 429 for that name from that address. Per address, so that no stranger elsewhere can
+/// lock a person out of their own account (review N8).
 pub const ACCOUNT_ATTEMPTS: u32 = 10;
 
-/// Password attempts on `/device` per client address per window.
+/// Password attempts on `/device` per client address per window (an IPv6 address counts by its
+/// /64; behind a trusted balancer, the address it forwards).
 pub const ADDRESS_ATTEMPTS: u32 = 30;
 
 /// The attempt window, in seconds.
@@ -190,19 +194,19 @@ impl ReferenceCompany {
         .await
     }
 
-    /// Counts one attempt for each key: `Ok` within every limit, or the seconds until the
-    /// latest window of those past their limit ends.
+    /// Counts one attempt for each key in turn: `Ok` within every limit, or the seconds until
+    /// the window of the first key past its limit ends. The keys after that one are not
+    /// counted, so an address past its limit writes no new count (review N3: one count record
+    /// per distinct user name it typed would fill the records).
     async fn attempt(&self, counts: &[(String, u32)]) -> Result<Result<(), u64>, StoreError> {
         let now = self.now();
-        let mut wait = None;
         for (key, limit) in counts {
             let (count, until) = self.records().count(key, now.plus(ATTEMPT_WINDOW)).await?;
             if count > u64::from(*limit) {
-                let left = until.since(now).max(1).unsigned_abs();
-                wait = Some(wait.map_or(left, |w: u64| w.max(left)));
+                return Ok(Err(until.since(now).max(1).unsigned_abs()));
             }
         }
-        Ok(wait.map_or(Ok(()), Err))
+        Ok(Ok(()))
     }
 }
 
@@ -586,11 +590,17 @@ async fn decide(
         Err(error) => return busy(error),
     }
     let username = field("username");
-    let address = peer.map_or_else(|| "unknown".to_owned(), |Extension(ConnectInfo(a))| a.ip().to_string());
+    let peer = peer.map(|Extension(ConnectInfo(peer))| peer);
+    let address = ClientAddress::of(peer, &headers, &company.inner.config.trusted_proxies)
+        .map_or_else(|| "unknown".to_owned(), |a| a.key());
+    // The address first: past its limit, nothing more is counted.
     let counts = [
         (format!("attempts-address:{address}"), ADDRESS_ATTEMPTS),
         (
-            format!("attempts-account:{}", URL_SAFE_NO_PAD.encode(token_hash(username))),
+            format!(
+                "attempts-account:{}",
+                URL_SAFE_NO_PAD.encode(token_hash(&format!("{address}\0{username}")))
+            ),
             ACCOUNT_ATTEMPTS,
         ),
     ];

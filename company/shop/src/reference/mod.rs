@@ -8,6 +8,7 @@
 
 mod api;
 mod caller;
+mod client_address;
 mod client_auth;
 mod config;
 mod csrf_key;

@@ -45,7 +45,13 @@ pub fn metadata(operations: bool) -> ClientMetadata {
 }
 
 pub fn shop_with(operations: bool) -> Shop {
-    let config = CompanyConfig::parse(include_str!("../../shop.example.toml")).unwrap();
+    shop_configured(operations, |_| {})
+}
+
+/// The shop of `shop.example.toml` as `change` leaves it.
+pub fn shop_configured(operations: bool, change: impl FnOnce(&mut CompanyConfig)) -> Shop {
+    let mut config = CompanyConfig::parse(include_str!("../../shop.example.toml")).unwrap();
+    change(&mut config);
     let clock = TestClock::at(NOW);
     let agent = SigningKey::generate_es256(&SystemRng, "key-1").unwrap();
     let clients = StaticClientKeys::new()
@@ -240,6 +246,19 @@ impl Shop {
 
     /// The `/device` page's whole answer to one approval.
     pub async fn approve_on_page_answer(&self, user_code: &str, username: &str, password: &str) -> Response<Body> {
+        self.approve_on_page_from(user_code, username, password, None, None)
+            .await
+    }
+
+    /// [`Self::approve_on_page_answer`] from TCP peer `peer`, with an `X-Forwarded-For`.
+    pub async fn approve_on_page_from(
+        &self,
+        user_code: &str,
+        username: &str,
+        password: &str,
+        peer: Option<std::net::SocketAddr>,
+        forwarded_for: Option<&str>,
+    ) -> Response<Body> {
         let page = self
             .app
             .clone()
@@ -267,13 +286,18 @@ impl Shop {
         let body = url::form_urlencoded::Serializer::new(String::new())
             .extend_pairs(&fields)
             .finish();
-        let request = Request::post("/device")
+        let mut request = Request::post("/device")
             .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
             .header(header::ORIGIN, BASE)
             .header("sec-fetch-site", "same-origin")
-            .header(header::COOKIE, cookie)
-            .body(Body::from(body))
-            .unwrap();
+            .header(header::COOKIE, cookie);
+        if let Some(forwarded) = forwarded_for {
+            request = request.header("x-forwarded-for", forwarded);
+        }
+        let mut request = request.body(Body::from(body)).unwrap();
+        if let Some(peer) = peer {
+            request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+        }
         self.app.clone().oneshot(request).await.unwrap()
     }
 
