@@ -8,8 +8,9 @@
 //! answered 303 with a cookie (redirects are not followed).
 //!
 //! Beside each level: the CPU this process spent per join (client and server together, from
-//! `/proc/self/stat`), and over Redis the commands Redis ran per join (`INFO stats`, each a
-//! round trip: nothing is pipelined) and Redis's own CPU per join (`INFO cpu`).
+//! `/proc/self/stat`), and over Redis the commands Redis ran per join (`INFO stats`: the ones
+//! its scripts ran count too) and Redis's own CPU per join (`INFO cpu`); then the round trips
+//! per join, counted with `MONITOR` (the commands clients sent; nothing is pipelined).
 
 #![allow(clippy::unwrap_used, clippy::print_stdout, reason = "a benchmark binary")]
 
@@ -244,8 +245,8 @@ async fn levels(
 fn print_figures(store: &str, figures: &Figures, against: Option<&Figures>) {
     println!("{store}:");
     println!(
-        "{:>11} {:>10} {:>10} {:>10} {:>14} {:>16} {:>16}",
-        "concurrency", "joins/s", "p50 ms", "p99 ms", "CPU µs/join", "Redis cmds/join", "Redis CPU µs/join"
+        "{:>11} {:>10} {:>10} {:>10} {:>14} {:>20} {:>18}",
+        "concurrency", "joins/s", "p50 ms", "p99 ms", "CPU µs/join", "Redis cmds run/join", "Redis CPU µs/join"
     );
     for (i, level) in figures.iter().enumerate() {
         let share = against
@@ -257,7 +258,7 @@ fn print_figures(store: &str, figures: &Figures, against: Option<&Figures>) {
             .map(|(c, cpu)| (format!("{c:.2}"), format!("{cpu:.1}")))
             .unwrap_or_else(|| ("-".into(), "-".into()));
         println!(
-            "{:>11} {:>10.0} {:>10.2} {:>10.2} {:>14.1} {commands:>16} {redis_cpu:>16}{share}",
+            "{:>11} {:>10.0} {:>10.2} {:>10.2} {:>14.1} {commands:>20} {redis_cpu:>18}{share}",
             level.concurrency,
             level.rate,
             millis(level.p50),

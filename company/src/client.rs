@@ -12,7 +12,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use pap_shared::{ClientId, Jwks};
 
-pub use self::budget::KNOWN_CLIENTS;
+pub use self::budget::{KNOWN_CLIENTS, as_requester};
 pub use self::http::{
     DEFAULT_MAX_CACHE_LIFETIME, FAILURE_CAPACITY, HttpClientResolver, NO_STORE_SECONDS, ResolverBuildError,
     ResolverConfig, ResolverHolds, STALE_IF_BUSY_SECONDS,

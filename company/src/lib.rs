@@ -54,7 +54,7 @@ pub mod stores {
 pub mod resolver {
     pub use crate::client::{
         ClientKeys, ClientMetadata, ClientRegistry, HttpClientResolver, ResolveError, ResolverBuildError,
-        ResolverConfig, ResolverHolds, StaticClientKeys,
+        ResolverConfig, ResolverHolds, StaticClientKeys, as_requester,
     };
 }
 

@@ -13,11 +13,16 @@
 //!   key, an agent that serves `no-store`);
 //! - one of [`ResolverConfig::max_in_flight_per_domain`] for the `client_id`'s registrable
 //!   domain: whoever holds one domain (and a wildcard certificate for it) names any number of
-//!   clients under it, and holds that many slots, no more.
+//!   clients under it, and holds that many slots, no more;
+//! - when the request that triggered it was made inside [`as_requester`] (the reference company
+//!   does so for every request, with the client's address), one of
+//!   [`ResolverConfig::max_in_flight_per_requester`] for that address: one host naming clients
+//!   under many domains holds that many, no more.
 //!
 //! [`ResolverConfig::max_in_flight`]: super::ResolverConfig::max_in_flight
 //! [`ResolverConfig::max_first_contacts_in_flight`]: super::ResolverConfig::max_first_contacts_in_flight
 //! [`ResolverConfig::max_in_flight_per_domain`]: super::ResolverConfig::max_in_flight_per_domain
+//! [`ResolverConfig::max_in_flight_per_requester`]: super::ResolverConfig::max_in_flight_per_requester
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -35,14 +40,55 @@ pub const KNOWN_CLIENTS: u64 = 100_000;
 /// Session lives, so an agent with a live Session is known.
 const KNOWN_FOR: Duration = Duration::from_secs(7 * 24 * 3_600);
 
+tokio::task_local! {
+    /// Who made the request being served: the key of its client address.
+    static REQUESTER: String;
+}
+
+/// Runs `request` as one from `address` (a key for the client: an IPv4 address, an IPv6 /64):
+/// every fetch of agents' documents it makes counts against that address's share.
+pub async fn as_requester<F: Future>(address: String, request: F) -> F::Output {
+    REQUESTER.scope(address, request).await
+}
+
 /// The resolver's fetch slots.
 #[derive(Debug)]
 pub(super) struct FetchBudget {
     all: Arc<Semaphore>,
     first_contacts: Arc<Semaphore>,
-    per_domain: usize,
-    domains: Arc<Mutex<HashMap<String, usize>>>,
+    domains: SharesByKey,
+    requesters: SharesByKey,
     known: moka::sync::Cache<ClientId, ()>,
+}
+
+/// At most `each` slots per key (a registrable domain, a requester's address).
+#[derive(Debug)]
+struct SharesByKey {
+    each: usize,
+    held: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl SharesByKey {
+    fn new(each: usize) -> Self {
+        Self {
+            each,
+            held: Arc::default(),
+        }
+    }
+
+    /// A slot for `key`, if it holds fewer than its share.
+    fn take(&self, key: String) -> Option<KeySlot> {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = held.get(&key).copied().unwrap_or(0);
+        if count >= self.each {
+            return None;
+        }
+        held.insert(key.clone(), count + 1);
+        Some(KeySlot {
+            key,
+            held: self.held.clone(),
+        })
+    }
 }
 
 /// Which share ran out.
@@ -51,6 +97,7 @@ pub(super) enum Exhausted {
     All,
     FirstContacts,
     Domain,
+    Requester,
 }
 
 impl Exhausted {
@@ -60,6 +107,7 @@ impl Exhausted {
             Self::All => "all",
             Self::FirstContacts => "first_contacts",
             Self::Domain => "domain",
+            Self::Requester => "requester",
         }
     }
 }
@@ -70,42 +118,44 @@ pub(super) struct FetchSlots {
     _all: OwnedSemaphorePermit,
     _first_contact: Option<OwnedSemaphorePermit>,
     #[cfg_attr(not(test), allow(dead_code, reason = "held for its Drop; read by the tests"))]
-    domain: DomainSlot,
+    domain: KeySlot,
+    _requester: Option<KeySlot>,
 }
 
 impl FetchSlots {
     /// The registrable domain the fetch counts against.
     #[cfg(test)]
     fn domain(&self) -> &str {
-        &self.domain.domain
+        &self.domain.key
     }
 }
 
+/// One slot of a [`SharesByKey`], given back when dropped.
 #[derive(Debug)]
-struct DomainSlot {
-    domain: String,
-    domains: Arc<Mutex<HashMap<String, usize>>>,
+struct KeySlot {
+    key: String,
+    held: Arc<Mutex<HashMap<String, usize>>>,
 }
 
-impl Drop for DomainSlot {
+impl Drop for KeySlot {
     fn drop(&mut self) {
-        let mut domains = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(held) = domains.get_mut(&self.domain) {
-            *held -= 1;
-            if *held == 0 {
-                domains.remove(&self.domain);
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = held.get_mut(&self.key) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.key);
             }
         }
     }
 }
 
 impl FetchBudget {
-    pub(super) fn new(all: usize, first_contacts: usize, per_domain: usize) -> Self {
+    pub(super) fn new(all: usize, first_contacts: usize, per_domain: usize, per_requester: usize) -> Self {
         Self {
             all: Arc::new(Semaphore::new(all)),
             first_contacts: Arc::new(Semaphore::new(first_contacts)),
-            per_domain,
-            domains: Arc::default(),
+            domains: SharesByKey::new(per_domain),
+            requesters: SharesByKey::new(per_requester),
             known: moka::sync::Cache::builder()
                 .max_capacity(KNOWN_CLIENTS)
                 .time_to_idle(KNOWN_FOR)
@@ -116,18 +166,11 @@ impl FetchBudget {
     /// The slots for a fetch of `client_id`'s documents, or which share is exhausted.
     pub(super) fn take(&self, client_id: &ClientId) -> Result<FetchSlots, Exhausted> {
         let domain = pap_shared::registrable_domain(client_id.url().domain().unwrap_or_default());
-        // The domain first: a slot taken there is given back on any refusal below.
-        let domain = {
-            let mut domains = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
-            let held = domains.entry(domain.clone()).or_default();
-            if *held >= self.per_domain {
-                return Err(Exhausted::Domain);
-            }
-            *held += 1;
-            DomainSlot {
-                domain,
-                domains: self.domains.clone(),
-            }
+        // Slots taken first are given back on any refusal below (they drop).
+        let domain = self.domains.take(domain).ok_or(Exhausted::Domain)?;
+        let requester = match REQUESTER.try_with(Clone::clone) {
+            Ok(address) => Some(self.requesters.take(address).ok_or(Exhausted::Requester)?),
+            Err(_) => None,
         };
         let first_contact = if self.known.contains_key(client_id) {
             None
@@ -140,6 +183,7 @@ impl FetchBudget {
             _all: all,
             _first_contact: first_contact,
             domain,
+            _requester: requester,
         })
     }
 
@@ -170,7 +214,7 @@ mod tests {
 
     #[test]
     fn one_domain_holds_at_most_its_share_whatever_the_names_under_it() {
-        let budget = FetchBudget::new(32, 16, 2);
+        let budget = FetchBudget::new(32, 16, 2, 4);
         let a = budget.take(&client("r1.atk.example")).unwrap();
         let _b = budget.take(&client("r2.atk.example")).unwrap();
         assert_eq!(a.domain(), "atk.example");
@@ -182,7 +226,7 @@ mod tests {
 
     #[test]
     fn first_contacts_hold_at_most_their_share_and_known_clients_keep_the_rest() {
-        let budget = FetchBudget::new(4, 2, 1);
+        let budget = FetchBudget::new(4, 2, 1, 4);
         let known = client("atlas.example");
         budget.resolved(&known);
         let strangers: Vec<_> = (0..2)
@@ -200,12 +244,34 @@ mod tests {
 
     #[test]
     fn a_refused_fetch_gives_its_domain_slot_back() {
-        let budget = FetchBudget::new(1, 1, 1);
+        let budget = FetchBudget::new(1, 1, 1, 4);
         let _held = budget.take(&client("one.example")).unwrap();
         assert_eq!(
             budget.take(&client("two.example")).unwrap_err(),
             Exhausted::FirstContacts
         );
-        assert!(budget.domains.lock().unwrap().get("two.example").is_none());
+        assert!(budget.domains.held.lock().unwrap().get("two.example").is_none());
+    }
+
+    #[tokio::test]
+    async fn one_requester_holds_at_most_its_share_whatever_the_domains_it_names() {
+        let budget = FetchBudget::new(32, 16, 2, 2);
+        let held = as_requester("203.0.113.66".into(), async {
+            let held: Vec<_> = (0..2)
+                .map(|i| budget.take(&client(&format!("d{i}.example"))).unwrap())
+                .collect();
+            assert_eq!(budget.take(&client("d9.example")).unwrap_err(), Exhausted::Requester);
+            held
+        })
+        .await;
+        as_requester("198.51.100.7".into(), async {
+            assert!(budget.take(&client("d9.example")).is_ok(), "another address");
+        })
+        .await;
+        assert!(
+            budget.take(&client("d8.example")).is_ok(),
+            "no requester, no such share"
+        );
+        drop(held);
     }
 }

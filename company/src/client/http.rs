@@ -98,6 +98,9 @@ pub struct ResolverConfig {
     /// Most fetches under way at once for `client_id`s under one registrable domain (2 by
     /// default).
     pub max_in_flight_per_domain: usize,
+    /// Most fetches under way at once that requests from one address triggered (4 by default;
+    /// see `resolver::as_requester`).
+    pub max_in_flight_per_requester: usize,
     /// Longest an agent's documents are cached whatever their `max-age` says (5 minutes by
     /// default, at least 60 s, at most a day): how long a removed key may keep verifying.
     pub max_cache_lifetime: Duration,
@@ -116,6 +119,7 @@ impl Default for ResolverConfig {
             max_in_flight: 32,
             max_first_contacts_in_flight: 16,
             max_in_flight_per_domain: 2,
+            max_in_flight_per_requester: 4,
             max_cache_lifetime: DEFAULT_MAX_CACHE_LIFETIME,
         }
     }
@@ -241,6 +245,7 @@ impl HttpClientResolver {
                 config.max_in_flight,
                 config.max_first_contacts_in_flight,
                 config.max_in_flight_per_domain,
+                config.max_in_flight_per_requester,
             )),
             deadline: config.timeout,
         })

@@ -7,8 +7,9 @@
 //!
 //! For scenario 6 (review N1) the attacker's names also serve slow documents: under
 //! `/slow/` a server that accepts and stays silent, under `/chain/` a metadata document whose
-//! JWKS redirects on the same host, slowly, one hop after another; and a legitimate agent the
-//! company has never seen (`newcomer.example`) serves its documents beside them.
+//! JWKS redirects on the same host, slowly, one hop after another (any name of the attacker's,
+//! under `*.atk.example` and [`ATTACKER_DOMAINS`] more like it); and legitimate agents the
+//! company has never seen ([`NEWCOMERS`]) serve their documents beside them.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,8 +27,19 @@ use serde_json::{Value, json};
 
 /// The attacker's names: `a{n}.atk.example`.
 pub(crate) const ATTACKER_PARENT: &str = "atk.example";
-/// The legitimate agent of scenario 6, a first contact for the company.
-pub(crate) const NEWCOMER: &str = "newcomer.example";
+/// The legitimate agents of scenario 6, each a first contact for the company.
+pub(crate) const NEWCOMERS: [&str; 2] = ["newcomer.example", "second-newcomer.example"];
+/// How many registrable domains the attacker holds (a wildcard certificate each).
+pub(crate) const ATTACKER_DOMAINS: usize = 10;
+
+/// The attacker's `i`th registrable domain: `atk.example`, `atk1.example`, ...
+pub(crate) fn attacker_domain(i: usize) -> String {
+    if i == 0 {
+        ATTACKER_PARENT.to_owned()
+    } else {
+        format!("atk{i}.example")
+    }
+}
 /// How long a `/slow/` document stays silent: past the company's read timeout.
 const SLOW_SILENCE: std::time::Duration = std::time::Duration::from_secs(10);
 /// How long each hop of a `/chain/` JWKS takes before it redirects to the next.
@@ -46,7 +58,7 @@ pub(crate) struct Fetches {
     pub(crate) attacker_slow: AtomicU64,
     /// Told at each of them.
     pub(crate) attacker_slow_seen: tokio::sync::Notify,
-    /// Fetches of the newcomer's documents.
+    /// Fetches of the newcomers' documents.
     pub(crate) newcomer: AtomicU64,
 }
 
@@ -55,7 +67,7 @@ struct Documents {
     /// The honest agent: its JWKS is built at each fetch, as `pap-agent identity serve` does,
     /// so a rotation shows.
     honest: Arc<Identity>,
-    newcomer: Arc<Identity>,
+    newcomers: Vec<Arc<Identity>>,
     attacker_jwks: String,
     /// Metadata and JWKS of each of [`KEYED_AGENTS`].
     keyed: Vec<(String, String)>,
@@ -66,7 +78,7 @@ struct Documents {
 pub(crate) async fn serve(
     listen: SocketAddr,
     honest: Arc<Identity>,
-    newcomer: Arc<Identity>,
+    newcomers: Vec<Arc<Identity>>,
     keyed: &[Identity],
     cert_pem: &[u8],
     key_pem: &[u8],
@@ -92,7 +104,7 @@ pub(crate) async fn serve(
     let documents = Arc::new(Documents {
         honest_metadata: honest.metadata().to_string(),
         honest: honest.clone(),
-        newcomer,
+        newcomers,
         attacker_jwks: keys(pap_shared::MAX_JWKS_KEYS, None)?,
         keyed: keyed_documents,
         fetches: fetches.clone(),
@@ -177,12 +189,13 @@ async fn document(State(docs): State<Arc<Documents>>, uri: Uri, headers: HeaderM
         docs.fetches.keyed[i].0.fetch_add(1, Ordering::Relaxed);
         let (metadata_doc, jwks) = &docs.keyed[i];
         if metadata { metadata_doc.clone() } else { jwks.clone() }
-    } else if host == NEWCOMER {
+    } else if let Some(i) = NEWCOMERS.iter().position(|name| *name == host) {
         docs.fetches.newcomer.fetch_add(1, Ordering::Relaxed);
+        let newcomer = &docs.newcomers[i];
         if metadata {
-            docs.newcomer.metadata().to_string()
+            newcomer.metadata().to_string()
         } else {
-            docs.newcomer.jwks().to_string()
+            newcomer.jwks().to_string()
         }
     } else if host.ends_with(&format!(".{ATTACKER_PARENT}")) {
         docs.fetches.attacker.fetch_add(1, Ordering::Relaxed);

@@ -14,10 +14,11 @@
 //! 5. The honest agent rotates its key (`pap-agent identity rotate`) while joins run 8 at a
 //!    time (1,000 answered before the rotation, 2,000 after): no join is refused, the new key is in use within the run, and the company fetched
 //!    the rotated JWKS once.
-//! 6. Review N1: unauthenticated token requests naming a fresh `client_id` under one wildcard
-//!    domain each, 20 a second, whose documents are slow (a silent server, a JWKS that
-//!    redirects slowly hop after hop): meanwhile an agent the company has never seen gets its
-//!    token and joins, and the honest agent's joins go on.
+//! 6. Review N1: unauthenticated token requests from one address naming a fresh `client_id`
+//!    each, 20 a second, whose documents are slow (a silent server, a JWKS that redirects
+//!    slowly hop after hop), first under one wildcard domain, then under ten: meanwhile an
+//!    agent the company has never seen gets its token and joins, and the honest agent's joins
+//!    go on.
 //!
 //! The fifth figure of the issue, a simulated week returning every store to its baseline,
 //! needs an injected clock, so it is a test (`company/shop/tests/hostile.rs`), not part of this run.
@@ -188,8 +189,8 @@ struct Stage {
     http: reqwest::Client,
     /// The honest agent's state directory (its identity), for the rotation.
     honest_state: PathBuf,
-    /// An agent the company has never seen, for scenario 6.
-    newcomer: PapClient,
+    /// Agents the company has never seen, one for each flood of scenario 6.
+    newcomers: Vec<PapClient>,
 }
 
 /// Runs every scenario; the figures.
@@ -204,10 +205,11 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         &format!("*.{}", agents::ATTACKER_PARENT),
         agents::KEYED_AGENTS[0].0,
         agents::KEYED_AGENTS[1].0,
-        agents::NEWCOMER,
     ]
     .iter()
     .map(|n| (*n).to_owned())
+    .chain(agents::NEWCOMERS.iter().map(|n| (*n).to_owned()))
+    .chain((1..agents::ATTACKER_DOMAINS).map(|i| format!("*.{}", agents::attacker_domain(i))))
     .collect();
     let certs_dir = plan.work.join("certs");
     let certs = pap_net::dev_certs::write_dev_certs(&certs_dir, &names)?;
@@ -235,16 +237,22 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
             Identity::ephemeral(CompanyDomain::try_from(*name)?, "Many keys", &SystemRng).map_err(anyhow::Error::from)
         })
         .collect::<anyhow::Result<_>>()?;
-    let newcomer = Arc::new(Identity::ephemeral(
-        CompanyDomain::try_from(agents::NEWCOMER)?,
-        "Newcomer (abuse run)",
-        &SystemRng,
-    )?);
+    let newcomers = agents::NEWCOMERS
+        .iter()
+        .map(|name| {
+            let domain = CompanyDomain::try_from(*name)?;
+            Ok(Arc::new(Identity::ephemeral(
+                domain,
+                "Newcomer (abuse run)",
+                &SystemRng,
+            )?))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let agents_addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let fetches = agents::serve(
         agents_addr,
         honest.clone(),
-        newcomer.clone(),
+        newcomers.clone(),
         &keyed,
         &std::fs::read(&certs.cert)?,
         &std::fs::read(&certs.key)?,
@@ -260,8 +268,11 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
             format!("*.{}={agents_addr}", agents::ATTACKER_PARENT),
             format!("{}={agents_addr}", agents::KEYED_AGENTS[0].0),
             format!("{}={agents_addr}", agents::KEYED_AGENTS[1].0),
-            format!("{}={agents_addr}", agents::NEWCOMER),
-        ],
+        ]
+        .into_iter()
+        .chain(agents::NEWCOMERS.iter().map(|n| format!("{n}={agents_addr}")))
+        .chain((1..agents::ATTACKER_DOMAINS).map(|i| format!("*.{}={agents_addr}", agents::attacker_domain(i))))
+        .collect(),
         before_credential: plan.before_credential,
         store: None,
         name: "abuse",
@@ -273,7 +284,10 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         connect: [(DOMAIN.to_owned(), company.addr)].into(),
     };
     let agent = PapClient::new(honest, &client_config, Arc::new(SystemClock), Arc::new(SystemRng))?;
-    let newcomer = PapClient::new(newcomer, &client_config, Arc::new(SystemClock), Arc::new(SystemRng))?;
+    let newcomers = newcomers
+        .into_iter()
+        .map(|identity| PapClient::new(identity, &client_config, Arc::new(SystemClock), Arc::new(SystemRng)))
+        .collect::<Result<Vec<_>, _>>()?;
     let keyed_agents = keyed
         .into_iter()
         .map(|identity| {
@@ -302,7 +316,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         roots,
         http,
         honest_state,
-        newcomer,
+        newcomers,
     };
 
     let stage = Arc::new(stage);
@@ -313,7 +327,8 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
     password_guessing(&stage, &scale, &mut figures).await?;
     oversized_jwks(&stage, &mut figures).await;
     rotation_under_load(&stage, &mut figures).await?;
-    slow_documents_under_many_names(&stage, &mut figures).await?;
+    slow_documents_under_many_names(&stage, 1, &mut figures).await?;
+    slow_documents_under_many_names(&stage, agents::ATTACKER_DOMAINS, &mut figures).await?;
     // The company process ends with the stage (it is killed on drop).
     drop(stage);
     Ok(figures)
@@ -1107,12 +1122,17 @@ async fn stranger_token_request(http: &reqwest::Client, client_id: &str, n: usiz
     }
 }
 
-/// Scenario 6 (review N1): a flood of token requests naming fresh `client_id`s under the
-/// attacker's wildcard domain, their documents slow (`/slow/`: silent; `/chain/`: a JWKS that
-/// redirects slowly, hop after hop), 20 a second. Once the company is fetching the attacker's
-/// documents, an agent it has never seen discovers it, gets its token and joins; the honest
-/// agent joins too. Both must succeed, each within the company's fetch deadline.
-async fn slow_documents_under_many_names(stage: &Arc<Stage>, figures: &mut Figures) -> anyhow::Result<()> {
+/// Scenario 6 (review N1): a flood of token requests from one address (not the agents'),
+/// naming fresh `client_id`s under `domains` of the attacker's wildcard domains in turn, their
+/// documents slow (`/slow/`: silent; `/chain/`: a JWKS that redirects slowly, hop after hop),
+/// 20 a second. Once the company is fetching the attacker's documents, an agent it has never
+/// seen discovers it, gets its token and joins; the honest agent joins too. Both must succeed,
+/// each within the company's fetch deadline.
+async fn slow_documents_under_many_names(
+    stage: &Arc<Stage>,
+    domains: usize,
+    figures: &mut Figures,
+) -> anyhow::Result<()> {
     /// The flood's pace: 20 token requests a second, each naming a new client.
     const EVERY: Duration = Duration::from_millis(50);
     /// How long the attacker's fetches may take to start reaching its server.
@@ -1123,10 +1143,14 @@ async fn slow_documents_under_many_names(stage: &Arc<Stage>, figures: &mut Figur
     /// What the newcomer's token and join may take: the company's fetch deadline (5 s) and a
     /// loaded machine's margin.
     const BOUND: Duration = Duration::from_secs(6);
+    let round = usize::from(domains > 1);
+    let label = |what: &str| format!("{what} ({domains} domain{})", if domains > 1 { "s" } else { "" });
+    let slow_before = stage.fetches.attacker_slow.load(Ordering::Relaxed);
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let (sent, mut sent_so_far) = tokio::sync::watch::channel(0_usize);
     let flood = {
-        let http = stage.http.clone();
+        // One address of the attacker's own, the company sees it apart from the agents'.
+        let http = https_client(&stage.roots, stage.company.addr, Some(loopback(CONCURRENCY + round)))?;
         tokio::spawn(async move {
             let mut pace = tokio::time::interval(EVERY);
             let mut requests = tokio::task::JoinSet::new();
@@ -1136,8 +1160,9 @@ async fn slow_documents_under_many_names(stage: &Arc<Stage>, figures: &mut Figur
                     _ = pace.tick() => {}
                     _ = stopped.changed() => break,
                 }
-                let path = if n % 2 == 0 { "slow" } else { "chain" };
-                let client_id = format!("https://r{n}.{}/{path}/agent.json", agents::ATTACKER_PARENT);
+                let path = if n.is_multiple_of(2) { "slow" } else { "chain" };
+                let domain = agents::attacker_domain(n % domains);
+                let client_id = format!("https://r{round}-{n}.{domain}/{path}/agent.json");
                 let http = http.clone();
                 requests.spawn(async move { stranger_token_request(&http, &client_id, n).await });
                 n += 1;
@@ -1152,7 +1177,7 @@ async fn slow_documents_under_many_names(stage: &Arc<Stage>, figures: &mut Figur
     };
     // The attacker's documents are being fetched: the company's fetch slots are under attack.
     tokio::time::timeout(DEADLINE, async {
-        while stage.fetches.attacker_slow.load(Ordering::Relaxed) < 2 {
+        while stage.fetches.attacker_slow.load(Ordering::Relaxed) < slow_before + 2 {
             stage.fetches.attacker_slow_seen.notified().await;
         }
     })
@@ -1161,7 +1186,7 @@ async fn slow_documents_under_many_names(stage: &Arc<Stage>, figures: &mut Figur
     tokio::time::timeout(DEADLINE, sent_so_far.wait_for(|n| *n >= BEFORE))
         .await
         .context("the flood did not get going")??;
-    let newcomer = &stage.newcomer;
+    let newcomer = &stage.newcomers[round];
     let company = newcomer.discover(&CompanyDomain::try_from(DOMAIN)?).await?;
     let user = pap_agent::new_pairwise_user(&SystemRng);
     let began = Instant::now();
@@ -1175,10 +1200,10 @@ async fn slow_documents_under_many_names(stage: &Arc<Stage>, figures: &mut Figur
     let _ = stop.send(true);
     let statuses = flood.await?;
     let requests: usize = statuses.values().sum();
-    figures.info(6, "attacker token requests (fresh client_id each)", requests);
+    figures.info(6, &label("attacker token requests (fresh client_id each)"), requests);
     figures.info(
         6,
-        "answered 503 busy / 401 invalid_client / other",
+        &label("answered 503 busy / 401 invalid_client / other"),
         format!(
             "{} / {} / {}",
             statuses.get(&503).unwrap_or(&0),
@@ -1188,12 +1213,12 @@ async fn slow_documents_under_many_names(stage: &Arc<Stage>, figures: &mut Figur
     );
     figures.info(
         6,
-        "attacker document requests that reached its server",
-        stage.fetches.attacker_slow.load(Ordering::Relaxed),
+        &label("attacker document requests that reached its server"),
+        stage.fetches.attacker_slow.load(Ordering::Relaxed) - slow_before,
     );
     figures.add(
         6,
-        "a new agent's token (first contact) during the flood",
+        &label("a new agent's token (first contact) during the flood"),
         match &session {
             Ok(_) => ms(token_took),
             Err(error) => format!("refused: {error}"),
@@ -1203,14 +1228,14 @@ async fn slow_documents_under_many_names(stage: &Arc<Stage>, figures: &mut Figur
     );
     figures.add(
         6,
-        "its join during the flood",
+        &label("its join during the flood"),
         format!("{join_status} in {}", ms(join_took)),
         &format!("303, < {} s", BOUND.as_secs()),
         join_status == 303 && join_took < BOUND,
     );
     figures.add(
         6,
-        "the honest agent's join during the flood",
+        &label("the honest agent's join during the flood"),
         format!("{honest_status} in {}", ms(honest_took)),
         "303",
         honest_status == 303,

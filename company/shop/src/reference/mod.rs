@@ -260,6 +260,7 @@ impl ReferenceCompany {
             .merge(front::routes())
             .merge(layout::routes())
             .merge(browser_session_router())
+            .layer(axum::middleware::from_fn_with_state(self.clone(), as_requester))
             .with_state(self.clone())
     }
 
@@ -412,4 +413,22 @@ fn scopes(text: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// Every request runs as one from its client's address (review N1): the agents' documents it
+/// makes the company fetch count against that address's share of the resolver's slots.
+async fn as_requester(
+    axum::extract::State(company): axum::extract::State<ReferenceCompany>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let peer = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|info| info.0);
+    let trusted = &company.inner.config.trusted_proxies;
+    match client_address::ClientAddress::of(peer, request.headers(), trusted) {
+        Some(address) => pap_company::resolver::as_requester(address.key(), next.run(request)).await,
+        None => next.run(request).await,
+    }
 }
