@@ -487,17 +487,20 @@ return {count, redis.call('PEXPIRETIME', KEYS[1])}
 /// Binds a cookie: `bind(k, a)` reads the cookie's binding key at `KEYS[k]`, the Session's
 /// list of cookies at `KEYS[k + 1]`, and at `ARGV[a]..ARGV[a + 5]` the cookie's hash, the
 /// session, the epoch, until (ms), the cap per Session and the prefix of binding keys. The
-/// Session's oldest cookies past the cap end.
+/// Session's oldest cookies past the cap end. Eight commands for a Session at its cap (the
+/// length `RPUSH` answers is counted down, not asked again).
 macro_rules! bind_lua {
     () => {
         r"
 local function bind(k, a)
   redis.call('HSET', KEYS[k], 'session', ARGV[a + 1], 'epoch', ARGV[a + 2])
   redis.call('PEXPIREAT', KEYS[k], ARGV[a + 3])
-  redis.call('RPUSH', KEYS[k + 1], ARGV[a])
-  while redis.call('LLEN', KEYS[k + 1]) > tonumber(ARGV[a + 4]) do
+  local held = redis.call('RPUSH', KEYS[k + 1], ARGV[a])
+  local cap = tonumber(ARGV[a + 4])
+  while held > cap do
     local ended = redis.call('LPOP', KEYS[k + 1])
     redis.call('DEL', ARGV[a + 5] .. ended)
+    held = held - 1
   end
   redis.call('PEXPIREAT', KEYS[k + 1], ARGV[a + 3])
 end
