@@ -125,6 +125,15 @@ pub enum RedisSetupError {
     /// Redis could not be reached or refused the connection (a wrong password among others).
     #[error("Redis could not be reached, or refused the connection")]
     Connect(#[source] redis::RedisError),
+    /// The server is a node of a Redis Cluster, which the store does not support yet: a
+    /// commit's keys (and a join's) are not hash-tagged into one slot, so every multi-key
+    /// script would fail with `CROSSSLOT`, and every join with a 503.
+    #[error(
+        "this Redis is a node of a Redis Cluster, which the company's store does not support yet \
+         (a commit's keys are not hash-tagged into one slot); give a standalone Redis (or a \
+         primary with replicas)"
+    )]
+    Cluster,
     /// Redis may evict keys before they expire.
     #[error(
         "Redis's maxmemory-policy is {policy}: under any policy but noeviction Redis may evict a \
@@ -191,6 +200,14 @@ impl RedisStore {
             return Err(RedisSetupError::EvictionPolicy {
                 policy: policy.to_owned(),
             });
+        }
+        let cluster: String = redis::cmd("INFO")
+            .arg("cluster")
+            .query_async(&mut connection)
+            .await
+            .map_err(RedisSetupError::Connect)?;
+        if cluster.lines().any(|line| line.trim() == "cluster_enabled:1") {
+            return Err(RedisSetupError::Cluster);
         }
         Ok(Self {
             connection,
