@@ -18,8 +18,8 @@ pub use reference::{
 /// store at its capacity refuses new work (429 or 503) rather than drop what must not be lost.
 pub mod limits {
     pub use crate::reference::{
-        ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, OPERATION_RETENTION, OPERATIONS_PER_ACCOUNT,
-        PENDING_PER_CLIENT, RECORD_CAPACITY, SESSION_TOKENS_PER_SESSION,
+        ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, LOOKUP_ATTEMPTS, OPERATION_RETENTION,
+        OPERATIONS_PER_ACCOUNT, PENDING_PER_CLIENT, RECORD_CAPACITY, SESSION_TOKENS_PER_SESSION,
     };
     pub use pap_company::limits::*;
     pub use pap_net::serve::RESERVED_FILES;

@@ -7,7 +7,7 @@
 mod support;
 
 use http::{StatusCode, header};
-use pap_shop::limits::{ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, PENDING_PER_CLIENT};
+use pap_shop::limits::{ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, LOOKUP_ATTEMPTS, PENDING_PER_CLIENT};
 use serde_json::{Value, json};
 use support::shop::*;
 
@@ -308,4 +308,38 @@ async fn behind_a_trusted_balancer_the_forwarded_address_is_counted() {
         .approve_on_page_from(&user_code, "ada", PASSWORD, Some(balancer), Some("198.51.100.7"))
         .await;
     assert_eq!(approved.status(), StatusCode::OK);
+}
+
+/// Review N9: the page tells a live code from a dead one, so looking codes up is throttled per
+/// address; a deny needs no password, so it counts as an attempt of its address.
+#[tokio::test]
+async fn codes_cannot_be_looked_up_or_denied_at_full_speed() {
+    let shop = shop();
+    let prober: std::net::SocketAddr = "203.0.113.66:40000".parse().unwrap();
+    for i in 0..LOOKUP_ATTEMPTS {
+        let page = shop.device_page_from("BBBB-BBBB", Some(prober)).await;
+        assert_eq!(page.status(), StatusCode::OK, "lookup {i}");
+    }
+    let refused = shop.device_page_from("BBBB-BBBB", Some(prober)).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(refused.headers().contains_key(header::RETRY_AFTER));
+    let someone_else: std::net::SocketAddr = "198.51.100.7:50000".parse().unwrap();
+    assert_eq!(
+        shop.device_page_from("BBBB-BBBB", Some(someone_else)).await.status(),
+        StatusCode::OK,
+        "per address"
+    );
+
+    let user_code = pending_code(&shop).await["user_code"].as_str().unwrap().to_owned();
+    let denier: std::net::SocketAddr = "192.0.2.9:40000".parse().unwrap();
+    for i in 0..ADDRESS_ATTEMPTS {
+        let answer = shop
+            .decide_on_page_from(&user_code, "deny", "", "", (Some(denier), None))
+            .await;
+        assert_eq!(answer.status(), StatusCode::OK, "deny {i}");
+    }
+    let refused = shop
+        .decide_on_page_from(&user_code, "deny", "", "", (Some(denier), None))
+        .await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
 }

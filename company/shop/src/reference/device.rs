@@ -55,6 +55,10 @@ pub const ACCOUNT_ATTEMPTS: u32 = 10;
 /// /64; behind a trusted balancer, the address it forwards).
 pub const ADDRESS_ATTEMPTS: u32 = 30;
 
+/// Pages for a well-formed user code per client address per window: past it, 429 (review N9:
+/// the page tells a live code from a dead one, so it is not an oracle at full speed).
+pub const LOOKUP_ATTEMPTS: u32 = 60;
+
 /// The attempt window, in seconds.
 pub const ATTEMPT_WINDOW: i64 = 900;
 
@@ -445,7 +449,12 @@ struct PageQuery {
 /// `<input type="hidden" name="N" value="V">`; its CSRF token is bound to a fresh cookie and to
 /// the user code. A well-formed code that is not pending still gets the form (its post answers
 /// "unknown or expired" before any password work), so the page says no more than the post.
-async fn page(State(company): State<ReferenceCompany>, Query(query): Query<PageQuery>) -> Response {
+async fn page(
+    State(company): State<ReferenceCompany>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
+    Query(query): Query<PageQuery>,
+) -> Response {
     let Some(user_code) = query
         .user_code
         .map(|c| normalise_user_code(&c))
@@ -458,6 +467,24 @@ async fn page(State(company): State<ReferenceCompany>, Query(query): Query<PageQ
              <div class=\"actions\"><button>Continue</button></div></form></section>";
         return layout::page(&company, StatusCode::OK, "Connect your agent", main);
     };
+    let lookups = [(
+        format!("lookups-address:{}", client_key(&company, peer, &headers)),
+        LOOKUP_ATTEMPTS,
+    )];
+    match company.attempt(&lookups).await {
+        Ok(Ok(())) => {}
+        Ok(Err(wait)) => {
+            tracing::warn!("device page lookups throttled");
+            let page = layout::message(
+                &company,
+                StatusCode::TOO_MANY_REQUESTS,
+                "Connect your agent",
+                "Too many codes were looked up from here. Try again later.",
+            );
+            return too_many_attempts(page, wait);
+        }
+        Err(error) => return pap_company::route::unavailable(error.retry_after()),
+    }
     let asking = match company.waiting(&user_code).await {
         Ok(pending) => pending.map(|(_, _, pending)| pending),
         Err(error) => return pap_company::route::unavailable(error.retry_after()),
@@ -569,7 +596,22 @@ async fn decide(
     if !csrf_ok {
         return page(StatusCode::FORBIDDEN, "This request did not come from this site.");
     }
+    let address = client_key(&company, peer, &headers);
+    let attempt_from_address = [(format!("attempts-address:{address}"), ADDRESS_ATTEMPTS)];
     if field("decision") == "deny" {
+        // Counted as an attempt of this address (review N9): a stranger who learned a code
+        // cannot deny sign-ins at full speed.
+        match company.attempt(&attempt_from_address).await {
+            Ok(Ok(())) => {}
+            Ok(Err(wait)) => {
+                let page = page(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "Too many attempts. Nothing was changed; try again later.",
+                );
+                return too_many_attempts(page, wait);
+            }
+            Err(error) => return busy(error),
+        }
         if let Err(error) = company.deny_device(&user_code).await {
             return busy(error);
         }
@@ -590,12 +632,10 @@ async fn decide(
         Err(error) => return busy(error),
     }
     let username = field("username");
-    let peer = peer.map(|Extension(ConnectInfo(peer))| peer);
-    let address = ClientAddress::of(peer, &headers, &company.inner.config.trusted_proxies)
-        .map_or_else(|| "unknown".to_owned(), |a| a.key());
     // The address first: past its limit, nothing more is counted.
+    let [address_count] = attempt_from_address;
     let counts = [
-        (format!("attempts-address:{address}"), ADDRESS_ATTEMPTS),
+        address_count,
         (
             format!(
                 "attempts-account:{}",
@@ -875,4 +915,16 @@ mod tests {
             "known name {known:?}, unknown name {unknown:?}"
         );
     }
+}
+
+/// The key the throttles count a request against: its client's address (see
+/// [`ClientAddress`]), or `unknown` when the server gave no peer.
+fn client_key(
+    company: &ReferenceCompany,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: &HeaderMap,
+) -> String {
+    let peer = peer.map(|Extension(ConnectInfo(peer))| peer);
+    ClientAddress::of(peer, headers, &company.inner.config.trusted_proxies)
+        .map_or_else(|| "unknown".to_owned(), |a| a.key())
 }

@@ -39,7 +39,7 @@ use zeroize::Zeroizing;
 pub use self::config::{AccountConfig, CompanyConfig, ConfigError, ProposalConfig, ReadConfig, ScopeConfig};
 use self::csrf_key::CsrfKeys;
 use self::device::Devices;
-pub use self::device::{ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, PENDING_PER_CLIENT};
+pub use self::device::{ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, LOOKUP_ATTEMPTS, PENDING_PER_CLIENT};
 pub use self::operations::{OPERATION_RETENTION, OPERATIONS_PER_ACCOUNT};
 use self::protocol::ApiError;
 pub use self::token::SESSION_TOKENS_PER_SESSION;

@@ -259,16 +259,34 @@ impl Shop {
         peer: Option<std::net::SocketAddr>,
         forwarded_for: Option<&str>,
     ) -> Response<Body> {
-        let page = self
-            .app
-            .clone()
-            .oneshot(
-                Request::get(format!("/device?user_code={user_code}"))
-                    .body(Body::empty())
-                    .unwrap(),
-            )
+        let from = (peer, forwarded_for);
+        self.decide_on_page_from(user_code, "approve", username, password, from)
             .await
+    }
+
+    /// The device page for `user_code` from TCP peer `peer` (`None`: no peer known).
+    pub async fn device_page_from(&self, user_code: &str, peer: Option<std::net::SocketAddr>) -> Response<Body> {
+        let mut request = Request::get(format!("/device?user_code={user_code}"))
+            .body(Body::empty())
             .unwrap();
+        if let Some(peer) = peer {
+            request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+        }
+        self.app.clone().oneshot(request).await.unwrap()
+    }
+
+    /// The device page's form posted with `decision` (`approve`, `deny`), from `from`: a TCP
+    /// peer and an `X-Forwarded-For`.
+    pub async fn decide_on_page_from(
+        &self,
+        user_code: &str,
+        decision: &str,
+        username: &str,
+        password: &str,
+        from: (Option<std::net::SocketAddr>, Option<&str>),
+    ) -> Response<Body> {
+        let (peer, forwarded_for) = from;
+        let page = self.device_page_from(user_code, peer).await;
         assert_eq!(page.status(), StatusCode::OK);
         let cookie = page.headers()[header::SET_COOKIE]
             .to_str()
@@ -281,7 +299,7 @@ impl Shop {
         fields.extend([
             ("username".into(), username.into()),
             ("password".into(), password.into()),
-            ("decision".into(), "approve".into()),
+            ("decision".into(), decision.into()),
         ]);
         let body = url::form_urlencoded::Serializer::new(String::new())
             .extend_pairs(&fields)
