@@ -766,6 +766,18 @@ pub(crate) fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(|c| c.value().to_owned())
 }
 
+/// The key the throttles count a request against: its client's address (see
+/// [`ClientAddress`]), or `unknown` when the server gave no peer.
+fn client_key(
+    company: &ReferenceCompany,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: &HeaderMap,
+) -> String {
+    let peer = peer.map(|Extension(ConnectInfo(peer))| peer);
+    ClientAddress::of(peer, headers, &company.inner.config.trusted_proxies)
+        .map_or_else(|| "unknown".to_owned(), |a| a.key())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
@@ -915,16 +927,4 @@ mod tests {
             "known name {known:?}, unknown name {unknown:?}"
         );
     }
-}
-
-/// The key the throttles count a request against: its client's address (see
-/// [`ClientAddress`]), or `unknown` when the server gave no peer.
-fn client_key(
-    company: &ReferenceCompany,
-    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
-    headers: &HeaderMap,
-) -> String {
-    let peer = peer.map(|Extension(ConnectInfo(peer))| peer);
-    ClientAddress::of(peer, headers, &company.inner.config.trusted_proxies)
-        .map_or_else(|| "unknown".to_owned(), |a| a.key())
 }
