@@ -252,7 +252,7 @@ impl RedisStore {
         self.key("session-cookies", session.as_str())
     }
 
-    /// Adds a cookie's binding to a script's keys and arguments (see [`BIND`]).
+    /// Adds a cookie's binding to a script's keys and arguments (see `bind_lua!`).
     fn bind_args(
         &self,
         invocation: &mut redis::ScriptInvocation<'_>,
@@ -411,7 +411,7 @@ impl JoinStore for RedisStore {
         Ok(Some(seen))
     }
 
-    /// One script ([`JOIN`]): the Session's version re-checked, the `jti` marked `NX`, the
+    /// One script (`JOIN`): the Session's version re-checked, the `jti` marked `NX`, the
     /// cookie bound, or nothing written.
     async fn commit(&self, commit: JoinCommit<'_>) -> Result<Committed, StoreError> {
         let mut invocation = self.scripts.join.prepare_invoke();
