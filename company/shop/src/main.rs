@@ -11,7 +11,7 @@ use std::sync::Arc;
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 use pap_company::resolver::{HttpClientResolver, ResolverConfig};
-use pap_net::serve::serve_tls;
+use pap_net::serve::{ServeLimits, serve_tls_with};
 use pap_net::tls::ReloadableCert;
 use pap_shared::{SystemClock, SystemRng};
 use pap_shop::{CompanyConfig, CompanyStores, ReferenceCompany};
@@ -231,8 +231,17 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     let domain = company.config().domain.clone();
     tracing::info!(%listen, public = %format!("https://{domain}"), "serving the company over HTTPS");
     eprintln!("{}", how_to_reach(&domain.to_string(), listen, &cert));
+    // Behind load balancers every connection comes from theirs: they cap their clients, not us.
+    let limits = if company.config().trusted_proxies.is_empty() {
+        ServeLimits::default()
+    } else {
+        ServeLimits {
+            max_connections_per_address: usize::MAX,
+            ..ServeLimits::default()
+        }
+    };
     // SIGTERM or Ctrl-C: stop accepting, answer the requests in flight (10 s at most), then end.
-    let public = serve_tls(listener, company.router(), tls, shutdown_signal());
+    let public = serve_tls_with(listener, company.router(), tls, limits, shutdown_signal());
     match admin {
         Some(admin) => {
             let credential_file = args

@@ -55,6 +55,9 @@ const CONCURRENCY: usize = 64;
 /// Below this, a p99 under a flood is scheduler noise, not starvation (see test 3).
 const LATENCY_FLOOR: Duration = Duration::from_millis(5);
 
+/// The small run's guesses: six past the address limit from each of the flood's addresses.
+const GUESSES_SMALL: usize = CONCURRENCY * (pap_shop::limits::ADDRESS_ATTEMPTS as usize + 6);
+
 /// How big a run is.
 #[derive(Clone, Copy, Debug)]
 pub enum Size {
@@ -80,7 +83,9 @@ impl Size {
                 attacker: 2_000,
                 idle: 300,
                 slowloris: 20,
-                guesses: 640,
+                // Each of the 64 addresses past its limit of 30 (review N8: the limits count per
+                // address, and per account name from one address).
+                guesses: GUESSES_SMALL,
             },
             Self::Full => Scale {
                 junk: 100_000,

@@ -2,7 +2,8 @@
 //! have a cap, and a failing `accept` backs off (security review H2).
 //!
 //! ```text
-//!  accept          waits for one of `max_connections` slots (the kernel queues the rest)
+//!  accept          waits for one of `max_connections` slots (the kernel queues the rest);
+//!                  a peer address past `max_connections_per_address` is closed at once
 //!  TLS handshake   at most `handshake_timeout`
 //!  HTTP/1.1        each request's headers within `header_read_timeout` of waiting for them
 //!                  (this is also how long an idle keep-alive connection is kept)
@@ -12,6 +13,7 @@
 //!                  at most `drain_timeout`; then whatever is left is closed
 //! ```
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -20,7 +22,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::{Mutex, PoisonError};
 
 use axum::Router;
 use axum::extract::ConnectInfo;
@@ -41,6 +44,11 @@ pub struct ServeLimits {
     /// Most connections open at once; the next waits in the kernel's queue. Clamped to the
     /// process's open-file limit, less [`RESERVED_FILES`].
     pub max_connections: usize,
+    /// Most connections open at once from one peer address (an IPv6 address counts by its
+    /// /64); past it, a new connection from that address is closed at once, so one peer cannot
+    /// hold every slot (review N15). Behind a load balancer every connection comes from its
+    /// addresses: there, set it to `usize::MAX` and let the balancer cap its clients.
+    pub max_connections_per_address: usize,
     /// Longest a TLS handshake may take.
     pub handshake_timeout: Duration,
     /// Longest an HTTP/1.1 connection may take to send a request's headers once the server
@@ -59,6 +67,7 @@ impl Default for ServeLimits {
     fn default() -> Self {
         Self {
             max_connections: 8_192,
+            max_connections_per_address: 1_024,
             handshake_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
@@ -105,6 +114,7 @@ pub async fn serve_tls_with(
         limits.request_timeout,
     ));
     let acceptor = TlsAcceptor::from(config);
+    let per_address = PerAddress::new(limits.max_connections_per_address);
     let (drain, draining) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
@@ -128,11 +138,16 @@ pub async fn serve_tls_with(
                 }
             },
         };
+        let Some(address_slot) = per_address.take(peer.ip()) else {
+            // Closed at once, its global slot given back: the peer holds its share already.
+            tracing::debug!("a peer past its connections was refused");
+            continue;
+        };
         let acceptor = acceptor.clone();
         let app = app.clone();
         let draining = draining.clone();
         tokio::spawn(async move {
-            let _slot = slot;
+            let _slots = (slot, address_slot);
             serve_connection(tcp, peer, acceptor, app, limits, draining).await;
         });
     }
@@ -209,6 +224,69 @@ async fn serve_connection(
                 connection.as_mut().graceful_shutdown();
             }
         }
+    }
+}
+
+/// The connections open per peer address.
+struct PerAddress {
+    each: usize,
+    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl PerAddress {
+    fn new(each: usize) -> Self {
+        Self {
+            each,
+            open: Arc::default(),
+        }
+    }
+
+    /// A slot for a connection from `peer`, if its address holds fewer than its share.
+    fn take(&self, peer: IpAddr) -> Option<AddressSlot> {
+        let address = counted_address(peer);
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let held = open.get(&address).copied().unwrap_or(0);
+        if held >= self.each {
+            return None;
+        }
+        open.insert(address, held + 1);
+        Some(AddressSlot {
+            address,
+            open: self.open.clone(),
+        })
+    }
+}
+
+/// One connection's place in its address's share, given back when it closes.
+struct AddressSlot {
+    address: IpAddr,
+    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(held) = open.get_mut(&self.address) {
+            *held -= 1;
+            if *held == 0 {
+                open.remove(&self.address);
+            }
+        }
+    }
+}
+
+/// The address a peer counts as: IPv4 as it is (an IPv4-mapped IPv6 address too), IPv6 by its
+/// /64, which one host usually holds whole.
+fn counted_address(peer: IpAddr) -> IpAddr {
+    match peer {
+        IpAddr::V4(_) => peer,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
     }
 }
 

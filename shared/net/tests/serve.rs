@@ -357,3 +357,57 @@ async fn a_reload_presents_the_new_certificate_and_keeps_open_connections() {
     assert_eq!(leaf(&connect(&server).await), leaf(&renewed));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A TLS connection to `server` from local address `from`.
+async fn connect_from(server: &Server, from: &str) -> std::io::Result<TlsStream<TcpStream>> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(format!("{from}:0").parse().unwrap())?;
+    let tcp = socket.connect(server.addr).await?;
+    let name = ServerName::try_from("shop.example").unwrap();
+    server.connector.connect(name, tcp).await
+}
+
+/// Answers `GET /` on `stream`: the status line's first bytes.
+async fn get_root(stream: &mut TlsStream<TcpStream>) -> Vec<u8> {
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: shop.example\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    answer
+}
+
+/// Review N15: one peer address holds at most its share of the connections; past it, its new
+/// connections are closed at once, and another address is served beside it.
+#[tokio::test]
+async fn one_address_holds_at_most_its_share_of_connections() {
+    let limits = ServeLimits {
+        max_connections_per_address: 2,
+        header_read_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(30),
+        ..ServeLimits::default()
+    };
+    let server = server(limits).await;
+    let first = connect_from(&server, "127.0.0.1").await.unwrap();
+    let _second = connect_from(&server, "127.0.0.1").await.unwrap();
+    // The third from the same address: closed before its handshake completes.
+    let third = tokio::time::timeout(GRACE, connect_from(&server, "127.0.0.1"))
+        .await
+        .expect("the third connection was neither served nor closed");
+    assert!(third.is_err(), "a third connection was served past a share of two");
+    // Another address beside them is served.
+    let mut other = connect_from(&server, "127.0.0.2").await.unwrap();
+    assert!(get_root(&mut other).await.starts_with(b"HTTP/1.1 200"));
+    // A closed connection gives its place back.
+    drop(first);
+    let deadline = Instant::now() + GRACE;
+    let mut again = loop {
+        match connect_from(&server, "127.0.0.1").await {
+            Ok(stream) => break stream,
+            Err(_) if Instant::now() < deadline => tokio::task::yield_now().await,
+            Err(error) => panic!("the freed place was not given back: {error}"),
+        }
+    };
+    assert!(get_root(&mut again).await.starts_with(b"HTTP/1.1 200"));
+}
