@@ -107,30 +107,10 @@ async fn serve(app: axum::Router, pki: &support::TestPki) -> reqwest::Client {
 /// world's agent and user started there.
 #[cfg(feature = "redis")]
 async fn over_redis(world: &World, url: &str) -> (axum::Router, pap_shared::SessionId) {
-    use pap_company::resolver::StaticClientKeys;
-    use pap_company::route::{BrowserSession, browser_session_router};
-    use pap_company::stores::{RecordSessions, RedisStore};
-    use pap_company::verify::{Verifier, VerifierParts};
-    let store = Arc::new(RedisStore::connect(url, "bench").await.unwrap());
-    let sessions = RecordSessions::new(store.clone(), world.clock.clone(), Arc::new(pap_shared::SystemRng));
-    let session = sessions
-        .start(world.agent.client_id.clone(), world.user.clone(), 3_600)
-        .await
-        .unwrap();
-    let clients = StaticClientKeys::new().with_client(world.agent.client_id.clone(), world.agent.jwks());
-    let verifier = Verifier::new(VerifierParts {
-        endpoint: pap_shared::HttpsUrl::parse(support::ENDPOINT).unwrap(),
-        domain: pap_shared::CompanyDomain::try_from("shop.example").unwrap(),
-        clock: world.clock.clone(),
-        clients: Arc::new(clients),
-        sessions: Arc::new(sessions),
-        joins: store.clone(),
-    });
-    let state = BrowserSession::new(verifier, store, Arc::new(pap_shared::SystemRng));
-    (
-        axum::Router::new().merge(browser_session_router()).with_state(state),
-        session,
-    )
+    let store = pap_company::stores::RedisStore::connect(url, "bench").await.unwrap();
+    let (state, _, session) = world.over_redis(&store).await;
+    let route = axum::Router::new().merge(pap_company::route::browser_session_router());
+    (route.with_state(state), session)
 }
 
 /// The round trips of `joins` joins one after the other, as Redis's `MONITOR` saw them (each

@@ -13,14 +13,13 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use pap_company::records::{Change, Expect, Records as _, Write};
-use pap_company::resolver::StaticClientKeys;
-use pap_company::route::{BrowserSession, JoinRefusal};
+use pap_company::route::JoinRefusal;
 use pap_company::stores::{
     Binding, CookieBindings as _, RecordSessions, RedisOptions, RedisSetupError, RedisStore, ReplayGuard as _,
     ReplayKey, SessionCookie, SessionDirectory as _, StoreError,
 };
-use pap_company::verify::{Verifier, VerifierParts, VerifyError};
-use pap_shared::{ClientId, CompanyDomain, HttpsUrl, Jti, PairwiseUserId, SessionId, SystemClock, SystemRng, UnixTime};
+use pap_company::verify::VerifyError;
+use pap_shared::{ClientId, Jti, PairwiseUserId, SystemClock, SystemRng, UnixTime};
 use support::redis_server::{Monitor, RedisServer};
 
 async fn store(server: &RedisServer, prefix: &str) -> RedisStore {
@@ -332,27 +331,6 @@ async fn a_mark_lives_until_exp_plus_the_skew_on_the_companys_clock() {
     assert!((60_000..=65_000).contains(&ttl), "the mark's TTL is {ttl} ms");
 }
 
-/// The route's state over `store` for the fixture's agent, and a Session of its user started
-/// there on the fixture's clock.
-async fn joining_over(world: &support::World, store: &RedisStore) -> (BrowserSession, RecordSessions, SessionId) {
-    let sessions = RecordSessions::new(Arc::new(store.clone()), world.clock.clone(), Arc::new(SystemRng));
-    let session = sessions
-        .start(world.agent.client_id.clone(), world.user.clone(), 3_600)
-        .await
-        .unwrap();
-    let clients = StaticClientKeys::new().with_client(world.agent.client_id.clone(), world.agent.jwks());
-    let verifier = Verifier::new(VerifierParts {
-        endpoint: HttpsUrl::parse(support::ENDPOINT).unwrap(),
-        domain: CompanyDomain::try_from("shop.example").unwrap(),
-        clock: world.clock.clone(),
-        clients: Arc::new(clients),
-        sessions: Arc::new(sessions.clone()),
-        joins: Arc::new(store.clone()),
-    });
-    let state = BrowserSession::new(verifier, Arc::new(store.clone()), Arc::new(SystemRng));
-    (state, sessions, session)
-}
-
 /// The Session a join's cookie is bound to, and in which epoch.
 async fn bound(store: &RedisStore, response: &axum::response::Response) -> Option<Binding> {
     let set_cookie = response.headers()[http::header::SET_COOKIE].to_str().unwrap();
@@ -369,7 +347,7 @@ async fn a_join_is_one_round_trip_once_its_session_is_copied() {
     let server = RedisServer::start();
     let store = store(&server, "shop").await;
     let world = support::World::new();
-    let (route, _, session) = joining_over(&world, &store).await;
+    let (route, _, session) = world.over_redis(&store).await;
     let assertion = || world.with("session_id", serde_json::json!(session.as_str()));
     // The first join reads the Session and loads the script.
     let response = route.join(&assertion()).await.unwrap();
@@ -390,7 +368,7 @@ async fn a_session_that_moved_since_its_copy_is_read_again_before_a_join_is_deci
     let server = RedisServer::start();
     let (store, other_replica) = (store(&server, "shop").await, store(&server, "shop").await);
     let world = support::World::new();
-    let (route, _, session) = joining_over(&world, &store).await;
+    let (route, _, session) = world.over_redis(&store).await;
     let elsewhere = RecordSessions::new(Arc::new(other_replica), world.clock.clone(), Arc::new(SystemRng));
     let assertion = || world.with("session_id", serde_json::json!(session.as_str()));
     assert!(
@@ -434,8 +412,8 @@ async fn a_session_that_moved_since_its_copy_is_read_again_before_a_join_is_deci
 async fn an_assertion_raced_over_two_replicas_joins_once() {
     let server = RedisServer::start();
     let world = support::World::new();
-    let (a, _, session) = joining_over(&world, &store(&server, "shop").await).await;
-    let (b, ..) = joining_over(&world, &store(&server, "shop").await).await;
+    let (a, _, session) = world.over_redis(&store(&server, "shop").await).await;
+    let (b, ..) = world.over_redis(&store(&server, "shop").await).await;
     let assertion = world.with("session_id", serde_json::json!(session.as_str()));
     for _ in 0..3 {
         // Warm both copies with assertions of their own.

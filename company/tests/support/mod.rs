@@ -174,3 +174,31 @@ pub fn test_pki(names: &[&str]) -> TestPki {
         ca_der: pem.ca_der,
     }
 }
+
+#[cfg(feature = "redis")]
+impl World {
+    /// The route's state over `store` (Sessions, joins, cookie bindings) for the world's agent,
+    /// and a Session of its user started there on the world's clock.
+    pub async fn over_redis(
+        &self,
+        store: &pap_company::stores::RedisStore,
+    ) -> (BrowserSession, pap_company::stores::RecordSessions, SessionId) {
+        use pap_company::stores::RecordSessions;
+        let sessions = RecordSessions::new(Arc::new(store.clone()), self.clock.clone(), Arc::new(SystemRng));
+        let session = sessions
+            .start(self.agent.client_id.clone(), self.user.clone(), 3_600)
+            .await
+            .unwrap();
+        let clients = StaticClientKeys::new().with_client(self.agent.client_id.clone(), self.agent.jwks());
+        let verifier = Verifier::new(VerifierParts {
+            endpoint: HttpsUrl::parse(ENDPOINT).unwrap(),
+            domain: CompanyDomain::try_from("shop.example").unwrap(),
+            clock: self.clock.clone(),
+            clients: Arc::new(clients),
+            sessions: Arc::new(sessions.clone()),
+            joins: Arc::new(store.clone()),
+        });
+        let state = BrowserSession::new(verifier, Arc::new(store.clone()), Arc::new(SystemRng));
+        (state, sessions, session)
+    }
+}

@@ -482,16 +482,7 @@ async fn flood(
                 let body = url::form_urlencoded::Serializer::new(String::new())
                     .append_pair("assertion", &make(i))
                     .finish();
-                let status = match http
-                    .post(&endpoint)
-                    .header("content-type", "application/x-www-form-urlencoded")
-                    .body(body)
-                    .send()
-                    .await
-                {
-                    Ok(answer) => answer.status().as_u16(),
-                    Err(_) => 0,
-                };
+                let status = post_form(&http, &endpoint, body).await;
                 *statuses.entry(status).or_insert(0) += 1;
             }
         });
@@ -1115,8 +1106,13 @@ async fn stranger_token_request(http: &reqwest::Client, client_id: &str, n: usiz
         .append_pair("client_assertion", &assertion)
         .append_pair("assertion", "x")
         .finish();
+    post_form(http, &format!("https://{DOMAIN}/oauth/token"), body).await
+}
+
+/// POSTs a form body to `url`; the answer's status, 0 for none.
+async fn post_form(http: &reqwest::Client, url: &str, body: String) -> u16 {
     match http
-        .post(format!("https://{DOMAIN}/oauth/token"))
+        .post(url)
         .header("content-type", "application/x-www-form-urlencoded")
         .body(body)
         .send()
