@@ -24,8 +24,9 @@
 //! [`ResolverConfig::max_in_flight_per_domain`]: super::ResolverConfig::max_in_flight_per_domain
 //! [`ResolverConfig::max_in_flight_per_requester`]: super::ResolverConfig::max_in_flight_per_requester
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+
+use pap_net::shares::{PerKey, Share};
 use std::time::Duration;
 
 use pap_shared::ClientId;
@@ -56,39 +57,11 @@ pub async fn as_requester<F: Future>(address: String, request: F) -> F::Output {
 pub(super) struct FetchBudget {
     all: Arc<Semaphore>,
     first_contacts: Arc<Semaphore>,
-    domains: SharesByKey,
-    requesters: SharesByKey,
+    /// Slots per registrable domain of the `client_id`.
+    domains: PerKey<String>,
+    /// Slots per requester address.
+    requesters: PerKey<String>,
     known: moka::sync::Cache<ClientId, ()>,
-}
-
-/// At most `each` slots per key (a registrable domain, a requester's address).
-#[derive(Debug)]
-struct SharesByKey {
-    each: usize,
-    held: Arc<Mutex<HashMap<String, usize>>>,
-}
-
-impl SharesByKey {
-    fn new(each: usize) -> Self {
-        Self {
-            each,
-            held: Arc::default(),
-        }
-    }
-
-    /// A slot for `key`, if it holds fewer than its share.
-    fn take(&self, key: String) -> Option<KeySlot> {
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = held.get(&key).copied().unwrap_or(0);
-        if count >= self.each {
-            return None;
-        }
-        held.insert(key.clone(), count + 1);
-        Some(KeySlot {
-            key,
-            held: self.held.clone(),
-        })
-    }
 }
 
 /// Which share ran out.
@@ -118,34 +91,15 @@ pub(super) struct FetchSlots {
     _all: OwnedSemaphorePermit,
     _first_contact: Option<OwnedSemaphorePermit>,
     #[cfg_attr(not(test), allow(dead_code, reason = "held for its Drop; read by the tests"))]
-    domain: KeySlot,
-    _requester: Option<KeySlot>,
+    domain: Share<String>,
+    _requester: Option<Share<String>>,
 }
 
 impl FetchSlots {
     /// The registrable domain the fetch counts against.
     #[cfg(test)]
     fn domain(&self) -> &str {
-        &self.domain.key
-    }
-}
-
-/// One slot of a [`SharesByKey`], given back when dropped.
-#[derive(Debug)]
-struct KeySlot {
-    key: String,
-    held: Arc<Mutex<HashMap<String, usize>>>,
-}
-
-impl Drop for KeySlot {
-    fn drop(&mut self) {
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = held.get_mut(&self.key) {
-            *count -= 1;
-            if *count == 0 {
-                held.remove(&self.key);
-            }
-        }
+        self.domain.key()
     }
 }
 
@@ -154,8 +108,8 @@ impl FetchBudget {
         Self {
             all: Arc::new(Semaphore::new(all)),
             first_contacts: Arc::new(Semaphore::new(first_contacts)),
-            domains: SharesByKey::new(per_domain),
-            requesters: SharesByKey::new(per_requester),
+            domains: PerKey::new(per_domain),
+            requesters: PerKey::new(per_requester),
             known: moka::sync::Cache::builder()
                 .max_capacity(KNOWN_CLIENTS)
                 .time_to_idle(KNOWN_FOR)
@@ -250,7 +204,7 @@ mod tests {
             budget.take(&client("two.example")).unwrap_err(),
             Exhausted::FirstContacts
         );
-        assert!(budget.domains.held.lock().unwrap().get("two.example").is_none());
+        assert_eq!(budget.domains.keys(), 1, "two.example holds nothing");
     }
 
     #[tokio::test]

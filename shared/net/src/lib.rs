@@ -10,6 +10,7 @@
 //! | [`listener`] | a TLS listener whose handshakes are bounded apart from each other, for `axum::serve` | a connection that never says hello holds up no other (M9) |
 //! | [`resolve`] | a DNS resolver that answers only public addresses | no document a stranger names makes us dial loopback or a private network (PAP-3-10) |
 //! | [`tls`] | server configurations from PEM, the trust roots and the client configuration | one rustls set-up (aws-lc-rs, safe versions) for every client and server |
+//! | [`shares`] | at most so many of something per key (an address, a domain), given back on drop | one stranger holds its share of a pool, not the pool (N1, N15) |
 //!
 //! `dev_certs` (feature `dev-certs`) writes a throwaway CA and leaf for tests on 127.0.0.1.
 //!
@@ -25,4 +26,5 @@ pub mod listener;
 pub mod resolve;
 #[cfg(feature = "server")]
 pub mod serve;
+pub mod shares;
 pub mod tls;

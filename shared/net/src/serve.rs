@@ -13,7 +13,6 @@
 //!                  at most `drain_timeout`; then whatever is left is closed
 //! ```
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -23,7 +22,6 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::sync::{Mutex, PoisonError};
 
 use axum::Router;
 use axum::extract::ConnectInfo;
@@ -36,6 +34,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
+
+use crate::shares::PerKey;
 use tower_http::timeout::TimeoutLayer;
 
 /// How a server bounds what each stranger may hold.
@@ -114,7 +114,7 @@ pub async fn serve_tls_with(
         limits.request_timeout,
     ));
     let acceptor = TlsAcceptor::from(config);
-    let per_address = PerAddress::new(limits.max_connections_per_address);
+    let per_address = PerKey::new(limits.max_connections_per_address);
     let (drain, draining) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
@@ -138,7 +138,7 @@ pub async fn serve_tls_with(
                 }
             },
         };
-        let Some(address_slot) = per_address.take(peer.ip()) else {
+        let Some(address_slot) = per_address.take(counted_address(peer.ip())) else {
             // Closed at once, its global slot given back: the peer holds its share already.
             tracing::debug!("a peer past its connections was refused");
             continue;
@@ -222,54 +222,6 @@ async fn serve_connection(
             _ = draining.wait_for(|draining| *draining), if !shutting_down => {
                 shutting_down = true;
                 connection.as_mut().graceful_shutdown();
-            }
-        }
-    }
-}
-
-/// The connections open per peer address.
-struct PerAddress {
-    each: usize,
-    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
-}
-
-impl PerAddress {
-    fn new(each: usize) -> Self {
-        Self {
-            each,
-            open: Arc::default(),
-        }
-    }
-
-    /// A slot for a connection from `peer`, if its address holds fewer than its share.
-    fn take(&self, peer: IpAddr) -> Option<AddressSlot> {
-        let address = counted_address(peer);
-        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        let held = open.get(&address).copied().unwrap_or(0);
-        if held >= self.each {
-            return None;
-        }
-        open.insert(address, held + 1);
-        Some(AddressSlot {
-            address,
-            open: self.open.clone(),
-        })
-    }
-}
-
-/// One connection's place in its address's share, given back when it closes.
-struct AddressSlot {
-    address: IpAddr,
-    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
-}
-
-impl Drop for AddressSlot {
-    fn drop(&mut self) {
-        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(held) = open.get_mut(&self.address) {
-            *held -= 1;
-            if *held == 0 {
-                open.remove(&self.address);
             }
         }
     }
