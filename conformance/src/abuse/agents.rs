@@ -140,7 +140,8 @@ fn request_host(uri: &Uri, headers: &HeaderMap) -> String {
     host.split(':').next().unwrap_or_default().to_owned()
 }
 
-/// The attacker's silent server: it accepts, says nothing past the company's read timeout.
+/// The attacker's silent server: it accepts, says nothing past the company's read timeout. (The
+/// sleep is the attack itself, not a wait for readiness.)
 async fn slow(State(docs): State<Arc<Documents>>) -> Response {
     docs.fetches.attacker_slow.fetch_add(1, Ordering::Relaxed);
     docs.fetches.attacker_slow_seen.notify_one();

@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, PoisonError};
 
-/// Counts what each key holds, at most `each` at once.
+/// Counts what each key holds, at most `each` at once. A key is in the map only while it holds
+/// something (the last [`Share`] dropped removes it), so the map never holds more keys than
+/// shares are held: the caller's own cap on those (connections, fetches) bounds it.
 #[derive(Debug)]
 pub struct PerKey<K: Hash + Eq> {
     each: usize,

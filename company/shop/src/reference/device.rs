@@ -3,12 +3,11 @@
 //! Session in.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Query, State};
+use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
@@ -451,8 +450,7 @@ struct PageQuery {
 /// "unknown or expired" before any password work), so the page says no more than the post.
 async fn page(
     State(company): State<ReferenceCompany>,
-    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
-    headers: HeaderMap,
+    client: Option<Extension<ClientAddress>>,
     Query(query): Query<PageQuery>,
 ) -> Response {
     let Some(user_code) = query
@@ -467,10 +465,7 @@ async fn page(
              <div class=\"actions\"><button>Continue</button></div></form></section>";
         return layout::page(&company, StatusCode::OK, "Connect your agent", main);
     };
-    let lookups = [(
-        format!("lookups-address:{}", client_key(&company, peer, &headers)),
-        LOOKUP_ATTEMPTS,
-    )];
+    let lookups = [(format!("lookups-address:{}", client_key(client)), LOOKUP_ATTEMPTS)];
     match company.attempt(&lookups).await {
         Ok(Ok(())) => {}
         Ok(Err(wait)) => {
@@ -564,7 +559,7 @@ fn is_user_code(code: &str) -> bool {
 /// unknown user name is checked against a stand-in hash, so it takes as long as a known one.
 async fn decide(
     State(company): State<ReferenceCompany>,
-    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    client: Option<Extension<ClientAddress>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -596,7 +591,7 @@ async fn decide(
     if !csrf_ok {
         return page(StatusCode::FORBIDDEN, "This request did not come from this site.");
     }
-    let address = client_key(&company, peer, &headers);
+    let address = client_key(client);
     let attempt_from_address = [(format!("attempts-address:{address}"), ADDRESS_ATTEMPTS)];
     if field("decision") == "deny" {
         // Counted as an attempt of this address (review N9): a stranger who learned a code
@@ -766,16 +761,10 @@ pub(crate) fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(|c| c.value().to_owned())
 }
 
-/// The key the throttles count a request against: its client's address (see
-/// [`ClientAddress`]), or `unknown` when the server gave no peer.
-fn client_key(
-    company: &ReferenceCompany,
-    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
-    headers: &HeaderMap,
-) -> String {
-    let peer = peer.map(|Extension(ConnectInfo(peer))| peer);
-    ClientAddress::of(peer, headers, &company.inner.config.trusted_proxies)
-        .map_or_else(|| "unknown".to_owned(), |a| a.key())
+/// The key the throttles count a request against: its client's address, as the company's
+/// layer worked it out (see [`ClientAddress`]), or `unknown` when the server gave no peer.
+fn client_key(client: Option<Extension<ClientAddress>>) -> String {
+    client.map_or_else(|| "unknown".to_owned(), |Extension(address)| address.key())
 }
 
 #[cfg(test)]

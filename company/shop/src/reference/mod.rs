@@ -415,11 +415,13 @@ fn scopes(text: &str) -> Vec<String> {
     out
 }
 
-/// Every request runs as one from its client's address (review N1): the agents' documents it
-/// makes the company fetch count against that address's share of the resolver's slots.
+/// The one place a request's client address is worked out (from the peer, or from trusted
+/// proxies' `X-Forwarded-For`): it goes into the request's extensions for the throttles
+/// (`/device`), and the request runs as one from that address (review N1), so the agents'
+/// documents it makes the company fetch count against the address's share of the resolver.
 async fn as_requester(
     axum::extract::State(company): axum::extract::State<ReferenceCompany>,
-    request: axum::extract::Request,
+    mut request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     let peer = request
@@ -428,7 +430,10 @@ async fn as_requester(
         .map(|info| info.0);
     let trusted = &company.inner.config.trusted_proxies;
     match client_address::ClientAddress::of(peer, request.headers(), trusted) {
-        Some(address) => pap_company::resolver::as_requester(address.key(), next.run(request)).await,
+        Some(address) => {
+            request.extensions_mut().insert(address);
+            pap_company::resolver::as_requester(address.key(), next.run(request)).await
+        }
         None => next.run(request).await,
     }
 }
