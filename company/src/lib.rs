@@ -13,6 +13,7 @@ pub mod records;
 mod redis_store;
 mod replay;
 mod session;
+mod share;
 mod store;
 pub mod verify;
 mod web_cookie;
@@ -42,6 +43,7 @@ pub mod stores {
     pub use crate::redis_store::{RedisOptions, RedisSetupError, RedisStore};
     pub use crate::replay::{MemoryReplayGuard, ReplayGuard, ReplayKey};
     pub use crate::session::{MemorySessionDirectory, RecordSessions, SessionDirectory, SessionRecord};
+    pub use crate::share::Owner;
     pub use crate::store::StoreError;
     pub use crate::web_cookie::{
         Binding, CookieBindings, CookieHash, MemoryCookieBindings, SESSION_COOKIE_NAME, SessionCookie,
@@ -69,6 +71,7 @@ pub mod limits {
     pub use crate::redis_store::{SESSION_COPIES, SESSION_COPY_LIFETIME};
     pub use crate::replay::REPLAY_CAPACITY;
     pub use crate::session::{SESSION_CAPACITY, SESSIONS_PER_CLIENT};
+    pub use crate::share::{OWNER_SHARE_DIVISOR, SHARE_BUCKET_SECONDS};
     pub use crate::web_cookie::{BINDINGS_PER_SESSION, COOKIE_CAPACITY};
     pub use pap_shared::MAX_JWKS_KEYS;
 }

@@ -3,7 +3,8 @@
 //! Every key carries the company's prefix (`{prefix}:replay:…`, `{prefix}:session:…`) and
 //! expires with its record (`PXAT`), so Redis holds no more than the live records. What must
 //! happen at most once is one atomic step on the server: a replay mark is one
-//! `SET key 1 NX PX ttl`; a cookie binding with its Session's cap is one Lua script; every
+//! script (`SET key 1 NX PX ttl` within its owner's share, counted in expiry buckets of
+//! [`SHARE_BUCKET_SECONDS`]: review N3); a cookie binding with its Session's cap is one Lua script; every
 //! other record ([`Records`]: Sessions, tokens, device codes, operations) is a hash of its
 //! version and JSON, changed by one Lua script that checks every version of a commit before it
 //! writes any. Cookie values are never stored, only their SHA-256 (as in memory).
@@ -40,8 +41,10 @@ use redis::{AsyncCommands as _, Script};
 
 use crate::join_store::{Committed, Freshness, JoinCommit, JoinStore, SeenSession};
 use crate::records::{Change, Expect, Records, Stored, Write};
+use crate::replay::REPLAY_CAPACITY;
 use crate::replay::{ReplayGuard, ReplayKey};
 use crate::session::{RecordSessions, SessionRecord};
+use crate::share::{OWNER_SHARE_DIVISOR, SHARE_BUCKET_SECONDS, bucket_end};
 use crate::store::StoreError;
 use crate::verify::IAT_SKEW_SECONDS;
 use crate::web_cookie::{BINDINGS_PER_SESSION, Binding, CookieBindings, CookieHash};
@@ -67,6 +70,8 @@ pub struct RedisStore {
     prefix: Arc<str>,
     scripts: Arc<Scripts>,
     clock: Arc<dyn Clock>,
+    /// How many live replay marks one owner may hold.
+    replay_share: u64,
     /// Sessions' records as joins last read them, with their versions.
     session_copies: moka::sync::Cache<SessionId, SeenSession>,
 }
@@ -82,6 +87,9 @@ pub struct RedisOptions {
     pub ca_pem: Option<Vec<u8>>,
     /// The company's clock, on which replay marks are kept until `exp` plus the skew.
     pub clock: Arc<dyn Clock>,
+    /// How many live replay marks one owner (a client's registrable domain) may hold (review
+    /// N3): a client flooding Redis with marks is refused past it, and no one else is.
+    pub replay_share: u64,
 }
 
 impl Default for RedisOptions {
@@ -90,6 +98,7 @@ impl Default for RedisOptions {
             password: None,
             ca_pem: None,
             clock: Arc::new(SystemClock),
+            replay_share: REPLAY_CAPACITY / OWNER_SHARE_DIVISOR,
         }
     }
 }
@@ -99,6 +108,7 @@ impl fmt::Debug for RedisOptions {
         f.debug_struct("RedisOptions")
             .field("password", &self.password.as_ref().map(|_| "[redacted]"))
             .field("ca_pem", &self.ca_pem.as_ref().map(Vec::len))
+            .field("replay_share", &self.replay_share)
             .finish_non_exhaustive()
     }
 }
@@ -107,6 +117,7 @@ struct Scripts {
     commit: Script,
     count: Script,
     bind_cookie: Script,
+    mark: Script,
     join: Script,
 }
 
@@ -212,11 +223,13 @@ impl RedisStore {
         Ok(Self {
             connection,
             clock: options.clock,
+            replay_share: options.replay_share,
             prefix: Arc::from(prefix),
             scripts: Arc::new(Scripts {
                 commit: Script::new(COMMIT),
                 count: Script::new(COUNT),
                 bind_cookie: Script::new(BIND_COOKIE),
+                mark: Script::new(MARK),
                 join: Script::new(JOIN),
             }),
             session_copies: moka::sync::Cache::builder()
@@ -252,6 +265,32 @@ impl RedisStore {
         self.key("session-cookies", session.as_str())
     }
 
+    /// Adds a replay mark to a script's keys and arguments (see `mark_lua!`): the mark's key,
+    /// then its owner's [`SHARE_BUCKETS`] live share buckets; its TTL, the share, which of the
+    /// buckets it counts in, that bucket's TTL and how many there are.
+    fn mark_args(&self, invocation: &mut redis::ScriptInvocation<'_>, key: &ReplayKey, expires_at: UnixTime) {
+        let now = self.clock.now();
+        let ttl_ms = mark_ttl_ms(expires_at, now);
+        invocation.key(self.replay_key(key));
+        let owner = key.owner().to_hex();
+        let first = bucket_end(now);
+        for i in 0..SHARE_BUCKETS {
+            let ends = first.saturating_add(i.saturating_mul(SHARE_BUCKET_SECONDS));
+            invocation.key(format!("{}:share:{owner}:{ends}", self.prefix));
+        }
+        // The bucket the mark expires in, on the company's clock; a mark longer than the window
+        // (none is: see `SHARE_BUCKETS`) counts in the last one.
+        let until = UnixTime::from_secs(now.as_secs().saturating_add(ttl_ms / 1_000));
+        let own = (bucket_end(until).saturating_sub(first) / SHARE_BUCKET_SECONDS).clamp(0, SHARE_BUCKETS - 1);
+        let own_ends = first.saturating_add(own.saturating_mul(SHARE_BUCKET_SECONDS));
+        invocation
+            .arg(ttl_ms)
+            .arg(self.replay_share)
+            .arg(own.saturating_add(1))
+            .arg(own_ends.saturating_sub(now.as_secs()).saturating_mul(1_000).max(1))
+            .arg(SHARE_BUCKETS);
+    }
+
     /// Adds a cookie's binding to a script's keys and arguments (see `bind_lua!`).
     fn bind_args(
         &self,
@@ -274,22 +313,22 @@ impl RedisStore {
 
 #[async_trait]
 impl ReplayGuard for RedisStore {
-    /// One `SET key 1 NX PX ttl`: of any number of replicas marking the same key at once,
-    /// exactly one sees `OK`. The mark lives until `exp` plus [`IAT_SKEW_SECONDS`] as this
-    /// company's clock reads it (see the module's doc).
+    /// One script (`MARK`): the owner's share checked, then `SET key 1 NX PX ttl`: of any
+    /// number of replicas marking the same key at once, exactly one sees it set. The mark lives
+    /// until `exp` plus [`IAT_SKEW_SECONDS`] as this company's clock reads it (see the module's
+    /// doc).
     async fn mark_once(&self, key: ReplayKey, expires_at: UnixTime) -> Result<bool, StoreError> {
-        let key = self.replay_key(&key);
-        let ttl_ms = mark_ttl_ms(expires_at, self.clock.now());
-        let set: Option<String> = redis::cmd("SET")
-            .arg(key)
-            .arg(1)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl_ms)
-            .query_async(&mut self.connection.clone())
+        let mut invocation = self.scripts.mark.prepare_invoke();
+        self.mark_args(&mut invocation, &key, expires_at);
+        let code: i64 = invocation
+            .invoke_async(&mut self.connection.clone())
             .await
             .map_err(|e| unavailable(&e))?;
-        Ok(set.is_some())
+        match code {
+            MARKED => Ok(true),
+            REPLAYED => Ok(false),
+            _ => Err(StoreError::Full),
+        }
     }
 }
 
@@ -417,9 +456,8 @@ impl JoinStore for RedisStore {
         let mut invocation = self.scripts.join.prepare_invoke();
         invocation
             .key(self.key("record", &RecordSessions::key(commit.session)))
-            .key(self.replay_key(&commit.replay))
-            .arg(commit.seen.stamp.map(|v| v.to_string()).unwrap_or_default())
-            .arg(mark_ttl_ms(commit.expires_at, self.clock.now()));
+            .arg(commit.seen.stamp.map(|v| v.to_string()).unwrap_or_default());
+        self.mark_args(&mut invocation, &commit.replay, commit.expires_at);
         if let Some(cookie) = &commit.cookie {
             self.bind_args(
                 &mut invocation,
@@ -433,8 +471,9 @@ impl JoinStore for RedisStore {
             .await
             .map_err(|e| unavailable(&e))?;
         match code {
-            JOINED => Ok(Committed::Joined),
+            MARKED => Ok(Committed::Joined),
             REPLAYED => Ok(Committed::Replayed),
+            OVER_SHARE => Err(StoreError::Full),
             _ => {
                 self.session_copies.invalidate(commit.session);
                 Ok(Committed::SessionMoved)
@@ -528,20 +567,64 @@ end
 /// KEYS and ARGV: one cookie's binding at 1 (see [`bind_lua`]).
 const BIND_COOKIE: &str = concat!(bind_lua!(), "bind(1, 1)\nreturn 1\n");
 
-/// What [`JOIN`] answers.
-const JOINED: i64 = 0;
-const REPLAYED: i64 = 1;
+/// How many share buckets of an owner a mark reads: every bucket a live mark can count in,
+/// from the one `now` falls in to the one a mark made now at the longest (a client assertion:
+/// `exp` up to 330 s ahead, plus the skew) expires in.
+const SHARE_BUCKETS: i64 = (MAX_MARK_SECONDS + SHARE_BUCKET_SECONDS - 1) / SHARE_BUCKET_SECONDS + 1;
+/// The longest a replay mark lives from now: a client assertion issued up to 30 s ahead that
+/// lives 300 s, plus the skew.
+const MAX_MARK_SECONDS: i64 =
+    pap_shared::JWT_ASSERTION_SKEW + pap_shared::MAX_JWT_ASSERTION_LIFETIME + IAT_SKEW_SECONDS;
 
-/// A join's last step. KEYS: the Session's record, the replay mark, then (when a cookie is
-/// bound) the binding's two keys. ARGV: the version the record must be at (empty: not checked),
-/// the mark's TTL (ms), then the binding's six (see [`bind_lua`]). 0: joined; 1: replayed
-/// (nothing written); 2: the Session moved (nothing written).
+/// Marks once, within the owner's share: `mark(k, a)` reads the mark's key at `KEYS[k]`, the
+/// owner's share buckets at `KEYS[k + 1]..`, and at `ARGV[a]..ARGV[a + 4]` the mark's TTL
+/// (ms), the share, which of the buckets (from 1) the mark counts in, that bucket's TTL (ms)
+/// and how many buckets there are. Answers [`MARKED`], [`REPLAYED`] (a held key is a replay whatever the share), or
+/// [`OVER_SHARE`] (nothing written).
+macro_rules! mark_lua {
+    () => {
+        r"
+local function mark(k, a)
+  local held = 0
+  for _, n in ipairs(redis.call('MGET', unpack(KEYS, k + 1, k + tonumber(ARGV[a + 4])))) do
+    if n then held = held + tonumber(n) end
+  end
+  if held >= tonumber(ARGV[a + 1]) then
+    if redis.call('EXISTS', KEYS[k]) == 1 then return 1 end
+    return 3
+  end
+  if not redis.call('SET', KEYS[k], 1, 'NX', 'PX', ARGV[a]) then return 1 end
+  local bucket = KEYS[k + tonumber(ARGV[a + 2])]
+  redis.call('INCR', bucket)
+  redis.call('PEXPIRE', bucket, ARGV[a + 3])
+  return 0
+end
+"
+    };
+}
+
+/// What [`MARK`] and [`JOIN`] answer.
+const MARKED: i64 = 0;
+const REPLAYED: i64 = 1;
+const OVER_SHARE: i64 = 3;
+
+/// KEYS and ARGV: one mark at 1 (see [`mark_lua`]).
+const MARK: &str = concat!(mark_lua!(), "return mark(1, 1)\n");
+
+/// A join's last step. KEYS: the Session's record, the replay mark and its share buckets, then
+/// (when a cookie is bound) the binding's two keys. ARGV: the version the record must be at
+/// (empty: not checked), the mark's five (see [`mark_lua`]), then the binding's six (see
+/// [`bind_lua`]). 0: joined; 1: replayed; 2: the Session moved; 3: the client's owner is over
+/// its share of marks (nothing written but a join).
 const JOIN: &str = concat!(
+    mark_lua!(),
     bind_lua!(),
     r"
 if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 2 end
-if not redis.call('SET', KEYS[2], 1, 'NX', 'PX', ARGV[2]) then return 1 end
-if #KEYS == 4 then bind(3, 3) end
+local marked = mark(2, 2)
+if marked ~= 0 then return marked end
+local bound = 2 + tonumber(ARGV[6]) + 1
+if #KEYS == bound + 1 then bind(bound, 7) end
 return 0
 "
 );

@@ -7,14 +7,34 @@ use async_trait::async_trait;
 use pap_shared::{ClientId, Clock, Jti, UnixTime};
 use sha2::{Digest, Sha256};
 
+use crate::share::{ExpiringShares, OWNER_SHARE_DIVISOR, Owner};
 use crate::store::{Bounded, StoreError, WhenFull};
 
-/// The replay key of a browser assertion: SHA-256 over its namespace, `client_id` and `jti`.
+/// The replay key of a browser assertion: SHA-256 over its namespace, `client_id` and `jti`,
+/// and the [`Owner`] whose share of the guard its mark counts against (review N3).
 ///
 /// Hashing bounds the memory an entry takes whatever the `jti`'s length, and the namespace keeps
-/// browser assertions apart from any other JWT the company tracks.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ReplayKey([u8; 32]);
+/// browser assertions apart from any other JWT the company tracks. The owner is not part of
+/// what is compared: one `(client_id, jti)` is one key.
+#[derive(Clone, Copy)]
+pub struct ReplayKey {
+    hash: [u8; 32],
+    owner: Owner,
+}
+
+impl PartialEq for ReplayKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash
+    }
+}
+
+impl Eq for ReplayKey {}
+
+impl std::hash::Hash for ReplayKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.hash.hash(state);
+    }
+}
 
 impl ReplayKey {
     /// The key for a browser assertion from `client_id` with `jti`.
@@ -24,30 +44,42 @@ impl ReplayKey {
         hash.update(client_id.as_str().as_bytes());
         hash.update(b"\0");
         hash.update(jti.as_str().as_bytes());
-        Self(hash.finalize().into())
+        Self {
+            hash: hash.finalize().into(),
+            owner: Owner::of_client(client_id),
+        }
     }
 
     /// The key for a JWT of another kind (`namespace`, e.g. `client-assertion` or `dpop`), from
-    /// `issuer` (a `client_id` or a key thumbprint) with `jti`.
-    pub fn of(namespace: &str, issuer: &str, jti: &str) -> Self {
+    /// `issuer` (a `client_id` or a key thumbprint) with `jti`, presented by `client_id` (whose
+    /// share its mark counts against).
+    pub fn of(namespace: &str, issuer: &str, jti: &str, client_id: &ClientId) -> Self {
         let mut hash = Sha256::new();
         for part in [namespace, issuer, jti] {
             hash.update(part.as_bytes());
             hash.update(b"\0");
         }
-        Self(hash.finalize().into())
+        Self {
+            hash: hash.finalize().into(),
+            owner: Owner::of_client(client_id),
+        }
     }
 
     /// The 32 hash bytes, e.g. for a distributed store's key.
     pub fn as_bytes(&self) -> &[u8; 32] {
-        &self.0
+        &self.hash
+    }
+
+    /// Whose share of the guard the mark counts against.
+    pub fn owner(&self) -> Owner {
+        self.owner
     }
 }
 
 impl fmt::Debug for ReplayKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("ReplayKey(")?;
-        for b in &self.0[..4] {
+        for b in &self.hash[..4] {
             write!(f, "{b:02x}")?;
         }
         f.write_str("..)")
@@ -75,9 +107,13 @@ pub const REPLAY_CAPACITY: u64 = 1_000_000;
 /// The embedded replay guard: a moka cache of marks (`entry().or_insert_with_if()` decides
 /// under the key's lock, so of many concurrent callers exactly one wins), each kept until its
 /// `exp`, never evicted before: a full guard refuses new marks instead ([`StoreError::Full`]).
+/// One owner (the registrable domain of the marking client) holds at most its share of the
+/// marks ([`OWNER_SHARE_DIVISOR`]): a client flooding the guard is refused, the others are not.
 #[derive(Clone)]
 pub struct MemoryReplayGuard {
     marks: Arc<Bounded<ReplayKey, ()>>,
+    shares: Arc<ExpiringShares>,
+    clock: Arc<dyn Clock>,
 }
 
 impl MemoryReplayGuard {
@@ -86,10 +122,17 @@ impl MemoryReplayGuard {
         Self::with_capacity(REPLAY_CAPACITY, clock)
     }
 
-    /// An empty guard of at most `capacity` marks.
+    /// An empty guard of at most `capacity` marks, an eighth of them per owner.
     pub fn with_capacity(capacity: u64, clock: Arc<dyn Clock>) -> Self {
+        Self::with_limits(capacity, (capacity / OWNER_SHARE_DIVISOR).max(1), clock)
+    }
+
+    /// An empty guard of at most `capacity` marks, at most `share` of them per owner.
+    pub fn with_limits(capacity: u64, share: u64, clock: Arc<dyn Clock>) -> Self {
         Self {
-            marks: Arc::new(Bounded::new(capacity, WhenFull::Refuse, clock)),
+            marks: Arc::new(Bounded::new(capacity, WhenFull::Refuse, clock.clone())),
+            shares: Arc::new(ExpiringShares::new(share)),
+            clock,
         }
     }
 
@@ -103,22 +146,39 @@ impl MemoryReplayGuard {
         self.len() == 0
     }
 
-    /// Drops the marks whose `exp` has passed (moka does so as real time passes).
+    /// Drops the marks whose `exp` has passed (moka does so as real time passes), and the
+    /// owners that no longer hold any.
     pub fn sweep(&self) {
         self.marks.sweep();
+        self.shares.sweep(self.clock.now());
     }
 }
 
 impl fmt::Debug for MemoryReplayGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MemoryReplayGuard").field("marks", &self.marks).finish()
+        f.debug_struct("MemoryReplayGuard")
+            .field("marks", &self.marks)
+            .field("shares", &self.shares)
+            .finish()
     }
 }
 
 #[async_trait]
 impl ReplayGuard for MemoryReplayGuard {
     async fn mark_once(&self, key: ReplayKey, expires_at: UnixTime) -> Result<bool, StoreError> {
-        self.marks.insert_once(key, (), expires_at)
+        if let Err(full) = self.shares.take(key.owner, expires_at, self.clock.now()) {
+            // A held key is a no whether or not its owner is over its share.
+            return if self.marks.get(&key).is_some() {
+                Ok(false)
+            } else {
+                Err(full)
+            };
+        }
+        let fresh = self.marks.insert_once(key, (), expires_at);
+        if !matches!(fresh, Ok(true)) {
+            self.shares.give_back(key.owner, expires_at);
+        }
+        fresh
     }
 }
 
@@ -175,7 +235,7 @@ mod tests {
     #[tokio::test]
     async fn a_full_guard_refuses_and_never_drops_a_live_mark() {
         let clock = at(1_000);
-        let guard = MemoryReplayGuard::with_capacity(2, clock.clone());
+        let guard = MemoryReplayGuard::with_limits(2, 10, clock.clone());
         let (a, b, c) = (
             key("AAAAAAAAAAAAAAAAAAAAAA"),
             key("BBBBBBBBBBBBBBBBBBBBBB"),
@@ -195,6 +255,36 @@ mod tests {
             Ok(true),
             "room once they expire"
         );
+    }
+
+    #[tokio::test]
+    async fn a_client_filling_the_guard_fills_only_its_own_share() {
+        let clock = at(1_000);
+        // 16 marks, 2 per owner.
+        let guard = MemoryReplayGuard::with_capacity(16, clock.clone());
+        let evil = |i: usize| {
+            ReplayKey::browser_assertion(
+                &ClientId::parse(&format!("https://c{i}.evil.example/agent.json")).unwrap(),
+                &Jti::parse(&format!("{i:0>22}")).unwrap(),
+            )
+        };
+        let exp = UnixTime::from_secs(1_060);
+        assert_eq!(guard.mark_once(evil(0), exp).await, Ok(true));
+        assert_eq!(guard.mark_once(evil(1), exp).await, Ok(true));
+        // Another client of the same registrable domain is the same owner.
+        assert_eq!(guard.mark_once(evil(2), exp).await, Err(StoreError::Full));
+        assert_eq!(
+            guard.mark_once(evil(0), exp).await,
+            Ok(false),
+            "a replay is still a replay"
+        );
+        // Everyone else still marks.
+        assert_eq!(guard.mark_once(key("AAAAAAAAAAAAAAAAAAAAAA"), exp).await, Ok(true));
+        assert_eq!(guard.mark_once(key("AAAAAAAAAAAAAAAAAAAAAA"), exp).await, Ok(false));
+        assert_eq!(guard.mark_once(key("BBBBBBBBBBBBBBBBBBBBBB"), exp).await, Ok(true));
+        // The owner's room comes back once its marks' buckets end.
+        clock.0.store(1_070, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(guard.mark_once(evil(2), UnixTime::from_secs(1_130)).await, Ok(true));
     }
 
     #[test]

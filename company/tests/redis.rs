@@ -68,6 +68,45 @@ async fn a_replay_race_over_three_replicas_has_one_winner() {
 }
 
 #[tokio::test]
+async fn a_domain_filling_its_replay_share_is_refused_and_no_one_else_is() {
+    let server = RedisServer::start();
+    let replica = || async {
+        let options = RedisOptions {
+            replay_share: 3,
+            ..RedisOptions::default()
+        };
+        RedisStore::connect_with(&server.url(), "shop", options).await.unwrap()
+    };
+    let (a, b) = (replica().await, replica().await);
+    // Clients of one registrable domain, however many, are one owner.
+    let evil = |i: usize| {
+        let client = ClientId::parse(&format!("https://c{i}.evil.example/agent.json")).unwrap();
+        ReplayKey::browser_assertion(&client, &Jti::generate(&SystemRng))
+    };
+    let exp = now().plus(60);
+    let first = evil(0);
+    assert_eq!(a.mark_once(first, exp).await, Ok(true));
+    assert_eq!(b.mark_once(evil(1), exp).await, Ok(true));
+    assert_eq!(a.mark_once(evil(2), exp).await, Ok(true));
+    let over = evil(3);
+    assert_eq!(
+        b.mark_once(over, exp).await,
+        Err(StoreError::Full),
+        "the share holds across replicas"
+    );
+    assert_eq!(
+        a.mark_once(over, exp).await,
+        Err(StoreError::Full),
+        "and a refusal writes nothing"
+    );
+    assert_eq!(a.mark_once(first, exp).await, Ok(false), "a replay is still a replay");
+    // Everyone else marks as before.
+    let mine = ReplayKey::browser_assertion(&client(), &Jti::generate(&SystemRng));
+    assert_eq!(b.mark_once(mine, exp).await, Ok(true));
+    assert_eq!(a.mark_once(mine, exp).await, Ok(false));
+}
+
+#[tokio::test]
 async fn sessions_follow_sign_in_sign_out_and_end_across_replicas() {
     let server = RedisServer::start();
     let (a, b) = (
@@ -358,6 +397,28 @@ async fn a_join_is_one_round_trip_once_its_session_is_copied() {
     }
     let commands = monitor.client_commands();
     assert_eq!(commands, vec!["EVALSHA".to_owned(); 20], "one round trip per join");
+}
+
+/// A join's one script counts its mark against the client's share too: past it the join is
+/// refused as a full store (503), and a replay is still a replay.
+#[tokio::test]
+async fn a_join_past_its_domains_replay_share_is_refused_as_a_full_store() {
+    let server = RedisServer::start();
+    let options = RedisOptions {
+        replay_share: 2,
+        ..RedisOptions::default()
+    };
+    let store = RedisStore::connect_with(&server.url(), "shop", options).await.unwrap();
+    let world = support::World::new();
+    let (route, _, session) = world.over_redis(&store).await;
+    let assertion = || world.with("session_id", serde_json::json!(session.as_str()));
+    let first = assertion();
+    route.join(&first).await.unwrap();
+    route.join(&assertion()).await.unwrap();
+    let refused = route.join(&assertion()).await.unwrap_err();
+    assert_eq!(refused.code(), "store_full");
+    let replayed = route.join(&first).await.unwrap_err();
+    assert_eq!(replayed, JoinRefusal::Verify(VerifyError::Replayed));
 }
 
 /// The copy decides nothing alone: a sign-out after it was made moves the Session's version,

@@ -84,6 +84,11 @@ struct Serve {
     /// with a private CA; the system's roots otherwise.
     #[arg(long, value_name = "FILE")]
     store_ca: Option<PathBuf>,
+    /// How many live replay marks (assertions' and proofs' `jti`s, kept until they expire) the
+    /// clients of one registrable domain may hold, in memory or in Redis: past it that domain's
+    /// joins and token requests are refused (503, 429) and no one else's are.
+    #[arg(long, value_name = "MARKS", default_value_t = pap_shop::limits::REPLAY_SHARE, value_parser = clap::value_parser!(u64).range(1..))]
+    replay_share: u64,
     /// Longest an agent's client metadata and JWKS are cached, in seconds, whatever their
     /// `max-age` (60 to 86400): how long a key the agent removed keeps verifying here.
     #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(60..=86_400))]
@@ -205,7 +210,7 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     let clients = Arc::new(HttpClientResolver::new(resolver, clock.clone()).context("building the HTTPS client")?);
     pap_shop::install_metrics().context("installing the metrics recorder")?;
     let stores = match &args.store {
-        None => CompanyStores::in_memory(clock.clone()),
+        None => CompanyStores::in_memory_with_replay_share(clock.clone(), args.replay_share),
         Some(url) => redis_stores(url, &config.domain.to_string(), &args, clock.clone()).await?,
     };
     let company = ReferenceCompany::with_stores(config, clock, Arc::new(SystemRng), clients, stores);
@@ -297,6 +302,7 @@ async fn redis_stores(url: &str, prefix: &str, args: &Serve, clock: Arc<SystemCl
         password,
         ca_pem,
         clock,
+        replay_share: args.replay_share,
     };
     let store = pap_company::stores::RedisStore::connect_with(url, prefix, options)
         .await

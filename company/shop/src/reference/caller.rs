@@ -42,7 +42,7 @@ impl ReferenceCompany {
             .map_err(ApiError::store)?
             .ok_or_else(invalid_token)?;
         let thumbprint = self
-            .check_dpop(headers, method.as_str(), uri.path(), Some(token))
+            .check_dpop(headers, method.as_str(), uri.path(), Some(token), &record.client_id)
             .await?;
         if thumbprint != record.thumbprint {
             return Err(ApiError::challenge(

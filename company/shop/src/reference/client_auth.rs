@@ -96,7 +96,7 @@ impl ReferenceCompany {
         if !verified {
             return Err(refuse("signature"));
         }
-        let key = ReplayKey::of("jwt-assertion", client_id.as_str(), &claims.jti);
+        let key = ReplayKey::of("jwt-assertion", client_id.as_str(), &claims.jti, client_id);
         let first = self
             .inner
             .stores

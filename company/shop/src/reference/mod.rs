@@ -32,7 +32,7 @@ use axum::extract::FromRef;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::HeaderMap;
-use pap_shared::{Clock, DpopRequest, OAuthErrorCode, Rng, SecretToken, UnixTime, verify_dpop_proof};
+use pap_shared::{ClientId, Clock, DpopRequest, OAuthErrorCode, Rng, SecretToken, UnixTime, verify_dpop_proof};
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
@@ -43,6 +43,7 @@ pub use self::device::{ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, LOOKU
 pub use self::operations::{OPERATION_RETENTION, OPERATIONS_PER_ACCOUNT};
 use self::protocol::ApiError;
 pub use self::token::SESSION_TOKENS_PER_SESSION;
+use pap_company::limits::{OWNER_SHARE_DIVISOR, REPLAY_CAPACITY};
 use pap_company::records::{MemoryRecords, Records};
 use pap_company::resolver::ClientRegistry;
 use pap_company::route::{BROWSER_SESSION_PATH, BrowserSession, browser_session_router};
@@ -55,6 +56,10 @@ use pap_company::verify::{Verifier, VerifierParts};
 /// operations, idempotency answers, attempt counts together); past it new ones are refused
 /// with 429 until expired ones are swept.
 pub const RECORD_CAPACITY: usize = 2_000_000;
+
+/// How many live replay marks one owner (the registrable domain of a client's `client_id`) may
+/// hold by default, in memory or in Redis: an eighth of the in-memory guard (review N3).
+pub const REPLAY_SHARE: u64 = REPLAY_CAPACITY / OWNER_SHARE_DIVISOR;
 
 /// Where the reference company keeps what it knows: versioned records, replay marks and cookie
 /// bindings. In this process ([`CompanyStores::in_memory`]), or in Redis for several replicas
@@ -87,9 +92,15 @@ struct MemoryStores {
 impl CompanyStores {
     /// Everything in this process, bounded (see [`crate::limits`]).
     pub fn in_memory(clock: Arc<dyn Clock>) -> Self {
+        Self::in_memory_with_replay_share(clock, REPLAY_SHARE)
+    }
+
+    /// Everything in this process, one owner (a client's registrable domain) holding at most
+    /// `replay_share` replay marks.
+    pub fn in_memory_with_replay_share(clock: Arc<dyn Clock>, replay_share: u64) -> Self {
         let memory = MemoryStores {
             records: Arc::new(MemoryRecords::new(RECORD_CAPACITY, clock.clone())),
-            replay: MemoryReplayGuard::new(clock.clone()),
+            replay: MemoryReplayGuard::with_limits(REPLAY_CAPACITY, replay_share, clock.clone()),
             cookies: MemoryCookieBindings::new(clock),
         };
         Self {
@@ -331,14 +342,16 @@ impl ReferenceCompany {
     }
 
     /// Checks the request's one DPoP proof for `method path` (RFC 9449 §4.3), with the access
-    /// token when one is sent, and marks its `jti` once per key (PAP-4.3-06). Returns the key's
-    /// thumbprint.
+    /// token when one is sent, and marks its `jti` once per key (PAP-4.3-06), against the share
+    /// of `client_id` (authenticated already: the proof is only checked once the client is
+    /// known, so a stranger's proofs mark nothing). Returns the key's thumbprint.
     async fn check_dpop(
         &self,
         headers: &HeaderMap,
         method: &str,
         path: &str,
         token: Option<&str>,
+        client_id: &ClientId,
     ) -> Result<String, ApiError> {
         let invalid = |status| {
             if token.is_some() {
@@ -369,7 +382,7 @@ impl ReferenceCompany {
             tracing::info!(%error, "DPoP proof refused");
             invalid(status)
         })?;
-        let key = ReplayKey::of("dpop", &verified.thumbprint, &verified.jti);
+        let key = ReplayKey::of("dpop", &verified.thumbprint, &verified.jti, client_id);
         let first = self
             .inner
             .stores

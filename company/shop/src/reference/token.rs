@@ -118,7 +118,9 @@ impl ReferenceCompany {
     async fn token(&self, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
         let form = read_form(headers, body).await?;
         let client_id = self.authenticate_client(&form).await?;
-        let thumbprint = self.check_dpop(headers, "POST", "/oauth/token", None).await?;
+        let thumbprint = self
+            .check_dpop(headers, "POST", "/oauth/token", None, &client_id)
+            .await?;
         match form.get("grant_type").map(String::as_str) {
             Some(grant_type::JWT_BEARER) => self.session_grant(&client_id, &form, &thumbprint).await,
             Some(grant_type::DEVICE_CODE) => self.device_grant(&client_id, &form, &thumbprint).await,
