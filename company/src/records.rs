@@ -16,6 +16,7 @@ use pap_shared::{Clock, UnixTime};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::share::{OWNER_SHARE_DIVISOR, Owner};
 use crate::store::StoreError;
 
 /// How many times a change is read and tried again when another writer moved a record first.
@@ -70,24 +71,30 @@ pub trait Records: Send + Sync + fmt::Debug {
     async fn get(&self, key: &str) -> Result<Option<Stored>, StoreError>;
 
     /// Applies every change if every key is as expected; `Ok(false)` (nothing written) if one
-    /// is not. [`StoreError::Full`] when a new record does not fit.
-    async fn commit(&self, changes: &[Change]) -> Result<bool, StoreError>;
+    /// is not. [`StoreError::Full`] when a new record does not fit, in the store or in
+    /// `owner`'s share of it (the records it creates count against `owner`: review N3).
+    async fn commit(&self, owner: Owner, changes: &[Change]) -> Result<bool, StoreError>;
 
-    /// Counts one more under `key` (a new count lives until `until`); the count now and until
-    /// when it lives.
-    async fn count(&self, key: &str, until: UnixTime) -> Result<(u64, UnixTime), StoreError>;
+    /// Counts one more under `key` (a new count lives until `until`, against `owner`'s share);
+    /// the count now and until when it lives.
+    async fn count(&self, owner: Owner, key: &str, until: UnixTime) -> Result<(u64, UnixTime), StoreError>;
 }
 
 /// A typed change under construction; [`Commit::apply`] writes it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Commit {
+    owner: Owner,
     changes: Vec<Change>,
 }
 
 impl Commit {
-    /// An empty change.
-    pub fn new() -> Self {
-        Self::default()
+    /// An empty change made for `owner`, whose share the records it creates count against: the
+    /// client that asked (`Owner::of_client`), or the company for its own records.
+    pub fn new(owner: Owner) -> Self {
+        Self {
+            owner,
+            changes: Vec::new(),
+        }
     }
 
     /// Writes `value` under `key` until `until`, if the key is as `expect`.
@@ -114,7 +121,7 @@ impl Commit {
 
     /// Applies it: `Ok(false)` when another writer moved a record first.
     pub async fn apply(self, records: &dyn Records) -> Result<bool, StoreError> {
-        records.commit(&self.changes).await
+        records.commit(self.owner, &self.changes).await
     }
 }
 
@@ -149,45 +156,118 @@ where
     Err(StoreError::Unavailable)
 }
 
-/// Records in this process, at most a capacity of them; expired ones read as absent and go at
-/// the next [`MemoryRecords::sweep`].
+/// Records in this process, at most a capacity of them and a share of it per owner
+/// ([`OWNER_SHARE_DIVISOR`]); expired ones read as absent and go at the next
+/// [`MemoryRecords::sweep`].
 pub struct MemoryRecords {
-    entries: Mutex<HashMap<String, Entry>>,
+    held: Mutex<Held>,
     capacity: usize,
+    share: usize,
     clock: Arc<dyn Clock>,
+}
+
+/// The records and how many each owner created, changed together under one lock.
+#[derive(Default)]
+struct Held {
+    entries: HashMap<String, Entry>,
+    owned: HashMap<Owner, usize>,
 }
 
 struct Entry {
     version: u64,
     data: Vec<u8>,
     until: UnixTime,
+    owner: Owner,
+}
+
+impl Held {
+    fn live(&self, key: &str, now: UnixTime) -> Option<&Entry> {
+        self.entries.get(key).filter(|e| now < e.until)
+    }
+
+    /// Whether `owner` may create `new` more records: within the store and its share.
+    fn room(&self, owner: Owner, new: usize, capacity: usize, share: usize) -> Result<(), StoreError> {
+        if new == 0 {
+            return Ok(());
+        }
+        let owned = self.owned.get(&owner).copied().unwrap_or(0);
+        if self.entries.len() + new > capacity || owned + new > share {
+            return Err(StoreError::Full);
+        }
+        Ok(())
+    }
+
+    /// Stores `entry` under `key`: a new record (or one over an expired record) counts against
+    /// its owner, a new version of a live one stays its first owner's.
+    fn put(&mut self, key: &str, mut entry: Entry, now: UnixTime) {
+        match self.entries.get(key) {
+            Some(held) if now < held.until => entry.owner = held.owner,
+            Some(_) => {
+                self.remove(key);
+                *self.owned.entry(entry.owner).or_default() += 1;
+            }
+            None => *self.owned.entry(entry.owner).or_default() += 1,
+        }
+        self.entries.insert(key.to_owned(), entry);
+    }
+
+    fn remove(&mut self, key: &str) {
+        if let Some(entry) = self.entries.remove(key) {
+            self.disown(entry.owner);
+        }
+    }
+
+    fn disown(&mut self, owner: Owner) {
+        if let Some(owned) = self.owned.get_mut(&owner) {
+            *owned = owned.saturating_sub(1);
+            if *owned == 0 {
+                self.owned.remove(&owner);
+            }
+        }
+    }
 }
 
 impl MemoryRecords {
-    /// At most `capacity` records, reading "now" from `clock`.
+    /// At most `capacity` records, an eighth of them per owner, reading "now" from `clock`.
     pub fn new(capacity: usize, clock: Arc<dyn Clock>) -> Self {
+        let share = capacity / usize::try_from(OWNER_SHARE_DIVISOR).unwrap_or(usize::MAX);
+        Self::with_share(capacity, share.max(1), clock)
+    }
+
+    /// At most `capacity` records, `share` of them per owner.
+    pub fn with_share(capacity: usize, share: usize, clock: Arc<dyn Clock>) -> Self {
         Self {
-            entries: Mutex::default(),
+            held: Mutex::default(),
             capacity,
+            share,
             clock,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
         // Every critical section leaves the map consistent: a poisoned lock is still usable.
-        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Drops every expired record.
     pub fn sweep(&self) {
         let now = self.clock.now();
-        self.lock().retain(|_, entry| now < entry.until);
+        let mut held = self.lock();
+        let expired: Vec<String> = held
+            .entries
+            .iter()
+            .filter(|(_, entry)| entry.until <= now)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in expired {
+            held.remove(&key);
+        }
     }
 
     /// How many records of each kind (the key up to its first `:`) are held.
     pub fn sizes(&self) -> Vec<(String, u64)> {
         let mut sizes: HashMap<String, u64> = HashMap::new();
-        for key in self.lock().keys() {
+        for key in self.lock().entries.keys() {
             let kind = key.split(':').next().unwrap_or_default();
             *sizes.entry(kind.to_owned()).or_default() += 1;
         }
@@ -195,28 +275,31 @@ impl MemoryRecords {
         sizes.sort();
         sizes
     }
+
+    /// How many owners hold records (live or not yet swept).
+    pub fn owners(&self) -> usize {
+        self.lock().owned.len()
+    }
 }
 
 #[async_trait]
 impl Records for MemoryRecords {
     async fn get(&self, key: &str) -> Result<Option<Stored>, StoreError> {
         let now = self.clock.now();
-        Ok(self.lock().get(key).filter(|e| now < e.until).map(|e| Stored {
+        Ok(self.lock().live(key, now).map(|e| Stored {
             version: e.version,
             data: e.data.clone(),
         }))
     }
 
-    async fn commit(&self, changes: &[Change]) -> Result<bool, StoreError> {
+    async fn commit(&self, owner: Owner, changes: &[Change]) -> Result<bool, StoreError> {
         let now = self.clock.now();
-        let mut entries = self.lock();
-        let live =
-            |entries: &HashMap<String, Entry>, key: &str| entries.get(key).filter(|e| now < e.until).map(|e| e.version);
+        let mut held = self.lock();
         for change in changes {
-            let held = live(&entries, &change.key);
+            let version = held.live(&change.key, now).map(|e| e.version);
             let as_expected = match change.expect {
-                Expect::Absent => held.is_none(),
-                Expect::Version(version) => held == Some(version),
+                Expect::Absent => version.is_none(),
+                Expect::Version(expected) => version == Some(expected),
                 Expect::Any => true,
             };
             if !as_expected {
@@ -225,49 +308,43 @@ impl Records for MemoryRecords {
         }
         let new_records = changes
             .iter()
-            .filter(|c| matches!(c.write, Write::Put(..)) && !entries.contains_key(&c.key))
+            .filter(|c| matches!(c.write, Write::Put(..)) && held.live(&c.key, now).is_none())
             .count();
-        if new_records > 0 && entries.len() + new_records > self.capacity {
-            return Err(StoreError::Full);
-        }
+        held.room(owner, new_records, self.capacity, self.share)?;
         for change in changes {
             match &change.write {
                 Write::Put(data, until) => {
-                    let version = live(&entries, &change.key).map_or(1, |v| v + 1);
-                    entries.insert(
-                        change.key.clone(),
-                        Entry {
-                            version,
-                            data: data.clone(),
-                            until: *until,
-                        },
-                    );
+                    let version = held.live(&change.key, now).map_or(1, |e| e.version + 1);
+                    let entry = Entry {
+                        version,
+                        data: data.clone(),
+                        until: *until,
+                        owner,
+                    };
+                    held.put(&change.key, entry, now);
                 }
-                Write::Delete => {
-                    entries.remove(&change.key);
-                }
+                Write::Delete => held.remove(&change.key),
                 Write::Check => {}
             }
         }
         Ok(true)
     }
 
-    async fn count(&self, key: &str, until: UnixTime) -> Result<(u64, UnixTime), StoreError> {
+    async fn count(&self, owner: Owner, key: &str, until: UnixTime) -> Result<(u64, UnixTime), StoreError> {
         let now = self.clock.now();
-        let mut entries = self.lock();
-        let live = entries.get(key).filter(|e| now < e.until).map(|e| (e.version, e.until));
-        if live.is_none() && entries.len() >= self.capacity && !entries.contains_key(key) {
-            return Err(StoreError::Full);
+        let mut held = self.lock();
+        let live = held.live(key, now).map(|e| (e.version, e.until));
+        if live.is_none() {
+            held.room(owner, 1, self.capacity, self.share)?;
         }
         let (count, until) = live.map_or((1, until), |(n, held_until)| (n + 1, held_until));
-        entries.insert(
-            key.to_owned(),
-            Entry {
-                version: count,
-                data: Vec::new(),
-                until,
-            },
-        );
+        let entry = Entry {
+            version: count,
+            data: Vec::new(),
+            until,
+            owner,
+        };
+        held.put(key, entry, now);
         Ok((count, until))
     }
 }
@@ -276,6 +353,7 @@ impl fmt::Debug for MemoryRecords {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryRecords")
             .field("capacity", &self.capacity)
+            .field("share", &self.share)
             .finish_non_exhaustive()
     }
 }
@@ -295,13 +373,17 @@ mod tests {
         }
     }
 
+    fn owner() -> Owner {
+        Owner::named("test", "one")
+    }
+
     #[tokio::test]
     async fn a_commit_writes_all_or_nothing_and_one_of_two_writers_wins() {
         let clock = Arc::new(Settable(AtomicI64::new(1_000)));
         let records = MemoryRecords::new(10, clock.clone());
         let until = UnixTime::from_secs(2_000);
         assert!(
-            Commit::new()
+            Commit::new(owner())
                 .put("a:1".into(), Expect::Absent, &1, until)
                 .apply(&records)
                 .await
@@ -310,11 +392,13 @@ mod tests {
         let (version, value) = read::<i32>(&records, "a:1").await.unwrap().unwrap();
         assert_eq!((version, value), (1, 1));
         // Two writers read version 1; the second one's commit finds version 2 and writes nothing.
-        let first = Commit::new().put("a:1".into(), Expect::Version(1), &2, until);
-        let second =
-            Commit::new()
-                .put("b:1".into(), Expect::Absent, &9, until)
-                .put("a:1".into(), Expect::Version(1), &3, until);
+        let first = Commit::new(owner()).put("a:1".into(), Expect::Version(1), &2, until);
+        let second = Commit::new(owner()).put("b:1".into(), Expect::Absent, &9, until).put(
+            "a:1".into(),
+            Expect::Version(1),
+            &3,
+            until,
+        );
         assert!(first.apply(&records).await.unwrap());
         assert!(!second.apply(&records).await.unwrap());
         assert_eq!(read::<i32>(&records, "a:1").await.unwrap(), Some((2, 2)));
@@ -333,28 +417,65 @@ mod tests {
     #[tokio::test]
     async fn a_full_store_refuses_new_records_and_counts_expire() {
         let clock = Arc::new(Settable(AtomicI64::new(1_000)));
-        let records = MemoryRecords::new(2, clock.clone());
+        let records = MemoryRecords::with_share(2, 2, clock.clone());
         let until = UnixTime::from_secs(1_010);
         for key in ["a:1", "a:2"] {
             assert!(
-                Commit::new()
+                Commit::new(owner())
                     .put(key.into(), Expect::Absent, &0, until)
                     .apply(&records)
                     .await
                     .unwrap()
             );
         }
-        let third = Commit::new().put("a:3".into(), Expect::Absent, &0, until);
+        let third = Commit::new(owner()).put("a:3".into(), Expect::Absent, &0, until);
         assert_eq!(third.apply(&records).await, Err(StoreError::Full));
         clock.0.store(1_010, Ordering::SeqCst);
         records.sweep();
         let until = UnixTime::from_secs(1_100);
-        assert_eq!(records.count("n:1", until).await, Ok((1, until)));
+        assert_eq!(records.count(owner(), "n:1", until).await, Ok((1, until)));
         assert_eq!(
-            records.count("n:1", UnixTime::from_secs(1_200)).await,
+            records.count(owner(), "n:1", UnixTime::from_secs(1_200)).await,
             Ok((2, until)),
             "the window is the first's"
         );
         assert_eq!(records.sizes(), vec![("n".to_owned(), 1)]);
+    }
+
+    #[tokio::test]
+    async fn an_owner_creates_at_most_its_share_and_others_still_create() {
+        let clock = Arc::new(Settable(AtomicI64::new(1_000)));
+        let records = MemoryRecords::with_share(10, 2, clock.clone());
+        let (evil, atlas) = (
+            Owner::named("domain", "evil.example"),
+            Owner::named("domain", "atlas.example"),
+        );
+        let until = UnixTime::from_secs(1_100);
+        let put = |owner: Owner, key: &str| Commit::new(owner).put(key.into(), Expect::Absent, &0, until);
+        assert!(put(evil, "a:1").apply(&records).await.unwrap());
+        assert!(put(evil, "a:2").apply(&records).await.unwrap());
+        assert_eq!(put(evil, "a:3").apply(&records).await, Err(StoreError::Full));
+        assert_eq!(records.count(evil, "n:1", until).await, Err(StoreError::Full));
+        // A new version of its own record is no new record.
+        let again = Commit::new(evil).put("a:1".into(), Expect::Version(1), &1, until);
+        assert!(again.apply(&records).await.unwrap());
+        // Another owner is not refused, even for a record in the same commit as an update of
+        // the first owner's (a record stays its creator's).
+        let both = Commit::new(atlas).put("a:2".into(), Expect::Version(1), &1, until).put(
+            "b:1".into(),
+            Expect::Absent,
+            &0,
+            until,
+        );
+        assert!(both.apply(&records).await.unwrap());
+        assert!(put(atlas, "b:2").apply(&records).await.unwrap());
+        // A deleted record, or an expired one once swept, gives its owner room back.
+        let delete = Commit::new(atlas).delete("a:1".into(), Expect::Any);
+        assert!(delete.apply(&records).await.unwrap());
+        assert!(put(evil, "a:3").apply(&records).await.unwrap());
+        clock.0.store(1_100, Ordering::SeqCst);
+        records.sweep();
+        assert_eq!(records.owners(), 0);
+        assert!(put(evil, "a:4").apply(&records).await.unwrap());
     }
 }

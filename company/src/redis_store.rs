@@ -44,7 +44,7 @@ use crate::records::{Change, Expect, Records, Stored, Write};
 use crate::replay::REPLAY_CAPACITY;
 use crate::replay::{ReplayGuard, ReplayKey};
 use crate::session::{RecordSessions, SessionRecord};
-use crate::share::{OWNER_SHARE_DIVISOR, SHARE_BUCKET_SECONDS, bucket_end};
+use crate::share::{OWNER_SHARE_DIVISOR, Owner, SHARE_BUCKET_SECONDS, bucket_end};
 use crate::store::StoreError;
 use crate::verify::IAT_SKEW_SECONDS;
 use crate::web_cookie::{BINDINGS_PER_SESSION, Binding, CookieBindings, CookieHash};
@@ -344,8 +344,10 @@ impl Records for RedisStore {
         Ok(version.zip(data).map(|(version, data)| Stored { version, data }))
     }
 
-    /// One script: every key's version checked, then every write applied, or none.
-    async fn commit(&self, changes: &[Change]) -> Result<bool, StoreError> {
+    /// One script: every key's version checked, then every write applied, or none. The owner's
+    /// share is not counted here: records in Redis are bounded by each kind's cap per client
+    /// and by Redis's `maxmemory` (see the crate's README).
+    async fn commit(&self, _owner: Owner, changes: &[Change]) -> Result<bool, StoreError> {
         let mut invocation = self.scripts.commit.prepare_invoke();
         for change in changes {
             invocation.key(self.key("record", &change.key));
@@ -370,7 +372,7 @@ impl Records for RedisStore {
         Ok(committed == 1)
     }
 
-    async fn count(&self, key: &str, until: UnixTime) -> Result<(u64, UnixTime), StoreError> {
+    async fn count(&self, _owner: Owner, key: &str, until: UnixTime) -> Result<(u64, UnixTime), StoreError> {
         let (count, until_ms): (u64, i64) = self
             .scripts
             .count

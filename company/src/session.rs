@@ -13,6 +13,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use pap_shared::{ClientId, Clock, PairwiseUserId, Rng, SessionId, UnixTime};
 
 use crate::records::{Commit, Expect, Records, expect_of, read, retrying};
+use crate::share::Owner;
 use crate::store::{Bounded, PerOwner, StoreError, WhenFull};
 
 /// A Session as the directory knows it now.
@@ -241,7 +242,7 @@ impl RecordSessions {
                 ended: false,
                 epoch: 0,
             };
-            let committed = Commit::new()
+            let committed = Commit::new(Owner::of_client(&client_id))
                 .put(client_key.clone(), expect_of(&held), &live, last)
                 .put(Self::key(&id), Expect::Absent, &record, expires_at)
                 .apply(records)
@@ -262,7 +263,7 @@ impl RecordSessions {
             };
             change(&mut record);
             let until = record.expires_at;
-            let committed = Commit::new()
+            let committed = Commit::new(Owner::of_client(&record.client_id))
                 .put(key.clone(), Expect::Version(version), &record, until)
                 .apply(records)
                 .await?;

@@ -15,7 +15,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use pap_company::records::{Change, Expect, Records as _, Write};
 use pap_company::route::JoinRefusal;
 use pap_company::stores::{
-    Binding, CookieBindings as _, RecordSessions, RedisOptions, RedisSetupError, RedisStore, ReplayGuard as _,
+    Binding, CookieBindings as _, Owner, RecordSessions, RedisOptions, RedisSetupError, RedisStore, ReplayGuard as _,
     ReplayKey, SessionCookie, SessionDirectory as _, StoreError,
 };
 use pap_company::verify::VerifyError;
@@ -36,6 +36,10 @@ fn now() -> UnixTime {
 
 fn client() -> ClientId {
     ClientId::parse("https://atlas.example/agent.json").unwrap()
+}
+
+fn owner() -> Owner {
+    Owner::of_client(&client())
 }
 
 fn user() -> PairwiseUserId {
@@ -161,12 +165,17 @@ async fn of_commits_racing_on_one_version_over_three_replicas_one_wins() {
         expect,
         write: Write::Put(data, until),
     };
-    assert!(replicas[0].commit(&[put(b"0".to_vec(), Expect::Absent)]).await.unwrap());
+    assert!(
+        replicas[0]
+            .commit(owner(), &[put(b"0".to_vec(), Expect::Absent)])
+            .await
+            .unwrap()
+    );
     let tasks: Vec<_> = (0..100)
         .map(|i| {
             let replica = replicas[i % 3].clone();
             let change = put(i.to_string().into_bytes(), Expect::Version(1));
-            tokio::spawn(async move { replica.commit(&[change]).await.unwrap() })
+            tokio::spawn(async move { replica.commit(owner(), &[change]).await.unwrap() })
         })
         .collect();
     let mut winners = 0;
@@ -184,10 +193,10 @@ async fn of_commits_racing_on_one_version_over_three_replicas_one_wins() {
         },
         put(b"x".to_vec(), Expect::Version(1)),
     ];
-    assert!(!replicas[2].commit(&stale).await.unwrap());
+    assert!(!replicas[2].commit(owner(), &stale).await.unwrap());
     assert!(replicas[0].get("op:2").await.unwrap().is_none());
-    let (first, _) = replicas[2].count("n:1", until).await.unwrap();
-    let (second, counted_until) = replicas[0].count("n:1", until.plus(100)).await.unwrap();
+    let (first, _) = replicas[2].count(owner(), "n:1", until).await.unwrap();
+    let (second, counted_until) = replicas[0].count(owner(), "n:1", until.plus(100)).await.unwrap();
     assert_eq!(
         (first, second, counted_until),
         (1, 2, until),

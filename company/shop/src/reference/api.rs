@@ -20,6 +20,7 @@ use super::protocol::{ApiError, json_response, read_json};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use pap_company::records::{Commit, Expect, read};
+use pap_company::stores::Owner;
 
 pub(super) fn routes(config: &CompanyConfig) -> Router<ReferenceCompany> {
     let mut router = Router::new().route("/api/openapi.json", get(openapi));
@@ -209,7 +210,7 @@ async fn propose(
                 body: answer.clone(),
             };
             let until = company.now().plus(IDEMPOTENCY_LIFETIME);
-            Commit::new()
+            Commit::new(Owner::of_client(&caller.client_id))
                 .put(id, Expect::Any, &remembered, until)
                 .apply(company.records())
                 .await

@@ -17,7 +17,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
 use pap_company::records::{self, Commit, Expect, Records};
-use pap_company::stores::StoreError;
+use pap_company::stores::{Owner, StoreError};
 use pap_shared::{Rng, UnixTime};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
@@ -81,7 +81,7 @@ impl CsrfKeys {
                 previous: None,
                 since: now.as_secs(),
             };
-            let committed = Commit::new()
+            let committed = Commit::new(Owner::company())
                 .put(RECORD.to_owned(), Expect::Absent, &stored, forever())
                 .apply(records.as_ref())
                 .await?;
@@ -156,7 +156,7 @@ impl CsrfKeys {
                 previous: Some(encode(&current)),
                 since: now.as_secs(),
             };
-            let committed = Commit::new()
+            let committed = Commit::new(Owner::company())
                 .put(RECORD.to_owned(), Expect::Version(version), &stored, forever())
                 .apply(records.as_ref())
                 .await?;

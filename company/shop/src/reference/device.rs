@@ -26,7 +26,7 @@ use super::website::same_site;
 use super::{ReferenceCompany, layout, scopes, token_hash};
 use pap_company::page::escape_html;
 use pap_company::records::{Commit, Expect, expect_of, read, retrying};
-use pap_company::stores::StoreError;
+use pap_company::stores::{Owner, StoreError};
 
 /// A device code lives ten minutes.
 const DEVICE_CODE_LIFETIME: i64 = 600;
@@ -117,7 +117,7 @@ impl ReferenceCompany {
                 user_code: user_code.clone(),
                 ..pending.clone()
             };
-            let committed = Commit::new()
+            let committed = Commit::new(Owner::of_client(client_id))
                 .put(list_key.clone(), expect_of(&held), &live, last)
                 .put(
                     user_code_key(&user_code),
@@ -188,7 +188,7 @@ impl ReferenceCompany {
             };
             pending.decision = decide(&pending);
             let until = pending.expires_at.plus(EXPIRED_CODE_KEPT);
-            let committed = Commit::new()
+            let committed = Commit::new(Owner::of_client(&pending.client_id))
                 .put(key, Expect::Version(version), &pending, until)
                 .apply(records)
                 .await?;
@@ -200,11 +200,13 @@ impl ReferenceCompany {
     /// Counts one attempt for each key in turn: `Ok` within every limit, or the seconds until
     /// the window of the first key past its limit ends. The keys after that one are not
     /// counted, so an address past its limit writes no new count (review N3: one count record
-    /// per distinct user name it typed would fill the records).
-    async fn attempt(&self, counts: &[(String, u32)]) -> Result<Result<(), u64>, StoreError> {
+    /// per distinct user name it typed would fill the records). The counts are the address's:
+    /// they count against its share of the records.
+    async fn attempt(&self, address: &str, counts: &[(String, u32)]) -> Result<Result<(), u64>, StoreError> {
         let now = self.now();
+        let owner = Owner::named("address", address);
         for (key, limit) in counts {
-            let (count, until) = self.records().count(key, now.plus(ATTEMPT_WINDOW)).await?;
+            let (count, until) = self.records().count(owner, key, now.plus(ATTEMPT_WINDOW)).await?;
             if count > u64::from(*limit) {
                 return Ok(Err(until.since(now).max(1).unsigned_abs()));
             }
@@ -320,7 +322,7 @@ impl ReferenceCompany {
                 return Ok(Some(outcome.map(|granted| (granted, version))));
             }
             let until = pending.expires_at.plus(EXPIRED_CODE_KEPT);
-            let committed = Commit::new()
+            let committed = Commit::new(Owner::of_client(client_id))
                 .put(key.clone(), Expect::Version(version), &pending, until)
                 .apply(records)
                 .await?;
@@ -346,7 +348,7 @@ impl ReferenceCompany {
         let Some((_, pending)) = read::<Pending>(records, &key).await.map_err(ApiError::store)? else {
             return Err(ApiError::bad_request(OAuthErrorCode::InvalidGrant));
         };
-        let consumed = Commit::new()
+        let consumed = Commit::new(Owner::of_client(client_id))
             .delete(key.clone(), Expect::Version(version))
             .delete(user_code_key(&pending.user_code), Expect::Any)
             .apply(records)
@@ -465,8 +467,9 @@ async fn page(
              <div class=\"actions\"><button>Continue</button></div></form></section>";
         return layout::page(&company, StatusCode::OK, "Connect your agent", main);
     };
-    let lookups = [(format!("lookups-address:{}", client_key(client)), LOOKUP_ATTEMPTS)];
-    match company.attempt(&lookups).await {
+    let address = client_key(client);
+    let lookups = [(format!("lookups-address:{address}"), LOOKUP_ATTEMPTS)];
+    match company.attempt(&address, &lookups).await {
         Ok(Ok(())) => {}
         Ok(Err(wait)) => {
             tracing::warn!("device page lookups throttled");
@@ -596,7 +599,7 @@ async fn decide(
     if field("decision") == "deny" {
         // Counted as an attempt of this address (review N9): a stranger who learned a code
         // cannot deny sign-ins at full speed.
-        match company.attempt(&attempt_from_address).await {
+        match company.attempt(&address, &attempt_from_address).await {
             Ok(Ok(())) => {}
             Ok(Err(wait)) => {
                 let page = page(
@@ -639,7 +642,7 @@ async fn decide(
             ACCOUNT_ATTEMPTS,
         ),
     ];
-    let counted = match company.attempt(&counts).await {
+    let counted = match company.attempt(&address, &counts).await {
         Ok(counted) => counted,
         Err(error) => return busy(error),
     };

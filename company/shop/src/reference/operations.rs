@@ -24,7 +24,7 @@ use super::ReferenceCompany;
 use super::caller::Caller;
 use super::protocol::{ApiError, json_response, read_json};
 use pap_company::records::{self, Commit, Expect, expect_of, retrying};
-use pap_company::stores::StoreError;
+use pap_company::stores::{Owner, StoreError};
 
 /// A proposal stays confirmable for 15 minutes.
 const PROPOSAL_LIFETIME: i64 = 15 * 60;
@@ -227,7 +227,7 @@ impl ReferenceCompany {
                 kept_until,
                 performed: 0,
             };
-            let committed = Commit::new()
+            let committed = Commit::new(Owner::of_client(&record.client_id))
                 .put(operation_key(&id), Expect::Absent, &record, kept_until)
                 .put(index_key.clone(), expect_of(&index), &id, expires_at)
                 .put(list_key.clone(), expect_of(&held), &live, kept_until)
@@ -390,7 +390,12 @@ impl ReferenceCompany {
             if record.operation == before {
                 return Ok(Some(Ok((record.operation, false))));
             }
-            let mut commit = Commit::new().put(key.clone(), Expect::Version(version), &record, record.kept_until);
+            let mut commit = Commit::new(Owner::of_client(&record.client_id)).put(
+                key.clone(),
+                Expect::Version(version),
+                &record,
+                record.kept_until,
+            );
             if record.operation.state != OperationState::Proposed {
                 // Settled: it leaves the proposal index (if the index still names it).
                 let index_key = record.proposal_key();

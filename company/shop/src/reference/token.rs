@@ -24,7 +24,7 @@ use serde_json::json;
 use super::protocol::{ApiError, json_response, read_form};
 use super::{ReferenceCompany, token_hash};
 use pap_company::records::{Commit, Expect, expect_of, read, retrying};
-use pap_company::stores::StoreError;
+use pap_company::stores::{Owner, StoreError};
 use pap_company::stores::{RecordSessions, SessionRecord};
 
 /// Account Tokens live 90 days.
@@ -212,7 +212,7 @@ impl ReferenceCompany {
         retrying(|| async {
             let held = read::<VecDeque<String>>(records, &list_key).await?;
             let mut tokens = held.as_ref().map(|(_, list)| list.clone()).unwrap_or_default();
-            let mut commit = Commit::new();
+            let mut commit = Commit::new(Owner::of_client(client_id));
             while tokens.len() >= SESSION_TOKENS_PER_SESSION {
                 if let Some(oldest) = tokens.pop_front() {
                     commit = commit.delete(oldest, Expect::Any);
@@ -278,7 +278,7 @@ impl ReferenceCompany {
             let signed_by = read::<String>(records, &session_family_key(session)).await?;
             record.account = Some(account.to_owned());
             record.scopes.clone_from(&scopes);
-            let committed = Commit::new()
+            let committed = Commit::new(Owner::of_client(client_id))
                 .put(
                     session_family_key(session),
                     expect_of(&signed_by),
@@ -422,7 +422,7 @@ impl ReferenceCompany {
             }
             record.account = Some(old.account.clone());
             record.scopes.clone_from(&scopes);
-            let committed = Commit::new()
+            let committed = Commit::new(Owner::of_client(&old.client_id))
                 .put(
                     presented_key.clone(),
                     Expect::Version(token_version),
@@ -491,8 +491,13 @@ impl ReferenceCompany {
             // The whole sign-in ends: every token of the family, every Session it signed in.
             family.revoked = true;
             let sessions = std::mem::take(&mut family.sessions);
-            let mut commit =
-                Commit::new().put(family_key.clone(), Expect::Version(version), &family, family.kept_until);
+            // Only records that exist are written: each stays its creator's.
+            let mut commit = Commit::new(Owner::company()).put(
+                family_key.clone(),
+                Expect::Version(version),
+                &family,
+                family.kept_until,
+            );
             for session in &sessions {
                 let key = RecordSessions::key(session);
                 if let Some((session_version, mut record)) = read::<SessionRecord>(records, &key).await? {
