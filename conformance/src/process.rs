@@ -43,6 +43,9 @@ pub(crate) struct Launch<'a> {
     pub(crate) store: Option<String>,
     /// A name for its log file (`company-NAME.log`).
     pub(crate) name: &'a str,
+    /// `--replay-share`: how many live replay marks one registrable domain's clients may hold
+    /// (the company's default when `None`).
+    pub(crate) replay_share: Option<u64>,
 }
 
 impl CompanyProcess {
@@ -75,6 +78,9 @@ impl CompanyProcess {
             .kill_on_drop(true);
         if let Some(store) = &launch.store {
             command.arg("--store").arg(store);
+        }
+        if let Some(share) = launch.replay_share {
+            command.arg("--replay-share").arg(share.to_string());
         }
         if !launch.before_credential {
             command.arg("--admin-credential-file").arg(&credential_file);

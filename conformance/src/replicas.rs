@@ -167,6 +167,7 @@ impl Env {
             before_credential: false,
             store: Some(self.launch.store.clone()),
             name,
+            replay_share: None,
         })
         .await?;
         let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))

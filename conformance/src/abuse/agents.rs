@@ -27,8 +27,18 @@ use serde_json::{Value, json};
 
 /// The attacker's names: `a{n}.atk.example`.
 pub(crate) const ATTACKER_PARENT: &str = "atk.example";
-/// The legitimate agents of scenario 6, each a first contact for the company.
-pub(crate) const NEWCOMERS: [&str; 2] = ["newcomer.example", "second-newcomer.example"];
+/// Agents the company has never seen, each a first contact: the legitimate agents of scenario
+/// 6 (one per flood) and 7, and scenario 7's self-hosted agent that fills its replay share.
+pub(crate) const NEWCOMERS: [&str; 4] = [
+    "newcomer.example",
+    "second-newcomer.example",
+    "third-newcomer.example",
+    FILLER,
+];
+/// Scenario 7's agent that fills its share of the replay guard (review N3).
+pub(crate) const FILLER: &str = "filler.example";
+/// Which of [`NEWCOMERS`] is scenario 7's legitimate newcomer, and which its filler.
+pub(crate) const SCENARIO_7: (usize, usize) = (2, 3);
 /// How many registrable domains the attacker holds (a wildcard certificate each).
 pub(crate) const ATTACKER_DOMAINS: usize = 10;
 

@@ -19,6 +19,11 @@
 //!    slowly hop after hop), first under one wildcard domain, then under ten: meanwhile an
 //!    agent the company has never seen gets its token and joins, and the honest agent's joins
 //!    go on.
+//! 7. Review N3: a self-hosted agent fills its share of the replay guard (`--replay-share`
+//!    [`REPLAY_SHARE_IN_RUN`]) with validly signed revocation requests, each a fresh client
+//!    assertion, until the company refuses it; meanwhile, and after, an agent the company has
+//!    never seen gets its token and joins, and the honest agent joins, while the filler's own
+//!    next token request is refused.
 //!
 //! The fifth figure of the issue, a simulated week returning every store to its baseline,
 //! needs an injected clock, so it is a test (`company/shop/tests/hostile.rs`), not part of this run.
@@ -48,6 +53,11 @@ use crate::process::{CompanyProcess, CpuShare, Launch, PeakRss};
 
 /// The company's domain in the run.
 const DOMAIN: &str = "shop.example";
+
+/// The replay share the run's company is started with: the company's default (125,000 marks
+/// per registrable domain). The honest agent's probes in scenario 3 leave some 20,000 live
+/// marks in CI's run, so a share much smaller would refuse the honest agent.
+const REPLAY_SHARE_IN_RUN: u64 = pap_shop::limits::REPLAY_SHARE;
 /// Its password for `ada` (company/shop/shop.example.toml).
 const PASSWORD: &str = "correct horse battery staple";
 /// Requests in flight at once in the floods.
@@ -281,6 +291,8 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         before_credential: plan.before_credential,
         store: None,
         name: "abuse",
+        // A company from before the shares has no such flag (and scenario 7 is not run).
+        replay_share: (!plan.before_credential).then_some(REPLAY_SHARE_IN_RUN),
     })
     .await?;
 
@@ -334,6 +346,11 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
     rotation_under_load(&stage, &mut figures).await?;
     slow_documents_under_many_names(&stage, 1, &mut figures).await?;
     slow_documents_under_many_names(&stage, agents::ATTACKER_DOMAINS, &mut figures).await?;
+    if plan.before_credential {
+        figures.info(7, "not run: the company predates --replay-share", "-");
+    } else {
+        one_client_filling_its_replay_share(&stage, &mut figures).await?;
+    }
     // The company process ends with the stage (it is killed on drop).
     drop(stage);
     Ok(figures)
@@ -1237,6 +1254,124 @@ async fn slow_documents_under_many_names(
     figures.add(
         6,
         &label("the honest agent's join during the flood"),
+        format!("{honest_status} in {}", ms(honest_took)),
+        "303",
+        honest_status == 303,
+    );
+    Ok(())
+}
+
+/// Scenario 7 (review N3): a self-hosted agent ([`agents::FILLER`]) sends validly signed
+/// revocation requests, 32 at a time, each with a fresh client assertion (a replay mark), until
+/// its share of the guard ([`REPLAY_SHARE_IN_RUN`]) is full and the company refuses it. While
+/// the share is full (its marks live a minute), an agent the company has never seen gets its
+/// token and joins, and the honest agent joins: neither may be refused.
+async fn one_client_filling_its_replay_share(stage: &Arc<Stage>, figures: &mut Figures) -> anyhow::Result<()> {
+    const FILLERS: usize = 32;
+    /// Requests past the share: every filler sees refusals before it stops.
+    const PAST_THE_SHARE: usize = 2_000;
+    /// What the newcomer's token and join may take on a loaded machine.
+    const BOUND: Duration = Duration::from_secs(2);
+    let (newcomer_index, filler_index) = agents::SCENARIO_7;
+    let filler = Arc::new(stage.newcomers.get(filler_index).context("no filler agent")?.clone());
+    let company = Arc::new(filler.discover(&CompanyDomain::try_from(DOMAIN)?).await?);
+    let total = usize::try_from(REPLAY_SHARE_IN_RUN)?.saturating_add(PAST_THE_SHARE);
+    let next = Arc::new(AtomicUsize::new(0));
+    let began = Instant::now();
+    let tasks: Vec<_> = (0..FILLERS)
+        .map(|_| {
+            let (filler, company, next) = (filler.clone(), company.clone(), next.clone());
+            tokio::spawn(async move {
+                let token = pap_shared::SecretToken::new("acct_not-a-token".to_owned());
+                let mut statuses = BTreeMap::<u16, usize>::new();
+                while next.fetch_add(1, Ordering::Relaxed) < total {
+                    let status = match filler.revoke(&company, &token).await {
+                        Ok(()) => 200,
+                        Err(pap_agent::ClientError::Protocol { status, .. }) => status,
+                        Err(_) => 0,
+                    };
+                    *statuses.entry(status).or_default() += 1;
+                }
+                statuses
+            })
+        })
+        .collect();
+    let mut statuses = BTreeMap::<u16, usize>::new();
+    for task in tasks {
+        for (status, n) in task.await? {
+            *statuses.entry(status).or_default() += n;
+        }
+    }
+    let flood_took = began.elapsed();
+    let accepted = statuses.get(&200).copied().unwrap_or(0);
+    let refused = total - accepted;
+    // While the filler's marks live: a first contact's token and join, the honest agent's join.
+    let newcomer = stage.newcomers.get(newcomer_index).context("no newcomer")?;
+    let newcomer_company = newcomer.discover(&CompanyDomain::try_from(DOMAIN)?).await?;
+    let user = pap_agent::new_pairwise_user(&SystemRng);
+    let started = Instant::now();
+    let session = newcomer
+        .start_session(&newcomer_company, &user, newcomer.new_dpop_key()?)
+        .await;
+    let token_took = started.elapsed();
+    let (join_status, join_took) = match &session {
+        Ok(session) => stage.join_as(newcomer, session).await?,
+        Err(_) => (0, Duration::ZERO),
+    };
+    let (honest_status, honest_took) = stage.join().await?;
+    let filler_token = filler.start_session(&company, &user, filler.new_dpop_key()?).await;
+    figures.info(
+        7,
+        "filler's signed requests (a fresh client assertion each)",
+        format!("{total} in {:.1} s", flood_took.as_secs_f64()),
+    );
+    figures.add(
+        7,
+        "of them accepted (the share) / refused",
+        format!("{accepted} / {refused}"),
+        &format!("{REPLAY_SHARE_IN_RUN} / {PAST_THE_SHARE}"),
+        u64::try_from(accepted)? == REPLAY_SHARE_IN_RUN && refused == PAST_THE_SHARE,
+    );
+    figures.info(
+        7,
+        "refusals by status",
+        statuses
+            .iter()
+            .filter(|(status, _)| **status != 200)
+            .map(|(status, n)| format!("{n} x {status}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    figures.add(
+        7,
+        "the filler's own token request, share full",
+        match &filler_token {
+            Ok(_) => "granted".to_owned(),
+            Err(error) => format!("refused: {error}"),
+        },
+        "refused",
+        filler_token.is_err(),
+    );
+    figures.add(
+        7,
+        "a new agent's token (first contact), filler's share full",
+        match &session {
+            Ok(_) => ms(token_took),
+            Err(error) => format!("refused: {error}"),
+        },
+        &format!("granted, < {} s", BOUND.as_secs()),
+        session.is_ok() && token_took < BOUND,
+    );
+    figures.add(
+        7,
+        "its join",
+        format!("{join_status} in {}", ms(join_took)),
+        &format!("303, < {} s", BOUND.as_secs()),
+        join_status == 303 && join_took < BOUND,
+    );
+    figures.add(
+        7,
+        "the honest agent's join",
         format!("{honest_status} in {}", ms(honest_took)),
         "303",
         honest_status == 303,
