@@ -3,8 +3,8 @@
 //! Every key carries the company's prefix (`{prefix}:replay:…`, `{prefix}:session:…`) and
 //! expires with its record (`PXAT`), so Redis holds no more than the live records. What must
 //! happen at most once is one atomic step on the server: a replay mark is one
-//! script (`SET key 1 NX PX ttl` within its owner's share, counted in expiry buckets of
-//! [`SHARE_BUCKET_SECONDS`]: review N3); a cookie binding with its Session's cap is one Lua script; every
+//! script (`SET key 1 NX PX ttl` within its owner's share, a tally of its live marks settled
+//! against buckets of expiry of [`SHARE_BUCKET_SECONDS`]: review N3); a cookie binding with its Session's cap is one Lua script; every
 //! other record ([`Records`]: Sessions, tokens, device codes, operations) is a hash of its
 //! version and JSON, changed by one Lua script that checks every version of a commit before it
 //! writes any. Cookie values are never stored, only their SHA-256 (as in memory).
@@ -265,30 +265,35 @@ impl RedisStore {
         self.key("session-cookies", session.as_str())
     }
 
-    /// Adds a replay mark to a script's keys and arguments (see `mark_lua!`): the mark's key,
-    /// then its owner's [`SHARE_BUCKETS`] live share buckets; its TTL, the share, which of the
-    /// buckets it counts in, that bucket's TTL and how many there are.
+    /// Adds a replay mark to a script's keys and arguments (see `mark_lua!`): the mark's key
+    /// and its owner's tally; the mark's TTL, the share, the company's clock, the end of the
+    /// bucket the mark counts in, the prefix of the owner's bucket keys, the window, the
+    /// buckets' length and the TTL of a new bucket.
     fn mark_args(&self, invocation: &mut redis::ScriptInvocation<'_>, key: &ReplayKey, expires_at: UnixTime) {
         let now = self.clock.now();
         let ttl_ms = mark_ttl_ms(expires_at, now);
-        invocation.key(self.replay_key(key));
         let owner = key.owner().to_hex();
-        let first = bucket_end(now);
-        for i in 0..SHARE_BUCKETS {
-            let ends = first.saturating_add(i.saturating_mul(SHARE_BUCKET_SECONDS));
-            invocation.key(format!("{}:share:{owner}:{ends}", self.prefix));
-        }
-        // The bucket the mark expires in, on the company's clock; a mark longer than the window
-        // (none is: see `SHARE_BUCKETS`) counts in the last one.
+        // The bucket the mark expires in, on the company's clock.
         let until = UnixTime::from_secs(now.as_secs().saturating_add(ttl_ms / 1_000));
-        let own = (bucket_end(until).saturating_sub(first) / SHARE_BUCKET_SECONDS).clamp(0, SHARE_BUCKETS - 1);
-        let own_ends = first.saturating_add(own.saturating_mul(SHARE_BUCKET_SECONDS));
+        let ends = bucket_end(until);
+        // A bucket must outlive its end by the window: it is subtracted from the tally at the
+        // owner's first mark after its end, at most a window later (past that the tally
+        // starts again from zero).
+        let bucket_ttl_ms = ends
+            .saturating_sub(now.as_secs())
+            .saturating_add(SHARE_WINDOW_SECONDS + SHARE_BUCKET_SECONDS)
+            .saturating_mul(1_000);
         invocation
+            .key(self.replay_key(key))
+            .key(format!("{}:share:{owner}", self.prefix))
             .arg(ttl_ms)
             .arg(self.replay_share)
-            .arg(own.saturating_add(1))
-            .arg(own_ends.saturating_sub(now.as_secs()).saturating_mul(1_000).max(1))
-            .arg(SHARE_BUCKETS);
+            .arg(now.as_secs())
+            .arg(ends)
+            .arg(format!("{}:share:{owner}:", self.prefix))
+            .arg(SHARE_WINDOW_SECONDS)
+            .arg(SHARE_BUCKET_SECONDS)
+            .arg(bucket_ttl_ms);
     }
 
     /// Adds a cookie's binding to a script's keys and arguments (see `bind_lua!`).
@@ -569,36 +574,51 @@ end
 /// KEYS and ARGV: one cookie's binding at 1 (see [`bind_lua`]).
 const BIND_COOKIE: &str = concat!(bind_lua!(), "bind(1, 1)\nreturn 1\n");
 
-/// How many share buckets of an owner a mark reads: every bucket a live mark can count in,
-/// from the one `now` falls in to the one a mark made now at the longest (a client assertion:
-/// `exp` up to 330 s ahead, plus the skew) expires in.
-const SHARE_BUCKETS: i64 = (MAX_MARK_SECONDS + SHARE_BUCKET_SECONDS - 1) / SHARE_BUCKET_SECONDS + 1;
-/// The longest a replay mark lives from now: a client assertion issued up to 30 s ahead that
-/// lives 300 s, plus the skew.
-const MAX_MARK_SECONDS: i64 =
-    pap_shared::JWT_ASSERTION_SKEW + pap_shared::MAX_JWT_ASSERTION_LIFETIME + IAT_SKEW_SECONDS;
+/// How long after `now` a mark made now may expire, at the longest (a client assertion issued
+/// up to 30 s ahead that lives 300 s, plus the skew), and one bucket more: once the owner's
+/// tally was last settled longer ago than this, every bucket it held has ended.
+const SHARE_WINDOW_SECONDS: i64 =
+    pap_shared::JWT_ASSERTION_SKEW + pap_shared::MAX_JWT_ASSERTION_LIFETIME + IAT_SKEW_SECONDS + SHARE_BUCKET_SECONDS;
 
-/// Marks once, within the owner's share: `mark(k, a)` reads the mark's key at `KEYS[k]`, the
-/// owner's share buckets at `KEYS[k + 1]..`, and at `ARGV[a]..ARGV[a + 4]` the mark's TTL
-/// (ms), the share, which of the buckets (from 1) the mark counts in, that bucket's TTL (ms)
-/// and how many buckets there are. Answers [`MARKED`], [`REPLAYED`] (a held key is a replay whatever the share), or
-/// [`OVER_SHARE`] (nothing written).
+/// Marks once, within the owner's share. The owner's live marks are a tally (a hash: `n` live
+/// marks, buckets settled up to `s`) and a key per bucket of expiry (`PREFIX..end`, how many
+/// of the owner's marks expire before `end`): a mark reads the tally, subtracts the buckets
+/// that ended since it was settled (at most once per 10 s per owner: a `GETDEL` per ended
+/// bucket), and compares. Four commands for a fresh mark (`HMGET`, `SET`, `INCR`, `HINCRBY`),
+/// whatever the owner holds.
+///
+/// `mark(k, a)` reads the mark's key at `KEYS[k]`, the tally at `KEYS[k + 1]`, and at
+/// `ARGV[a]..ARGV[a + 7]` the mark's TTL (ms), the share, now (s, the company's clock), the end
+/// of the mark's bucket (s), the prefix of the owner's bucket keys, the window (s), the buckets'
+/// length (s) and a new bucket's TTL (ms). The bucket keys are not in `KEYS`: they are the
+/// tally's, named from it, and this store does not run on Redis Cluster. Answers [`MARKED`],
+/// [`REPLAYED`] (a held key is a replay whatever the share), or [`OVER_SHARE`] (no mark).
 macro_rules! mark_lua {
     () => {
         r"
 local function mark(k, a)
-  local held = 0
-  for _, n in ipairs(redis.call('MGET', unpack(KEYS, k + 1, k + tonumber(ARGV[a + 4])))) do
-    if n then held = held + tonumber(n) end
+  local now, window, length = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
+  local held = redis.call('HMGET', KEYS[k + 1], 'n', 's')
+  local n, settled = tonumber(held[1]) or 0, tonumber(held[2])
+  local ended = now - now % length
+  if settled == nil or settled < ended then
+    if settled == nil or ended - settled > window then n, settled = 0, ended end
+    while settled < ended do
+      settled = settled + length
+      n = n - (tonumber(redis.call('GETDEL', ARGV[a + 4] .. settled)) or 0)
+    end
+    if n < 0 then n = 0 end
+    redis.call('HSET', KEYS[k + 1], 'n', n, 's', settled)
+    redis.call('PEXPIRE', KEYS[k + 1], (window + 2 * length) * 1000)
   end
-  if held >= tonumber(ARGV[a + 1]) then
+  if n >= tonumber(ARGV[a + 1]) then
     if redis.call('EXISTS', KEYS[k]) == 1 then return 1 end
     return 3
   end
   if not redis.call('SET', KEYS[k], 1, 'NX', 'PX', ARGV[a]) then return 1 end
-  local bucket = KEYS[k + tonumber(ARGV[a + 2])]
-  redis.call('INCR', bucket)
-  redis.call('PEXPIRE', bucket, ARGV[a + 3])
+  local bucket = ARGV[a + 4] .. ARGV[a + 3]
+  if redis.call('INCR', bucket) == 1 then redis.call('PEXPIRE', bucket, ARGV[a + 7]) end
+  redis.call('HINCRBY', KEYS[k + 1], 'n', 1)
   return 0
 end
 "
@@ -613,9 +633,9 @@ const OVER_SHARE: i64 = 3;
 /// KEYS and ARGV: one mark at 1 (see [`mark_lua`]).
 const MARK: &str = concat!(mark_lua!(), "return mark(1, 1)\n");
 
-/// A join's last step. KEYS: the Session's record, the replay mark and its share buckets, then
+/// A join's last step. KEYS: the Session's record, the replay mark and its owner's tally, then
 /// (when a cookie is bound) the binding's two keys. ARGV: the version the record must be at
-/// (empty: not checked), the mark's five (see [`mark_lua`]), then the binding's six (see
+/// (empty: not checked), the mark's eight (see [`mark_lua`]), then the binding's six (see
 /// [`bind_lua`]). 0: joined; 1: replayed; 2: the Session moved; 3: the client's owner is over
 /// its share of marks (nothing written but a join).
 const JOIN: &str = concat!(
@@ -625,8 +645,7 @@ const JOIN: &str = concat!(
 if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 2 end
 local marked = mark(2, 2)
 if marked ~= 0 then return marked end
-local bound = 2 + tonumber(ARGV[6]) + 1
-if #KEYS == bound + 1 then bind(bound, 7) end
+if #KEYS == 5 then bind(4, 10) end
 return 0
 "
 );

@@ -408,6 +408,46 @@ async fn a_join_is_one_round_trip_once_its_session_is_copied() {
     assert_eq!(commands, vec!["EVALSHA".to_owned(); 20], "one round trip per join");
 }
 
+/// The owner's tally follows the company's clock: once its marks' buckets end, their room
+/// comes back (the marks themselves still answer replays until Redis expires them); an owner
+/// idle longer than the window starts again from zero.
+#[tokio::test]
+async fn a_domain_gets_its_room_back_as_its_marks_expire_on_the_companys_clock() {
+    let server = RedisServer::start();
+    let start = now().as_secs();
+    let clock = pap_shared::ManualClock::at(start);
+    let options = RedisOptions {
+        replay_share: 2,
+        clock: clock.clone(),
+        ..RedisOptions::default()
+    };
+    let store = RedisStore::connect_with(&server.url(), "tally", options).await.unwrap();
+    let mark = |lives: i64| {
+        let key = ReplayKey::browser_assertion(&client(), &Jti::generate(&SystemRng));
+        let store = store.clone();
+        let exp = UnixTime::from_secs(pap_shared::Clock::now(clock.as_ref()).as_secs() + lives);
+        async move { (key, store.mark_once(key, exp).await) }
+    };
+    let (short, marked) = mark(10).await;
+    assert_eq!(marked, Ok(true));
+    assert_eq!(mark(60).await.1, Ok(true));
+    assert_eq!(mark(60).await.1, Err(StoreError::Full));
+    // The first mark (10 s + the 5 s skew) ends within 30 s; the second does not.
+    clock.set(start + 30);
+    assert_eq!(mark(60).await.1, Ok(true));
+    assert_eq!(mark(60).await.1, Err(StoreError::Full));
+    assert_eq!(
+        store.mark_once(short, now().plus(60)).await,
+        Ok(false),
+        "still a replay"
+    );
+    // Idle past the window: every bucket has ended.
+    clock.set(start + 30 + 400);
+    assert_eq!(mark(60).await.1, Ok(true));
+    assert_eq!(mark(60).await.1, Ok(true));
+    assert_eq!(mark(60).await.1, Err(StoreError::Full));
+}
+
 /// A join's one script counts its mark against the client's share too: past it the join is
 /// refused as a full store (503), and a replay is still a replay.
 #[tokio::test]

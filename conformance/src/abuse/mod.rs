@@ -23,7 +23,8 @@
 //!    [`REPLAY_SHARE_IN_RUN`]) with validly signed revocation requests, each a fresh client
 //!    assertion, until the company refuses it; meanwhile, and after, an agent the company has
 //!    never seen gets its token and joins, and the honest agent joins, while the filler's own
-//!    next token request is refused.
+//!    next token request is refused. Against a release from before the shares (its `serve
+//!    --help` has no `--replay-share`) the filler fills the whole guard, 1,000,000 marks.
 //!
 //! The fifth figure of the issue, a simulated week returning every store to its baseline,
 //! needs an injected clock, so it is a test (`company/shop/tests/hostile.rs`), not part of this run.
@@ -226,6 +227,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
     .chain(agents::NEWCOMERS.iter().map(|n| (*n).to_owned()))
     .chain((1..agents::ATTACKER_DOMAINS).map(|i| format!("*.{}", agents::attacker_domain(i))))
     .collect();
+    let has_shares = offers_flag(&plan.company_bin, "--replay-share")?;
     let certs_dir = plan.work.join("certs");
     let certs = pap_net::dev_certs::write_dev_certs(&certs_dir, &names)?;
     let ca_pem = std::fs::read(&certs.ca)?;
@@ -291,8 +293,8 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         before_credential: plan.before_credential,
         store: None,
         name: "abuse",
-        // A company from before the shares has no such flag (and scenario 7 is not run).
-        replay_share: (!plan.before_credential).then_some(REPLAY_SHARE_IN_RUN),
+        // A company from before the shares has no such flag.
+        replay_share: has_shares.then_some(REPLAY_SHARE_IN_RUN),
     })
     .await?;
 
@@ -346,14 +348,26 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
     rotation_under_load(&stage, &mut figures).await?;
     slow_documents_under_many_names(&stage, 1, &mut figures).await?;
     slow_documents_under_many_names(&stage, agents::ATTACKER_DOMAINS, &mut figures).await?;
-    if plan.before_credential {
-        figures.info(7, "not run: the company predates --replay-share", "-");
+    // A company from before the shares has one bound: its whole guard.
+    let share = if has_shares {
+        REPLAY_SHARE_IN_RUN
     } else {
-        one_client_filling_its_replay_share(&stage, &mut figures).await?;
-    }
+        pap_shop::limits::REPLAY_CAPACITY
+    };
+    one_client_filling_its_replay_share(&stage, share, &mut figures).await?;
     // The company process ends with the stage (it is killed on drop).
     drop(stage);
     Ok(figures)
+}
+
+/// Whether `pap-company serve --help` lists `flag`: a release from before it (measured for a
+/// "before") is started without it.
+fn offers_flag(company_bin: &std::path::Path, flag: &str) -> anyhow::Result<bool> {
+    let help = std::process::Command::new(company_bin)
+        .args(["serve", "--help"])
+        .output()
+        .with_context(|| format!("running {} serve --help", company_bin.display()))?;
+    Ok(String::from_utf8_lossy(&help.stdout).contains(flag))
 }
 
 fn https_client(
@@ -1006,6 +1020,92 @@ async fn oversized_jwks(stage: &Stage, figures: &mut Figures) {
     }
 }
 
+/// A revocation request from `filler`, validly signed, whose client assertion lives the most
+/// the company accepts (300 s: its mark is kept until `exp` plus 30 s), as review N3's attack
+/// sends them; its form body.
+fn long_lived_revocation(filler: &PapClient, audience: &str) -> anyhow::Result<String> {
+    let now = pap_shared::Clock::now(filler.clock().as_ref()).as_secs();
+    let client_id = filler.identity().client_id().as_str();
+    let claims = json!({
+        "iss": client_id, "sub": client_id, "aud": audience,
+        "iat": now, "exp": now + pap_shared::MAX_JWT_ASSERTION_LIFETIME,
+        "jti": Jti::generate(&SystemRng).as_str(),
+    });
+    let assertion = filler.identity().key().sign("JWT", &claims)?;
+    Ok(url::form_urlencoded::Serializer::new(String::new())
+        .append_pair("client_id", client_id)
+        .append_pair("client_assertion_type", pap_shared::CLIENT_ASSERTION_TYPE)
+        .append_pair("client_assertion", assertion.secret())
+        .append_pair("token", "acct_not-a-token")
+        .append_pair("token_type_hint", "refresh_token")
+        .finish())
+}
+
+/// What a legitimate agent measured beside an attack: its first token (the company has never
+/// seen it) and its join, and the honest agent's join.
+struct Beside {
+    session: Result<Session, pap_agent::ClientError>,
+    token_took: Duration,
+    join: (u16, Duration),
+    honest_join: (u16, Duration),
+}
+
+impl Stage {
+    /// `newcomer` discovers the company, gets its token and joins; then the honest agent joins.
+    async fn beside(&self, newcomer: &PapClient) -> anyhow::Result<Beside> {
+        let company = newcomer.discover(&CompanyDomain::try_from(DOMAIN)?).await?;
+        let user = pap_agent::new_pairwise_user(&SystemRng);
+        let began = Instant::now();
+        let session = newcomer.start_session(&company, &user, newcomer.new_dpop_key()?).await;
+        let token_took = began.elapsed();
+        let join = match &session {
+            Ok(session) => self.join_as(newcomer, session).await?,
+            Err(_) => (0, Duration::ZERO),
+        };
+        let honest_join = self.join().await?;
+        Ok(Beside {
+            session,
+            token_took,
+            join,
+            honest_join,
+        })
+    }
+}
+
+impl Beside {
+    /// The three figures of `scenario`, `when` naming the attack: the token granted and the
+    /// join 303, each within `bound`; the honest agent's join 303.
+    fn report(&self, scenario: u8, when: &str, bound: Duration, figures: &mut Figures) {
+        let within = format!("< {} s", bound.as_secs());
+        figures.add(
+            scenario,
+            &format!("a new agent's token (first contact) {when}"),
+            match &self.session {
+                Ok(_) => ms(self.token_took),
+                Err(error) => format!("refused: {error}"),
+            },
+            &format!("granted, {within}"),
+            self.session.is_ok() && self.token_took < bound,
+        );
+        let (status, took) = self.join;
+        figures.add(
+            scenario,
+            &format!("its join {when}"),
+            format!("{status} in {}", ms(took)),
+            &format!("303, {within}"),
+            status == 303 && took < bound,
+        );
+        let (status, took) = self.honest_join;
+        figures.add(
+            scenario,
+            &format!("the honest agent's join {when}"),
+            format!("{status} in {}", ms(took)),
+            "303",
+            status == 303,
+        );
+    }
+}
+
 /// Scenario 5: the honest agent rotates its key with joins 8 at a time before, during and
 /// after (the rotation once [`JOINS_BEFORE`] joins were answered, the end once
 /// [`JOINS_AFTER`] more were); every one must be accepted.
@@ -1204,17 +1304,7 @@ async fn slow_documents_under_many_names(
     tokio::time::timeout(DEADLINE, sent_so_far.wait_for(|n| *n >= BEFORE))
         .await
         .context("the flood did not get going")??;
-    let newcomer = &stage.newcomers[round];
-    let company = newcomer.discover(&CompanyDomain::try_from(DOMAIN)?).await?;
-    let user = pap_agent::new_pairwise_user(&SystemRng);
-    let began = Instant::now();
-    let session = newcomer.start_session(&company, &user, newcomer.new_dpop_key()?).await;
-    let token_took = began.elapsed();
-    let (join_status, join_took) = match &session {
-        Ok(session) => stage.join_as(newcomer, session).await?,
-        Err(_) => (0, Duration::ZERO),
-    };
-    let (honest_status, honest_took) = stage.join().await?;
+    let beside = stage.beside(&stage.newcomers[round]).await?;
     let _ = stop.send(true);
     let statuses = flood.await?;
     let requests: usize = statuses.values().sum();
@@ -1234,39 +1324,22 @@ async fn slow_documents_under_many_names(
         &label("attacker document requests that reached its server"),
         stage.fetches.attacker_slow.load(Ordering::Relaxed) - slow_before,
     );
-    figures.add(
-        6,
-        &label("a new agent's token (first contact) during the flood"),
-        match &session {
-            Ok(_) => ms(token_took),
-            Err(error) => format!("refused: {error}"),
-        },
-        &format!("granted, < {} s", BOUND.as_secs()),
-        session.is_ok() && token_took < BOUND,
-    );
-    figures.add(
-        6,
-        &label("its join during the flood"),
-        format!("{join_status} in {}", ms(join_took)),
-        &format!("303, < {} s", BOUND.as_secs()),
-        join_status == 303 && join_took < BOUND,
-    );
-    figures.add(
-        6,
-        &label("the honest agent's join during the flood"),
-        format!("{honest_status} in {}", ms(honest_took)),
-        "303",
-        honest_status == 303,
-    );
+    beside.report(6, &label("during the flood"), BOUND, figures);
     Ok(())
 }
 
 /// Scenario 7 (review N3): a self-hosted agent ([`agents::FILLER`]) sends validly signed
-/// revocation requests, 32 at a time, each with a fresh client assertion (a replay mark), until
-/// its share of the guard ([`REPLAY_SHARE_IN_RUN`]) is full and the company refuses it. While
-/// the share is full (its marks live a minute), an agent the company has never seen gets its
-/// token and joins, and the honest agent joins: neither may be refused.
-async fn one_client_filling_its_replay_share(stage: &Arc<Stage>, figures: &mut Figures) -> anyhow::Result<()> {
+/// revocation requests, 32 at a time, each with a fresh client assertion living 300 s (a replay
+/// mark kept 330 s), until
+/// its `share` of the guard ([`REPLAY_SHARE_IN_RUN`]; a company from before the shares: the
+/// whole guard) is full and the company refuses it. While the share is full (its marks live a
+/// minute), an agent the company has never seen gets its token and joins, and the honest agent
+/// joins: neither may be refused.
+async fn one_client_filling_its_replay_share(
+    stage: &Arc<Stage>,
+    share: u64,
+    figures: &mut Figures,
+) -> anyhow::Result<()> {
     const FILLERS: usize = 32;
     /// Requests past the share: every filler sees refusals before it stops.
     const PAST_THE_SHARE: usize = 2_000;
@@ -1274,20 +1347,19 @@ async fn one_client_filling_its_replay_share(stage: &Arc<Stage>, figures: &mut F
     const BOUND: Duration = Duration::from_secs(2);
     let (newcomer_index, filler_index) = agents::SCENARIO_7;
     let filler = Arc::new(stage.newcomers.get(filler_index).context("no filler agent")?.clone());
-    let company = Arc::new(filler.discover(&CompanyDomain::try_from(DOMAIN)?).await?);
-    let total = usize::try_from(REPLAY_SHARE_IN_RUN)?.saturating_add(PAST_THE_SHARE);
+    let company = filler.discover(&CompanyDomain::try_from(DOMAIN)?).await?;
+    let total = usize::try_from(share)?.saturating_add(PAST_THE_SHARE);
     let next = Arc::new(AtomicUsize::new(0));
     let began = Instant::now();
     let tasks: Vec<_> = (0..FILLERS)
         .map(|_| {
-            let (filler, company, next) = (filler.clone(), company.clone(), next.clone());
+            let (filler, next, http) = (filler.clone(), next.clone(), stage.http.clone());
+            let (audience, endpoint) = (company.issuer.clone(), company.revocation_endpoint.to_string());
             tokio::spawn(async move {
-                let token = pap_shared::SecretToken::new("acct_not-a-token".to_owned());
                 let mut statuses = BTreeMap::<u16, usize>::new();
                 while next.fetch_add(1, Ordering::Relaxed) < total {
-                    let status = match filler.revoke(&company, &token).await {
-                        Ok(()) => 200,
-                        Err(pap_agent::ClientError::Protocol { status, .. }) => status,
+                    let status = match long_lived_revocation(&filler, &audience) {
+                        Ok(body) => post_form(&http, &endpoint, body).await,
                         Err(_) => 0,
                     };
                     *statuses.entry(status).or_default() += 1;
@@ -1306,19 +1378,10 @@ async fn one_client_filling_its_replay_share(stage: &Arc<Stage>, figures: &mut F
     let accepted = statuses.get(&200).copied().unwrap_or(0);
     let refused = total - accepted;
     // While the filler's marks live: a first contact's token and join, the honest agent's join.
-    let newcomer = stage.newcomers.get(newcomer_index).context("no newcomer")?;
-    let newcomer_company = newcomer.discover(&CompanyDomain::try_from(DOMAIN)?).await?;
+    let beside = stage
+        .beside(stage.newcomers.get(newcomer_index).context("no newcomer")?)
+        .await?;
     let user = pap_agent::new_pairwise_user(&SystemRng);
-    let started = Instant::now();
-    let session = newcomer
-        .start_session(&newcomer_company, &user, newcomer.new_dpop_key()?)
-        .await;
-    let token_took = started.elapsed();
-    let (join_status, join_took) = match &session {
-        Ok(session) => stage.join_as(newcomer, session).await?,
-        Err(_) => (0, Duration::ZERO),
-    };
-    let (honest_status, honest_took) = stage.join().await?;
     let filler_token = filler.start_session(&company, &user, filler.new_dpop_key()?).await;
     figures.info(
         7,
@@ -1329,8 +1392,8 @@ async fn one_client_filling_its_replay_share(stage: &Arc<Stage>, figures: &mut F
         7,
         "of them accepted (the share) / refused",
         format!("{accepted} / {refused}"),
-        &format!("{REPLAY_SHARE_IN_RUN} / {PAST_THE_SHARE}"),
-        u64::try_from(accepted)? == REPLAY_SHARE_IN_RUN && refused == PAST_THE_SHARE,
+        &format!("{share} / {PAST_THE_SHARE}"),
+        u64::try_from(accepted)? == share && refused == PAST_THE_SHARE,
     );
     figures.info(
         7,
@@ -1352,29 +1415,6 @@ async fn one_client_filling_its_replay_share(stage: &Arc<Stage>, figures: &mut F
         "refused",
         filler_token.is_err(),
     );
-    figures.add(
-        7,
-        "a new agent's token (first contact), filler's share full",
-        match &session {
-            Ok(_) => ms(token_took),
-            Err(error) => format!("refused: {error}"),
-        },
-        &format!("granted, < {} s", BOUND.as_secs()),
-        session.is_ok() && token_took < BOUND,
-    );
-    figures.add(
-        7,
-        "its join",
-        format!("{join_status} in {}", ms(join_took)),
-        &format!("303, < {} s", BOUND.as_secs()),
-        join_status == 303 && join_took < BOUND,
-    );
-    figures.add(
-        7,
-        "the honest agent's join",
-        format!("{honest_status} in {}", ms(honest_took)),
-        "303",
-        honest_status == 303,
-    );
+    beside.report(7, "with the filler's share full", BOUND, figures);
     Ok(())
 }
