@@ -7,7 +7,10 @@
 //!  TLS handshake   at most `handshake_timeout`
 //!  HTTP/1.1        each request's headers within `header_read_timeout` of waiting for them
 //!                  (this is also how long an idle keep-alive connection is kept)
-//!  any connection  closed after `idle_timeout` without a byte either way
+//!  any connection  closed after `idle_timeout` without a byte either way, and once it is
+//!                  `max_connection_age` old (the request in flight answered first, within
+//!                  `drain_timeout`; HTTP/2: GOAWAY), so nothing a peer sends (HTTP/2 PINGs
+//!                  included) keeps it forever
 //!  any request     answered within `request_timeout`, body read included (408 otherwise)
 //!  shutdown        stops accepting; requests in flight finish, idle connections close, for
 //!                  at most `drain_timeout`; then whatever is left is closed
@@ -56,6 +59,10 @@ pub struct ServeLimits {
     pub header_read_timeout: Duration,
     /// Longest a connection may go without a byte read or written.
     pub idle_timeout: Duration,
+    /// Oldest a connection may grow: then it closes as in a drain (the request in flight is
+    /// answered first; HTTP/2 says GOAWAY), and its peer connects again if it wants. Nothing a
+    /// peer sends keeps a connection past it, HTTP/2 PINGs included (review N15).
+    pub max_connection_age: Duration,
     /// Longest one request may take, from its headers to its answer, its body read included.
     pub request_timeout: Duration,
     /// Once shutdown begins, how long requests in flight may take to finish before their
@@ -71,6 +78,7 @@ impl Default for ServeLimits {
             handshake_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
+            max_connection_age: Duration::from_secs(600),
             request_timeout: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(10),
         }
@@ -204,6 +212,13 @@ async fn serve_connection(
         .service(app);
     let connection = builder.serve_connection(io, TowerToHyperService::new(service));
     tokio::pin!(connection);
+    let aged = tokio::time::sleep(limits.max_connection_age);
+    tokio::pin!(aged);
+    // Once closing began: how long what is in flight may still take. A peer that never lets a
+    // graceful close finish (an HTTP/2 peer that never acknowledges its GOAWAY's PING) is cut
+    // off then.
+    let closing = tokio::time::sleep(Duration::MAX);
+    tokio::pin!(closing);
     let mut shutting_down = false;
     loop {
         tokio::select! {
@@ -222,6 +237,18 @@ async fn serve_connection(
             _ = draining.wait_for(|draining| *draining), if !shutting_down => {
                 shutting_down = true;
                 connection.as_mut().graceful_shutdown();
+                closing.as_mut().reset((Instant::now() + limits.drain_timeout).into());
+            }
+            // Old enough: closed the same way.
+            () = &mut aged, if !shutting_down => {
+                tracing::debug!("connection reached its maximum age");
+                shutting_down = true;
+                connection.as_mut().graceful_shutdown();
+                closing.as_mut().reset((Instant::now() + limits.drain_timeout).into());
+            }
+            () = &mut closing, if shutting_down => {
+                tracing::debug!("connection closed: its close did not finish in time");
+                return;
             }
         }
     }

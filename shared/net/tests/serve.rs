@@ -411,3 +411,78 @@ async fn one_address_holds_at_most_its_share_of_connections() {
     };
     assert!(get_root(&mut again).await.starts_with(b"HTTP/1.1 200"));
 }
+
+/// Review N15: a connection kept busy, by requests on HTTP/1.1 or by PINGs alone on HTTP/2,
+/// still closes once it is `max_connection_age` old.
+#[tokio::test]
+async fn a_busy_connection_closes_at_its_maximum_age_http1_and_http2_pings_alike() {
+    let limits = ServeLimits {
+        max_connection_age: SHORT,
+        // An HTTP/2 peer that never acknowledges the GOAWAY's PING is cut off after it.
+        drain_timeout: SHORT,
+        header_read_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(30),
+        ..ServeLimits::default()
+    };
+    let server = server(limits).await;
+    // HTTP/1.1: a keep-alive request every 100 ms, each answered, until the server closes.
+    let mut busy = connect(&server).await;
+    let started = Instant::now();
+    let mut answered = 0;
+    let closed = tokio::time::timeout(SHORT + GRACE, async {
+        loop {
+            if busy
+                .write_all(b"GET / HTTP/1.1\r\nHost: shop.example\r\n\r\n")
+                .await
+                .is_err()
+            {
+                return;
+            }
+            let mut answer = [0_u8; 1024];
+            match busy.read(&mut answer).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => answered += 1,
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "a busy HTTP/1.1 connection outlived its age");
+    assert!(
+        started.elapsed() >= SHORT,
+        "closed before its age: {:?}",
+        started.elapsed()
+    );
+    assert!(answered >= 5, "only {answered} requests were answered before the close");
+    // HTTP/2: the preface and SETTINGS, then a PING every 100 ms and nothing else.
+    let tcp = TcpStream::connect(server.addr).await.unwrap();
+    let name = ServerName::try_from("shop.example").unwrap();
+    let pinging = server.h2_connector.connect(name, tcp).await.unwrap();
+    let (mut reader, mut writer) = tokio::io::split(pinging);
+    writer
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    let pings = tokio::spawn(async move {
+        loop {
+            let ping = b"\x00\x00\x08\x06\x00\x00\x00\x00\x00pingping";
+            if writer.write_all(ping).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let started = Instant::now();
+    let mut sink = Vec::new();
+    tokio::time::timeout(SHORT + SHORT + GRACE, async {
+        let _ = reader.read_to_end(&mut sink).await;
+    })
+    .await
+    .expect("PINGs kept an HTTP/2 connection past its age");
+    assert!(
+        started.elapsed() >= SHORT / 2,
+        "closed too early: {:?}",
+        started.elapsed()
+    );
+    pings.abort();
+}
