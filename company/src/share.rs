@@ -74,8 +74,8 @@ impl fmt::Debug for Owner {
     }
 }
 
-/// How long one bucket of [`ExpiringShares`] spans, in seconds: an item counts until the end
-/// of the bucket its expiry falls in, at most this much longer than it lives.
+/// How long one bucket of an owner's tally of replay marks spans, in seconds: a mark counts
+/// until the end of the bucket its expiry falls in, at most this much longer than it lives.
 pub const SHARE_BUCKET_SECONDS: i64 = 10;
 
 /// Live items per owner, for items that are never removed before they expire (replay marks):

@@ -20,7 +20,7 @@
 //!    agent the company has never seen gets its token and joins, and the honest agent's joins
 //!    go on.
 //! 7. Review N3: a self-hosted agent fills its share of the replay guard (`--replay-share`
-//!    [`REPLAY_SHARE_IN_RUN`]) with validly signed revocation requests, each a fresh client
+//!    125,000: the default) with validly signed revocation requests, each a fresh client
 //!    assertion, until the company refuses it; meanwhile, and after, an agent the company has
 //!    never seen gets its token and joins, and the honest agent joins, while the filler's own
 //!    next token request is refused. Against a release from before the shares (its `serve
