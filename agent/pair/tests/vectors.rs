@@ -1,0 +1,291 @@
+//! AIP-59 `pair/v2` against the reference implementation's known-answer vectors: the same
+//! pinned keys and randomness give the same bytes on the wire and in the key schedule.
+//!
+//! The vectors are test data from `agentproto/ts`,
+//! `packages/secrets/src/crypto/__tests__/golden-vectors.ts` (`KEYS`, `GOLDEN`, `GOLDEN_V2`),
+//! with the inputs of its `golden.test.ts`: client name `golden@client`, offer secret
+//! `AAAABBBBCCCCDDDDEEEEFF`, every random byte 0x5a. These keys protect nothing.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use pap_pair::PairError;
+use pap_pair::derive::{epoch_of, epoch_tokens, offer_tokens, pair_root};
+use pap_pair::handshake::{ClientHandshake, Hello, Reply, respond_with, tokens_match};
+use pap_pair::keys::{DaemonKeys, Ed25519Public, Ed25519Secret, X25519Public, X25519Secret};
+use pap_pair::offer::Offer;
+use pap_pair::seal::{seal, unseal};
+use zeroize::Zeroizing;
+
+const DAEMON_X_PUB: &str = "MCowBQYDK2VuAyEA9g736kFg03Iq76wRWkotIp2nMvizVOFK8CJUNqNqSX8=";
+const DAEMON_X_PRIV: &str = "MC4CAQAwBQYDK2VuBCIEINCb5jNG/nQ6EID4nZ0A8NJBunSYCntWk/BhUr41ySRb";
+const DAEMON_ED_PUB: &str = "MCowBQYDK2VwAyEABT4L+Suyw4ZE23lVR/j5EEccBI/UG0umjd8vrdIMmm0=";
+const DAEMON_ED_PRIV: &str = "MC4CAQAwBQYDK2VwBCIEID4BeaIrGjZ47YwkJh3I5/1/thUWK5UePjCmDy9DQHeE";
+const CLIENT_EPH_PRIV: &str = "MC4CAQAwBQYDK2VuBCIEIGDTCFj+wnd0HoTOeQneR2DfPxny0lpbfx72LIG8MxR4";
+const SEAL_EPH_PRIV: &str = "MC4CAQAwBQYDK2VuBCIEIAiklyl5x6NOE+ceDmQxgGpH9Rl8RnTzbYaEiXz4YXtE";
+const DAEMON_EPH_PRIV: &str = "MC4CAQAwBQYDK2VuBCIEIMir0klq8owtm4aFKPyxiMptE+w8ywjrjLfQ4bDPltZq";
+
+const FINGERPRINT: &str = "3618963fe733bf15774a717f5231f46a";
+const SEALED: &str = "eyJ2IjoxLCJhbGciOiJ4MjU1MTktaGtkZi1zaGEyNTYtYWVzMjU2Z2NtIiwiZXBrIjoiTUNvd0JRWURLMlZ1QXlFQWxIS2Uzd2FXTXg4OEpTd2MwQTR0TGZseFB1RGl2RU80alg4K1d1Q3BWaFU9IiwiaXYiOiJXbHBhV2xwYVdscGFXbHBhIiwiY3QiOiJJd3Y5NXpnbHI5VWRhSmFEcXV3dnF3cWgyR289IiwidGFnIjoiRjdmRGI5MEZPR3dlL09rcXVBMzczQT09In0=";
+const V1_PAIR_ROOT: &str = "KKf8y+HzsKOPnW+2t7hY0r0V5Q/d7VIxzO+lKgx8IXw=";
+const V1_OFFER_URL: &str = "agentproto://pair?v=1&rv=wss%3A%2F%2Frdv.example%2Fv1&id=3618963fe733bf15&pk=MCowBQYDK2VuAyEA9g736kFg03Iq76wRWkotIp2nMvizVOFK8CJUNqNqSX8&sk=MCowBQYDK2VwAyEABT4L-Suyw4ZE23lVR_j5EEccBI_UG0umjd8vrdIMmm0&t=AAAABBBBCCCCDDDDEEEEFF&exp=1900000000";
+
+const HELLO_WIRE: &str = "{\"v\":2,\"ePub\":\"MCowBQYDK2VuAyEAo9dEfjHKYJvYKfiEreVUWGHdjkU+vh57Gp3GWsMJKDw=\",\"ct0\":\"eyJ2IjoxLCJhbGciOiJ4MjU1MTktaGtkZi1zaGEyNTYtYWVzMjU2Z2NtIiwiZXBrIjoiTUNvd0JRWURLMlZ1QXlFQWxIS2Uzd2FXTXg4OEpTd2MwQTR0TGZseFB1RGl2RU80alg4K1d1Q3BWaFU9IiwiaXYiOiJXbHBhV2xwYVdscGFXbHBhIiwiY3QiOiJQMGJ5N3pRdTRkRWhmSjNQNUtzYW5FVTBCcWc1ZGhyMmxDSDQwVGIwNmlKeWZEWDNBbHFCMDdha3FXNmVJV05CNnpuNFlIWmJ4UXk5bHVDY3ZPdTFXK216ZlNuNGNnR2xqWTY1ZGZHUXZQVTlpd3ZBS3N5Zm1oNnVyR3E0eWc3TG1BSzNNdlRJRGlhekdOTXhZY2JyaUtkQXlaTTBXdVVoanYvQ1ZJNUhHUzBsanNOUUI2RmlOVHJHS0NrTTRmbFVydE9KMFJSeU42Z2J6ZkY5WDVrPSIsInRhZyI6IjBNQVM5bmNRNVd3cVZaSzdBb0tEb3c9PSJ9\"}";
+const REPLY_WIRE: &str = "{\"v\":2,\"dePub\":\"MCowBQYDK2VuAyEAx1GZFWBLMBqdB1P+ZP2xke5jyW3rzu8PyCHqY/M4fSM=\",\"sig\":\"wcTzXaVNoViwHa9f8NobdgydUZVqC0kO3I3cDQIrhH0BxaDqxnTAywBsb6fqTg8sAi8BQZrZVNpvNOU/qyYdBA==\"}";
+const CLIENT_SEND_KEY: &str = "b72b45a1057f1d25b4a57e91c340d5c9dd7c566c9c372dfbe0fa6ad9dc62837f";
+const CLIENT_RECV_KEY: &str = "57183bc876818760b9f27280a568f884e2248fca53bc5d9a99d3fab22f2c24f2";
+const TRANSCRIPT: &str = "9e3225b75f1a34817ee1ee255a9b3c209169a4f752e1f1918b6237dbd191e502";
+const PAIR_ROOT: &str = "bYFP4u3plI2gyB8GmVs6UBXRAyun1Rb24bclG2dNi1k=";
+const OFFER_SECRET: &str = "AAAABBBBCCCCDDDDEEEEFF";
+const OFFER_ROUTE: &str = "G8SO5JOFLKZDqugteQRpFw";
+const OFFER_AUTH: &str = "UOMhljizs5DtoS-V-DYVQjA16RFxSEjLIvoWrBTw7ZI";
+const EPOCH_ROUTE_20000: &str = "_qxhZWUGUgTzFsNsbv1Alw";
+const EPOCH_AUTH_20000: &str = "uXAlKAr1zp4L0hDl1VzXDdc9QsOh0rIYK4ijWsZaocQ";
+const OFFER_URL: &str = "agentproto://pair?v=2&rv=wss%3A%2F%2Frdv.example%2Fv1&id=3618963fe733bf15774a717f5231f46a&pk=MCowBQYDK2VuAyEA9g736kFg03Iq76wRWkotIp2nMvizVOFK8CJUNqNqSX8&sk=MCowBQYDK2VwAyEABT4L-Suyw4ZE23lVR_j5EEccBI_UG0umjd8vrdIMmm0&s=AAAABBBBCCCCDDDDEEEEFF&exp=1900000000";
+
+fn b64(text: &str) -> Vec<u8> {
+    STANDARD.decode(text).unwrap()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn x_secret(pkcs8: &str) -> X25519Secret {
+    X25519Secret::from_pkcs8(&b64(pkcs8)).unwrap()
+}
+
+fn daemon() -> DaemonKeys {
+    DaemonKeys {
+        x25519: x_secret(DAEMON_X_PRIV),
+        ed25519: Ed25519Secret::from_pkcs8(&b64(DAEMON_ED_PRIV)).unwrap(),
+    }
+}
+
+fn daemon_public() -> (X25519Public, Ed25519Public) {
+    (
+        X25519Public::from_spki(&b64(DAEMON_X_PUB)).unwrap(),
+        Ed25519Public::from_spki(&b64(DAEMON_ED_PUB)).unwrap(),
+    )
+}
+
+fn client() -> ClientHandshake {
+    let (x, ed) = daemon_public();
+    let ephemeral = [x_secret(CLIENT_EPH_PRIV), x_secret(SEAL_EPH_PRIV)];
+    ClientHandshake::start_with(x, ed, OFFER_AUTH, "golden@client", ephemeral, [0x5a; 12]).unwrap()
+}
+
+#[test]
+fn keys_read_and_write_their_der_and_the_fingerprint_is_128_bits_of_the_spki_hash() {
+    let keys = daemon();
+    let (x, ed) = daemon_public();
+    assert_eq!(keys.x25519.public().unwrap(), x);
+    assert_eq!(keys.ed25519.public().unwrap(), ed);
+    assert_eq!(STANDARD.encode(x.to_spki()), DAEMON_X_PUB);
+    assert_eq!(STANDARD.encode(keys.x25519.to_pkcs8().as_slice()), DAEMON_X_PRIV);
+    assert_eq!(STANDARD.encode(keys.ed25519.to_pkcs8().as_slice()), DAEMON_ED_PRIV);
+    assert_eq!(keys.fingerprint().unwrap(), FINGERPRINT);
+    // An Ed25519 key is no X25519 key, and the reverse.
+    assert_eq!(X25519Public::from_spki(&b64(DAEMON_ED_PUB)), Err(PairError::InvalidKey));
+    assert_eq!(Ed25519Public::from_spki(&b64(DAEMON_X_PUB)), Err(PairError::InvalidKey));
+}
+
+#[test]
+fn route_and_auth_tokens_are_the_references() {
+    let offer = offer_tokens(OFFER_SECRET).unwrap();
+    assert_eq!(offer.route, OFFER_ROUTE);
+    assert_eq!(offer.auth.as_str(), OFFER_AUTH);
+    let root: [u8; 32] = b64(V1_PAIR_ROOT).try_into().unwrap();
+    let epoch = epoch_tokens(&root, 20_000).unwrap();
+    assert_eq!(epoch.route, EPOCH_ROUTE_20000);
+    assert_eq!(epoch.auth.as_str(), EPOCH_AUTH_20000);
+    // The epoch is the UTC day number.
+    assert_eq!(epoch_of(20_000 * 86_400_000), 20_000);
+    assert_eq!(epoch_of(20_001 * 86_400_000 - 1), 20_000);
+    assert!(
+        !format!("{offer:?}").contains(OFFER_AUTH),
+        "an auth token is never printed"
+    );
+}
+
+#[test]
+fn the_seal_is_the_references_and_opens_only_untampered_with_its_key() {
+    let (x, _) = daemon_public();
+    let sealed = seal(
+        "golden plaintext ✓".as_bytes(),
+        &x,
+        &x_secret(SEAL_EPH_PRIV),
+        [0x5a; 12],
+    )
+    .unwrap();
+    assert_eq!(sealed, SEALED);
+    let opened = unseal(SEALED, &daemon().x25519).unwrap();
+    assert_eq!(opened.as_slice(), "golden plaintext ✓".as_bytes());
+    // Another key, or one changed byte of the envelope, opens nothing.
+    assert_eq!(
+        unseal(SEALED, &x_secret(CLIENT_EPH_PRIV)).err(),
+        Some(PairError::Unseal)
+    );
+    let mut envelope = String::from_utf8(b64(SEALED)).unwrap();
+    envelope = envelope.replacen("\"ct\":\"I", "\"ct\":\"J", 1);
+    assert_eq!(
+        unseal(&STANDARD.encode(envelope), &daemon().x25519).err(),
+        Some(PairError::Unseal)
+    );
+}
+
+#[test]
+fn the_hello_the_reply_the_session_keys_and_the_pair_root_are_the_references() {
+    let client = client();
+    assert_eq!(serde_json::to_string(client.hello()).unwrap(), HELLO_WIRE);
+    let keys = daemon();
+    let mut presented = None;
+    let (reply, daemon_session) = respond_with(
+        client.hello(),
+        &keys,
+        |auth| {
+            presented = Some(auth.to_owned());
+            tokens_match(auth, OFFER_AUTH)
+        },
+        &x_secret(DAEMON_EPH_PRIV),
+    )
+    .unwrap();
+    assert_eq!(presented.as_deref(), Some(OFFER_AUTH));
+    assert_eq!(daemon_session.client_name, "golden@client");
+    assert_eq!(serde_json::to_string(&reply).unwrap(), REPLY_WIRE);
+    let session = client.complete(&reply).unwrap();
+    assert_eq!(hex(session.send_key.as_slice()), CLIENT_SEND_KEY);
+    assert_eq!(hex(session.recv_key.as_slice()), CLIENT_RECV_KEY);
+    assert_eq!(hex(daemon_session.send_key.as_slice()), CLIENT_RECV_KEY);
+    assert_eq!(hex(daemon_session.recv_key.as_slice()), CLIENT_SEND_KEY);
+    assert_eq!(hex(&session.transcript), TRANSCRIPT);
+    let client_root = pair_root(&session.send_key, &session.recv_key, &session.transcript).unwrap();
+    let daemon_root = pair_root(
+        &daemon_session.send_key,
+        &daemon_session.recv_key,
+        &daemon_session.transcript,
+    )
+    .unwrap();
+    assert_eq!(STANDARD.encode(client_root.as_slice()), PAIR_ROOT);
+    assert_eq!(client_root, daemon_root);
+}
+
+#[test]
+fn a_hello_with_the_wrong_auth_or_a_swapped_key_is_refused_before_anything_is_signed() {
+    let keys = daemon();
+    let refused = respond_with(
+        client().hello(),
+        &keys,
+        |auth| tokens_match(auth, EPOCH_AUTH_20000),
+        &x_secret(DAEMON_EPH_PRIV),
+    );
+    assert_eq!(refused.err(), Some(PairError::AuthRejected));
+    // The broker swaps the hello's ephemeral key for one of its own: the seal still names the
+    // client's.
+    let swapped = Hello {
+        e_pub: STANDARD.encode(x_secret(DAEMON_EPH_PRIV).public().unwrap().to_spki()),
+        ..client().hello().clone()
+    };
+    let refused = respond_with(&swapped, &keys, |_| true, &x_secret(DAEMON_EPH_PRIV));
+    assert_eq!(refused.err(), Some(PairError::EphemeralMismatch));
+    // A v1 hello is outdated (§7).
+    let v1 = Hello {
+        v: 1,
+        ..client().hello().clone()
+    };
+    let refused = respond_with(&v1, &keys, |_| true, &x_secret(DAEMON_EPH_PRIV));
+    assert_eq!(refused.err(), Some(PairError::Outdated));
+}
+
+#[test]
+fn a_reply_not_signed_by_the_pinned_key_is_refused() {
+    let reply: Reply = serde_json::from_str(REPLY_WIRE).unwrap();
+    let mut sig = b64(&reply.sig);
+    sig[0] ^= 1;
+    let forged = Reply {
+        sig: STANDARD.encode(&sig),
+        ..reply.clone()
+    };
+    assert_eq!(client().complete(&forged).err(), Some(PairError::BadSignature));
+    // A reply from another daemon ephemeral key breaks the transcript the signature covers.
+    let moved = Reply {
+        de_pub: STANDARD.encode(x_secret(SEAL_EPH_PRIV).public().unwrap().to_spki()),
+        ..reply
+    };
+    assert_eq!(client().complete(&moved).err(), Some(PairError::BadSignature));
+}
+
+fn golden_offer() -> Offer {
+    let (x, ed) = daemon_public();
+    Offer {
+        rendezvous: "wss://rdv.example/v1".to_owned(),
+        fingerprint: FINGERPRINT.to_owned(),
+        daemon_x25519: x,
+        daemon_ed25519: ed,
+        secret: Zeroizing::new(OFFER_SECRET.to_owned()),
+        exp: 1_900_000_000,
+    }
+}
+
+#[test]
+fn the_offer_url_is_the_references_in_both_forms() {
+    let offer = golden_offer();
+    assert_eq!(offer.to_url().as_str(), OFFER_URL);
+    assert_eq!(Offer::parse(OFFER_URL, 1_800_000_000).unwrap(), offer);
+    let web = offer.to_web_url("https://{fp}.pair.example/pair").unwrap();
+    assert_eq!(
+        web.as_str(),
+        format!(
+            "https://{FINGERPRINT}.pair.example/pair#{}",
+            OFFER_URL.strip_prefix("agentproto://pair?").unwrap()
+        )
+    );
+    assert_eq!(Offer::parse(&web, 1_800_000_000).unwrap(), offer);
+    assert!(offer.to_web_url("http://pair.example/pair").is_err(), "https only");
+    assert!(
+        offer.to_web_url("https://pair.example/pair#x").is_err(),
+        "no fragment of its own"
+    );
+    assert!(
+        !format!("{offer:?}").contains(OFFER_SECRET),
+        "the secret is never printed"
+    );
+}
+
+#[test]
+fn an_offer_is_refused_before_any_socket_when_it_breaks_a_rule() {
+    let now = 1_800_000_000;
+    let refused = |url: &str| Offer::parse(url, now).err();
+    assert_eq!(refused(V1_OFFER_URL), Some(PairError::Outdated));
+    assert_eq!(
+        Offer::parse(OFFER_URL, 1_900_000_000).err(),
+        Some(PairError::OfferExpired)
+    );
+    let swap = |from: &str, to: &str| OFFER_URL.replacen(from, to, 1);
+    for (url, why) in [
+        (swap("v=2", "v=3"), "v"),
+        (swap("wss%3A", "https%3A"), "rv"),
+        (swap("&s=AAAABBBBCCCCDDDDEEEEFF", "&s="), "s"),
+        (swap("&s=AAAABBBBCCCCDDDDEEEEFF", "&s=AAAA%2BBBB"), "s"),
+        (swap("id=3", "id=4"), "id is not the fingerprint of pk"),
+        (swap("id=3618963fe733bf15774a717f5231f46a", "id=3618963fe733bf15"), "id"),
+        (swap("&exp=1900000000", "&exp=soon"), "exp"),
+        (swap("&exp=1900000000", ""), "exp"),
+        (format!("{OFFER_URL}&v=2"), "a parameter given twice"),
+        // pk and sk exchanged: each is a key of the other kind.
+        (
+            swap(
+                "pk=MCowBQYDK2VuAyEA9g736kFg03Iq76wRWkotIp2nMvizVOFK8CJUNqNqSX8",
+                "pk=MCowBQYDK2VwAyEABT4L-Suyw4ZE23lVR_j5EEccBI_UG0umjd8vrdIMmm0",
+            ),
+            "pk",
+        ),
+    ] {
+        assert_eq!(refused(&url), Some(PairError::MalformedOffer(why)), "{url}");
+    }
+    assert_eq!(
+        refused("https://pair.example/pair"),
+        Some(PairError::MalformedOffer("no offer in the fragment"))
+    );
+}
