@@ -1,7 +1,8 @@
 //! AIP-59 `pair/v2` for the agent's browser host (the *daemon*) and a device's client: the
 //! daemon's keys and fingerprint ([`keys`]), the offer ([`offer`]), the route and auth
 //! tokens and the pair root ([`derive`](mod@derive)), the seal box ([`seal`]) and the
-//! handshake ([`handshake`]). No I/O: the host, the broker and the tunnel use these.
+//! handshake ([`handshake`]), and the `e2e` channel that carries every frame after it
+//! ([`channel`]). No I/O: the host, the broker and the tunnel use these.
 //!
 //! Checked byte for byte against the reference implementation's known-answer vectors
 //! (`tests/vectors.rs`).
@@ -9,6 +10,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod channel;
 pub mod derive;
 pub mod handshake;
 pub mod keys;

@@ -289,3 +289,61 @@ fn an_offer_is_refused_before_any_socket_when_it_breaks_a_rule() {
         Some(PairError::MalformedOffer("no offer in the fragment"))
     );
 }
+
+/// §3.5: frames sealed with the golden session's client send key open with the daemon's
+/// receive key in counter order; the nonce is four zero bytes and `u64be(n)`, the AAD
+/// `u64be(n)` (checked against AES-256-GCM directly); replays, reordering, tampering and
+/// plaintext frames end the channel.
+#[test]
+fn the_e2e_channel_takes_exactly_the_next_frame_and_ends_on_anything_else() {
+    use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
+    use pap_pair::channel::{ChannelError, Receiver, Sender};
+
+    let send_key: [u8; 32] = (0..32)
+        .map(|i| u8::from_str_radix(&CLIENT_SEND_KEY[i * 2..i * 2 + 2], 16).unwrap())
+        .collect::<Vec<_>>()
+        .try_into()
+        .unwrap();
+    let mut sender = Sender::new(&send_key).unwrap();
+    let first = sender.seal(br#"{"t":"hello"}"#).unwrap();
+    let second = sender.seal(br#"{"t":"http_request"}"#).unwrap();
+    assert_eq!((first.t.as_str(), first.n, second.n), ("e2e", 0, 1));
+    // The layout, by hand: nonce 0,0,0,0 ‖ u64be(1), AAD u64be(1).
+    let mut by_hand = b64(&second.d);
+    let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &send_key).unwrap());
+    let mut nonce = [0_u8; 12];
+    nonce[4..].copy_from_slice(&1_u64.to_be_bytes());
+    let opened = key
+        .open_in_place(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(1_u64.to_be_bytes()),
+            &mut by_hand,
+        )
+        .unwrap();
+    assert_eq!(opened, br#"{"t":"http_request"}"#);
+
+    let wire = |e: &pap_pair::channel::Envelope| serde_json::to_string(e).unwrap();
+    let receiver = || Receiver::new(&send_key).unwrap();
+    let mut daemon = receiver();
+    assert_eq!(daemon.open(&wire(&first)).unwrap().as_slice(), br#"{"t":"hello"}"#);
+    assert_eq!(daemon.open(&wire(&first)).err(), Some(ChannelError::Replay));
+    assert_eq!(
+        daemon.open(&wire(&second)).err(),
+        Some(ChannelError::Closed),
+        "closed for good"
+    );
+    assert_eq!(receiver().open(&wire(&second)).err(), Some(ChannelError::Reorder));
+    assert_eq!(receiver().open(r#"{"t":"hello"}"#).err(), Some(ChannelError::NotE2e));
+    let mut tampered = b64(&first.d);
+    tampered[0] ^= 1;
+    let tampered = pap_pair::channel::Envelope {
+        d: STANDARD.encode(&tampered),
+        ..first.clone()
+    };
+    assert_eq!(receiver().open(&wire(&tampered)).err(), Some(ChannelError::Auth));
+    // The counter is bound: the same ciphertext under another n does not verify.
+    let renumbered = pap_pair::channel::Envelope { n: 1, ..first.clone() };
+    let mut after_first = receiver();
+    after_first.open(&wire(&first)).unwrap();
+    assert_eq!(after_first.open(&wire(&renumbered)).err(), Some(ChannelError::Auth));
+}
