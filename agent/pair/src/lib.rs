@@ -2,7 +2,8 @@
 //! daemon's keys and fingerprint ([`keys`]), the offer ([`offer`]), the route and auth
 //! tokens and the pair root ([`derive`](mod@derive)), the seal box ([`seal`]) and the
 //! handshake ([`handshake`]), and the `e2e` channel that carries every frame after it
-//! ([`channel`]). No I/O: the host, the broker and the tunnel use these.
+//! ([`channel`]). No I/O: the host, the broker and the tunnel use these. With the feature
+//! `broker`, a rendezvous broker a person can run for their own pairings (`broker`).
 //!
 //! Checked byte for byte against the reference implementation's known-answer vectors
 //! (`tests/vectors.rs`).
@@ -10,6 +11,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "broker")]
+pub mod broker;
 pub mod channel;
 pub mod derive;
 pub mod handshake;

@@ -80,6 +80,15 @@ pub(crate) enum Command {
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
+    /// Runs a rendezvous broker (AIP-59) for your own pairings: it pairs a host and a device
+    /// that present the same route and relays their end-to-end encrypted messages, none of
+    /// which it can read. Plain WebSocket: put TLS in front of it to offer `wss://`.
+    #[command(after_help = "Example:\n  pap-agent rendezvous --listen 127.0.0.1:8788")]
+    Rendezvous {
+        /// Where to listen.
+        #[arg(long, value_name = "ADDR")]
+        listen: SocketAddr,
+    },
     #[command(flatten)]
     Pap(PapCommand),
 }
@@ -377,6 +386,7 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Consent { command } => consent_command(&state, &command).await,
         Command::Browser { command } => browser_command(&state, &command).await,
         Command::Pair { name, ttl } => pair(&state, &name, ttl),
+        Command::Rendezvous { listen } => rendezvous(listen).await,
         Command::Devices { command } => devices_command(&state, &network, &command).await,
         Command::InstallMcp { client, config } => {
             // The global options it runs with are the host's too (--connect and --trust-ca:
@@ -419,6 +429,24 @@ impl Cli {
             trust_ca: self.trust_ca.clone(),
         }
     }
+}
+
+/// `pap-agent rendezvous`: the broker until Ctrl-C or SIGTERM.
+async fn rendezvous(listen: SocketAddr) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("listening on {listen}"))?;
+    let address = listener.local_addr()?;
+    eprintln!("rendezvous broker on ws://{address}/ (any path; hosts and devices add ?side=…&t=…)");
+    let stats = std::sync::Arc::new(pap_pair::broker::BrokerStats::default());
+    pap_pair::broker::serve(
+        listener,
+        pap_pair::broker::BrokerLimits::default(),
+        stats,
+        shutdown_signal(),
+    )
+    .await;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,0 +1,391 @@
+//! A rendezvous broker (AIP-59 "Roles"; issue 26's item 6) a person can run for their own
+//! pairings: it pairs the two WebSockets that present the same route
+//! (`GET <any path>?side=daemon|client&t=<route>`) and relays their messages unmodified, so it
+//! learns routes, addresses, sizes and timing, and nothing it could use to read, forge or pair.
+//!
+//! ```text
+//!  connections     at most `max_connections`; the next waits in the kernel's queue
+//!  upgrade         within `handshake_timeout`; a bad side or route is refused 400
+//!  a lone socket   parked until its counterpart comes, at most `park_timeout` (close 4408);
+//!                  what it sends meanwhile (16 messages, `max_message_bytes` in all) waits
+//!  a route         one live socket per side: a second one, or a third on a live pair, 4409
+//!  a pair          relayed until either side closes (the other gets 4410) or nothing moved
+//!                  for `idle_timeout` (both get 4411)
+//!  a message       at most `max_message_bytes` (1 MiB): a larger one ends its socket's pair
+//! ```
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures_util::{SinkExt as _, StreamExt as _};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, oneshot};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::http::StatusCode;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+
+/// The close codes the broker sends (the reference broker's).
+pub mod close {
+    /// A lone socket's counterpart never came.
+    pub const PARK_TIMEOUT: u16 = 4408;
+    /// The route's side is taken, or the route has a live pair.
+    pub const ROUTE_IN_USE: u16 = 4409;
+    /// The other side of the pair went away.
+    pub const PEER_CLOSED: u16 = 4410;
+    /// The pair was silent too long.
+    pub const IDLE_TIMEOUT: u16 = 4411;
+}
+
+/// The longest route accepted (a route is 22 characters; an epoch route too).
+const MAX_ROUTE_LEN: usize = 128;
+/// How many messages a parked socket may send before its pair exists (they are relayed once
+/// it does); its `max_message_bytes` bound them in bytes too.
+const MAX_EARLY_MESSAGES: usize = 16;
+
+/// What the broker bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BrokerLimits {
+    /// Sockets open at once.
+    pub max_connections: usize,
+    /// How long the WebSocket upgrade may take.
+    pub handshake_timeout: Duration,
+    /// How long a lone socket waits for its counterpart.
+    pub park_timeout: Duration,
+    /// How long a pair may be silent.
+    pub idle_timeout: Duration,
+    /// The largest message relayed (AIP-59 §5.5: the reference broker's 1 MiB).
+    pub max_message_bytes: usize,
+}
+
+impl Default for BrokerLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 1_024,
+            handshake_timeout: Duration::from_secs(10),
+            park_timeout: Duration::from_secs(120),
+            idle_timeout: Duration::from_secs(900),
+            max_message_bytes: 1 << 20,
+        }
+    }
+}
+
+/// What the broker did, for an operator and for tests: counts only, never a route.
+#[derive(Debug, Default)]
+pub struct BrokerStats {
+    /// Sockets waiting for their counterpart now.
+    pub parked: AtomicUsize,
+    /// Pairs relaying now.
+    pub active: AtomicUsize,
+    /// Pairs made since the start.
+    pub splices: AtomicU64,
+    /// Upgrades and sockets refused since the start.
+    pub refused: AtomicU64,
+}
+
+type Ws = WebSocketStream<TcpStream>;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Side {
+    Daemon,
+    Client,
+}
+
+/// A route's state: one side parked (and how to hand it its counterpart), or a live pair.
+enum Route {
+    Parked {
+        side: Side,
+        id: u64,
+        deliver: oneshot::Sender<Ws>,
+    },
+    Live,
+}
+
+#[derive(Default)]
+struct Routes {
+    map: Mutex<HashMap<String, Route>>,
+    next_id: AtomicU64,
+}
+
+impl Routes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Route>> {
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Serves the broker on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: TcpListener,
+    limits: BrokerLimits,
+    stats: Arc<BrokerStats>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let routes = Arc::new(Routes::default());
+    tokio::pin!(shutdown);
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => return,
+        };
+        let Ok((tcp, _peer)) = accepted else {
+            // One connection's failure (it went away), or the process's (out of files): rest a
+            // moment either way rather than spin.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let (routes, stats) = (routes.clone(), stats.clone());
+        tokio::spawn(async move {
+            connection(tcp, limits, &routes, &stats).await;
+            drop(slot);
+        });
+    }
+}
+
+/// The side and route of an upgrade request, or why not.
+fn parse_upgrade(request: &Request) -> Option<(Side, String)> {
+    let query = request.uri().query()?;
+    let (mut side, mut route) = (None, None);
+    for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
+        match &*name {
+            "side" if side.is_none() => {
+                side = Some(match &*value {
+                    "daemon" => Side::Daemon,
+                    "client" => Side::Client,
+                    _ => return None,
+                });
+            }
+            "t" if route.is_none() => route = Some(value.into_owned()),
+            "side" | "t" => return None,
+            _ => {}
+        }
+    }
+    let route = route.filter(|r| {
+        !r.is_empty()
+            && r.len() <= MAX_ROUTE_LEN
+            && r.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    })?;
+    Some((side?, route))
+}
+
+#[allow(
+    clippy::result_large_err,
+    reason = "the upgrade callback's error type is tungstenite's HTTP response"
+)]
+async fn connection(tcp: TcpStream, limits: BrokerLimits, routes: &Routes, stats: &BrokerStats) {
+    let mut upgrade = None;
+    let callback = |request: &Request, response: Response| match parse_upgrade(request) {
+        Some(parsed) => {
+            upgrade = Some(parsed);
+            Ok(response)
+        }
+        None => {
+            let mut refusal = ErrorResponse::new(Some(
+                "a rendezvous upgrade needs side=daemon|client and t=<route>\n".to_owned(),
+            ));
+            *refusal.status_mut() = StatusCode::BAD_REQUEST;
+            Err(refusal)
+        }
+    };
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(limits.max_message_bytes))
+        .max_frame_size(Some(limits.max_message_bytes));
+    let handshake = tokio_tungstenite::accept_hdr_async_with_config(tcp, callback, Some(config));
+    let Ok(Ok(ws)) = tokio::time::timeout(limits.handshake_timeout, handshake).await else {
+        stats.refused.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let Some((side, route)) = upgrade else {
+        return;
+    };
+    arrive(ws, side, route, limits, routes, stats).await;
+}
+
+/// What a socket arriving on a route does.
+enum Arrival {
+    /// Its counterpart is parked: hand the socket over.
+    Complete(oneshot::Sender<Ws>),
+    /// The route's side is taken, or the route has a live pair.
+    Refuse,
+    /// Park, waiting on this.
+    Park(u64, oneshot::Receiver<Ws>),
+}
+
+impl Routes {
+    /// Decides, under the lock, what a socket of `side` on `route` does.
+    fn arrive(&self, route: &str, side: Side) -> Arrival {
+        let mut map = self.lock();
+        match map.remove(route) {
+            Some(Route::Parked {
+                side: parked, deliver, ..
+            }) if parked != side => {
+                map.insert(route.to_owned(), Route::Live);
+                Arrival::Complete(deliver)
+            }
+            Some(taken) => {
+                map.insert(route.to_owned(), taken);
+                Arrival::Refuse
+            }
+            None => {
+                let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                let (deliver, delivered) = oneshot::channel();
+                map.insert(route.to_owned(), Route::Parked { side, id, deliver });
+                Arrival::Park(id, delivered)
+            }
+        }
+    }
+
+    /// Forgets `route` if it is still the parking of `id`.
+    fn unpark(&self, route: &str, id: u64) {
+        let mut map = self.lock();
+        if matches!(map.get(route), Some(Route::Parked { id: held, .. }) if *held == id) {
+            map.remove(route);
+        }
+    }
+
+    fn forget(&self, route: &str) {
+        self.lock().remove(route);
+    }
+}
+
+/// A socket on `route`: it completes a parked counterpart, or parks, or is refused.
+async fn arrive(mut ws: Ws, side: Side, route: String, limits: BrokerLimits, routes: &Routes, stats: &BrokerStats) {
+    let (id, delivered) = loop {
+        match routes.arrive(&route, side) {
+            // The parked task relays from here; if it just ended (its socket closed or timed
+            // out), this socket arrives again and parks in its place.
+            Arrival::Complete(deliver) => match deliver.send(ws) {
+                Ok(()) => return,
+                Err(back) => {
+                    routes.forget(&route);
+                    ws = back;
+                }
+            },
+            Arrival::Refuse => {
+                stats.refused.fetch_add(1, Ordering::Relaxed);
+                end(&mut ws, close::ROUTE_IN_USE, "route in use").await;
+                return;
+            }
+            Arrival::Park(id, delivered) => break (id, delivered),
+        }
+    };
+    stats.parked.fetch_add(1, Ordering::Relaxed);
+    let mut delivered = delivered;
+    // What a parked socket sends before its pair exists (a device's hello that beat the host
+    // to the route) waits for the pair, a bounded amount of it.
+    let mut early: Vec<Message> = Vec::new();
+    let mut early_bytes = 0_usize;
+    let park_deadline = tokio::time::sleep(limits.park_timeout);
+    tokio::pin!(park_deadline);
+    let (counterpart, own_ended) = loop {
+        tokio::select! {
+            peer = &mut delivered => break (peer.ok(), false),
+            message = ws.next() => match message {
+                Some(Ok(message @ (Message::Text(_) | Message::Binary(_))))
+                    if early.len() < MAX_EARLY_MESSAGES
+                        && early_bytes + message.len() <= limits.max_message_bytes =>
+                {
+                    early_bytes += message.len();
+                    early.push(message);
+                }
+                Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
+                // Its close, an error, or more early data than a pair may hold: it ends.
+                _ => break (None, true),
+            },
+            () = &mut park_deadline => break (None, false),
+        }
+    };
+    // A counterpart may have been handed over in the same instant: closing the channel first
+    // makes any later hand-over fail (that socket then parks itself), and takes this one.
+    let counterpart = counterpart.or_else(|| {
+        delivered.close();
+        delivered.try_recv().ok()
+    });
+    stats.parked.fetch_sub(1, Ordering::Relaxed);
+    let peer = match counterpart {
+        Some(mut peer) if own_ended => {
+            routes.forget(&route);
+            end(&mut peer, close::PEER_CLOSED, "peer closed").await;
+            return;
+        }
+        Some(peer) => peer,
+        None => {
+            routes.unpark(&route, id);
+            if !own_ended {
+                stats.refused.fetch_add(1, Ordering::Relaxed);
+            }
+            end(&mut ws, close::PARK_TIMEOUT, "no counterpart came").await;
+            return;
+        }
+    };
+    stats.splices.fetch_add(1, Ordering::Relaxed);
+    stats.active.fetch_add(1, Ordering::Relaxed);
+    let (mut a, mut b) = (ws, peer);
+    let mut code = None;
+    for message in early {
+        if b.send(message).await.is_err() {
+            code = Some(close::PEER_CLOSED);
+            break;
+        }
+    }
+    let code = match code {
+        Some(code) => code,
+        None => relay(&mut a, &mut b, limits.idle_timeout).await,
+    };
+    // The route is free before either side hears of the end, so a side that dials again at
+    // once is not refused.
+    routes.forget(&route);
+    stats.active.fetch_sub(1, Ordering::Relaxed);
+    let reason = if code == close::IDLE_TIMEOUT {
+        "idle"
+    } else {
+        "peer closed"
+    };
+    end(&mut a, code, reason).await;
+    end(&mut b, code, reason).await;
+}
+
+/// Relays every message between `a` and `b` unmodified until one side closes, fails, sends
+/// past the limit, or both are silent for `idle`; the close code both sides get.
+async fn relay(a: &mut Ws, b: &mut Ws, idle: Duration) -> u16 {
+    loop {
+        let next = tokio::time::timeout(idle, async {
+            tokio::select! {
+                message = a.next() => (message, true),
+                message = b.next() => (message, false),
+            }
+        })
+        .await;
+        let Ok((message, from_a)) = next else {
+            return close::IDLE_TIMEOUT;
+        };
+        let to = if from_a { &mut *b } else { &mut *a };
+        match message {
+            Some(Ok(message @ (Message::Text(_) | Message::Binary(_)))) => {
+                if to.send(message).await.is_err() {
+                    return close::PEER_CLOSED;
+                }
+            }
+            // tungstenite answers PINGs itself; the answer goes out with the next write.
+            Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
+            Some(Ok(Message::Close(_)) | Err(_)) | None => return close::PEER_CLOSED,
+        }
+    }
+}
+
+/// Closes `ws` with `code`, briefly: a peer that does not answer the close is dropped.
+async fn end(ws: &mut Ws, code: u16, reason: &str) {
+    let frame = CloseFrame {
+        code: CloseCode::from(code),
+        reason: reason.into(),
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), ws.close(Some(frame))).await;
+}

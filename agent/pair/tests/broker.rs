@@ -1,0 +1,166 @@
+//! The rendezvous broker on 127.0.0.1 with real WebSocket clients: it pairs the two sides of a
+//! route and relays their messages unmodified, keeps one live socket per route side, ends a
+//! lone socket after the park limit and a silent pair after the idle limit, and refuses a bad
+//! upgrade and an oversized message.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures_util::{SinkExt as _, StreamExt as _};
+use pap_pair::broker::{BrokerLimits, BrokerStats, close, serve};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// How long a test waits for what must happen.
+const DEADLINE: Duration = Duration::from_secs(5);
+
+struct Broker {
+    url: String,
+    stats: Arc<BrokerStats>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn broker(limits: BrokerLimits) -> Broker {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/v1", listener.local_addr().unwrap());
+    let stats = Arc::new(BrokerStats::default());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(serve(listener, limits, stats.clone(), async move {
+        let _ = stopped.await;
+    }));
+    Broker {
+        url,
+        stats,
+        _stop: stop,
+    }
+}
+
+async fn dial(broker: &Broker, side: &str, route: &str) -> Socket {
+    let url = format!("{}?side={side}&t={route}", broker.url);
+    tokio_tungstenite::connect_async(url).await.unwrap().0
+}
+
+/// The next data message, or the close code the socket ended with.
+async fn next(socket: &mut Socket) -> Result<Message, Option<u16>> {
+    loop {
+        match tokio::time::timeout(DEADLINE, socket.next())
+            .await
+            .expect("nothing came")
+        {
+            Some(Ok(Message::Close(frame))) => return Err(frame.map(|f| u16::from(f.code))),
+            Some(Ok(message @ (Message::Text(_) | Message::Binary(_)))) => return Ok(message),
+            Some(Ok(_)) => {}
+            Some(Err(_)) | None => return Err(None),
+        }
+    }
+}
+
+/// Waits until `parked` sockets are parked.
+async fn parked(broker: &Broker, parked: usize) {
+    tokio::time::timeout(DEADLINE, async {
+        while broker.stats.parked.load(Ordering::SeqCst) != parked {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the socket was never parked");
+}
+
+#[tokio::test]
+async fn the_two_sides_of_a_route_are_paired_and_their_messages_relayed_unmodified() {
+    let broker = broker(BrokerLimits::default()).await;
+    let mut daemon = dial(&broker, "daemon", "G8SO5JOFLKZDqugteQRpFw").await;
+    parked(&broker, 1).await;
+    let mut client = dial(&broker, "client", "G8SO5JOFLKZDqugteQRpFw").await;
+    client.send(Message::text(r#"{"v":2,"ePub":"x"}"#)).await.unwrap();
+    assert_eq!(next(&mut daemon).await.unwrap(), Message::text(r#"{"v":2,"ePub":"x"}"#));
+    let bytes: Vec<u8> = (0..=255).collect();
+    daemon.send(Message::binary(bytes.clone())).await.unwrap();
+    assert_eq!(next(&mut client).await.unwrap(), Message::binary(bytes));
+    assert_eq!(broker.stats.splices.load(Ordering::SeqCst), 1);
+    // One side goes: the other is told its peer closed, and the route is free again.
+    client.close(None).await.unwrap();
+    assert_eq!(next(&mut daemon).await, Err(Some(close::PEER_CLOSED)));
+    let _again = dial(&broker, "daemon", "G8SO5JOFLKZDqugteQRpFw").await;
+    parked(&broker, 1).await;
+}
+
+#[tokio::test]
+async fn what_a_parked_socket_sends_before_its_pair_exists_reaches_the_pair() {
+    let broker = broker(BrokerLimits::default()).await;
+    let mut device = dial(&broker, "client", "early").await;
+    device.send(Message::text("hello before the host")).await.unwrap();
+    parked(&broker, 1).await;
+    let mut host = dial(&broker, "daemon", "early").await;
+    assert_eq!(next(&mut host).await.unwrap(), Message::text("hello before the host"));
+    host.send(Message::text("reply")).await.unwrap();
+    assert_eq!(next(&mut device).await.unwrap(), Message::text("reply"));
+}
+
+#[tokio::test]
+async fn a_route_holds_one_socket_per_side_and_no_third_on_a_live_pair() {
+    let broker = broker(BrokerLimits::default()).await;
+    let mut daemon = dial(&broker, "daemon", "route-one").await;
+    parked(&broker, 1).await;
+    let mut second_daemon = dial(&broker, "daemon", "route-one").await;
+    assert_eq!(next(&mut second_daemon).await, Err(Some(close::ROUTE_IN_USE)));
+    let mut client = dial(&broker, "client", "route-one").await;
+    let mut third = dial(&broker, "client", "route-one").await;
+    assert_eq!(next(&mut third).await, Err(Some(close::ROUTE_IN_USE)));
+    // The pair is untouched.
+    client.send(Message::text("still here")).await.unwrap();
+    assert_eq!(next(&mut daemon).await.unwrap(), Message::text("still here"));
+}
+
+#[tokio::test]
+async fn a_lone_socket_ends_at_the_park_limit_and_a_silent_pair_at_the_idle_limit() {
+    let limits = BrokerLimits {
+        park_timeout: Duration::from_millis(300),
+        idle_timeout: Duration::from_millis(300),
+        ..BrokerLimits::default()
+    };
+    let broker = broker(limits).await;
+    let mut lone = dial(&broker, "client", "lonely").await;
+    assert_eq!(next(&mut lone).await, Err(Some(close::PARK_TIMEOUT)));
+    let mut daemon = dial(&broker, "daemon", "quiet").await;
+    parked(&broker, 1).await;
+    let mut client = dial(&broker, "client", "quiet").await;
+    assert_eq!(next(&mut daemon).await, Err(Some(close::IDLE_TIMEOUT)));
+    assert_eq!(next(&mut client).await, Err(Some(close::IDLE_TIMEOUT)));
+}
+
+#[tokio::test]
+async fn a_bad_upgrade_is_refused_and_an_oversized_message_ends_its_pair() {
+    let broker = broker(BrokerLimits {
+        max_message_bytes: 1_024,
+        ..BrokerLimits::default()
+    })
+    .await;
+    for query in [
+        "side=daemon",
+        "t=abc",
+        "side=both&t=abc",
+        "side=daemon&t=a%2Fb",
+        "side=daemon&t=a&t=b",
+    ] {
+        let refused = tokio_tungstenite::connect_async(format!("{}?{query}", broker.url)).await;
+        match refused {
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => assert_eq!(response.status(), 400, "{query}"),
+            other => panic!("{query}: not refused with 400: {:?}", other.map(|_| ())),
+        }
+    }
+    let mut daemon = dial(&broker, "daemon", "big").await;
+    parked(&broker, 1).await;
+    let mut client = dial(&broker, "client", "big").await;
+    client.send(Message::binary(vec![0_u8; 1_024])).await.unwrap();
+    assert_eq!(next(&mut daemon).await.unwrap(), Message::binary(vec![0_u8; 1_024]));
+    let _ = client.send(Message::binary(vec![0_u8; 1_025])).await;
+    // The sender's socket is ended for it, and its peer is told.
+    assert_eq!(next(&mut daemon).await, Err(Some(close::PEER_CLOSED)));
+}
