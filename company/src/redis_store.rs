@@ -273,8 +273,10 @@ impl RedisStore {
         let now = self.clock.now();
         let ttl_ms = mark_ttl_ms(expires_at, now);
         let owner = key.owner().to_hex();
-        // The bucket the mark expires in, on the company's clock.
-        let until = UnixTime::from_secs(now.as_secs().saturating_add(ttl_ms / 1_000));
+        // The bucket the mark expires in, on the company's clock (never past the window the
+        // tally is settled over).
+        let lives = (ttl_ms / 1_000).min(MAX_MARK_SECONDS);
+        let until = UnixTime::from_secs(now.as_secs().saturating_add(lives));
         let ends = bucket_end(until);
         // A bucket must outlive its end by the window: it is subtracted from the tally at the
         // owner's first mark after its end, at most a window later (past that the tally
@@ -574,11 +576,16 @@ end
 /// KEYS and ARGV: one cookie's binding at 1 (see [`bind_lua`]).
 const BIND_COOKIE: &str = concat!(bind_lua!(), "bind(1, 1)\nreturn 1\n");
 
-/// How long after `now` a mark made now may expire, at the longest (a client assertion issued
-/// up to 30 s ahead that lives 300 s, plus the skew), and one bucket more: once the owner's
-/// tally was last settled longer ago than this, every bucket it held has ended.
-const SHARE_WINDOW_SECONDS: i64 =
-    pap_shared::JWT_ASSERTION_SKEW + pap_shared::MAX_JWT_ASSERTION_LIFETIME + IAT_SKEW_SECONDS + SHARE_BUCKET_SECONDS;
+/// The longest a mark made now may live: a client assertion issued 30 s ahead that lives 300 s,
+/// kept 30 s past its `exp`, plus the skew every mark is kept for.
+const MAX_MARK_SECONDS: i64 = pap_shared::JWT_ASSERTION_SKEW
+    + pap_shared::MAX_JWT_ASSERTION_LIFETIME
+    + pap_shared::JWT_ASSERTION_SKEW
+    + IAT_SKEW_SECONDS;
+
+/// [`MAX_MARK_SECONDS`] and one bucket more: once the owner's tally was last settled longer ago
+/// than this, every bucket it held has ended.
+const SHARE_WINDOW_SECONDS: i64 = MAX_MARK_SECONDS + SHARE_BUCKET_SECONDS;
 
 /// Marks once, within the owner's share. The owner's live marks are a tally (a hash: `n` live
 /// marks, buckets settled up to `s`) and a key per bucket of expiry (`PREFIX..end`, how many
@@ -660,6 +667,18 @@ mod tests {
         assert_eq!(mark_ttl_ms(exp, UnixTime::from_secs(1_000)), 65_000);
         assert_eq!(mark_ttl_ms(exp, UnixTime::from_secs(1_064)), 1_000);
         assert_eq!(mark_ttl_ms(exp, UnixTime::from_secs(2_000)), 1_000);
+    }
+
+    #[test]
+    fn the_share_window_covers_the_longest_mark() {
+        // A client assertion issued as far ahead as accepted, living as long as accepted, kept
+        // as long past its `exp` as its checks allow: its mark must end inside the window.
+        let now = UnixTime::from_secs(1_000);
+        let iat = now.plus(pap_shared::JWT_ASSERTION_SKEW);
+        let exp = iat.plus(pap_shared::MAX_JWT_ASSERTION_LIFETIME);
+        let kept_until = exp.plus(pap_shared::JWT_ASSERTION_SKEW);
+        assert_eq!(mark_ttl_ms(kept_until, now) / 1_000, MAX_MARK_SECONDS);
+        assert!(bucket_end(now.plus(MAX_MARK_SECONDS)) - bucket_end(now) <= SHARE_WINDOW_SECONDS);
     }
 
     #[test]
