@@ -69,7 +69,7 @@ pub mod limits {
     };
     #[cfg(feature = "redis")]
     pub use crate::redis_store::{SESSION_COPIES, SESSION_COPY_LIFETIME};
-    pub use crate::replay::REPLAY_CAPACITY;
+    pub use crate::replay::{REPLAY_CAPACITY, REPLAY_SHARE};
     pub use crate::session::{SESSION_CAPACITY, SESSIONS_PER_CLIENT};
     pub use crate::share::{OWNER_SHARE_DIVISOR, SHARE_BUCKET_SECONDS};
     pub use crate::web_cookie::{BINDINGS_PER_SESSION, COOKIE_CAPACITY};

@@ -41,10 +41,10 @@ use redis::{AsyncCommands as _, Script};
 
 use crate::join_store::{Committed, Freshness, JoinCommit, JoinStore, SeenSession};
 use crate::records::{Change, Expect, Records, Stored, Write};
-use crate::replay::REPLAY_CAPACITY;
+use crate::replay::REPLAY_SHARE;
 use crate::replay::{ReplayGuard, ReplayKey};
 use crate::session::{RecordSessions, SessionRecord};
-use crate::share::{OWNER_SHARE_DIVISOR, Owner, SHARE_BUCKET_SECONDS, bucket_end};
+use crate::share::{Owner, SHARE_BUCKET_SECONDS, bucket_end};
 use crate::store::StoreError;
 use crate::verify::IAT_SKEW_SECONDS;
 use crate::web_cookie::{BINDINGS_PER_SESSION, Binding, CookieBindings, CookieHash};
@@ -98,7 +98,7 @@ impl Default for RedisOptions {
             password: None,
             ca_pem: None,
             clock: Arc::new(SystemClock),
-            replay_share: REPLAY_CAPACITY / OWNER_SHARE_DIVISOR,
+            replay_share: REPLAY_SHARE,
         }
     }
 }

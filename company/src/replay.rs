@@ -104,6 +104,10 @@ pub trait ReplayGuard: Send + Sync + fmt::Debug {
 /// assertion to replay.
 pub const REPLAY_CAPACITY: u64 = 1_000_000;
 
+/// How many live marks one owner (the registrable domain of a client) holds at most by
+/// default, in memory or in Redis: an eighth of [`REPLAY_CAPACITY`] (review N3).
+pub const REPLAY_SHARE: u64 = REPLAY_CAPACITY / OWNER_SHARE_DIVISOR;
+
 /// The embedded replay guard: a moka cache of marks (`entry().or_insert_with_if()` decides
 /// under the key's lock, so of many concurrent callers exactly one wins), each kept until its
 /// `exp`, never evicted before: a full guard refuses new marks instead ([`StoreError::Full`]).

@@ -4,7 +4,9 @@
 //! learns routes, addresses, sizes and timing, and nothing it could use to read, forge or pair.
 //!
 //! ```text
-//!  connections     at most `max_connections`; the next waits in the kernel's queue
+//!  connections     at most `max_connections`, the next waiting in the kernel's queue; at
+//!                  most `max_connections_per_address` from one address (IPv6 by its /64),
+//!                  past which a new one is closed at once
 //!  upgrade         within `handshake_timeout`; a bad side or route is refused 400
 //!  a lone socket   parked until its counterpart comes, at most `park_timeout` (close 4408);
 //!                  what it sends meanwhile (16 messages, `max_message_bytes` in all) waits
@@ -21,6 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::{SinkExt as _, StreamExt as _};
+use pap_net::shares::PerKey;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, oneshot};
 use tokio_tungstenite::WebSocketStream;
@@ -53,6 +56,9 @@ const MAX_EARLY_MESSAGES: usize = 16;
 pub struct BrokerLimits {
     /// Sockets open at once.
     pub max_connections: usize,
+    /// Sockets open at once from one address (an IPv6 address counts by its /64): a host parks
+    /// one per open offer and two per pairing, so one address cannot hold every socket.
+    pub max_connections_per_address: usize,
     /// How long the WebSocket upgrade may take.
     pub handshake_timeout: Duration,
     /// How long a lone socket waits for its counterpart.
@@ -67,6 +73,7 @@ impl Default for BrokerLimits {
     fn default() -> Self {
         Self {
             max_connections: 1_024,
+            max_connections_per_address: 64,
             handshake_timeout: Duration::from_secs(10),
             park_timeout: Duration::from_secs(120),
             idle_timeout: Duration::from_secs(900),
@@ -126,26 +133,26 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let per_address = PerKey::new(limits.max_connections_per_address);
     let routes = Arc::new(Routes::default());
     tokio::pin!(shutdown);
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+        let (tcp, peer) = tokio::select! {
+            accepted = pap_net::serve::accept(&listener) => accepted,
             () = &mut shutdown => return,
         };
-        let Ok((tcp, _peer)) = accepted else {
-            // One connection's failure (it went away), or the process's (out of files): rest a
-            // moment either way rather than spin.
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        let Some(address_slot) = per_address.take(pap_net::serve::counted_address(peer.ip())) else {
+            // Closed at once, its slot given back: the address holds its share already.
+            stats.refused.fetch_add(1, Ordering::Relaxed);
             continue;
         };
         let (routes, stats) = (routes.clone(), stats.clone());
         tokio::spawn(async move {
+            let _slots = (slot, address_slot);
             connection(tcp, limits, &routes, &stats).await;
-            drop(slot);
         });
     }
 }

@@ -104,6 +104,24 @@ async fn what_a_parked_socket_sends_before_its_pair_exists_reaches_the_pair() {
 }
 
 #[tokio::test]
+async fn one_address_holds_at_most_its_share_of_sockets() {
+    let broker = broker(BrokerLimits {
+        max_connections_per_address: 2,
+        ..BrokerLimits::default()
+    })
+    .await;
+    let _first = dial(&broker, "daemon", "one").await;
+    let _second = dial(&broker, "daemon", "two").await;
+    let url = format!("{}?side=daemon&t=three", broker.url);
+    let third = tokio::time::timeout(DEADLINE, tokio_tungstenite::connect_async(url)).await;
+    assert!(
+        third.expect("neither served nor closed").is_err(),
+        "a third socket was served"
+    );
+    assert_eq!(broker.stats.refused.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
 async fn a_route_holds_one_socket_per_side_and_no_third_on_a_live_pair() {
     let broker = broker(BrokerLimits::default()).await;
     let mut daemon = dial(&broker, "daemon", "route-one").await;

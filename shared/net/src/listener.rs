@@ -21,9 +21,6 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Handshakes under way at once; past it, new connections wait in the kernel's queue.
 pub const MAX_HANDSHAKES: usize = 256;
 
-/// How long `accept` rests after an error that is not one connection's (out of files).
-const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
-
 /// A TCP listener that completes a TLS handshake before handing a connection on.
 pub struct TlsListener {
     local: SocketAddr,
@@ -75,14 +72,7 @@ async fn accept_and_handshake(
         let Ok(turn) = turns.clone().acquire_owned().await else {
             return;
         };
-        let (stream, addr) = match tcp.accept().await {
-            Ok(pair) => pair,
-            Err(error) if crate::serve::is_connection_error(&error) => continue,
-            Err(_) => {
-                tokio::time::sleep(ACCEPT_BACKOFF).await;
-                continue;
-            }
-        };
+        let (stream, addr) = crate::serve::accept(&tcp).await;
         let (acceptor, done) = (acceptor.clone(), done.clone());
         tokio::spawn(async move {
             let _turn = turn;

@@ -136,15 +136,7 @@ pub async fn serve_tls_with(
         };
         let (tcp, peer) = tokio::select! {
             () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
-                Err(error) if is_connection_error(&error) => continue,
-                Err(error) => {
-                    tracing::warn!(%error, "accept failed; resting before the next");
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
-                }
-            },
+            accepted = accept(&listener) => accepted,
         };
         let Some(address_slot) = per_address.take(counted_address(peer.ip())) else {
             // Closed at once, its global slot given back: the peer holds its share already.
@@ -256,7 +248,7 @@ async fn serve_connection(
 
 /// The address a peer counts as: IPv4 as it is (an IPv4-mapped IPv6 address too), IPv6 by its
 /// /64, which one host usually holds whole.
-fn counted_address(peer: IpAddr) -> IpAddr {
+pub fn counted_address(peer: IpAddr) -> IpAddr {
     match peer {
         IpAddr::V4(_) => peer,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -352,9 +344,25 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     }
 }
 
+/// The next connection on `listener`: a failure that is one connection's is skipped at once;
+/// one that is the process's (out of files, out of memory) is logged and waited out for
+/// a second, so a full process does not spin. Every accept loop here uses it.
+pub async fn accept(listener: &TcpListener) -> (tokio::net::TcpStream, SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok(accepted) => return accepted,
+            Err(error) if is_connection_error(&error) => {}
+            Err(error) => {
+                tracing::warn!(%error, "accept failed; resting before the next");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+            }
+        }
+    }
+}
+
 /// An `accept` error that is one connection's (it went away before it was taken): try the next
 /// at once. Anything else (out of files, out of memory) is the process's, and waits.
-pub(crate) fn is_connection_error(error: &io::Error) -> bool {
+fn is_connection_error(error: &io::Error) -> bool {
     matches!(
         error.kind(),
         io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset

@@ -443,6 +443,7 @@ async fn a_busy_connection_closes_at_its_maximum_age_http1_and_http2_pings_alike
                 Ok(0) | Err(_) => return,
                 Ok(_) => answered += 1,
             }
+            // The traffic's pace (busy, never idle), not a wait for readiness.
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     })
@@ -469,6 +470,7 @@ async fn a_busy_connection_closes_at_its_maximum_age_http1_and_http2_pings_alike
             if writer.write_all(ping).await.is_err() {
                 return;
             }
+            // The PINGs' pace, not a wait for readiness.
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     });

@@ -43,7 +43,7 @@ pub use self::device::{ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, LOOKU
 pub use self::operations::{OPERATION_RETENTION, OPERATIONS_PER_ACCOUNT};
 use self::protocol::ApiError;
 pub use self::token::SESSION_TOKENS_PER_SESSION;
-use pap_company::limits::{OWNER_SHARE_DIVISOR, REPLAY_CAPACITY};
+use pap_company::limits::{REPLAY_CAPACITY, REPLAY_SHARE};
 use pap_company::records::{MemoryRecords, Records};
 use pap_company::resolver::ClientRegistry;
 use pap_company::route::{BROWSER_SESSION_PATH, BrowserSession, browser_session_router};
@@ -56,10 +56,6 @@ use pap_company::verify::{Verifier, VerifierParts};
 /// operations, idempotency answers, attempt counts together); past it new ones are refused
 /// with 429 until expired ones are swept.
 pub const RECORD_CAPACITY: usize = 2_000_000;
-
-/// How many live replay marks one owner (the registrable domain of a client's `client_id`) may
-/// hold by default, in memory or in Redis: an eighth of the in-memory guard (review N3).
-pub const REPLAY_SHARE: u64 = REPLAY_CAPACITY / OWNER_SHARE_DIVISOR;
 
 /// Where the reference company keeps what it knows: versioned records, replay marks and cookie
 /// bindings. In this process ([`CompanyStores::in_memory`]), or in Redis for several replicas
