@@ -2,8 +2,10 @@
 //! daemon's keys and fingerprint ([`keys`]), the offer ([`offer`]), the route and auth
 //! tokens and the pair root ([`derive`](mod@derive)), the seal box ([`seal`]) and the
 //! handshake ([`handshake`]), and the `e2e` channel that carries every frame after it
-//! ([`channel`]). No I/O: the host, the broker and the tunnel use these. With the feature
-//! `broker`, a rendezvous broker a person can run for their own pairings (`broker`).
+//! ([`channel`]), and the tunnel frames it carries ([`tunnel`]). No I/O, except behind two
+//! features: `net`, the sockets of a pairing (`link`: dialing a broker, the handshake's
+//! messages, the `e2e` link), and `broker`, a rendezvous broker a person can run for their own
+//! pairings (`broker`).
 //!
 //! Checked byte for byte against the reference implementation's known-answer vectors
 //! (`tests/vectors.rs`).
@@ -17,8 +19,11 @@ pub mod channel;
 pub mod derive;
 pub mod handshake;
 pub mod keys;
+#[cfg(feature = "net")]
+pub mod link;
 pub mod offer;
 pub mod seal;
+pub mod tunnel;
 
 /// Why a pairing step failed. Never carries key material, a token or a secret.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]

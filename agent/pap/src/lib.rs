@@ -27,6 +27,7 @@ pub mod pairing;
 #[cfg(feature = "test-support")]
 pub mod testkit;
 mod tls;
+pub mod tunnel;
 mod wallet;
 
 // The public interface is:

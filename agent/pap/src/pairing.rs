@@ -202,6 +202,12 @@ struct Record {
     codes: Vec<CodeRecord>,
     #[serde(default)]
     failed_redeems: u32,
+    /// Open `pair/v2` offers (AIP-59 §1.5): single-use, short-lived.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    offers: Vec<OfferRecord>,
+    /// Revoked `pair/v2` pairings still answered with `pairing_revoked` (§6.2).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    tombstones: Vec<TombstoneRecord>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -211,6 +217,104 @@ struct DeviceRecord {
     device: Device,
     /// SHA-256 of the bearer, base64url.
     bearer_sha256: String,
+    /// A device paired over a rendezvous: its broker and pair root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tunnel: Option<TunnelRecord>,
+}
+
+/// A `pair/v2` pairing's broker and pair root (base64url): the root derives each day's route
+/// and auth tokens and the device's bearer, so nothing else about it is kept.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TunnelRecord {
+    rendezvous: String,
+    pair_root: String,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct OfferRecord {
+    /// The offer's route (it reaches the broker anyway).
+    route: String,
+    /// SHA-256 of its auth token, base64url: the token itself is never kept.
+    auth_sha256: String,
+    rendezvous: String,
+    /// The name the operator chose (else the device's own `clientName`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(with = "pap_shared::rfc3339")]
+    expires_at: UnixTime,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TombstoneRecord {
+    device_id: String,
+    rendezvous: String,
+    #[serde(with = "pap_shared::rfc3339")]
+    until: UnixTime,
+    /// Each day's route and auth digest over the grace window: no pair root.
+    epochs: Vec<EpochRecord>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct EpochRecord {
+    epoch: u64,
+    route: String,
+    auth_sha256: String,
+}
+
+/// How long a revoked `pair/v2` pairing keeps answering its device with an authenticated
+/// `pairing_revoked` (AIP-59 §6.2; the reference's 14 days), in days.
+pub const TOMBSTONE_DAYS: u64 = 14;
+
+/// What a host parks on (AIP-59 §2.4, §6.2): read from disk on each rescan.
+#[derive(Default)]
+pub struct TunnelTargets {
+    /// Open offers: `(route, rendezvous)`.
+    pub offers: Vec<(String, String)>,
+    /// Pairings: `(device id, rendezvous, pair root)`.
+    pub pairings: Vec<(String, String, Zeroizing<[u8; 32]>)>,
+    /// Tombstones: `(device id, rendezvous, epoch, route)` for the epochs they cover.
+    pub tombstones: Vec<(String, String, u64, String)>,
+}
+
+impl std::fmt::Debug for TunnelTargets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TunnelTargets")
+            .field("offers", &self.offers.len())
+            .field("pairings", &self.pairings.len())
+            .field("tombstones", &self.tombstones.len())
+            .finish()
+    }
+}
+
+/// The bearer a `pair/v2` device is served as: derived from its pair root, so the host keeps
+/// no second secret and injects it in memory (it never crosses the tunnel).
+pub fn tunnel_bearer(pair_root: &[u8; 32]) -> Bearer {
+    let mut hasher = Sha256::new();
+    hasher.update(b"pap-agent/tunnel-bearer/v1");
+    hasher.update(pair_root);
+    let derived = Zeroizing::new(<[u8; 32]>::from(hasher.finalize()));
+    Bearer(Zeroizing::new(format!(
+        "{BEARER_PREFIX}{}",
+        base64url(derived.as_ref())
+    )))
+}
+
+fn decode_root(text: &str) -> Option<Zeroizing<[u8; 32]>> {
+    let bytes = Zeroizing::new(base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text).ok()?);
+    let mut root = Zeroizing::new([0_u8; 32]);
+    if bytes.len() != 32 {
+        return None;
+    }
+    root.copy_from_slice(&bytes);
+    Some(root)
+}
+
+fn digest_matches(stored: &str, presented: &str) -> bool {
+    bool::from(stored.as_bytes().ct_eq(digest_text(presented).as_bytes()))
 }
 
 #[derive(Serialize, Deserialize)]
@@ -355,13 +459,187 @@ impl Devices {
         })
     }
 
-    /// Unpairs `id`: its bearer is refused from the next request on. Whether it was paired.
-    pub fn revoke(&self, id: &str) -> Result<bool, StoreError> {
+    /// Unpairs `id` at `now`: its bearer is refused from the next request on. A `pair/v2`
+    /// pairing leaves a tombstone: each day's route and auth digest for [`TOMBSTONE_DAYS`],
+    /// and no pair root (AIP-59 §6.2). Whether it was paired.
+    pub fn revoke(&self, id: &str, now: UnixTime) -> Result<bool, StoreError> {
         self.update(|record| {
-            let before = record.devices.len();
-            record.devices.retain(|d| d.device.id != id);
-            Ok(record.devices.len() != before)
+            record.tombstones.retain(|t| t.until > now);
+            let Some(index) = record.devices.iter().position(|d| d.device.id == id) else {
+                return Ok(false);
+            };
+            let removed = record.devices.remove(index);
+            if let Some(tunnel) = removed.tunnel
+                && let Some(root) = decode_root(&tunnel.pair_root)
+            {
+                let today = pap_pair::derive::epoch_of(now.as_secs().saturating_mul(1000));
+                let epochs = (today.saturating_sub(1)..=today + TOMBSTONE_DAYS)
+                    .filter_map(|epoch| {
+                        let tokens = pap_pair::derive::epoch_tokens(&root, epoch).ok()?;
+                        Some(EpochRecord {
+                            epoch,
+                            route: tokens.route,
+                            auth_sha256: digest_text(&tokens.auth),
+                        })
+                    })
+                    .collect();
+                let grace = i64::try_from(TOMBSTONE_DAYS * 86_400).unwrap_or(i64::MAX);
+                record.tombstones.push(TombstoneRecord {
+                    device_id: removed.device.id,
+                    rendezvous: tunnel.rendezvous,
+                    until: now.plus(grace),
+                    epochs,
+                });
+            }
+            Ok(true)
         })
+    }
+
+    /// Opens a `pair/v2` offer: its route, its auth token (kept as a digest), the broker, the
+    /// name the operator chose, and when it lapses.
+    pub fn open_offer(
+        &self,
+        route: &str,
+        auth: &str,
+        rendezvous: &str,
+        name: Option<&str>,
+        expires_at: UnixTime,
+        now: UnixTime,
+    ) -> Result<(), StoreError> {
+        self.update(|record| {
+            record.offers.retain(|o| o.expires_at > now);
+            record.offers.push(OfferRecord {
+                route: route.to_owned(),
+                auth_sha256: digest_text(auth),
+                rendezvous: rendezvous.to_owned(),
+                name: name.map(str::to_owned),
+                expires_at,
+            });
+            Ok(())
+        })
+    }
+
+    /// What a host parks on at `now`: open offers, each pairing's root, and the epochs of live
+    /// tombstones (today's and yesterday's, §2.4).
+    pub fn tunnel_targets(&self, now: UnixTime) -> Result<TunnelTargets, StoreError> {
+        let record = self.read()?;
+        let today = pap_pair::derive::epoch_of(now.as_secs().saturating_mul(1000));
+        let mut targets = TunnelTargets {
+            offers: record
+                .offers
+                .iter()
+                .filter(|o| o.expires_at > now)
+                .map(|o| (o.route.clone(), o.rendezvous.clone()))
+                .collect(),
+            ..TunnelTargets::default()
+        };
+        for device in &record.devices {
+            if let Some(tunnel) = &device.tunnel
+                && let Some(root) = decode_root(&tunnel.pair_root)
+            {
+                targets
+                    .pairings
+                    .push((device.device.id.clone(), tunnel.rendezvous.clone(), root));
+            }
+        }
+        for tombstone in record.tombstones.iter().filter(|t| t.until > now) {
+            for epoch in tombstone
+                .epochs
+                .iter()
+                .filter(|e| e.epoch + 1 >= today && e.epoch <= today)
+            {
+                targets.tombstones.push((
+                    tombstone.device_id.clone(),
+                    tombstone.rendezvous.clone(),
+                    epoch.epoch,
+                    epoch.route.clone(),
+                ));
+            }
+        }
+        Ok(targets)
+    }
+
+    /// Whether `auth` is the auth token of the open offer on `route` at `now` (constant time on
+    /// digests). Checking spends nothing: a wrong auth leaves the offer open (§1.5).
+    pub fn offer_auth_ok(&self, route: &str, auth: &str, now: UnixTime) -> Result<bool, StoreError> {
+        Ok(self
+            .read()?
+            .offers
+            .iter()
+            .any(|o| o.route == route && o.expires_at > now && digest_matches(&o.auth_sha256, auth)))
+    }
+
+    /// Spends the offer on `route` whose auth is `auth`, pairing a device named as the operator
+    /// chose (else `client_name`) with `pair_root`: once, under the lock, so two hellos racing
+    /// for one offer pair one device. `None` when the offer is gone, spent or lapsed.
+    pub fn spend_offer(
+        &self,
+        route: &str,
+        auth: &str,
+        client_name: &str,
+        pair_root: &[u8; 32],
+        now: UnixTime,
+    ) -> Result<Option<Device>, StoreError> {
+        self.update(|record| {
+            record.offers.retain(|o| o.expires_at > now);
+            let Some(index) = record
+                .offers
+                .iter()
+                .position(|o| o.route == route && digest_matches(&o.auth_sha256, auth))
+            else {
+                return Ok(None);
+            };
+            let offer = record.offers.remove(index);
+            let name = offer.name.unwrap_or_else(|| client_name.to_owned());
+            let bearer = tunnel_bearer(pair_root);
+            let mut id = [0u8; 9];
+            id.copy_from_slice(&Sha256::digest(bearer.0.as_bytes())[..9]);
+            let device = Device {
+                id: format!("dev_{}", base64url(&id)),
+                name,
+                paired_at: now,
+                via: "pair/v2".to_owned(),
+                last_seen: None,
+            };
+            record.devices.push(DeviceRecord {
+                device: device.clone(),
+                bearer_sha256: base64url(&bearer.digest()),
+                tunnel: Some(TunnelRecord {
+                    rendezvous: offer.rendezvous,
+                    pair_root: base64url(pair_root),
+                }),
+            });
+            Ok(Some(device))
+        })
+    }
+
+    /// The pair root of the `pair/v2` device `id`, while it is paired.
+    pub fn pair_root_of(&self, id: &str) -> Result<Option<Zeroizing<[u8; 32]>>, StoreError> {
+        Ok(self
+            .read()?
+            .devices
+            .iter()
+            .find(|d| d.device.id == id)
+            .and_then(|d| d.tunnel.as_ref())
+            .and_then(|t| decode_root(&t.pair_root)))
+    }
+
+    /// Whether `auth` is the epoch auth a tombstone of `device_id` kept for `epoch` (constant
+    /// time on digests).
+    pub fn tombstone_auth_ok(
+        &self,
+        device_id: &str,
+        epoch: u64,
+        auth: &str,
+        now: UnixTime,
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .read()?
+            .tombstones
+            .iter()
+            .filter(|t| t.device_id == device_id && t.until > now)
+            .flat_map(|t| t.epochs.iter())
+            .any(|e| e.epoch == epoch && digest_matches(&e.auth_sha256, auth)))
     }
 
     fn read(&self) -> Result<Record, StoreError> {
@@ -423,6 +701,7 @@ fn mint_into(record: &mut Record, name: &str, via: &str, now: UnixTime, rng: &dy
     record.devices.push(DeviceRecord {
         device: device.clone(),
         bearer_sha256: base64url(&bearer.digest()),
+        tunnel: None,
     });
     (device, bearer)
 }
@@ -518,6 +797,119 @@ mod tests {
     }
 
     #[test]
+    fn an_offer_is_spent_once_by_its_right_auth_and_a_wrong_auth_spends_nothing() {
+        let (_dir, devices) = devices();
+        let now = UnixTime::from_secs(1_800_000_000);
+        let tokens = pap_pair::derive::offer_tokens("offer-secret").unwrap();
+        devices
+            .open_offer(
+                &tokens.route,
+                &tokens.auth,
+                "ws://127.0.0.1:1/",
+                Some("phone"),
+                now.plus(600),
+                now,
+            )
+            .unwrap();
+        let root = [7_u8; 32];
+        // A wrong auth is refused and leaves the offer open (AIP-59 §1.5).
+        assert!(!devices.offer_auth_ok(&tokens.route, "wrong", now).unwrap());
+        assert!(
+            devices
+                .spend_offer(&tokens.route, "wrong", "x", &root, now)
+                .unwrap()
+                .is_none()
+        );
+        assert!(devices.offer_auth_ok(&tokens.route, &tokens.auth, now).unwrap());
+        let device = devices
+            .spend_offer(&tokens.route, &tokens.auth, "its own name", &root, now)
+            .unwrap()
+            .unwrap();
+        assert_eq!((device.name.as_str(), device.via.as_str()), ("phone", "pair/v2"));
+        // Single use.
+        assert!(
+            devices
+                .spend_offer(&tokens.route, &tokens.auth, "x", &root, now)
+                .unwrap()
+                .is_none()
+        );
+        assert!(!devices.offer_auth_ok(&tokens.route, &tokens.auth, now).unwrap());
+        // The device is served with the bearer its root derives; the file keeps neither the
+        // offer's auth nor that bearer.
+        assert_eq!(
+            devices.authenticate(&tunnel_bearer(&root)).unwrap(),
+            Some(device.clone())
+        );
+        let file = std::fs::read_to_string(devices.path.clone()).unwrap();
+        assert!(!file.contains(tokens.auth.as_str()) && !file.contains(tunnel_bearer(&root).expose()));
+        // A lapsed offer pairs no one.
+        let later = pap_pair::derive::offer_tokens("second").unwrap();
+        devices
+            .open_offer(&later.route, &later.auth, "ws://127.0.0.1:1/", None, now.plus(600), now)
+            .unwrap();
+        assert!(
+            devices
+                .spend_offer(&later.route, &later.auth, "x", &root, now.plus(600))
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_revoked_pairing_leaves_a_tombstone_of_epoch_digests_and_no_root() {
+        let (_dir, devices) = devices();
+        let now = UnixTime::from_secs(1_800_000_000);
+        let tokens = pap_pair::derive::offer_tokens("offer-secret").unwrap();
+        devices
+            .open_offer(
+                &tokens.route,
+                &tokens.auth,
+                "ws://127.0.0.1:1/",
+                None,
+                now.plus(600),
+                now,
+            )
+            .unwrap();
+        let root = [9_u8; 32];
+        let device = devices
+            .spend_offer(&tokens.route, &tokens.auth, "laptop", &root, now)
+            .unwrap()
+            .unwrap();
+        let today = pap_pair::derive::epoch_of(now.as_secs() * 1000);
+        let targets = devices.tunnel_targets(now).unwrap();
+        assert_eq!(targets.pairings.len(), 1);
+        assert!(devices.revoke(&device.id, now).unwrap());
+        assert!(devices.pair_root_of(&device.id).unwrap().is_none());
+        let file = std::fs::read_to_string(devices.path.clone()).unwrap();
+        assert!(!file.contains(&base64url(&root)), "the tombstone keeps no pair root");
+        let epoch = pap_pair::derive::epoch_tokens(&root, today).unwrap();
+        assert!(
+            !file.contains(epoch.auth.as_str()),
+            "nor an auth token, only its digest"
+        );
+        assert!(devices.tombstone_auth_ok(&device.id, today, &epoch.auth, now).unwrap());
+        assert!(!devices.tombstone_auth_ok(&device.id, today, "wrong", now).unwrap());
+        assert!(
+            !devices
+                .tombstone_auth_ok(&device.id, today + 1, &epoch.auth, now)
+                .unwrap()
+        );
+        // It is parked on today's and yesterday's routes, until the grace window ends.
+        let targets = devices.tunnel_targets(now).unwrap();
+        assert!(targets.pairings.is_empty());
+        let routes: Vec<u64> = targets.tombstones.iter().map(|t| t.2).collect();
+        assert_eq!(routes, vec![today - 1, today]);
+        assert_eq!(targets.tombstones[1].3, epoch.route);
+        let after = now.plus(i64::try_from(TOMBSTONE_DAYS * 86_400).unwrap());
+        assert!(devices.tunnel_targets(after).unwrap().tombstones.is_empty());
+        assert!(
+            !devices
+                .tombstone_auth_ok(&device.id, today, &epoch.auth, after)
+                .unwrap()
+        );
+    }
+
+    #[test]
     fn wrong_codes_void_every_pending_one() {
         let (_dir, devices) = devices();
         let code = devices.start_pairing("phone", 300, &At(0), &SystemRng).unwrap();
@@ -543,8 +935,8 @@ mod tests {
         let (a, bearer_a) = devices.mint("cursor", "install", &At(0), &SystemRng).unwrap();
         let (b, bearer_b) = devices.mint("claude", "install", &At(0), &SystemRng).unwrap();
         assert_ne!(a.id, b.id);
-        assert!(devices.revoke(&a.id).unwrap());
-        assert!(!devices.revoke(&a.id).unwrap());
+        assert!(devices.revoke(&a.id, UnixTime::from_secs(0)).unwrap());
+        assert!(!devices.revoke(&a.id, UnixTime::from_secs(0)).unwrap());
         assert_eq!(devices.authenticate(&bearer_a).unwrap(), None);
         assert_eq!(devices.authenticate(&bearer_b).unwrap(), Some(b));
         assert_eq!(

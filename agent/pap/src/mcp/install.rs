@@ -169,12 +169,12 @@ pub fn install(
         pap_browser::store::write_private(&bearer_file, bearer.expose().as_bytes()).map_err(io(&bearer_file))
     });
     if let Err(error) = written {
-        devices.revoke(&device.id)?;
+        devices.revoke(&device.id, clock.now())?;
         return Err(error);
     }
     let replaced = match earlier {
         Some(old) => {
-            devices.revoke(&old.id)?;
+            devices.revoke(&old.id, clock.now())?;
             Some(old.id)
         }
         None => None,

@@ -10,6 +10,8 @@ pub(crate) struct Agent {
     pub(crate) sealing: SealingKey,
     pub(crate) test_network: Option<(HashMap<String, SocketAddr>, rustls::RootCertStore)>,
     pub(crate) attach: Option<SocketAddr>,
+    /// The test-only `--trust-ca` certificates (a rendezvous broker's private CA too).
+    pub(crate) extra_roots: Vec<CertificateDer<'static>>,
     /// Origins the operator lets the browser load beyond the navigation rule (`--name-origin`).
     pub(crate) named_origins: Vec<pap_browser::spec::NamedOrigin>,
 }
@@ -34,7 +36,10 @@ impl Agent {
         let test_network = (!connect.is_empty())
             .then(|| pap_net::tls::trust_roots(&extra_roots).map(|roots| (connect.clone(), roots)))
             .transpose()?;
-        let config = ClientConfig { extra_roots, connect };
+        let config = ClientConfig {
+            extra_roots: extra_roots.clone(),
+            connect,
+        };
         let client = PapClient::new(identity, &config, Arc::new(SystemClock), Arc::new(SystemRng))?;
         let sealing = SealingKey::open(&state, &SystemRng)?;
         Ok(Self {
@@ -43,6 +48,7 @@ impl Agent {
             sealing,
             test_network,
             attach,
+            extra_roots,
             named_origins: Vec::new(),
         })
     }
@@ -200,6 +206,18 @@ impl Agent {
         let guard = exposure.guard(bound.port());
         let limits = http::Limits::default();
         let app = http::router(server, Devices::at(&self.state_dir), guard, limits);
+        // AIP-59 pair/v2: the same routes, reached over a rendezvous by devices paired there.
+        let tunnel = std::sync::Arc::new(pap_agent::tunnel::host::HostTunnel::new(
+            Devices::at(&self.state_dir),
+            pap_agent::tunnel::daemon_keys(&self.state_dir, &SystemRng)?,
+            pap_pair::link::Dialer::new(&self.extra_roots)?,
+            app.clone(),
+            format!("127.0.0.1:{}", bound.port()),
+            host_label(),
+            Arc::new(SystemClock),
+            Arc::new(SystemRng),
+        ));
+        let parking = tokio::spawn(tunnel.run(std::future::pending()));
         // Readiness: this line, once the socket is bound.
         match tls {
             Some((cert, key)) => {
@@ -212,6 +230,7 @@ impl Agent {
                 http::serve(listener, app, limits, shutdown_signal()).await;
             }
         }
+        parking.abort();
         host.stop(MCP_INSTANCE, Duration::from_secs(2)).await?;
         Ok(())
     }

@@ -52,10 +52,17 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: BrowserCommand,
     },
-    /// Starts an AIP-59 pairing: prints a one-time code that a device exchanges for its
-    /// credential at the host (`POST /pair {"code": ...}` on `pap-agent host serve`).
-    #[command(after_help = "Example:\n  pap-agent pair --name phone")]
+    /// Pairs a device with the agent's browser (AIP-59). Without a subcommand: prints a one-time
+    /// code that a device on this machine's network exchanges for its credential at the host
+    /// (`POST /pair {"code": ...}` on `pap-agent host serve`). `offer`, `accept` and `connect`:
+    /// pair/v2 over a rendezvous broker, end to end encrypted, from anywhere.
+    #[command(
+        args_conflicts_with_subcommands = true,
+        after_help = "Examples:\n  pap-agent pair --name phone\n  pap-agent pair offer --rendezvous wss://rendezvous.example/\n  pap-agent pair accept --name laptop\n  pap-agent pair connect 3f9c0e4b6a1d2e5f7a8b9c0d1e2f3a4b"
+    )]
     Pair {
+        #[command(subcommand)]
+        over: Option<PairCommand>,
         /// What to call the device (`devices list` shows it).
         #[arg(long, default_value = "device")]
         name: String,
@@ -193,6 +200,56 @@ pub(crate) enum HostCommand {
         /// An Origin allowed to call (a paired web client's); repeat for more.
         #[arg(long = "allow-origin", value_name = "ORIGIN")]
         allow_origins: Vec<String>,
+    },
+}
+
+/// AIP-59 pair/v2 over a rendezvous broker.
+#[derive(Subcommand)]
+pub(crate) enum PairCommand {
+    /// On the host's machine: mints a single-use offer (a 256-bit secret, 10 minutes by default)
+    /// and prints it: `agentproto://pair?…` on stdout, the fingerprint, the web form and a QR
+    /// code on stderr. A running `pap-agent host serve` answers it.
+    #[command(
+        after_help = "Example:\n  pap-agent pair offer --rendezvous wss://rendezvous.example/ --pair-page 'https://{fp}.pair.example/pair'"
+    )]
+    Offer {
+        /// The broker both sides dial (`wss://…`; `ws://` on loopback).
+        #[arg(long, env = "PAP_AGENT_RENDEZVOUS", value_name = "URL")]
+        rendezvous: String,
+        /// How long the offer works, in seconds (at most 3600).
+        #[arg(long, value_name = "SECONDS", default_value_t = pap_agent::tunnel::OFFER_LIFETIME)]
+        ttl: u64,
+        /// A pair page to print the web form for: an https URL in which `{fp}` is the host's
+        /// fingerprint (the offer goes in its fragment).
+        #[arg(long, value_name = "TEMPLATE")]
+        pair_page: Option<String>,
+        /// What to call the device (default: the name it gives itself).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// On the device's machine: reads an offer from stdin, pairs, shows the host's fingerprint
+    /// and name, and keeps the credential (0600, keyed by fingerprint) once you type yes.
+    #[command(after_help = "Example:\n  pap-agent pair accept --name laptop")]
+    Accept {
+        /// What this device calls itself (the host shows it).
+        #[arg(long, default_value = "device")]
+        name: String,
+        /// Keep the pairing without asking (for scripts that checked the fingerprint).
+        #[arg(long)]
+        yes: bool,
+    },
+    /// On the device's machine: serves the paired host's MCP at a loopback address, tunnelled
+    /// end to end encrypted through the broker; any MCP client here can use it.
+    #[command(
+        after_help = "Example:\n  pap-agent pair connect 3f9c0e4b6a1d2e5f7a8b9c0d1e2f3a4b --listen 127.0.0.1:7879"
+    )]
+    Connect {
+        /// The host's fingerprint (`pair accept` printed it).
+        fingerprint: String,
+        /// Where to listen (loopback only; port 0: any free port, the line `listening on URL`
+        /// says which).
+        #[arg(long, default_value = "127.0.0.1:7879")]
+        listen: SocketAddr,
     },
 }
 
@@ -385,7 +442,17 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Identity { command } => identity(&state, &command).await,
         Command::Consent { command } => consent_command(&state, &command).await,
         Command::Browser { command } => browser_command(&state, &command).await,
-        Command::Pair { name, ttl } => pair(&state, &name, ttl),
+        Command::Pair { over: None, name, ttl } => pair(&state, &name, ttl),
+        Command::Pair { over: Some(over), .. } => match over {
+            PairCommand::Offer {
+                rendezvous,
+                ttl,
+                pair_page,
+                name,
+            } => pair_offer(&state, &rendezvous, ttl, pair_page.as_deref(), name.as_deref()),
+            PairCommand::Accept { name, yes } => pair_accept(&state, &network, &name, yes).await,
+            PairCommand::Connect { fingerprint, listen } => pair_connect(&state, &network, &fingerprint, listen).await,
+        },
         Command::Rendezvous { listen } => rendezvous(listen).await,
         Command::Devices { command } => devices_command(&state, &network, &command).await,
         Command::InstallMcp { client, config } => {

@@ -51,7 +51,7 @@ pub(crate) async fn devices_command(
 /// Sessions signed out at each company and their records removed (review N5). What could not
 /// be signed out is reported (its record kept, so a later run can try again).
 pub(crate) async fn unpair(state: &std::path::Path, network: &Network, id: &str) -> anyhow::Result<serde_json::Value> {
-    if !Devices::at(state).revoke(id)? {
+    if !Devices::at(state).revoke(id, pap_shared::Clock::now(&pap_shared::SystemClock))? {
         bail!("no paired device {id} (see `pap-agent devices list`)");
     }
     finish_unpairing(state, network, id).await

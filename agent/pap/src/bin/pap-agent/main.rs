@@ -9,6 +9,7 @@ mod cli;
 mod consent_cli;
 mod host;
 mod identity;
+mod tunnel;
 mod util;
 
 use std::collections::HashMap;
@@ -39,6 +40,7 @@ use crate::cli::*;
 use crate::consent_cli::*;
 use crate::host::*;
 use crate::identity::*;
+use crate::tunnel::*;
 use crate::util::*;
 
 fn main() -> anyhow::Result<()> {

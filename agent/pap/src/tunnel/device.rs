@@ -1,0 +1,670 @@
+//! The device's end of `pair/v2` (AIP-59 §1.4, §3.6, §4, §5.7, §6.3): accepting an offer,
+//! keeping the credential, and a loopback endpoint that tunnels every request to the host.
+//!
+//! ```text
+//!  accept     check the offer (§1.4) → show its fingerprint → pair on the offer's route →
+//!             show the host's name beside the fingerprint → ask → keep the credential
+//!             (STATE/hosts/<fingerprint>.json, 0600: pinned keys, broker, pair root)
+//!  connect    one channel per credential (§5.3), today's epoch route then yesterday's;
+//!             requests multiplexed by reqId; a dropped channel fails what was pending and
+//!             reconnects with jittered, capped backoff; an authenticated pairing_revoked
+//!             marks the credential revoked and ends it (no retry, §6.3)
+//!  endpoint   http://127.0.0.1:PORT/mcp for the MCP clients of this machine: Host and
+//!             Origin must be loopback (no web page reaches it), bodies ≤ 256 KiB
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use http::{HeaderName, HeaderValue, StatusCode, header};
+use pap_pair::keys::{Ed25519Public, X25519Public};
+use pap_pair::link::{Dialer, LinkError, LinkSender, Pins, connect_client};
+use pap_pair::offer::Offer;
+use pap_pair::tunnel::{Frame, MAX_FRAME_BODY, PAIRING_REVOKED, decode_body, encode_body};
+use pap_shared::{Clock, Rng, UnixTime};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, watch};
+use zeroize::Zeroizing;
+
+use super::{Backoff, epoch_at, shown_name};
+
+/// How long a request waits for a channel before it is answered 503.
+pub const CONNECT_WAIT: Duration = Duration::from_secs(20);
+/// How long a request waits for its response head.
+pub const RESPONSE_WAIT: Duration = Duration::from_secs(60);
+/// Frames of one response queued before the channel's reader waits for its consumer.
+const RESPONSE_QUEUE: usize = 32;
+/// Requests the endpoint serves at once.
+const MAX_CONCURRENT: usize = 64;
+
+/// Why a device step failed. Names no secret.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// The offer is refused (§1.4), before any socket.
+    #[error(transparent)]
+    Offer(pap_pair::PairError),
+    /// The pairing failed on the way.
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    /// The person declined: nothing kept (the host has a record to revoke).
+    #[error("declined: no credential kept (revoke the new device on the host: pap-agent devices revoke)")]
+    Declined,
+    /// Reading or writing a credential failed.
+    #[error("the credential {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No credential for that fingerprint, or one this agent does not write.
+    #[error("no usable credential for the host {0} (pair first: pap-agent pair accept)")]
+    NoCredential(String),
+    /// The host revoked the pairing (§6.3): terminal.
+    #[error("the host revoked this pairing on {0}: pair again from a new offer")]
+    Revoked(String),
+    /// The endpoint's listen address is not loopback.
+    #[error("{0} is not a loopback address: the tunnel's endpoint serves this machine only")]
+    NotLoopback(SocketAddr),
+}
+
+/// What `STATE/hosts/<fingerprint>.json` holds (§4.1).
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CredentialFile {
+    fingerprint: String,
+    /// The host's X25519 key, SPKI DER, base64url.
+    pk: String,
+    /// The host's Ed25519 key, SPKI DER, base64url.
+    sk: String,
+    rendezvous: String,
+    /// base64url.
+    pair_root: String,
+    client_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    label: Option<String>,
+    #[serde(with = "pap_shared::rfc3339")]
+    paired_at: UnixTime,
+    /// Set when the host said `pairing_revoked`: never dialed again.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "pap_shared::rfc3339::option"
+    )]
+    revoked_at: Option<UnixTime>,
+}
+
+impl Drop for CredentialFile {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.pair_root);
+    }
+}
+
+/// A kept pairing with one host.
+pub struct Credential {
+    /// The host's fingerprint.
+    pub fingerprint: String,
+    /// The host's name, as its hello said.
+    pub label: Option<String>,
+    /// The broker.
+    pub rendezvous: String,
+    pins: Pins,
+    pair_root: Zeroizing<[u8; 32]>,
+    client_name: String,
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credential")
+            .field("fingerprint", &self.fingerprint)
+            .field("label", &self.label)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where the credential for the host `fingerprint` is kept.
+pub fn credential_path(state_dir: &Path, fingerprint: &str) -> PathBuf {
+    state_dir.join("hosts").join(format!("{fingerprint}.json"))
+}
+
+fn io_error(path: &Path) -> impl Fn(std::io::Error) -> DeviceError + '_ {
+    move |source| DeviceError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The credential for `fingerprint` (32 lowercase hex), unless it was revoked.
+pub fn load_credential(state_dir: &Path, fingerprint: &str) -> Result<Credential, DeviceError> {
+    let none = || DeviceError::NoCredential(fingerprint.to_owned());
+    if fingerprint.len() != 32
+        || !fingerprint
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return Err(none());
+    }
+    let path = credential_path(state_dir, fingerprint);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => Zeroizing::new(bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(none()),
+        Err(e) => return Err(io_error(&path)(e)),
+    };
+    let file: CredentialFile = serde_json::from_slice(&bytes).map_err(|_| none())?;
+    if let Some(at) = file.revoked_at {
+        return Err(DeviceError::Revoked(at.to_rfc3339()));
+    }
+    let key = |text: &str| URL_SAFE_NO_PAD.decode(text).map_err(|_| none());
+    let pins = Pins {
+        x25519: X25519Public::from_spki(&key(&file.pk)?).map_err(|_| none())?,
+        ed25519: Ed25519Public::from_spki(&key(&file.sk)?).map_err(|_| none())?,
+    };
+    if pins.x25519.fingerprint() != file.fingerprint {
+        return Err(none());
+    }
+    let raw = Zeroizing::new(key(&file.pair_root)?);
+    let mut pair_root = Zeroizing::new([0_u8; 32]);
+    if raw.len() != 32 {
+        return Err(none());
+    }
+    pair_root.copy_from_slice(&raw);
+    Ok(Credential {
+        fingerprint: file.fingerprint.clone(),
+        label: file.label.clone(),
+        rendezvous: file.rendezvous.clone(),
+        pins,
+        pair_root,
+        client_name: file.client_name.clone(),
+    })
+}
+
+/// Marks the credential of `fingerprint` revoked at `now` (kept, so the person is told why,
+/// and never dialed again).
+fn mark_revoked(state_dir: &Path, fingerprint: &str, now: UnixTime) -> Result<(), DeviceError> {
+    let path = credential_path(state_dir, fingerprint);
+    let bytes = Zeroizing::new(std::fs::read(&path).map_err(io_error(&path))?);
+    let mut file: CredentialFile =
+        serde_json::from_slice(&bytes).map_err(|_| DeviceError::NoCredential(fingerprint.to_owned()))?;
+    file.revoked_at = Some(now);
+    file.pair_root = String::new();
+    let json = Zeroizing::new(serde_json::to_vec_pretty(&file).unwrap_or_default());
+    pap_browser::store::write_private(&path, &json).map_err(io_error(&path))
+}
+
+/// A pairing done, before the person confirmed it.
+#[derive(Debug)]
+pub struct Paired {
+    /// The host's fingerprint (equal to the offer's `id`).
+    pub fingerprint: String,
+    /// The host's name from its hello frame.
+    pub label: Option<String>,
+}
+
+/// Pairs with the host of `offer` (already checked, §1.4) as `client_name`; calls `confirm`
+/// with the fingerprint and the host's name, and keeps the credential only if it says yes
+/// (§3.6). The channel of the first contact is closed after: `connect` opens the next.
+pub async fn accept(
+    state_dir: &Path,
+    offer: &Offer,
+    client_name: &str,
+    dialer: &Dialer,
+    confirm: impl FnOnce(&Paired) -> bool,
+    clock: &dyn Clock,
+    rng: &dyn Rng,
+) -> Result<Paired, DeviceError> {
+    let tokens = pap_pair::derive::offer_tokens(&offer.secret).map_err(DeviceError::Offer)?;
+    let pins = Pins {
+        x25519: offer.daemon_x25519,
+        ed25519: offer.daemon_ed25519,
+    };
+    let name = shown_name(client_name);
+    let (mut sender, _receiver, session, label) = connect_client(
+        dialer,
+        &offer.rendezvous,
+        &tokens.route,
+        &pins,
+        &tokens.auth,
+        &name,
+        rng,
+    )
+    .await?;
+    let root = pap_pair::derive::pair_root(&session.send_key, &session.recv_key, &session.transcript)
+        .map_err(DeviceError::Offer)?;
+    sender.close().await;
+    let paired = Paired {
+        fingerprint: offer.fingerprint.clone(),
+        label: label.map(|l| shown_name(&l)),
+    };
+    if !confirm(&paired) {
+        return Err(DeviceError::Declined);
+    }
+    let file = CredentialFile {
+        fingerprint: offer.fingerprint.clone(),
+        pk: URL_SAFE_NO_PAD.encode(offer.daemon_x25519.to_spki()),
+        sk: URL_SAFE_NO_PAD.encode(offer.daemon_ed25519.to_spki()),
+        rendezvous: offer.rendezvous.clone(),
+        pair_root: URL_SAFE_NO_PAD.encode(root.as_ref()),
+        client_name: name,
+        label: paired.label.clone(),
+        paired_at: clock.now(),
+        revoked_at: None,
+    };
+    let path = credential_path(state_dir, &offer.fingerprint);
+    if let Some(dir) = path.parent() {
+        pap_browser::store::private_dir(dir).map_err(io_error(&path))?;
+    }
+    let json = Zeroizing::new(serde_json::to_vec_pretty(&file).unwrap_or_default());
+    pap_browser::store::write_private(&path, &json).map_err(io_error(&path))?;
+    Ok(paired)
+}
+
+/// Where the client's one channel stands.
+#[derive(Clone, Debug)]
+enum Status {
+    Connecting,
+    Live(Live),
+    Revoked,
+}
+
+/// A live channel: its outbox and the responses waiting on it.
+#[derive(Clone, Debug)]
+struct Live {
+    outbox: mpsc::Sender<Frame>,
+    pending: Arc<Mutex<HashMap<String, mpsc::Sender<Frame>>>>,
+}
+
+/// The device's one channel to a host (§5.3), kept up in the background.
+pub struct TunnelClient {
+    status: watch::Receiver<Status>,
+    next_id: AtomicU64,
+}
+
+impl std::fmt::Debug for TunnelClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TunnelClient").finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl TunnelClient {
+    /// Starts keeping a channel to the host of `credential`; the task ends (returning the
+    /// revocation) only when the host revokes the pairing.
+    pub fn start(
+        state_dir: PathBuf,
+        credential: Credential,
+        dialer: Dialer,
+        clock: Arc<dyn Clock>,
+        rng: Arc<dyn Rng>,
+    ) -> (Arc<Self>, tokio::task::JoinHandle<DeviceError>) {
+        let (tell, status) = watch::channel(Status::Connecting);
+        let task = tokio::spawn(keep(state_dir, credential, dialer, tell, clock, rng));
+        (
+            Arc::new(Self {
+                status,
+                next_id: AtomicU64::new(1),
+            }),
+            task,
+        )
+    }
+
+    /// Sends `request` (path and query, headers, a body of at most 256 KiB) through the
+    /// channel and returns the host's response, streamed as it comes.
+    pub async fn fetch(&self, method: &str, path: &str, headers: BTreeMap<String, String>, body: Bytes) -> Response {
+        let mut status = self.status.clone();
+        let seen = tokio::time::timeout(
+            CONNECT_WAIT,
+            status.wait_for(|s| matches!(s, Status::Live(_) | Status::Revoked)),
+        )
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .map(|seen| seen.clone());
+        let live = match seen {
+            Some(Status::Live(live)) => live,
+            Some(Status::Revoked) => {
+                return plain(
+                    StatusCode::GONE,
+                    "the host revoked this pairing: pair again from a new offer",
+                );
+            }
+            _ => return plain(StatusCode::SERVICE_UNAVAILABLE, "the host is offline (no channel)"),
+        };
+        let req_id = format!("r{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+        let (deliver, mut frames) = mpsc::channel(RESPONSE_QUEUE);
+        lock(&live.pending).insert(req_id.clone(), deliver);
+        let mut guard = Cancel {
+            req_id: req_id.clone(),
+            live: live.clone(),
+            done: false,
+        };
+        let request = Frame::HttpRequest {
+            req_id: req_id.clone(),
+            method: method.to_owned(),
+            path: path.to_owned(),
+            headers,
+            body: (!body.is_empty()).then(|| encode_body(&body)),
+            body_chunked: false,
+            timeout_ms: None,
+        };
+        if live.outbox.send(request).await.is_err() {
+            guard.done = true;
+            return plain(StatusCode::BAD_GATEWAY, "the channel to the host dropped");
+        }
+        let first = match tokio::time::timeout(RESPONSE_WAIT, frames.recv()).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => {
+                guard.done = true;
+                return plain(StatusCode::BAD_GATEWAY, "the channel to the host dropped");
+            }
+            Err(_) => return plain(StatusCode::GATEWAY_TIMEOUT, "the host did not answer in time"),
+        };
+        match first {
+            Frame::HttpResponse {
+                status,
+                headers,
+                body,
+                error,
+                ..
+            } => {
+                guard.done = true;
+                lock(&live.pending).remove(&req_id);
+                let body = body
+                    .as_deref()
+                    .map(decode_body)
+                    .transpose()
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default();
+                // The host's own failure (a path the tunnel does not reach, busy, a timeout)
+                // says why in the body, for the person reading the client's error.
+                let body = match error {
+                    Some(error) if body.is_empty() => format!("{}: {}", error.code, error.message).into_bytes(),
+                    _ => body,
+                };
+                respond(status, &headers, Body::from(body))
+            }
+            Frame::HttpResponseHead { status, headers, .. } => {
+                let stream = futures_util::stream::unfold((frames, guard), |(mut frames, mut guard)| async move {
+                    match frames.recv().await {
+                        Some(Frame::HttpResponseChunk { data, end, error, .. }) => {
+                            if end || error.is_some() {
+                                guard.done = true;
+                                lock(&guard.live.pending).remove(&guard.req_id);
+                            }
+                            if error.is_some() {
+                                return Some((
+                                    Err(std::io::Error::other("the host's response failed")),
+                                    (frames, guard),
+                                ));
+                            }
+                            let bytes = data
+                                .as_deref()
+                                .map(decode_body)
+                                .transpose()
+                                .ok()
+                                .flatten()
+                                .unwrap_or_default();
+                            if end && bytes.is_empty() {
+                                return None;
+                            }
+                            Some((Ok(Bytes::from(bytes)), (frames, guard)))
+                        }
+                        // The channel dropped: a network error (§5.7).
+                        _ if guard.done => None,
+                        _ => {
+                            guard.done = true;
+                            Some((
+                                Err(std::io::Error::other("the channel to the host dropped")),
+                                (frames, guard),
+                            ))
+                        }
+                    }
+                });
+                respond(status, &headers, Body::from_stream(stream))
+            }
+            _ => plain(StatusCode::BAD_GATEWAY, "the host answered with something else"),
+        }
+    }
+}
+
+/// Sends `http_cancel` for a request whose response was not read to its end (§5.6).
+struct Cancel {
+    req_id: String,
+    live: Live,
+    done: bool,
+}
+
+impl Drop for Cancel {
+    fn drop(&mut self) {
+        if !self.done {
+            lock(&self.live.pending).remove(&self.req_id);
+            let _ = self.live.outbox.try_send(Frame::HttpCancel {
+                req_id: std::mem::take(&mut self.req_id),
+            });
+        }
+    }
+}
+
+fn plain(status: StatusCode, message: &'static str) -> Response {
+    (status, message).into_response()
+}
+
+fn respond(status: u16, headers: &BTreeMap<String, String>, body: Body) -> Response {
+    let mut response = Response::new(body);
+    *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    for (name, value) in headers {
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
+            response.headers_mut().append(name, value);
+        }
+    }
+    response
+}
+
+/// Keeps the channel: connects, serves it to its end, reconnects with backoff; ends only on an
+/// authenticated `pairing_revoked`.
+async fn keep(
+    state_dir: PathBuf,
+    credential: Credential,
+    dialer: Dialer,
+    tell: watch::Sender<Status>,
+    clock: Arc<dyn Clock>,
+    rng: Arc<dyn Rng>,
+) -> DeviceError {
+    let mut backoff = Backoff::new();
+    loop {
+        let today = epoch_at(clock.now());
+        let mut outcome = Err(LinkError::Timeout);
+        for epoch in [today, today.saturating_sub(1)] {
+            let Ok(tokens) = pap_pair::derive::epoch_tokens(&credential.pair_root, epoch) else {
+                continue;
+            };
+            outcome = connect_client(
+                &dialer,
+                &credential.rendezvous,
+                &tokens.route,
+                &credential.pins,
+                &tokens.auth,
+                &credential.client_name,
+                rng.as_ref(),
+            )
+            .await;
+            if matches!(outcome, Ok(_) | Err(LinkError::Revoked)) {
+                break;
+            }
+        }
+        let ended = match outcome {
+            Ok((sender, receiver, _session, _label)) => {
+                backoff.reset();
+                tracing::info!(host = %credential.fingerprint, "the channel to the host is up");
+                serve_channel(sender, receiver, &tell).await
+            }
+            Err(error) => Err(error),
+        };
+        match ended {
+            Err(LinkError::Revoked) => {
+                let _ = tell.send(Status::Revoked);
+                let now = clock.now();
+                if let Err(error) = mark_revoked(&state_dir, &credential.fingerprint, now) {
+                    tracing::warn!(%error, "the revoked credential could not be marked");
+                }
+                return DeviceError::Revoked(now.to_rfc3339());
+            }
+            Ok(()) | Err(_) => {
+                let _ = tell.send(Status::Connecting);
+                let delay = backoff.next(rng.as_ref());
+                tracing::info!(delay_ms = delay.as_millis(), "the host is offline; retrying");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
+/// Runs one live channel: publishes it, routes each response frame to its request, and ends
+/// (failing what is pending) when the channel does. `Err(Revoked)` on `pairing_revoked`.
+async fn serve_channel(
+    sender: LinkSender,
+    mut receiver: pap_pair::link::LinkReceiver,
+    tell: &watch::Sender<Status>,
+) -> Result<(), LinkError> {
+    let (outbox, queued) = mpsc::channel::<Frame>(RESPONSE_QUEUE);
+    let writer = tokio::spawn(async move {
+        let (mut sender, mut queued) = (sender, queued);
+        while let Some(frame) = queued.recv().await {
+            if sender.send(&frame).await.is_err() {
+                break;
+            }
+        }
+        sender.close().await;
+    });
+    let live = Live {
+        outbox,
+        pending: Arc::default(),
+    };
+    let _ = tell.send(Status::Live(live.clone()));
+    let result = loop {
+        let frame = match receiver.recv().await {
+            Ok(frame) => frame,
+            Err(LinkError::Frame(_)) => continue,
+            Err(error) => break Err(error),
+        };
+        let req_id = match &frame {
+            Frame::HttpResponse { req_id, .. }
+            | Frame::HttpResponseHead { req_id, .. }
+            | Frame::HttpResponseChunk { req_id, .. } => req_id.clone(),
+            Frame::Error { code, .. } if code == PAIRING_REVOKED => break Err(LinkError::Revoked),
+            Frame::Ping { nonce } => {
+                let _ = live.outbox.send(Frame::Pong { nonce: nonce.clone() }).await;
+                continue;
+            }
+            _ => continue,
+        };
+        // Frames for a request already cancelled or done are dropped (§5.6).
+        let waiting = lock(&live.pending).get(&req_id).cloned();
+        if let Some(waiting) = waiting
+            && waiting.send(frame).await.is_err()
+        {
+            lock(&live.pending).remove(&req_id);
+        }
+    };
+    let _ = tell.send(Status::Connecting);
+    // Pending requests fail as network errors: their senders go with the map.
+    lock(&live.pending).clear();
+    drop(live);
+    writer.abort();
+    result
+}
+
+/// The loopback endpoint's state.
+#[derive(Clone)]
+struct Endpoint {
+    client: Arc<TunnelClient>,
+    port: u16,
+}
+
+/// Serves `client` at `listener` (loopback only) until `shutdown`: every request to `/mcp` or
+/// `/health` goes through the tunnel; a `Host` or `Origin` that is not this loopback endpoint
+/// is refused 403, so no web page the device opens can reach the host through it.
+pub async fn serve_endpoint(
+    listener: tokio::net::TcpListener,
+    client: Arc<TunnelClient>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), DeviceError> {
+    let addr = listener.local_addr().map_err(|e| DeviceError::Io {
+        path: PathBuf::from("(listener)"),
+        source: e,
+    })?;
+    if !addr.ip().is_loopback() {
+        return Err(DeviceError::NotLoopback(addr));
+    }
+    let state = Endpoint {
+        client,
+        port: addr.port(),
+    };
+    let app = axum::Router::new()
+        .fallback(through)
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_FRAME_BODY))
+        .layer(tower::limit::ConcurrencyLimitLayer::new(MAX_CONCURRENT))
+        .with_state(state);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|e| DeviceError::Io {
+            path: PathBuf::from("(listener)"),
+            source: e,
+        })
+}
+
+async fn through(State(endpoint): State<Endpoint>, request: Request) -> Response {
+    let loopback = |value: &str, with_scheme: bool| {
+        let value = value.to_ascii_lowercase();
+        let value = if with_scheme {
+            match value.strip_prefix("http://") {
+                Some(rest) => rest.to_owned(),
+                None => return false,
+            }
+        } else {
+            value
+        };
+        ["127.0.0.1", "localhost", "[::1]"]
+            .iter()
+            .any(|name| value == format!("{name}:{}", endpoint.port))
+    };
+    let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok());
+    if !host.is_some_and(|h| loopback(h, false)) {
+        return plain(StatusCode::FORBIDDEN, "this endpoint answers its loopback name only");
+    }
+    if let Some(origin) = request.headers().get(header::ORIGIN)
+        && !origin.to_str().is_ok_and(|o| loopback(o, true))
+    {
+        return plain(StatusCode::FORBIDDEN, "this endpoint answers no web page");
+    }
+    let method = request.method().as_str().to_owned();
+    let path = request
+        .uri()
+        .path_and_query()
+        .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned());
+    let mut headers = BTreeMap::new();
+    for (name, value) in request.headers() {
+        if let Ok(value) = value.to_str() {
+            headers.insert(name.as_str().to_owned(), value.to_owned());
+        }
+    }
+    let body = match axum::body::to_bytes(request.into_body(), MAX_FRAME_BODY).await {
+        Ok(body) => body,
+        Err(_) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "a request body over 256 KiB"),
+    };
+    endpoint.client.fetch(&method, &path, headers, body).await
+}
