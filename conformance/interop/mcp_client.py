@@ -1,8 +1,15 @@
 """A paired device of the agent's browser, played by the official MCP Python SDK (`mcp` from PyPI,
 pinned in mcp-requirements.txt): a client nobody on this project wrote.
 
-    python mcp_client.py http  BASE_URL PAIRING_CODE
-    python mcp_client.py stdio CLIENT_CONFIG
+    python mcp_client.py http   BASE_URL PAIRING_CODE
+    python mcp_client.py stdio  CLIENT_CONFIG
+    python mcp_client.py tunnel BASE_URL
+    python mcp_client.py rtt    BASE_URL [PAIRING_CODE]
+
+`tunnel`: BASE_URL is a device's `pap-agent pair connect` endpoint (AIP-59 pair/v2): no bearer,
+the tunnel serves it as its paired device; the same session as `http`. `rtt`: times 100 calls
+of `browser_profile_list` (a tool that touches no page, so the figures are the path's) and
+prints their p50 and p99 in milliseconds; with PAIRING_CODE it pairs first (the direct path).
 
 `http`: redeems PAIRING_CODE at BASE_URL/pair (AIP-59) for a bearer, then speaks streamable HTTP
 to BASE_URL/mcp with it. `stdio`: spawns the server exactly as CLIENT_CONFIG (a config
@@ -21,6 +28,7 @@ import base64
 import json
 import re
 import sys
+import time
 
 import httpx2
 from mcp import Client
@@ -124,6 +132,40 @@ async def over_http(base, code):
             return await session(client)
 
 
+async def over_tunnel(base):
+    async with Client(streamable_http_client(f"{base}/mcp")) as client:
+        return await session(client)
+
+
+async def round_trips(base, code):
+    headers = {}
+    if code:
+        async with httpx2.AsyncClient() as plain:
+            paired = await plain.post(f"{base}/pair", json={"code": code})
+            if paired.status_code != 200:
+                fail(f"POST /pair answered {paired.status_code}")
+            headers["Authorization"] = f"Bearer {paired.json()['bearer']}"
+    http = create_mcp_http_client(headers=headers)
+    async with http:
+        async with Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client:
+            await tool(client, "browser_profile_list", {})
+            took = []
+            for _ in range(100):
+                # Paced under the host's per-device rate limit (10 calls a second a tool);
+                # each call is timed alone.
+                await asyncio.sleep(0.11)
+                started = time.perf_counter()
+                await tool(client, "browser_profile_list", {})
+                took.append((time.perf_counter() - started) * 1000)
+    took.sort()
+    return {
+        "protocolVersion": client.protocol_version,
+        "calls": len(took),
+        "p50Ms": round(took[49], 2),
+        "p99Ms": round(took[98], 2),
+    }
+
+
 async def over_stdio(config_path):
     with open(config_path) as f:
         entry = json.load(f)["mcpServers"]["pap-agent-browser"]
@@ -138,6 +180,13 @@ def main():
         seen = asyncio.run(over_http(sys.argv[2], sys.argv[3]))
     elif mode == "stdio" and len(sys.argv) == 3:
         seen = asyncio.run(over_stdio(sys.argv[2]))
+    elif mode == "tunnel" and len(sys.argv) == 3:
+        seen = asyncio.run(over_tunnel(sys.argv[2]))
+    elif mode == "rtt" and len(sys.argv) in (3, 4):
+        timed = asyncio.run(round_trips(sys.argv[2], sys.argv[3] if len(sys.argv) == 4 else None))
+        print(json.dumps({"mode": mode, **timed}))
+        print(f"mcp_client: rtt: {timed['calls']} calls, p50 {timed['p50Ms']} ms, p99 {timed['p99Ms']} ms", file=sys.stderr)
+        return
     else:
         fail(__doc__)
     print(json.dumps({"mode": mode, **seen}))

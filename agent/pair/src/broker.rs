@@ -82,7 +82,8 @@ impl Default for BrokerLimits {
     }
 }
 
-/// What the broker did, for an operator and for tests: counts only, never a route.
+/// What the broker did, for an operator and for tests: counts, and a journal that is off
+/// unless asked for ([`Journal::keep`]).
 #[derive(Debug, Default)]
 pub struct BrokerStats {
     /// Sockets waiting for their counterpart now.
@@ -93,6 +94,62 @@ pub struct BrokerStats {
     pub splices: AtomicU64,
     /// Upgrades and sockets refused since the start.
     pub refused: AtomicU64,
+    /// Everything the broker could see, line by line, when kept.
+    pub journal: Journal,
+}
+
+/// The broker's view of its traffic: each upgrade's request target (the side and the route,
+/// which AIP-59 §2.2 makes public) and each relayed message's direction, kind and size. It
+/// is all a broker learns, so it shows what a broker operator could log. Bounded: the most
+/// recent [`Journal::keep`] lines.
+#[derive(Debug, Default)]
+pub struct Journal {
+    lines: Mutex<std::collections::VecDeque<String>>,
+    capacity: AtomicUsize,
+}
+
+impl Journal {
+    /// Keeps the last `capacity` lines from now on (0: none, the default).
+    pub fn keep(&self, capacity: usize) {
+        self.capacity.store(capacity, Ordering::SeqCst);
+    }
+
+    /// The lines kept.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    fn note(&self, line: impl FnOnce() -> String) {
+        let capacity = self.capacity.load(Ordering::Relaxed);
+        if capacity == 0 {
+            return;
+        }
+        let mut lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
+        while lines.len() >= capacity {
+            lines.pop_front();
+        }
+        lines.push_back(line());
+    }
+}
+
+fn side_name(side: Side) -> &'static str {
+    match side {
+        Side::Daemon => "daemon",
+        Side::Client => "client",
+    }
+}
+
+fn kind_and_size(message: &Message) -> (&'static str, usize) {
+    match message {
+        Message::Text(text) => ("text", text.len()),
+        Message::Binary(bytes) => ("binary", bytes.len()),
+        _ => ("control", message.len()),
+    }
 }
 
 type Ws = WebSocketStream<TcpStream>;
@@ -191,6 +248,7 @@ async fn connection(tcp: TcpStream, limits: BrokerLimits, routes: &Routes, stats
     let mut upgrade = None;
     let callback = |request: &Request, response: Response| match parse_upgrade(request) {
         Some(parsed) => {
+            stats.journal.note(|| format!("upgrade GET {}", request.uri()));
             upgrade = Some(parsed);
             Ok(response)
         }
@@ -337,7 +395,20 @@ async fn arrive(mut ws: Ws, side: Side, route: String, limits: BrokerLimits, rou
     stats.active.fetch_add(1, Ordering::Relaxed);
     let (mut a, mut b) = (ws, peer);
     let mut code = None;
+    let other = if side == Side::Daemon {
+        Side::Client
+    } else {
+        Side::Daemon
+    };
     for message in early {
+        stats.journal.note(|| {
+            let (kind, size) = kind_and_size(&message);
+            format!(
+                "relay {}→{} {kind} {size} bytes (held while parked)",
+                side_name(side),
+                side_name(other)
+            )
+        });
         if b.send(message).await.is_err() {
             code = Some(close::PEER_CLOSED);
             break;
@@ -345,7 +416,7 @@ async fn arrive(mut ws: Ws, side: Side, route: String, limits: BrokerLimits, rou
     }
     let code = match code {
         Some(code) => code,
-        None => relay(&mut a, &mut b, limits.idle_timeout).await,
+        None => relay(&mut a, &mut b, [side, other], limits.idle_timeout, &stats.journal).await,
     };
     // The route is free before either side hears of the end, so a side that dials again at
     // once is not refused.
@@ -362,7 +433,7 @@ async fn arrive(mut ws: Ws, side: Side, route: String, limits: BrokerLimits, rou
 
 /// Relays every message between `a` and `b` unmodified until one side closes, fails, sends
 /// past the limit, or both are silent for `idle`; the close code both sides get.
-async fn relay(a: &mut Ws, b: &mut Ws, idle: Duration) -> u16 {
+async fn relay(a: &mut Ws, b: &mut Ws, sides: [Side; 2], idle: Duration, journal: &Journal) -> u16 {
     loop {
         let next = tokio::time::timeout(idle, async {
             tokio::select! {
@@ -377,6 +448,11 @@ async fn relay(a: &mut Ws, b: &mut Ws, idle: Duration) -> u16 {
         let to = if from_a { &mut *b } else { &mut *a };
         match message {
             Some(Ok(message @ (Message::Text(_) | Message::Binary(_)))) => {
+                journal.note(|| {
+                    let (kind, size) = kind_and_size(&message);
+                    let [from, to] = if from_a { sides } else { [sides[1], sides[0]] };
+                    format!("relay {}→{} {kind} {size} bytes", side_name(from), side_name(to))
+                });
                 if to.send(message).await.is_err() {
                     return close::PEER_CLOSED;
                 }

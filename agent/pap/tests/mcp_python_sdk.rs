@@ -1,13 +1,16 @@
 //! Our MCP hosts driven by the official MCP Python SDK (`mcp` from PyPI, pinned in
 //! `conformance/interop/mcp-requirements.txt`), a client nobody here wrote, through
 //! `conformance/interop/mcp_client.py`: over streamable HTTP with a bearer it pairs for itself
-//! (`POST /pair` with a code from `pap-agent pair`), and over stdio as the config
+//! (`POST /pair` with a code from `pap-agent pair`), through an AIP-59 `pair/v2` tunnel (a
+//! device paired with `pair offer`/`pair accept` over a rendezvous broker, its
+//! `pair connect` endpoint on loopback), and over stdio as the config
 //! `pap-agent install-mcp --client cursor` wrote spawns the host. Each time it lists the tools
 //! (every name one Claude Desktop accepts; the names are printed), loads a page of our company
 //! and gets a screenshot, carries a Session of its own into the website (`pap_session_start`,
 //! `pap_signin_start` approved here by the person at the company, `pap_propose`, `pap_join`
 //! onto the operation's page), reads the page, sees its own click on the confirm button refused
-//! (AIP-7) and `file:` refused; the operation is performed 0 times.
+//! (AIP-7) and `file:` refused; the operation is performed 0 times. It also times a tool
+//! call's round trip, direct and through the tunnel (p50, p99 of 100), and prints them.
 //!
 //! Needs `PAP_MCP_PYTHON`: a Python with that requirements file (`.ci/run` makes one). Without
 //! it this test fails, saying so: it is never skipped.
@@ -21,7 +24,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use support::Stage;
-use support::cli_agent::{agent_and_company, host_serve, pap, stop_host, test_network};
+use support::cli_agent::{
+    agent_and_company, host_serve, pair_accept, pair_connect, pap, rendezvous, stop_host, test_network,
+};
 use tokio::io::AsyncBufReadExt as _;
 
 /// Runs the Python client with `args`, approving at `company` (as the person) the sign-in it
@@ -112,6 +117,46 @@ async fn the_official_python_sdk_drives_our_hosts_over_http_and_stdio() {
     let code = pap(&state, &["pair", "--name", "python-sdk"]).trim().to_owned();
     let seen = python_device(&python, &["http", &format!("http://{addr}"), &code], &company).await;
     check(&seen, &company).await;
+
+    // A tool call's round trip on the direct path, to set the tunnel's beside.
+    let code = pap(&state, &["pair", "--name", "python-rtt"]).trim().to_owned();
+    let direct = python_device(&python, &["rtt", &format!("http://{addr}"), &code], &company).await;
+
+    // AIP-59 pair/v2: the same host from a device that reaches it only through a rendezvous
+    // broker, end to end encrypted; the SDK speaks to the device's loopback endpoint.
+    let (rendezvous_url, broker) = rendezvous().await;
+    let offer = pap(
+        &state,
+        &[
+            "pair",
+            "offer",
+            "--rendezvous",
+            &rendezvous_url,
+            "--name",
+            "python-tunnel",
+        ],
+    )
+    .trim()
+    .to_owned();
+    let device = stage.work.join("device");
+    let (paired, fingerprint, said, pairing_took) = pair_accept(&device, &[], &offer, "yes").await;
+    assert!(paired, "pair accept failed: {said}");
+    let (mut connect, endpoint, _) = pair_connect(&device, &[], fingerprint.trim()).await;
+    let seen = python_device(&python, &["tunnel", &format!("http://{endpoint}")], &company).await;
+    check(&seen, &company).await;
+    let tunnelled = python_device(&python, &["rtt", &format!("http://{endpoint}")], &company).await;
+    eprintln!(
+        "pair/v2: `pair accept` took {} ms (process start, offer check, dial, handshake, hello frame); \
+         browser_profile_list round trip over 100 calls: direct p50 {} ms p99 {} ms; through the \
+         broker p50 {} ms p99 {} ms; the broker relayed {} messages",
+        pairing_took.as_millis(),
+        direct["p50Ms"],
+        direct["p99Ms"],
+        tunnelled["p50Ms"],
+        tunnelled["p99Ms"],
+        broker.journal.lines().iter().filter(|l| l.starts_with("relay")).count()
+    );
+    connect.kill().await.unwrap();
     stop_host(host, &state).await;
 
     // Stdio: the host spawned as install-mcp configured the client.

@@ -60,6 +60,9 @@ enum Target {
 }
 
 struct Parker {
+    /// The broker and the target it parks for: a route that comes to mean something else (a
+    /// pairing's route become a tombstone's) gets a new parker.
+    parks_for: (String, Target),
     task: tokio::task::JoinHandle<()>,
     wanted: Arc<AtomicBool>,
     serving: Arc<AtomicBool>,
@@ -115,39 +118,44 @@ impl HostTunnel {
     /// Parks on every route the devices file asks for, until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
         let mut parkers: HashMap<String, Parker> = HashMap::new();
+        // Parkers no longer wanted that are still serving a channel: it ends on its own (served
+        // to its end, or told it was revoked), and they then stop.
+        let mut draining: Vec<Parker> = Vec::new();
         tokio::pin!(shutdown);
         loop {
             let wanted = self.wanted_routes();
-            parkers.retain(|route, parker| {
+            draining.retain(|parker| !parker.task.is_finished());
+            for (route, parker) in std::mem::take(&mut parkers) {
                 if parker.task.is_finished() {
-                    return false;
+                    continue;
                 }
-                if wanted.contains_key(route) {
-                    return true;
+                if wanted.get(&route) == Some(&parker.parks_for) {
+                    parkers.insert(route, parker);
+                    continue;
                 }
                 parker.wanted.store(false, Ordering::SeqCst);
-                // A parked socket goes now; a live channel ends on its own (served to its end,
-                // or told it was revoked).
                 if parker.serving.load(Ordering::SeqCst) {
-                    true
+                    draining.push(parker);
                 } else {
                     parker.task.abort();
-                    false
                 }
-            });
-            for (route, (rendezvous, target)) in wanted {
+            }
+            for (route, parks_for) in wanted {
                 if parkers.contains_key(&route) {
                     continue;
                 }
                 let (flag, serving) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicBool::new(false)));
-                let task =
-                    tokio::spawn(
-                        self.clone()
-                            .park(route.clone(), rendezvous, target, flag.clone(), serving.clone()),
-                    );
+                let task = tokio::spawn(self.clone().park(
+                    route.clone(),
+                    parks_for.0.clone(),
+                    parks_for.1.clone(),
+                    flag.clone(),
+                    serving.clone(),
+                ));
                 parkers.insert(
                     route,
                     Parker {
+                        parks_for,
                         task,
                         wanted: flag,
                         serving,
@@ -159,7 +167,7 @@ impl HostTunnel {
                 () = tokio::time::sleep(RESCAN) => {}
             }
         }
-        for parker in parkers.into_values() {
+        for parker in parkers.into_values().chain(draining) {
             parker.task.abort();
         }
     }

@@ -185,3 +185,96 @@ pub async fn stop_host(mut host: tokio::process::Child, state: &Path) {
     let left = pap_browser::chromium::browsers_of(&pap_browser::chromium::ProcTable, state).unwrap();
     assert!(left.is_empty(), "the host left its browser running: {left:?}");
 }
+
+/// A rendezvous broker on loopback (in process, its journal kept): its `ws://` URL and stats.
+pub async fn rendezvous() -> (String, std::sync::Arc<pap_pair::broker::BrokerStats>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/", listener.local_addr().unwrap());
+    let stats = std::sync::Arc::new(pap_pair::broker::BrokerStats::default());
+    stats.journal.keep(100_000);
+    tokio::spawn(pap_pair::broker::serve(
+        listener,
+        pap_pair::broker::BrokerLimits::default(),
+        stats.clone(),
+        std::future::pending(),
+    ));
+    (url, stats)
+}
+
+/// `pap-agent pair accept` on the device's state `device`, given `offer` and then `answer` on
+/// stdin: whether it succeeded, its stdout and stderr, and how long it took (pairing included).
+pub async fn pair_accept(
+    device: &Path,
+    global: &[String],
+    offer: &str,
+    answer: &str,
+) -> (bool, String, String, Duration) {
+    use tokio::io::AsyncWriteExt as _;
+    let started = std::time::Instant::now();
+    let mut child = tokio::process::Command::new(AGENT)
+        .args(["--state-dir", device.to_str().unwrap()])
+        .args(global)
+        .args(["pair", "accept", "--name", "test-device"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(format!("{offer}\n{answer}\n").as_bytes())
+        .await
+        .unwrap();
+    drop(stdin);
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("pair accept did not end in 60 s")
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+        started.elapsed(),
+    )
+}
+
+/// Starts `pap-agent pair connect FINGERPRINT --listen 127.0.0.1:0` on the device's state;
+/// waits (60 s at most) for the line that says where it listens. Its stderr lines after that
+/// go to the returned channel.
+pub async fn pair_connect(
+    device: &Path,
+    global: &[String],
+    fingerprint: &str,
+) -> (
+    tokio::process::Child,
+    SocketAddr,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    let mut child = tokio::process::Command::new(AGENT)
+        .args(["--state-dir", device.to_str().unwrap()])
+        .args(global)
+        .args(["pair", "connect", fingerprint, "--listen", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(url) = line.strip_prefix("listening on http://") {
+                return url.trim_end_matches("/mcp").parse::<SocketAddr>().unwrap();
+            }
+        }
+        panic!("pair connect ended before it listened");
+    })
+    .await
+    .expect("pair connect did not listen in 60 s");
+    let (said, heard) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = said.send(line);
+        }
+    });
+    (child, addr, heard)
+}
