@@ -1,0 +1,164 @@
+//! The tunnel's frames under load they must bear (AIP-59 §5.4-§5.6), with the host's and the
+//! device's ends as the library runs them (`HostTunnel`, `TunnelClient`) and our broker between
+//! them on loopback; the host's routes are a small app here, so a response can be larger than
+//! one frame, or never end.
+//!
+//! A 600 KiB body arrives whole, split into frames of at most 256 KiB; an event stream that
+//! never ends arrives chunk by chunk (it cannot have been buffered to its end); dropping its
+//! response sends `http_cancel`, and the host drops the upstream body.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use futures_util::StreamExt as _;
+use pap_agent::pairing::Devices;
+use pap_agent::tunnel::device::{TunnelClient, accept, load_credential};
+use pap_agent::tunnel::host::HostTunnel;
+use pap_agent::tunnel::{daemon_keys, mint_offer};
+use pap_pair::link::Dialer;
+use pap_shared::{SystemClock, SystemRng};
+use support::cli_agent::rendezvous;
+
+const DEADLINE: Duration = Duration::from_secs(20);
+const BIG: usize = 600 * 1024;
+
+/// The upstream streams alive, and a signal when one is dropped (the host aborted it).
+#[derive(Default)]
+struct Upstreams {
+    alive: AtomicUsize,
+    dropped: tokio::sync::Notify,
+}
+
+struct Alive(Arc<Upstreams>);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.alive.fetch_sub(1, Ordering::SeqCst);
+        self.0.dropped.notify_one();
+    }
+}
+
+fn app(alive: Arc<Upstreams>) -> axum::Router {
+    let big = axum::routing::get(|| async { Body::from(vec![b'x'; BIG]) });
+    let endless = axum::routing::get(move || {
+        let alive = alive.clone();
+        async move {
+            alive.alive.fetch_add(1, Ordering::SeqCst);
+            let guard = Alive(alive);
+            let events = futures_util::stream::unfold((0_u32, guard), |(n, guard)| async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Some((
+                    Ok::<_, std::io::Error>(Bytes::from(format!("data: {n}\n\n"))),
+                    (n + 1, guard),
+                ))
+            });
+            axum::response::Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(events))
+                .unwrap()
+        }
+    });
+    axum::Router::new().route("/health", big).route("/mcp", endless)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_are_split_streams_arrive_chunk_by_chunk_and_a_dropped_response_is_cancelled_upstream() {
+    let work = std::env::temp_dir().join(format!("pap-tunnel-frames-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    let (host_state, device_state) = (work.join("host"), work.join("device"));
+    pap_browser::store::private_dir(&host_state).unwrap();
+    let (broker_url, broker) = rendezvous().await;
+    let alive = Arc::new(Upstreams::default());
+    let tunnel = Arc::new(HostTunnel::new(
+        Devices::at(&host_state),
+        daemon_keys(&host_state, &SystemRng).unwrap(),
+        Dialer::new(&[]).unwrap(),
+        app(alive.clone()),
+        "127.0.0.1:1".to_owned(),
+        "frames host".to_owned(),
+        Arc::new(SystemClock),
+        Arc::new(SystemRng),
+    ));
+    tokio::spawn(tunnel.run(std::future::pending()));
+
+    let offer = mint_offer(&host_state, &broker_url, 600, Some("frames"), &SystemClock, &SystemRng).unwrap();
+    let paired = accept(
+        &device_state,
+        &offer,
+        "frames device",
+        &Dialer::new(&[]).unwrap(),
+        |paired| paired.label.as_deref() == Some("frames host"),
+        &SystemClock,
+        &SystemRng,
+    )
+    .await
+    .unwrap();
+    let credential = load_credential(&device_state, &paired.fingerprint).unwrap();
+    let (client, _kept) = TunnelClient::start(
+        device_state.clone(),
+        credential,
+        Dialer::new(&[]).unwrap(),
+        Arc::new(SystemClock),
+        Arc::new(SystemRng),
+    );
+
+    // 600 KiB: streamed as a head and chunks, each within the frame bound, whole at the end.
+    let response = tokio::time::timeout(DEADLINE, client.fetch("GET", "/health", BTreeMap::new(), Bytes::new()))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body = axum::body::to_bytes(response.into_body(), BIG + 1).await.unwrap();
+    assert_eq!(body.len(), BIG);
+    assert!(body.iter().all(|b| *b == b'x'));
+    let sizes: Vec<usize> = broker
+        .journal
+        .lines()
+        .iter()
+        .filter(|l| l.starts_with("relay daemon→client"))
+        .filter_map(|l| l.split_whitespace().nth(3).and_then(|n| n.parse().ok()))
+        .collect();
+    assert!(sizes.iter().filter(|s| **s > 256 * 1024).count() >= 2, "{sizes:?}");
+    assert!(
+        sizes.iter().all(|s| *s < 1 << 20),
+        "every envelope under 1 MiB: {sizes:?}"
+    );
+
+    // An event stream that never ends: its first events arrive as they are sent.
+    let response = tokio::time::timeout(DEADLINE, client.fetch("GET", "/mcp", BTreeMap::new(), Bytes::new()))
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut events = response.into_body().into_data_stream();
+    let mut seen = String::new();
+    while !seen.contains("data: 2\n") {
+        let chunk = tokio::time::timeout(DEADLINE, events.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        seen.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    assert!(seen.starts_with("data: 0\n\n"), "{seen}");
+    assert_eq!(alive.alive.load(Ordering::SeqCst), 1);
+    // Dropping the response cancels it (§5.6): the host aborts the upstream request.
+    drop(events);
+    tokio::time::timeout(DEADLINE, alive.dropped.notified())
+        .await
+        .expect("the host did not drop the cancelled upstream stream");
+    assert_eq!(alive.alive.load(Ordering::SeqCst), 0);
+
+    // The channel still serves after the cancel.
+    let again = tokio::time::timeout(DEADLINE, client.fetch("GET", "/health", BTreeMap::new(), Bytes::new()))
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 200);
+    let _ = std::fs::remove_dir_all(&work);
+}
