@@ -5,7 +5,9 @@
 //!
 //! A 600 KiB body arrives whole, split into frames of at most 256 KiB; an event stream that
 //! never ends arrives chunk by chunk (it cannot have been buffered to its end); dropping its
-//! response sends `http_cancel`, and the host drops the upstream body.
+//! response sends `http_cancel`, and the host drops the upstream body. A broker killed under a
+//! live stream fails that stream as a network error, and the device (offline, never revoked)
+//! comes back once a broker answers again.
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
@@ -69,13 +71,13 @@ fn app(alive: Arc<Upstreams>) -> axum::Router {
     axum::Router::new().route("/health", big).route("/mcp", endless)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn large_bodies_are_split_streams_arrive_chunk_by_chunk_and_a_dropped_response_is_cancelled_upstream() {
-    let work = std::env::temp_dir().join(format!("pap-tunnel-frames-{}", std::process::id()));
+/// A host (this file's app behind a `HostTunnel`) and a device paired through the broker at
+/// `broker_url`: the device's client and the upstream counter.
+async fn paired(label: &str, broker_url: &str) -> (std::path::PathBuf, Arc<TunnelClient>, Arc<Upstreams>) {
+    let work = std::env::temp_dir().join(format!("pap-tunnel-{label}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     let (host_state, device_state) = (work.join("host"), work.join("device"));
     pap_browser::store::private_dir(&host_state).unwrap();
-    let (broker_url, broker) = rendezvous().await;
     let alive = Arc::new(Upstreams::default());
     let tunnel = Arc::new(HostTunnel::new(
         Devices::at(&host_state),
@@ -89,7 +91,7 @@ async fn large_bodies_are_split_streams_arrive_chunk_by_chunk_and_a_dropped_resp
     ));
     tokio::spawn(tunnel.run(std::future::pending()));
 
-    let offer = mint_offer(&host_state, &broker_url, 600, Some("frames"), &SystemClock, &SystemRng).unwrap();
+    let offer = mint_offer(&host_state, broker_url, 600, Some("frames"), &SystemClock, &SystemRng).unwrap();
     let paired = accept(
         &device_state,
         &offer,
@@ -109,6 +111,13 @@ async fn large_bodies_are_split_streams_arrive_chunk_by_chunk_and_a_dropped_resp
         Arc::new(SystemClock),
         Arc::new(SystemRng),
     );
+    (work, client, alive)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_are_split_streams_arrive_chunk_by_chunk_and_a_dropped_response_is_cancelled_upstream() {
+    let (broker_url, broker) = rendezvous().await;
+    let (work, client, alive) = paired("frames", &broker_url).await;
 
     // 600 KiB: streamed as a head and chunks, each within the frame bound, whole at the end.
     let response = tokio::time::timeout(DEADLINE, client.fetch("GET", "/health", BTreeMap::new(), Bytes::new()))
@@ -160,5 +169,85 @@ async fn large_bodies_are_split_streams_arrive_chunk_by_chunk_and_a_dropped_resp
         .await
         .unwrap();
     assert_eq!(again.status(), 200);
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// `pap-agent rendezvous` on `listen`; its `ws://` URL once it listens.
+async fn broker_process(listen: &str) -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt as _;
+    let mut broker = tokio::process::Command::new(support::cli_agent::AGENT)
+        .args(["rendezvous", "--listen", listen])
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut said = tokio::io::BufReader::new(broker.stderr.take().unwrap()).lines();
+    let url = tokio::time::timeout(DEADLINE, async {
+        while let Some(line) = said.next_line().await.unwrap() {
+            if let Some(rest) = line.strip_prefix("rendezvous broker on ") {
+                return rest.split_whitespace().next().unwrap().to_owned();
+            }
+        }
+        panic!("the broker ended before it listened");
+    })
+    .await
+    .expect("the broker did not say where it listens");
+    (broker, url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_gone_is_offline_not_revoked_and_the_device_comes_back_when_it_returns() {
+    let (mut broker, broker_url) = broker_process("127.0.0.1:0").await;
+    let (work, client, _alive) = paired("offline", &broker_url).await;
+    let up = tokio::time::timeout(DEADLINE, client.fetch("GET", "/health", BTreeMap::new(), Bytes::new()))
+        .await
+        .unwrap();
+    assert_eq!(up.status(), 200);
+    let streaming = tokio::time::timeout(DEADLINE, client.fetch("GET", "/mcp", BTreeMap::new(), Bytes::new()))
+        .await
+        .unwrap();
+    let mut events = streaming.into_body().into_data_stream();
+    assert!(
+        tokio::time::timeout(DEADLINE, events.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .is_ok()
+    );
+
+    // The broker dies (kill -9): the pending stream fails as a network error (§5.7)...
+    broker.kill().await.unwrap();
+    let failed = tokio::time::timeout(DEADLINE, async {
+        loop {
+            match events.next().await {
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => return,
+            }
+        }
+    })
+    .await;
+    assert!(failed.is_ok(), "a stream on a dead channel did not end");
+
+    // ...and the device is offline, not revoked: once a broker answers on the same address
+    // again, both sides reconnect (jittered backoff) and the next request is served.
+    let port = url::Url::parse(&broker_url).unwrap().port().unwrap();
+    let (_broker, _) = broker_process(&format!("127.0.0.1:{port}")).await;
+    let back = tokio::time::timeout(
+        Duration::from_secs(60),
+        client.fetch("GET", "/health", BTreeMap::new(), Bytes::new()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(back.status(), 200, "the device did not come back");
+    let credential = std::fs::read_dir(work.join("device").join("hosts"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    let stored: serde_json::Value = serde_json::from_slice(&std::fs::read(credential.path()).unwrap()).unwrap();
+    assert!(
+        stored.get("revokedAt").is_none(),
+        "offline was taken for revoked: {stored}"
+    );
     let _ = std::fs::remove_dir_all(&work);
 }

@@ -223,6 +223,15 @@ impl HostTunnel {
                 Ok(()) => backoff.reset(),
                 // The broker ended a lone wait (4408): park again at once.
                 Err(LinkError::Closed(Some(pap_pair::broker::close::PARK_TIMEOUT))) => backoff.reset(),
+                // A hello refused (a wrong auth, a stale offer, not a hello): the broker works,
+                // so park again after the first step only. Growing the wait here would let
+                // whoever knows a route (the broker) keep the right device out for the cap.
+                Err(error @ (LinkError::Pair(_) | LinkError::Protocol)) => {
+                    tracing::debug!(%error, "a hello was refused");
+                    backoff.reset();
+                    tokio::time::sleep(backoff.next(self.rng.as_ref())).await;
+                    backoff.reset();
+                }
                 Err(error) => {
                     tracing::debug!(%error, "a parked socket ended");
                     tokio::time::sleep(backoff.next(self.rng.as_ref())).await;
