@@ -26,7 +26,7 @@ use pap_agent::tunnel::device::{TunnelClient, accept, load_credential};
 use pap_agent::tunnel::host::HostTunnel;
 use pap_agent::tunnel::{daemon_keys, mint_offer};
 use pap_pair::link::Dialer;
-use pap_shared::{SystemClock, SystemRng};
+use pap_shared::{Clock, ManualClock, SystemClock, SystemRng};
 use support::cli_agent::rendezvous;
 
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -74,6 +74,16 @@ fn app(alive: Arc<Upstreams>) -> axum::Router {
 /// A host (this file's app behind a `HostTunnel`) and a device paired through the broker at
 /// `broker_url`: the device's client and the upstream counter.
 async fn paired(label: &str, broker_url: &str) -> (std::path::PathBuf, Arc<TunnelClient>, Arc<Upstreams>) {
+    paired_at(label, broker_url, Arc::new(SystemClock), Arc::new(SystemClock)).await
+}
+
+/// [`paired`] with the host's and the device's clocks given.
+async fn paired_at(
+    label: &str,
+    broker_url: &str,
+    host_clock: Arc<dyn Clock>,
+    device_clock: Arc<dyn Clock>,
+) -> (std::path::PathBuf, Arc<TunnelClient>, Arc<Upstreams>) {
     let work = std::env::temp_dir().join(format!("pap-tunnel-{label}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     let (host_state, device_state) = (work.join("host"), work.join("device"));
@@ -86,19 +96,27 @@ async fn paired(label: &str, broker_url: &str) -> (std::path::PathBuf, Arc<Tunne
         app(alive.clone()),
         "127.0.0.1:1".to_owned(),
         "frames host".to_owned(),
-        Arc::new(SystemClock),
+        host_clock.clone(),
         Arc::new(SystemRng),
     ));
     tokio::spawn(tunnel.run(std::future::pending()));
 
-    let offer = mint_offer(&host_state, broker_url, 600, Some("frames"), &SystemClock, &SystemRng).unwrap();
+    let offer = mint_offer(
+        &host_state,
+        broker_url,
+        600,
+        Some("frames"),
+        host_clock.as_ref(),
+        &SystemRng,
+    )
+    .unwrap();
     let paired = accept(
         &device_state,
         &offer,
         "frames device",
         &Dialer::new(&[]).unwrap(),
         |paired| paired.label.as_deref() == Some("frames host"),
-        &SystemClock,
+        device_clock.as_ref(),
         &SystemRng,
     )
     .await
@@ -108,7 +126,7 @@ async fn paired(label: &str, broker_url: &str) -> (std::path::PathBuf, Arc<Tunne
         device_state.clone(),
         credential,
         Dialer::new(&[]).unwrap(),
-        Arc::new(SystemClock),
+        device_clock,
         Arc::new(SystemRng),
     );
     (work, client, alive)
@@ -249,5 +267,44 @@ async fn a_broker_gone_is_offline_not_revoked_and_the_device_comes_back_when_it_
         stored.get("revokedAt").is_none(),
         "offline was taken for revoked: {stored}"
     );
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// Fetches `/health` through `client` until it answers 200 (a fetch with no channel yet waits
+/// 20 s and answers 503 "offline"; then it asks again), a minute at most.
+async fn served(client: &TunnelClient) {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let response = client.fetch("GET", "/health", BTreeMap::new(), Bytes::new()).await;
+            match response.status().as_u16() {
+                200 => return,
+                503 => {}
+                other => panic!("answered {other}"),
+            }
+        }
+    })
+    .await
+    .expect("the device was not served within a minute");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pairing_reconnects_across_midnight_on_todays_or_yesterdays_route() {
+    // UTC day D ends at `midnight`.
+    let midnight = 20_790 * 86_400;
+    // The host is past midnight, the device not yet: the device's first channel is on day D's
+    // route, which is the host's yesterday (§2.4: the daemon parks on both).
+    let (host_clock, device_clock) = (ManualClock::at(midnight + 30), ManualClock::at(midnight - 30));
+    let (mut broker, broker_url) = broker_process("127.0.0.1:0").await;
+    let port = url::Url::parse(&broker_url).unwrap().port().unwrap();
+    let (work, client, _alive) = paired_at("midnight", &broker_url, host_clock.clone(), device_clock.clone()).await;
+    served(&client).await;
+
+    // The device a day ahead of the host (D+2 against D+1): nothing parks on its today's route,
+    // so after that wait it dials its yesterday's, the host's today (§2.4: the client tries
+    // today first, then yesterday).
+    device_clock.set(midnight + 86_400 + 30);
+    broker.kill().await.unwrap();
+    let (_broker, _) = broker_process(&format!("127.0.0.1:{port}")).await;
+    served(&client).await;
     let _ = std::fs::remove_dir_all(&work);
 }
