@@ -169,7 +169,12 @@ async def round_trips(base, code):
 
 async def over_stdio(config_path):
     with open(config_path) as f:
-        entry = json.load(f)["mcpServers"]["pap-agent-browser"]
+        servers = json.load(f)["mcpServers"]
+    # The local host's entry, or one host's through the tunnel (pap-agent-browser-<fp>).
+    ours = [name for name in servers if name.startswith("pap-agent-browser")]
+    if len(ours) != 1:
+        fail(f"expected one pap-agent-browser entry in {config_path}: {sorted(servers)}")
+    entry = servers[ours[0]]
     server = StdioServerParameters(command=entry["command"], args=entry["args"])
     async with Client(server) as client:
         return await session(client)

@@ -3,7 +3,8 @@
 //! `conformance/interop/mcp_client.py`: over streamable HTTP with a bearer it pairs for itself
 //! (`POST /pair` with a code from `pap-agent pair`), through an AIP-59 `pair/v2` tunnel (a
 //! device paired with `pair offer`/`pair accept` over a rendezvous broker, its
-//! `pair connect` endpoint on loopback), and over stdio as the config
+//! `pair connect` endpoint on loopback, and the same tunnel over stdio as
+//! `install-mcp --tunnel` configured it), and over stdio as the config
 //! `pap-agent install-mcp --client cursor` wrote spawns the host. Each time it lists the tools
 //! (every name one Claude Desktop accepts; the names are printed), loads a page of our company
 //! and gets a screenshot, carries a Session of its own into the website (`pap_session_start`,
@@ -157,6 +158,24 @@ async fn the_official_python_sdk_drives_our_hosts_over_http_and_stdio() {
         broker.journal.lines().iter().filter(|l| l.starts_with("relay")).count()
     );
     connect.kill().await.unwrap();
+
+    // The same tunnel for a client that only spawns servers: `install-mcp --tunnel` configures
+    // it to run `pap-agent pair stdio FINGERPRINT` on the device.
+    let remote = stage.work.join("cursor-remote-mcp.json");
+    pap(
+        &device,
+        &[
+            "install-mcp",
+            "--client",
+            "cursor",
+            "--config",
+            remote.to_str().unwrap(),
+            "--tunnel",
+            fingerprint.trim(),
+        ],
+    );
+    let seen = python_device(&python, &["stdio", remote.to_str().unwrap()], &company).await;
+    check(&seen, &company).await;
     stop_host(host, &state).await;
 
     // Stdio: the host spawned as install-mcp configured the client.

@@ -165,7 +165,13 @@ pub fn install(
     };
 
     let (device, bearer) = devices.mint(&format!("install:{}", client.name()), "install", clock, rng)?;
-    let written = write_entry(&mut document, client, config, program, global, &state, &bearer_file).and_then(|()| {
+    let args = [
+        "host".to_owned(),
+        "stdio".to_owned(),
+        "--bearer-file".to_owned(),
+        bearer_file.display().to_string(),
+    ];
+    let written = write_entry(&mut document, client, config, program, global, &state, ENTRY, &args).and_then(|()| {
         pap_browser::store::write_private(&bearer_file, bearer.expose().as_bytes()).map_err(io(&bearer_file))
     });
     if let Err(error) = written {
@@ -186,7 +192,54 @@ pub fn install(
     })
 }
 
-/// Puts our entry in `document` and writes it to `config` whole (a temporary file renamed).
+/// The entry name of a host reached through the tunnel: one per host, so a client can hold
+/// several beside the local one.
+pub fn tunnel_entry(fingerprint: &str) -> String {
+    format!("{ENTRY}-{}", fingerprint.get(..8).unwrap_or(fingerprint))
+}
+
+/// Configures `client` (in `config`) to spawn `program pair stdio FINGERPRINT`: the host paired
+/// over a rendezvous (`pap-agent pair accept`), reached through the tunnel by a client that
+/// only spawns servers. The credential stays where `pair accept` kept it; nothing new is paired.
+pub fn install_tunnel(
+    state: &Path,
+    client: Client,
+    config: &Path,
+    program: &Path,
+    global: &[String],
+    fingerprint: &str,
+) -> Result<String, InstallError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| InstallError::Io { path, source }
+    };
+    let mut document = match std::fs::read(config) {
+        Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
+            Ok(Value::Object(object)) => object,
+            _ => return Err(InstallError::NotAnObject(config.to_path_buf())),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Map::new(),
+        Err(e) => return Err(io(config)(e)),
+    };
+    if document
+        .get(client.servers_key())
+        .is_some_and(|servers| !servers.is_object())
+    {
+        return Err(InstallError::NotAnObject(config.to_path_buf()));
+    }
+    let state = std::fs::canonicalize(state).map_err(io(state))?;
+    let name = tunnel_entry(fingerprint);
+    let args = ["pair".to_owned(), "stdio".to_owned(), fingerprint.to_owned()];
+    write_entry(&mut document, client, config, program, global, &state, &name, &args)?;
+    Ok(name)
+}
+
+/// Puts the entry `name` (running `program` with the state, `global` and `args`) in `document`
+/// and writes it to `config` whole (a temporary file renamed).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "each is one fact of the entry, named at the call"
+)]
 fn write_entry(
     document: &mut Map<String, Value>,
     client: Client,
@@ -194,7 +247,8 @@ fn write_entry(
     program: &Path,
     global: &[String],
     state: &Path,
-    bearer_file: &Path,
+    name: &str,
+    command: &[String],
 ) -> Result<(), InstallError> {
     let io = |source| InstallError::Io {
         path: config.to_path_buf(),
@@ -202,12 +256,7 @@ fn write_entry(
     };
     let mut args = vec!["--state-dir".to_owned(), state.display().to_string()];
     args.extend(global.iter().cloned());
-    args.extend([
-        "host".to_owned(),
-        "stdio".to_owned(),
-        "--bearer-file".to_owned(),
-        bearer_file.display().to_string(),
-    ]);
+    args.extend(command.iter().cloned());
     let mut entry = json!({ "command": program.display().to_string(), "args": args });
     if matches!(client, Client::Vscode | Client::ClaudeCode) {
         entry["type"] = json!("stdio");
@@ -216,7 +265,7 @@ fn write_entry(
         .entry(client.servers_key())
         .or_insert_with(|| Value::Object(Map::new()));
     if let Value::Object(servers) = servers {
-        servers.insert(ENTRY.to_owned(), entry);
+        servers.insert(name.to_owned(), entry);
     }
     if let Some(parent) = config.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(io)?;

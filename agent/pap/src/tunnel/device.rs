@@ -668,3 +668,203 @@ async fn through(State(endpoint): State<Endpoint>, request: Request) -> Response
     };
     endpoint.client.fetch(&method, &path, headers, body).await
 }
+
+/// The JSON-RPC error a request gets when the host could not answer it (the client must not
+/// wait forever for a response that will never come).
+fn unanswered(id: &serde_json::Value, why: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": { "code": -32000, "message": why },
+    }))
+    .unwrap_or_default()
+}
+
+/// The JSON-RPC messages of an event stream's bytes, as they complete: each event's `data`
+/// lines joined (MCP's streamable HTTP sends one message per event).
+#[derive(Default)]
+struct Events {
+    pending: Vec<u8>,
+}
+
+impl Events {
+    fn push(&mut self, bytes: &[u8]) -> Vec<Vec<u8>> {
+        self.pending.extend_from_slice(bytes);
+        let mut messages = Vec::new();
+        while let Some(end) = find_event_end(&self.pending) {
+            let event: Vec<u8> = self.pending.drain(..end.1).collect();
+            let text = String::from_utf8_lossy(&event[..end.0]);
+            let data: Vec<&str> = text
+                .lines()
+                .filter_map(|line| line.strip_prefix("data:"))
+                .map(|d| d.strip_prefix(' ').unwrap_or(d))
+                .collect();
+            let data = data.join("\n");
+            if !data.trim().is_empty() {
+                messages.push(data.into_bytes());
+            }
+        }
+        messages
+    }
+}
+
+/// Where the first event in `bytes` ends: (its length, with its blank line).
+fn find_event_end(bytes: &[u8]) -> Option<(usize, usize)> {
+    let lf = bytes.windows(2).position(|w| w == b"\n\n").map(|i| (i, i + 2));
+    let crlf = bytes.windows(4).position(|w| w == b"\r\n\r\n").map(|i| (i, i + 4));
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// What the bridge knows of its MCP session with the host.
+#[derive(Default)]
+struct Bridged {
+    session: Option<String>,
+    protocol: Option<String>,
+}
+
+/// Serves the host behind `client` to an MCP client on `input`/`output` (stdio: one JSON-RPC
+/// message a line), for clients that only spawn servers (Claude Desktop): each message is
+/// POSTed to the host's `/mcp` through the tunnel in the order it came, and what the host
+/// answers (JSON, or an event stream read as it comes) is written back a message a line. A
+/// request the host cannot answer gets a JSON-RPC error. At the end of `input`, the MCP session
+/// is ended (`DELETE /mcp`).
+pub async fn serve_stdio(
+    client: Arc<TunnelClient>,
+    input: impl tokio::io::AsyncRead + Unpin,
+    mut output: impl tokio::io::AsyncWrite + Unpin + Send + 'static,
+) -> Result<(), DeviceError> {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    let (lines_out, mut to_write) = mpsc::channel::<Vec<u8>>(64);
+    let writer = tokio::spawn(async move {
+        while let Some(mut line) = to_write.recv().await {
+            line.push(b'\n');
+            if output.write_all(&line).await.is_err() || output.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+    let state: Arc<Mutex<Bridged>> = Arc::default();
+    let mut input = tokio::io::BufReader::new(input);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = input
+            .read_until(b'\n', &mut line)
+            .await
+            .map_err(|source| DeviceError::Io {
+                path: PathBuf::from("(stdin)"),
+                source,
+            })?;
+        if read == 0 {
+            break;
+        }
+        let message = line.trim_ascii();
+        if message.is_empty() {
+            continue;
+        }
+        let parsed: serde_json::Value = serde_json::from_slice(message).unwrap_or_default();
+        let id = parsed.get("id").filter(|_| parsed.get("method").is_some()).cloned();
+        if message.len() > MAX_FRAME_BODY {
+            if let Some(id) = &id {
+                let _ = lines_out.send(unanswered(id, "a message over 256 KiB")).await;
+            }
+            continue;
+        }
+        let initialize = parsed.get("method").and_then(|m| m.as_str()) == Some("initialize");
+        let mut headers = BTreeMap::from([
+            ("content-type".to_owned(), "application/json".to_owned()),
+            ("accept".to_owned(), "application/json, text/event-stream".to_owned()),
+        ]);
+        {
+            let known = lock(&state);
+            if let Some(session) = &known.session {
+                headers.insert("mcp-session-id".to_owned(), session.clone());
+            }
+            if let Some(protocol) = &known.protocol {
+                headers.insert("mcp-protocol-version".to_owned(), protocol.clone());
+            }
+        }
+        // The head in order (so `initialize` has its session before the next message), the
+        // body streamed apart (so a long call holds up no other).
+        let response = client
+            .fetch("POST", "/mcp", headers, Bytes::copy_from_slice(message))
+            .await;
+        let status = response.status();
+        if let Some(session) = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()) {
+            lock(&state).session = Some(session.to_owned());
+        }
+        let streamed = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let (lines_out, state) = (lines_out.clone(), state.clone());
+        tokio::spawn(async move {
+            let mut body = response.into_body().into_data_stream();
+            let mut events = Events::default();
+            let mut whole = Vec::new();
+            let mut answered = false;
+            while let Some(chunk) = futures_util::StreamExt::next(&mut body).await {
+                let Ok(chunk) = chunk else { break };
+                if !streamed {
+                    whole.extend_from_slice(&chunk);
+                    continue;
+                }
+                for event in events.push(&chunk) {
+                    if initialize
+                        && let Ok(value) = serde_json::from_slice::<serde_json::Value>(&event)
+                        && let Some(version) = value.pointer("/result/protocolVersion").and_then(|v| v.as_str())
+                    {
+                        lock(&state).protocol = Some(version.to_owned());
+                    }
+                    answered = true;
+                    if lines_out.send(event).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            if !streamed && status.is_success() && !whole.trim_ascii().is_empty() {
+                answered = true;
+                let _ = lines_out.send(whole.trim_ascii().to_vec()).await;
+            }
+            if !answered && let Some(id) = id {
+                let why = if status.is_success() {
+                    "the host's answer ended before it answered".to_owned()
+                } else {
+                    format!(
+                        "the host answered {status}: {}",
+                        String::from_utf8_lossy(whole.trim_ascii())
+                    )
+                };
+                let _ = lines_out.send(unanswered(&id, &why)).await;
+            }
+        });
+    }
+    let session = lock(&state).session.clone();
+    if let Some(session) = session {
+        let headers = BTreeMap::from([("mcp-session-id".to_owned(), session)]);
+        let _ = client.fetch("DELETE", "/mcp", headers, Bytes::new()).await;
+    }
+    drop(lines_out);
+    let _ = writer.await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_read_as_they_complete_in_either_line_ending() {
+        let mut events = Events::default();
+        assert!(events.push(b"data: \nid: 0\nretry: 3000\n\nda").is_empty());
+        assert_eq!(events.push(b"ta: {\"id\":1}\n\n"), vec![b"{\"id\":1}".to_vec()]);
+        assert_eq!(
+            events.push(b"data: {\"a\":\r\ndata: 2}\r\n\r\n"),
+            vec![b"{\"a\":\n2}".to_vec()]
+        );
+    }
+}

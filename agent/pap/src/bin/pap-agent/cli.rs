@@ -86,6 +86,10 @@ pub(crate) enum Command {
         /// Its MCP config file, when not where the client keeps it by default.
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
+        /// Instead of this machine's host: the host paired over a rendezvous with this
+        /// fingerprint (`pap-agent pair accept`), spawned as `pap-agent pair stdio FINGERPRINT`.
+        #[arg(long, value_name = "FINGERPRINT")]
+        tunnel: Option<String>,
     },
     /// Runs a rendezvous broker (AIP-59) for your own pairings: it pairs a host and a device
     /// that present the same route and relays their end-to-end encrypted messages, none of
@@ -237,6 +241,13 @@ pub(crate) enum PairCommand {
         /// Keep the pairing without asking (for scripts that checked the fingerprint).
         #[arg(long)]
         yes: bool,
+    },
+    /// On the device's machine: serves the paired host's MCP on stdin/stdout through the tunnel,
+    /// for an MCP client that spawns its servers (`install-mcp --tunnel` configures one).
+    #[command(after_help = "Example:\n  pap-agent pair stdio 3f9c0e4b6a1d2e5f7a8b9c0d1e2f3a4b")]
+    Stdio {
+        /// The host's fingerprint (`pair accept` printed it).
+        fingerprint: String,
     },
     /// On the device's machine: serves the paired host's MCP at a loopback address, tunnelled
     /// end to end encrypted through the broker; any MCP client here can use it.
@@ -452,10 +463,11 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
             } => pair_offer(&state, &rendezvous, ttl, pair_page.as_deref(), name.as_deref()),
             PairCommand::Accept { name, yes } => pair_accept(&state, &network, &name, yes).await,
             PairCommand::Connect { fingerprint, listen } => pair_connect(&state, &network, &fingerprint, listen).await,
+            PairCommand::Stdio { fingerprint } => pair_stdio(&state, &network, &fingerprint).await,
         },
         Command::Rendezvous { listen } => rendezvous(listen).await,
         Command::Devices { command } => devices_command(&state, &network, &command).await,
-        Command::InstallMcp { client, config } => {
+        Command::InstallMcp { client, config, tunnel } => {
             // The global options it runs with are the host's too (--connect and --trust-ca:
             // a test stage's routing reaches the spawned host as it reached this command).
             let mut global = Vec::new();
@@ -470,7 +482,10 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
             if !cli.named_origins.is_empty() {
                 eprintln!("note: --name-origin is not written into the client's configuration");
             }
-            install_mcp(&state, &network, client, config, &global).await
+            match tunnel {
+                Some(fingerprint) => install_tunnel(&state, client, config, &global, &fingerprint),
+                None => install_mcp(&state, &network, client, config, &global).await,
+            }
         }
         Command::Pap(command) => {
             let mut agent = Agent::open(state, &cli.connect, cli.trust_ca.as_deref(), cli.attach)?;

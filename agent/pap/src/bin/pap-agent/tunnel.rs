@@ -154,6 +154,53 @@ pub(crate) async fn pair_connect(
     Ok(())
 }
 
+/// `pap-agent pair stdio`: the paired host's MCP on stdin/stdout (logs on stderr), until the
+/// client closes stdin, or the host revokes the pairing (then it says so and fails).
+pub(crate) async fn pair_stdio(state: &std::path::Path, network: &Network, fingerprint: &str) -> anyhow::Result<()> {
+    let credential = device::load_credential(state, fingerprint)?;
+    let dialer = pap_pair::link::Dialer::new(&extra_roots(network)?)?;
+    let (client, kept) = device::TunnelClient::start(
+        state.to_path_buf(),
+        credential,
+        dialer,
+        Arc::new(SystemClock),
+        Arc::new(SystemRng),
+    );
+    let serving = device::serve_stdio(client, tokio::io::stdin(), tokio::io::stdout());
+    tokio::select! {
+        served = serving => served?,
+        revoked = kept => {
+            let error = revoked.context("the tunnel task failed")?;
+            bail!(error);
+        }
+    }
+    Ok(())
+}
+
+/// `pap-agent install-mcp --tunnel FINGERPRINT`.
+pub(crate) fn install_tunnel(
+    state: &std::path::Path,
+    client: pap_agent::mcp::install::Client,
+    config: Option<PathBuf>,
+    global: &[String],
+    fingerprint: &str,
+) -> anyhow::Result<()> {
+    // The credential must be there (and not revoked) before a client is told to use it.
+    device::load_credential(state, fingerprint)?;
+    let config = match config {
+        Some(path) => path,
+        None => client.default_config()?,
+    };
+    let program = std::env::current_exe().context("where this pap-agent is")?;
+    let name = pap_agent::mcp::install::install_tunnel(state, client, &config, &program, global, fingerprint)?;
+    eprintln!(
+        "configured {} in {} to reach the host {fingerprint} through the tunnel (entry {name:?})",
+        client.name(),
+        config.display()
+    );
+    Ok(())
+}
+
 fn extra_roots(network: &Network) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     let mut roots = Vec::new();
     if let Some(ca) = &network.trust_ca {
