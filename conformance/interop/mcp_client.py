@@ -3,13 +3,14 @@ pinned in mcp-requirements.txt): a client nobody on this project wrote.
 
     python mcp_client.py http   BASE_URL PAIRING_CODE
     python mcp_client.py stdio  CLIENT_CONFIG
-    python mcp_client.py tunnel BASE_URL
-    python mcp_client.py rtt    BASE_URL [PAIRING_CODE]
+    python mcp_client.py tunnel BASE_URL BEARER_FILE
+    python mcp_client.py rtt    BASE_URL (code PAIRING_CODE | bearer-file BEARER_FILE)
 
-`tunnel`: BASE_URL is a device's `pap-agent pair connect` endpoint (AIP-59 pair/v2): no bearer,
-the tunnel serves it as its paired device; the same session as `http`. `rtt`: times 100 calls
-of `browser_profile_list` (a tool that touches no page, so the figures are the path's) and
-prints their p50 and p99 in milliseconds; with PAIRING_CODE it pairs first (the direct path).
+`tunnel`: BASE_URL is a device's `pap-agent pair connect` endpoint (AIP-59 pair/v2), with the
+endpoint's own bearer from BEARER_FILE; the tunnel serves it as its paired device; the same
+session as `http`. `rtt`: times 100 calls of `browser_profile_list` (a tool that touches no page,
+so the figures are the path's) and prints their p50 and p99 in milliseconds; with a code it
+pairs first (the direct path).
 
 `http`: redeems PAIRING_CODE at BASE_URL/pair (AIP-59) for a bearer, then speaks streamable HTTP
 to BASE_URL/mcp with it. `stdio`: spawns the server exactly as CLIENT_CONFIG (a config
@@ -132,19 +133,30 @@ async def over_http(base, code):
             return await session(client)
 
 
-async def over_tunnel(base):
-    async with Client(streamable_http_client(f"{base}/mcp")) as client:
-        return await session(client)
+def bearer_of(path):
+    with open(path) as f:
+        return f.read().strip()
 
 
-async def round_trips(base, code):
-    headers = {}
-    if code:
+async def over_tunnel(base, bearer_file):
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {bearer_of(bearer_file)}"})
+    async with http:
+        async with Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client:
+            return await session(client)
+
+
+async def round_trips(base, how, value):
+    if how == "code":
         async with httpx2.AsyncClient() as plain:
-            paired = await plain.post(f"{base}/pair", json={"code": code})
+            paired = await plain.post(f"{base}/pair", json={"code": value})
             if paired.status_code != 200:
                 fail(f"POST /pair answered {paired.status_code}")
-            headers["Authorization"] = f"Bearer {paired.json()['bearer']}"
+            bearer = paired.json()["bearer"]
+    elif how == "bearer-file":
+        bearer = bearer_of(value)
+    else:
+        fail(__doc__)
+    headers = {"Authorization": f"Bearer {bearer}"}
     http = create_mcp_http_client(headers=headers)
     async with http:
         async with Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client:
@@ -186,10 +198,10 @@ def main():
         seen = asyncio.run(over_http(sys.argv[2], sys.argv[3]))
     elif mode == "stdio" and len(sys.argv) == 3:
         seen = asyncio.run(over_stdio(sys.argv[2]))
-    elif mode == "tunnel" and len(sys.argv) == 3:
-        seen = asyncio.run(over_tunnel(sys.argv[2]))
-    elif mode == "rtt" and len(sys.argv) in (3, 4):
-        timed = asyncio.run(round_trips(sys.argv[2], sys.argv[3] if len(sys.argv) == 4 else None))
+    elif mode == "tunnel" and len(sys.argv) == 4:
+        seen = asyncio.run(over_tunnel(sys.argv[2], sys.argv[3]))
+    elif mode == "rtt" and len(sys.argv) == 5:
+        timed = asyncio.run(round_trips(sys.argv[2], sys.argv[3], sys.argv[4]))
         print(json.dumps({"mode": mode, **timed}))
         print(f"mcp_client: rtt: {timed['calls']} calls, p50 {timed['p50Ms']} ms, p99 {timed['p99Ms']} ms", file=sys.stderr)
         return

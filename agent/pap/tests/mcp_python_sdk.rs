@@ -121,7 +121,7 @@ async fn the_official_python_sdk_drives_our_hosts_over_http_and_stdio() {
 
     // A tool call's round trip on the direct path, to set the tunnel's beside.
     let code = pap(&state, &["pair", "--name", "python-rtt"]).trim().to_owned();
-    let direct = python_device(&python, &["rtt", &format!("http://{addr}"), &code], &company).await;
+    let direct = python_device(&python, &["rtt", &format!("http://{addr}"), "code", &code], &company).await;
 
     // AIP-59 pair/v2: the same host from a device that reaches it only through a rendezvous
     // broker, end to end encrypted; the SDK speaks to the device's loopback endpoint.
@@ -143,9 +143,21 @@ async fn the_official_python_sdk_drives_our_hosts_over_http_and_stdio() {
     let (paired, fingerprint, said, pairing_took) = pair_accept(&device, &[], &offer, "yes").await;
     assert!(paired, "pair accept failed: {said}");
     let (mut connect, endpoint, _) = pair_connect(&device, &[], fingerprint.trim()).await;
-    let seen = python_device(&python, &["tunnel", &format!("http://{endpoint}")], &company).await;
+    let bearer_file = pap_agent::tunnel::device::endpoint_bearer_path(&device, fingerprint.trim());
+    let bearer_file = bearer_file.to_str().unwrap();
+    let seen = python_device(
+        &python,
+        &["tunnel", &format!("http://{endpoint}"), bearer_file],
+        &company,
+    )
+    .await;
     check(&seen, &company).await;
-    let tunnelled = python_device(&python, &["rtt", &format!("http://{endpoint}")], &company).await;
+    let tunnelled = python_device(
+        &python,
+        &["rtt", &format!("http://{endpoint}"), "bearer-file", bearer_file],
+        &company,
+    )
+    .await;
     eprintln!(
         "pair/v2: `pair accept` took {} ms (process start, offer check, dial, handshake, hello frame); \
          browser_profile_list round trip over 100 calls: direct p50 {} ms p99 {} ms; through the \

@@ -5,8 +5,9 @@
 //! `mcp_python_sdk.rs`.
 //!
 //! It shows, in order: a hello with a wrong auth is refused and spends nothing (§1.5, §2.3); a
-//! declined pairing keeps no credential (§3.6); a kept one is 0600 and reaches `/health` and
-//! `/mcp` and nothing else, from no web page; what the broker saw holds no secret (§2.2);
+//! declined pairing keeps no credential (§3.6); a kept one is 0600, and its endpoint serves
+//! only a client with the endpoint's own bearer (loopback is every user's), reaches `/health`
+//! and `/mcp` and nothing else, from no web page; what the broker saw holds no secret (§2.2);
 //! revoking tells the live channel, authenticated, and the device stops and says so (§6.1,
 //! §6.3); a revoked device's credential restored from a backup is answered by the tombstone
 //! with `pairing_revoked` (§6.2), while a dialer with a wrong auth on the same route is not.
@@ -103,13 +104,33 @@ async fn a_device_pairs_through_the_broker_reaches_only_the_host_and_is_told_whe
 
     let (mut connect, endpoint, mut heard) = pair_connect(&device_state, &[], &fingerprint).await;
     let http = pap_agent::testkit::plain_http_client(rustls::RootCertStore::empty(), &Default::default()).unwrap();
-    let health = http.get(format!("http://{endpoint}/health")).send().await.unwrap();
+    // Loopback is every user's: the endpoint serves only a client with its bearer (0600).
+    let bearer_file = pap_agent::tunnel::device::endpoint_bearer_path(&device_state, &fingerprint);
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&bearer_file).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    let endpoint_bearer = std::fs::read_to_string(&bearer_file).unwrap();
+    let stranger = http.get(format!("http://{endpoint}/health")).send().await.unwrap();
+    assert_eq!(stranger.status(), 401);
+    let wrong = http
+        .get(format!("http://{endpoint}/health"))
+        .bearer_auth("paptun_wrong")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    let health = http
+        .get(format!("http://{endpoint}/health"))
+        .bearer_auth(&endpoint_bearer)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(health.status(), 200);
     let health: serde_json::Value = serde_json::from_slice(&health.bytes().await.unwrap()).unwrap();
     assert_eq!(health["ok"], true);
     // Only /mcp and /health: the host's /pair is not reachable through the tunnel.
     let pair = http
         .post(format!("http://{endpoint}/pair"))
+        .bearer_auth(&endpoint_bearer)
         .body("{}")
         .send()
         .await
@@ -120,6 +141,7 @@ async fn a_device_pairs_through_the_broker_reaches_only_the_host_and_is_told_whe
     let from_page = http
         .get(format!("http://{endpoint}/health"))
         .header("origin", "https://evil.example")
+        .bearer_auth(&endpoint_bearer)
         .send()
         .await
         .unwrap();
@@ -127,13 +149,14 @@ async fn a_device_pairs_through_the_broker_reaches_only_the_host_and_is_told_whe
     let rebound = http
         .get(format!("http://{endpoint}/health"))
         .header("host", format!("evil.example:{}", endpoint.port()))
+        .bearer_auth(&endpoint_bearer)
         .send()
         .await
         .unwrap();
     assert_eq!(rebound.status(), 403);
-    // An MCP client of the Rust SDK, through the tunnel: the host's tools (its own bearer is
-    // dropped on the way; the host serves the paired device).
-    let client = mcp_device(endpoint, "a-bearer-the-tunnel-ignores").await;
+    // An MCP client of the Rust SDK, through the tunnel: the host's tools (the endpoint's
+    // bearer goes no further; the host serves the paired device).
+    let client = mcp_device(endpoint, &endpoint_bearer).await;
     let tools = client.list_all_tools().await.unwrap();
     assert!(tools.iter().any(|t| t.name == "browser_navigate"), "{tools:?}");
     let listed = mcp_call(&client, "browser_profile_list", serde_json::json!({})).await;
@@ -163,6 +186,7 @@ async fn a_device_pairs_through_the_broker_reaches_only_the_host_and_is_told_whe
         epoch.auth.as_str(),
         &root_b64,
         bearer.expose(),
+        endpoint_bearer.as_str(),
     ];
     let journal = broker.journal.lines();
     assert!(
@@ -187,9 +211,20 @@ async fn a_device_pairs_through_the_broker_reaches_only_the_host_and_is_told_whe
 
     // Revoked on the host: the live channel is told (an authenticated pairing_revoked), and
     // the device's endpoint stops, saying so; the credential is marked and its root wiped.
+    let client_dials = |route: &str| {
+        let upgrade = format!("upgrade GET /?side=client&t={route}");
+        broker.journal.lines().iter().filter(|l| **l == upgrade).count()
+    };
+    let dialed_before = client_dials(&epoch.route);
     pap(&host_state, &["devices", "revoke", "laptop"]);
     let ended = tokio::time::timeout(DEADLINE, connect.wait()).await.unwrap().unwrap();
     assert!(!ended.success());
+    // It learned on its live channel (§6.1), not by dialing again into the tombstone.
+    assert_eq!(
+        client_dials(&epoch.route),
+        dialed_before,
+        "the device dialed again before it was told"
+    );
     let mut lines = Vec::new();
     while let Ok(line) = heard.try_recv() {
         lines.push(line);

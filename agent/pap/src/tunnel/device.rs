@@ -9,8 +9,10 @@
 //!             requests multiplexed by reqId; a dropped channel fails what was pending and
 //!             reconnects with jittered, capped backoff; an authenticated pairing_revoked
 //!             marks the credential revoked and ends it (no retry, §6.3)
-//!  endpoint   http://127.0.0.1:PORT/mcp for the MCP clients of this machine: Host and
-//!             Origin must be loopback (no web page reaches it), bodies ≤ 256 KiB
+//!  endpoint   http://127.0.0.1:PORT/mcp for the MCP clients of this user: its own bearer
+//!             (a fresh 0600 file each run: loopback is shared by every user of the
+//!             machine), Host and Origin loopback (no web page reaches it), bodies ≤ 256 KiB
+//!  stdio      the same for a client that spawns its servers (pipes: no bearer needed)
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
@@ -592,6 +594,44 @@ async fn serve_channel(
 struct Endpoint {
     client: Arc<TunnelClient>,
     port: u16,
+    /// SHA-256 of the endpoint's bearer.
+    bearer_sha256: [u8; 32],
+}
+
+/// The endpoint's own credential: loopback is shared by every user of the machine, so the
+/// endpoint, like the host itself, serves only a client that presents it. Made fresh each run
+/// and kept only in a 0600 file beside the credential ([`endpoint_bearer_path`]).
+pub struct EndpointBearer(Zeroizing<String>);
+
+impl std::fmt::Debug for EndpointBearer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EndpointBearer(..)")
+    }
+}
+
+/// Where the bearer of the `pair connect` endpoint for `fingerprint` is kept while it runs.
+pub fn endpoint_bearer_path(state_dir: &Path, fingerprint: &str) -> PathBuf {
+    state_dir.join("hosts").join(format!("{fingerprint}.endpoint-bearer"))
+}
+
+impl EndpointBearer {
+    /// A fresh bearer (256 bits from `rng`), written to `path` (0600) for the MCP clients of
+    /// this user.
+    pub fn mint(path: &Path, rng: &dyn Rng) -> Result<Self, DeviceError> {
+        let mut raw = Zeroizing::new([0_u8; 32]);
+        rng.fill(raw.as_mut());
+        let bearer = Self(Zeroizing::new(format!(
+            "paptun_{}",
+            URL_SAFE_NO_PAD.encode(raw.as_ref())
+        )));
+        pap_browser::store::write_private(path, bearer.0.as_bytes()).map_err(io_error(path))?;
+        Ok(bearer)
+    }
+
+    fn digest(&self) -> [u8; 32] {
+        use sha2::Digest as _;
+        sha2::Sha256::digest(self.0.as_bytes()).into()
+    }
 }
 
 /// Serves `client` at `listener` (loopback only) until `shutdown`: every request to `/mcp` or
@@ -600,6 +640,7 @@ struct Endpoint {
 pub async fn serve_endpoint(
     listener: tokio::net::TcpListener,
     client: Arc<TunnelClient>,
+    bearer: &EndpointBearer,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), DeviceError> {
     let addr = listener.local_addr().map_err(|e| DeviceError::Io {
@@ -612,6 +653,7 @@ pub async fn serve_endpoint(
     let state = Endpoint {
         client,
         port: addr.port(),
+        bearer_sha256: bearer.digest(),
     };
     let app = axum::Router::new()
         .fallback(through)
@@ -651,6 +693,27 @@ async fn through(State(endpoint): State<Endpoint>, request: Request) -> Response
     {
         return plain(StatusCode::FORBIDDEN, "this endpoint answers no web page");
     }
+    // The endpoint's bearer, compared in constant time on digests; it goes no further (the
+    // host drops every credential a device sends).
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|v| EndpointBearer(Zeroizing::new(v.trim().to_owned())).digest());
+    let right = presented
+        .is_some_and(|digest| bool::from(subtle::ConstantTimeEq::ct_eq(&digest[..], &endpoint.bearer_sha256[..])));
+    if !right {
+        let mut refused = plain(
+            StatusCode::UNAUTHORIZED,
+            "this endpoint serves the MCP clients of its user: present the bearer in its .endpoint-bearer file",
+        );
+        refused.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"pap-agent tunnel\""),
+        );
+        return refused;
+    }
     let method = request.method().as_str().to_owned();
     let path = request
         .uri()
@@ -658,6 +721,10 @@ async fn through(State(endpoint): State<Endpoint>, request: Request) -> Response
         .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned());
     let mut headers = BTreeMap::new();
     for (name, value) in request.headers() {
+        // The endpoint's own credential stays here; the host serves the paired device.
+        if name == header::AUTHORIZATION || name == header::COOKIE {
+            continue;
+        }
         if let Ok(value) = value.to_str() {
             headers.insert(name.as_str().to_owned(), value.to_owned());
         }

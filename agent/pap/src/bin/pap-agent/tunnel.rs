@@ -141,17 +141,25 @@ pub(crate) async fn pair_connect(
         Arc::new(SystemClock),
         Arc::new(SystemRng),
     );
+    let bearer_file = device::endpoint_bearer_path(state, fingerprint);
+    let bearer = device::EndpointBearer::mint(&bearer_file, &SystemRng)?;
     eprintln!("tunnel to {label:?} ({fingerprint})");
+    eprintln!(
+        "clients present the bearer in {} (0600, made fresh each run)",
+        bearer_file.display()
+    );
     eprintln!("listening on http://{bound}/mcp");
-    let serving = device::serve_endpoint(listener, client, shutdown_signal());
-    tokio::select! {
-        served = serving => served?,
-        revoked = kept => {
-            let error = revoked.context("the tunnel task failed")?;
-            bail!(error);
-        }
-    }
-    Ok(())
+    let serving = device::serve_endpoint(listener, client, &bearer, shutdown_signal());
+    let ended = tokio::select! {
+        served = serving => served.map_err(anyhow::Error::from),
+        revoked = kept => match revoked {
+            Ok(error) => Err(anyhow::Error::from(error)),
+            Err(failed) => Err(anyhow::Error::from(failed).context("the tunnel task failed")),
+        },
+    };
+    // The endpoint's bearer lives as long as the endpoint.
+    let _ = std::fs::remove_file(&bearer_file);
+    ended
 }
 
 /// `pap-agent pair stdio`: the paired host's MCP on stdin/stdout (logs on stderr), until the
