@@ -142,20 +142,7 @@ pub fn install(
         let path = path.to_path_buf();
         move |source| InstallError::Io { path, source }
     };
-    let mut document = match std::fs::read(config) {
-        Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
-            Ok(Value::Object(object)) => object,
-            _ => return Err(InstallError::NotAnObject(config.to_path_buf())),
-        },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Map::new(),
-        Err(e) => return Err(io(config)(e)),
-    };
-    if document
-        .get(client.servers_key())
-        .is_some_and(|servers| !servers.is_object())
-    {
-        return Err(InstallError::NotAnObject(config.to_path_buf()));
-    }
+    let mut document = read_config(config, client)?;
     let state = std::fs::canonicalize(state).map_err(io(state))?;
     let dir = pap_browser::store::private_dir(&state.join("devices")).map_err(io(&state))?;
     let bearer_file = dir.join(format!("{}.bearer", client.name()));
@@ -213,13 +200,29 @@ pub fn install_tunnel(
         let path = path.to_path_buf();
         move |source| InstallError::Io { path, source }
     };
-    let mut document = match std::fs::read(config) {
+    let mut document = read_config(config, client)?;
+    let state = std::fs::canonicalize(state).map_err(io(state))?;
+    let name = tunnel_entry(fingerprint);
+    let args = ["pair".to_owned(), "stdio".to_owned(), fingerprint.to_owned()];
+    write_entry(&mut document, client, config, program, global, &state, &name, &args)?;
+    Ok(name)
+}
+
+/// The client's config file as a JSON object (an empty one when there is none yet), refused
+/// when it or its servers' map is something else: we never overwrite what we cannot read.
+fn read_config(config: &Path, client: Client) -> Result<Map<String, Value>, InstallError> {
+    let document = match std::fs::read(config) {
         Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
             Ok(Value::Object(object)) => object,
             _ => return Err(InstallError::NotAnObject(config.to_path_buf())),
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Map::new(),
-        Err(e) => return Err(io(config)(e)),
+        Err(source) => {
+            return Err(InstallError::Io {
+                path: config.to_path_buf(),
+                source,
+            });
+        }
     };
     if document
         .get(client.servers_key())
@@ -227,11 +230,7 @@ pub fn install_tunnel(
     {
         return Err(InstallError::NotAnObject(config.to_path_buf()));
     }
-    let state = std::fs::canonicalize(state).map_err(io(state))?;
-    let name = tunnel_entry(fingerprint);
-    let args = ["pair".to_owned(), "stdio".to_owned(), fingerprint.to_owned()];
-    write_entry(&mut document, client, config, program, global, &state, &name, &args)?;
-    Ok(name)
+    Ok(document)
 }
 
 /// Puts the entry `name` (running `program` with the state, `global` and `args`) in `document`

@@ -127,20 +127,11 @@ pub(crate) async fn pair_connect(
     if !listen.ip().is_loopback() {
         bail!("--listen {listen} is not loopback: the endpoint serves the MCP clients of this machine only");
     }
-    let credential = device::load_credential(state, fingerprint)?;
-    let label = credential.label.clone().unwrap_or_default();
-    let dialer = pap_pair::link::Dialer::new(&extra_roots(network)?)?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
     let bound = listener.local_addr()?;
-    let (client, kept) = device::TunnelClient::start(
-        state.to_path_buf(),
-        credential,
-        dialer,
-        Arc::new(SystemClock),
-        Arc::new(SystemRng),
-    );
+    let (client, kept, label) = tunnel_client(state, network, fingerprint)?;
     let bearer_file = device::endpoint_bearer_path(state, fingerprint);
     let bearer = device::EndpointBearer::mint(&bearer_file, &SystemRng)?;
     eprintln!("tunnel to {label:?} ({fingerprint})");
@@ -150,22 +141,25 @@ pub(crate) async fn pair_connect(
     );
     eprintln!("listening on http://{bound}/mcp");
     let serving = device::serve_endpoint(listener, client, &bearer, shutdown_signal());
-    let ended = tokio::select! {
-        served = serving => served.map_err(anyhow::Error::from),
-        revoked = kept => match revoked {
-            Ok(error) => Err(anyhow::Error::from(error)),
-            Err(failed) => Err(anyhow::Error::from(failed).context("the tunnel task failed")),
-        },
-    };
+    let ended = until_revoked(serving, kept).await;
     // The endpoint's bearer lives as long as the endpoint.
     let _ = std::fs::remove_file(&bearer_file);
     ended
 }
 
-/// `pap-agent pair stdio`: the paired host's MCP on stdin/stdout (logs on stderr), until the
-/// client closes stdin, or the host revokes the pairing (then it says so and fails).
-pub(crate) async fn pair_stdio(state: &std::path::Path, network: &Network, fingerprint: &str) -> anyhow::Result<()> {
+/// The tunnel client of the credential for `fingerprint`, started; its keeper (which ends only
+/// on a revocation) and the host's name.
+fn tunnel_client(
+    state: &std::path::Path,
+    network: &Network,
+    fingerprint: &str,
+) -> anyhow::Result<(
+    Arc<device::TunnelClient>,
+    tokio::task::JoinHandle<device::DeviceError>,
+    String,
+)> {
     let credential = device::load_credential(state, fingerprint)?;
+    let label = credential.label.clone().unwrap_or_default();
     let dialer = pap_pair::link::Dialer::new(&extra_roots(network)?)?;
     let (client, kept) = device::TunnelClient::start(
         state.to_path_buf(),
@@ -174,15 +168,33 @@ pub(crate) async fn pair_stdio(state: &std::path::Path, network: &Network, finge
         Arc::new(SystemClock),
         Arc::new(SystemRng),
     );
-    let serving = device::serve_stdio(client, tokio::io::stdin(), tokio::io::stdout());
+    Ok((client, kept, label))
+}
+
+/// Serves until `serving` ends, or the host revokes the pairing (`kept` ends): then it fails,
+/// saying so.
+async fn until_revoked(
+    serving: impl std::future::Future<Output = Result<(), device::DeviceError>>,
+    kept: tokio::task::JoinHandle<device::DeviceError>,
+) -> anyhow::Result<()> {
     tokio::select! {
-        served = serving => served?,
-        revoked = kept => {
-            let error = revoked.context("the tunnel task failed")?;
-            bail!(error);
-        }
+        served = serving => served.map_err(anyhow::Error::from),
+        revoked = kept => match revoked {
+            Ok(error) => Err(anyhow::Error::from(error)),
+            Err(failed) => Err(anyhow::Error::from(failed).context("the tunnel task failed")),
+        },
     }
-    Ok(())
+}
+
+/// `pap-agent pair stdio`: the paired host's MCP on stdin/stdout (logs on stderr), until the
+/// client closes stdin, or the host revokes the pairing (then it says so and fails).
+pub(crate) async fn pair_stdio(state: &std::path::Path, network: &Network, fingerprint: &str) -> anyhow::Result<()> {
+    let (client, kept, _) = tunnel_client(state, network, fingerprint)?;
+    until_revoked(
+        device::serve_stdio(client, tokio::io::stdin(), tokio::io::stdout()),
+        kept,
+    )
+    .await
 }
 
 /// `pap-agent install-mcp --tunnel FINGERPRINT`.
