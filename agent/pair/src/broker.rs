@@ -7,6 +7,8 @@
 //!  connections     at most `max_connections`, the next waiting in the kernel's queue; at
 //!                  most `max_connections_per_address` from one address (IPv6 by its /64),
 //!                  past which a new one is closed at once
+//!  dialing         at most `upgrade_burst` connections from one address, then
+//!                  `upgrades_per_minute`; past them closed at once
 //!  upgrade         within `handshake_timeout`; a bad side or route is refused 400
 //!  a lone socket   parked until its counterpart comes, at most `park_timeout` (close 4408);
 //!                  what it sends meanwhile (16 messages, `max_message_bytes` in all) waits
@@ -67,6 +69,11 @@ pub struct BrokerLimits {
     pub idle_timeout: Duration,
     /// The largest message relayed (AIP-59 §5.5: the reference broker's 1 MiB).
     pub max_message_bytes: usize,
+    /// Connections one address (counted as above) may open in a burst...
+    pub upgrade_burst: u32,
+    /// ...and a minute after it: past them a connection is closed at once, before any upgrade
+    /// (a host re-parks its routes every `park_timeout`; a guesser dials without end).
+    pub upgrades_per_minute: u32,
 }
 
 impl Default for BrokerLimits {
@@ -78,6 +85,50 @@ impl Default for BrokerLimits {
             park_timeout: Duration::from_secs(120),
             idle_timeout: Duration::from_secs(900),
             max_message_bytes: 1 << 20,
+            upgrade_burst: 60,
+            upgrades_per_minute: 600,
+        }
+    }
+}
+
+/// How many addresses' upgrade buckets the broker remembers (a bounded cache: an address idle
+/// for ten minutes is forgotten, its bucket full again by then anyway).
+const MAX_TRACKED_ADDRESSES: u64 = 65_536;
+
+/// Each address's upgrades: a token bucket, `upgrade_burst` deep, refilled at
+/// `upgrades_per_minute`.
+struct Attempts {
+    buckets: moka::sync::Cache<std::net::IpAddr, Arc<Mutex<(f64, std::time::Instant)>>>,
+    burst: f64,
+    per_second: f64,
+}
+
+impl Attempts {
+    fn new(limits: &BrokerLimits) -> Self {
+        Self {
+            buckets: moka::sync::Cache::builder()
+                .max_capacity(MAX_TRACKED_ADDRESSES)
+                .time_to_idle(Duration::from_secs(600))
+                .build(),
+            burst: f64::from(limits.upgrade_burst),
+            per_second: f64::from(limits.upgrades_per_minute) / 60.0,
+        }
+    }
+
+    /// Takes one of `address`'s upgrades at `now`, if it has one left.
+    fn take(&self, address: std::net::IpAddr, now: std::time::Instant) -> bool {
+        let bucket = self
+            .buckets
+            .get_with(address, || Arc::new(Mutex::new((self.burst, now))));
+        let mut bucket = bucket.lock().unwrap_or_else(PoisonError::into_inner);
+        let elapsed = now.saturating_duration_since(bucket.1).as_secs_f64();
+        bucket.0 = (bucket.0 + elapsed * self.per_second).min(self.burst);
+        bucket.1 = now;
+        if bucket.0 >= 1.0 {
+            bucket.0 -= 1.0;
+            true
+        } else {
+            false
         }
     }
 }
@@ -191,6 +242,7 @@ pub async fn serve(
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let per_address = PerKey::new(limits.max_connections_per_address);
+    let attempts = Attempts::new(&limits);
     let routes = Arc::new(Routes::default());
     tokio::pin!(shutdown);
     loop {
@@ -201,7 +253,13 @@ pub async fn serve(
             accepted = pap_net::serve::accept(&listener) => accepted,
             () = &mut shutdown => return,
         };
-        let Some(address_slot) = per_address.take(pap_net::serve::counted_address(peer.ip())) else {
+        let address = pap_net::serve::counted_address(peer.ip());
+        if !attempts.take(address, std::time::Instant::now()) {
+            // Closed at once: the address dials faster than any host re-parks.
+            stats.refused.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        let Some(address_slot) = per_address.take(address) else {
             // Closed at once, its slot given back: the address holds its share already.
             stats.refused.fetch_add(1, Ordering::Relaxed);
             continue;

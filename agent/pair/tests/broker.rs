@@ -122,6 +122,37 @@ async fn one_address_holds_at_most_its_share_of_sockets() {
 }
 
 #[tokio::test]
+async fn one_address_dials_at_most_its_burst_then_its_rate() {
+    // A burst of 3, and one more a minute: the fourth dial in a row is closed before any
+    // upgrade; another address would still be served.
+    let broker = broker(BrokerLimits {
+        upgrade_burst: 3,
+        upgrades_per_minute: 1,
+        ..BrokerLimits::default()
+    })
+    .await;
+    let mut kept = Vec::new();
+    for route in ["a", "b", "c"] {
+        kept.push(dial(&broker, "daemon", route).await);
+    }
+    let url = format!("{}?side=daemon&t=d", broker.url);
+    let fourth = tokio::time::timeout(DEADLINE, tokio_tungstenite::connect_async(url)).await;
+    assert!(
+        fourth.expect("neither served nor closed").is_err(),
+        "a fourth dial was served"
+    );
+    assert_eq!(broker.stats.refused.load(Ordering::SeqCst), 1);
+    // Closing sockets gives back sockets, not dials.
+    drop(kept);
+    let url = format!("{}?side=daemon&t=e", broker.url);
+    let fifth = tokio::time::timeout(DEADLINE, tokio_tungstenite::connect_async(url)).await;
+    assert!(
+        fifth.expect("neither served nor closed").is_err(),
+        "a fifth dial was served"
+    );
+}
+
+#[tokio::test]
 async fn a_route_holds_one_socket_per_side_and_no_third_on_a_live_pair() {
     let broker = broker(BrokerLimits::default()).await;
     let mut daemon = dial(&broker, "daemon", "route-one").await;
