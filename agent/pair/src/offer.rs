@@ -70,11 +70,20 @@ impl Offer {
     }
 
     /// The web form: `template` with `{fp}` replaced by the fingerprint, then the parameters
-    /// in its fragment (§1.2, §1.3). The template must be an `https` URL without a fragment.
+    /// in its fragment (§1.2, §1.3). The template must be an `https` URL without a fragment;
+    /// `http` only on this machine's loopback (a page served here, which browsers treat as a
+    /// secure context).
     pub fn to_web_url(&self, template: &str) -> Result<Zeroizing<String>, PairError> {
         let page = template.replace("{fp}", &self.fingerprint);
         let parsed = url::Url::parse(&page).map_err(|_| PairError::MalformedOffer("pair page"))?;
-        if parsed.scheme() != "https" || parsed.fragment().is_some() || page.contains('#') {
+        let loopback = match parsed.host() {
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            Some(url::Host::Domain(name)) => name == "localhost",
+            None => false,
+        };
+        let secure = parsed.scheme() == "https" || (parsed.scheme() == "http" && loopback);
+        if !secure || parsed.fragment().is_some() || page.contains('#') {
             return Err(PairError::MalformedOffer("pair page"));
         }
         Ok(Zeroizing::new(format!("{page}#{}", self.query().as_str())))

@@ -244,6 +244,11 @@ fn the_offer_url_is_the_references_in_both_forms() {
     assert_eq!(Offer::parse(&web, 1_800_000_000).unwrap(), offer);
     assert!(offer.to_web_url("http://pair.example/pair").is_err(), "https only");
     assert!(
+        offer.to_web_url("http://127.0.0.1:8790/pair").is_ok(),
+        "or http on loopback"
+    );
+    assert!(offer.to_web_url("http://127.0.0.1.pair.example/pair").is_err());
+    assert!(
         offer.to_web_url("https://pair.example/pair#x").is_err(),
         "no fragment of its own"
     );

@@ -660,13 +660,9 @@ pub async fn serve_endpoint(
         .layer(axum::extract::DefaultBodyLimit::max(MAX_FRAME_BODY))
         .layer(tower::limit::ConcurrencyLimitLayer::new(MAX_CONCURRENT))
         .with_state(state);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|e| DeviceError::Io {
-            path: PathBuf::from("(listener)"),
-            source: e,
-        })
+    // The host's bounded server: a connection cap, header and body deadlines.
+    crate::mcp::http::serve(listener, app, crate::mcp::http::Limits::default(), shutdown).await;
+    Ok(())
 }
 
 async fn through(State(endpoint): State<Endpoint>, request: Request) -> Response {

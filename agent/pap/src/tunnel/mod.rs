@@ -33,6 +33,7 @@ use crate::pairing::{Devices, StoreError};
 
 pub mod device;
 pub mod host;
+pub mod page;
 
 /// How long an offer lives by default (AIP-59 §1.5: the reference's 10 minutes), seconds.
 pub const OFFER_LIFETIME: u64 = 600;

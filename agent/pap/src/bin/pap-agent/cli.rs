@@ -242,6 +242,15 @@ pub(crate) enum PairCommand {
         #[arg(long)]
         yes: bool,
     },
+    /// Serves the pair page and service worker for browsers (a phone scanning the offer's QR
+    /// code): static files for `pair offer --pair-page`, on an origin of your own.
+    #[command(after_help = "Example:\n  pap-agent pair page --listen 127.0.0.1:8790")]
+    Page {
+        /// Where to listen (port 0: any free port; the line `pair page on URL` says which). Put
+        /// TLS in front of it for anything but loopback.
+        #[arg(long, default_value = "127.0.0.1:8790")]
+        listen: SocketAddr,
+    },
     /// On the device's machine: serves the paired host's MCP on stdin/stdout through the tunnel,
     /// for an MCP client that spawns its servers (`install-mcp --tunnel` configures one).
     #[command(after_help = "Example:\n  pap-agent pair stdio 3f9c0e4b6a1d2e5f7a8b9c0d1e2f3a4b")]
@@ -464,6 +473,7 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
             PairCommand::Accept { name, yes } => pair_accept(&state, &network, &name, yes).await,
             PairCommand::Connect { fingerprint, listen } => pair_connect(&state, &network, &fingerprint, listen).await,
             PairCommand::Stdio { fingerprint } => pair_stdio(&state, &network, &fingerprint).await,
+            PairCommand::Page { listen } => pair_page(listen).await,
         },
         Command::Rendezvous { listen } => rendezvous(listen).await,
         Command::Devices { command } => devices_command(&state, &network, &command).await,

@@ -221,6 +221,22 @@ pub(crate) fn install_tunnel(
     Ok(())
 }
 
+/// `pap-agent pair page`: the pair page until Ctrl-C or SIGTERM.
+pub(crate) async fn pair_page(listen: SocketAddr) -> anyhow::Result<()> {
+    if !listen.ip().is_loopback() {
+        bail!("--listen {listen} is not loopback: serve the pair page to others through a TLS proxy in front of it");
+    }
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let bound = listener.local_addr()?;
+    eprintln!("pair page on http://{bound}/pair (offers: pap-agent pair offer --pair-page http://{bound}/pair)");
+    // The host's bounded server: a connection cap, header and body deadlines.
+    let limits = pap_agent::mcp::http::Limits::default();
+    pap_agent::mcp::http::serve(listener, pap_agent::tunnel::page::router(), limits, shutdown_signal()).await;
+    Ok(())
+}
+
 fn extra_roots(network: &Network) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     let mut roots = Vec::new();
     if let Some(ca) = &network.trust_ca {

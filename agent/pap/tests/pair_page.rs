@@ -1,0 +1,191 @@
+//! The browser client of AIP-59 (§1.3, §3.6, §4, §5), in real Chromium: our pair page
+//! (`pap-agent pair page`) opens a web-form offer from `pap-agent pair offer --pair-page`,
+//! removes the fragment, pairs with WebCrypto through our broker with `pap-agent host serve`,
+//! shows the fingerprint and the host's name, keeps the credential when told to, and its
+//! service worker then fetches `/health` and an MCP `tools/list` through the tunnel.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::time::Duration;
+
+use chromiumoxide::{Browser, BrowserConfig, Page};
+use futures_util::StreamExt as _;
+use pap_pair::offer::Offer;
+use pap_shared::{Clock as _, SystemClock};
+use serde_json::Value;
+use support::cli_agent::{AGENT, host_serve, pap, rendezvous, stop_host};
+use tokio::io::AsyncBufReadExt as _;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+async fn evaluate(page: &Page, script: &str) -> Value {
+    page.evaluate(script)
+        .await
+        .unwrap()
+        .into_value::<Value>()
+        .unwrap_or(Value::Null)
+}
+
+/// Waits (30 s at most) until the page's `data-state` is `wanted` (a MutationObserver in the
+/// page tells); fails at once on `error`, with what the page said.
+async fn until_state(page: &Page, wanted: &str) {
+    let script = format!(
+        r#"new Promise((resolve) => {{
+            const check = () => {{
+                const state = document.body.dataset.state;
+                if (state === "{wanted}" || state === "error") resolve(state);
+            }};
+            new MutationObserver(check).observe(document.body, {{ attributes: true }});
+            check();
+        }})"#
+    );
+    match tokio::time::timeout(DEADLINE, page.evaluate(script.as_str())).await {
+        Ok(Ok(reached)) if reached.value() == Some(&Value::String(wanted.to_owned())) => {}
+        outcome => {
+            let state = evaluate(page, "document.body.dataset.state").await;
+            let said = evaluate(page, "document.getElementById('said').textContent").await;
+            let timed_out = outcome.is_err();
+            panic!("the pair page never reached {wanted} (timed out: {timed_out}): it is {state}, saying {said}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_pairs_from_the_web_form_and_reaches_the_host_through_its_service_worker() {
+    let work = std::env::temp_dir().join(format!("pap-pair-page-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    let host_state = work.join("host");
+    pap(&host_state, &["identity", "init", "atlas.example"]);
+    let (broker_url, _broker) = rendezvous().await;
+    let (host, _) = host_serve(&host_state, &[]).await;
+
+    let mut pair_page = tokio::process::Command::new(AGENT)
+        .args(["pair", "page", "--listen", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut said = tokio::io::BufReader::new(pair_page.stderr.take().unwrap()).lines();
+    let page_url = tokio::time::timeout(DEADLINE, async {
+        while let Some(line) = said.next_line().await.unwrap() {
+            if let Some(rest) = line.strip_prefix("pair page on ") {
+                return rest.split_whitespace().next().unwrap().to_owned();
+            }
+        }
+        panic!("pair page ended before it listened");
+    })
+    .await
+    .unwrap();
+    let origin = page_url.trim_end_matches("/pair").to_owned();
+
+    let canonical = pap(
+        &host_state,
+        &[
+            "pair",
+            "offer",
+            "--rendezvous",
+            &broker_url,
+            "--name",
+            "phone",
+            "--pair-page",
+            &page_url,
+        ],
+    );
+    let offer = Offer::parse(canonical.trim(), SystemClock.now().as_secs()).unwrap();
+    let web = offer.to_web_url(&page_url).unwrap();
+
+    let config = BrowserConfig::builder()
+        .chrome_executable("/usr/bin/chromium")
+        .no_sandbox()
+        .new_headless_mode()
+        .user_data_dir(work.join("chromium"))
+        .build()
+        .unwrap();
+    let (mut browser, mut handler) = Browser::launch(config).await.unwrap();
+    let events = tokio::spawn(async move { while handler.next().await.is_some() {} });
+    let page = browser.new_page(web.as_str()).await.unwrap();
+    // chromiumoxide attaches to every new target paused (waitForDebuggerOnStart) and races to
+    // resume service workers; a worker left paused never installs. The test's CDP session does
+    // not need the worker's target at all.
+    page.execute(
+        chromiumoxide::cdp::browser_protocol::target::SetAutoAttachParams::builder()
+            .auto_attach(false)
+            .wait_for_debugger_on_start(false)
+            .flatten(true)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+
+    until_state(&page, "confirm").await;
+    // §1.3: the offer is out of the address bar and the history before any network I/O.
+    let location = evaluate(&page, "location.href").await;
+    assert_eq!(location, Value::String(page_url.clone()), "the fragment stayed");
+    // §3.6: the fingerprint and the host's name, then the person's word.
+    assert_eq!(
+        evaluate(&page, "document.getElementById('fingerprint').textContent").await,
+        Value::String(offer.fingerprint.clone())
+    );
+    let name = evaluate(&page, "document.getElementById('name').textContent").await;
+    assert!(name.as_str().unwrap().starts_with("pap-agent"), "{name}");
+    evaluate(&page, "document.getElementById('keep').click()").await;
+    until_state(&page, "paired").await;
+
+    // The service worker serves /d/<fingerprint>/ from the host through the tunnel.
+    let health = format!("{origin}/d/{}/health", offer.fingerprint);
+    page.goto(health.as_str()).await.unwrap();
+    let body = evaluate(&page, "document.body.innerText").await;
+    let health: Value = serde_json::from_str(body.as_str().unwrap()).unwrap();
+    assert_eq!(health["ok"], true, "{health}");
+
+    // An MCP client in the page: initialize, then tools/list, each through the worker.
+    let script = format!(
+        r#"(async () => {{
+            const mcp = "/d/{fp}/mcp";
+            const headers = {{ "content-type": "application/json", "accept": "application/json, text/event-stream" }};
+            const data = (text) => JSON.parse(text.split("\n").filter((l) => l.startsWith("data: {{")).map((l) => l.slice(6))[0]);
+            const init = await fetch(mcp, {{ method: "POST", headers, body: JSON.stringify({{ jsonrpc: "2.0", id: 1, method: "initialize",
+                params: {{ protocolVersion: "2025-06-18", capabilities: {{}}, clientInfo: {{ name: "pair-page-test", version: "1" }} }} }}) }});
+            const session = init.headers.get("mcp-session-id");
+            const version = data(await init.text()).result.protocolVersion;
+            const more = {{ ...headers, "mcp-session-id": session, "mcp-protocol-version": version }};
+            await fetch(mcp, {{ method: "POST", headers: more, body: JSON.stringify({{ jsonrpc: "2.0", method: "notifications/initialized" }}) }});
+            const listed = await fetch(mcp, {{ method: "POST", headers: more, body: JSON.stringify({{ jsonrpc: "2.0", id: 2, method: "tools/list" }}) }});
+            const tools = data(await listed.text()).result.tools.map((t) => t.name);
+            return {{ status: listed.status, tools }};
+        }})()"#,
+        fp = offer.fingerprint
+    );
+    let listed = evaluate(&page, &script).await;
+    assert_eq!(listed["status"], 200, "{listed}");
+    let tools: Vec<&str> = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(tools.contains(&"browser_navigate"), "{tools:?}");
+    eprintln!("the pair page's worker listed {} tools through the tunnel", tools.len());
+
+    // The host sees a device paired over the rendezvous, named as the offer said.
+    let devices: Value = serde_json::from_str(&pap(&host_state, &["devices", "list"])).unwrap();
+    assert!(
+        devices["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["name"] == "phone" && d["via"] == "pair/v2"),
+        "{devices}"
+    );
+
+    browser.close().await.unwrap();
+    let _ = browser.wait().await;
+    events.abort();
+    pair_page.kill().await.unwrap();
+    stop_host(host, &host_state).await;
+    let _ = std::fs::remove_dir_all(&work);
+}
