@@ -59,7 +59,7 @@ async fn serve(request: axum::extract::Request) -> Response {
 }
 
 /// Requests the pair page serves at once.
-const MAX_CONCURRENT: usize = 64;
+pub const MAX_CONCURRENT: usize = 64;
 
 /// The pair page's routes: GET only, no request body read, at most [`MAX_CONCURRENT`] at once.
 pub fn router() -> axum::Router {
