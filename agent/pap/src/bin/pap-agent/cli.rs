@@ -99,6 +99,10 @@ pub(crate) enum Command {
         /// Where to listen.
         #[arg(long, value_name = "ADDR")]
         listen: SocketAddr,
+        /// Sockets one address may hold at once (an IPv6 address counts by its /64). A host
+        /// parks two per pairing and per revoked pairing's tombstone, and one per open offer.
+        #[arg(long, value_name = "N", default_value_t = pap_pair::broker::BrokerLimits::default().max_connections_per_address)]
+        max_sockets_per_address: usize,
     },
     #[command(flatten)]
     Pap(PapCommand),
@@ -475,7 +479,10 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
             PairCommand::Stdio { fingerprint } => pair_stdio(&state, &network, &fingerprint).await,
             PairCommand::Page { listen } => pair_page(listen).await,
         },
-        Command::Rendezvous { listen } => rendezvous(listen).await,
+        Command::Rendezvous {
+            listen,
+            max_sockets_per_address,
+        } => rendezvous(listen, max_sockets_per_address).await,
         Command::Devices { command } => devices_command(&state, &network, &command).await,
         Command::InstallMcp { client, config, tunnel } => {
             // The global options it runs with are the host's too (--connect and --trust-ca:
@@ -524,7 +531,7 @@ impl Cli {
 }
 
 /// `pap-agent rendezvous`: the broker until Ctrl-C or SIGTERM.
-async fn rendezvous(listen: SocketAddr) -> anyhow::Result<()> {
+async fn rendezvous(listen: SocketAddr, max_sockets_per_address: usize) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("listening on {listen}"))?;
@@ -533,7 +540,10 @@ async fn rendezvous(listen: SocketAddr) -> anyhow::Result<()> {
     let stats = std::sync::Arc::new(pap_pair::broker::BrokerStats::default());
     pap_pair::broker::serve(
         listener,
-        pap_pair::broker::BrokerLimits::default(),
+        pap_pair::broker::BrokerLimits {
+            max_connections_per_address: max_sockets_per_address.max(1),
+            ..pap_pair::broker::BrokerLimits::default()
+        },
         stats,
         shutdown_signal(),
     )
