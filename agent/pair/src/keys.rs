@@ -30,6 +30,12 @@ const ED25519_PKCS8: [u8; 16] = [
 /// How many hex characters of the SHA-256 a fingerprint keeps (128 bits).
 pub const FINGERPRINT_HEX: usize = 32;
 
+/// Whether `text` is a fingerprint: exactly [`FINGERPRINT_HEX`] lowercase hex characters
+/// (`^[0-9a-f]{32}$`; safe as a file name too).
+pub fn is_fingerprint(text: &str) -> bool {
+    text.len() == FINGERPRINT_HEX && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// The 32 raw bytes after `prefix` in `der`, or `None` when `der` is not exactly that.
 fn after_prefix<'a>(der: &'a [u8], prefix: &[u8]) -> Option<&'a [u8; 32]> {
     der.strip_prefix(prefix)?.try_into().ok()

@@ -13,7 +13,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use zeroize::Zeroizing;
 
 use crate::PairError;
-use crate::keys::{Ed25519Public, FINGERPRINT_HEX, X25519Public};
+use crate::keys::{Ed25519Public, X25519Public, is_fingerprint};
 
 /// The offer format's version.
 pub const OFFER_VERSION: &str = "2";
@@ -130,11 +130,7 @@ impl Offer {
             return Err(PairError::MalformedOffer("rv"));
         }
         let fingerprint = get("id")?;
-        if fingerprint.len() != FINGERPRINT_HEX
-            || !fingerprint
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
+        if !is_fingerprint(fingerprint) {
             return Err(PairError::MalformedOffer("id"));
         }
         let key = |name: &'static str| {

@@ -16,8 +16,7 @@ use futures_util::StreamExt as _;
 use pap_pair::offer::Offer;
 use pap_shared::{Clock as _, SystemClock};
 use serde_json::Value;
-use support::cli_agent::{AGENT, host_serve, pap, rendezvous, stop_host};
-use tokio::io::AsyncBufReadExt as _;
+use support::cli_agent::{agent_saying, host_serve, pap, rendezvous, stop_host};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -62,23 +61,7 @@ async fn a_browser_pairs_from_the_web_form_and_reaches_the_host_through_its_serv
     let (broker_url, _broker) = rendezvous().await;
     let (host, _) = host_serve(&host_state, &[]).await;
 
-    let mut pair_page = tokio::process::Command::new(AGENT)
-        .args(["pair", "page", "--listen", "127.0.0.1:0"])
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut said = tokio::io::BufReader::new(pair_page.stderr.take().unwrap()).lines();
-    let page_url = tokio::time::timeout(DEADLINE, async {
-        while let Some(line) = said.next_line().await.unwrap() {
-            if let Some(rest) = line.strip_prefix("pair page on ") {
-                return rest.split_whitespace().next().unwrap().to_owned();
-            }
-        }
-        panic!("pair page ended before it listened");
-    })
-    .await
-    .unwrap();
+    let (mut pair_page, page_url) = agent_saying(&["pair", "page", "--listen", "127.0.0.1:0"], "pair page on ").await;
     let origin = page_url.trim_end_matches("/pair").to_owned();
 
     let canonical = pap(

@@ -27,7 +27,7 @@ use pap_agent::tunnel::host::HostTunnel;
 use pap_agent::tunnel::{daemon_keys, mint_offer};
 use pap_pair::link::Dialer;
 use pap_shared::{Clock, ManualClock, SystemClock, SystemRng};
-use support::cli_agent::rendezvous;
+use support::cli_agent::{agent_saying, rendezvous};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 const BIG: usize = 600 * 1024;
@@ -56,6 +56,7 @@ fn app(alive: Arc<Upstreams>) -> axum::Router {
             alive.alive.fetch_add(1, Ordering::SeqCst);
             let guard = Alive(alive);
             let events = futures_util::stream::unfold((0_u32, guard), |(n, guard)| async move {
+                // An event every 20 ms, as a live stream paces them (not a readiness wait).
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 Some((
                     Ok::<_, std::io::Error>(Bytes::from(format!("data: {n}\n\n"))),
@@ -192,25 +193,7 @@ async fn large_bodies_are_split_streams_arrive_chunk_by_chunk_and_a_dropped_resp
 
 /// `pap-agent rendezvous` on `listen`; its `ws://` URL once it listens.
 async fn broker_process(listen: &str) -> (tokio::process::Child, String) {
-    use tokio::io::AsyncBufReadExt as _;
-    let mut broker = tokio::process::Command::new(support::cli_agent::AGENT)
-        .args(["rendezvous", "--listen", listen])
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut said = tokio::io::BufReader::new(broker.stderr.take().unwrap()).lines();
-    let url = tokio::time::timeout(DEADLINE, async {
-        while let Some(line) = said.next_line().await.unwrap() {
-            if let Some(rest) = line.strip_prefix("rendezvous broker on ") {
-                return rest.split_whitespace().next().unwrap().to_owned();
-            }
-        }
-        panic!("the broker ended before it listened");
-    })
-    .await
-    .expect("the broker did not say where it listens");
-    (broker, url)
+    agent_saying(&["rendezvous", "--listen", listen], "rendezvous broker on ").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

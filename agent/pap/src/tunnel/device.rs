@@ -149,11 +149,7 @@ fn io_error(path: &Path) -> impl Fn(std::io::Error) -> DeviceError + '_ {
 /// The credential for `fingerprint` (32 lowercase hex), unless it was revoked.
 pub fn load_credential(state_dir: &Path, fingerprint: &str) -> Result<Credential, DeviceError> {
     let none = || DeviceError::NoCredential(fingerprint.to_owned());
-    if fingerprint.len() != 32
-        || !fingerprint
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    {
+    if !pap_pair::keys::is_fingerprint(fingerprint) {
         return Err(none());
     }
     let path = credential_path(state_dir, fingerprint);
@@ -381,15 +377,8 @@ impl TunnelClient {
                 error,
                 ..
             } => {
-                guard.done = true;
-                lock(&live.pending).remove(&req_id);
-                let body = body
-                    .as_deref()
-                    .map(decode_body)
-                    .transpose()
-                    .ok()
-                    .flatten()
-                    .unwrap_or_default();
+                guard.finish();
+                let body = bytes_of(body.as_deref());
                 // The host's own failure (a path the tunnel does not reach, busy, a timeout)
                 // says why in the body, for the person reading the client's error.
                 let body = match error {
@@ -403,8 +392,7 @@ impl TunnelClient {
                     match frames.recv().await {
                         Some(Frame::HttpResponseChunk { data, end, error, .. }) => {
                             if end || error.is_some() {
-                                guard.done = true;
-                                lock(&guard.live.pending).remove(&guard.req_id);
+                                guard.finish();
                             }
                             if error.is_some() {
                                 return Some((
@@ -412,13 +400,7 @@ impl TunnelClient {
                                     (frames, guard),
                                 ));
                             }
-                            let bytes = data
-                                .as_deref()
-                                .map(decode_body)
-                                .transpose()
-                                .ok()
-                                .flatten()
-                                .unwrap_or_default();
+                            let bytes = bytes_of(data.as_deref());
                             if end && bytes.is_empty() {
                                 return None;
                             }
@@ -447,6 +429,20 @@ struct Cancel {
     req_id: String,
     live: Live,
     done: bool,
+}
+
+impl Cancel {
+    /// The response came to its end: nothing to cancel, and no frame is awaited any more.
+    fn finish(&mut self) {
+        self.done = true;
+        lock(&self.live.pending).remove(&self.req_id);
+    }
+}
+
+/// A frame's `body` or `data`. [`Frame::decode`] already refused any that is not base64 within
+/// the frame bound, so none fails here.
+fn bytes_of(text: Option<&str>) -> Vec<u8> {
+    text.and_then(|text| decode_body(text).ok()).unwrap_or_default()
 }
 
 impl Drop for Cancel {

@@ -532,15 +532,13 @@ async fn forward(
     let Ok(authorization) = HeaderValue::from_str(&format!("Bearer {}", bearer.expose())) else {
         return failed(500, "internal", "the device credential");
     };
-    let Ok(mut outgoing) = builder
+    let Ok(outgoing) = builder
         .header(header::HOST, authority)
         .header(header::AUTHORIZATION, authorization)
         .body(Body::from(body))
     else {
         return failed(400, "bad_request", "the request could not be built");
     };
-    // The host's limits see the tunnel as one more connection of a proven device.
-    outgoing.extensions_mut().insert(crate::mcp::http::Proven::default());
     let deadline = request
         .timeout_ms
         .map_or(REQUEST_TIMEOUT, |ms| Duration::from_millis(ms).min(REQUEST_TIMEOUT));

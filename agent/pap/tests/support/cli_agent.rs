@@ -278,3 +278,28 @@ pub async fn pair_connect(
     });
     (child, addr, heard)
 }
+
+/// Starts `pap-agent ARGS` and waits (60 s at most) for its stderr line that starts with
+/// `prefix`: the child and the first word after the prefix (where it listens). Its later
+/// stderr is drained, so it never blocks on a full pipe.
+pub async fn agent_saying(args: &[&str], prefix: &str) -> (tokio::process::Child, String) {
+    let mut child = tokio::process::Command::new(AGENT)
+        .args(args)
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let said = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.split_whitespace().next().unwrap_or_default().to_owned();
+            }
+        }
+        panic!("pap-agent {args:?} ended before it said {prefix:?}");
+    })
+    .await
+    .unwrap_or_else(|_| panic!("pap-agent {args:?} did not say {prefix:?} in 60 s"));
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, said)
+}
