@@ -36,7 +36,7 @@ use crate::client::ResolveError;
 use crate::metrics;
 use crate::page::message_page;
 use crate::verify::{Verifier, VerifyError};
-use crate::web_cookie::{CookieBindings, SessionCookie};
+use crate::web_cookie::CookieBindings;
 
 /// Where the route is mounted.
 pub const BROWSER_SESSION_PATH: &str = "/poppy/browser-session";
@@ -97,12 +97,11 @@ impl BrowserSession {
     }
 
     async fn join_counted(&self, assertion: &CompactJws) -> Result<Response, JoinRefusal> {
-        let cookie = SessionCookie::generate(self.inner.rng.as_ref());
-        // The binding is written in the verifier's last step, with the replay mark.
-        let verified = self
+        // The cookie is minted and bound in the verifier's last step, with the replay mark.
+        let (verified, cookie) = self
             .inner
             .verifier
-            .verify_then_bind(assertion, Some(cookie.hash()))
+            .verify_then_bind(assertion, self.inner.rng.as_ref())
             .await
             .map_err(JoinRefusal::Verify)?;
         // The normalised serialisation is ASCII and cannot break the header; it names the same

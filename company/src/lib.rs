@@ -14,6 +14,7 @@ mod redis_store;
 mod replay;
 mod session;
 mod share;
+pub mod slot;
 mod store;
 pub mod verify;
 mod web_cookie;

@@ -119,8 +119,15 @@ impl Commit {
         self
     }
 
-    /// Applies it: `Ok(false)` when another writer moved a record first.
+    /// Applies it: `Ok(false)` when another writer moved a record first. A commit whose keys
+    /// have different hash tags is refused as [`StoreError::Unavailable`] in every store (a
+    /// Redis Cluster could not run it as one script: see [`crate::slot`]), so a test in memory
+    /// finds it.
     pub async fn apply(self, records: &dyn Records) -> Result<bool, StoreError> {
+        if !crate::slot::one_slot(self.changes.iter().map(|change| change.key.as_str())) {
+            tracing::error!("a commit's keys have different hash tags (a bug: they must share their owner's)");
+            return Err(StoreError::Unavailable);
+        }
         records.commit(self.owner, &self.changes).await
     }
 }
@@ -384,32 +391,29 @@ mod tests {
         let until = UnixTime::from_secs(2_000);
         assert!(
             Commit::new(owner())
-                .put("a:1".into(), Expect::Absent, &1, until)
+                .put("a:{t}1".into(), Expect::Absent, &1, until)
                 .apply(&records)
                 .await
                 .unwrap()
         );
-        let (version, value) = read::<i32>(&records, "a:1").await.unwrap().unwrap();
+        let (version, value) = read::<i32>(&records, "a:{t}1").await.unwrap().unwrap();
         assert_eq!((version, value), (1, 1));
         // Two writers read version 1; the second one's commit finds version 2 and writes nothing.
-        let first = Commit::new(owner()).put("a:1".into(), Expect::Version(1), &2, until);
-        let second = Commit::new(owner()).put("b:1".into(), Expect::Absent, &9, until).put(
-            "a:1".into(),
-            Expect::Version(1),
-            &3,
-            until,
-        );
+        let first = Commit::new(owner()).put("a:{t}1".into(), Expect::Version(1), &2, until);
+        let second = Commit::new(owner())
+            .put("b:{t}1".into(), Expect::Absent, &9, until)
+            .put("a:{t}1".into(), Expect::Version(1), &3, until);
         assert!(first.apply(&records).await.unwrap());
         assert!(!second.apply(&records).await.unwrap());
-        assert_eq!(read::<i32>(&records, "a:1").await.unwrap(), Some((2, 2)));
+        assert_eq!(read::<i32>(&records, "a:{t}1").await.unwrap(), Some((2, 2)));
         assert_eq!(
-            read::<i32>(&records, "b:1").await.unwrap(),
+            read::<i32>(&records, "b:{t}1").await.unwrap(),
             None,
             "nothing of a refused commit"
         );
         // Expired records read as absent and go at the sweep.
         clock.0.store(2_000, Ordering::SeqCst);
-        assert_eq!(read::<i32>(&records, "a:1").await.unwrap(), None);
+        assert_eq!(read::<i32>(&records, "a:{t}1").await.unwrap(), None);
         records.sweep();
         assert!(records.sizes().is_empty());
     }
@@ -419,7 +423,7 @@ mod tests {
         let clock = Arc::new(Settable(AtomicI64::new(1_000)));
         let records = MemoryRecords::with_share(2, 2, clock.clone());
         let until = UnixTime::from_secs(1_010);
-        for key in ["a:1", "a:2"] {
+        for key in ["a:{t}1", "a:{t}2"] {
             assert!(
                 Commit::new(owner())
                     .put(key.into(), Expect::Absent, &0, until)
@@ -428,7 +432,7 @@ mod tests {
                     .unwrap()
             );
         }
-        let third = Commit::new(owner()).put("a:3".into(), Expect::Absent, &0, until);
+        let third = Commit::new(owner()).put("a:{t}3".into(), Expect::Absent, &0, until);
         assert_eq!(third.apply(&records).await, Err(StoreError::Full));
         clock.0.store(1_010, Ordering::SeqCst);
         records.sweep();
@@ -452,30 +456,49 @@ mod tests {
         );
         let until = UnixTime::from_secs(1_100);
         let put = |owner: Owner, key: &str| Commit::new(owner).put(key.into(), Expect::Absent, &0, until);
-        assert!(put(evil, "a:1").apply(&records).await.unwrap());
-        assert!(put(evil, "a:2").apply(&records).await.unwrap());
-        assert_eq!(put(evil, "a:3").apply(&records).await, Err(StoreError::Full));
+        assert!(put(evil, "a:{t}1").apply(&records).await.unwrap());
+        assert!(put(evil, "a:{t}2").apply(&records).await.unwrap());
+        assert_eq!(put(evil, "a:{t}3").apply(&records).await, Err(StoreError::Full));
         assert_eq!(records.count(evil, "n:1", until).await, Err(StoreError::Full));
         // A new version of its own record is no new record.
-        let again = Commit::new(evil).put("a:1".into(), Expect::Version(1), &1, until);
+        let again = Commit::new(evil).put("a:{t}1".into(), Expect::Version(1), &1, until);
         assert!(again.apply(&records).await.unwrap());
         // Another owner is not refused, even for a record in the same commit as an update of
         // the first owner's (a record stays its creator's).
-        let both = Commit::new(atlas).put("a:2".into(), Expect::Version(1), &1, until).put(
-            "b:1".into(),
-            Expect::Absent,
-            &0,
-            until,
-        );
+        let both = Commit::new(atlas)
+            .put("a:{t}2".into(), Expect::Version(1), &1, until)
+            .put("b:{t}1".into(), Expect::Absent, &0, until);
         assert!(both.apply(&records).await.unwrap());
-        assert!(put(atlas, "b:2").apply(&records).await.unwrap());
+        assert!(put(atlas, "b:{t}2").apply(&records).await.unwrap());
         // A deleted record, or an expired one once swept, gives its owner room back.
-        let delete = Commit::new(atlas).delete("a:1".into(), Expect::Any);
+        let delete = Commit::new(atlas).delete("a:{t}1".into(), Expect::Any);
         assert!(delete.apply(&records).await.unwrap());
-        assert!(put(evil, "a:3").apply(&records).await.unwrap());
+        assert!(put(evil, "a:{t}3").apply(&records).await.unwrap());
         clock.0.store(1_100, Ordering::SeqCst);
         records.sweep();
         assert_eq!(records.owners(), 0);
-        assert!(put(evil, "a:4").apply(&records).await.unwrap());
+        assert!(put(evil, "a:{t}4").apply(&records).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_commit_whose_keys_have_different_hash_tags_is_refused_and_writes_nothing() {
+        let clock = Arc::new(Settable(AtomicI64::new(1_000)));
+        let records = MemoryRecords::new(10, clock);
+        let until = UnixTime::from_secs(2_000);
+        let across = Commit::new(owner())
+            .put("a:{t}1".into(), Expect::Absent, &1, until)
+            .put("b:{u}1".into(), Expect::Absent, &1, until);
+        assert_eq!(across.apply(&records).await, Err(StoreError::Unavailable));
+        let untagged = Commit::new(owner()).put("a:1".into(), Expect::Absent, &1, until).put(
+            "a:2".into(),
+            Expect::Absent,
+            &1,
+            until,
+        );
+        assert_eq!(untagged.apply(&records).await, Err(StoreError::Unavailable));
+        assert!(records.sizes().is_empty());
+        // One key needs no tag.
+        let one = Commit::new(owner()).put("a:1".into(), Expect::Absent, &1, until);
+        assert!(one.apply(&records).await.unwrap());
     }
 }

@@ -36,7 +36,6 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use pap_shared::{Clock, SessionId, SystemClock, UnixTime};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands as _, Script};
 
 use crate::join_store::{Committed, Freshness, JoinCommit, JoinStore, SeenSession};
@@ -45,16 +44,15 @@ use crate::replay::REPLAY_SHARE;
 use crate::replay::{ReplayGuard, ReplayKey};
 use crate::session::{RecordSessions, SessionRecord};
 use crate::share::{Owner, SHARE_BUCKET_SECONDS, bucket_end};
+use crate::slot::{self, SlotTag};
 use crate::store::StoreError;
 use crate::verify::IAT_SKEW_SECONDS;
 use crate::web_cookie::{BINDINGS_PER_SESSION, Binding, CookieBindings, CookieHash};
 
-/// How long one command may take before the store counts as unavailable.
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
-/// How long connecting may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// The longest wait between two reconnection attempts, in milliseconds.
-const MAX_RECONNECT_DELAY_MS: u64 = 1_000;
+mod connection;
+
+use connection::{Connection, cluster_nodes, connect_cluster, connect_one};
+
 /// How long a join may use its local copy of a Session's record before reading it again. The
 /// copy decides nothing alone (the join's script re-checks its version), so this bounds only
 /// how long a copy no join uses stays in memory.
@@ -66,7 +64,7 @@ pub const SESSION_COPIES: u64 = 100_000;
 /// share the connection.
 #[derive(Clone)]
 pub struct RedisStore {
-    connection: ConnectionManager,
+    connection: Connection,
     prefix: Arc<str>,
     scripts: Arc<Scripts>,
     clock: Arc<dyn Clock>,
@@ -136,15 +134,22 @@ pub enum RedisSetupError {
     /// Redis could not be reached or refused the connection (a wrong password among others).
     #[error("Redis could not be reached, or refused the connection")]
     Connect(#[source] redis::RedisError),
-    /// The server is a node of a Redis Cluster, which the store does not support yet: a
-    /// commit's keys (and a join's) are not hash-tagged into one slot, so every multi-key
-    /// script would fail with `CROSSSLOT`, and every join with a 503.
+    /// A `redis://` URL names a node of a Redis Cluster: a standalone connection would be
+    /// answered `MOVED` for most keys, and every such join with a 503.
     #[error(
-        "this Redis is a node of a Redis Cluster, which the company's store does not support yet \
-         (a commit's keys are not hash-tagged into one slot); give a standalone Redis (or a \
-         primary with replicas)"
+        "this Redis is a node of a Redis Cluster: name the cluster as \
+         redis-cluster://HOST:PORT[,HOST:PORT...] (rediss-cluster:// for TLS)"
     )]
     Cluster,
+    /// A cluster URL is not `redis-cluster://HOST:PORT[,HOST:PORT…]`.
+    #[error(
+        "not a Redis Cluster URL: redis-cluster://HOST:PORT[,HOST:PORT...] (rediss-cluster:// for TLS), \
+         each node a bare HOST:PORT (the password comes from a file or the environment, never the URL)"
+    )]
+    ClusterUrl,
+    /// The key prefix holds `{` or `}`, which would become the hash tag of every key.
+    #[error("the Redis key prefix may not contain {{ or }} (Redis Cluster would read them as a hash tag)")]
+    Prefix,
     /// Redis may evict keys before they expire.
     #[error(
         "Redis's maxmemory-policy is {policy}: under any policy but noeviction Redis may evict a \
@@ -165,60 +170,44 @@ impl RedisStore {
     }
 
     /// [`Self::connect`] with a password, a private CA for `rediss://`, and the company's clock.
-    /// Refuses a Redis whose `maxmemory-policy` is not `noeviction`.
+    /// Refuses a Redis whose `maxmemory-policy` is not `noeviction`. A URL
+    /// `redis-cluster://HOST:PORT[,HOST:PORT…]` (or `rediss-cluster://` for TLS) names a Redis
+    /// Cluster by some of its nodes: every primary's policy is checked.
     pub async fn connect_with(url: &str, prefix: &str, options: RedisOptions) -> Result<Self, RedisSetupError> {
-        use redis::IntoConnectionInfo as _;
-        let mut info = url.into_connection_info().map_err(RedisSetupError::Url)?;
-        if let redis::ConnectionAddr::TcpTls { insecure: true, .. } = info.addr {
-            return Err(RedisSetupError::Insecure);
+        if prefix.contains(['{', '}']) {
+            return Err(RedisSetupError::Prefix);
         }
-        if let Some(password) = &options.password {
-            info.redis.password = Some(password.as_str().to_owned());
-        }
-        let client = match (&info.addr, options.ca_pem) {
-            (redis::ConnectionAddr::TcpTls { .. }, Some(ca)) => redis::Client::build_with_tls(
-                info,
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(ca),
-                },
-            )
-            .map_err(RedisSetupError::Ca)?,
-            _ => redis::Client::open(info).map_err(RedisSetupError::Url)?,
+        let connection = match cluster_nodes(url) {
+            Some(nodes) => Connection::Cluster(connect_cluster(&nodes?, &options).await?),
+            None => Connection::One(connect_one(url, &options).await?),
         };
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(RESPONSE_TIMEOUT)
-            .set_connection_timeout(CONNECT_TIMEOUT)
-            .set_max_delay(MAX_RECONNECT_DELAY_MS)
-            // Commands waiting on a reconnection fail with its first failed attempt (the caller
-            // answers 503 at once); the next command starts another attempt.
-            .set_number_of_retries(1);
-        let mut connection = ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(RedisSetupError::Connect)?;
+        Self::over(connection, prefix, options).await
+    }
+
+    /// The store over an open connection, once Redis's policy (and, for a standalone URL, that
+    /// it is no cluster node) is checked.
+    async fn over(mut connection: Connection, prefix: &str, options: RedisOptions) -> Result<Self, RedisSetupError> {
         // `INFO memory`, not `CONFIG GET`: managed Redis services often rename or refuse CONFIG.
-        let memory: String = redis::cmd("INFO")
-            .arg("memory")
-            .query_async(&mut connection)
-            .await
-            .map_err(RedisSetupError::Connect)?;
-        let policy = memory
-            .lines()
-            .find_map(|line| line.strip_prefix("maxmemory_policy:"))
-            .map(str::trim)
-            .unwrap_or("unknown");
-        if policy != "noeviction" {
-            return Err(RedisSetupError::EvictionPolicy {
-                policy: policy.to_owned(),
-            });
+        for memory in connection.info("memory").await? {
+            let policy = memory
+                .lines()
+                .find_map(|line| line.strip_prefix("maxmemory_policy:"))
+                .map(str::trim)
+                .unwrap_or("unknown");
+            if policy != "noeviction" {
+                return Err(RedisSetupError::EvictionPolicy {
+                    policy: policy.to_owned(),
+                });
+            }
         }
-        let cluster: String = redis::cmd("INFO")
-            .arg("cluster")
-            .query_async(&mut connection)
-            .await
-            .map_err(RedisSetupError::Connect)?;
-        if cluster.lines().any(|line| line.trim() == "cluster_enabled:1") {
-            return Err(RedisSetupError::Cluster);
+        if let Connection::One(_) = connection {
+            let cluster = connection.info("cluster").await?;
+            if cluster
+                .iter()
+                .any(|info| info.lines().any(|line| line.trim() == "cluster_enabled:1"))
+            {
+                return Err(RedisSetupError::Cluster);
+            }
         }
         Ok(Self {
             connection,
@@ -254,15 +243,33 @@ impl RedisStore {
     }
 
     fn cookie_key(&self, cookie: &CookieHash) -> String {
-        self.key("cookie", &URL_SAFE_NO_PAD.encode(cookie.as_bytes()))
+        format!("{}:cookie:{}", self.prefix, cookie_id(cookie))
     }
 
     fn replay_key(&self, key: &ReplayKey) -> String {
-        self.key("replay", &URL_SAFE_NO_PAD.encode(key.as_bytes()))
+        let tag = SlotTag::of(key.owner());
+        slot::key(
+            &format!("{}:replay", self.prefix),
+            Some(tag),
+            &URL_SAFE_NO_PAD.encode(key.as_bytes()),
+        )
+    }
+
+    /// The owner's tally of live marks; its buckets are this and `:` and their end.
+    fn tally_key(&self, owner: Owner) -> String {
+        slot::key(
+            &format!("{}:share", self.prefix),
+            Some(SlotTag::of(owner)),
+            &owner.to_hex(),
+        )
     }
 
     fn session_cookies_key(&self, session: &SessionId) -> String {
-        self.key("session-cookies", session.as_str())
+        slot::key(
+            &format!("{}:session-cookies", self.prefix),
+            SlotTag::of_session(session),
+            session.as_str(),
+        )
     }
 
     /// Adds a replay mark to a script's keys and arguments (see `mark_lua!`): the mark's key
@@ -272,7 +279,7 @@ impl RedisStore {
     fn mark_args(&self, invocation: &mut redis::ScriptInvocation<'_>, key: &ReplayKey, expires_at: UnixTime) {
         let now = self.clock.now();
         let ttl_ms = mark_ttl_ms(expires_at, now);
-        let owner = key.owner().to_hex();
+        let tally = self.tally_key(key.owner());
         // The bucket the mark expires in, on the company's clock (never past the window the
         // tally is settled over).
         let lives = (ttl_ms / 1_000).min(MAX_MARK_SECONDS);
@@ -287,12 +294,12 @@ impl RedisStore {
             .saturating_mul(1_000);
         invocation
             .key(self.replay_key(key))
-            .key(format!("{}:share:{owner}", self.prefix))
+            .key(&tally)
             .arg(ttl_ms)
             .arg(self.replay_share)
             .arg(now.as_secs())
             .arg(ends)
-            .arg(format!("{}:share:{owner}:", self.prefix))
+            .arg(format!("{tally}:"))
             .arg(SHARE_WINDOW_SECONDS)
             .arg(SHARE_BUCKET_SECONDS)
             .arg(bucket_ttl_ms);
@@ -309,7 +316,7 @@ impl RedisStore {
         invocation
             .key(self.cookie_key(cookie))
             .key(self.session_cookies_key(&binding.session))
-            .arg(URL_SAFE_NO_PAD.encode(cookie.as_bytes()))
+            .arg(cookie_id(cookie))
             .arg(binding.session.as_str())
             .arg(binding.epoch)
             .arg(until.as_secs().saturating_add(1).saturating_mul(1_000))
@@ -497,6 +504,12 @@ impl fmt::Debug for RedisStore {
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
     }
+}
+
+/// What names a cookie's binding after `PREFIX:cookie:`: its hash tag and its hash, as the
+/// Session's list of cookies holds it.
+fn cookie_id(cookie: &CookieHash) -> String {
+    slot::tagged(cookie.tag(), &URL_SAFE_NO_PAD.encode(cookie.as_bytes()))
 }
 
 /// How long a replay mark for an assertion expiring at `expires_at` lives from `now`: until

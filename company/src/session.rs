@@ -14,6 +14,7 @@ use pap_shared::{ClientId, Clock, PairwiseUserId, Rng, SessionId, UnixTime};
 
 use crate::records::{Commit, Expect, Records, expect_of, read, retrying};
 use crate::share::Owner;
+use crate::slot::{self, SESSION_ID_PREFIX, SlotTag};
 use crate::store::{Bounded, PerOwner, StoreError, WhenFull};
 
 /// A Session as the directory knows it now.
@@ -102,14 +103,10 @@ impl MemorySessionDirectory {
     }
 
     /// Starts a signed-out Session for `(client_id, user)` that lives `lifetime` seconds, with a
-    /// fresh `ses_` + 22-character id; refused when the directory is full or the client holds
+    /// fresh id (`ses_`, the owner's hash tag, 22 random characters); refused when the directory is full or the client holds
     /// its cap of live Sessions.
     pub fn start(&self, client_id: ClientId, user: PairwiseUserId, lifetime: i64) -> Result<SessionId, StoreError> {
-        let mut bytes = [0u8; 16];
-        self.rng.fill(&mut bytes);
-        let id = format!("ses_{}", URL_SAFE_NO_PAD.encode(bytes));
-        // "ses_" + 22 base64url characters always fits the SessionId alphabet and length.
-        let id = SessionId::parse(&id).expect("a generated session id is valid");
+        let id = mint_session_id(self.rng.as_ref(), &client_id)?;
         let now = self.clock.now();
         let expires_at = now.plus(lifetime);
         // The client's live Sessions, counted and capped in one atomic step.
@@ -194,14 +191,15 @@ impl RecordSessions {
 
     /// The key of Session `id`'s record.
     pub fn key(id: &SessionId) -> String {
-        format!("session:{}", id.as_str())
+        slot::key("session", SlotTag::of_session(id), id.as_str())
     }
 
     fn client_key(client_id: &ClientId) -> String {
         use sha2::Digest as _;
-        format!(
-            "client-sessions:{}",
-            URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(client_id.as_str().as_bytes()))
+        slot::key(
+            "client-sessions",
+            Some(SlotTag::of(Owner::of_client(client_id))),
+            &URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(client_id.as_str().as_bytes())),
         )
     }
 
@@ -213,11 +211,7 @@ impl RecordSessions {
         user: PairwiseUserId,
         lifetime: i64,
     ) -> Result<SessionId, StoreError> {
-        let mut bytes = [0u8; 16];
-        self.rng.fill(&mut bytes);
-        let id = format!("ses_{}", URL_SAFE_NO_PAD.encode(bytes));
-        // "ses_" + 22 base64url characters always fits the SessionId alphabet and length.
-        let id = SessionId::parse(&id).map_err(|_| StoreError::Unavailable)?;
+        let id = mint_session_id(self.rng.as_ref(), &client_id)?;
         let client_key = Self::client_key(&client_id);
         let records = self.records.as_ref();
         retrying(|| async {
@@ -312,4 +306,15 @@ impl SessionDirectory for MemorySessionDirectory {
     async fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
         Ok(self.sessions.get(id))
     }
+}
+
+/// A fresh Session id for `client_id`'s Session: `ses_`, its owner's hash tag ([`crate::slot`]),
+/// 16 random bytes (22 base64url characters).
+fn mint_session_id(rng: &dyn Rng, client_id: &ClientId) -> Result<SessionId, StoreError> {
+    let mut bytes = [0u8; 16];
+    rng.fill(&mut bytes);
+    let id = SlotTag::of(Owner::of_client(client_id)).mint(SESSION_ID_PREFIX, &bytes);
+    // "ses_" + 4 hex digits + 22 base64url characters always fits the SessionId alphabet and
+    // length; were it not to, no Session starts.
+    SessionId::parse(&id).map_err(|_| StoreError::Unavailable)
 }

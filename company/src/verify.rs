@@ -6,7 +6,7 @@
 //! Session of its own can make the company fetch its keys; then the keys and the signature;
 //! and last the one-time use of `(client_id, jti)`: an assertion refused for any other reason
 //! is not consumed, and one that is consumed has passed every other check. The join's route
-//! binds its cookie in that same last step ([`Verifier::verify_then_bind`]), so a store that
+//! mints and binds its cookie (carrying the Session's hash tag) in that same last step ([`Verifier::verify_then_bind`]), so a store that
 //! can (Redis, one script) makes the whole join one round trip.
 
 use std::fmt;
@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use pap_shared::{
     Algorithm, BROWSER_ASSERTION_TYP, BrowserAssertionClaims, ClaimsError, ClientId, Clock, CompactJws, CompanyDomain,
-    HttpsUrl, JoseError, PairwiseUserId, SessionId, UnixTime, UnverifiedJws,
+    HttpsUrl, JoseError, PairwiseUserId, Rng, SessionId, UnixTime, UnverifiedJws,
 };
 
 use crate::client::{ClientKeys, ResolveError};
@@ -22,7 +22,7 @@ use crate::join_store::{Committed, Freshness, JoinCommit, JoinStore, SeenSession
 use crate::replay::ReplayKey;
 use crate::session::{SessionDirectory, SessionRecord};
 use crate::store::StoreError;
-use crate::web_cookie::CookieHash;
+use crate::web_cookie::SessionCookie;
 
 /// How far in the future an assertion's `iat` may be, in seconds, to absorb clock drift between
 /// the agent and the company. The Python reference allows none; five seconds refuses nothing an
@@ -82,17 +82,31 @@ impl Verifier {
 
     /// Runs every check of PAP §5 on `assertion`, marking its `(client_id, jti)` used.
     pub async fn verify(&self, assertion: &CompactJws) -> Result<VerifiedAssertion, VerifyError> {
-        self.verify_then_bind(assertion, None).await
+        Ok(self.run(assertion, None).await?.0)
     }
 
     /// Runs every check of PAP §5 on `assertion` and, in the same last step as the replay mark,
-    /// binds `cookie` to its Session (the join's route). Only this function makes a
-    /// [`VerifiedAssertion`].
+    /// binds a fresh cookie (drawn from `rng`, carrying its Session's hash tag) to its Session:
+    /// the join's route.
     pub async fn verify_then_bind(
         &self,
         assertion: &CompactJws,
-        cookie: Option<CookieHash>,
-    ) -> Result<VerifiedAssertion, VerifyError> {
+        rng: &dyn Rng,
+    ) -> Result<(VerifiedAssertion, SessionCookie), VerifyError> {
+        match self.run(assertion, Some(rng)).await? {
+            (verified, Some(cookie)) => Ok((verified, cookie)),
+            // `run` mints a cookie whenever it is given a source of randomness.
+            (_, None) => Err(VerifyError::Store(StoreError::Unavailable)),
+        }
+    }
+
+    /// Every check; with `cookie_rng`, a cookie for the Session is minted and bound in the last
+    /// step. Only this function makes a [`VerifiedAssertion`].
+    async fn run(
+        &self,
+        assertion: &CompactJws,
+        cookie_rng: Option<&dyn Rng>,
+    ) -> Result<(VerifiedAssertion, Option<SessionCookie>), VerifyError> {
         // 1. Shape: three unpadded base64url segments, a JSON header without `crit`.
         let jws = UnverifiedJws::parse(assertion.secret()).map_err(VerifyError::Malformed)?;
         // 2. `alg`: ES256 or RS256 only (never `none`, never HMAC).
@@ -162,6 +176,7 @@ impl Verifier {
         //     binding, if the Session is still as checked. A mark that cannot be made refuses
         //     the join: never accepted unmarked.
         let replay = ReplayKey::browser_assertion(claims.iss(), claims.jti());
+        let cookie = cookie_rng.map(|rng| SessionCookie::generate(rng, claims.session_id()));
         let mut reread = false;
         loop {
             let commit = JoinCommit {
@@ -169,7 +184,7 @@ impl Verifier {
                 seen: &seen,
                 replay,
                 expires_at: claims.exp(),
-                cookie,
+                cookie: cookie.as_ref().map(SessionCookie::hash),
             };
             match joins.commit(commit).await.map_err(VerifyError::Store)? {
                 Committed::Joined => break,
@@ -185,14 +200,15 @@ impl Verifier {
             }
         }
         let session = seen.record;
-        Ok(VerifiedAssertion {
+        let verified = VerifiedAssertion {
             client_id: claims.iss().clone(),
             user: claims.sub().clone(),
             session_id: claims.session_id().clone(),
             return_to: claims.return_to().clone(),
             session_expires_at: session.expires_at,
             session_epoch: session.epoch,
-        })
+        };
+        Ok((verified, cookie))
     }
 }
 

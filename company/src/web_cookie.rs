@@ -1,20 +1,22 @@
 //! The company's own cookie for a joined browser (PAP-5-10..12).
 //!
-//! The value is 32 random bytes (base64url, 43 characters); the company stores only its
-//! SHA-256, bound to the Session id, and looks the Session up on every request.
+//! The value is its Session's hash tag ([`crate::slot`], 4 hex digits, so that a Redis Cluster
+//! finds its binding in the Session's slot) and 32 random bytes (base64url, 43 characters); the
+//! company stores only its SHA-256, bound to the Session id, and looks the Session up on every
+//! request.
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::HeaderValue;
 use pap_shared::{Clock, Rng, SessionId, UnixTime};
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
+use crate::share::Owner;
+use crate::slot::SlotTag;
 use crate::store::{Bounded, StoreError, WhenFull};
 
 /// The cookie's name. The `__Host-` prefix makes browsers insist on `Secure`, `Path=/` and no
@@ -25,19 +27,23 @@ pub const SESSION_COOKIE_NAME: &str = "__Host-poppy_session";
 /// `Domain`: the cookie has no lifetime of its own, it stands for the Session while it is live.
 const SESSION_COOKIE_ATTRIBUTES: &str = "; Path=/; Secure; HttpOnly; SameSite=Lax";
 
-/// Length of a cookie value: 32 bytes in unpadded base64url.
-const VALUE_LEN: usize = 43;
+/// Length of a cookie value: a hash tag of 4 hex digits, then 32 bytes in unpadded base64url.
+const VALUE_LEN: usize = 4 + 43;
 
 /// A `__Host-poppy_session` value. A bearer credential for the website: redacted `Debug`, no
 /// `Display`, `Clone` or `PartialEq`, zeroized on drop.
 pub struct SessionCookie(Zeroizing<String>);
 
 impl SessionCookie {
-    /// A fresh value of 32 random bytes.
-    pub fn generate(rng: &dyn Rng) -> Self {
+    /// A fresh value for a browser joining `session`: the Session's hash tag and 32 random
+    /// bytes.
+    pub fn generate(rng: &dyn Rng, session: &SessionId) -> Self {
         let mut bytes = Zeroizing::new([0u8; 32]);
         rng.fill(bytes.as_mut());
-        Self(Zeroizing::new(URL_SAFE_NO_PAD.encode(bytes.as_ref())))
+        // A Session id the company did not mint has no tag, and no Session: its cookie is
+        // never bound. It still gets a cookie of the one shape.
+        let tag = SlotTag::of_session(session).unwrap_or_else(|| SlotTag::of(Owner::named("session", "untagged")));
+        Self(Zeroizing::new(tag.mint("", bytes.as_ref())))
     }
 
     /// A value read from a `Cookie` header, if it has the shape of one this company issued.
@@ -48,7 +54,10 @@ impl SessionCookie {
 
     /// The hash the company stores instead of the value.
     pub fn hash(&self) -> CookieHash {
-        CookieHash(Sha256::digest(self.0.as_bytes()).into())
+        CookieHash {
+            hash: Sha256::digest(self.0.as_bytes()).into(),
+            tag: SlotTag::of_minted(&self.0, ""),
+        }
     }
 
     /// The `Set-Cookie` header value: exactly
@@ -97,15 +106,25 @@ impl fmt::Debug for SessionCookie {
     }
 }
 
-/// SHA-256 of a cookie value: what the company stores.
+/// SHA-256 of a cookie value: what the company stores; and the value's hash tag, which
+/// places its binding in a Redis Cluster.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct CookieHash([u8; 32]);
+pub struct CookieHash {
+    hash: [u8; 32],
+    tag: Option<SlotTag>,
+}
 
 impl CookieHash {
     /// The hash's bytes, for a store's key.
     #[cfg(feature = "redis")]
     pub(crate) fn as_bytes(&self) -> &[u8; 32] {
-        &self.0
+        &self.hash
+    }
+
+    /// The value's hash tag, for a store's key.
+    #[cfg(feature = "redis")]
+    pub(crate) fn tag(&self) -> Option<SlotTag> {
+        self.tag
     }
 }
 
@@ -225,6 +244,12 @@ mod tests {
 
     use super::*;
 
+    /// A Session id as the company mints them (with its owner's hash tag).
+    fn session() -> SessionId {
+        let owner = Owner::named("domain", "atlas.example");
+        SessionId::parse(&SlotTag::of(owner).mint("ses_", &[1; 16])).unwrap()
+    }
+
     #[derive(Debug)]
     struct Fixed;
     impl Clock for Fixed {
@@ -236,9 +261,9 @@ mod tests {
     #[tokio::test]
     async fn a_session_keeps_its_newest_cookies_and_the_oldest_end_first() {
         let bindings = MemoryCookieBindings::new(Arc::new(Fixed));
-        let session = SessionId::parse("ses_AAAAAAAAAAAAAAAAAAAAAA").unwrap();
+        let session = session();
         let cookies: Vec<SessionCookie> = (0..BINDINGS_PER_SESSION + 4)
-            .map(|_| SessionCookie::generate(&SystemRng))
+            .map(|_| SessionCookie::generate(&SystemRng, &session))
             .collect();
         for cookie in &cookies {
             let binding = Binding {
@@ -263,7 +288,7 @@ mod tests {
 
     #[test]
     fn set_cookie_is_exactly_as_specified() {
-        let cookie = SessionCookie::generate(&SystemRng);
+        let cookie = SessionCookie::generate(&SystemRng, &session());
         let header = cookie.set_cookie_header();
         let text = header.to_str().unwrap();
         assert_eq!(
@@ -273,7 +298,11 @@ mod tests {
                 cookie.secret()
             )
         );
-        assert_eq!(cookie.secret().len(), 43);
+        assert_eq!(cookie.secret().len(), 47);
+        // It carries its Session's hash tag, and its hash the same.
+        let tag = SlotTag::of_session(&session()).unwrap();
+        assert!(cookie.secret().starts_with(tag.as_str()));
+        assert_eq!(cookie.hash().tag, Some(tag));
         // The cookie crate reads it back with exactly these attributes and no lifetime.
         let parsed = cookie::Cookie::parse(text).unwrap();
         assert_eq!(parsed.name(), SESSION_COOKIE_NAME);
@@ -289,8 +318,8 @@ mod tests {
 
     #[test]
     fn values_are_random_and_debug_is_redacted() {
-        let a = SessionCookie::generate(&SystemRng);
-        let b = SessionCookie::generate(&SystemRng);
+        let a = SessionCookie::generate(&SystemRng, &session());
+        let b = SessionCookie::generate(&SystemRng, &session());
         assert_ne!(a.secret(), b.secret());
         assert_ne!(a.hash(), b.hash());
         assert!(!format!("{a:?}").contains(a.secret()));
@@ -298,7 +327,7 @@ mod tests {
 
     #[test]
     fn reads_every_cookie_header() {
-        let a = SessionCookie::generate(&SystemRng);
+        let a = SessionCookie::generate(&SystemRng, &session());
         let mut headers = http::HeaderMap::new();
         headers.append(http::header::COOKIE, HeaderValue::from_static("other=1"));
         headers.append(

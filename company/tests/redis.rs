@@ -20,9 +20,9 @@ use pap_company::stores::{
 };
 use pap_company::verify::VerifyError;
 use pap_shared::{ClientId, Jti, PairwiseUserId, SystemClock, SystemRng, UnixTime};
-use support::redis_server::{Monitor, RedisServer};
+use support::redis_server::{Deployment, Monitor, RedisCluster, RedisServer};
 
-async fn store(server: &RedisServer, prefix: &str) -> RedisStore {
+async fn store(server: &Deployment, prefix: &str) -> RedisStore {
     RedisStore::connect(&server.url(), prefix).await.unwrap()
 }
 
@@ -46,13 +46,11 @@ fn user() -> PairwiseUserId {
     PairwiseUserId::parse("usr_redis_AAAAAAAAAAAAAAAAAAAAAA").unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replay_race_over_three_replicas_has_one_winner() {
-    let server = RedisServer::start();
+async fn a_replay_race_over_three_replicas_has_one_winner(server: &mut Deployment) {
     let replicas = [
-        store(&server, "shop").await,
-        store(&server, "shop").await,
-        store(&server, "shop").await,
+        store(server, "shop").await,
+        store(server, "shop").await,
+        store(server, "shop").await,
     ];
     let key = ReplayKey::browser_assertion(&client(), &Jti::generate(&SystemRng));
     let exp = now().plus(60);
@@ -68,12 +66,10 @@ async fn a_replay_race_over_three_replicas_has_one_winner() {
     }
     assert_eq!(winners, 1);
     // Another company's prefix is another namespace.
-    assert!(store(&server, "other").await.mark_once(key, exp).await.unwrap());
+    assert!(store(server, "other").await.mark_once(key, exp).await.unwrap());
 }
 
-#[tokio::test]
-async fn a_domain_filling_its_replay_share_is_refused_and_no_one_else_is() {
-    let server = RedisServer::start();
+async fn a_domain_filling_its_replay_share_is_refused_and_no_one_else_is(server: &mut Deployment) {
     let replica = || async {
         let options = RedisOptions {
             replay_share: 3,
@@ -110,12 +106,10 @@ async fn a_domain_filling_its_replay_share_is_refused_and_no_one_else_is() {
     assert_eq!(a.mark_once(mine, exp).await, Ok(false));
 }
 
-#[tokio::test]
-async fn sessions_follow_sign_in_sign_out_and_end_across_replicas() {
-    let server = RedisServer::start();
+async fn sessions_follow_sign_in_sign_out_and_end_across_replicas(server: &mut Deployment) {
     let (a, b) = (
-        sessions(&store(&server, "shop").await),
-        sessions(&store(&server, "shop").await),
+        sessions(&store(server, "shop").await),
+        sessions(&store(server, "shop").await),
     );
     let id = a.start(client(), user(), 3_600).await.unwrap();
     let fresh = b.session(&id).await.unwrap().unwrap();
@@ -151,17 +145,15 @@ async fn sessions_follow_sign_in_sign_out_and_end_across_replicas() {
     assert!(!a.sign_in(&unknown, "acct_ada", &[]).await.unwrap());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn of_commits_racing_on_one_version_over_three_replicas_one_wins() {
-    let server = RedisServer::start();
+async fn of_commits_racing_on_one_version_over_three_replicas_one_wins(server: &mut Deployment) {
     let replicas = [
-        store(&server, "shop").await,
-        store(&server, "shop").await,
-        store(&server, "shop").await,
+        store(server, "shop").await,
+        store(server, "shop").await,
+        store(server, "shop").await,
     ];
     let until = now().plus(60);
     let put = |data: Vec<u8>, expect| Change {
-        key: "op:1".into(),
+        key: "op:{t}1".into(),
         expect,
         write: Write::Put(data, until),
     };
@@ -183,18 +175,18 @@ async fn of_commits_racing_on_one_version_over_three_replicas_one_wins() {
         winners += usize::from(task.await.unwrap());
     }
     assert_eq!(winners, 1);
-    assert_eq!(replicas[1].get("op:1").await.unwrap().unwrap().version, 2);
+    assert_eq!(replicas[1].get("op:{t}1").await.unwrap().unwrap().version, 2);
     // All or nothing: a commit with one stale key writes none of its keys.
     let stale = [
         Change {
-            key: "op:2".into(),
+            key: "op:{t}2".into(),
             expect: Expect::Absent,
             write: Write::Put(b"2".to_vec(), until),
         },
         put(b"x".to_vec(), Expect::Version(1)),
     ];
     assert!(!replicas[2].commit(owner(), &stale).await.unwrap());
-    assert!(replicas[0].get("op:2").await.unwrap().is_none());
+    assert!(replicas[0].get("op:{t}2").await.unwrap().is_none());
     let (first, _) = replicas[2].count(owner(), "n:1", until).await.unwrap();
     let (second, counted_until) = replicas[0].count(owner(), "n:1", until.plus(100)).await.unwrap();
     assert_eq!(
@@ -204,10 +196,8 @@ async fn of_commits_racing_on_one_version_over_three_replicas_one_wins() {
     );
 }
 
-#[tokio::test]
-async fn a_client_holds_at_most_its_cap_of_live_sessions() {
-    let server = RedisServer::start();
-    let sessions = sessions(&store(&server, "shop").await);
+async fn a_client_holds_at_most_its_cap_of_live_sessions(server: &mut Deployment) {
+    let sessions = sessions(&store(server, "shop").await);
     for _ in 0..pap_company::limits::SESSIONS_PER_CLIENT {
         sessions.start(client(), user(), 3_600).await.unwrap();
     }
@@ -216,13 +206,11 @@ async fn a_client_holds_at_most_its_cap_of_live_sessions() {
     assert!(sessions.start(other, user(), 3_600).await.is_ok(), "a cap per client");
 }
 
-#[tokio::test]
-async fn cookies_bind_across_replicas_and_a_session_keeps_its_newest() {
-    let server = RedisServer::start();
-    let (a, b) = (store(&server, "shop").await, store(&server, "shop").await);
+async fn cookies_bind_across_replicas_and_a_session_keeps_its_newest(server: &mut Deployment) {
+    let (a, b) = (store(server, "shop").await, store(server, "shop").await);
     let session = sessions(&a).start(client(), user(), 3_600).await.unwrap();
     let cookies: Vec<SessionCookie> = (0..pap_company::limits::BINDINGS_PER_SESSION + 3)
-        .map(|_| SessionCookie::generate(&SystemRng))
+        .map(|_| SessionCookie::generate(&SystemRng, &session))
         .collect();
     for cookie in &cookies {
         let binding = Binding {
@@ -241,10 +229,8 @@ async fn cookies_bind_across_replicas_and_a_session_keeps_its_newest() {
     assert_eq!(b.lookup(&last).await.unwrap(), None);
 }
 
-#[tokio::test]
-async fn with_redis_gone_every_call_fails_closed_and_recovers_on_its_own() {
-    let mut server = RedisServer::start();
-    let store = store(&server, "shop").await;
+async fn with_redis_gone_every_call_fails_closed_and_recovers_on_its_own(server: &mut Deployment) {
+    let store = store(server, "shop").await;
     let sessions = sessions(&store);
     let session = sessions.start(client(), user(), 3_600).await.unwrap();
     server.kill();
@@ -288,17 +274,95 @@ async fn a_redis_that_may_evict_is_refused_at_start_naming_the_policy() {
     RedisStore::connect(&server.url(), "fine").await.unwrap();
 }
 
-/// Review N6: the password comes from the caller (a file, the environment), not the URL.
-/// Redis Cluster is not supported yet (a commit's keys are in many slots): a cluster node is
-/// refused at start, saying so, rather than answering every join 503.
+/// A cluster node named by a `redis://` URL would answer `MOVED` for most keys: refused at
+/// start, naming the URL that works, rather than answering most joins 503.
 #[tokio::test]
 async fn a_redis_cluster_node_is_refused_at_start_saying_so() {
     let server = RedisServer::start_with(&["--cluster-enabled", "yes"]);
     let refused = RedisStore::connect(&server.url(), "cluster").await.unwrap_err();
     assert!(matches!(refused, RedisSetupError::Cluster), "{refused:?}");
-    assert!(refused.to_string().contains("Redis Cluster"));
+    assert!(refused.to_string().contains("redis-cluster://"), "{refused}");
 }
 
+/// Review N7 on a cluster: every primary's policy is checked.
+#[tokio::test]
+async fn a_cluster_whose_primaries_may_evict_is_refused_naming_the_policy() {
+    let cluster = RedisCluster::start_with(&["--maxmemory-policy", "volatile-lru"]);
+    let refused = RedisStore::connect(&cluster.url(), "evicting").await.unwrap_err();
+    assert!(
+        matches!(&refused, RedisSetupError::EvictionPolicy { policy } if policy == "volatile-lru"),
+        "{refused:?}"
+    );
+}
+
+/// Review N6 on a cluster: the password from the options reaches every node.
+#[tokio::test]
+async fn a_cluster_takes_its_password_from_the_options() {
+    let cluster = RedisCluster::start_with(&["--requirepass", "correct-horse-battery"]);
+    let refused = RedisStore::connect(&cluster.url(), "auth").await.unwrap_err();
+    assert!(matches!(refused, RedisSetupError::Connect(_)), "{refused:?}");
+    let options = RedisOptions {
+        password: Some(zeroize::Zeroizing::new("correct-horse-battery".to_owned())),
+        ..RedisOptions::default()
+    };
+    let store = RedisStore::connect_with(&cluster.url(), "auth", options).await.unwrap();
+    store.ping().await.unwrap();
+    let sessions = sessions(&store);
+    let id = sessions.start(client(), user(), 3_600).await.unwrap();
+    assert!(sessions.session(&id).await.unwrap().is_some());
+}
+
+/// Owners spread over a cluster's primaries, and everything of one owner (its Sessions, its
+/// replay marks and their tally) lives on one: each commit is one script on one node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owners_spread_over_the_clusters_primaries_and_each_stays_on_one() {
+    let cluster = RedisCluster::start();
+    let store = RedisStore::connect(&cluster.url(), "spread").await.unwrap();
+    let sessions = sessions(&store);
+    let keys_on = |port: u16| async move {
+        let mut node = redis::Client::open(format!("redis://127.0.0.1:{port}/0"))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        redis::cmd("DBSIZE").query_async::<u64>(&mut node).await.unwrap()
+    };
+    // One owner, many clients and Sessions: one node holds all of it.
+    for i in 0..5 {
+        let client = ClientId::parse(&format!("https://c{i}.atlas.example/agent.json")).unwrap();
+        sessions.start(client.clone(), user(), 3_600).await.unwrap();
+        let key = ReplayKey::browser_assertion(&client, &Jti::generate(&SystemRng));
+        assert!(store.mark_once(key, now().plus(60)).await.unwrap());
+    }
+    let mut held = Vec::new();
+    for node in &cluster.nodes {
+        held.push(keys_on(node.port).await);
+    }
+    assert_eq!(
+        held.iter().filter(|&&n| n > 0).count(),
+        1,
+        "one owner, one node: {held:?}"
+    );
+    // Thirty owners: every node holds some.
+    for i in 0..30 {
+        let client = ClientId::parse(&format!("https://agent{i}.example/agent.json")).unwrap();
+        sessions.start(client, user(), 3_600).await.unwrap();
+    }
+    let mut held = Vec::new();
+    for node in &cluster.nodes {
+        held.push(keys_on(node.port).await);
+    }
+    assert!(held.iter().all(|&n| n > 0), "thirty owners over three nodes: {held:?}");
+}
+
+#[tokio::test]
+async fn a_prefix_that_would_be_a_hash_tag_is_refused() {
+    let server = RedisServer::start();
+    let refused = RedisStore::connect(&server.url(), "shop{a}").await.unwrap_err();
+    assert!(matches!(refused, RedisSetupError::Prefix), "{refused:?}");
+}
+
+/// Review N6: the password comes from the caller (a file, the environment), not the URL.
 #[tokio::test]
 async fn the_password_comes_from_the_options_not_the_url() {
     let server = RedisServer::start_with(&["--requirepass", "correct-horse-battery"]);
@@ -390,30 +454,27 @@ async fn bound(store: &RedisStore, response: &axum::response::Response) -> Optio
 /// The design's hot path: once a join has read its Session, the next joins of that Session
 /// are one round trip each (one script re-checks the Session, marks the `jti`, binds the
 /// cookie).
-#[tokio::test]
-async fn a_join_is_one_round_trip_once_its_session_is_copied() {
-    let server = RedisServer::start();
-    let store = store(&server, "shop").await;
+async fn a_join_is_one_round_trip_once_its_session_is_copied(server: &mut Deployment) {
+    let store = store(server, "shop").await;
     let world = support::World::new();
     let (route, _, session) = world.over_redis(&store).await;
     let assertion = || world.with("session_id", serde_json::json!(session.as_str()));
     // The first join reads the Session and loads the script.
     let response = route.join(&assertion()).await.unwrap();
     assert_eq!(bound(&store, &response).await.unwrap().session, session);
-    let mut monitor = Monitor::start(&server);
+    // Every primary of a cluster is watched: a join's one script goes to its owner's.
+    let mut monitors: Vec<Monitor> = server.servers().into_iter().map(Monitor::start).collect();
     for _ in 0..20 {
         route.join(&assertion()).await.unwrap();
     }
-    let commands = monitor.client_commands();
+    let commands: Vec<String> = monitors.iter_mut().flat_map(Monitor::client_commands).collect();
     assert_eq!(commands, vec!["EVALSHA".to_owned(); 20], "one round trip per join");
 }
 
 /// The owner's tally follows the company's clock: once its marks' buckets end, their room
 /// comes back (the marks themselves still answer replays until Redis expires them); an owner
 /// idle longer than the window starts again from zero.
-#[tokio::test]
-async fn a_domain_gets_its_room_back_as_its_marks_expire_on_the_companys_clock() {
-    let server = RedisServer::start();
+async fn a_domain_gets_its_room_back_as_its_marks_expire_on_the_companys_clock(server: &mut Deployment) {
     let start = now().as_secs();
     let clock = pap_shared::ManualClock::at(start);
     let options = RedisOptions {
@@ -450,9 +511,7 @@ async fn a_domain_gets_its_room_back_as_its_marks_expire_on_the_companys_clock()
 
 /// A join's one script counts its mark against the client's share too: past it the join is
 /// refused as a full store (503), and a replay is still a replay.
-#[tokio::test]
-async fn a_join_past_its_domains_replay_share_is_refused_as_a_full_store() {
-    let server = RedisServer::start();
+async fn a_join_past_its_domains_replay_share_is_refused_as_a_full_store(server: &mut Deployment) {
     let options = RedisOptions {
         replay_share: 2,
         ..RedisOptions::default()
@@ -473,10 +532,8 @@ async fn a_join_past_its_domains_replay_share_is_refused_as_a_full_store() {
 /// The copy decides nothing alone: a sign-out after it was made moves the Session's version,
 /// the script refuses to write, and the join binds its cookie to the new epoch; an ended
 /// Session refuses the join and consumes nothing.
-#[tokio::test]
-async fn a_session_that_moved_since_its_copy_is_read_again_before_a_join_is_decided() {
-    let server = RedisServer::start();
-    let (store, other_replica) = (store(&server, "shop").await, store(&server, "shop").await);
+async fn a_session_that_moved_since_its_copy_is_read_again_before_a_join_is_decided(server: &mut Deployment) {
+    let (store, other_replica) = (store(server, "shop").await, store(server, "shop").await);
     let world = support::World::new();
     let (route, _, session) = world.over_redis(&store).await;
     let elsewhere = RecordSessions::new(Arc::new(other_replica), world.clock.clone(), Arc::new(SystemRng));
@@ -518,12 +575,10 @@ async fn a_session_that_moved_since_its_copy_is_read_again_before_a_join_is_deci
 }
 
 /// Two replicas joining with the same assertion at once: one 303, one replay, over the script.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_assertion_raced_over_two_replicas_joins_once() {
-    let server = RedisServer::start();
+async fn an_assertion_raced_over_two_replicas_joins_once(server: &mut Deployment) {
     let world = support::World::new();
-    let (a, _, session) = world.over_redis(&store(&server, "shop").await).await;
-    let (b, ..) = world.over_redis(&store(&server, "shop").await).await;
+    let (a, _, session) = world.over_redis(&store(server, "shop").await).await;
+    let (b, ..) = world.over_redis(&store(server, "shop").await).await;
     let assertion = world.with("session_id", serde_json::json!(session.as_str()));
     for _ in 0..3 {
         // Warm both copies with assertions of their own.
@@ -541,3 +596,41 @@ async fn an_assertion_raced_over_two_replicas_joins_once() {
         .count();
     assert_eq!((one.is_ok() as usize + two.is_ok() as usize, replays), (1, 1));
 }
+
+/// Runs each test named on one `redis-server` (`on_one_server::NAME`) and on a Redis Cluster of
+/// three primaries (`on_a_cluster::NAME`): the store keeps every promise on both.
+macro_rules! on_one_server_and_a_cluster {
+    ($($name:ident),* $(,)?) => {
+        mod on_one_server {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(&mut super::Deployment::One(super::RedisServer::start())).await;
+                }
+            )*
+        }
+        mod on_a_cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(&mut super::Deployment::Cluster(super::RedisCluster::start())).await;
+                }
+            )*
+        }
+    };
+}
+
+on_one_server_and_a_cluster!(
+    a_replay_race_over_three_replicas_has_one_winner,
+    a_domain_filling_its_replay_share_is_refused_and_no_one_else_is,
+    sessions_follow_sign_in_sign_out_and_end_across_replicas,
+    of_commits_racing_on_one_version_over_three_replicas_one_wins,
+    a_client_holds_at_most_its_cap_of_live_sessions,
+    cookies_bind_across_replicas_and_a_session_keeps_its_newest,
+    with_redis_gone_every_call_fails_closed_and_recovers_on_its_own,
+    a_join_is_one_round_trip_once_its_session_is_copied,
+    a_domain_gets_its_room_back_as_its_marks_expire_on_the_companys_clock,
+    a_join_past_its_domains_replay_share_is_refused_as_a_full_store,
+    a_session_that_moved_since_its_copy_is_read_again_before_a_join_is_decided,
+    an_assertion_raced_over_two_replicas_joins_once,
+);

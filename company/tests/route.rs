@@ -73,8 +73,8 @@ async fn join_answers_303_with_exactly_the_specified_cookie() {
         cookie,
         format!("__Host-poppy_session={value}; Path=/; Secure; HttpOnly; SameSite=Lax")
     );
-    // 32 random bytes, unpadded base64url.
-    assert_eq!(value.len(), 43);
+    // The Session's hash tag (4 hex digits), then 32 random bytes, unpadded base64url.
+    assert_eq!(value.len(), 47);
     assert!(
         value
             .bytes()

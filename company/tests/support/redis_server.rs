@@ -230,3 +230,164 @@ impl Drop for Monitor {
         let _ = self.child.wait();
     }
 }
+
+/// How long a new (or restarted) cluster may take to agree on its slots.
+const CLUSTER_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A real Redis Cluster of three primaries (no replicas) on free loopback ports, created with
+/// `redis-cli --cluster create` as an operator would, each node killed when dropped.
+pub struct RedisCluster {
+    /// The primaries, each owning a third of the slots.
+    pub nodes: Vec<RedisServer>,
+    password: Option<String>,
+}
+
+impl RedisCluster {
+    /// Three primaries, ready once every node says `cluster_state:ok`.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Three primaries started with these further arguments each (`--requirepass`, a policy).
+    pub fn start_with(extra: &[&str]) -> Self {
+        let mut args: Vec<String> = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "1000",
+        ]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect();
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        let password = extra
+            .iter()
+            .position(|a| *a == "--requirepass")
+            .and_then(|i| extra.get(i + 1))
+            .map(|p| (*p).to_owned());
+        if let Some(password) = &password {
+            // The nodes talk to each other with it too.
+            args.extend(["--masterauth".to_owned(), password.clone()]);
+        }
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                // The bus port is asked for, not left at port + 10,000 (past 65,535 for a high
+                // free port, or another test's).
+                let mut args = args.clone();
+                args.extend(["--cluster-port".to_owned(), free_port().to_string()]);
+                RedisServer::launch(free_port(), scratch_dir(), false, args, false)
+            })
+            .collect();
+        let cluster = Self { nodes, password };
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for node in &cluster.nodes {
+            create.arg(format!("127.0.0.1:{}", node.port));
+        }
+        create.args(["--cluster-replicas", "0", "--cluster-yes"]);
+        cluster.authenticate(&mut create);
+        let created = create
+            .output()
+            .expect("redis-cli comes with redis-server (Debian's redis-tools)");
+        assert!(
+            created.status.success(),
+            "redis-cli --cluster create: {}",
+            String::from_utf8_lossy(&created.stdout)
+        );
+        cluster.wait_until_ok();
+        cluster
+    }
+
+    /// `redis-cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`.
+    pub fn url(&self) -> String {
+        let nodes: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        format!("redis-cluster://{}", nodes.join(","))
+    }
+
+    /// Kills every node (as a crash would).
+    pub fn kill(&mut self) {
+        self.nodes.iter_mut().for_each(RedisServer::kill);
+    }
+
+    /// Starts every node again on its port and directory (each reads its `nodes.conf`: the
+    /// same cluster, the same slots), ready once the cluster is `ok` again.
+    pub fn restart(&mut self) {
+        self.nodes.iter_mut().for_each(RedisServer::restart);
+        self.wait_until_ok();
+    }
+
+    fn authenticate(&self, command: &mut Command) {
+        if let Some(password) = &self.password {
+            command.args(["-a", password, "--no-auth-warning"]);
+        }
+    }
+
+    /// Waits (on what every node answers, with a deadline) until each says its cluster is
+    /// `ok` with all 16,384 slots served.
+    fn wait_until_ok(&self) {
+        let deadline = std::time::Instant::now() + CLUSTER_DEADLINE;
+        for node in &self.nodes {
+            loop {
+                let mut info = Command::new("redis-cli");
+                info.args(["-h", "127.0.0.1", "-p", &node.port.to_string()]);
+                self.authenticate(&mut info);
+                let out = info.args(["cluster", "info"]).output().expect("redis-cli runs");
+                let text = String::from_utf8_lossy(&out.stdout);
+                if text.contains("cluster_state:ok") && text.contains("cluster_slots_ok:16384") {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the cluster did not come up: {text}"
+                );
+                // Paces the next question; the loop ends on the answer, not on time.
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// Where a test's Redis runs: one server, or a cluster of three primaries. What must hold for
+/// the company's store holds on both.
+pub enum Deployment {
+    /// One `redis-server`.
+    One(RedisServer),
+    /// Three primaries in a Redis Cluster.
+    Cluster(RedisCluster),
+}
+
+impl Deployment {
+    /// Its URL for `RedisStore::connect` (`redis://…` or `redis-cluster://…`).
+    pub fn url(&self) -> String {
+        match self {
+            Self::One(server) => server.url(),
+            Self::Cluster(cluster) => cluster.url(),
+        }
+    }
+
+    /// Kills every server (as a crash would).
+    pub fn kill(&mut self) {
+        match self {
+            Self::One(server) => server.kill(),
+            Self::Cluster(cluster) => cluster.kill(),
+        }
+    }
+
+    /// Starts every server again on its port and directory.
+    pub fn restart(&mut self) {
+        match self {
+            Self::One(server) => server.restart(),
+            Self::Cluster(cluster) => cluster.restart(),
+        }
+    }
+
+    /// Every server (the primaries of a cluster), e.g. to `MONITOR` each.
+    pub fn servers(&self) -> Vec<&RedisServer> {
+        match self {
+            Self::One(server) => vec![server],
+            Self::Cluster(cluster) => cluster.nodes.iter().collect(),
+        }
+    }
+}

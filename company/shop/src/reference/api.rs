@@ -20,6 +20,7 @@ use super::protocol::{ApiError, json_response, read_json};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use pap_company::records::{Commit, Expect, read};
+use pap_company::slot::{self, SlotTag};
 use pap_company::stores::Owner;
 
 pub(super) fn routes(config: &CompanyConfig) -> Router<ReferenceCompany> {
@@ -171,7 +172,8 @@ async fn propose(
                 .chain_update(k.as_bytes())
                 .finalize()
                 .into();
-            format!("idempotency:{}", URL_SAFE_NO_PAD.encode(digest))
+            let tag = SlotTag::of(Owner::of_client(&caller.client_id));
+            slot::key("idempotency", Some(tag), &URL_SAFE_NO_PAD.encode(digest))
         });
         let seen = match &remember_as {
             Some(key) => read::<Remembered>(company.records(), key)

@@ -26,6 +26,7 @@ use super::website::same_site;
 use super::{ReferenceCompany, layout, scopes, token_hash};
 use pap_company::page::escape_html;
 use pap_company::records::{Commit, Expect, expect_of, read, retrying};
+use pap_company::slot::{self, SlotTag};
 use pap_company::stores::{Owner, StoreError};
 
 /// A device code lives ten minutes.
@@ -83,14 +84,19 @@ enum Decision {
     Denied,
 }
 
-/// The key of a device code's record: its SHA-256, never the code.
+/// The key of a device code's record: its SHA-256, never the code, under the hash tag the code
+/// carries (its client's owner's, [`pap_company::slot`]).
 fn device_key(device_code: &str) -> String {
-    format!("device:{}", URL_SAFE_NO_PAD.encode(token_hash(device_code)))
+    let hash = URL_SAFE_NO_PAD.encode(token_hash(device_code));
+    slot::key("device", SlotTag::of_minted(device_code, "dev_"), &hash)
 }
 
-/// The key of a user code's record, which names its device code's record.
+/// The key of a user code's record, which names its device code's record. Every user code
+/// shares one hash tag: a person types it, and the page finds it without knowing its client.
+/// (The device flow is paced by people; one slot holds it.)
 fn user_code_key(user_code: &str) -> String {
-    format!("user-code:{}", normalise_user_code(user_code))
+    let tag = SlotTag::of(Owner::named("device", "user-codes"));
+    slot::key("user-code", Some(tag), &normalise_user_code(user_code))
 }
 
 impl ReferenceCompany {
@@ -98,8 +104,31 @@ impl ReferenceCompany {
     /// the client's list of pending codes (at most [`PENDING_PER_CLIENT`]); its user code.
     async fn store_pending(&self, client_id: &ClientId, key: &str, pending: Pending) -> Result<String, StoreError> {
         let records = self.records();
+        let owner = Owner::of_client(client_id);
+        // The user code first, in its own commit: user codes share one slot (a typed code is
+        // found without knowing its client), the client's records another. A user code that a
+        // live code has makes the commit fail: another is drawn. Until the code's record is
+        // written below, the user code names nothing waiting.
+        let user_code = retrying(|| async {
+            let user_code = self.user_code();
+            let committed = Commit::new(owner)
+                .put(
+                    user_code_key(&user_code),
+                    Expect::Absent,
+                    &key.to_owned(),
+                    pending.expires_at,
+                )
+                .apply(records)
+                .await?;
+            Ok(committed.then_some(user_code))
+        })
+        .await?;
+        let record = Pending {
+            user_code: user_code.clone(),
+            ..pending.clone()
+        };
         let list_key = client_devices_key(client_id);
-        retrying(|| async {
+        let stored = retrying(|| async {
             let now = self.now();
             let held = read::<Vec<(String, UnixTime)>>(records, &list_key).await?;
             let mut live: Vec<(String, UnixTime)> = held
@@ -111,20 +140,8 @@ impl ReferenceCompany {
             }
             live.push((key.to_owned(), pending.expires_at));
             let last = live.iter().map(|(_, until)| *until).max().unwrap_or(pending.expires_at);
-            // A user code that a live code has makes the commit fail: another is drawn.
-            let user_code = self.user_code();
-            let record = Pending {
-                user_code: user_code.clone(),
-                ..pending.clone()
-            };
-            let committed = Commit::new(Owner::of_client(client_id))
+            let committed = Commit::new(owner)
                 .put(list_key.clone(), expect_of(&held), &live, last)
-                .put(
-                    user_code_key(&user_code),
-                    Expect::Absent,
-                    &key.to_owned(),
-                    pending.expires_at,
-                )
                 .put(
                     key.to_owned(),
                     Expect::Absent,
@@ -133,17 +150,28 @@ impl ReferenceCompany {
                 )
                 .apply(records)
                 .await?;
-            Ok(committed.then_some(user_code))
+            Ok(committed.then_some(()))
         })
-        .await
+        .await;
+        if stored.is_err() {
+            // The user code goes with the refusal (were this to fail too, it names nothing and
+            // expires with the code).
+            let _ = Commit::new(owner)
+                .delete(user_code_key(&user_code), Expect::Any)
+                .apply(records)
+                .await;
+        }
+        stored.map(|()| user_code)
     }
 }
 
 /// The key of a client's list of pending codes.
 fn client_devices_key(client_id: &ClientId) -> String {
-    format!(
-        "client-devices:{}",
-        URL_SAFE_NO_PAD.encode(token_hash(client_id.as_str()))
+    let tag = SlotTag::of(Owner::of_client(client_id));
+    slot::key(
+        "client-devices",
+        Some(tag),
+        &URL_SAFE_NO_PAD.encode(token_hash(client_id.as_str())),
     )
 }
 
@@ -350,13 +378,18 @@ impl ReferenceCompany {
         };
         let consumed = Commit::new(Owner::of_client(client_id))
             .delete(key.clone(), Expect::Version(version))
-            .delete(user_code_key(&pending.user_code), Expect::Any)
             .apply(records)
             .await
             .map_err(ApiError::store)?;
         if !consumed {
             return Err(ApiError::bad_request(OAuthErrorCode::InvalidGrant));
         }
+        // The user code is in another slot, so it goes in a commit of its own; one that stays
+        // (the store failing just now) names a code that is gone, and expires with it.
+        let _ = Commit::new(Owner::of_client(client_id))
+            .delete(user_code_key(&pending.user_code), Expect::Any)
+            .apply(records)
+            .await;
         let account_token = self
             .sign_in(client_id, &record.user, &session, &account, granted)
             .await?;
@@ -403,7 +436,7 @@ async fn authorize(State(company): State<ReferenceCompany>, headers: HeaderMap, 
             return Err(ApiError::bad_request(OAuthErrorCode::InvalidScope));
         }
         let now = company.now();
-        let device_code = company.random_token("dev");
+        let device_code = company.random_token("dev", &client_id);
         let key = device_key(&device_code);
         let expires_at = now.plus(DEVICE_CODE_LIFETIME);
         let interval = company.inner.config.device_interval;
@@ -833,11 +866,11 @@ mod tests {
             decision: Decision::Waiting,
         };
         rng.arm();
-        let first = company
-            .store_pending(&client, "device:one", pending.clone())
-            .await
-            .unwrap();
-        let second = company.store_pending(&client, "device:two", pending).await.unwrap();
+        // Keys in the client's slot, as `device_key` makes them.
+        let tag = Some(SlotTag::of(Owner::of_client(&client)));
+        let (one_key, two_key) = (slot::key("device", tag, "one"), slot::key("device", tag, "two"));
+        let first = company.store_pending(&client, &one_key, pending.clone()).await.unwrap();
+        let second = company.store_pending(&client, &two_key, pending).await.unwrap();
         assert_ne!(first, second, "two live device codes share the user code {first}");
         let one = read::<String>(company.records(), &user_code_key(&first))
             .await
@@ -849,7 +882,7 @@ mod tests {
             .unwrap()
             .unwrap()
             .1;
-        assert_eq!((one.as_str(), two.as_str()), ("device:one", "device:two"));
+        assert_eq!((one, two), (one_key, two_key));
     }
 
     fn company() -> ReferenceCompany {

@@ -47,7 +47,8 @@ use pap_company::limits::{REPLAY_CAPACITY, REPLAY_SHARE};
 use pap_company::records::{MemoryRecords, Records};
 use pap_company::resolver::ClientRegistry;
 use pap_company::route::{BROWSER_SESSION_PATH, BrowserSession, browser_session_router};
-use pap_company::stores::{CookieBindings, MemoryCookieBindings};
+use pap_company::slot::SlotTag;
+use pap_company::stores::{CookieBindings, MemoryCookieBindings, Owner};
 use pap_company::stores::{JoinStore, RecordSessions, SeparateStores};
 use pap_company::stores::{MemoryReplayGuard, ReplayGuard, ReplayKey};
 use pap_company::verify::{Verifier, VerifierParts};
@@ -326,11 +327,13 @@ impl ReferenceCompany {
         })
     }
 
-    /// A random token with `prefix`: `prefix_` + 22 base64url characters (128 bits).
-    fn random_token(&self, prefix: &str) -> String {
+    /// A random token of `client_id`'s with `prefix`: `prefix_`, the hash tag of the client's
+    /// owner (4 hex digits, [`pap_company::slot`]: its records' slot in a Redis Cluster), then
+    /// 22 base64url characters (128 bits).
+    fn random_token(&self, prefix: &str, client_id: &ClientId) -> String {
         let mut bytes = [0u8; 16];
         self.inner.rng.fill(&mut bytes);
-        format!("{prefix}_{}", URL_SAFE_NO_PAD.encode(bytes))
+        SlotTag::of(Owner::of_client(client_id)).mint(&format!("{prefix}_"), &bytes)
     }
 
     fn now(&self) -> UnixTime {

@@ -24,6 +24,7 @@ use super::ReferenceCompany;
 use super::caller::Caller;
 use super::protocol::{ApiError, json_response, read_json};
 use pap_company::records::{self, Commit, Expect, expect_of, retrying};
+use pap_company::slot::{self, SlotTag};
 use pap_company::stores::{Owner, StoreError};
 
 /// A proposal stays confirmable for 15 minutes.
@@ -33,8 +34,9 @@ const PROPOSAL_LIFETIME: i64 = 15 * 60;
 /// was proposed, in seconds: a week. Nothing drops a record before that.
 pub const OPERATION_RETENTION: i64 = 7 * 86_400;
 
-/// Most operation records one account holds at once (within [`OPERATION_RETENTION`]); past
-/// it, a new proposal is refused with 429 until old records go.
+/// Most operation records one account holds at once from the clients of one owner (within
+/// [`OPERATION_RETENTION`]); past it, that owner's new proposals are refused with 429 until old
+/// records go.
 pub const OPERATIONS_PER_ACCOUNT: usize = 1_000;
 
 /// Most entries of an account's operation list one listing reads (the front page): a page view
@@ -72,7 +74,7 @@ impl Record {
 }
 
 fn operation_key(id: &str) -> String {
-    format!("operation:{id}")
+    slot::key("operation", SlotTag::of_minted(id, "op_"), id)
 }
 
 /// The index of a proposal (key `proposal:{digest of client, user, account, action, summary}`),
@@ -84,16 +86,25 @@ fn proposal_key(client_id: &ClientId, user: &PairwiseUserId, account: &str, acti
         digest.update(part.len().to_be_bytes());
         digest.update(part.as_bytes());
     }
-    format!("proposal:{}", URL_SAFE_NO_PAD.encode(digest.finalize()))
+    let tag = SlotTag::of(Owner::of_client(client_id));
+    slot::key("proposal", Some(tag), &URL_SAFE_NO_PAD.encode(digest.finalize()))
 }
 
-/// An account's operations (key `account-operations:{digest}`), at most
-/// [`OPERATIONS_PER_ACCOUNT`] within their retention.
-fn account_operations_key(account: &str) -> String {
+/// An account's operations proposed by the clients of one owner (key
+/// `account-operations:{tag}digest`), at most [`OPERATIONS_PER_ACCOUNT`] within their
+/// retention. Per owner, so that the list shares its slot with the operations it names (a Redis
+/// Cluster), and one agent's proposals never crowd out another's (review N3).
+fn account_operations_key(account: &str, client_id: &ClientId) -> String {
     use sha2::{Digest, Sha256};
-    format!(
-        "account-operations:{}",
-        URL_SAFE_NO_PAD.encode(Sha256::digest(account.as_bytes()))
+    let owner = Owner::of_client(client_id);
+    let digest = Sha256::new()
+        .chain_update(owner.as_bytes())
+        .chain_update(account.as_bytes())
+        .finalize();
+    slot::key(
+        "account-operations",
+        Some(SlotTag::of(owner)),
+        &URL_SAFE_NO_PAD.encode(digest),
     )
 }
 
@@ -180,9 +191,9 @@ impl ReferenceCompany {
             new.action,
             &new.summary,
         );
-        let list_key = account_operations_key(&account);
+        let list_key = account_operations_key(&account, &new.caller.client_id);
         let records = self.records();
-        let id = self.random_token("op");
+        let id = self.random_token("op", &new.caller.client_id);
         retrying(|| async {
             let now = self.now();
             let index = records::read::<String>(records, &index_key).await?;
@@ -321,7 +332,8 @@ impl ReferenceCompany {
 
     /// The newest operations `viewer` may see, at most `limit`, newest first, as they stand now
     /// (a stale proposal reads expired; nothing is written). At most [`RECENT_SCANNED`] of the
-    /// account's entries are read, whatever other clients or users of the account proposed.
+    /// entries of the account and the viewer's owner are read, whatever other clients or users
+    /// of that owner proposed.
     pub(crate) async fn recent_operations(
         &self,
         viewer: &Viewer<'_>,
@@ -333,7 +345,8 @@ impl ReferenceCompany {
         let records = self.records();
         let now = self.now();
         let Some((_, list)) =
-            records::read::<Vec<(String, UnixTime)>>(records, &account_operations_key(account)).await?
+            records::read::<Vec<(String, UnixTime)>>(records, &account_operations_key(account, viewer.client_id))
+                .await?
         else {
             return Ok(Vec::new());
         };

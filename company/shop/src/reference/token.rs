@@ -24,6 +24,7 @@ use serde_json::json;
 use super::protocol::{ApiError, json_response, read_form};
 use super::{ReferenceCompany, token_hash};
 use pap_company::records::{Commit, Expect, expect_of, read, retrying};
+use pap_company::slot::{self, SlotTag};
 use pap_company::stores::{Owner, StoreError};
 use pap_company::stores::{RecordSessions, SessionRecord};
 
@@ -65,33 +66,38 @@ struct Family {
 /// again), so renewing in a loop holds no more.
 pub const SESSION_TOKENS_PER_SESSION: usize = 8;
 
+// Every key carries its owner's hash tag (`pap_company::slot`), read from the token, the family
+// or the Session id the company minted with it, so that a commit's keys share one slot.
+
 fn access_key(token: &str) -> String {
-    format!("access:{}", URL_SAFE_NO_PAD.encode(token_hash(token)))
+    let hash = URL_SAFE_NO_PAD.encode(token_hash(token));
+    slot::key("access", SlotTag::of_minted(token, "sat_"), &hash)
 }
 
 fn account_token_key(token: &str) -> String {
-    format!("account-token:{}", URL_SAFE_NO_PAD.encode(token_hash(token)))
+    let hash = URL_SAFE_NO_PAD.encode(token_hash(token));
+    slot::key("account-token", SlotTag::of_minted(token, "acct_"), &hash)
 }
 
 fn family_key(family: &str) -> String {
-    format!("family:{family}")
+    slot::key("family", SlotTag::of_minted(family, "fam_"), family)
 }
 
 /// The Session's live Session Tokens, oldest first.
 fn session_tokens_key(session: &SessionId) -> String {
-    format!("session-tokens:{}", session.as_str())
+    slot::key("session-tokens", SlotTag::of_session(session), session.as_str())
 }
 
 /// The account a Session was ever signed in to, until the Session expires: it may not sign in
 /// to another one, even after signing out (PAP-4.8-03, PAP-4.8-04).
 fn session_account_key(session: &SessionId) -> String {
-    format!("session-account:{}", session.as_str())
+    slot::key("session-account", SlotTag::of_session(session), session.as_str())
 }
 
 /// The sign-in (family id) that last signed Session `session` in: what the website's sign-out
 /// ends (review N19).
 fn session_family_key(session: &SessionId) -> String {
-    format!("session-family:{}", session.as_str())
+    slot::key("session-family", SlotTag::of_session(session), session.as_str())
 }
 
 pub(super) fn routes() -> Router<ReferenceCompany> {
@@ -198,7 +204,7 @@ impl ReferenceCompany {
             .session_record(session)
             .await?
             .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidSession))?;
-        let access_token = self.random_token("sat");
+        let access_token = self.random_token("sat", client_id);
         let expires_in = record.expires_at.since(self.now()).max(1);
         let token = AccessToken {
             session: session.clone(),
@@ -260,8 +266,8 @@ impl ReferenceCompany {
         account: &str,
         scopes: Vec<String>,
     ) -> Result<String, ApiError> {
-        let token = self.random_token("acct");
-        let family = self.random_token("fam");
+        let token = self.random_token("acct", client_id);
+        let family = self.random_token("fam", client_id);
         let records = self.records();
         retrying(|| async {
             let now = self.now();
@@ -371,7 +377,7 @@ impl ReferenceCompany {
         } else {
             requested
         };
-        let rotated = self.random_token("acct");
+        let rotated = self.random_token("acct", client_id);
         self.claim_and_sign_in(presented, &session, &rotated, scopes).await?;
         self.issue(client_id, &session, thumbprint, Some(rotated)).await
     }
