@@ -67,17 +67,39 @@ async fn run(joins: usize) {
         let server = support::redis_server::RedisServer::start();
         let (app, session) = over_redis(&world, &server.url()).await;
         let client = serve(app, &pki).await;
-        let meter = RedisMeter::connect(&server.url()).await;
+        let meter = RedisMeter::connect(&[&server]).await;
         let redis_figures = levels(&client, joins, Some(&meter), || {
             world.with("session_id", serde_json::json!(session.as_str()))
         })
         .await;
         print_figures("Redis", &redis_figures, Some(&memory_figures));
-        round_trips(&client, &server, 200, || {
+        round_trips(&client, &[&server], 200, || {
             world.with("session_id", serde_json::json!(session.as_str()))
         })
         .await;
         memory_per_join(&server.url(), &session).await;
+        drop(server);
+
+        // The same on a Redis Cluster of three primaries: the world's one agent is one owner,
+        // so its joins all go to the primary of its slot (the others idle).
+        let cluster = support::redis_server::RedisCluster::start();
+        let (app, session) = over_redis(&world, &cluster.url()).await;
+        let client = serve(app, &pki).await;
+        let nodes: Vec<&support::redis_server::RedisServer> = cluster.nodes.iter().collect();
+        let meter = RedisMeter::connect(&nodes).await;
+        let cluster_figures = levels(&client, joins, Some(&meter), || {
+            world.with("session_id", serde_json::json!(session.as_str()))
+        })
+        .await;
+        print_figures(
+            "Redis Cluster (3 primaries; one owner, so one primary)",
+            &cluster_figures,
+            Some(&memory_figures),
+        );
+        round_trips(&client, &nodes, 200, || {
+            world.with("session_id", serde_json::json!(session.as_str()))
+        })
+        .await;
     }
 }
 
@@ -118,14 +140,20 @@ async fn over_redis(world: &World, url: &str) -> (axum::Router, pap_shared::Sess
 #[cfg(feature = "redis")]
 async fn round_trips(
     client: &reqwest::Client,
-    server: &support::redis_server::RedisServer,
+    servers: &[&support::redis_server::RedisServer],
     joins: usize,
     assertion: impl Fn() -> CompactJws,
 ) {
     let assertions: Vec<CompactJws> = (0..joins).map(|_| assertion()).collect();
-    let mut monitor = support::redis_server::Monitor::start(server);
+    let mut monitors: Vec<_> = servers
+        .iter()
+        .map(|server| support::redis_server::Monitor::start(server))
+        .collect();
     load(client, assertions, 1).await;
-    let commands = monitor.client_commands();
+    let commands: Vec<String> = monitors
+        .iter_mut()
+        .flat_map(support::redis_server::Monitor::client_commands)
+        .collect();
     let mut by_name = std::collections::BTreeMap::<&str, usize>::new();
     for command in &commands {
         *by_name.entry(command.as_str()).or_default() += 1;
@@ -171,7 +199,7 @@ async fn memory_per_join(url: &str, session: &pap_shared::SessionId) {
     let cookie = usage("bench:cookie:*").await;
     let session: u64 = redis::cmd("MEMORY")
         .arg("USAGE")
-        .arg(format!("bench:record:session:{}", session.as_str()))
+        .arg(format!("bench:record:{}", pap_company::stores::RecordSessions::key(session)))
         .query_async::<Option<u64>>(&mut connection)
         .await
         .unwrap()
@@ -204,8 +232,8 @@ async fn levels(
         let redis = match (redis, redis_before) {
             (Some(meter), Some((commands, cpu))) => {
                 let (commands_after, cpu_after) = meter.read().await;
-                // The first reading's own INFO is counted by the second.
-                let per_join = (commands_after - commands - 1) as f64 / joins as f64;
+                // The first reading's own INFOs are counted by the second.
+                let per_join = (commands_after - commands - meter.servers()) as f64 / joins as f64;
                 Some((per_join, (cpu_after - cpu) * 1e6 / joins as f64))
             }
             _ => None,
@@ -258,37 +286,52 @@ fn process_cpu() -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-/// Reads Redis's count of commands run and its CPU seconds, over a connection of its own made
-/// before the run (so its handshake is not counted).
+/// Reads the count of commands run and the CPU seconds of every Redis server (each primary
+/// of a cluster), summed, over connections of its own made before the run (so their
+/// handshakes are not counted).
 #[cfg(feature = "redis")]
-struct RedisMeter(redis::aio::MultiplexedConnection);
+struct RedisMeter(Vec<redis::aio::MultiplexedConnection>);
 
 #[cfg(feature = "redis")]
 impl RedisMeter {
-    async fn connect(url: &str) -> Self {
-        let connection = redis::Client::open(url)
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
-        Self(connection)
+    async fn connect(servers: &[&support::redis_server::RedisServer]) -> Self {
+        let mut connections = Vec::new();
+        for server in servers {
+            let url = format!("redis://127.0.0.1:{}/0", server.port);
+            let connection = redis::Client::open(url)
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            connections.push(connection);
+        }
+        Self(connections)
     }
 
+    /// How many servers a reading asks (each counts the reading's `INFO` in the next).
+    fn servers(&self) -> u64 {
+        self.0.len() as u64
+    }
+
+    /// Commands run and CPU seconds, over every server.
     async fn read(&self) -> (u64, f64) {
-        let info: String = redis::cmd("INFO")
-            .arg("all")
-            .query_async(&mut self.0.clone())
-            .await
-            .unwrap();
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-                .unwrap()
-                .trim()
-                .to_owned()
-        };
-        let commands = field("total_commands_processed").parse().unwrap();
-        let cpu = field("used_cpu_user").parse::<f64>().unwrap() + field("used_cpu_sys").parse::<f64>().unwrap();
+        let (mut commands, mut cpu) = (0, 0.0);
+        for connection in &self.0 {
+            let info: String = redis::cmd("INFO")
+                .arg("all")
+                .query_async(&mut connection.clone())
+                .await
+                .unwrap();
+            let field = |name: &str| {
+                info.lines()
+                    .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                    .unwrap()
+                    .trim()
+                    .to_owned()
+            };
+            commands += field("total_commands_processed").parse::<u64>().unwrap();
+            cpu += field("used_cpu_user").parse::<f64>().unwrap() + field("used_cpu_sys").parse::<f64>().unwrap();
+        }
         (commands, cpu)
     }
 }
@@ -298,6 +341,10 @@ enum RedisMeter {}
 
 #[cfg(not(feature = "redis"))]
 impl RedisMeter {
+    fn servers(&self) -> u64 {
+        match *self {}
+    }
+
     async fn read(&self) -> (u64, f64) {
         match *self {}
     }

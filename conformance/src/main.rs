@@ -46,9 +46,12 @@ enum Command {
     /// measured; fails when a stated bound is broken.
     #[command(after_help = "Example:\n  pap-conformance abuse --work /tmp/abuse --json abuse.json")]
     Abuse(AbuseArgs),
-    /// Runs three `pap-company serve --store redis://…` replicas on one redis-server it starts,
-    /// and checks that they agree and fail closed; fails when a check does.
-    #[command(after_help = "Example:\n  pap-conformance replicas --work /tmp/replicas --json replicas.json")]
+    /// Runs three `pap-company serve --store redis://…` replicas on one redis-server it starts
+    /// (or on a Redis Cluster of three primaries, `--cluster`), and checks that they agree and
+    /// fail closed; fails when a check does.
+    #[command(
+        after_help = "Example:\n  pap-conformance replicas --work /tmp/replicas --json replicas.json\n  pap-conformance replicas --cluster --work /tmp/replicas-cluster"
+    )]
     Replicas(ReplicasArgs),
     /// Test only: forwards each TCP connection on LISTEN to the next of the backends in turn,
     /// as a round-robin balancer in front of a company's replicas does.
@@ -93,6 +96,10 @@ struct ReplicasArgs {
     /// Write what it saw as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Share a Redis Cluster of three primaries (`--store redis-cluster://…`), made with
+    /// `redis-cli --cluster create`, rather than one redis-server.
+    #[arg(long)]
+    cluster: bool,
 }
 
 #[derive(clap::Args)]
@@ -309,10 +316,14 @@ async fn run_replicas(args: ReplicasArgs) -> anyhow::Result<bool> {
         work: args
             .work
             .unwrap_or_else(|| std::env::temp_dir().join(format!("pap-replicas-{}", std::process::id()))),
+        cluster: args.cluster,
     };
     let figures = pap_conformance::replicas::run(&plan).await?;
     #[allow(clippy::print_stdout, reason = "the figures are the command's output")]
     {
+        if plan.cluster {
+            println!("Three replicas on a Redis Cluster of three primaries:");
+        }
         print!("{}", figures.text());
     }
     if let Some(path) = &args.json {

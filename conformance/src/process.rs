@@ -234,25 +234,129 @@ impl CompanyProcess {
     }
 }
 
-/// A `redis-server` on a free loopback port, with its own directory (AOF on when asked, so a
-/// restart keeps what it held).
+/// Redis as the company's replicas share it: one `redis-server`, or a Redis Cluster of three
+/// primaries made with `redis-cli --cluster create`; each node on free loopback ports, with its
+/// own directory (AOF on when asked, so a restart keeps what it held).
 pub(crate) struct RedisProcess {
+    nodes: Vec<RedisNode>,
+    cluster: bool,
+}
+
+/// One `redis-server`.
+struct RedisNode {
     child: Option<std::process::Child>,
     port: u16,
     dir: PathBuf,
     aof: bool,
+    /// `--cluster-port` when it is a cluster's node.
+    bus: Option<u16>,
 }
 
+/// How long a cluster may take to agree on its slots (made, or restarted).
+const CLUSTER_DEADLINE: Duration = Duration::from_secs(30);
+
 impl RedisProcess {
+    /// One server.
     pub(crate) fn start(dir: &Path, aof: bool) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
-        let port = free_port()?.port();
-        Self::launch(port, dir.to_owned(), aof)
+        let node = RedisNode::launch(free_port()?.port(), dir.to_owned(), aof, None)?;
+        Ok(Self {
+            nodes: vec![node],
+            cluster: false,
+        })
     }
 
-    fn launch(port: u16, dir: PathBuf, aof: bool) -> anyhow::Result<Self> {
+    /// A cluster of three primaries (no replicas), ready once every node says `ok`.
+    pub(crate) fn start_cluster(dir: &Path, aof: bool) -> anyhow::Result<Self> {
+        let mut nodes = Vec::new();
+        for i in 0..3 {
+            let dir = dir.join(format!("node-{i}"));
+            std::fs::create_dir_all(&dir)?;
+            nodes.push(RedisNode::launch(
+                free_port()?.port(),
+                dir,
+                aof,
+                Some(free_port()?.port()),
+            )?);
+        }
+        let mut create = std::process::Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for node in &nodes {
+            create.arg(format!("127.0.0.1:{}", node.port));
+        }
+        let made = create
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .context("running redis-cli --cluster create (Debian's redis-tools)")?;
+        if !made.status.success() {
+            bail!(
+                "redis-cli --cluster create failed: {}",
+                String::from_utf8_lossy(&made.stdout)
+            );
+        }
+        let cluster = Self { nodes, cluster: true };
+        cluster.wait_until_ok()?;
+        Ok(cluster)
+    }
+
+    /// `redis://127.0.0.1:PORT/0`, or `redis-cluster://127.0.0.1:P1,…` for a cluster.
+    pub(crate) fn url(&self) -> String {
+        if self.cluster {
+            let nodes: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+            format!("redis-cluster://{}", nodes.join(","))
+        } else {
+            format!("redis://127.0.0.1:{}/0", self.nodes[0].port)
+        }
+    }
+
+    /// Kills every node (no shutdown save: what survives is what the AOF holds).
+    pub(crate) fn kill(&mut self) {
+        self.nodes.iter_mut().for_each(RedisNode::kill);
+    }
+
+    /// Starts every node again on its port and directory (a cluster's nodes read their
+    /// `nodes.conf`: the same cluster, the same slots).
+    pub(crate) fn restart(&mut self) -> anyhow::Result<()> {
+        for node in &mut self.nodes {
+            node.kill();
+            *node = RedisNode::launch(node.port, node.dir.clone(), node.aof, node.bus)?;
+        }
+        if self.cluster {
+            self.wait_until_ok()?;
+        }
+        Ok(())
+    }
+
+    /// Waits (on what each node answers, with a deadline) until every node says its cluster is
+    /// `ok` with all 16,384 slots served.
+    fn wait_until_ok(&self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + CLUSTER_DEADLINE;
+        for node in &self.nodes {
+            loop {
+                let info = std::process::Command::new("redis-cli")
+                    .args(["-h", "127.0.0.1", "-p", &node.port.to_string(), "cluster", "info"])
+                    .output()
+                    .context("running redis-cli")?;
+                let text = String::from_utf8_lossy(&info.stdout);
+                if text.contains("cluster_state:ok") && text.contains("cluster_slots_ok:16384") {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    bail!("the Redis Cluster did not come up within {CLUSTER_DEADLINE:?}");
+                }
+                // Paces the next question; the loop ends on the answer, not on time.
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RedisNode {
+    fn launch(port: u16, dir: PathBuf, aof: bool, bus: Option<u16>) -> anyhow::Result<Self> {
         use std::io::BufRead as _;
-        let mut child = std::process::Command::new("redis-server")
+        let mut command = std::process::Command::new("redis-server");
+        command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
             .args([
                 "--appendonly",
@@ -261,7 +365,22 @@ impl RedisProcess {
                 "always",
             ])
             .arg("--dir")
-            .arg(&dir)
+            .arg(&dir);
+        if let Some(bus) = bus {
+            // The bus port is asked for, not left at port + 10,000 (past 65,535 for a high
+            // free port).
+            command.args([
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "1000",
+                "--cluster-port",
+                &bus.to_string(),
+            ]);
+        }
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -283,31 +402,19 @@ impl RedisProcess {
             port,
             dir,
             aof,
+            bus,
         })
     }
 
-    /// `redis://127.0.0.1:PORT/0`.
-    pub(crate) fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-
-    /// Kills it (no shutdown save: what survives is what the AOF holds).
-    pub(crate) fn kill(&mut self) {
+    fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
     }
-
-    /// Starts it again on the same port and directory.
-    pub(crate) fn restart(&mut self) -> anyhow::Result<()> {
-        self.kill();
-        *self = Self::launch(self.port, self.dir.clone(), self.aof)?;
-        Ok(())
-    }
 }
 
-impl Drop for RedisProcess {
+impl Drop for RedisNode {
     fn drop(&mut self) {
         self.kill();
     }

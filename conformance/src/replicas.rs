@@ -1,5 +1,6 @@
 //! `pap-conformance replicas`: three `pap-company serve --store redis://…` processes sharing one
-//! real `redis-server`, driven as an agent, each request sent to a replica of the run's choosing
+//! real `redis-server` (or, with `--cluster`, a real Redis Cluster of three primaries: `--store
+//! redis-cluster://…`), driven as an agent, each request sent to a replica of the run's choosing
 //! (what a round-robin balancer does): PAP §5's one-time `jti` and the at-most-once confirm
 //! hold across replicas, a sign-out through one shows on the next request through another, and
 //! the company fails closed and recovers when a replica or Redis dies. Prints what it saw and
@@ -47,6 +48,8 @@ pub struct Plan {
     pub config: PathBuf,
     /// Where certificates, logs, credentials and Redis's files go.
     pub work: PathBuf,
+    /// Share a Redis Cluster of three primaries rather than one `redis-server`.
+    pub cluster: bool,
 }
 
 /// One replica as the run reaches it: its process, an HTTPS client that dials it for the
@@ -109,7 +112,11 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
     )?;
     tokio::spawn(axum::serve(listener, documents_router(identity.clone())).into_future());
 
-    let mut redis = RedisProcess::start(&plan.work.join("redis"), true)?;
+    let mut redis = if plan.cluster {
+        RedisProcess::start_cluster(&plan.work.join("redis"), true)?
+    } else {
+        RedisProcess::start(&plan.work.join("redis"), true)?
+    };
     let launch = LaunchTemplate {
         binary: plan.company_bin.clone(),
         config: plan.config.clone(),
