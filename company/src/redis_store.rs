@@ -19,6 +19,10 @@
 //! Any error talking to Redis is [`StoreError::Unavailable`]: the caller fails closed (503), and
 //! the connection manager reconnects on its own when Redis is back.
 //!
+//! On a Redis Cluster (`redis-cluster://HOST:PORT[,…]`) the same scripts run: every key one of
+//! them touches carries its owner's hash tag ([`crate::slot`]), so each is one slot's, on one
+//! primary.
+//!
 //! Redis as operators run it (review N6, N7): `rediss://` over rustls, verified against the
 //! system's roots or a private CA ([`RedisOptions::ca_pem`]), never `#insecure`; the password
 //! from the caller ([`RedisOptions::password`]: a file or the environment), never needed in the
@@ -611,7 +615,8 @@ const SHARE_WINDOW_SECONDS: i64 = MAX_MARK_SECONDS + SHARE_BUCKET_SECONDS;
 /// `ARGV[a]..ARGV[a + 7]` the mark's TTL (ms), the share, now (s, the company's clock), the end
 /// of the mark's bucket (s), the prefix of the owner's bucket keys, the window (s), the buckets'
 /// length (s) and a new bucket's TTL (ms). The bucket keys are not in `KEYS`: they are the
-/// tally's, named from it, and this store does not run on Redis Cluster. Answers [`MARKED`],
+/// tally's, named from it, so they carry its hash tag and lie in its slot of a Redis Cluster,
+/// which lets a script touch them. Answers [`MARKED`],
 /// [`REPLAYED`] (a held key is a replay whatever the share), or [`OVER_SHARE`] (no mark).
 macro_rules! mark_lua {
     () => {

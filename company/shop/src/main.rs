@@ -71,8 +71,10 @@ struct Serve {
     #[arg(long)]
     admin_credential_file: Option<PathBuf>,
     /// Where the company keeps what it knows: `redis://HOST:PORT/DB` (or `rediss://` for TLS)
-    /// for replicas that share it (each key under the company's domain as prefix); the default
-    /// keeps it in this process. Redis must run with `maxmemory-policy noeviction`.
+    /// for replicas that share it (each key under the company's domain as prefix), or a Redis
+    /// Cluster by some of its nodes, `redis-cluster://HOST:PORT[,HOST:PORT...]` (or
+    /// `rediss-cluster://`); the default keeps it in this process. Redis (every primary) must
+    /// run with `maxmemory-policy noeviction`.
     #[arg(long, value_name = "redis://HOST:PORT/DB")]
     store: Option<String>,
     /// A file whose first line is Redis's password; without it, the environment's
