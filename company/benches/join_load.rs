@@ -199,7 +199,10 @@ async fn memory_per_join(url: &str, session: &pap_shared::SessionId) {
     let cookie = usage("bench:cookie:*").await;
     let session: u64 = redis::cmd("MEMORY")
         .arg("USAGE")
-        .arg(format!("bench:record:{}", pap_company::stores::RecordSessions::key(session)))
+        .arg(format!(
+            "bench:record:{}",
+            pap_company::stores::RecordSessions::key(session)
+        ))
         .query_async::<Option<u64>>(&mut connection)
         .await
         .unwrap()

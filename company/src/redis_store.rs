@@ -63,6 +63,9 @@ use connection::{Connection, cluster_nodes, connect_cluster, connect_one};
 pub const SESSION_COPY_LIFETIME: Duration = Duration::from_secs(30);
 /// How many Sessions' records one process copies at most (the least used go first).
 pub const SESSION_COPIES: u64 = 100_000;
+/// How many live records one owner may have created in Redis by default: an eighth of the
+/// reference company's 2,000,000 in memory.
+pub const RECORDS_SHARE: u64 = 250_000;
 
 /// A company's records in one Redis database, under one key prefix. Cheap to clone: clones
 /// share the connection.
@@ -74,6 +77,8 @@ pub struct RedisStore {
     clock: Arc<dyn Clock>,
     /// How many live replay marks one owner may hold.
     replay_share: u64,
+    /// How many live records (and counts) one owner may have created.
+    records_share: u64,
     /// Sessions' records as joins last read them, with their versions.
     session_copies: moka::sync::Cache<SessionId, SeenSession>,
 }
@@ -92,6 +97,9 @@ pub struct RedisOptions {
     /// How many live replay marks one owner (a client's registrable domain) may hold (review
     /// N3): a client flooding Redis with marks is refused past it, and no one else is.
     pub replay_share: u64,
+    /// How many live records (Sessions, tokens, codes, operations, counts) one owner may have
+    /// created (review N3): past it that owner's new records are refused, and no one else's.
+    pub records_share: u64,
 }
 
 impl Default for RedisOptions {
@@ -101,6 +109,7 @@ impl Default for RedisOptions {
             ca_pem: None,
             clock: Arc::new(SystemClock),
             replay_share: REPLAY_SHARE,
+            records_share: RECORDS_SHARE,
         }
     }
 }
@@ -111,6 +120,7 @@ impl fmt::Debug for RedisOptions {
             .field("password", &self.password.as_ref().map(|_| "[redacted]"))
             .field("ca_pem", &self.ca_pem.as_ref().map(Vec::len))
             .field("replay_share", &self.replay_share)
+            .field("records_share", &self.records_share)
             .finish_non_exhaustive()
     }
 }
@@ -217,6 +227,7 @@ impl RedisStore {
             connection,
             clock: options.clock,
             replay_share: options.replay_share,
+            records_share: options.records_share,
             prefix: Arc::from(prefix),
             scripts: Arc::new(Scripts {
                 commit: Script::new(COMMIT),
@@ -256,6 +267,17 @@ impl RedisStore {
             &format!("{}:replay", self.prefix),
             Some(tag),
             &URL_SAFE_NO_PAD.encode(key.as_bytes()),
+        )
+    }
+
+    /// The records `owner` created in the slot of `redis_key` (a sorted set of their keys by
+    /// expiry, in that slot so a script can touch it beside them).
+    fn owned_key(&self, owner: Owner, redis_key: &str) -> String {
+        format!(
+            "{}:owned:{{{}}}{}",
+            self.prefix,
+            slot::hash_tag(redis_key),
+            owner.to_hex()
         )
     }
 
@@ -362,11 +384,17 @@ impl Records for RedisStore {
         Ok(version.zip(data).map(|(version, data)| Stored { version, data }))
     }
 
-    /// One script: every key's version checked, then every write applied, or none. The owner's
-    /// share is not counted here: records in Redis are bounded by each kind's cap per client
-    /// and by Redis's `maxmemory` (see the crate's README).
-    async fn commit(&self, _owner: Owner, changes: &[Change]) -> Result<bool, StoreError> {
+    /// One script: every key's version checked, then the owner's share (the records it created
+    /// and that still live, less those past their time), then every write applied, or none.
+    async fn commit(&self, owner: Owner, changes: &[Change]) -> Result<bool, StoreError> {
+        let Some(first) = changes.first() else {
+            return Ok(true);
+        };
         let mut invocation = self.scripts.commit.prepare_invoke();
+        invocation
+            .arg(self.owned_key(owner, &self.key("record", &first.key)))
+            .arg(self.records_share)
+            .arg(self.clock.now().as_secs().saturating_mul(1_000));
         for change in changes {
             invocation.key(self.key("record", &change.key));
             match change.expect {
@@ -387,19 +415,33 @@ impl Records for RedisStore {
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(|e| unavailable(&e))?;
-        Ok(committed == 1)
+        match committed {
+            COMMITTED => Ok(true),
+            MOVED => Ok(false),
+            _ => Err(StoreError::Full),
+        }
     }
 
-    async fn count(&self, _owner: Owner, key: &str, until: UnixTime) -> Result<(u64, UnixTime), StoreError> {
-        let (count, until_ms): (u64, i64) = self
+    /// One script: a new count is a record of `owner`'s, within its share. The count's key
+    /// carries the owner's hash tag.
+    async fn count(&self, owner: Owner, key: &str, until: UnixTime) -> Result<(u64, UnixTime), StoreError> {
+        let count_key = slot::key(&format!("{}:count", self.prefix), Some(SlotTag::of(owner)), key);
+        let owned = self.owned_key(owner, &count_key);
+        let (count, until_ms): (i64, i64) = self
             .scripts
             .count
-            .key(self.key("count", key))
+            .key(&count_key)
+            .key(owned)
             .arg(until.as_secs().saturating_mul(1_000))
+            .arg(self.records_share)
+            .arg(self.clock.now().as_secs().saturating_mul(1_000))
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(|e| unavailable(&e))?;
-        Ok((count, UnixTime::from_secs(until_ms / 1_000)))
+        match u64::try_from(count) {
+            Ok(count) => Ok((count, UnixTime::from_secs(until_ms / 1_000))),
+            Err(_) => Err(StoreError::Full),
+        }
     }
 }
 
@@ -533,34 +575,63 @@ fn unavailable(error: &redis::RedisError) -> StoreError {
     StoreError::Unavailable
 }
 
-/// KEYS: the records of a commit. ARGV, three per key: what it expects (`absent`, `any` or a
-/// version), what to do (`put`, `delete`, `check`), the JSON and the expiry in ms (for `put`).
-/// 1 when every key was as expected and every write applied, 0 (nothing written) otherwise.
+/// KEYS: the records of a commit. ARGV: the committing owner's set of records it created (by
+/// expiry, in the commit's slot), its share, now (ms, the company's clock); then four per key:
+/// what it expects (`absent`, `any` or a version), what to do (`put`, `delete`, `check`), the
+/// JSON and the expiry in ms (for `put`). [`COMMITTED`] when every key was as expected and
+/// every write applied; [`MOVED`] or [`OVER_SHARE`] (a new record past the owner's share)
+/// with nothing written. A record keeps its creator (`o`, the creator's set) through later
+/// versions, and leaves the creator's set when deleted; the set drops what has expired.
 const COMMIT: &str = r"
+local owned, share, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local function arg(i, n) return ARGV[3 + (i - 1) * 4 + n] end
+local new = 0
 for i, key in ipairs(KEYS) do
-  local expect = ARGV[(i - 1) * 4 + 1]
+  local expect = arg(i, 1)
   local held = redis.call('HGET', key, 'v')
   if expect == 'absent' then
-    if held then return 0 end
+    if held then return 1 end
   elseif expect ~= 'any' then
-    if held ~= expect then return 0 end
+    if held ~= expect then return 1 end
   end
+  if arg(i, 2) == 'put' and not held then new = new + 1 end
+end
+if new > 0 then
+  redis.call('ZREMRANGEBYSCORE', owned, '-inf', now)
+  if redis.call('ZCARD', owned) + new > share then return 3 end
 end
 for i, key in ipairs(KEYS) do
-  local what = ARGV[(i - 1) * 4 + 2]
+  local what = arg(i, 2)
   if what == 'put' then
-    local version = tonumber(redis.call('HGET', key, 'v') or '0') + 1
-    redis.call('HSET', key, 'v', version, 'd', ARGV[(i - 1) * 4 + 3])
-    redis.call('PEXPIREAT', key, ARGV[(i - 1) * 4 + 4])
+    local held = redis.call('HMGET', key, 'v', 'o')
+    local creator = held[2] or owned
+    redis.call('HSET', key, 'v', tonumber(held[1] or '0') + 1, 'd', arg(i, 3), 'o', creator)
+    redis.call('PEXPIREAT', key, arg(i, 4))
+    redis.call('ZADD', creator, arg(i, 4), key)
+    redis.call('PEXPIREAT', creator, math.max(tonumber(arg(i, 4)), tonumber(redis.call('PEXPIRETIME', creator))))
   elseif what == 'delete' then
+    local creator = redis.call('HGET', key, 'o')
+    if creator then redis.call('ZREM', creator, key) end
     redis.call('DEL', key)
   end
 end
-return 1
+return 0
 ";
 
-/// KEYS: the count. ARGV: until (ms) for a new count. The count now and until when it lives.
+/// What [`COMMIT`] answers (and [`OVER_SHARE`]).
+const COMMITTED: i64 = 0;
+const MOVED: i64 = 1;
+
+/// KEYS: the count, its owner's set of records it created. ARGV: until (ms) for a new count,
+/// the owner's share, now (ms). The count now and until when it lives; `{-1, 0}` (no count
+/// made) when a new count is past the owner's share.
 const COUNT: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
+  if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[2]) then return {-1, 0} end
+  redis.call('ZADD', KEYS[2], ARGV[1], KEYS[1])
+  redis.call('PEXPIREAT', KEYS[2], math.max(tonumber(ARGV[1]), tonumber(redis.call('PEXPIRETIME', KEYS[2]))))
+end
 local count = redis.call('INCR', KEYS[1])
 if count == 1 then redis.call('PEXPIREAT', KEYS[1], ARGV[1]) end
 return {count, redis.call('PEXPIRETIME', KEYS[1])}

@@ -196,6 +196,85 @@ async fn of_commits_racing_on_one_version_over_three_replicas_one_wins(server: &
     );
 }
 
+/// Review N3 in Redis: the records an owner created and that still live are its share; past
+/// it only its new records are refused. A record stays its creator's through another's update,
+/// a delete or an expiry (on the company's clock) gives the room back, and counts take room too.
+async fn an_owner_creates_at_most_its_share_of_records_and_others_still_create(server: &mut Deployment) {
+    let start = now().as_secs();
+    let clock = pap_shared::ManualClock::at(start);
+    let options = RedisOptions {
+        records_share: 3,
+        clock: clock.clone(),
+        ..RedisOptions::default()
+    };
+    let store = RedisStore::connect_with(&server.url(), "owned", options).await.unwrap();
+    let (evil, atlas) = (
+        Owner::named("domain", "evil.example"),
+        Owner::named("domain", "atlas.example"),
+    );
+    let until = UnixTime::from_secs(start + 60);
+    // Keys as the company makes them: in the slot of the owner whose records they are.
+    let tag = pap_company::slot::SlotTag::of(evil);
+    let key = |n: u32| pap_company::slot::key("a", Some(tag), &n.to_string());
+    let put = |key: &str, expect, until| Change {
+        key: key.to_owned(),
+        expect,
+        write: Write::Put(b"1".to_vec(), until),
+    };
+    for n in 1..=3 {
+        assert_eq!(
+            store.commit(evil, &[put(&key(n), Expect::Absent, until)]).await,
+            Ok(true)
+        );
+    }
+    assert_eq!(
+        store.commit(evil, &[put(&key(4), Expect::Absent, until)]).await,
+        Err(StoreError::Full),
+        "past its share"
+    );
+    assert!(store.get(&key(4)).await.unwrap().is_none(), "and nothing written");
+    assert_eq!(
+        store.count(evil, "n:1", until).await,
+        Err(StoreError::Full),
+        "counts too"
+    );
+    // A new version of its own record is no new record.
+    assert_eq!(
+        store.commit(evil, &[put(&key(1), Expect::Version(1), until)]).await,
+        Ok(true)
+    );
+    // Another owner creates, even beside an update of the first owner's record (which stays
+    // the first owner's), in the same slot.
+    let both = [
+        put(&key(2), Expect::Version(1), until),
+        put(&key(5), Expect::Absent, until),
+    ];
+    assert_eq!(store.commit(atlas, &both).await, Ok(true));
+    assert_eq!(store.count(atlas, "n:1", until).await, Ok((1, until)));
+    // A delete gives its creator room back, whoever deletes it.
+    let delete = Change {
+        key: key(3),
+        expect: Expect::Any,
+        write: Write::Delete,
+    };
+    assert_eq!(store.commit(atlas, &[delete]).await, Ok(true));
+    assert_eq!(
+        store.commit(evil, &[put(&key(6), Expect::Absent, until)]).await,
+        Ok(true)
+    );
+    assert_eq!(
+        store.commit(evil, &[put(&key(7), Expect::Absent, until)]).await,
+        Err(StoreError::Full)
+    );
+    // Past their time, on the company's clock, its records no longer count.
+    clock.set(start + 61);
+    let later = UnixTime::from_secs(start + 120);
+    assert_eq!(
+        store.commit(evil, &[put(&key(7), Expect::Absent, later)]).await,
+        Ok(true)
+    );
+}
+
 async fn a_client_holds_at_most_its_cap_of_live_sessions(server: &mut Deployment) {
     let sessions = sessions(&store(server, "shop").await);
     for _ in 0..pap_company::limits::SESSIONS_PER_CLIENT {
@@ -621,6 +700,7 @@ macro_rules! on_one_server_and_a_cluster {
 }
 
 on_one_server_and_a_cluster!(
+    an_owner_creates_at_most_its_share_of_records_and_others_still_create,
     a_replay_race_over_three_replicas_has_one_winner,
     a_domain_filling_its_replay_share_is_refused_and_no_one_else_is,
     sessions_follow_sign_in_sign_out_and_end_across_replicas,

@@ -305,6 +305,7 @@ async fn redis_stores(url: &str, prefix: &str, args: &Serve, clock: Arc<SystemCl
         ca_pem,
         clock,
         replay_share: args.replay_share,
+        records_share: pap_company::limits::RECORDS_SHARE,
     };
     let store = pap_company::stores::RedisStore::connect_with(url, prefix, options)
         .await
