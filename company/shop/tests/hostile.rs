@@ -311,7 +311,7 @@ async fn behind_a_trusted_balancer_the_forwarded_address_is_counted() {
 }
 
 /// Review N9: the page tells a live code from a dead one, so looking codes up is throttled per
-/// address; a deny needs no password, so it counts as an attempt of its address.
+/// address; a deny takes the account's password, and counts as an attempt of its address.
 #[tokio::test]
 async fn codes_cannot_be_looked_up_or_denied_at_full_speed() {
     let shop = shop();
@@ -332,14 +332,25 @@ async fn codes_cannot_be_looked_up_or_denied_at_full_speed() {
 
     let user_code = pending_code(&shop).await["user_code"].as_str().unwrap().to_owned();
     let denier: std::net::SocketAddr = "192.0.2.9:40000".parse().unwrap();
+    // A name each time, so the address's limit is the one reached (not an account's).
     for i in 0..ADDRESS_ATTEMPTS {
         let answer = shop
-            .decide_on_page_from(&user_code, "deny", "", "", (Some(denier), None))
+            .decide_on_page_from(&user_code, "deny", &format!("u{i}"), "", (Some(denier), None))
             .await;
-        assert_eq!(answer.status(), StatusCode::OK, "deny {i}");
+        assert_eq!(answer.status(), StatusCode::UNAUTHORIZED, "deny {i} without a password");
     }
     let refused = shop
-        .decide_on_page_from(&user_code, "deny", "", "", (Some(denier), None))
+        .decide_on_page_from(&user_code, "deny", "ada", "", (Some(denier), None))
         .await;
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    // The code still waits for its person, who denies it with the password.
+    let person: std::net::SocketAddr = "198.51.100.20:40000".parse().unwrap();
+    let denied = shop
+        .decide_on_page_from(&user_code, "deny", "ada", PASSWORD, (Some(person), None))
+        .await;
+    assert_eq!(denied.status(), StatusCode::OK);
+    let approved = shop
+        .decide_on_page_from(&user_code, "approve", "ada", PASSWORD, (Some(person), None))
+        .await;
+    assert_eq!(approved.status(), StatusCode::BAD_REQUEST, "a denied code is decided");
 }

@@ -586,7 +586,7 @@ fn is_user_code(code: &str) -> bool {
 }
 
 /// `POST /device`: the user's decision. Same-site, CSRF bound to the page's cookie, a pending
-/// code, the account's password; any failure approves nothing.
+/// code, the account's password (to deny as to approve); any failure changes nothing.
 ///
 /// Guessing is throttled (review H5): the code is checked before any password work, so a
 /// made-up code learns nothing of the password; attempts are counted per account name and per
@@ -628,29 +628,13 @@ async fn decide(
         return page(StatusCode::FORBIDDEN, "This request did not come from this site.");
     }
     let address = client_key(client);
-    let attempt_from_address = [(format!("attempts-address:{address}"), ADDRESS_ATTEMPTS)];
-    if field("decision") == "deny" {
-        // Counted as an attempt of this address (review N9): a stranger who learned a code
-        // cannot deny sign-ins at full speed.
-        match company.attempt(&address, &attempt_from_address).await {
-            Ok(Ok(())) => {}
-            Ok(Err(wait)) => {
-                let page = page(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "Too many attempts. Nothing was changed; try again later.",
-                );
-                return too_many_attempts(page, wait);
-            }
-            Err(error) => return busy(error),
-        }
-        if let Err(error) = company.deny_device(&user_code).await {
-            return busy(error);
-        }
-        return page(StatusCode::OK, "Nothing was approved. You can close this page.");
-    }
-    if field("decision") != "approve" {
-        return page(StatusCode::BAD_REQUEST, "Choose approve or deny.");
-    }
+    // Either decision takes the account's password (review N9): whoever learned a code cannot
+    // deny a person's sign-in without signing in themselves.
+    let decision = match field("decision") {
+        "approve" => DeviceDecision::Approve,
+        "deny" => DeviceDecision::Deny,
+        _ => return page(StatusCode::BAD_REQUEST, "Choose approve or deny."),
+    };
     let unknown_code = || {
         page(
             StatusCode::BAD_REQUEST,
@@ -664,9 +648,8 @@ async fn decide(
     }
     let username = field("username");
     // The address first: past its limit, nothing more is counted.
-    let [address_count] = attempt_from_address;
     let counts = [
-        address_count,
+        (format!("attempts-address:{address}"), ADDRESS_ATTEMPTS),
         (
             format!(
                 "attempts-account:{}",
@@ -705,7 +688,7 @@ async fn decide(
         Ok(false) => {
             return page(
                 StatusCode::UNAUTHORIZED,
-                "The user name or password is wrong. Nothing was approved.",
+                "The user name or password is wrong. Nothing was changed.",
             );
         }
         Ok(true) => {}
@@ -713,10 +696,23 @@ async fn decide(
     let Some(account) = account else {
         return unknown_code();
     };
-    match company.approve_device(&user_code, &account.id, None).await {
-        Ok(()) => page(StatusCode::OK, "Your agent is signed in. You can close this page."),
-        Err(_) => unknown_code(),
+    match decision {
+        DeviceDecision::Approve => match company.approve_device(&user_code, &account.id, None).await {
+            Ok(()) => page(StatusCode::OK, "Your agent is signed in. You can close this page."),
+            Err(_) => unknown_code(),
+        },
+        DeviceDecision::Deny => match company.deny_device(&user_code).await {
+            Ok(()) => page(StatusCode::OK, "Nothing was approved. You can close this page."),
+            Err(error) => busy(error),
+        },
     }
+}
+
+/// What the person chose on the device page.
+#[derive(Clone, Copy)]
+enum DeviceDecision {
+    Approve,
+    Deny,
 }
 
 fn too_many_attempts(mut response: Response, wait_seconds: u64) -> Response {
