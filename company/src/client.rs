@@ -12,6 +12,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use pap_shared::{ClientId, Jwks};
 
+pub(crate) use self::budget::requester;
 pub use self::budget::{KNOWN_CLIENTS, as_requester};
 pub use self::http::{
     DEFAULT_MAX_CACHE_LIFETIME, FAILURE_CAPACITY, HttpClientResolver, NO_STORE_SECONDS, ResolverBuildError,

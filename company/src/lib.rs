@@ -12,6 +12,7 @@ pub mod records;
 #[cfg(feature = "redis")]
 mod redis_store;
 mod replay;
+mod requester_share;
 mod session;
 mod share;
 pub mod slot;
@@ -43,6 +44,7 @@ pub mod stores {
     #[cfg(feature = "redis")]
     pub use crate::redis_store::{RedisOptions, RedisSetupError, RedisStore};
     pub use crate::replay::{MemoryReplayGuard, ReplayGuard, ReplayKey};
+    pub use crate::requester_share::{PerRequester, RequesterShares};
     pub use crate::session::{MemorySessionDirectory, RecordSessions, SessionDirectory, SessionRecord};
     pub use crate::share::Owner;
     pub use crate::store::StoreError;

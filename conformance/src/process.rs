@@ -46,6 +46,9 @@ pub(crate) struct Launch<'a> {
     /// `--replay-share`: how many live replay marks one registrable domain's clients may hold
     /// (the company's default when `None`).
     pub(crate) replay_share: Option<u64>,
+    /// `--replay-share-per-address`: how many live replay marks one client address may make
+    /// through the process (the company's default when `None`).
+    pub(crate) replay_share_per_address: Option<u64>,
 }
 
 impl CompanyProcess {
@@ -81,6 +84,9 @@ impl CompanyProcess {
         }
         if let Some(share) = launch.replay_share {
             command.arg("--replay-share").arg(share.to_string());
+        }
+        if let Some(share) = launch.replay_share_per_address {
+            command.arg("--replay-share-per-address").arg(share.to_string());
         }
         if !launch.before_credential {
             command.arg("--admin-credential-file").arg(&credential_file);

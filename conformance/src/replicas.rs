@@ -175,6 +175,7 @@ impl Env {
             store: Some(self.launch.store.clone()),
             name,
             replay_share: None,
+            replay_share_per_address: None,
         })
         .await?;
         let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))

@@ -91,6 +91,12 @@ struct Serve {
     /// joins and token requests are refused (503, 429) and no one else's are.
     #[arg(long, value_name = "MARKS", default_value_t = pap_shop::limits::REPLAY_SHARE, value_parser = clap::value_parser!(u64).range(1..))]
     replay_share: u64,
+    /// How many live replay marks one client address (an IPv6 address by its /64; behind
+    /// --trusted-proxy, the address it forwards) may make through this process, whatever the
+    /// domains it signs for: past it that address's joins and token requests are refused (503,
+    /// 429). Counted per process: N replicas let an address hold N times as many.
+    #[arg(long, value_name = "MARKS", default_value_t = pap_shop::limits::REPLAY_SHARE, value_parser = clap::value_parser!(u64).range(1..))]
+    replay_share_per_address: u64,
     /// Longest an agent's client metadata and JWKS are cached, in seconds, whatever their
     /// `max-age` (60 to 86400): how long a key the agent removed keeps verifying here.
     #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(60..=86_400))]
@@ -214,7 +220,8 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     let stores = match &args.store {
         None => CompanyStores::in_memory_with_replay_share(clock.clone(), args.replay_share),
         Some(url) => redis_stores(url, &config.domain.to_string(), &args, clock.clone()).await?,
-    };
+    }
+    .with_address_share(args.replay_share_per_address);
     let company = ReferenceCompany::with_stores(config, clock, Arc::new(SystemRng), clients, stores);
     let _maintenance = company.start_maintenance(MAINTENANCE_EVERY);
     let certificate = ReloadableCert::load(&cert, &key).with_context(|| {

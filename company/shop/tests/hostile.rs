@@ -7,6 +7,7 @@
 mod support;
 
 use http::{StatusCode, header};
+use pap_shop::CompanyStores;
 use pap_shop::limits::{ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, LOOKUP_ATTEMPTS, PENDING_PER_CLIENT};
 use serde_json::{Value, json};
 use support::shop::*;
@@ -353,4 +354,26 @@ async fn codes_cannot_be_looked_up_or_denied_at_full_speed() {
         .decide_on_page_from(&user_code, "approve", "ada", PASSWORD, (Some(person), None))
         .await;
     assert_eq!(approved.status(), StatusCode::BAD_REQUEST, "a denied code is decided");
+}
+
+/// Review N3 by address: every mark a request makes (its client assertion, its DPoP proof)
+/// counts against its client address as well as its client's domain, so domains that cost
+/// nothing do not multiply an address's share. Past it the address's requests are refused
+/// (429, nothing marked), and another address is served beside it.
+#[tokio::test]
+async fn one_address_holds_at_most_its_share_of_replay_marks() {
+    let shop = shop_with_stores(|clock| CompanyStores::in_memory(clock).with_address_share(5));
+    let flooder: std::net::SocketAddr = "203.0.113.50:40000".parse().unwrap();
+    let grant = [("grant_type", "refresh_token"), ("refresh_token", "acct_unknown")];
+    // Two marks a request: the first two requests hold four, the third its fifth and no sixth.
+    for i in 0..2 {
+        let answer = shop.token_request_from(&grant, flooder).await;
+        assert_eq!(answer.status(), StatusCode::BAD_REQUEST, "request {i} is answered");
+    }
+    let refused = shop.token_request_from(&grant, flooder).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(refused.headers().contains_key(header::RETRY_AFTER));
+    let someone_else: std::net::SocketAddr = "198.51.100.8:40000".parse().unwrap();
+    let served = shop.token_request_from(&grant, someone_else).await;
+    assert_eq!(served.status(), StatusCode::BAD_REQUEST, "another address is served");
 }

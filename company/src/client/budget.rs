@@ -52,6 +52,12 @@ pub async fn as_requester<F: Future>(address: String, request: F) -> F::Output {
     REQUESTER.scope(address, request).await
 }
 
+/// The key of the address the request being served came from, when the app said
+/// ([`as_requester`]).
+pub(crate) fn requester() -> Option<String> {
+    REQUESTER.try_with(Clone::clone).ok()
+}
+
 /// The resolver's fetch slots.
 #[derive(Debug)]
 pub(super) struct FetchBudget {
@@ -122,9 +128,9 @@ impl FetchBudget {
         let domain = pap_shared::registrable_domain(client_id.url().domain().unwrap_or_default());
         // Slots taken first are given back on any refusal below (they drop).
         let domain = self.domains.take(domain).ok_or(Exhausted::Domain)?;
-        let requester = match REQUESTER.try_with(Clone::clone) {
-            Ok(address) => Some(self.requesters.take(address).ok_or(Exhausted::Requester)?),
-            Err(_) => None,
+        let requester = match requester() {
+            Some(address) => Some(self.requesters.take(address).ok_or(Exhausted::Requester)?),
+            None => None,
         };
         let first_contact = if self.known.contains_key(client_id) {
             None

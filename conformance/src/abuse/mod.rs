@@ -59,6 +59,8 @@ const DOMAIN: &str = "shop.example";
 /// per registrable domain). The honest agent's probes in scenario 3 leave some 20,000 live
 /// marks in CI's run, so a share much smaller would refuse the honest agent.
 const REPLAY_SHARE_IN_RUN: u64 = pap_shop::limits::REPLAY_SHARE;
+/// The share of one client address in this run: the whole guard (every agent here is 127.0.0.1).
+const ADDRESS_SHARE_IN_RUN: u64 = pap_shop::limits::REPLAY_CAPACITY;
 /// Its password for `ada` (company/shop/shop.example.toml).
 const PASSWORD: &str = "correct horse battery staple";
 /// Requests in flight at once in the floods.
@@ -228,6 +230,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
     .chain((1..agents::ATTACKER_DOMAINS).map(|i| format!("*.{}", agents::attacker_domain(i))))
     .collect();
     let has_shares = offers_flag(&plan.company_bin, "--replay-share")?;
+    let has_address_shares = offers_flag(&plan.company_bin, "--replay-share-per-address")?;
     let certs_dir = plan.work.join("certs");
     let certs = pap_net::dev_certs::write_dev_certs(&certs_dir, &names)?;
     let ca_pem = std::fs::read(&certs.ca)?;
@@ -295,6 +298,10 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         name: "abuse",
         // A company from before the shares has no such flag.
         replay_share: has_shares.then_some(REPLAY_SHARE_IN_RUN),
+        // Every agent of this run, attacker and honest, dials from 127.0.0.1: one address
+        // share would make them one client. The address share is the guard's size here (off in
+        // effect); `company/shop/tests/hostile.rs` shows it.
+        replay_share_per_address: has_address_shares.then_some(ADDRESS_SHARE_IN_RUN),
     })
     .await?;
 

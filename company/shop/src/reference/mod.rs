@@ -49,7 +49,7 @@ use pap_company::resolver::ClientRegistry;
 use pap_company::route::{BROWSER_SESSION_PATH, BrowserSession, browser_session_router};
 use pap_company::slot::SlotTag;
 use pap_company::stores::{CookieBindings, MemoryCookieBindings, Owner};
-use pap_company::stores::{JoinStore, RecordSessions, SeparateStores};
+use pap_company::stores::{JoinStore, PerRequester, RecordSessions, RequesterShares, SeparateStores};
 use pap_company::stores::{MemoryReplayGuard, ReplayGuard, ReplayKey};
 use pap_company::verify::{Verifier, VerifierParts};
 
@@ -77,6 +77,9 @@ pub struct CompanyStores {
     /// The device page's CSRF keys, when replicas share them (a page one replica served is
     /// posted to another).
     device_csrf: Option<Arc<CsrfKeys>>,
+    /// How many live replay marks one client address may hold through this process, whatever
+    /// the domains it signs for (review N3).
+    address_share: u64,
 }
 
 #[derive(Clone)]
@@ -109,7 +112,15 @@ impl CompanyStores {
             #[cfg(feature = "redis")]
             redis: None,
             device_csrf: None,
+            address_share: REPLAY_SHARE,
         }
+    }
+
+    /// The same stores, one client address holding at most `marks` live replay marks through
+    /// this process (default [`REPLAY_SHARE`]).
+    pub fn with_address_share(mut self, marks: u64) -> Self {
+        self.address_share = marks;
+        self
     }
 
     /// Everything in Redis, shared by every replica given the same store.
@@ -129,6 +140,7 @@ impl CompanyStores {
             memory: None,
             redis: Some(store.clone()),
             device_csrf: Some(Arc::new(device_csrf)),
+            address_share: REPLAY_SHARE,
         })
     }
 
@@ -170,6 +182,8 @@ struct Inner {
     csrf: Arc<CsrfKeys>,
     /// What the operator API asks of its callers.
     operator_credential: SecretToken,
+    /// The live replay marks each client address made through this process.
+    requesters: Arc<RequesterShares>,
 }
 
 impl ReferenceCompany {
@@ -191,9 +205,14 @@ impl ReferenceCompany {
         clock: Arc<dyn Clock>,
         rng: Arc<dyn Rng>,
         clients: Arc<dyn ClientRegistry>,
-        stores: CompanyStores,
+        mut stores: CompanyStores,
     ) -> Self {
         let base = config.base();
+        // Every mark a request makes counts against its client address too (review N3: domains
+        // are cheap): the join's and the company's own (client assertions, DPoP proofs).
+        let requesters = RequesterShares::new(stores.address_share, clock.clone());
+        let own_marks = stores.replay.clone();
+        stores.replay = Arc::new(PerRequester::new(own_marks.clone(), requesters.clone()));
         let sessions = RecordSessions::new(stores.records.clone(), clock.clone(), rng.clone());
         let endpoint = pap_shared::HttpsUrl::parse(&format!("{base}{BROWSER_SESSION_PATH}"))
             .expect("https://{a valid domain}/poppy/browser-session is a valid HTTPS URL");
@@ -203,13 +222,16 @@ impl ReferenceCompany {
             clock: clock.clone(),
             clients: clients.clone(),
             sessions: Arc::new(sessions.clone()),
-            joins: stores.joins.clone().unwrap_or_else(|| {
-                Arc::new(SeparateStores::new(
-                    Arc::new(sessions.clone()),
-                    stores.replay.clone(),
-                    stores.cookies.clone(),
-                ))
-            }),
+            joins: Arc::new(PerRequester::new(
+                stores.joins.clone().unwrap_or_else(|| {
+                    Arc::new(SeparateStores::new(
+                        Arc::new(sessions.clone()),
+                        own_marks,
+                        stores.cookies.clone(),
+                    ))
+                }),
+                requesters.clone(),
+            )),
         });
         let browser = BrowserSession::new(verifier, stores.cookies.clone(), rng.clone());
         let csrf = stores
@@ -232,6 +254,7 @@ impl ReferenceCompany {
                 devices: Devices::new(),
                 csrf,
                 operator_credential,
+                requesters,
             }),
         }
     }
@@ -301,6 +324,7 @@ impl ReferenceCompany {
     /// Drops every expired record of the embedded stores. moka drops its records as real time
     /// passes on its own; the records need this, and so does a test's clock.
     pub fn sweep(&self) {
+        self.inner.requesters.sweep();
         if let Some(memory) = &self.inner.stores.memory {
             memory.records.sweep();
             memory.replay.sweep();

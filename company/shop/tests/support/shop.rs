@@ -11,7 +11,7 @@ use pap_company::resolver::{ClientMetadata, StaticClientKeys};
 use pap_shared::{
     BROWSER_ASSERTION_TYP, ClientId, DpopRequest, Jti, SigningKey, SystemRng, UnixTime, create_dpop_proof,
 };
-use pap_shop::{CompanyConfig, ReferenceCompany};
+use pap_shop::{CompanyConfig, CompanyStores, ReferenceCompany};
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
 
@@ -50,6 +50,19 @@ pub fn shop_with(operations: bool) -> Shop {
 
 /// The shop of `shop.example.toml` as `change` leaves it.
 pub fn shop_configured(operations: bool, change: impl FnOnce(&mut CompanyConfig)) -> Shop {
+    shop_built(operations, change, CompanyStores::in_memory)
+}
+
+/// The shop over the stores `stores` makes (in memory, as the test needs them).
+pub fn shop_with_stores(stores: impl FnOnce(Arc<dyn pap_shared::Clock>) -> CompanyStores) -> Shop {
+    shop_built(true, |_| {}, stores)
+}
+
+fn shop_built(
+    operations: bool,
+    change: impl FnOnce(&mut CompanyConfig),
+    stores: impl FnOnce(Arc<dyn pap_shared::Clock>) -> CompanyStores,
+) -> Shop {
     let mut config = CompanyConfig::parse(include_str!("../../shop.example.toml")).unwrap();
     change(&mut config);
     let clock = TestClock::at(NOW);
@@ -60,7 +73,8 @@ pub fn shop_configured(operations: bool, change: impl FnOnce(&mut CompanyConfig)
             pap_shared::Jwks::from_keys(vec![agent.public_key().clone()]),
         )
         .with_metadata(metadata(operations));
-    let company = ReferenceCompany::new(config, clock.clone(), Arc::new(SystemRng), Arc::new(clients));
+    let stores = stores(clock.clone());
+    let company = ReferenceCompany::with_stores(config, clock.clone(), Arc::new(SystemRng), Arc::new(clients), stores);
     let dpop = SigningKey::generate_es256(&SystemRng, "dpop").unwrap();
     Shop {
         company: company.clone(),
@@ -143,6 +157,17 @@ impl Shop {
     }
 
     pub async fn post_form(&self, path: &str, fields: &[(&str, &str)], dpop: bool) -> Response<Body> {
+        self.post_form_from(path, fields, dpop, None).await
+    }
+
+    /// [`Self::post_form`] over a TCP connection from `peer`, when given.
+    pub async fn post_form_from(
+        &self,
+        path: &str,
+        fields: &[(&str, &str)],
+        dpop: bool,
+        peer: Option<std::net::SocketAddr>,
+    ) -> Response<Body> {
         let body = url::form_urlencoded::Serializer::new(String::new())
             .extend_pairs(fields)
             .finish();
@@ -150,11 +175,27 @@ impl Shop {
         if dpop {
             request = request.header("dpop", self.proof("POST", path, None));
         }
-        self.app
-            .clone()
-            .oneshot(request.body(Body::from(body)).unwrap())
-            .await
-            .unwrap()
+        let mut request = request.body(Body::from(body)).unwrap();
+        if let Some(peer) = peer {
+            request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+        }
+        self.app.clone().oneshot(request).await.unwrap()
+    }
+
+    /// A token request with a fresh client assertion and DPoP proof (two replay marks), from
+    /// `peer`.
+    pub async fn token_request_from(&self, fields: &[(&str, &str)], peer: std::net::SocketAddr) -> Response<Body> {
+        let assertion = self.client_assertion();
+        let mut all = vec![
+            ("client_id", CLIENT_ID),
+            (
+                "client_assertion_type",
+                "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+            ),
+            ("client_assertion", assertion.as_str()),
+        ];
+        all.extend_from_slice(fields);
+        self.post_form_from("/oauth/token", &all, true, Some(peer)).await
     }
 
     pub async fn token_request(&self, fields: &[(&str, &str)]) -> Response<Body> {
