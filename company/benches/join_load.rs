@@ -7,6 +7,10 @@
 //! figures are a floor. Assertions are signed before the clock starts; each join is one POST
 //! answered 303 with a cookie (redirects are not followed).
 //!
+//! With `--redis-on-its-own-core` (Linux, `taskset`), this process runs on core 0 and every
+//! Redis server on core 1: the company and Redis on cores of their own, as a deployment with
+//! Redis on its own host has them, rather than three parties sharing two cores.
+//!
 //! Beside each level: the CPU this process spent per join (client and server together, from
 //! `/proc/self/stat`), and over Redis the commands Redis ran per join (`INFO stats`: the ones
 //! its scripts ran count too) and Redis's own CPU per join (`INFO cpu`); then the round trips
@@ -26,6 +30,12 @@ use support::World;
 
 fn main() {
     let joins: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(3_000);
+    let own_core = std::env::args().any(|a| a == "--redis-on-its-own-core");
+    if own_core {
+        // Before the runtime's threads exist: they inherit core 0.
+        pin(std::process::id(), "0");
+        REDIS_ON_ITS_OWN_CORE.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -45,6 +55,29 @@ struct Level {
     redis: Option<(f64, f64)>,
 }
 
+/// Whether every Redis server goes to core 1 (this process being on core 0).
+static REDIS_ON_ITS_OWN_CORE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Pins every thread of process `pid` to `cores` (`taskset -a -p -c`).
+fn pin(pid: u32, cores: &str) {
+    let pinned = std::process::Command::new("taskset")
+        .args(["-a", "-p", "-c", cores, &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(pinned.success(), "taskset -a -p -c {cores} {pid}");
+}
+
+/// Moves the Redis servers to core 1 when asked to.
+#[cfg(feature = "redis")]
+fn place(servers: &[&support::redis_server::RedisServer]) {
+    if REDIS_ON_ITS_OWN_CORE.load(std::sync::atomic::Ordering::Relaxed) {
+        for server in servers {
+            pin(server.pid().unwrap(), "1");
+        }
+    }
+}
+
 /// One store's figures at each concurrency.
 type Figures = Vec<Level>;
 
@@ -55,16 +88,23 @@ async fn run(joins: usize) {
     // The session lives past the whole run; the clock is the fixture's fixed time.
     let world = World::new();
     let memory = serve(world.app(), &pki).await;
-    println!(
-        "join load over TLS on 127.0.0.1 ({joins} joins per level, {} cores, client and server sharing them)",
-        available_cores()
-    );
+    if REDIS_ON_ITS_OWN_CORE.load(std::sync::atomic::Ordering::Relaxed) {
+        println!(
+            "join load over TLS on 127.0.0.1 ({joins} joins per level; client and server on core 0, Redis on core 1)"
+        );
+    } else {
+        println!(
+            "join load over TLS on 127.0.0.1 ({joins} joins per level, {} cores, client and server sharing them)",
+            available_cores()
+        );
+    }
     let memory_figures = levels(&memory, joins, None, || world.assertion()).await;
     print_figures("in memory", &memory_figures, None);
 
     #[cfg(feature = "redis")]
     {
         let server = support::redis_server::RedisServer::start();
+        place(&[&server]);
         let (app, session) = over_redis(&world, &server.url()).await;
         let client = serve(app, &pki).await;
         let meter = RedisMeter::connect(&[&server]).await;
@@ -83,9 +123,10 @@ async fn run(joins: usize) {
         // The same on a Redis Cluster of three primaries: the world's one agent is one owner,
         // so its joins all go to the primary of its slot (the others idle).
         let cluster = support::redis_server::RedisCluster::start();
+        let nodes: Vec<&support::redis_server::RedisServer> = cluster.nodes.iter().collect();
+        place(&nodes);
         let (app, session) = over_redis(&world, &cluster.url()).await;
         let client = serve(app, &pki).await;
-        let nodes: Vec<&support::redis_server::RedisServer> = cluster.nodes.iter().collect();
         let meter = RedisMeter::connect(&nodes).await;
         let cluster_figures = levels(&client, joins, Some(&meter), || {
             world.with("session_id", serde_json::json!(session.as_str()))

@@ -103,8 +103,8 @@ impl MemorySessionDirectory {
     }
 
     /// Starts a signed-out Session for `(client_id, user)` that lives `lifetime` seconds, with a
-    /// fresh id (`ses_`, the owner's hash tag, 22 random characters); refused when the directory is full or the client holds
-    /// its cap of live Sessions.
+    /// fresh id (`ses_`, the owner's hash tag, 22 random characters); refused when the directory
+    /// is full or the client holds its cap of live Sessions.
     pub fn start(&self, client_id: ClientId, user: PairwiseUserId, lifetime: i64) -> Result<SessionId, StoreError> {
         let id = mint_session_id(self.rng.as_ref(), &client_id)?;
         let now = self.clock.now();

@@ -6,8 +6,9 @@
 //! Session of its own can make the company fetch its keys; then the keys and the signature;
 //! and last the one-time use of `(client_id, jti)`: an assertion refused for any other reason
 //! is not consumed, and one that is consumed has passed every other check. The join's route
-//! mints and binds its cookie (carrying the Session's hash tag) in that same last step ([`Verifier::verify_then_bind`]), so a store that
-//! can (Redis, one script) makes the whole join one round trip.
+//! mints its cookie (carrying the Session's hash tag) and binds it in that same last step
+//! ([`Verifier::verify_then_bind`]), so a store that can (Redis, one script) makes the whole
+//! join one round trip.
 
 use std::fmt;
 use std::sync::Arc;

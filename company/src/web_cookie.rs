@@ -10,6 +10,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::HeaderValue;
 use pap_shared::{Clock, Rng, SessionId, UnixTime};
 use sha2::{Digest, Sha256};
@@ -43,7 +45,11 @@ impl SessionCookie {
         // A Session id the company did not mint has no tag, and no Session: its cookie is
         // never bound. It still gets a cookie of the one shape.
         let tag = SlotTag::of_session(session).unwrap_or_else(|| SlotTag::of(Owner::named("session", "untagged")));
-        Self(Zeroizing::new(tag.mint("", bytes.as_ref())))
+        // Written into the zeroized string itself: no copy of the value is left in memory.
+        let mut value = Zeroizing::new(String::with_capacity(VALUE_LEN));
+        value.push_str(tag.as_str());
+        URL_SAFE_NO_PAD.encode_string(bytes.as_ref(), &mut value);
+        Self(value)
     }
 
     /// A value read from a `Cookie` header, if it has the shape of one this company issued.

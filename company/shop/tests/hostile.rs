@@ -367,13 +367,13 @@ async fn one_address_holds_at_most_its_share_of_replay_marks() {
     let grant = [("grant_type", "refresh_token"), ("refresh_token", "acct_unknown")];
     // Two marks a request: the first two requests hold four, the third its fifth and no sixth.
     for i in 0..2 {
-        let answer = shop.token_request_from(&grant, flooder).await;
+        let answer = shop.token_request_from(&grant, Some(flooder)).await;
         assert_eq!(answer.status(), StatusCode::BAD_REQUEST, "request {i} is answered");
     }
-    let refused = shop.token_request_from(&grant, flooder).await;
+    let refused = shop.token_request_from(&grant, Some(flooder)).await;
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert!(refused.headers().contains_key(header::RETRY_AFTER));
     let someone_else: std::net::SocketAddr = "198.51.100.8:40000".parse().unwrap();
-    let served = shop.token_request_from(&grant, someone_else).await;
+    let served = shop.token_request_from(&grant, Some(someone_else)).await;
     assert_eq!(served.status(), StatusCode::BAD_REQUEST, "another address is served");
 }

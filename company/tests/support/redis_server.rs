@@ -115,6 +115,11 @@ impl RedisServer {
         }
     }
 
+    /// Its process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Kills the server (as a crash would: no shutdown save).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

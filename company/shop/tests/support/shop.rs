@@ -183,8 +183,12 @@ impl Shop {
     }
 
     /// A token request with a fresh client assertion and DPoP proof (two replay marks), from
-    /// `peer`.
-    pub async fn token_request_from(&self, fields: &[(&str, &str)], peer: std::net::SocketAddr) -> Response<Body> {
+    /// `peer` when given.
+    pub async fn token_request_from(
+        &self,
+        fields: &[(&str, &str)],
+        peer: Option<std::net::SocketAddr>,
+    ) -> Response<Body> {
         let assertion = self.client_assertion();
         let mut all = vec![
             ("client_id", CLIENT_ID),
@@ -195,21 +199,11 @@ impl Shop {
             ("client_assertion", assertion.as_str()),
         ];
         all.extend_from_slice(fields);
-        self.post_form_from("/oauth/token", &all, true, Some(peer)).await
+        self.post_form_from("/oauth/token", &all, true, peer).await
     }
 
     pub async fn token_request(&self, fields: &[(&str, &str)]) -> Response<Body> {
-        let assertion = self.client_assertion();
-        let mut all = vec![
-            ("client_id", CLIENT_ID),
-            (
-                "client_assertion_type",
-                "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
-            ),
-            ("client_assertion", assertion.as_str()),
-        ];
-        all.extend_from_slice(fields);
-        self.post_form("/oauth/token", &all, true).await
+        self.token_request_from(fields, None).await
     }
 
     pub async fn start_session(&self, user: &str) -> Value {
