@@ -434,6 +434,60 @@ async fn owners_spread_over_the_clusters_primaries_and_each_stays_on_one() {
     assert!(held.iter().all(|&n| n > 0), "thirty owners over three nodes: {held:?}");
 }
 
+/// A primary killed (as a crash would) with a replica behind it: the cluster promotes the
+/// replica, and the store follows the cluster there on its own, failing closed meanwhile. What
+/// the primary held and had replicated is served by its replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_primary_is_replaced_by_its_replica_and_the_store_follows() {
+    let mut cluster = RedisCluster::start_with_replicas();
+    let store = RedisStore::connect(&cluster.url(), "failover").await.unwrap();
+    let sessions = sessions(&store);
+    let id = sessions.start(client(), user(), 3_600).await.unwrap();
+    // The primary that holds the Session: the one primary with keys.
+    let mut holder = None;
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let mut connection = redis::Client::open(format!("redis://127.0.0.1:{}/0", node.port))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let keys: u64 = redis::cmd("DBSIZE").query_async(&mut connection).await.unwrap();
+        if keys > 0 && cluster.is_primary(i) {
+            // Its replica has what it wrote before it dies.
+            let _: u64 = redis::cmd("WAIT")
+                .arg(1)
+                .arg(5_000)
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            holder = Some(i);
+        }
+    }
+    let holder = holder.expect("a primary holds the Session");
+    cluster.nodes[holder].kill();
+    let killed = Instant::now();
+    let deadline = killed + Duration::from_secs(30);
+    let mut attempts = tokio::time::interval(Duration::from_millis(100));
+    let mut refused = 0;
+    let served = loop {
+        attempts.tick().await;
+        match sessions.session(&id).await {
+            Ok(found) => break found,
+            Err(StoreError::Unavailable) if Instant::now() < deadline => refused += 1,
+            Err(other) => panic!("{other:?}"),
+        }
+    };
+    let session = served.expect("the replica serves what was replicated");
+    assert_eq!(session.client_id, client());
+    // And it takes writes: the cluster is whole again.
+    let key = ReplayKey::browser_assertion(&client(), &Jti::generate(&SystemRng));
+    assert_eq!(store.mark_once(key, now().plus(60)).await, Ok(true));
+    eprintln!(
+        "failover: served again {:?} after the kill, {refused} calls refused (503) meanwhile",
+        killed.elapsed()
+    );
+}
+
 #[tokio::test]
 async fn a_prefix_that_would_be_a_hash_tag_is_refused() {
     let server = RedisServer::start();

@@ -239,10 +239,10 @@ impl Drop for Monitor {
 /// How long a new (or restarted) cluster may take to agree on its slots.
 const CLUSTER_DEADLINE: Duration = Duration::from_secs(30);
 
-/// A real Redis Cluster of three primaries (no replicas) on free loopback ports, created with
+/// A real Redis Cluster of three primaries (a replica each, when asked) on free loopback ports, created with
 /// `redis-cli --cluster create` as an operator would, each node killed when dropped.
 pub struct RedisCluster {
-    /// The primaries, each owning a third of the slots.
+    /// The nodes: three primaries, each owning a third of the slots, and their replicas.
     pub nodes: Vec<RedisServer>,
     password: Option<String>,
 }
@@ -255,6 +255,16 @@ impl RedisCluster {
 
     /// Three primaries started with these further arguments each (`--requirepass`, a policy).
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::make(extra, 0)
+    }
+
+    /// Three primaries with a replica each (six nodes): a primary killed is replaced by its
+    /// replica.
+    pub fn start_with_replicas() -> Self {
+        Self::make(&[], 1)
+    }
+
+    fn make(extra: &[&str], replicas: usize) -> Self {
         let mut args: Vec<String> = [
             "--cluster-enabled",
             "yes",
@@ -276,7 +286,7 @@ impl RedisCluster {
             // The nodes talk to each other with it too.
             args.extend(["--masterauth".to_owned(), password.clone()]);
         }
-        let nodes: Vec<RedisServer> = (0..3)
+        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
             .map(|_| {
                 // The bus port is asked for, not left at port + 10,000 (past 65,535 for a high
                 // free port, or another test's).
@@ -291,7 +301,7 @@ impl RedisCluster {
         for node in &cluster.nodes {
             create.arg(format!("127.0.0.1:{}", node.port));
         }
-        create.args(["--cluster-replicas", "0", "--cluster-yes"]);
+        create.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
         cluster.authenticate(&mut create);
         let created = create
             .output()
@@ -303,6 +313,15 @@ impl RedisCluster {
         );
         cluster.wait_until_ok();
         cluster
+    }
+
+    /// Whether the node at `index` is a primary now (`INFO replication`).
+    pub fn is_primary(&self, index: usize) -> bool {
+        let mut info = Command::new("redis-cli");
+        info.args(["-h", "127.0.0.1", "-p", &self.nodes[index].port.to_string()]);
+        self.authenticate(&mut info);
+        let out = info.args(["info", "replication"]).output().expect("redis-cli runs");
+        String::from_utf8_lossy(&out.stdout).contains("role:master")
     }
 
     /// `redis-cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`.
