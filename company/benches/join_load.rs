@@ -120,6 +120,31 @@ async fn run(joins: usize) {
         memory_per_join(&server.url(), &session).await;
         drop(server);
 
+        // Every write held by a replica before it counts (`wait_replicas` 1): a second round
+        // trip per join, to a primary with one replica.
+        let primary = support::redis_server::RedisServer::start();
+        let replica =
+            support::redis_server::RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+        place(&[&primary, &replica]);
+        in_sync(&primary).await;
+        let options = pap_company::stores::RedisOptions {
+            wait_replicas: 1,
+            ..pap_company::stores::RedisOptions::default()
+        };
+        let (app, session) = over_redis_with(&world, &primary.url(), options).await;
+        let client = serve(app, &pki).await;
+        let meter = RedisMeter::connect(&[&primary, &replica]).await;
+        let waiting_figures = levels(&client, joins, Some(&meter), || {
+            world.with("session_id", serde_json::json!(session.as_str()))
+        })
+        .await;
+        print_figures(
+            "Redis, every write held by a replica (WAIT 1; Redis's CPU: primary and replica)",
+            &waiting_figures,
+            Some(&memory_figures),
+        );
+        drop((primary, replica));
+
         // The same on a Redis Cluster of three primaries: the world's one agent is one owner,
         // so its joins all go to the primary of its slot (the others idle).
         let cluster = support::redis_server::RedisCluster::start();
@@ -170,7 +195,19 @@ async fn serve(app: axum::Router, pki: &support::TestPki) -> reqwest::Client {
 /// world's agent and user started there.
 #[cfg(feature = "redis")]
 async fn over_redis(world: &World, url: &str) -> (axum::Router, pap_shared::SessionId) {
-    let store = pap_company::stores::RedisStore::connect(url, "bench").await.unwrap();
+    over_redis_with(world, url, pap_company::stores::RedisOptions::default()).await
+}
+
+/// [`over_redis`] with these options.
+#[cfg(feature = "redis")]
+async fn over_redis_with(
+    world: &World,
+    url: &str,
+    options: pap_company::stores::RedisOptions,
+) -> (axum::Router, pap_shared::SessionId) {
+    let store = pap_company::stores::RedisStore::connect_with(url, "bench", options)
+        .await
+        .unwrap();
     let (state, _, session) = world.over_redis(&store).await;
     let route = axum::Router::new().merge(pap_company::route::browser_session_router());
     (route.with_state(state), session)
@@ -203,6 +240,30 @@ async fn round_trips(
         "Redis round trips per join (MONITOR, {joins} joins): {:.2} {by_name:?}",
         commands.len() as f64 / joins as f64
     );
+}
+
+/// Waits (on what the primary answers, with a deadline) until its replica is in sync.
+#[cfg(feature = "redis")]
+async fn in_sync(primary: &support::redis_server::RedisServer) {
+    let mut connection = redis::Client::open(primary.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut asks = tokio::time::interval(Duration::from_millis(20));
+    loop {
+        asks.tick().await;
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        if info.contains("state=online") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the replica did not come online");
+    }
 }
 
 /// What one live join holds in Redis: a replay mark and a cookie binding (`MEMORY USAGE`); the

@@ -71,7 +71,7 @@ pub mod limits {
         DEFAULT_MAX_CACHE_LIFETIME, FAILURE_CAPACITY, KNOWN_CLIENTS, NO_STORE_SECONDS, STALE_IF_BUSY_SECONDS,
     };
     #[cfg(feature = "redis")]
-    pub use crate::redis_store::{RECORDS_SHARE, SESSION_COPIES, SESSION_COPY_LIFETIME};
+    pub use crate::redis_store::{RECORDS_SHARE, SESSION_COPIES, SESSION_COPY_LIFETIME, WAIT_TIMEOUT};
     pub use crate::replay::{REPLAY_CAPACITY, REPLAY_SHARE};
     pub use crate::session::{SESSION_CAPACITY, SESSIONS_PER_CLIENT};
     pub use crate::share::{OWNER_SHARE_DIVISOR, SHARE_BUCKET_SECONDS};

@@ -66,6 +66,9 @@ pub const SESSION_COPIES: u64 = 100_000;
 /// How many live records one owner may have created in Redis by default: an eighth of the
 /// reference company's 2,000,000 in memory.
 pub const RECORDS_SHARE: u64 = 250_000;
+/// How long a write waits for its replicas (`WAIT`) when [`RedisOptions::wait_replicas`] asks
+/// for them, below the connection's response timeout.
+pub const WAIT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A company's records in one Redis database, under one key prefix. Cheap to clone: clones
 /// share the connection.
@@ -79,6 +82,8 @@ pub struct RedisStore {
     replay_share: u64,
     /// How many live records (and counts) one owner may have created.
     records_share: u64,
+    /// How many replicas must hold a write before it counts as made (0: the primary's word).
+    wait_replicas: u32,
     /// Sessions' records as joins last read them, with their versions.
     session_copies: moka::sync::Cache<SessionId, SeenSession>,
 }
@@ -100,6 +105,13 @@ pub struct RedisOptions {
     /// How many live records (Sessions, tokens, codes, operations, counts) one owner may have
     /// created (review N3): past it that owner's new records are refused, and no one else's.
     pub records_share: u64,
+    /// How many replicas must hold every write (`WAIT`) before it counts as made: a replay mark
+    /// or a confirm that only the primary held is lost with it when a replica takes its place,
+    /// and the assertion accepted (or the operation performed) once more. 0 (the default):
+    /// the primary's word, one round trip per join; more: a second round trip per write, and a
+    /// write no replica acknowledged within [`WAIT_TIMEOUT`] answers unavailable (its mark
+    /// stays on the primary: the caller fails closed).
+    pub wait_replicas: u32,
 }
 
 impl Default for RedisOptions {
@@ -110,6 +122,7 @@ impl Default for RedisOptions {
             clock: Arc::new(SystemClock),
             replay_share: REPLAY_SHARE,
             records_share: RECORDS_SHARE,
+            wait_replicas: 0,
         }
     }
 }
@@ -121,6 +134,7 @@ impl fmt::Debug for RedisOptions {
             .field("ca_pem", &self.ca_pem.as_ref().map(Vec::len))
             .field("replay_share", &self.replay_share)
             .field("records_share", &self.records_share)
+            .field("wait_replicas", &self.wait_replicas)
             .finish_non_exhaustive()
     }
 }
@@ -228,6 +242,7 @@ impl RedisStore {
             clock: options.clock,
             replay_share: options.replay_share,
             records_share: options.records_share,
+            wait_replicas: options.wait_replicas,
             prefix: Arc::from(prefix),
             scripts: Arc::new(Scripts {
                 commit: Script::new(COMMIT),
@@ -241,6 +256,29 @@ impl RedisStore {
                 .time_to_live(SESSION_COPY_LIFETIME)
                 .build(),
         })
+    }
+
+    /// With [`RedisOptions::wait_replicas`], waits until that many replicas hold every write
+    /// this connection made (`WAIT`; on a cluster, every primary's, the fewest counting).
+    async fn replicated(&self) -> Result<(), StoreError> {
+        if self.wait_replicas == 0 {
+            return Ok(());
+        }
+        let timeout_ms = u64::try_from(WAIT_TIMEOUT.as_millis()).unwrap_or(u64::MAX);
+        let acknowledged: i64 = redis::cmd("WAIT")
+            .arg(self.wait_replicas)
+            .arg(timeout_ms)
+            .query_async(&mut self.connection.clone())
+            .await
+            .map_err(|e| unavailable(&e))?;
+        if acknowledged < i64::from(self.wait_replicas) {
+            tracing::warn!(
+                acknowledged,
+                "a write reached fewer replicas than asked; refused as unavailable"
+            );
+            return Err(StoreError::Unavailable);
+        }
+        Ok(())
     }
 
     /// Whether Redis answers now (for a readiness check).
@@ -365,7 +403,7 @@ impl ReplayGuard for RedisStore {
             .await
             .map_err(|e| unavailable(&e))?;
         match code {
-            MARKED => Ok(true),
+            MARKED => self.replicated().await.map(|()| true),
             REPLAYED => Ok(false),
             _ => Err(StoreError::Full),
         }
@@ -416,7 +454,7 @@ impl Records for RedisStore {
             .await
             .map_err(|e| unavailable(&e))?;
         match committed {
-            COMMITTED => Ok(true),
+            COMMITTED => self.replicated().await.map(|()| true),
             MOVED => Ok(false),
             _ => Err(StoreError::Full),
         }
@@ -439,7 +477,10 @@ impl Records for RedisStore {
             .await
             .map_err(|e| unavailable(&e))?;
         match u64::try_from(count) {
-            Ok(count) => Ok((count, UnixTime::from_secs(until_ms / 1_000))),
+            Ok(count) => {
+                self.replicated().await?;
+                Ok((count, UnixTime::from_secs(until_ms / 1_000)))
+            }
             Err(_) => Err(StoreError::Full),
         }
     }
@@ -454,7 +495,7 @@ impl CookieBindings for RedisStore {
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(|e| unavailable(&e))?;
-        Ok(())
+        self.replicated().await
     }
 
     async fn lookup(&self, cookie: &CookieHash) -> Result<Option<Binding>, StoreError> {
@@ -475,7 +516,8 @@ impl CookieBindings for RedisStore {
             .clone()
             .del::<_, ()>(self.cookie_key(cookie))
             .await
-            .map_err(|e| unavailable(&e))
+            .map_err(|e| unavailable(&e))?;
+        self.replicated().await
     }
 }
 
@@ -533,7 +575,7 @@ impl JoinStore for RedisStore {
             .await
             .map_err(|e| unavailable(&e))?;
         match code {
-            MARKED => Ok(Committed::Joined),
+            MARKED => self.replicated().await.map(|()| Committed::Joined),
             REPLAYED => Ok(Committed::Replayed),
             OVER_SHARE => Err(StoreError::Full),
             _ => {

@@ -488,6 +488,69 @@ async fn a_killed_primary_is_replaced_by_its_replica_and_the_store_follows() {
     );
 }
 
+/// With `wait_replicas`, a write counts once a replica holds it (`WAIT`): with the replica
+/// gone, a mark is refused as unavailable (the caller fails closed) and still stands on the
+/// primary, so the assertion is not accepted later either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_replicas_a_write_no_replica_holds_is_refused() {
+    let primary = RedisServer::start();
+    let mut replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+    // Until the replica says it is in sync (on what the primary answers, with a deadline).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut attempts = tokio::time::interval(Duration::from_millis(20));
+    let mut raw = redis::Client::open(primary.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    loop {
+        attempts.tick().await;
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        if info.contains("state=online") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replica never came online: {info}");
+    }
+    let options = |wait_replicas| RedisOptions {
+        wait_replicas,
+        ..RedisOptions::default()
+    };
+    let waiting = RedisStore::connect_with(&primary.url(), "wait", options(1))
+        .await
+        .unwrap();
+    let alone = RedisStore::connect_with(&primary.url(), "alone", options(0))
+        .await
+        .unwrap();
+    let mark = || ReplayKey::browser_assertion(&client(), &Jti::generate(&SystemRng));
+    assert_eq!(waiting.mark_once(mark(), now().plus(60)).await, Ok(true));
+    let sessions = sessions(&waiting);
+    let id = sessions.start(client(), user(), 3_600).await.unwrap();
+    replica.kill();
+    let key = mark();
+    let started = Instant::now();
+    assert_eq!(
+        waiting.mark_once(key, now().plus(60)).await,
+        Err(StoreError::Unavailable)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        waiting.mark_once(key, now().plus(60)).await,
+        Ok(false),
+        "the mark stands"
+    );
+    assert_eq!(sessions.sign_out(&id).await, Err(StoreError::Unavailable));
+    // The primary's word alone still serves.
+    assert_eq!(alone.mark_once(mark(), now().plus(60)).await, Ok(true));
+}
+
 #[tokio::test]
 async fn a_prefix_that_would_be_a_hash_tag_is_refused() {
     let server = RedisServer::start();

@@ -86,6 +86,12 @@ struct Serve {
     /// with a private CA; the system's roots otherwise.
     #[arg(long, value_name = "FILE")]
     store_ca: Option<PathBuf>,
+    /// How many Redis replicas must hold each write before it counts (`WAIT`, 500 ms): a
+    /// replay mark or a confirm only the primary held is lost with it when a replica takes its
+    /// place. 0 (the default) takes the primary's word: one round trip per join; 1 or more adds
+    /// a round trip per write, and a write no replica acknowledged answers 503.
+    #[arg(long, value_name = "REPLICAS", default_value_t = 0)]
+    store_wait_replicas: u32,
     /// How many live replay marks (assertions' and proofs' `jti`s, kept until they expire) the
     /// clients of one registrable domain may hold, in memory or in Redis: past it that domain's
     /// joins and token requests are refused (503, 429) and no one else's are.
@@ -313,6 +319,7 @@ async fn redis_stores(url: &str, prefix: &str, args: &Serve, clock: Arc<SystemCl
         clock,
         replay_share: args.replay_share,
         records_share: pap_company::limits::RECORDS_SHARE,
+        wait_replicas: args.store_wait_replicas,
     };
     let store = pap_company::stores::RedisStore::connect_with(url, prefix, options)
         .await
