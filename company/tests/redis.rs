@@ -607,6 +607,8 @@ async fn rediss_is_verified_against_the_given_ca() {
     // Plain text to the TLS port gets nowhere.
     let plain = format!("redis://127.0.0.1:{}/0", server.port);
     assert!(RedisStore::connect(&plain, "tls").await.is_err());
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Review N7: a mark lives until `exp` plus the accepted skew on the company's clock, whatever

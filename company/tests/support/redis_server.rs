@@ -21,6 +21,8 @@ pub struct RedisServer {
     extra: Vec<String>,
     /// `rediss://` on `port` (the plain port is off).
     tls: bool,
+    /// Whether dropping it leaves its directory (handed on to its restarted self).
+    keep_dir: bool,
 }
 
 impl RedisServer {
@@ -102,6 +104,7 @@ impl RedisServer {
             aof,
             extra,
             tls,
+            keep_dir: false,
         }
     }
 
@@ -132,13 +135,18 @@ impl RedisServer {
     pub fn restart(&mut self) {
         self.kill();
         let again = Self::launch(self.port, self.dir.clone(), self.aof, self.extra.clone(), self.tls);
-        *self = again;
+        let mut before = std::mem::replace(self, again);
+        // Its directory is the new server's now.
+        before.keep_dir = true;
     }
 }
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+        if !self.keep_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
