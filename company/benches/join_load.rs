@@ -103,69 +103,53 @@ async fn run(joins: usize) {
 
     #[cfg(feature = "redis")]
     {
-        let server = support::redis_server::RedisServer::start();
-        place(&[&server]);
-        let (app, session) = over_redis(&world, &server.url()).await;
-        let client = serve(app, &pki).await;
-        let meter = RedisMeter::connect(&[&server]).await;
-        let redis_figures = levels(&client, joins, Some(&meter), || {
-            world.with("session_id", serde_json::json!(session.as_str()))
-        })
-        .await;
-        print_figures("Redis", &redis_figures, Some(&memory_figures));
-        round_trips(&client, &[&server], 200, || {
-            world.with("session_id", serde_json::json!(session.as_str()))
-        })
-        .await;
+        use pap_company::stores::RedisOptions;
+        use support::redis_server::{RedisCluster, RedisServer};
+        let bench = OverRedis {
+            world: &world,
+            pki: &pki,
+            joins,
+            memory: &memory_figures,
+        };
+        let server = RedisServer::start();
+        let session = bench
+            .run("Redis", &server.url(), RedisOptions::default(), &[&server], &[])
+            .await;
         memory_per_join(&server.url(), &session).await;
         drop(server);
 
         // Every write held by a replica before it counts (`wait_replicas` 1): a second round
         // trip per join, to a primary with one replica.
-        let primary = support::redis_server::RedisServer::start();
-        let replica =
-            support::redis_server::RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
-        place(&[&primary, &replica]);
-        in_sync(&primary).await;
-        let options = pap_company::stores::RedisOptions {
+        let primary = RedisServer::start();
+        let replica = RedisServer::start_replica_of(&primary);
+        let options = RedisOptions {
             wait_replicas: 1,
-            ..pap_company::stores::RedisOptions::default()
+            ..RedisOptions::default()
         };
-        let (app, session) = over_redis_with(&world, &primary.url(), options).await;
-        let client = serve(app, &pki).await;
-        let meter = RedisMeter::connect(&[&primary, &replica]).await;
-        let waiting_figures = levels(&client, joins, Some(&meter), || {
-            world.with("session_id", serde_json::json!(session.as_str()))
-        })
-        .await;
-        print_figures(
-            "Redis, every write held by a replica (WAIT 1; Redis's CPU: primary and replica)",
-            &waiting_figures,
-            Some(&memory_figures),
-        );
+        bench
+            .run(
+                "Redis, every write held by a replica (WAIT 1; Redis's CPU: primary and replica)",
+                &primary.url(),
+                options,
+                &[&primary],
+                &[&replica],
+            )
+            .await;
         drop((primary, replica));
 
         // The same on a Redis Cluster of three primaries: the world's one agent is one owner,
         // so its joins all go to the primary of its slot (the others idle).
-        let cluster = support::redis_server::RedisCluster::start();
-        let nodes: Vec<&support::redis_server::RedisServer> = cluster.nodes.iter().collect();
-        place(&nodes);
-        let (app, session) = over_redis(&world, &cluster.url()).await;
-        let client = serve(app, &pki).await;
-        let meter = RedisMeter::connect(&nodes).await;
-        let cluster_figures = levels(&client, joins, Some(&meter), || {
-            world.with("session_id", serde_json::json!(session.as_str()))
-        })
-        .await;
-        print_figures(
-            "Redis Cluster (3 primaries; one owner, so one primary)",
-            &cluster_figures,
-            Some(&memory_figures),
-        );
-        round_trips(&client, &nodes, 200, || {
-            world.with("session_id", serde_json::json!(session.as_str()))
-        })
-        .await;
+        let cluster = RedisCluster::start();
+        let nodes: Vec<&RedisServer> = cluster.nodes.iter().collect();
+        bench
+            .run(
+                "Redis Cluster (3 primaries; one owner, so one primary)",
+                &cluster.url(),
+                RedisOptions::default(),
+                &nodes,
+                &[],
+            )
+            .await;
     }
 }
 
@@ -191,16 +175,47 @@ async fn serve(app: axum::Router, pki: &support::TestPki) -> reqwest::Client {
         .unwrap()
 }
 
-/// The route over Redis: Sessions, replay marks and cookie bindings in `url`, a Session of the
-/// world's agent and user started there.
+/// What every run over a Redis shares: the world, its certificates, the joins per level and the
+/// in-memory figures each is set beside.
 #[cfg(feature = "redis")]
-async fn over_redis(world: &World, url: &str) -> (axum::Router, pap_shared::SessionId) {
-    over_redis_with(world, url, pap_company::stores::RedisOptions::default()).await
+struct OverRedis<'a> {
+    world: &'a World,
+    pki: &'a support::TestPki,
+    joins: usize,
+    memory: &'a Figures,
 }
 
-/// [`over_redis`] with these options.
 #[cfg(feature = "redis")]
-async fn over_redis_with(
+impl OverRedis<'_> {
+    /// The route over the Redis at `url` with `options` (its `primaries`, which clients talk to,
+    /// and their `replicas`, all moved to core 1 when asked): joins at each level, printed as
+    /// `label` beside memory (Redis's commands and CPU over every server), then the round trips
+    /// of 200 joins counted with `MONITOR` on every primary. The Session it joined.
+    async fn run(
+        &self,
+        label: &str,
+        url: &str,
+        options: pap_company::stores::RedisOptions,
+        primaries: &[&support::redis_server::RedisServer],
+        replicas: &[&support::redis_server::RedisServer],
+    ) -> pap_shared::SessionId {
+        let servers: Vec<_> = primaries.iter().chain(replicas).copied().collect();
+        place(&servers);
+        let (app, session) = over_redis(self.world, url, options).await;
+        let client = serve(app, self.pki).await;
+        let meter = RedisMeter::connect(&servers).await;
+        let assertion = || self.world.with("session_id", serde_json::json!(session.as_str()));
+        let figures = levels(&client, self.joins, Some(&meter), assertion).await;
+        print_figures(label, &figures, Some(self.memory));
+        round_trips(&client, primaries, 200, assertion).await;
+        session
+    }
+}
+
+/// The route over Redis with `options`: Sessions, replay marks and cookie bindings in `url`, a
+/// Session of the world's agent and user started there.
+#[cfg(feature = "redis")]
+async fn over_redis(
     world: &World,
     url: &str,
     options: pap_company::stores::RedisOptions,
@@ -240,30 +255,6 @@ async fn round_trips(
         "Redis round trips per join (MONITOR, {joins} joins): {:.2} {by_name:?}",
         commands.len() as f64 / joins as f64
     );
-}
-
-/// Waits (on what the primary answers, with a deadline) until its replica is in sync.
-#[cfg(feature = "redis")]
-async fn in_sync(primary: &support::redis_server::RedisServer) {
-    let mut connection = redis::Client::open(primary.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut asks = tokio::time::interval(Duration::from_millis(20));
-    loop {
-        asks.tick().await;
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query_async(&mut connection)
-            .await
-            .unwrap();
-        if info.contains("state=online") {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the replica did not come online");
-    }
 }
 
 /// What one live join holds in Redis: a replay mark and a cookie binding (`MEMORY USAGE`); the

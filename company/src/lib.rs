@@ -73,6 +73,7 @@ pub mod limits {
     #[cfg(feature = "redis")]
     pub use crate::redis_store::{RECORDS_SHARE, SESSION_COPIES, SESSION_COPY_LIFETIME, WAIT_TIMEOUT};
     pub use crate::replay::{REPLAY_CAPACITY, REPLAY_SHARE};
+    pub use crate::requester_share::REQUESTER_ADDRESSES;
     pub use crate::session::{SESSION_CAPACITY, SESSIONS_PER_CLIENT};
     pub use crate::share::{OWNER_SHARE_DIVISOR, SHARE_BUCKET_SECONDS};
     pub use crate::web_cookie::{BINDINGS_PER_SESSION, COOKIE_CAPACITY};

@@ -21,6 +21,11 @@ use crate::replay::{ReplayGuard, ReplayKey};
 use crate::share::{ExpiringShares, Owner};
 use crate::store::StoreError;
 
+/// How many addresses [`RequesterShares`] tracks at most (each with a live mark, or not yet
+/// swept): about 100 MB at the cap. A new address past it is refused until the maintenance
+/// sweep forgets the addresses whose marks all expired.
+pub const REQUESTER_ADDRESSES: usize = 1_000_000;
+
 /// Live replay marks per requester address, in this process.
 pub struct RequesterShares {
     shares: ExpiringShares,
@@ -28,10 +33,16 @@ pub struct RequesterShares {
 }
 
 impl RequesterShares {
-    /// At most `share` live marks per requester address.
+    /// At most `share` live marks per requester address, at most [`REQUESTER_ADDRESSES`]
+    /// addresses.
     pub fn new(share: u64, clock: Arc<dyn Clock>) -> Arc<Self> {
+        Self::with_limits(share, REQUESTER_ADDRESSES, clock)
+    }
+
+    /// At most `share` live marks per requester address, at most `addresses` addresses.
+    pub fn with_limits(share: u64, addresses: usize, clock: Arc<dyn Clock>) -> Arc<Self> {
         Arc::new(Self {
-            shares: ExpiringShares::new(share),
+            shares: ExpiringShares::with_owner_cap(share, addresses),
             clock,
         })
     }
@@ -182,5 +193,42 @@ mod tests {
         clock.set(1_200);
         shares.sweep();
         assert_eq!(shares.addresses(), 0);
+    }
+
+    #[tokio::test]
+    async fn at_most_so_many_addresses_are_held_and_a_swept_one_makes_room() {
+        let clock = ManualClock::at(1_000);
+        let shares = RequesterShares::with_limits(10, 2, clock.clone());
+        let inner: Arc<dyn ReplayGuard> = Arc::new(MemoryReplayGuard::new(clock.clone()));
+        let guard = PerRequester::new(inner, shares.clone());
+        let exp = UnixTime::from_secs(1_060);
+        for address in ["203.0.113.1", "203.0.113.2"] {
+            as_requester(address.into(), async {
+                assert_eq!(guard.mark_once(key("atlas.example"), exp).await, Ok(true));
+            })
+            .await;
+        }
+        as_requester("203.0.113.3".into(), async {
+            assert_eq!(
+                guard.mark_once(key("atlas.example"), exp).await,
+                Err(StoreError::Full),
+                "a third address"
+            );
+        })
+        .await;
+        // An address already held still marks.
+        as_requester("203.0.113.1".into(), async {
+            assert_eq!(guard.mark_once(key("atlas.example"), exp).await, Ok(true));
+        })
+        .await;
+        clock.set(1_080);
+        shares.sweep();
+        as_requester("203.0.113.3".into(), async {
+            assert_eq!(
+                guard.mark_once(key("atlas.example"), UnixTime::from_secs(1_140)).await,
+                Ok(true)
+            );
+        })
+        .await;
     }
 }

@@ -83,6 +83,8 @@ pub const SHARE_BUCKET_SECONDS: i64 = 10;
 /// count is the sum of its buckets that have not ended, without a timer or a scan of the items.
 pub(crate) struct ExpiringShares {
     share: u64,
+    /// How many owners it holds at most: a new owner past it is refused until the sweep.
+    max_owners: usize,
     owners: Mutex<HashMap<Owner, VecDeque<Bucket>>>,
 }
 
@@ -94,10 +96,16 @@ struct Bucket {
 }
 
 impl ExpiringShares {
-    /// At most `share` live items per owner.
+    /// At most `share` live items per owner (the owners bounded by the caller's capacity).
     pub(crate) fn new(share: u64) -> Self {
+        Self::with_owner_cap(share, usize::MAX)
+    }
+
+    /// At most `share` live items per owner, and at most `max_owners` owners.
+    pub(crate) fn with_owner_cap(share: u64, max_owners: usize) -> Self {
         Self {
             share,
+            max_owners,
             owners: Mutex::default(),
         }
     }
@@ -107,6 +115,9 @@ impl ExpiringShares {
     /// stored gives it back with [`Self::give_back`].
     pub(crate) fn take(&self, owner: Owner, until: UnixTime, now: UnixTime) -> Result<(), StoreError> {
         let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
+        if owners.len() >= self.max_owners && !owners.contains_key(&owner) {
+            return Err(StoreError::Full);
+        }
         let buckets = owners.entry(owner).or_default();
         while buckets.front().is_some_and(|b| b.ends <= now.as_secs()) {
             buckets.pop_front();

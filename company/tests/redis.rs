@@ -494,27 +494,7 @@ async fn a_killed_primary_is_replaced_by_its_replica_and_the_store_follows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_wait_replicas_a_write_no_replica_holds_is_refused() {
     let primary = RedisServer::start();
-    let mut replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
-    // Until the replica says it is in sync (on what the primary answers, with a deadline).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut attempts = tokio::time::interval(Duration::from_millis(20));
-    let mut raw = redis::Client::open(primary.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    loop {
-        attempts.tick().await;
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query_async(&mut raw)
-            .await
-            .unwrap();
-        if info.contains("state=online") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the replica never came online: {info}");
-    }
+    let mut replica = RedisServer::start_replica_of(&primary);
     let options = |wait_replicas| RedisOptions {
         wait_replicas,
         ..RedisOptions::default()

@@ -256,7 +256,14 @@ struct RedisNode {
     aof: bool,
     /// `--cluster-port` when it is a cluster's node.
     bus: Option<u16>,
+    /// What it says on its log that the run waits for ([`READY`], [`CLUSTER_OK`]).
+    says: std::sync::mpsc::Receiver<&'static str>,
 }
+
+/// What redis-server logs once it accepts connections.
+const READY: &str = "Ready to accept connections";
+/// What a cluster's node logs once it serves all 16,384 slots.
+const CLUSTER_OK: &str = "Cluster state changed: ok";
 
 /// How long a cluster may take to agree on its slots (made, or restarted).
 const CLUSTER_DEADLINE: Duration = Duration::from_secs(30);
@@ -333,26 +340,12 @@ impl RedisProcess {
         Ok(())
     }
 
-    /// Waits (on what each node answers, with a deadline) until every node says its cluster is
-    /// `ok` with all 16,384 slots served.
+    /// Waits until every node says its cluster is `ok` (it serves all 16,384 slots), with a
+    /// deadline.
     fn wait_until_ok(&self) -> anyhow::Result<()> {
         let deadline = Instant::now() + CLUSTER_DEADLINE;
         for node in &self.nodes {
-            loop {
-                let info = std::process::Command::new("redis-cli")
-                    .args(["-h", "127.0.0.1", "-p", &node.port.to_string(), "cluster", "info"])
-                    .output()
-                    .context("running redis-cli")?;
-                let text = String::from_utf8_lossy(&info.stdout);
-                if text.contains("cluster_state:ok") && text.contains("cluster_slots_ok:16384") {
-                    break;
-                }
-                if Instant::now() >= deadline {
-                    bail!("the Redis Cluster did not come up within {CLUSTER_DEADLINE:?}");
-                }
-                // Paces the next question; the loop ends on the answer, not on time.
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            node.waits_until_it_says(CLUSTER_OK, deadline)?;
         }
         Ok(())
     }
@@ -392,24 +385,38 @@ impl RedisNode {
             .spawn()
             .context("starting redis-server (Debian's redis-server package)")?;
         let stdout = child.stdout.take().context("no stdout")?;
-        let (ready, is_ready) = std::sync::mpsc::channel();
+        let (said, says) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.contains("Ready to accept connections") {
-                    let _ = ready.send(());
+                if let Some(event) = [READY, CLUSTER_OK].into_iter().find(|event| line.contains(event))
+                    && said.send(event).is_err()
+                {
+                    break;
                 }
             }
         });
-        is_ready
-            .recv_timeout(START_DEADLINE)
-            .context("redis-server did not say it was ready")?;
-        Ok(Self {
+        let node = Self {
             child: Some(child),
             port,
             dir,
             aof,
             bus,
-        })
+            says,
+        };
+        node.waits_until_it_says(READY, Instant::now() + START_DEADLINE)?;
+        Ok(node)
+    }
+
+    /// Waits until the node says `what` on its log (or has said it since it was last asked).
+    fn waits_until_it_says(&self, what: &str, deadline: Instant) -> anyhow::Result<()> {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.says.recv_timeout(left) {
+                Ok(said) if said == what => return Ok(()),
+                Ok(_) => {}
+                Err(_) => bail!("redis-server on port {} did not say \"{what}\" in time", self.port),
+            }
+        }
     }
 
     fn kill(&mut self) {

@@ -4,15 +4,28 @@
 use std::io::{BufRead as _, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::sync::{Mutex, mpsc};
+use std::time::{Duration, Instant};
 
 /// How long redis-server may take to say it is ready.
 const READY_DEADLINE: Duration = Duration::from_secs(10);
 
+/// What a redis-server says on its log that a test waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Said {
+    /// "Ready to accept connections".
+    Ready,
+    /// "Cluster state changed: ok": the node serves every slot.
+    ClusterOk,
+    /// "MASTER <-> REPLICA sync: Finished with success": a replica holds its primary's data.
+    InSync,
+}
+
 /// A running redis-server, killed when dropped.
 pub struct RedisServer {
     child: Option<Child>,
+    /// What it says on its log (standard output), as it says it.
+    says: Mutex<mpsc::Receiver<Said>>,
     /// Its port on 127.0.0.1.
     pub port: u16,
     dir: PathBuf,
@@ -86,25 +99,55 @@ impl RedisServer {
             .spawn()
             .expect("redis-server must be installed (Debian's redis-server package; .ci/run installs it)");
         let stdout = child.stdout.take().expect("piped stdout");
-        let (ready, is_ready) = mpsc::channel();
+        let (said, says) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.contains("Ready to accept connections") {
-                    let _ = ready.send(());
+                let event = [
+                    ("Ready to accept connections", Said::Ready),
+                    ("Cluster state changed: ok", Said::ClusterOk),
+                    ("MASTER <-> REPLICA sync: Finished with success", Said::InSync),
+                ]
+                .into_iter()
+                .find_map(|(text, event)| line.contains(text).then_some(event));
+                if let Some(event) = event
+                    && said.send(event).is_err()
+                {
+                    break;
                 }
             }
         });
-        is_ready
-            .recv_timeout(READY_DEADLINE)
-            .expect("redis-server did not say it was ready");
-        Self {
+        let server = Self {
             child: Some(child),
+            says: Mutex::new(says),
             port,
             dir,
             aof,
             extra,
             tls,
             keep_dir: false,
+        };
+        server.waits_until_it_says(Said::Ready, Instant::now() + READY_DEADLINE);
+        server
+    }
+
+    /// A replica of `primary`, once it says it is in sync with it.
+    pub fn start_replica_of(primary: &RedisServer) -> Self {
+        let replica = Self::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+        replica.waits_until_it_says(Said::InSync, Instant::now() + READY_DEADLINE);
+        replica
+    }
+
+    /// Waits until the server says `what` on its log (or has said it since it was last asked),
+    /// failing the test at `deadline`.
+    pub fn waits_until_it_says(&self, what: Said, deadline: Instant) {
+        let says = self.says.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match says.recv_timeout(left) {
+                Ok(said) if said == what => return,
+                Ok(_) => {}
+                Err(_) => panic!("redis-server on port {} did not say {what:?} in time", self.port),
+            }
         }
     }
 
@@ -356,27 +399,12 @@ impl RedisCluster {
         }
     }
 
-    /// Waits (on what every node answers, with a deadline) until each says its cluster is
-    /// `ok` with all 16,384 slots served.
+    /// Waits until every node says its cluster is `ok` (it serves all 16,384 slots), with a
+    /// deadline.
     fn wait_until_ok(&self) {
-        let deadline = std::time::Instant::now() + CLUSTER_DEADLINE;
+        let deadline = Instant::now() + CLUSTER_DEADLINE;
         for node in &self.nodes {
-            loop {
-                let mut info = Command::new("redis-cli");
-                info.args(["-h", "127.0.0.1", "-p", &node.port.to_string()]);
-                self.authenticate(&mut info);
-                let out = info.args(["cluster", "info"]).output().expect("redis-cli runs");
-                let text = String::from_utf8_lossy(&out.stdout);
-                if text.contains("cluster_state:ok") && text.contains("cluster_slots_ok:16384") {
-                    break;
-                }
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "the cluster did not come up: {text}"
-                );
-                // Paces the next question; the loop ends on the answer, not on time.
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            node.waits_until_it_says(Said::ClusterOk, deadline);
         }
     }
 }
