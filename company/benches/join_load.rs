@@ -13,8 +13,10 @@
 //!
 //! Beside each level: the CPU this process spent per join (client and server together, from
 //! `/proc/self/stat`), and over Redis the commands Redis ran per join (`INFO stats`: the ones
-//! its scripts ran count too) and Redis's own CPU per join (`INFO cpu`); then the round trips
-//! per join, counted with `MONITOR` (the commands clients sent; nothing is pipelined).
+//! its scripts ran count too), Redis's own CPU per join (`INFO cpu`) and the time Redis spent
+//! in each join's script (`INFO commandstats`); then the round trips per join, counted with
+//! `MONITOR` (the commands clients sent; nothing is pipelined), and what one round trip leaves
+//! of memory's rate at concurrency 1 (see `one_round_trip_floor`).
 
 #![allow(clippy::unwrap_used, clippy::print_stdout, reason = "a benchmark binary")]
 
@@ -51,8 +53,20 @@ struct Level {
     p99: Duration,
     /// This process's CPU per join (client and server), µs.
     cpu_us: f64,
-    /// Over Redis: commands (round trips) per join, and Redis's CPU per join (µs).
-    redis: Option<(f64, f64)>,
+    /// Over Redis: what Redis did for the level's joins.
+    redis: Option<RedisLevel>,
+}
+
+/// What Redis did for one level's joins.
+#[derive(Clone, Copy)]
+struct RedisLevel {
+    /// Commands Redis ran per join (a script's own commands counted).
+    commands: f64,
+    /// Redis's CPU per join (µs).
+    cpu_us: f64,
+    /// The time Redis spent in each `EVALSHA`, its commands included (µs, `INFO
+    /// commandstats`).
+    script_us: f64,
 }
 
 /// Whether every Redis server goes to core 1 (this process being on core 0).
@@ -201,6 +215,8 @@ impl OverRedis<'_> {
     ) -> pap_shared::SessionId {
         let servers: Vec<_> = primaries.iter().chain(replicas).copied().collect();
         place(&servers);
+        // With `WAIT` a join makes two round trips: the floor of one says nothing of it.
+        let one_round_trip = options.wait_replicas == 0;
         let (app, session) = over_redis(self.world, url, options).await;
         let client = serve(app, self.pki).await;
         let meter = RedisMeter::connect(&servers).await;
@@ -208,6 +224,9 @@ impl OverRedis<'_> {
         let figures = levels(&client, self.joins, Some(&meter), assertion).await;
         print_figures(label, &figures, Some(self.memory));
         round_trips(&client, primaries, 200, assertion).await;
+        if one_round_trip {
+            one_round_trip_floor(&meter, self.memory, &figures).await;
+        }
         session
     }
 }
@@ -226,6 +245,43 @@ async fn over_redis(
     let (state, _, session) = world.over_redis(&store).await;
     let route = axum::Router::new().merge(pap_company::route::browser_session_router());
     (route.with_state(state), session)
+}
+
+/// What one round trip costs a join at concurrency 1, and so the most of memory's rate a
+/// join that waits for one can reach here: a `PING` to the (first) primary over the redis
+/// crate's multiplexed connection (the one the store's connections are built on), 2,000 one
+/// after the other from a task of this process's runtime, as a request's handler waits, with
+/// the route idle; plus the time Redis spent in each `EVALSHA` of the c=1 level (`INFO
+/// commandstats`). A join over Redis is a join in memory plus at least these two, so at c=1 it
+/// can reach at most `memory / (memory + ping + script)` of memory's rate with this client.
+#[cfg(feature = "redis")]
+async fn one_round_trip_floor(meter: &RedisMeter, memory: &Figures, figures: &Figures) {
+    const PINGS: u32 = 2_000;
+    let mut primary = meter.0[0].clone();
+    // On a worker, as a handler runs: `block_on`'s own thread would add a hop to the workers
+    // and back on every reply.
+    let ping_us = tokio::spawn(async move {
+        let began = Instant::now();
+        for _ in 0..PINGS {
+            redis::cmd("PING").query_async::<String>(&mut primary).await.unwrap();
+        }
+        began.elapsed().as_secs_f64() * 1e6 / f64::from(PINGS)
+    })
+    .await
+    .unwrap();
+    let (Some(memory), Some(redis)) = (memory.first(), figures.first()) else {
+        return;
+    };
+    let Some(script_us) = redis.redis.map(|r| r.script_us) else {
+        return;
+    };
+    let memory_us = 1e6 / memory.rate;
+    println!(
+        "one round trip's floor at c=1: a join in memory {memory_us:.0} µs + PING {ping_us:.1} µs + the script's \
+         {script_us:.1} µs in Redis = at most {:.0} % of memory's rate (measured {:.0} %)",
+        memory_us / (memory_us + ping_us + script_us) * 100.0,
+        redis.rate / memory.rate * 100.0
+    );
 }
 
 /// The round trips of `joins` joins one after the other, as Redis's `MONITOR` saw them (each
@@ -326,11 +382,16 @@ async fn levels(
         let (rate, p50, p99) = load(client, assertions, concurrency).await;
         let cpu_us = (process_cpu() - cpu_before).as_secs_f64() * 1e6 / joins as f64;
         let redis = match (redis, redis_before) {
-            (Some(meter), Some((commands, cpu))) => {
-                let (commands_after, cpu_after) = meter.read().await;
+            (Some(meter), Some(before)) => {
+                let after = meter.read().await;
                 // The first reading's own INFOs are counted by the second.
-                let per_join = (commands_after - commands - meter.servers()) as f64 / joins as f64;
-                Some((per_join, (cpu_after - cpu) * 1e6 / joins as f64))
+                let commands = (after.commands - before.commands - meter.servers()) as f64;
+                let scripts = (after.scripts - before.scripts) as f64;
+                Some(RedisLevel {
+                    commands: commands / joins as f64,
+                    cpu_us: (after.cpu - before.cpu) * 1e6 / joins as f64,
+                    script_us: (after.script_usec - before.script_usec) as f64 / scripts.max(1.0),
+                })
             }
             _ => None,
         };
@@ -349,20 +410,33 @@ async fn levels(
 fn print_figures(store: &str, figures: &Figures, against: Option<&Figures>) {
     println!("{store}:");
     println!(
-        "{:>11} {:>10} {:>10} {:>10} {:>14} {:>20} {:>18}",
-        "concurrency", "joins/s", "p50 ms", "p99 ms", "CPU µs/join", "Redis cmds run/join", "Redis CPU µs/join"
+        "{:>11} {:>10} {:>10} {:>10} {:>14} {:>20} {:>18} {:>17}",
+        "concurrency",
+        "joins/s",
+        "p50 ms",
+        "p99 ms",
+        "CPU µs/join",
+        "Redis cmds run/join",
+        "Redis CPU µs/join",
+        "µs in EVALSHA"
     );
     for (i, level) in figures.iter().enumerate() {
         let share = against
             .and_then(|a| a.get(i))
             .map(|base| format!("  ({:.0} % of in memory)", level.rate / base.rate * 100.0))
             .unwrap_or_default();
-        let (commands, redis_cpu) = level
+        let (commands, redis_cpu, script) = level
             .redis
-            .map(|(c, cpu)| (format!("{c:.2}"), format!("{cpu:.1}")))
-            .unwrap_or_else(|| ("-".into(), "-".into()));
+            .map(|r| {
+                (
+                    format!("{:.2}", r.commands),
+                    format!("{:.1}", r.cpu_us),
+                    format!("{:.1}", r.script_us),
+                )
+            })
+            .unwrap_or_else(|| ("-".into(), "-".into(), "-".into()));
         println!(
-            "{:>11} {:>10.0} {:>10.2} {:>10.2} {:>14.1} {commands:>20} {redis_cpu:>18}{share}",
+            "{:>11} {:>10.0} {:>10.2} {:>10.2} {:>14.1} {commands:>20} {redis_cpu:>18} {script:>17}{share}",
             level.concurrency,
             level.rate,
             millis(level.p50),
@@ -409,9 +483,9 @@ impl RedisMeter {
         self.0.len() as u64
     }
 
-    /// Commands run and CPU seconds, over every server.
-    async fn read(&self) -> (u64, f64) {
-        let (mut commands, mut cpu) = (0, 0.0);
+    /// Commands run, CPU seconds and `EVALSHA`s run and their µs, summed over every server.
+    async fn read(&self) -> Reading {
+        let mut reading = Reading::default();
         for connection in &self.0 {
             let info: String = redis::cmd("INFO")
                 .arg("all")
@@ -425,11 +499,34 @@ impl RedisMeter {
                     .trim()
                     .to_owned()
             };
-            commands += field("total_commands_processed").parse::<u64>().unwrap();
-            cpu += field("used_cpu_user").parse::<f64>().unwrap() + field("used_cpu_sys").parse::<f64>().unwrap();
+            reading.commands += field("total_commands_processed").parse::<u64>().unwrap();
+            reading.cpu +=
+                field("used_cpu_user").parse::<f64>().unwrap() + field("used_cpu_sys").parse::<f64>().unwrap();
+            // `cmdstat_evalsha:calls=N,usec=U,...`, once a script ran there.
+            if let Some(stats) = info.lines().find_map(|line| line.strip_prefix("cmdstat_evalsha:")) {
+                let stat = |name: &str| -> u64 {
+                    stats
+                        .split(',')
+                        .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+                        .unwrap()
+                        .parse()
+                        .unwrap()
+                };
+                reading.scripts += stat("calls");
+                reading.script_usec += stat("usec");
+            }
         }
-        (commands, cpu)
+        reading
     }
+}
+
+/// One reading of [`RedisMeter`], over every server.
+#[derive(Default)]
+struct Reading {
+    commands: u64,
+    cpu: f64,
+    scripts: u64,
+    script_usec: u64,
 }
 
 #[cfg(not(feature = "redis"))]
@@ -441,7 +538,7 @@ impl RedisMeter {
         match *self {}
     }
 
-    async fn read(&self) -> (u64, f64) {
+    async fn read(&self) -> Reading {
         match *self {}
     }
 }
