@@ -591,6 +591,40 @@ async fn rediss_is_verified_against_the_given_ca() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Review N6 on a cluster: `rediss-cluster://` over rustls, every node (the ones the URL names
+/// and the ones the client learns from them) verified against the given CA; a CA that did not
+/// sign them is refused, and so is plain text to their TLS ports.
+#[tokio::test]
+async fn rediss_cluster_is_verified_against_the_given_ca() {
+    let cluster = RedisCluster::start_tls();
+    assert!(cluster.url().starts_with("rediss-cluster://"), "{}", cluster.url());
+    let ca_pem = cluster.ca_pem().unwrap();
+
+    let options = |ca: &str| RedisOptions {
+        ca_pem: Some(ca.as_bytes().to_vec()),
+        ..RedisOptions::default()
+    };
+    let store = RedisStore::connect_with(&cluster.url(), "tls", options(&ca_pem))
+        .await
+        .unwrap();
+    // Thirty owners, on every primary (as `owners_spread_over_the_clusters_primaries_and_each_stays_on_one`
+    // shows): each primary is reached over TLS.
+    for i in 0..30 {
+        let client = ClientId::parse(&format!("https://agent{i}.example/agent.json")).unwrap();
+        let key = ReplayKey::browser_assertion(&client, &Jti::generate(&SystemRng));
+        assert_eq!(store.mark_once(key, now().plus(60)).await, Ok(true));
+        assert_eq!(store.mark_once(key, now().plus(60)).await, Ok(false));
+    }
+
+    let stranger = pap_net::dev_certs::generate(&["127.0.0.1".to_owned()]).unwrap();
+    let refused = RedisStore::connect_with(&cluster.url(), "tls", options(&stranger.ca_pem))
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, RedisSetupError::Connect(_)), "{refused:?}");
+    let plain = cluster.url().replace("rediss-cluster://", "redis-cluster://");
+    assert!(RedisStore::connect(&plain, "tls").await.is_err());
+}
+
 /// Review N7: a mark lives until `exp` plus the accepted skew on the company's clock, whatever
 /// Redis's own clock says.
 #[tokio::test]

@@ -296,6 +296,49 @@ pub struct RedisCluster {
     /// The nodes: three primaries, each owning a third of the slots, and their replicas.
     pub nodes: Vec<RedisServer>,
     password: Option<String>,
+    /// The CA that signed the nodes' certificate, when they speak only TLS.
+    tls_ca: Option<PathBuf>,
+    /// The directory of a TLS cluster's certificates, removed when it is dropped.
+    certificates: Option<PathBuf>,
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        self.nodes.iter_mut().for_each(RedisServer::kill);
+        if let Some(dir) = &self.certificates {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// A throwaway CA and one certificate for every node of a TLS cluster, written to `dir`: the
+/// certificate names 127.0.0.1 (the address the nodes announce, which clients then check) and
+/// serves both ends of a TLS connection, as the cluster bus has a node verify the other's as a
+/// client's. Returns the certificate, its key and the CA.
+fn cluster_certificates(dir: &std::path::Path) -> [PathBuf; 3] {
+    use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose};
+    let ca_key = KeyPair::generate().expect("a key");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    // Names of their own: with rcgen's one default name for both, OpenSSL (the nodes, redis-cli)
+    // takes the node's certificate for a self-signed one.
+    ca.distinguished_name.push(
+        rcgen::DnType::CommonName,
+        "PAP bridge test Redis cluster CA (throwaway)",
+    );
+    let ca = ca.self_signed(&ca_key).expect("a CA");
+    let node_key = KeyPair::generate().expect("a key");
+    let mut node = CertificateParams::new(vec!["127.0.0.1".to_owned()]).expect("node parameters");
+    node.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+    node.distinguished_name
+        .push(rcgen::DnType::CommonName, "a Redis Cluster node");
+    let node = node.signed_by(&node_key, &ca, &ca_key).expect("a node certificate");
+    let files = [dir.join("node.pem"), dir.join("node-key.pem"), dir.join("ca.pem")];
+    for (file, text) in files.iter().zip([node.pem(), node_key.serialize_pem(), ca.pem()]) {
+        std::fs::write(file, text).expect("a certificate file");
+    }
+    files
 }
 
 impl RedisCluster {
@@ -306,16 +349,45 @@ impl RedisCluster {
 
     /// Three primaries started with these further arguments each (`--requirepass`, a policy).
     pub fn start_with(extra: &[&str]) -> Self {
-        Self::make(extra, 0)
+        Self::make(extra, 0, None)
     }
 
     /// Three primaries with a replica each (six nodes): a primary killed is replaced by its
     /// replica.
     pub fn start_with_replicas() -> Self {
-        Self::make(&[], 1)
+        Self::make(&[], 1, None)
     }
 
-    fn make(extra: &[&str], replicas: usize) -> Self {
+    /// Three primaries that speak only TLS, to clients and on the cluster bus, with a
+    /// throwaway CA of their own ([`Self::ca_pem`]); clients unauthenticated.
+    pub fn start_tls() -> Self {
+        let dir = scratch_dir();
+        let files = cluster_certificates(&dir);
+        let [cert, key, ca] = files.map(|f| f.display().to_string());
+        let extra = [
+            "--tls-cluster",
+            "yes",
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            "no",
+        ];
+        let mut cluster = Self::make(&extra, 0, Some(PathBuf::from(&ca)));
+        cluster.certificates = Some(dir);
+        cluster
+    }
+
+    /// The CA that signed a TLS cluster's nodes (PEM).
+    pub fn ca_pem(&self) -> Option<String> {
+        let ca = self.tls_ca.as_ref()?;
+        Some(std::fs::read_to_string(ca).expect("the cluster's CA"))
+    }
+
+    fn make(extra: &[&str], replicas: usize, tls_ca: Option<PathBuf>) -> Self {
         let mut args: Vec<String> = [
             "--cluster-enabled",
             "yes",
@@ -343,24 +415,30 @@ impl RedisCluster {
                 // free port, or another test's).
                 let mut args = args.clone();
                 args.extend(["--cluster-port".to_owned(), free_port().to_string()]);
-                RedisServer::launch(free_port(), scratch_dir(), false, args, false)
+                RedisServer::launch(free_port(), scratch_dir(), false, args, tls_ca.is_some())
             })
             .collect();
-        let cluster = Self { nodes, password };
+        let cluster = Self {
+            nodes,
+            password,
+            tls_ca,
+            certificates: None,
+        };
         let mut create = Command::new("redis-cli");
         create.arg("--cluster").arg("create");
         for node in &cluster.nodes {
             create.arg(format!("127.0.0.1:{}", node.port));
         }
         create.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
-        cluster.authenticate(&mut create);
+        cluster.cli_options(&mut create);
         let created = create
             .output()
             .expect("redis-cli comes with redis-server (Debian's redis-tools)");
         assert!(
             created.status.success(),
-            "redis-cli --cluster create: {}",
-            String::from_utf8_lossy(&created.stdout)
+            "redis-cli --cluster create: {}{}",
+            String::from_utf8_lossy(&created.stdout),
+            String::from_utf8_lossy(&created.stderr)
         );
         cluster.wait_until_ok();
         cluster
@@ -370,15 +448,20 @@ impl RedisCluster {
     pub fn is_primary(&self, index: usize) -> bool {
         let mut info = Command::new("redis-cli");
         info.args(["-h", "127.0.0.1", "-p", &self.nodes[index].port.to_string()]);
-        self.authenticate(&mut info);
+        self.cli_options(&mut info);
         let out = info.args(["info", "replication"]).output().expect("redis-cli runs");
         String::from_utf8_lossy(&out.stdout).contains("role:master")
     }
 
-    /// `redis-cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`.
+    /// `redis-cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3` (`rediss-cluster://` over TLS).
     pub fn url(&self) -> String {
         let nodes: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
-        format!("redis-cluster://{}", nodes.join(","))
+        let scheme = if self.tls_ca.is_some() {
+            "rediss-cluster"
+        } else {
+            "redis-cluster"
+        };
+        format!("{scheme}://{}", nodes.join(","))
     }
 
     /// Kills every node (as a crash would).
@@ -393,9 +476,13 @@ impl RedisCluster {
         self.wait_until_ok();
     }
 
-    fn authenticate(&self, command: &mut Command) {
+    /// What `redis-cli` needs to talk to the nodes: the password, TLS and its CA.
+    fn cli_options(&self, command: &mut Command) {
         if let Some(password) = &self.password {
             command.args(["-a", password, "--no-auth-warning"]);
+        }
+        if let Some(ca) = &self.tls_ca {
+            command.arg("--tls").arg("--cacert").arg(ca);
         }
     }
 
