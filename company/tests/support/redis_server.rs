@@ -296,9 +296,8 @@ pub struct RedisCluster {
     /// The nodes: three primaries, each owning a third of the slots, and their replicas.
     pub nodes: Vec<RedisServer>,
     password: Option<String>,
-    /// The CA that signed the nodes' certificate, when they speak only TLS.
-    tls_ca: Option<PathBuf>,
-    /// The directory of a TLS cluster's certificates, removed when it is dropped.
+    /// When the nodes speak only TLS: the directory of their certificates and CA, removed when
+    /// the cluster is dropped.
     certificates: Option<PathBuf>,
 }
 
@@ -310,6 +309,9 @@ impl Drop for RedisCluster {
         }
     }
 }
+
+/// The CA's file in a TLS cluster's directory of certificates.
+const CA_FILE: &str = "ca.pem";
 
 /// A throwaway CA and one certificate for every node of a TLS cluster, written to `dir`: the
 /// certificate names 127.0.0.1 (the address the nodes announce, which clients then check) and
@@ -334,7 +336,7 @@ fn cluster_certificates(dir: &std::path::Path) -> [PathBuf; 3] {
     node.distinguished_name
         .push(rcgen::DnType::CommonName, "a Redis Cluster node");
     let node = node.signed_by(&node_key, &ca, &ca_key).expect("a node certificate");
-    let files = [dir.join("node.pem"), dir.join("node-key.pem"), dir.join("ca.pem")];
+    let files = [dir.join("node.pem"), dir.join("node-key.pem"), dir.join(CA_FILE)];
     for (file, text) in files.iter().zip([node.pem(), node_key.serialize_pem(), ca.pem()]) {
         std::fs::write(file, text).expect("a certificate file");
     }
@@ -376,18 +378,19 @@ impl RedisCluster {
             "--tls-auth-clients",
             "no",
         ];
-        let mut cluster = Self::make(&extra, 0, Some(PathBuf::from(&ca)));
-        cluster.certificates = Some(dir);
-        cluster
+        Self::make(&extra, 0, Some(dir))
     }
 
     /// The CA that signed a TLS cluster's nodes (PEM).
     pub fn ca_pem(&self) -> Option<String> {
-        let ca = self.tls_ca.as_ref()?;
-        Some(std::fs::read_to_string(ca).expect("the cluster's CA"))
+        let dir = self.certificates.as_ref()?;
+        Some(std::fs::read_to_string(dir.join(CA_FILE)).expect("the cluster's CA"))
     }
 
-    fn make(extra: &[&str], replicas: usize, tls_ca: Option<PathBuf>) -> Self {
+    /// The cluster, its nodes started with `extra`; with `certificates`, the directory of
+    /// [`cluster_certificates`], its nodes speak only TLS (and the directory goes with the
+    /// cluster once its nodes run, a failed `--cluster create` included).
+    fn make(extra: &[&str], replicas: usize, certificates: Option<PathBuf>) -> Self {
         let mut args: Vec<String> = [
             "--cluster-enabled",
             "yes",
@@ -415,14 +418,13 @@ impl RedisCluster {
                 // free port, or another test's).
                 let mut args = args.clone();
                 args.extend(["--cluster-port".to_owned(), free_port().to_string()]);
-                RedisServer::launch(free_port(), scratch_dir(), false, args, tls_ca.is_some())
+                RedisServer::launch(free_port(), scratch_dir(), false, args, certificates.is_some())
             })
             .collect();
         let cluster = Self {
             nodes,
             password,
-            tls_ca,
-            certificates: None,
+            certificates,
         };
         let mut create = Command::new("redis-cli");
         create.arg("--cluster").arg("create");
@@ -456,7 +458,7 @@ impl RedisCluster {
     /// `redis-cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3` (`rediss-cluster://` over TLS).
     pub fn url(&self) -> String {
         let nodes: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
-        let scheme = if self.tls_ca.is_some() {
+        let scheme = if self.certificates.is_some() {
             "rediss-cluster"
         } else {
             "redis-cluster"
@@ -481,8 +483,8 @@ impl RedisCluster {
         if let Some(password) = &self.password {
             command.args(["-a", password, "--no-auth-warning"]);
         }
-        if let Some(ca) = &self.tls_ca {
-            command.arg("--tls").arg("--cacert").arg(ca);
+        if let Some(dir) = &self.certificates {
+            command.arg("--tls").arg("--cacert").arg(dir.join(CA_FILE));
         }
     }
 
