@@ -43,9 +43,16 @@ impl SlotTag {
         Self(tag)
     }
 
-    /// A fresh value `prefix` + this tag + `random` (base64url), e.g. `ses_1f2eAbC…`.
+    /// A fresh value `prefix` + this tag + `random` (base64url), e.g. `ses_1f2eAbC…`. Written
+    /// into the one string it returns, sized for it: minting a token leaves no other copy of
+    /// it in memory (a base64 string of its own, or a buffer left behind by growing).
     pub fn mint(self, prefix: &str, random: &[u8]) -> String {
-        format!("{prefix}{}{}", self.as_str(), URL_SAFE_NO_PAD.encode(random))
+        let encoded = random.len().div_ceil(3) * 4;
+        let mut value = String::with_capacity(prefix.len() + TAG_LEN + encoded);
+        value.push_str(prefix);
+        value.push_str(self.as_str());
+        URL_SAFE_NO_PAD.encode_string(random, &mut value);
+        value
     }
 
     /// The tag a value [`Self::mint`]ed with `prefix` carries; `None` for any other value.
@@ -124,6 +131,7 @@ mod tests {
         assert_eq!(tag.as_str(), &Owner::named("domain", "atlas.example").to_hex()[..4]);
         let value = tag.mint("ses_", &[7; 16]);
         assert_eq!(value.len(), 4 + 4 + 22);
+        assert_eq!(value, format!("ses_{}{}", tag.as_str(), URL_SAFE_NO_PAD.encode([7; 16])));
         assert_eq!(SlotTag::of_minted(&value, "ses_"), Some(tag));
         assert_eq!(SlotTag::of_minted(&value, "sat_"), None);
         assert_eq!(SlotTag::of_minted("ses_AB12rest", "ses_"), None, "not lowercase hex");

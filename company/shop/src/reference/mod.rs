@@ -355,9 +355,10 @@ impl ReferenceCompany {
     /// owner (4 hex digits, [`pap_company::slot`]: its records' slot in a Redis Cluster), then
     /// 22 base64url characters (128 bits).
     fn random_token(&self, prefix: &str, client_id: &ClientId) -> String {
-        let mut bytes = [0u8; 16];
-        self.inner.rng.fill(&mut bytes);
-        SlotTag::of(Owner::of_client(client_id)).mint(&format!("{prefix}_"), &bytes)
+        // Zeroized once minted: the token itself is the only copy left.
+        let mut bytes = zeroize::Zeroizing::new([0u8; 16]);
+        self.inner.rng.fill(bytes.as_mut());
+        SlotTag::of(Owner::of_client(client_id)).mint(&format!("{prefix}_"), bytes.as_ref())
     }
 
     fn now(&self) -> UnixTime {
