@@ -131,7 +131,10 @@ mod tests {
         assert_eq!(tag.as_str(), &Owner::named("domain", "atlas.example").to_hex()[..4]);
         let value = tag.mint("ses_", &[7; 16]);
         assert_eq!(value.len(), 4 + 4 + 22);
-        assert_eq!(value, format!("ses_{}{}", tag.as_str(), URL_SAFE_NO_PAD.encode([7; 16])));
+        assert_eq!(
+            value,
+            format!("ses_{}{}", tag.as_str(), URL_SAFE_NO_PAD.encode([7; 16]))
+        );
         assert_eq!(SlotTag::of_minted(&value, "ses_"), Some(tag));
         assert_eq!(SlotTag::of_minted(&value, "sat_"), None);
         assert_eq!(SlotTag::of_minted("ses_AB12rest", "ses_"), None, "not lowercase hex");
