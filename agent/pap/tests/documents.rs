@@ -32,6 +32,17 @@ async fn fifty_silent_connections_do_not_keep_a_company_from_the_agents_document
     .unwrap();
     assert_eq!(answer.status(), 200);
     assert!(started.elapsed() < Duration::from_secs(3));
+    // Review N1: a minute's caching, not `no-store`, so a company fetches the documents once a
+    // minute per agent rather than on every token request and join.
+    for document in ["jwks.json", "agent.json"] {
+        let answer = http
+            .get(format!("https://atlas.example/{document}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200, "{document}");
+        assert_eq!(answer.headers()["cache-control"], "max-age=60", "{document}");
+    }
     drop(silent);
     std::fs::remove_dir_all(&stage.work).unwrap();
 }
