@@ -25,8 +25,18 @@ const REFUSED: &str = "lifecycle.browser-assertion-refused";
 /// The 303 answers given, by request body.
 type Answered = HashMap<Vec<u8>, (StatusCode, http::HeaderMap)>;
 
+/// A test's directory (certificates, the browser's state), removed when dropped: after the
+/// context, which is declared after it.
+struct Work(std::path::PathBuf);
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A company whose public router is `wrap`ped by a broken layer, and a runner context for it.
-async fn context_for(label: &str, wrap: impl FnOnce(Router) -> Router) -> Context {
+async fn context_for(label: &str, wrap: impl FnOnce(Router) -> Router) -> (Work, Context) {
     let work = std::env::temp_dir().join(format!("pap-broken-{label}-{}", std::process::id()));
     let certs = pap_net::dev_certs::write_dev_certs(&work, &["shop.example".into(), "atlas.example".into()]).unwrap();
     let (cert_pem, key_pem) = (std::fs::read(&certs.cert).unwrap(), std::fs::read(&certs.key).unwrap());
@@ -68,7 +78,7 @@ async fn context_for(label: &str, wrap: impl FnOnce(Router) -> Router) -> Contex
     let roots = pap_net::tls::trust_roots(&[ca]).unwrap();
     let http = pap_agent::testkit::plain_http_client(roots, &[("shop.example".to_owned(), addr)].into()).unwrap();
     let scenario = Scenario::parse(include_str!("../interop/shop.example.scenario.json")).unwrap();
-    Context {
+    let context = Context {
         client,
         company: shop,
         scenario,
@@ -77,7 +87,8 @@ async fn context_for(label: &str, wrap: impl FnOnce(Router) -> Router) -> Contex
         http,
         browser: ChromiumConfig::new(work.join("state")),
         host: BrowserHost::new(),
-    }
+    };
+    (Work(work), context)
 }
 
 async fn refused_case(ctx: &Context) -> pap::CaseResult {
@@ -88,7 +99,7 @@ async fn refused_case(ctx: &Context) -> pap::CaseResult {
 
 #[tokio::test]
 async fn the_unbroken_company_passes_the_refusal_case() {
-    let ctx = context_for("control", |router| router).await;
+    let (_work, ctx) = context_for("control", |router| router).await;
     let result = refused_case(&ctx).await;
     assert_eq!(result.outcome, Outcome::Passed, "{}", result.message);
 }
@@ -98,7 +109,7 @@ async fn a_company_that_accepts_a_replay_fails_on_pap_5_07() {
     // In front of the route: a body seen before with a 303 gets that 303 again, a new cookie
     // and all, without the verifier.
     let seen: Arc<Mutex<Answered>> = Arc::default();
-    let ctx = context_for("replay", move |router| {
+    let (_work, ctx) = context_for("replay", move |router| {
         router.layer(from_fn(move |request: Request, next: Next| {
             let seen = seen.clone();
             async move {
@@ -132,7 +143,7 @@ async fn a_company_that_accepts_a_replay_fails_on_pap_5_07() {
 
 #[tokio::test]
 async fn a_company_that_sets_a_cookie_on_refusal_fails_naming_the_first_refusal() {
-    let ctx = context_for("cookie", |router| {
+    let (_work, ctx) = context_for("cookie", |router| {
         router.layer(from_fn(|request: Request, next: Next| async move {
             let mut response = next.run(request).await;
             if response.status() == StatusCode::BAD_REQUEST {

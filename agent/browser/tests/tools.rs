@@ -216,18 +216,20 @@ async fn a_provider_without_cdp_answers_list_requests_with_unsupported_cdp() {
         tool: "browser.list_requests".into(),
         version: "1".into(),
     });
+    let state = std::env::temp_dir().join(format!("pap-tools-no-cdp-{}", std::process::id()));
     let tools = ToolHost::new(
         manifest,
         BrowserHost::new(),
         ChromiumConfig::new(std::env::temp_dir()),
         key("no-cdp"),
-        consent(&std::env::temp_dir().join(format!("pap-tools-no-cdp-{}", std::process::id()))),
+        consent(&state),
     );
     let error = err(tools.call("browser.list_requests", &json!({})).await);
     assert_eq!(error.code, ToolErrorCode::Unsupported);
     assert_eq!(error.cause.as_ref().unwrap(), &json!({"capability": "cdp"}));
     let envelope = ToolResult::Err(error).to_json();
     assert_eq!(envelope["ok"], false);
+    let _ = std::fs::remove_dir_all(&state);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -201,12 +201,69 @@ pub fn grants(data: &[u8]) {
     round_trip::<Vec<Grant>>(data);
 }
 
+/// The prefix of a process's scratch directory in the temp dir; its process id follows.
+const SCRATCH_PREFIX: &str = "pap-fuzz-";
+
 /// A directory of this process's own for targets that need a file on disk.
 fn scratch() -> &'static std::path::Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("pap-fuzz-{}", std::process::id()));
+        let temp = std::env::temp_dir();
+        remove_ended_scratches(&temp);
+        let dir = temp.join(format!("{SCRATCH_PREFIX}{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         dir
     })
+}
+
+/// Removes the scratch directories of processes that have ended. A fuzzing process cannot remove
+/// its own (it is reused until the process exits, and libFuzzer ends it), so each replay test
+/// and each fuzz run left one behind. Only where `/proc` tells which processes live; a directory
+/// whose process id is in use again is left.
+fn remove_ended_scratches(temp: &std::path::Path) {
+    let proc = std::path::Path::new("/proc");
+    if !proc.join("self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(temp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix(SCRATCH_PREFIX))
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !proc.join(pid.to_string()).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scratch_of_an_ended_process_is_removed_and_a_living_ones_kept() {
+        let temp = std::env::temp_dir().join(format!("pap-fuzz-sweep-test-{}", std::process::id()));
+        let mut ended = std::process::Command::new("true").spawn().unwrap();
+        ended.wait().unwrap();
+        let (gone, kept) = (
+            temp.join(format!("{SCRATCH_PREFIX}{}", ended.id())),
+            temp.join(format!("{SCRATCH_PREFIX}{}", std::process::id())),
+        );
+        let other = temp.join("pap-fuzz-not-a-pid");
+        for dir in [&gone, &kept, &other] {
+            std::fs::create_dir_all(dir.join("Network")).unwrap();
+        }
+        remove_ended_scratches(&temp);
+        assert!(!gone.exists(), "an ended process's scratch stayed");
+        assert!(kept.exists(), "a living process's scratch went");
+        assert!(other.exists(), "a directory not named by a process id went");
+        std::fs::remove_dir_all(&temp).unwrap();
+    }
 }

@@ -336,22 +336,34 @@ mod tests {
         {"name":"t","value":"CANARY-VALUE-3","domain":"tracker.example","path":"/"}],
       "origins":[{"origin":"https://shop.example","localStorage":[{"name":"k","value":"CANARY-VALUE-4"}]}]}"#;
 
-    fn file(name: &str, text: &str) -> PathBuf {
+    /// A storage-state file in a directory of its own, which goes when it is dropped.
+    struct Source(PathBuf);
+
+    impl Drop for Source {
+        fn drop(&mut self) {
+            if let Some(dir) = self.0.parent() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+
+    fn file(name: &str, text: &str) -> Source {
         let dir = std::env::temp_dir().join(format!("pap-material-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("state.json");
         std::fs::write(&path, text).unwrap();
-        path
+        Source(path)
     }
 
     #[test]
     fn the_scan_counts_per_host_and_the_read_keeps_only_what_is_covered() {
-        let path = file("scan", STATE);
-        let counts = scan_storage_state(&path).unwrap();
+        let source = file("scan", STATE);
+        let path = &source.0;
+        let counts = scan_storage_state(path).unwrap();
         assert_eq!(counts.get("shop.example"), Some(&1));
         assert_eq!(counts.get("www.shop.example"), Some(&1));
         assert_eq!(counts.get("tracker.example"), Some(&1));
-        let mut material = read_storage_state(&path).unwrap();
+        let mut material = read_storage_state(path).unwrap();
         let granted = pap_shared::GrantDomain::parse("shop.example").unwrap();
         material.retain(|h| granted.covers(h));
         assert_eq!(material.cookie_count(), 2);
@@ -375,11 +387,11 @@ mod tests {
 
     #[test]
     fn a_malformed_source_names_only_the_position() {
-        let path = file(
+        let source = file(
             "bad",
             r#"{"cookies":[{"name":"a","value":"CANARY-SECRET","domain":7}]}"#,
         );
-        let error = read_storage_state(&path).unwrap_err().to_string();
+        let error = read_storage_state(&source.0).unwrap_err().to_string();
         assert!(error.contains("line 1"), "{error}");
         assert!(!error.contains("CANARY"), "{error}");
     }

@@ -56,6 +56,13 @@ struct Fixture {
     source: PathBuf,
 }
 
+/// A test's directory goes with its fixture (each run left one per test in the temp dir).
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 fn fixture(label: &str) -> Fixture {
     let dir = std::env::temp_dir().join(format!("pap-consent-{label}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -410,7 +417,6 @@ fn refused_attempts_past_the_minutes_budget_are_refused_but_not_recorded() {
         "[70 earlier refusal(s) not recorded] no grant covers evil.example"
     );
     assert!(f.host.ledger().verify().is_ok());
-    std::fs::remove_dir_all(&f.dir).unwrap();
 }
 
 /// Running browsers that fail to forget every time (an owner that hangs up).
@@ -457,5 +463,4 @@ async fn a_pairing_revoke_revokes_every_grant_of_the_device_when_a_browser_fails
         grants.iter().all(|g| g.revoked_at.is_some()),
         "a grant of the device stayed active"
     );
-    std::fs::remove_dir_all(&f.dir).unwrap();
 }

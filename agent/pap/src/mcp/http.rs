@@ -725,11 +725,12 @@ mod tests {
         assert_eq!(stranger.status(), StatusCode::UNAUTHORIZED);
         assert_eq!(stranger.headers()[header::CONNECTION], "close");
 
-        let (app, _, _) = host("in-flight-open", Limits::default());
+        let (app, _, open_state) = host("in-flight-open", Limits::default());
         let open = app.oneshot(health()).await.unwrap();
         assert_eq!(open.status(), StatusCode::OK);
         assert_eq!(open.headers()[header::CONNECTION], "close", "a stranger's keep-alive");
         let _ = std::fs::remove_dir_all(&state);
+        let _ = std::fs::remove_dir_all(&open_state);
     }
 
     /// A client that opens a connection and sends nothing is cut off once the header timeout
