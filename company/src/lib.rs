@@ -19,6 +19,7 @@ pub mod slot;
 mod store;
 pub mod verify;
 mod web_cookie;
+mod web_form;
 mod web_session;
 
 /// The browser-session route (PAP §5, company side) and what a website reads from it.
@@ -27,12 +28,14 @@ mod web_session;
 ///  POST /poppy/browser-session  assertion=<jws>     browser_session_router / BrowserSession::join
 ///  303 Location: return_to, Set-Cookie: __Host-poppy_session=…
 ///  later requests                                     the WebSession extractor (or 401)
+///  a decision form's POST                             SameOrigin, then WebSession::check_csrf
 /// ```
 pub mod route {
     pub use crate::browser_session::{
         BROWSER_SESSION_PATH, BrowserSession, JoinRefusal, MAX_FORM_BYTES, RequestError, browser_session_router,
         unavailable,
     };
+    pub use crate::web_form::{CsrfMismatch, SameOrigin, SameOriginRejection};
     pub use crate::web_session::{WebSession, WebSessionRejection};
 }
 

@@ -16,7 +16,9 @@
 //!           table, AIP-14 errors (§1-§3, T4); what a conformance suite depends on
 //! ```
 //!
-//! `store` (0700/0600 files, sealing) sits under consent. The kit knows nothing of PAP: the PAP
+//! `store` (0700/0600 files, sealing) sits under consent; `persons` (what is the person's: the
+//! sites where they decide, the tabs they hold, AIP-7) under chromium, whose request guard
+//! judges every request by it. The kit knows nothing of PAP: the PAP
 //! agent (`pap-agent`) uses it to get a browser it controls and the consent for a join.
 //!
 //! ```
@@ -33,6 +35,7 @@
 
 pub mod chromium;
 pub mod consent;
+pub mod persons;
 pub mod spec;
 pub mod store;
 #[cfg(feature = "test-support")]

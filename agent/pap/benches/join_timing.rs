@@ -59,6 +59,7 @@ async fn run(runs: usize) {
             &page_url,
             &page,
             &permit,
+            &config.persons,
             Duration::from_secs(15),
         )
         .await

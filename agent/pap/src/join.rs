@@ -15,6 +15,7 @@ use pap_shared::{BROWSER_ASSERTION_TYP, BrowserAssertionClaims, BrowserAssertion
 use crate::client::{Company, PapClient, Session};
 use pap_browser::chromium::{BrowserError, ControlledBrowser};
 use pap_browser::consent::{Caller, ConsentError, ConsentHost, JoinPermit};
+use pap_browser::persons::Persons;
 
 /// The tab a join to `domain` runs in (review M5). In a browser the agent started: a new browser
 /// context holding only the material of the grant `caller` may use on `domain` (none when no
@@ -68,7 +69,13 @@ pub struct JoinOutcome {
 
 /// Joins `page`'s browser to `session` at `company`, landing on `return_to`, within `deadline`.
 /// The join needs a grant (AIP-63 C1): `permit`, from [`pap_browser::ConsentHost::permit_join`] for the
-/// company's domain; nothing is signed without it.
+/// company's domain; nothing is signed without it. The company is one of the person's sites
+/// (its record is in the wallet), so the browser sends the join's POST only on the pass
+/// `persons` (the browser's own table) gives this tab for the endpoint, for the join's length.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "each is one fact of the join; a struct would only rename them"
+)]
 pub async fn join(
     client: &PapClient,
     company: &Company,
@@ -76,6 +83,7 @@ pub async fn join(
     return_to: &HttpsUrl,
     page: &Page,
     permit: &JoinPermit,
+    persons: &Persons,
     deadline: Duration,
 ) -> Result<JoinOutcome, JoinError> {
     if !permit.covers(company.domain.as_str()) {
@@ -99,6 +107,9 @@ pub async fn join(
         .sign(BROWSER_ASSERTION_TYP, &claims)
         .map_err(|_| JoinError::Signing)?;
 
+    let _pass = persons
+        .join_pass(page.target_id().inner().clone(), endpoint.url())
+        .map_err(|e| JoinError::Cdp(e.to_string()))?;
     page.goto("about:blank").await.map_err(|e| cdp(&e))?;
     let responses = page
         .event_listener::<EventResponseReceived>()

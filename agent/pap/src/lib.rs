@@ -39,4 +39,4 @@ pub use documents::{DOCUMENTS_CACHE_CONTROL, documents_router};
 pub use identity::{DEFAULT_ROTATION_GRACE_SECONDS, Identity, IdentityError, KEY_ID, RotationReport};
 pub use join::{JoinError, JoinOutcome, JoinTabError, join, join_tab};
 pub use tls::{PinError, pin_served_leaf, spki_pin};
-pub use wallet::{Holder, Wallet, WalletError};
+pub use wallet::{Holder, Wallet, WalletError, WalletSites};

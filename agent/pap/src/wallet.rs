@@ -34,6 +34,68 @@ fn purpose(domain: &CompanyDomain, holder: &Holder) -> String {
     }
 }
 
+/// The person's sites, as the wallet on disk names them (AIP-7, [`pap_browser::persons`]): every
+/// company any holder keeps a record of (`companies/DOMAIN.sealed`,
+/// `companies/devices/DEVICE/DOMAIN.sealed`), read from the directory at each call, so what one
+/// process of the agent starts (a Session from the CLI, another `host stdio`, another device)
+/// is the person's in every other, across restarts. File names only: nothing is unsealed.
+///
+/// A record exists before any join (a join needs a Session, and a Session its record), and
+/// stays after sign-out: a company the agent ever held a Session with stays the person's.
+#[derive(Clone, Debug)]
+pub struct WalletSites {
+    companies: PathBuf,
+}
+
+impl WalletSites {
+    /// The sites of the wallet under `state_dir`.
+    pub fn at(state_dir: &Path) -> Self {
+        Self {
+            companies: state_dir.join("companies"),
+        }
+    }
+
+    /// The person's table for a browser of the agent whose state is `state_dir`: the wallet's
+    /// companies are the sites where the person decides.
+    pub fn persons(state_dir: &Path) -> pap_browser::persons::Persons {
+        pap_browser::persons::Persons::new(Arc::new(Self::at(state_dir)))
+    }
+}
+
+impl pap_browser::persons::PersonsSites for WalletSites {
+    fn domains(&self) -> std::io::Result<Vec<String>> {
+        let mut domains = Vec::new();
+        let mut dirs = vec![self.companies.clone()];
+        match std::fs::read_dir(self.companies.join("devices")) {
+            Ok(devices) => {
+                for device in devices {
+                    dirs.push(device?.path());
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        for dir in dirs {
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            for entry in entries {
+                let name = entry?.file_name();
+                let domain = name
+                    .to_str()
+                    .and_then(|n| n.strip_suffix(".sealed"))
+                    .and_then(|d| CompanyDomain::try_from(d).ok());
+                domains.extend(domain.map(|d| d.as_str().to_owned()));
+            }
+        }
+        domains.sort();
+        domains.dedup();
+        Ok(domains)
+    }
+}
+
 /// Whose record it is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Holder {

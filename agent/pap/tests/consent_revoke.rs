@@ -112,6 +112,7 @@ async fn revoke_deletes_the_cookies_closes_the_tabs_and_the_company_refuses_the_
         &page_url,
         &page,
         &permit,
+        tools.persons(),
         Duration::from_secs(15),
     )
     .await

@@ -64,9 +64,18 @@ async fn certificate_errors_are_respected(stage: &Stage, addr: std::net::SocketA
     let page = browser.new_page().await.unwrap();
     let home = HttpsUrl::parse("https://shop.example/").unwrap();
     let permit = support::permit(&stage.work.join("state-unpinned"), "shop.example");
-    let error = join(&client, &shop, &session, &home, &page, &permit, Duration::from_secs(15))
-        .await
-        .unwrap_err();
+    let error = join(
+        &client,
+        &shop,
+        &session,
+        &home,
+        &page,
+        &permit,
+        &config.persons,
+        Duration::from_secs(15),
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(error, JoinError::LoadFailed(ref why) if why.contains("CERT")),
         "{error}"

@@ -1,39 +1,68 @@
-//! The MCP surface against AIP-7 (agents never decide) and per-device Sessions, in real
-//! Chromium against our reference company, through the host's own dispatch
-//! ([`BrowserServer::call`], the code `host serve` and `host stdio` run for every MCP call):
+//! AIP-7 (agents never decide) and per-device Sessions at the MCP surface, in real Chromium
+//! against our reference company. Every route a tool caller has to an operation's decision is
+//! tried, and the company's own count (what its operator API answers at `/performed/{id}`) must
+//! read 0 after each; then the person's own click, in a tab the person holds, performs it once.
 //!
-//! - review N2, route 1: `pap_propose` sends only the proposals the company's OpenAPI declares:
-//!   the confirm endpoint, dot segments, another host or port, a query, an undeclared path and
-//!   an undeclared method are each refused `permission_denied` (rule AIP-7), and the operator
-//!   API reads the operation performed 0 times;
-//! - review N2, route 2: once `pap_join` lands on the operation's page, click (page-level and
-//!   trusted), fill, evaluate and cdp_send on it are refused, a second tab on the same page is
-//!   refused too, and script on any page of the joined origin is refused; reading (get_dom,
-//!   screenshot) works; performed 0 times; then the person's own click on the page performs it
-//!   exactly once;
-//! - review N5: device B reads, proposes on, signs out and replaces none of device A's
-//!   Sessions; a replaced Session's Account Token is revoked; unpairing signs a device's
-//!   Sessions out at the company and removes its records.
+//! The routes (issue 37, review 2026-12-04 S1 and S2), each with what stops it:
+//!
+//! | route | stopped by |
+//! |---|---|
+//! | `pap_propose` as a generic API call (the confirm endpoint, dot segments, another host, ...) | the declared proposals only (review N2, route 1) |
+//! | page-level `browser_click` / `browser_fill` on the confirm form | the in-page check, in the document the script acts in |
+//! | trusted click, trusted typing (Enter) on the confirm button | the in-page check before; the request guard behind |
+//! | `browser_evaluate`; `browser_cdp_send` `Runtime.evaluate`, `DOM.setOuterHTML` (markup that runs script) | the jar: no script in a cookie jar that can hold the person's Session |
+//! | a script of another page of the site (`www.shop.example`) posting the form with the token `browser_get_dom` read | the request guard (and the company's `SameOrigin`) |
+//! | a page of another site posting the form (`fetch`, `sendBeacon`) | the request guard |
+//! | a `GET` navigation to the form's action | decides nothing (the confirm is a `POST`) |
+//! | a click or a script racing a tab onto the page (S2), a trusted click racing a navigation | the jar, the in-page check, the request guard; looped with timing that adapts |
+//! | after `host serve` restarts; an operation proposed by the CLI (another process) or by another device of the same account (S1) | nothing depends on what a process saw: the wallet on disk names the sites |
+//!
+//! And per-device Sessions (review N5): device B reads, proposes on, signs out and replaces none
+//! of device A's Sessions; unpairing signs a device's Sessions out and removes its records.
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
 #[path = "support/mod.rs"]
 mod support;
 
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use pap_agent::mcp::BrowserServer;
 use pap_agent::mcp::pap::{PapTools, sign_out_device};
-use pap_agent::{Holder, Wallet};
-use pap_browser::chromium::{self, click_and_land};
+use pap_agent::{Holder, Wallet, WalletSites};
+use pap_browser::chromium::{self, ChromiumConfig, TestNetwork, click_and_land};
 use pap_browser::consent::{ConsentHost, GrantRequest};
 use pap_browser::spec::{AgentCaller, InstanceKey, Operator, is_mcp_name};
 use pap_browser::store::SealingKey;
 use pap_browser::tools::ToolHost;
 use pap_shared::{CompanyDomain, SystemClock, SystemRng};
 use serde_json::{Value, json};
-use support::{Stage, client_for, pinned_browser, start_reference_company};
+use support::{Stage, client_for, start_reference_company};
+
+/// The names the stage's certificate holds: the company, a sibling of its site, another site,
+/// the agent's documents.
+const NAMES: [&str; 4] = ["shop.example", "www.shop.example", "atk.example", "atlas.example"];
+
+/// A page that posts the confirm form from its own script, as soon as it loads, with what its
+/// fragment carries (`op`, `rev`, `csrf`): a `fetch` (answering `blocked` when the browser
+/// refused to send it, `sent` when it went, whatever the company then said), then a beacon.
+/// Served on `www.shop.example` (a sibling of the company's site) and `atk.example` (another).
+const POSTING_PAGE: &str = r#"<!doctype html><meta charset="utf-8"><title>pending</title><pre id="out">pending</pre>
+<script>
+(async () => {
+  const p = new URLSearchParams(location.hash.slice(1));
+  const body = new URLSearchParams({ revision: p.get('rev'), approved_by: 'user', csrf: p.get('csrf'), action: 'confirm' });
+  let out;
+  try { await fetch(p.get('op'), { method: 'POST', mode: 'no-cors', credentials: 'include', body }); out = 'sent'; }
+  catch (e) { out = 'blocked'; }
+  navigator.sendBeacon(p.get('op'), body);
+  document.getElementById('out').textContent = out;
+  document.title = out;
+})();
+</script>"#;
 
 /// A tool call through the host's MCP dispatch: Ok(structured result) or Err(the error object).
 async fn call(server: &BrowserServer, caller: &AgentCaller, name: &str, input: Value) -> Result<Value, Value> {
@@ -46,11 +75,43 @@ async fn call(server: &BrowserServer, caller: &AgentCaller, name: &str, input: V
     }
 }
 
-/// Asserts `outcome` is AIP-7's refusal.
+/// Asserts `outcome` is AIP-7's refusal, which tells the agent runtime what to do instead.
 fn refused_by_aip7(outcome: Result<Value, Value>, what: &str) {
     let error = outcome.expect_err(what);
     assert_eq!(error["code"], "permission_denied", "{what}: {error}");
     assert_eq!(error["cause"]["rule"], "AIP-7", "{what}: {error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("ask the person"),
+        "{what}: {error}"
+    );
+}
+
+/// The short name of an answer, for the race tallies: `ok`, or the error's code.
+fn answer(outcome: &Result<Value, Value>) -> String {
+    match outcome {
+        Ok(_) => "ok".to_owned(),
+        Err(error) => {
+            if error["code"] == "internal" {
+                eprintln!("internal: {error}");
+            }
+            error["code"].as_str().unwrap_or("?").to_owned()
+        }
+    }
+}
+
+/// Calls `tool` as the race does: a `rate_limited` answer is waited out as it says
+/// (`retryAfterMs`) and the call made again, so every tally is an answer about the race.
+async fn race_call(server: &BrowserServer, caller: &AgentCaller, tool: &str, input: Value) -> String {
+    loop {
+        let outcome = call(server, caller, tool, input.clone()).await;
+        match &outcome {
+            Err(error) if error["code"] == "rate_limited" => {
+                let wait = error["cause"]["retryAfterMs"].as_u64().unwrap_or(100);
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+            }
+            _ => return answer(&outcome),
+        }
+    }
 }
 
 struct World {
@@ -64,18 +125,50 @@ struct World {
     sealing: SealingKey,
 }
 
+/// Serves [`POSTING_PAGE`] over TLS with the stage's certificate.
+async fn posting_pages(stage: &Stage) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let tls =
+        pap_net::listener::TlsListener::new(listener, &stage.cert_pem, &std::fs::read(&stage.key).unwrap()).unwrap();
+    let page = || async { ([("content-type", "text/html; charset=utf-8")], POSTING_PAGE) };
+    let router = axum::Router::new().route("/post", axum::routing::get(page));
+    tokio::spawn(axum::serve(tls, router).into_future());
+    addr
+}
+
+/// The agent's browser as `host serve` configures it: the stage's names routed, the one leaf
+/// pinned, and the wallet's companies as the person's sites.
+fn browser_config(stage: &Stage, state: &std::path::Path, shop: SocketAddr, pages: SocketAddr) -> ChromiumConfig {
+    let mut config = ChromiumConfig::new(state.to_owned());
+    config.test_network = TestNetwork {
+        map: [
+            ("shop.example".to_owned(), shop),
+            ("www.shop.example".to_owned(), pages),
+            ("atk.example".to_owned(), pages),
+        ]
+        .into(),
+        spki_pins: vec![pap_agent::spki_pin(&stage.cert_pem).unwrap()],
+    };
+    config.persons = WalletSites::persons(state);
+    config
+}
+
 async fn world(label: &str) -> World {
-    let stage = Stage::new(label, &["shop.example", "atlas.example"]).await;
+    let stage = Stage::new(label, &NAMES).await;
     let (company, addr) = start_reference_company(&stage).await;
+    let pages = posting_pages(&stage).await;
     let state = stage.work.join("state");
     let consent = Arc::new(ConsentHost::open(&state, Arc::new(SystemClock), Arc::new(SystemRng)).unwrap());
-    let mut grant = GrantRequest::native_login("aip7", &["shop.example"]);
-    grant.device_id = Some("dev_A".to_owned());
-    consent.grant(&Operator::from_operator_channel("test"), grant).unwrap();
+    for device in ["dev_A", "dev_B"] {
+        let mut grant = GrantRequest::native_login("aip7", &["shop.example"]);
+        grant.device_id = Some(device.to_owned());
+        consent.grant(&Operator::from_operator_channel("test"), grant).unwrap();
+    }
     let tools = ToolHost::new(
         chromium::manifest().unwrap(),
         pap_browser::BrowserHost::new(),
-        pinned_browser(&stage, state.clone(), addr),
+        browser_config(&stage, &state, addr, pages),
         InstanceKey::try_from("aip7").unwrap(),
         consent,
     );
@@ -133,8 +226,60 @@ async fn performed(w: &World, operation: &str) -> u32 {
     w.company.performed(operation).await.unwrap().unwrap_or(0)
 }
 
+/// The operation's CSRF token and revision, read off its page with `browser_get_dom`.
+fn form_fields(html: &str) -> (String, String) {
+    let field = |name: &str| {
+        let marker = format!("name=\"{name}\" value=\"");
+        let start = html.find(&marker).unwrap_or_else(|| panic!("no {name} in {html}")) + marker.len();
+        html[start..].split('"').next().unwrap().to_owned()
+    };
+    (field("csrf"), field("revision"))
+}
+
+/// What [`POSTING_PAGE`] in `target` said (within 15 s).
+async fn posting_outcome(w: &World, caller: &AgentCaller, target: &Value) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        tick.tick().await;
+        let dom = call(
+            &w.server,
+            caller,
+            "browser_get_dom",
+            json!({"target": target, "selector": "#out"}),
+        )
+        .await
+        .unwrap();
+        let html = dom["html"].as_str().unwrap();
+        for said in ["blocked", "sent"] {
+            if html.contains(&format!(">{said}<")) {
+                return said.to_owned();
+            }
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the page said nothing: {html}");
+    }
+}
+
+/// The issue's table: one row per route, what it answered, the company's count after it.
+struct Routes(Vec<(String, String, u32)>);
+
+impl Routes {
+    async fn row(&mut self, w: &World, operation: &str, route: &str, outcome: &str) {
+        let count = performed(w, operation).await;
+        assert_eq!(count, 0, "{route} performed the operation");
+        self.0.push((route.to_owned(), outcome.to_owned(), count));
+    }
+
+    fn print(&self) {
+        eprintln!("| route | answered | performed |\n|---|---|---|");
+        for (route, outcome, count) in &self.0 {
+            eprintln!("| {route} | {outcome} | {count} |");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_tool_sequence_performs_an_operation_and_the_persons_own_click_does_once() {
+async fn no_route_performs_an_operation_and_the_persons_own_click_does_once() {
     let w = world("mcp-aip7").await;
     let a = AgentCaller::paired("dev_A");
     for tool in w.server.listed() {
@@ -152,8 +297,9 @@ async fn no_tool_sequence_performs_an_operation_and_the_persons_own_click_does_o
     assert_eq!(operation["state"], "proposed");
     let id = operation["operation_id"].as_str().unwrap().to_owned();
     let page = operation["url"].as_str().unwrap().to_owned();
+    let mut routes = Routes(Vec::new());
 
-    // Route 1: pap_propose as a generic API call.
+    // pap_propose as a generic API call (review N2, route 1).
     let endpoint = w.shop.operations_endpoint.as_ref().unwrap().url().path().to_owned();
     let confirm = json!({"revision": operation["revision"], "approved_by": "user"});
     for (method, path) in [
@@ -178,10 +324,15 @@ async fn no_tool_sequence_performs_an_operation_and_the_persons_own_click_does_o
             json!({"domain": "shop.example", "method": method, "path": path, "body": confirm}),
         )
         .await;
-        refused_by_aip7(outcome, &format!("{method} {path}"));
+        let error = outcome.expect_err(&path);
+        assert_eq!(error["code"], "permission_denied", "{method} {path}: {error}");
+        assert_eq!(error["cause"]["rule"], "AIP-7", "{method} {path}: {error}");
     }
-    assert_eq!(performed(&w, &id).await, 0, "a proposal call performed the operation");
-    // Route 2: the operation's page in a tab the device holds.
+    routes
+        .row(&w, &id, "`pap_propose` path tricks (10 paths)", "permission_denied x10")
+        .await;
+
+    // The operation's page in a tab the device holds.
     let joined = call(
         &w.server,
         &a,
@@ -194,43 +345,68 @@ async fn no_tool_sequence_performs_an_operation_and_the_persons_own_click_does_o
     let target = joined["target"].as_str().unwrap().to_owned();
     let html = call(&w.server, &a, "browser_get_dom", json!({"target": target}))
         .await
-        .unwrap();
-    assert!(
-        html["html"].as_str().unwrap().contains("value=\"confirm\""),
-        "reading the page still works"
-    );
+        .unwrap()["html"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(html.contains("value=\"confirm\""), "reading the page still works");
     call(&w.server, &a, "browser_screenshot", json!({"target": target}))
         .await
         .unwrap();
     let on_page = [
         (
+            "page-level `browser_click` on Confirm",
             "browser_click",
             json!({"target": target, "selector": "button[value=confirm]"}),
         ),
         (
+            "page-level `browser_click` on Cancel",
+            "browser_click",
+            json!({"target": target, "selector": "button[value=cancel]"}),
+        ),
+        (
+            "trusted `browser_click` on Confirm",
             "browser_click",
             json!({"target": target, "selector": "button[value=confirm]", "trusted": true}),
         ),
         (
+            "page-level `browser_fill` in the form",
             "browser_fill",
-            json!({"target": target, "selector": "input", "value": "x"}),
+            json!({"target": target, "selector": "input[name=revision]", "value": "1"}),
         ),
         (
+            "trusted typing: Enter to the focused Confirm",
+            "browser_fill",
+            json!({"target": target, "selector": "button[value=confirm]", "value": "\n", "trusted": true}),
+        ),
+        (
+            "`browser_evaluate` submitting the form",
             "browser_evaluate",
             json!({"target": target, "expression": "document.forms[0].submit()"}),
         ),
         (
+            "`browser_cdp_send` `Runtime.evaluate`",
             "browser_cdp_send",
             json!({"target": target, "method": "Runtime.evaluate", "params": {"expression": "document.forms[0].submit()"}}),
         ),
+        (
+            "`browser_cdp_send` `DOM.setOuterHTML` (markup that runs script)",
+            "browser_cdp_send",
+            json!({"target": target, "method": "DOM.setOuterHTML", "params": {"nodeId": 1, "outerHTML": "<img src=x onerror=document.forms[0].submit()>"}}),
+        ),
+        (
+            "`browser_cdp_send` `Input.dispatchKeyEvent` (Enter)",
+            "browser_cdp_send",
+            json!({"target": target, "method": "Input.dispatchKeyEvent", "params": {"type": "keyDown", "key": "Enter"}}),
+        ),
     ];
-    for (tool, input) in on_page {
-        refused_by_aip7(
-            call(&w.server, &a, tool, input.clone()).await,
-            &format!("{tool} {input}"),
-        );
+    for (route, tool, input) in on_page {
+        refused_by_aip7(call(&w.server, &a, tool, input.clone()).await, route);
+        routes.row(&w, &id, route, "permission_denied (AIP-7)").await;
     }
-    // The same page in a new tab of the device's: refused the same way.
+
+    // A GET navigation to the form's action shows the page and decides nothing; the same page
+    // in a second tab is refused the same way.
     let again = call(&w.server, &a, "browser_navigate", json!({"url": page}))
         .await
         .unwrap();
@@ -244,7 +420,16 @@ async fn no_tool_sequence_performs_an_operation_and_the_persons_own_click_does_o
         .await,
         "a second tab on the operation's page",
     );
-    // Any page of the joined origin: a script there could fetch the page and post its form.
+    routes
+        .row(
+            &w,
+            &id,
+            "`browser_navigate` to the form's action (GET), then a click",
+            "ok, then permission_denied",
+        )
+        .await;
+
+    // Scripts of any other page of the company's jar: refused whatever the page.
     let home = call(
         &w.server,
         &a,
@@ -265,19 +450,440 @@ async fn no_tool_sequence_performs_an_operation_and_the_persons_own_click_does_o
             json!({"target": home["target"], "expression": fetch_and_confirm}),
         )
         .await,
-        "a script on the joined origin",
+        "a script on the company's front page",
     );
-    assert_eq!(performed(&w, &id).await, 0, "a tool performed the operation");
-    // The person confirms on the page: performed exactly once.
-    let persons_page = w.tools.persons_page(&target).await.unwrap();
-    let status = click_and_land(&persons_page, "button[value=confirm]", Duration::from_secs(15))
+    routes
+        .row(
+            &w,
+            &id,
+            "`browser_evaluate` on the front page (fetch the page, post its form)",
+            "permission_denied (AIP-7)",
+        )
+        .await;
+
+    // A page of a sibling subdomain posts the form with the token get_dom read: the cookie would
+    // go (SameSite=Lax), the token is right; the browser does not send it.
+    let (csrf, revision) = form_fields(&html);
+    let refused_before = w.tools.persons().refused();
+    let fragment = format!("#op={page}&rev={revision}&csrf={csrf}");
+    let sibling = call(
+        &w.server,
+        &a,
+        "browser_navigate",
+        json!({"url": format!("https://www.shop.example/post{fragment}")}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(posting_outcome(&w, &a, &sibling["target"]).await, "blocked");
+    refused_by_aip7(
+        call(
+            &w.server,
+            &a,
+            "browser_evaluate",
+            json!({"target": sibling["target"], "expression": "1"}),
+        )
+        .await,
+        "a script tool on the sibling page (the company's jar)",
+    );
+    routes
+        .row(
+            &w,
+            &id,
+            "a script of `www.shop.example` posting the form (`fetch`, `sendBeacon`) with the token",
+            "blocked by the browser",
+        )
+        .await;
+    // A page of another site, in a jar of its own: the same.
+    let cross = call(
+        &w.server,
+        &a,
+        "browser_navigate",
+        json!({"url": format!("https://atk.example/post{fragment}")}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(posting_outcome(&w, &a, &cross["target"]).await, "blocked");
+    routes
+        .row(
+            &w,
+            &id,
+            "a page of `atk.example` posting the form (`fetch`, `sendBeacon`)",
+            "blocked by the browser",
+        )
+        .await;
+    // Each page's fetch and its beacon: four requests the guard refused, none sent.
+    let refused = w.tools.persons().refused() - refused_before;
+    assert!(refused >= 4, "the guard refused {refused} requests");
+    for tab in [&again["target"], &home["target"], &sibling["target"], &cross["target"]] {
+        call(&w.server, &a, "browser_tabs", json!({"action": "close", "target": tab}))
+            .await
+            .unwrap();
+    }
+
+    // Device B, another holder of the same account, with its own Session and jar: the same.
+    let b = AgentCaller::paired("dev_B");
+    signed_in(&w, &b, "acct_ada").await;
+    let b_joined = call(
+        &w.server,
+        &b,
+        "pap_join",
+        json!({"domain": "shop.example", "returnTo": page}),
+    )
+    .await
+    .unwrap();
+    for trusted in [false, true] {
+        refused_by_aip7(
+            call(
+                &w.server,
+                &b,
+                "browser_click",
+                json!({"target": b_joined["target"], "selector": "button[value=confirm]", "trusted": trusted}),
+            )
+            .await,
+            "device B on A's operation",
+        );
+    }
+    routes
+        .row(
+            &w,
+            &id,
+            "device B (same account) clicks on A's operation, page-level and trusted",
+            "permission_denied (AIP-7)",
+        )
+        .await;
+    routes.print();
+
+    // The person confirms on the page, in a tab of their own: performed exactly once; a second
+    // confirm changes nothing.
+    let persons = w.tools.persons_page(&target).await.unwrap();
+    let status = click_and_land(persons.page(), "button[value=confirm]", Duration::from_secs(15))
         .await
         .unwrap();
     assert_eq!(status, 200);
     assert_eq!(performed(&w, &id).await, 1, "the person's confirm performed it once");
+    drop(persons);
+    let persons = w.tools.persons_page(&target).await.unwrap();
+    let shown = persons.page().content().await.unwrap();
+    assert!(
+        !shown.contains("value=\"confirm\""),
+        "a confirmed operation offers no form"
+    );
+    assert_eq!(performed(&w, &id).await, 1);
+    eprintln!("| the person's own click, in their tab | 303, then 200 | 1 |");
+    drop(persons);
 
     w.tools.stop(true).await.unwrap();
     let _ = std::fs::remove_dir_all(&w.stage.work);
+}
+
+/// Races between a tool's check and its action, each looped with a delay that adapts to the
+/// answers: an answer that comes too early (`not_found`) moves the next try later, one that is
+/// refused moves it earlier, so the tries close in on the window between the two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn races_between_a_check_and_an_action_never_perform() {
+    const ATTEMPTS: usize = 12;
+    let w = world("mcp-aip7-races").await;
+    let a = AgentCaller::paired("dev_A");
+    signed_in(&w, &a, "acct_ada").await;
+    let operation = call(
+        &w.server,
+        &a,
+        "pap_propose",
+        json!({"domain": "shop.example", "method": "POST", "path": "/api/orders/ord_7Hk2/exchanges"}),
+    )
+    .await
+    .unwrap();
+    let id = operation["operation_id"].as_str().unwrap().to_owned();
+    let page = operation["url"].as_str().unwrap().to_owned();
+    let joined = call(
+        &w.server,
+        &a,
+        "pap_join",
+        json!({"domain": "shop.example", "returnTo": "https://shop.example/"}),
+    )
+    .await
+    .unwrap();
+    let joined = joined["target"].as_str().unwrap().to_owned();
+
+    // S2: a script sent at a tab that opens onto the company's front page (about:blank first),
+    // and a page-level click sent at a tab that opens onto the operation's page.
+    for (tool, url, input) in [
+        (
+            "browser_evaluate",
+            "https://shop.example/",
+            json!({"expression": "document.title"}),
+        ),
+        (
+            "browser_click",
+            page.as_str(),
+            json!({"selector": "button[value=confirm]"}),
+        ),
+    ] {
+        let mut tally: BTreeMap<String, usize> = BTreeMap::new();
+        let mut gap = Duration::from_millis(4);
+        for _ in 0..ATTEMPTS {
+            // The next target id: the one after a tab just opened (and closed).
+            let probe = call(&w.server, &a, "browser_tabs", json!({"action": "open"}))
+                .await
+                .unwrap();
+            let probe = probe["target"].as_str().unwrap().to_owned();
+            call(
+                &w.server,
+                &a,
+                "browser_tabs",
+                json!({"action": "close", "target": probe}),
+            )
+            .await
+            .unwrap();
+            let (boot, n) = probe.rsplit_once('-').unwrap();
+            let next = format!("{boot}-{}", n.parse::<u64>().unwrap() + 1);
+            let opening = call(&w.server, &a, "browser_tabs", json!({"action": "open", "url": url}));
+            let spam = async {
+                let mut answers = Vec::new();
+                for _ in 0..8 {
+                    let mut input = input.clone();
+                    input["target"] = json!(next);
+                    answers.push(race_call(&w.server, &a, tool, input).await);
+                    tokio::time::sleep(gap).await;
+                }
+                answers
+            };
+            let (opened, answers) = tokio::join!(opening, spam);
+            assert!(
+                !answers.iter().any(|a| a == "ok"),
+                "{tool} acted in the race: {answers:?}"
+            );
+            if answers.iter().all(|a| a == "not_found") {
+                gap *= 2;
+            } else if !answers.contains(&"not_found".to_owned()) {
+                gap = (gap / 2).max(Duration::from_millis(1));
+            }
+            for said in answers {
+                *tally.entry(said).or_default() += 1;
+            }
+            if let Ok(opened) = opened {
+                call(
+                    &w.server,
+                    &a,
+                    "browser_tabs",
+                    json!({"action": "close", "target": opened["target"]}),
+                )
+                .await
+                .unwrap();
+            }
+            assert_eq!(performed(&w, &id).await, 0, "{tool} raced to a decision");
+        }
+        eprintln!("race: {tool} while a tab opens on {url}: {ATTEMPTS} attempts, answers {tally:?}");
+        assert!(
+            tally.get("permission_denied").copied().unwrap_or(0) > 0,
+            "the race never reached the opened tab: {tally:?}"
+        );
+    }
+
+    // A trusted click on the joined tab while a navigation moves it onto the operation's page.
+    let mut tally: BTreeMap<String, usize> = BTreeMap::new();
+    let mut delay = Duration::from_millis(20);
+    for _ in 0..ATTEMPTS {
+        call(
+            &w.server,
+            &a,
+            "browser_navigate",
+            json!({"target": joined, "url": "https://shop.example/"}),
+        )
+        .await
+        .unwrap();
+        let moving = call(
+            &w.server,
+            &a,
+            "browser_navigate",
+            json!({"target": joined, "url": page}),
+        );
+        let click = async {
+            tokio::time::sleep(delay).await;
+            race_call(
+                &w.server,
+                &a,
+                "browser_click",
+                json!({"target": joined, "selector": "button[value=confirm]", "trusted": true}),
+            )
+            .await
+        };
+        let (_, said) = tokio::join!(moving, click);
+        match said.as_str() {
+            "not_found" => delay += Duration::from_millis(15),
+            // Refused on the operation's page, or its document went mid-call: later than the
+            // window.
+            "permission_denied" | "internal" => delay = delay.saturating_sub(Duration::from_millis(10)),
+            _ => {}
+        }
+        *tally.entry(said).or_default() += 1;
+        assert_eq!(performed(&w, &id).await, 0, "a trusted click raced to a decision");
+    }
+    eprintln!(
+        "race: a trusted click while the tab navigates onto the operation's page: {ATTEMPTS} attempts, answers {tally:?}, requests the browser refused {}",
+        w.tools.persons().refused()
+    );
+
+    w.tools.stop(true).await.unwrap();
+    let _ = std::fs::remove_dir_all(&w.stage.work);
+}
+
+/// S1 against the release shape: `pap-agent host serve` proposes through device A, device B
+/// (the same account) and the CLI (another process, with no host running), is restarted, and
+/// then no tool of either device performs any of the three; the person's own confirm through
+/// the CLI (`confirm-on-page`, the operator's channel) performs one, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_and_from_another_process_no_tool_performs_an_operation() {
+    use support::cli_agent::{
+        agent_and_company, host_serve, mcp_call, mcp_device, pair_over_http, pap, stop_host, test_network,
+    };
+    let mut stage = Stage::new("aip7-restart", &["shop.example", "atlas.example"]).await;
+    let (state, company, shop) = agent_and_company(&mut stage).await;
+    let net = test_network(&stage, shop);
+    let with_net = |args: &[&str]| -> Vec<String> {
+        net.iter()
+            .cloned()
+            .chain(args.iter().map(|a| (*a).to_owned()))
+            .collect()
+    };
+    let run = |args: &[&str]| pap(&state, &with_net(args).iter().map(String::as_str).collect::<Vec<_>>());
+    let propose = ["propose", "shop.example", "POST", "/api/orders/ord_7Hk2/exchanges"];
+
+    // The CLI, another process, signs in and proposes while no host runs.
+    run(&["session", "shop.example"]);
+    let mut signin = tokio::process::Command::new(support::cli_agent::AGENT)
+        .args(["--state-dir", state.to_str().unwrap()])
+        .args(with_net(&["signin", "shop.example"]))
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let code = {
+        use tokio::io::AsyncBufReadExt as _;
+        let mut lines = tokio::io::BufReader::new(signin.stderr.take().unwrap()).lines();
+        let code = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if let Some((_, code)) = line.split_once("approve the code ") {
+                    return code.trim().to_owned();
+                }
+            }
+            panic!("signin ended before it named a code");
+        })
+        .await
+        .unwrap();
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        code
+    };
+    company.approve_device(&code, "acct_ada", None).await.unwrap();
+    assert!(signin.wait().await.unwrap().success());
+    let by_cli: Value = serde_json::from_str(&run(&propose)).unwrap();
+
+    let (host, addr) = host_serve(&state, &net).await;
+    let http = pap_agent::testkit::plain_http_client(rustls::RootCertStore::empty(), &Default::default()).unwrap();
+    let mut bearers = Vec::new();
+    let mut operations = vec![by_cli];
+    for name in ["device-a", "device-b"] {
+        let (id, bearer) = pair_over_http(&http, addr, &state, name).await;
+        pap(
+            &state,
+            &["consent", "grant", "--domain", "shop.example", "--device", &id],
+        );
+        let device = mcp_device(addr, &bearer).await;
+        let shop_domain = json!({"domain": "shop.example"});
+        mcp_call(&device, "pap_session_start", shop_domain.clone())
+            .await
+            .unwrap();
+        let signin = mcp_call(&device, "pap_signin_start", shop_domain.clone())
+            .await
+            .unwrap();
+        company
+            .approve_device(signin["userCode"].as_str().unwrap(), "acct_ada", None)
+            .await
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        while mcp_call(&device, "pap_signin_status", shop_domain.clone())
+            .await
+            .unwrap()["state"]
+            != "signed_in"
+        {
+            assert!(tokio::time::Instant::now() < deadline, "no sign-in in 30 s");
+            tick.tick().await;
+        }
+        let operation = mcp_call(
+            &device,
+            "pap_propose",
+            json!({"domain": "shop.example", "method": "POST", "path": "/api/orders/ord_7Hk2/exchanges", "body": {}}),
+        )
+        .await
+        .unwrap();
+        operations.push(operation);
+        bearers.push(bearer);
+    }
+
+    // The host restarts (SIGTERM, then the same state directory).
+    stop_host(host, &state).await;
+    let (host, addr) = host_serve(&state, &net).await;
+    let mut tried = 0;
+    for bearer in &bearers {
+        let device = mcp_device(addr, bearer).await;
+        let joined = mcp_call(
+            &device,
+            "pap_join",
+            json!({"domain": "shop.example", "returnTo": "https://shop.example/"}),
+        )
+        .await
+        .unwrap();
+        let target = joined["target"].clone();
+        for operation in &operations {
+            mcp_call(
+                &device,
+                "browser_navigate",
+                json!({"target": target, "url": operation["url"]}),
+            )
+            .await
+            .unwrap();
+            for trusted in [false, true] {
+                refused_by_aip7(
+                    mcp_call(
+                        &device,
+                        "browser_click",
+                        json!({"target": target, "selector": "button[value=confirm]", "trusted": trusted}),
+                    )
+                    .await,
+                    "a click after the restart",
+                );
+                tried += 1;
+            }
+            refused_by_aip7(
+                mcp_call(
+                    &device,
+                    "browser_evaluate",
+                    json!({"target": target, "expression": "document.forms[0].submit()"}),
+                )
+                .await,
+                "a script after the restart",
+            );
+            tried += 1;
+        }
+    }
+    for operation in &operations {
+        let id = operation["operation_id"].as_str().unwrap();
+        assert_eq!(company.performed(id).await.unwrap(), Some(0), "{id} performed");
+    }
+    eprintln!(
+        "after a restart: {tried} tool calls on 3 operations (proposed by the CLI, device A, device B), 0 performed"
+    );
+    stop_host(host, &state).await;
+
+    // The person's own confirm, on the operator's channel (its own grant, its own browser): once.
+    pap(&state, &["consent", "grant", "--domain", "shop.example"]);
+    let url = operations[1]["url"].as_str().unwrap();
+    let confirmed: Value = serde_json::from_str(&run(&["confirm-on-page", "shop.example", url])).unwrap();
+    assert_eq!(confirmed["after_confirm"]["state"], "succeeded", "{confirmed}");
+    let id = operations[1]["operation_id"].as_str().unwrap();
+    assert_eq!(company.performed(id).await.unwrap(), Some(1));
+    let _ = std::fs::remove_dir_all(&stage.work);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

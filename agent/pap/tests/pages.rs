@@ -32,11 +32,8 @@ async fn the_shop_pages_read_on_a_desktop_and_a_phone_in_chromium() {
 
     let state = stage.work.join("state");
     let host = BrowserHost::new();
-    let browser = host
-        .launch(&pinned_browser(&stage, state.clone(), addr), "pages", &|_| {})
-        .await
-        .unwrap()
-        .browser;
+    let config = pinned_browser(&stage, state.clone(), addr);
+    let browser = host.launch(&config, "pages", &|_| {}).await.unwrap().browser;
     let page = browser.new_page().await.unwrap();
     let mut requests = page.event_listener::<EventRequestWillBeSent>().await.unwrap();
     let permit = permit(&state, "shop.example");
@@ -47,6 +44,7 @@ async fn the_shop_pages_read_on_a_desktop_and_a_phone_in_chromium() {
         &operation_page,
         &page,
         &permit,
+        &config.persons,
         Duration::from_secs(15),
     )
     .await

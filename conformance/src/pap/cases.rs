@@ -97,9 +97,18 @@ pub(super) async fn browser_joins_session(ctx: &Context) -> Result<(), Failure> 
             .await
             .map_err(|e| Failure::new("PAP-5-01", e.to_string()))?;
         let permit = permit(ctx, "PAP-5-01")?;
-        let outcome = join(&ctx.client, &ctx.company, &session, &page_url, &page, &permit, DEADLINE)
-            .await
-            .map_err(|e| Failure::new("PAP-5-01", format!("the browser did not join: {e}")))?;
+        let outcome = join(
+            &ctx.client,
+            &ctx.company,
+            &session,
+            &page_url,
+            &page,
+            &permit,
+            &ctx.browser.persons,
+            DEADLINE,
+        )
+        .await
+        .map_err(|e| Failure::new("PAP-5-01", format!("the browser did not join: {e}")))?;
         if outcome.status != 200 {
             return Err(Failure::new(
                 "PAP-5-10",
@@ -348,9 +357,18 @@ pub(super) async fn web_confirm_at_most_once(ctx: &Context) -> Result<(), Failur
             .await
             .map_err(|e| Failure::new("OPS-6-02", e.to_string()))?;
         let permit = permit(ctx, "OPS-6-02")?;
-        join(&ctx.client, &ctx.company, &session, &page_url, &page, &permit, DEADLINE)
-            .await
-            .map_err(|e| Failure::new("OPS-6-02", format!("the browser did not join: {e}")))?;
+        join(
+            &ctx.client,
+            &ctx.company,
+            &session,
+            &page_url,
+            &page,
+            &permit,
+            &ctx.browser.persons,
+            DEADLINE,
+        )
+        .await
+        .map_err(|e| Failure::new("OPS-6-02", format!("the browser did not join: {e}")))?;
         click_and_land(&page, "button[value=confirm]", DEADLINE)
             .await
             .map_err(|e| Failure::new("OPS-6-02", format!("confirming on the page: {e}")))?;

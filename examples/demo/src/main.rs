@@ -21,6 +21,7 @@ use futures_util::StreamExt as _;
 use pap_agent::testkit::{approve_on_device_page, plain_http_client};
 use pap_agent::{ClientConfig, Identity, PapClient, documents_router, join, new_pairwise_user, spki_pin};
 use pap_browser::chromium::{BrowserHost, BrowserUserPolicy, ChromiumConfig, TestNetwork, click_and_land};
+use pap_browser::persons::{Persons, StaticSites};
 use pap_net::listener::TlsListener;
 use pap_net::tls::trust_roots;
 use pap_shared::{CompanyDomain, HttpsUrl, SystemClock, SystemRng};
@@ -225,6 +226,9 @@ async fn story(host: &BrowserHost, work: &std::path::Path) -> anyhow::Result<()>
         map: [("shop.example".to_owned(), addr)].into(),
         spki_pins: vec![spki_pin(&cert_pem)?],
     };
+    // shop.example is where the person decides (AIP-7): the browser sends no state-changing
+    // request there but the join's own and the person's.
+    browser_config.persons = Persons::new(Arc::new(StaticSites::new(["shop.example"])));
     let browser = host.launch(&browser_config, INSTANCE, &|_| {}).await?.browser;
     let page = browser.new_page().await?;
     clock.step("the agent's own Chromium is running");
@@ -245,6 +249,7 @@ async fn story(host: &BrowserHost, work: &std::path::Path) -> anyhow::Result<()>
         &page_url,
         &page,
         &permit,
+        &browser_config.persons,
         Duration::from_secs(15),
     )
     .await?;
@@ -261,8 +266,15 @@ async fn story(host: &BrowserHost, work: &std::path::Path) -> anyhow::Result<()>
     )?;
     clock.step(&format!("the operation page, shown in the Session: {}", shot.display()));
 
+    // The person confirms, in a tab the person holds: in this demo no tool drives the browser,
+    // so the joined tab is handed to the person as it is. (The MCP host opens a tab of the
+    // person's own instead, which no tool has a handle to: `ToolHost::persons_page`.)
+    let persons_hold = browser_config
+        .persons
+        .hold_for_person(page.target_id().inner().clone())?;
     click_and_land(&page, "button[value=confirm]", Duration::from_secs(15)).await?;
-    clock.step("the confirm button was clicked on the page");
+    drop(persons_hold);
+    clock.step("the person clicked the confirm button on the page");
     let read = client.read_operation(&shop, &session, &operation.operation_id).await?;
     clock.step(&format!(
         "read back through the operations endpoint: {}",

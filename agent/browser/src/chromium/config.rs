@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::sandbox::BrowserUserPolicy;
+use crate::persons::Persons;
 use crate::spec::{Lifecycle, NavigationPolicy, Policy};
 
 /// Where Debian's Chromium binary is (the `/usr/bin/chromium` wrapper adds its own flags).
@@ -48,6 +49,10 @@ pub struct ChromiumConfig {
     /// an operator may name more origins (a loopback test server). Enforced by the browser
     /// itself for every request, and by the tools before they navigate.
     pub navigation: NavigationPolicy,
+    /// The sites where the person decides, and the tabs the person holds (AIP-7): the browser
+    /// refuses every state-changing request to those sites from any other tab. None by default;
+    /// an agent that holds Sessions names its sites (the PAP agent: its wallet's companies).
+    pub persons: Persons,
     /// Who the browser runs as when the agent runs as root (review N11): by default the state
     /// directory's own user ([`BrowserUserPolicy::from_env`]).
     pub browser_user: BrowserUserPolicy,
@@ -66,6 +71,7 @@ impl ChromiumConfig {
             test_network: TestNetwork::default(),
             attach_to: None,
             navigation: NavigationPolicy::https_only(),
+            persons: Persons::none(),
             browser_user: BrowserUserPolicy::from_env(),
         }
     }

@@ -9,6 +9,10 @@
 //! top-level navigation to `data:` and any web page's to `chrome:`), `browser.cdp_send` cannot
 //! navigate, and the tools check [`NavigationPolicy::navigation`] before they send a tab
 //! anywhere. Fail-closed: if the guard stops answering, paused requests wait, never proceed.
+//!
+//! The same guard keeps the person's decisions the person's (AIP-7, [`crate::persons`]): a
+//! request that changes state on a site where the person decides goes only from a tab the
+//! person holds, or as the agent's own join. It is judged as it leaves, whatever made it.
 
 use std::sync::Arc;
 
@@ -21,6 +25,7 @@ use futures_util::StreamExt as _;
 use tokio::task::JoinHandle;
 
 use super::error::LaunchError;
+use crate::persons::{Persons, Verdict};
 use crate::spec::NavigationPolicy;
 
 /// The task answering the browser's paused requests; ends with the value.
@@ -28,8 +33,12 @@ pub(super) struct RequestGuard(JoinHandle<()>);
 
 impl RequestGuard {
     /// Starts answering, then turns interception on: from its return, every request the browser
-    /// sends waits for this guard's decision.
-    pub(super) async fn install(browser: Arc<Browser>, policy: NavigationPolicy) -> Result<Self, LaunchError> {
+    /// sends waits for this guard's decision: the navigation rule, then the person's sites.
+    pub(super) async fn install(
+        browser: Arc<Browser>,
+        policy: NavigationPolicy,
+        persons: Persons,
+    ) -> Result<Self, LaunchError> {
         let cdp = |e: chromiumoxide::error::CdpError| LaunchError::Cdp(super::scrub(&e.to_string()));
         let mut paused = browser.event_listener::<EventRequestPaused>().await.map_err(cdp)?;
         let every_request = RequestPattern::builder()
@@ -43,7 +52,16 @@ impl RequestGuard {
         let task = tokio::spawn(async move {
             while let Some(event) = paused.next().await {
                 let browser = browser.clone();
-                let decision = policy.request(&event.request.url);
+                let decision =
+                    policy
+                        .request(&event.request.url)
+                        .map_err(|r| r.to_string())
+                        .and_then(|()| {
+                            match persons.judge(&event.request.method, &event.request.url, event.frame_id.inner()) {
+                                Verdict::Allow => Ok(()),
+                                Verdict::Refuse(why) => Err(why),
+                            }
+                        });
                 // One task per request: a slow answer to one never holds up the others.
                 tokio::spawn(async move {
                     let id = event.request_id.clone();

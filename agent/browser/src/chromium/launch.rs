@@ -205,7 +205,8 @@ impl ControlledBrowser {
         let (browser, handler) = connect_cdp(ws).await?;
         let browser = Arc::new(browser);
         let ready = async {
-            let guard = RequestGuard::install(browser.clone(), config.navigation.clone()).await?;
+            let guard =
+                RequestGuard::install(browser.clone(), config.navigation.clone(), config.persons.clone()).await?;
             let control = ControlSocket::serve(
                 control::socket_path(user_data_dir),
                 browser.clone(),
@@ -277,13 +278,14 @@ impl ControlledBrowser {
         // An operator's browser follows the rule too while the agent drives it: the tool caller
         // is the same restricted principal.
         let browser = Arc::new(browser);
-        let guard = match RequestGuard::install(browser.clone(), config.navigation.clone()).await {
-            Ok(guard) => guard,
-            Err(error) => {
-                handler.abort();
-                return Err(error);
-            }
-        };
+        let guard =
+            match RequestGuard::install(browser.clone(), config.navigation.clone(), config.persons.clone()).await {
+                Ok(guard) => guard,
+                Err(error) => {
+                    handler.abort();
+                    return Err(error);
+                }
+            };
         progress("attached to a running Chromium");
         Ok(Self {
             instance: instance.clone(),

@@ -673,6 +673,19 @@ impl ConsentHost {
         }))
     }
 
+    /// Whether the grant `grant_id` (in force or not) lets a tab reach a host at or under
+    /// `domain`: it covers `domain`, or one of its domains lies under it; a full-profile grant
+    /// reaches every host. An unknown grant reaches nothing. What the tool host asks to know
+    /// whether a grant's cookie jar can hold a Session on one of the person's sites (AIP-7).
+    pub fn grant_reaches(&self, grant_id: &str, domain: &str) -> Result<bool, ConsentError> {
+        Ok(self.grants.load()?.iter().any(|g| {
+            g.id == grant_id
+                && (g.covers(domain)
+                    || g.domains()
+                        .is_some_and(|ds| ds.iter().any(|d| crate::persons::host_is_under(d.as_str(), domain))))
+        }))
+    }
+
     /// Whether grant `grant_id` still counts for anyone: active, and the device it is scoped to
     /// (if any) still paired. A browser context of a grant that does not is ended (M5).
     pub fn still_counts(&self, grant_id: &str) -> Result<bool, ConsentError> {

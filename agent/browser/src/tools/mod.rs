@@ -29,7 +29,7 @@ mod cdp_send;
 pub mod fuzzing;
 mod input;
 mod page;
-pub mod persons;
+mod persons;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -82,8 +82,6 @@ pub struct ToolHost {
     /// The browser contexts of the running boot: one per grant, holding only its material, and
     /// one holding none (review M5).
     contexts: Mutex<Contexts>,
-    /// The pages that are the person's, which tools read but never drive (AIP-7, [`persons`]).
-    persons: std::sync::Mutex<persons::PersonsPages>,
     /// Set while [`ToolHost::start_recovery`]'s task relaunches a browser that exited.
     recovering: std::sync::atomic::AtomicBool,
     /// One `browser.download` at a time: Chromium keeps download events one switch for the
@@ -157,7 +155,6 @@ impl ToolHost {
             next_target: std::sync::atomic::AtomicU64::new(1),
             consent,
             contexts: Mutex::default(),
-            persons: std::sync::Mutex::default(),
             recovering: std::sync::atomic::AtomicBool::new(false),
             downloads: Mutex::default(),
         })
@@ -522,56 +519,98 @@ impl ToolHost {
         Ok(target.page.clone())
     }
 
-    /// Reserves for the person the pages under `path_prefix` on `origin` (a URL or an origin):
-    /// pages where they decide (an operation's page). A tab showing one can be read, never
-    /// driven: click, fill, act, download, evaluate and cdp_send aimed at it are
-    /// `permission_denied` (AIP-7, [`persons`]). Fails when the host's bounded table is full.
-    pub fn reserve_decision_pages(&self, origin: &str, path_prefix: &str) -> Result<(), ToolError> {
-        self.persons().reserve_decisions(origin, path_prefix)
+    /// What is the person's in this host's browser (AIP-7): the sites where the person decides,
+    /// the tabs the person holds, the joins in flight ([`crate::persons`]). The browser's request
+    /// guard judges every request by the same table.
+    pub fn persons(&self) -> &crate::persons::Persons {
+        &self.config.persons
     }
 
-    /// Says a Session was joined on `origin`: evaluate and cdp_send stay off all its pages (a
-    /// script there reaches the person's decision pages with the Session's cookie, [`persons`]).
-    pub fn reserve_joined_origin(&self, origin: &str) -> Result<(), ToolError> {
-        self.persons().reserve_joined(origin)
-    }
-
-    fn persons(&self) -> std::sync::MutexGuard<'_, persons::PersonsPages> {
-        // Every critical section is one table operation.
-        self.persons.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The target `id` for a `tool` that acts on its page: refused when the page it shows now
-    /// is the person's (AIP-7). The URL is the page's own as CDP last reported it.
+    /// The target `id` for a `tool` that acts on its page. A script tool (evaluate, cdp_send)
+    /// is refused on every tab whose cookie jar can hold a Session on a site where the person
+    /// decides (AIP-7, [`persons`]): judged on the jar, which a tab keeps from the moment it
+    /// opens, so no navigation can race the check.
     async fn drivable(&self, caller: &AgentCaller, tool: ToolId, id: &str) -> Result<Page, ToolError> {
         let page = self.target(Some(caller), id).await?;
-        let url = page
-            .url()
-            .await
-            .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("the tab's address: {e}")))?
-            .unwrap_or_default();
-        match self.persons().refuses(tool, id, &url) {
-            Some(refused) => Err(refused),
-            None => Ok(page),
+        if matches!(tool, ToolId::Evaluate | ToolId::CdpSend) {
+            let jar = self.targets.lock().await.get(id).map(|t| t.jar.clone());
+            if jar.is_none_or(|jar| self.jar_reaches_persons_site(&jar).unwrap_or(true)) {
+                return Err(persons::refusal(tool, id, persons::SCRIPTS_IN_PERSONS_JAR));
+            }
+        }
+        Ok(page)
+    }
+
+    /// Whether tabs of `jar` can carry a Session on one of the person's sites: the default jar
+    /// while any site is the person's, a grant's jar when the grant reaches one, never a bare
+    /// jar (it holds no granted material, and a join runs only in a grant's jar). Unsure
+    /// (a site list or grant that cannot be read) is an error, which callers take as "yes".
+    fn jar_reaches_persons_site(&self, jar: &Jar) -> Result<bool, ToolError> {
+        let domains = self.persons().domains().map_err(|e| persons::unreadable(&e))?;
+        if domains.is_empty() {
+            return Ok(false);
+        }
+        match jar {
+            Jar::Default => Ok(true),
+            Jar::Bare { .. } => Ok(false),
+            Jar::Grant { grant, .. } => {
+                for domain in &domains {
+                    if self
+                        .consent
+                        .grant_reaches(grant, domain)
+                        .map_err(|e| e.to_tool_error())?
+                    {
+                        return Ok(true);
+                    }
+                }
+                Ok(false)
+            }
         }
     }
 
-    /// The decision paths of the origin `page` shows, for the page-level tools' in-page check.
-    async fn decision_guard(&self, page: &Page) -> String {
-        let url = page.url().await.ok().flatten().unwrap_or_default();
-        persons::in_page_guard(&self.persons().decision_paths(&url))
+    /// The in-page check of the page-level click and fill: the person's sites now, as a script
+    /// fragment the acting script runs in its own document ([`persons::in_page_guard`]).
+    fn persons_form_guard(&self) -> Result<String, ToolError> {
+        let domains = self.persons().domains().map_err(|e| persons::unreadable(&e))?;
+        Ok(persons::in_page_guard(&domains))
     }
 
-    /// The page of `target`, for the person: a person's UI (or a test playing the person) acts
-    /// on it where tools may not. Not a tool: no tool call reaches it (the MCP hosts dispatch
-    /// tools by name to [`ToolHost::call_as`] only). The tab is brought to the front, as the
-    /// person looks at it (input reaches a visible tab only).
-    pub async fn persons_page(&self, target: &str) -> Result<Page, ToolError> {
-        let page = self.target(None, target).await?;
-        page.bring_to_front()
+    /// A tab for the person, showing what `target` shows now: a new tab in the same cookie jar,
+    /// held by the person from before its first request, that no tool has a handle to (it is no
+    /// target). Its requests to the person's sites go through the request guard as the person's
+    /// decisions; a tool's never do. Not a tool: no tool call reaches it (the MCP hosts dispatch
+    /// tools by name to [`ToolHost::call_as`] only); it is for the person's own channel (the
+    /// operator's console, the CLI, a test playing the person). The hold ends, and the tab
+    /// closes, when the returned [`PersonsTab`] drops.
+    pub async fn persons_page(&self, target: &str) -> Result<PersonsTab, ToolError> {
+        let shown = self.target(None, target).await?;
+        let url = shown
+            .url()
+            .await
+            .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("the tab's address: {e}")))?
+            .unwrap_or_else(|| "about:blank".to_owned());
+        self.may_go(&url)?;
+        let context = self.targets.lock().await.get(target).and_then(|t| t.context.clone());
+        let browser = self.browser().await?;
+        let page = browser
+            .new_page_in(context.as_ref())
+            .await
+            .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
+        let hold = self
+            .persons()
+            .hold_for_person(page.target_id().inner().clone())
+            .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
+        let tab = PersonsTab { page, _hold: hold };
+        tab.page
+            .bring_to_front()
             .await
             .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("bringing the tab to the front: {e}")))?;
-        Ok(page)
+        if url != "about:blank" {
+            tokio::time::timeout(std::time::Duration::from_secs(30), page::go(&tab.page, &url))
+                .await
+                .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the page did not load in 30 s"))??;
+        }
+        Ok(tab)
     }
 
     /// The cookies, as (name, domain) and never their values, of the jar `target` runs in: what
@@ -740,6 +779,40 @@ pub struct IdleReaper(tokio::task::JoinHandle<()>);
 impl Drop for IdleReaper {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// A tab the person holds ([`ToolHost::persons_page`]): what the person does in it is theirs.
+/// Dropping it ends the hold and closes the tab.
+pub struct PersonsTab {
+    page: Page,
+    _hold: crate::persons::PersonsHold,
+}
+
+impl PersonsTab {
+    /// The tab's page, for the person's own input.
+    pub fn page(&self) -> &Page {
+        &self.page
+    }
+}
+
+impl std::fmt::Debug for PersonsTab {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PersonsTab")
+            .field("target", self.page.target_id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for PersonsTab {
+    fn drop(&mut self) {
+        // The hold ends with `_hold`; the tab goes too, when a runtime is there to close it.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let page = self.page.clone();
+            runtime.spawn(async move {
+                let _ = page.close().await;
+            });
+        }
     }
 }
 

@@ -99,7 +99,16 @@ impl ToolHost {
             self.option_gate(ToolId::Click, Capability::TrustedInput)?;
         }
         let page = self.drivable(caller, ToolId::Click, &input.target).await?;
+        let guard = self.persons_form_guard()?;
+        let selector = literal(&input.selector)?;
         if input.trusted {
+            // The person's forms are refused in the document as it is before the browser-level
+            // click; if the page moves before the click lands, the request guard refuses what
+            // the click would send (AIP-7).
+            let check = format!(
+                "(() => {{ const e = document.querySelector({selector}); if (!e) return 'missing'; {guard}return 'done'; }})()"
+            );
+            acted(&page, check, ToolId::Click, &input.target, &input.selector).await?;
             // Browser-level input reaches a visible tab only: one in the background would
             // wait for a frame that never comes.
             page.bring_to_front().await.map_err(|e| cdp(&e))?;
@@ -112,10 +121,9 @@ impl ToolHost {
                 .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the click was not taken in 30 s"))?
                 .map_err(|e| cdp(&e))?;
         } else {
+            // The check runs in the same script as the click, in whatever document that is.
             let script = format!(
-                "(() => {{ {}const e = document.querySelector({}); if (!e) return 'missing'; e.click(); return 'done'; }})()",
-                self.decision_guard(&page).await,
-                literal(&input.selector)?
+                "(() => {{ const e = document.querySelector({selector}); if (!e) return 'missing'; {guard}e.click(); return 'done'; }})()"
             );
             acted(&page, script, ToolId::Click, &input.target, &input.selector).await?;
         }
@@ -129,8 +137,15 @@ impl ToolHost {
             self.option_gate(ToolId::Fill, Capability::TrustedInput)?;
         }
         let page = self.drivable(caller, ToolId::Fill, &input.target).await?;
+        let guard = self.persons_form_guard()?;
+        let selector = literal(&input.selector)?;
         let characters = input.value.chars().count();
         if input.trusted {
+            // As for a trusted click: checked in the document first, the request guard behind.
+            let check = format!(
+                "(() => {{ const e = document.querySelector({selector}); if (!e) return 'missing'; {guard}return 'done'; }})()"
+            );
+            acted(&page, check, ToolId::Fill, &input.target, &input.selector).await?;
             page.bring_to_front().await.map_err(|e| cdp(&e))?;
             let element = page
                 .find_element(input.selector.as_str())
@@ -145,14 +160,12 @@ impl ToolHost {
             // The value travels inside the script as a JSON string literal; an error is cut
             // before any quote (`cdp`), so it never comes back.
             let script = zeroize::Zeroizing::new(format!(
-                "(() => {{ {}const e = document.querySelector({}); if (!e) return 'missing'; e.focus(); \
+                "(() => {{ const e = document.querySelector({selector}); if (!e) return 'missing'; {guard}e.focus(); \
                  const set = Object.getOwnPropertyDescriptor(Object.getPrototypeOf(e), 'value'); \
-                 if (set && set.set) {{ set.set.call(e, {}); }} else {{ e.value = {2}; }} \
+                 if (set && set.set) {{ set.set.call(e, {value}); }} else {{ e.value = {value}; }} \
                  e.dispatchEvent(new Event('input', {{ bubbles: true }})); \
                  e.dispatchEvent(new Event('change', {{ bubbles: true }})); return 'done'; }})()",
-                self.decision_guard(&page).await,
-                literal(&input.selector)?,
-                literal(input.value.as_str())?
+                value = literal(input.value.as_str())?
             ));
             acted(&page, script.as_str(), ToolId::Fill, &input.target, &input.selector).await?;
         }
@@ -392,7 +405,6 @@ fn literal(text: &str) -> Result<String, ToolError> {
     serde_json::to_string(text).map_err(|_| ToolError::new(ToolErrorCode::InputInvalid, "not text"))
 }
 
-/// Evaluates `script` on `page`; whether it answered `true`.
 /// Runs a page-level act (`script` answers `'done'`, `'missing'` when the selector matches
 /// nothing, or `'reserved'` when the in-page guard finds the document is the person's).
 async fn acted(
@@ -405,11 +417,7 @@ async fn acted(
     let result = page.evaluate(script.into()).await.map_err(|e| cdp(&e))?;
     match result.value().and_then(Value::as_str) {
         Some("done") => Ok(()),
-        Some("reserved") => Err(ToolError::new(
-            ToolErrorCode::PermissionDenied,
-            "this tab shows a page where the person decides (AIP-7): tools may read it, never act on it",
-        )
-        .with_cause(json!({ "rule": "AIP-7", "target": target, "tool": tool.as_str() }))),
+        Some("reserved") => Err(super::persons::refusal(tool, target, super::persons::PERSONS_FORM)),
         _ => Err(not_found(selector)),
     }
 }
@@ -425,7 +433,7 @@ pub(super) fn not_found(what: &str) -> ToolError {
 /// would hold every navigation to it for the full timeout. So the main frame committing a
 /// document and firing `load` (which waits for the frames of its DOM, refused ones included)
 /// ends the wait too. A navigation that commits an error page is left to `goto`, which says why.
-async fn go(page: &Page, url: &str) -> Result<(), ToolError> {
+pub(super) async fn go(page: &Page, url: &str) -> Result<(), ToolError> {
     use chromiumoxide::cdp::browser_protocol::page::{EventFrameNavigated, EventLoadEventFired};
     let mut committed = page
         .event_listener::<EventFrameNavigated>()

@@ -1,174 +1,72 @@
-//! Pages that belong to the person (AIP-7: agents never decide).
+//! The tool host's side of AIP-7 (agents never decide): typed refusals in front of the request
+//! guard ([`crate::persons`]), which is what holds when these are raced.
 //!
-//! A company shows the person a page where they decide (an operation's page, with its confirm
-//! and cancel forms). In the agent's browser that page runs in a tab a tool caller holds, with
-//! the Session's cookie and the page's own CSRF token: a click on its confirm button, or a
-//! script that submits its form, would *be* the person's decision, made by the caller. So the
-//! layer that knows what a Session is (the PAP tools) tells the tool host which pages are the
-//! person's, and the tool host refuses to drive them:
+//! The person's sites are read anew for every call from durable state ([`crate::persons::Persons`]),
+//! never from what this process saw. Each rule is judged where nothing can move under it:
 //!
-//! | the tab shows                                   | refused (`permission_denied`, rule AIP-7)            |
-//! |-------------------------------------------------|------------------------------------------------------|
-//! | a page under a decision path of its origin      | click, fill, act, download, evaluate, cdp_send        |
-//! | any page of an origin a Session was joined on   | evaluate, cdp_send                                    |
+//! | tool                                   | refused (`permission_denied`, rule AIP-7) when                                  | judged on                     |
+//! |----------------------------------------|----------------------------------------------------------------------------------|-------------------------------|
+//! | evaluate, cdp_send (every method)      | the tab's cookie jar can hold a Session on a person's site: the jar of a grant that reaches one, or the browser's default jar while any site is the person's | the tab's jar, fixed when it opened: no navigation changes it |
+//! | click, fill (page-level)               | the element is in (or labels a control of) a form that is not `GET`, in a document of a person's site | the document the acting script runs in, in the same script |
+//! | click, fill (`trusted`)                | the same                                                                         | the document before the browser-level input; if the page moves meanwhile, the request guard refuses what the input sends |
 //!
-//! Reading (screenshot, get_dom, list_requests) stays open, and so does navigating. Scripts are
-//! kept off the whole joined origin because a script on *any* same-origin page can fetch the
-//! decision page (cookie attached, same origin), read its CSRF token and post the confirm form;
-//! a page of another origin cannot (CORS, `SameSite=Lax`, and the company's
-//! `frame-ancestors 'none'`). The page-level click and fill re-check the document's own
-//! `location` inside the script that acts, so a navigation between the host's check and the act
-//! cannot slip a decision page under them. A browser-level (`trusted`) click is dispatched at
-//! coordinates by CDP and has no such hook: a page that navigates itself onto a decision page
-//! in the milliseconds between the check and the click is the residual risk (README, security).
+//! Reading (get_dom, screenshot, list_requests), navigating (`GET`) and downloading (`GET`)
+//! stay open. A `cdp_send` of any method is refused in such a jar because `DOM.*` can write
+//! markup that runs script (`<img onerror>`), and `Runtime.*` is script.
 //!
-//! Capacity is bounded: a reservation past [`MAX_ORIGINS`] or [`MAX_PATHS`] is refused, and
-//! the step that asked for it fails (nothing is left unprotected silently).
-
-use std::collections::HashMap;
+//! The person acts in a tab of their own ([`super::ToolHost::persons_page`]): a new tab in the
+//! same jar, opened for the person and held by them from before its first request, that no tool
+//! has a handle to, so no tool's effect, early or late, can ride the person's allowance.
 
 use serde_json::json;
 
 use crate::spec::{ToolError, ToolErrorCode, ToolId};
 
-/// Origins with reservations, at most.
-pub const MAX_ORIGINS: usize = 1024;
-/// Decision paths per origin, at most.
-pub const MAX_PATHS: usize = 64;
+/// What an agent runtime is told to do instead.
+pub(super) const ASK_THE_PERSON: &str = "ask the person to confirm or cancel on the page themselves";
 
-/// What is the person's, by origin (`https://shop.example`).
-#[derive(Debug, Default)]
-pub(super) struct PersonsPages {
-    origins: HashMap<String, Reserved>,
+/// The refusal of `tool` on `target`: `why`, then what to do instead.
+pub(super) fn refusal(tool: ToolId, target: &str, why: &str) -> ToolError {
+    ToolError::new(ToolErrorCode::PermissionDenied, format!("{why}; {ASK_THE_PERSON}"))
+        .with_cause(json!({ "rule": "AIP-7", "target": target, "tool": tool.as_str() }))
 }
 
-#[derive(Debug, Default)]
-struct Reserved {
-    /// Path prefixes of decision pages (`/operations/`).
-    decisions: Vec<String>,
-    /// A Session was joined on the origin: scripts stay off it.
-    joined: bool,
-}
+/// Why scripts do not run in a jar that can hold the person's Session.
+pub(super) const SCRIPTS_IN_PERSONS_JAR: &str = "scripts do not run in a browser context whose cookies can hold a \
+     Session on a site where the person decides (AIP-7: a script there could post the person's decision)";
 
-/// Which tools a reservation stops.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Reach {
-    /// The tool acts on the page as input would (click, fill, act, download).
-    Input,
-    /// The tool runs script or raw CDP in the page (evaluate, cdp_send).
-    Script,
-    /// The tool reads or navigates.
-    Read,
-}
+/// Why a page-level act on a person's form is refused.
+pub(super) const PERSONS_FORM: &str = "this element belongs to a form that changes state on a site where the person decides (AIP-7): tools may read \
+     it, never submit it";
 
-fn reach(tool: ToolId) -> Reach {
-    match tool {
-        ToolId::Click | ToolId::Fill | ToolId::Act | ToolId::Download => Reach::Input,
-        ToolId::Evaluate | ToolId::CdpSend => Reach::Script,
-        _ => Reach::Read,
-    }
-}
-
-/// `url`'s origin and path, when it is a URL with a host.
-fn origin_and_path(url: &str) -> Option<(String, String)> {
-    let url = url::Url::parse(url).ok()?;
-    url.host_str()?;
-    Some((url.origin().ascii_serialization(), url.path().to_owned()))
-}
-
-fn full(what: &str) -> ToolError {
+/// Why the person's sites could not be judged.
+pub(super) fn unreadable(error: &std::io::Error) -> ToolError {
     ToolError::new(
         ToolErrorCode::Internal,
-        format!("the host keeps no more {what} for the person's pages; refused so that none goes unprotected"),
+        format!(
+            "the sites where the person decides could not be read ({}); refused so that none goes unprotected",
+            error.kind()
+        ),
     )
 }
 
-impl PersonsPages {
-    /// Reserves the pages under `path_prefix` on `origin`'s site (`origin` as a URL or an
-    /// origin) as decision pages.
-    pub(super) fn reserve_decisions(&mut self, origin: &str, path_prefix: &str) -> Result<(), ToolError> {
-        let (origin, _) = origin_and_path(origin).ok_or_else(|| invalid_origin(origin))?;
-        if !path_prefix.starts_with('/') {
-            return Err(ToolError::new(
-                ToolErrorCode::InputInvalid,
-                "a decision path starts with /",
-            ));
-        }
-        let reserved = self.entry(origin)?;
-        if reserved.decisions.iter().any(|p| path_prefix.starts_with(p.as_str())) {
-            return Ok(());
-        }
-        if reserved.decisions.len() >= MAX_PATHS {
-            return Err(full("decision paths"));
-        }
-        reserved.decisions.push(path_prefix.to_owned());
-        Ok(())
-    }
-
-    /// Marks `origin` as one a Session was joined on.
-    pub(super) fn reserve_joined(&mut self, origin: &str) -> Result<(), ToolError> {
-        let (origin, _) = origin_and_path(origin).ok_or_else(|| invalid_origin(origin))?;
-        self.entry(origin)?.joined = true;
-        Ok(())
-    }
-
-    fn entry(&mut self, origin: String) -> Result<&mut Reserved, ToolError> {
-        if !self.origins.contains_key(&origin) && self.origins.len() >= MAX_ORIGINS {
-            return Err(full("origins"));
-        }
-        Ok(self.origins.entry(origin).or_default())
-    }
-
-    /// The decision paths of `url`'s origin (for the in-page re-check), none when it has none.
-    pub(super) fn decision_paths(&self, url: &str) -> Vec<String> {
-        origin_and_path(url)
-            .and_then(|(origin, _)| self.origins.get(&origin))
-            .map(|r| r.decisions.clone())
-            .unwrap_or_default()
-    }
-
-    /// Why `tool` may not act on a tab showing `url`, if it may not. A URL that does not parse
-    /// (`about:blank`, a page mid-navigation) is judged as it is: it is no reserved page.
-    pub(super) fn refuses(&self, tool: ToolId, target: &str, url: &str) -> Option<ToolError> {
-        let reach = reach(tool);
-        if reach == Reach::Read {
-            return None;
-        }
-        let (origin, path) = origin_and_path(url)?;
-        let reserved = self.origins.get(&origin)?;
-        let decision = reserved.decisions.iter().any(|p| path.starts_with(p.as_str()));
-        let why = if decision {
-            "this tab shows a page where the person decides (AIP-7): tools may read it, never act on it"
-        } else if reach == Reach::Script && reserved.joined {
-            "scripts do not run on the pages of a company whose Session the browser joined (AIP-7: \
-             a script there reaches the person's decisions with the Session's cookie)"
-        } else {
-            return None;
-        };
-        Some(
-            ToolError::new(ToolErrorCode::PermissionDenied, why)
-                .with_cause(json!({ "rule": "AIP-7", "target": target, "tool": tool.as_str() })),
-        )
-    }
-}
-
-fn invalid_origin(origin: &str) -> ToolError {
-    // The origin is the host's own input (a discovered company), never a caller's secret.
-    ToolError::new(
-        ToolErrorCode::InputInvalid,
-        format!("{origin} is not an origin with a host"),
-    )
-}
-
-/// The in-page re-check: a script prefix that makes the acting script answer `"reserved"` when
-/// the document it runs in is under one of `paths`.
-pub(super) fn in_page_guard(paths: &[String]) -> String {
-    if paths.is_empty() {
+/// The in-page check, a script fragment run right after `const e = …` in the script that acts:
+/// it answers `"reserved"` when the document it runs in is on one of `domains` and `e` is in (or
+/// labels a control of) a form whose method is not `GET` (or `dialog`, which sends nothing).
+pub(super) fn in_page_guard(domains: &[String]) -> String {
+    if domains.is_empty() {
         return String::new();
     }
     // A JSON array of strings is a JavaScript array literal.
-    let list = serde_json::Value::from(paths.to_vec()).to_string();
-    format!("if ({list}.some(p => location.pathname.startsWith(p))) return 'reserved'; ")
+    let list = serde_json::Value::from(domains.to_vec()).to_string();
+    format!(
+        "{{ const h = location.hostname.replace(/\\.$/, '').toLowerCase(); \
+         if ({list}.some(d => h === d || h.endsWith('.' + d))) {{ \
+         const c = (e instanceof HTMLLabelElement && e.control) ? e.control : e; \
+         const f = c.form || (c.closest ? c.closest('form') : null); \
+         if (f) {{ const m = String((c.getAttribute && c.getAttribute('formmethod')) || f.method || 'get').toLowerCase(); \
+         if (m !== 'get' && m !== 'dialog') return 'reserved'; }} }} }} "
+    )
 }
 
 #[cfg(test)]
@@ -176,75 +74,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn decision_pages_refuse_input_and_script_and_a_joined_origin_refuses_script() {
-        let mut pages = PersonsPages::default();
-        pages.reserve_decisions("https://shop.example", "/operations/").unwrap();
-        let op = "https://shop.example/operations/op_1";
-        for tool in [
-            ToolId::Click,
-            ToolId::Fill,
-            ToolId::Evaluate,
-            ToolId::CdpSend,
-            ToolId::Download,
-            ToolId::Act,
-        ] {
-            let refused = pages.refuses(tool, "t1", op).expect("refused");
-            assert_eq!(refused.code, ToolErrorCode::PermissionDenied);
-            assert_eq!(refused.cause.unwrap()["rule"], "AIP-7");
-        }
-        for tool in [
-            ToolId::GetDom,
-            ToolId::Screenshot,
-            ToolId::Navigate,
-            ToolId::ListRequests,
-            ToolId::Tabs,
-        ] {
-            assert!(pages.refuses(tool, "t1", op).is_none(), "{tool}");
-        }
-        // Another page of the origin: free until a Session is joined there, then script-free.
-        let home = "https://shop.example/";
-        assert!(pages.refuses(ToolId::Evaluate, "t1", home).is_none());
-        pages.reserve_joined("https://shop.example/anything").unwrap();
-        assert!(pages.refuses(ToolId::Evaluate, "t1", home).is_some());
-        assert!(pages.refuses(ToolId::CdpSend, "t1", home).is_some());
-        assert!(pages.refuses(ToolId::Click, "t1", home).is_none());
-        // Another origin, another port, another scheme: not the company's pages.
-        for other in [
-            "https://shop.example.evil.example/operations/op_1",
-            "https://shop.example:8443/operations/op_1",
-            "http://shop.example/operations/op_1",
-            "about:blank",
-        ] {
-            assert!(pages.refuses(ToolId::Click, "t1", other).is_none(), "{other}");
-        }
-    }
-
-    #[test]
-    fn reservations_are_bounded_and_a_full_table_refuses_rather_than_forgets() {
-        let mut pages = PersonsPages::default();
-        for i in 0..MAX_PATHS {
-            pages
-                .reserve_decisions("https://a.example", &format!("/p{i}/"))
-                .unwrap();
-        }
-        // A prefix already covered costs nothing.
-        pages.reserve_decisions("https://a.example", "/p1/deeper/").unwrap();
-        assert_eq!(
-            pages.reserve_decisions("https://a.example", "/more/").unwrap_err().code,
-            ToolErrorCode::Internal
-        );
-        for i in 1..MAX_ORIGINS {
-            pages.reserve_joined(&format!("https://o{i}.example")).unwrap();
-        }
-        assert!(pages.reserve_joined("https://one-too-many.example").is_err());
-        assert!(pages.reserve_joined("not a url").is_err());
-        assert!(pages.reserve_decisions("https://b.example", "no-slash").is_err());
-    }
-
-    #[test]
-    fn the_in_page_guard_lists_the_paths_as_a_literal() {
+    fn the_in_page_guard_lists_the_sites_as_a_literal_and_is_empty_without_any() {
         assert_eq!(in_page_guard(&[]), "");
-        let guard = in_page_guard(&["/operations/".to_owned(), "/a'b\"/".to_owned()]);
-        assert!(guard.starts_with(r#"if (["/operations/","/a'b\"/"].some("#), "{guard}");
+        let guard = in_page_guard(&["shop.example".to_owned(), "a'b\"c.example".to_owned()]);
+        assert!(guard.contains(r#"["shop.example","a'b\"c.example"].some("#), "{guard}");
+        assert!(guard.contains("return 'reserved'"), "{guard}");
+    }
+
+    #[test]
+    fn a_refusal_is_permission_denied_by_aip_7_and_says_what_to_do_instead() {
+        let refused = refusal(ToolId::Click, "t1-1", PERSONS_FORM);
+        assert_eq!(refused.code, ToolErrorCode::PermissionDenied);
+        assert!(refused.message.ends_with(ASK_THE_PERSON), "{}", refused.message);
+        let cause = refused.cause.unwrap();
+        assert_eq!(cause["rule"], "AIP-7");
+        assert_eq!(cause["tool"], "browser.click");
     }
 }

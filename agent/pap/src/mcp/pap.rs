@@ -22,10 +22,13 @@
 //! or cancelling an operation, granting session material. A sign-in is approved by the person
 //! at the company; an operation is confirmed by the person on its page. No sequence of these
 //! tools does either (review N2): `pap_propose` sends only what the company's OpenAPI declares
-//! as a proposal (a `202` operation), never anything under the operations endpoint; and every
-//! operation page a tool sees is reserved in the tool host for the person, where tools read it
-//! but never click, fill or script it (`pap_browser::tools` "persons"). Grants come only from
-//! the operator's channel. Nothing a tool answers carries a token or an assertion.
+//! as a proposal (a `202` operation), never anything under the operations endpoint; and the
+//! website of every company the wallet holds a record of is the person's where it changes
+//! state: the agent's browser sends no state-changing request there but the join's own, except
+//! from a tab the person holds (`pap_browser::persons`, fed by [`crate::WalletSites`] from the
+//! wallet on disk: whatever process proposed the operation, across restarts). Tools read those
+//! pages, and never click, fill or script their forms. Grants come only from the operator's
+//! channel. Nothing a tool answers carries a token or an assertion.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -45,7 +48,6 @@ use serde_json::{Value, json};
 
 use crate::client::{ClientError, Company, PapClient, new_pairwise_user};
 use crate::wallet::{Holder, Wallet};
-use pap_shared::Operation;
 
 /// How long a join may take to land.
 const JOIN_DEADLINE: Duration = Duration::from_secs(20);
@@ -168,8 +170,9 @@ impl PapTool {
             Self::Operation => "Read an operation of this device's Session.",
             Self::Join => {
                 "Join this device's Session in the agent's browser: a new tab lands on returnTo (an https \
-                 URL on the company's domain) signed in as the Session; answers the tab's target. A page \
-                 where the person decides (an operation's page) is theirs: it can be read, not driven."
+                 URL on the company's domain) signed in as the Session; answers the tab's target. The \
+                 company's forms that change state (an operation's confirm) are the person's: tools read them, \
+                 never submit them, and scripts do not run in the tab; ask the person to confirm on the page."
             }
             Self::Signout => {
                 "Sign this device's Session out: the company revokes its Account Token (the website follows)."
@@ -268,8 +271,7 @@ impl PapTools {
     }
 
     /// Calls the PAP tool `tool` as `caller`, on the Sessions `caller` holds (review N5); a join
-    /// opens its tab in `tools`, and every operation page seen is reserved there for the person
-    /// (AIP-7).
+    /// opens its tab in `tools`.
     pub async fn call(
         self: &Arc<Self>,
         tools: &ToolHost,
@@ -324,7 +326,6 @@ impl PapTools {
                     .propose_declared(&company, session, &method, &path, &body)
                     .await
                     .map_err(|e| pap_error(&e))?;
-                self.reserve_page_of(tools, &company, &operation)?;
                 serde_json::to_value(operation).map_err(|_| internal("the operation"))
             }
             PapTool::Operation => {
@@ -336,7 +337,6 @@ impl PapTools {
                     .read_operation(&company, session, &id)
                     .await
                     .map_err(|e| pap_error(&e))?;
-                self.reserve_page_of(tools, &company, &operation)?;
                 serde_json::to_value(operation).map_err(|_| internal("the operation"))
             }
             PapTool::Join => {
@@ -513,25 +513,10 @@ impl PapTools {
         Ok(scope)
     }
 
-    /// Reserves `operation`'s page for the person in `tools` (AIP-7): its directory on its
-    /// origin (`/operations/` for `https://shop.example/operations/op_1`). An operation whose
-    /// page is not on the company's domain is refused.
-    fn reserve_page_of(&self, tools: &ToolHost, company: &Company, operation: &Operation) -> Result<(), ToolError> {
-        let Some(page) = &operation.url else { return Ok(()) };
-        let page = HttpsUrl::parse(page)
-            .ok()
-            .filter(|u| u.is_on(&company.domain))
-            .ok_or_else(|| internal("the operation's page is not on the company's domain"))?;
-        let path = page.url().path();
-        let directory = &path[..=path.rfind('/').unwrap_or(0)];
-        tools.reserve_decision_pages(&page.origin(), directory)
-    }
-
     /// A join in a new tab of `caller`'s, in its context for the company's grant (C1, C12: a
     /// device that no grant of its covers is refused `browser:consent_required`), on `holder`'s
-    /// Session. Before the tab opens, the company's website is reserved for the person as far
-    /// as it reaches decisions (AIP-7): no script tool runs on its origin, and a `returnTo`
-    /// that is an operation's page is reserved as one.
+    /// Session. The company is the person's site from its record on (AIP-7): the join's POST
+    /// goes on its own pass, and nothing else of the tab's changes state there.
     async fn join(
         &self,
         tools: &ToolHost,
@@ -555,10 +540,6 @@ impl PapTools {
             .consent()
             .permit_join(&Caller::Agent(caller.clone()), company.domain.as_str())
             .map_err(|e| e.to_tool_error())?;
-        tools.reserve_joined_origin(&return_to.origin())?;
-        tools.reserve_joined_origin(&format!("https://{}", company.domain.as_str()))?;
-        self.reserve_if_operation_page(tools, &company, session, &return_to)
-            .await?;
         let (target, page) = tools
             .open_tab(caller, &format!("https://{}/", company.domain.as_str()))
             .await?;
@@ -569,6 +550,7 @@ impl PapTools {
             &return_to,
             &page,
             &permit,
+            tools.persons(),
             JOIN_DEADLINE,
         )
         .await
@@ -584,29 +566,6 @@ impl PapTools {
             _ => internal(&e.to_string()),
         })?;
         Ok(json!({ "target": target, "url": outcome.landed.as_str(), "status": outcome.status }))
-    }
-
-    /// When `return_to`'s last path segment names an operation of the Session whose page it is,
-    /// that page is reserved for the person. A read that fails for another reason than "no such
-    /// operation" reserves `return_to`'s own path: unsure is reserved.
-    async fn reserve_if_operation_page(
-        &self,
-        tools: &ToolHost,
-        company: &Company,
-        session: &crate::client::Session,
-        return_to: &HttpsUrl,
-    ) -> Result<(), ToolError> {
-        let path = return_to.url().path();
-        let last = path.rsplit('/').next().unwrap_or_default();
-        let identifier = pap_shared::is_base64url(last, 1, usize::MAX);
-        if !identifier || company.operations_endpoint.is_none() {
-            return Ok(());
-        }
-        match self.client.read_operation(company, session, last).await {
-            Ok(operation) => self.reserve_page_of(tools, company, &operation),
-            Err(ClientError::Protocol { status: 404, .. }) => Ok(()),
-            Err(_) => tools.reserve_decision_pages(&return_to.origin(), path),
-        }
     }
 
     /// Signs `holder`'s Session out: its Account Token revoked at the company, the record

@@ -227,6 +227,7 @@ pub async fn story(stage: &Stage, target: &Target, logs: &Captured) {
         &page_url,
         &page,
         &permit,
+        &browser_config.persons,
         Duration::from_secs(15),
     )
     .await

@@ -22,10 +22,10 @@ use zeroize::Zeroizing;
 use super::client_address::ClientAddress;
 use super::config::AccountConfig;
 use super::protocol::{ApiError, json_response, read_form};
-use super::website::same_site;
 use super::{ReferenceCompany, layout, scopes, token_hash};
 use pap_company::page::escape_html;
 use pap_company::records::{Commit, Expect, expect_of, read, retrying};
+use pap_company::route::{SameOrigin, SameOriginRejection};
 use pap_company::slot::{self, SlotTag};
 use pap_company::stores::{Owner, StoreError};
 
@@ -596,11 +596,12 @@ fn is_user_code(code: &str) -> bool {
 async fn decide(
     State(company): State<ReferenceCompany>,
     client: Option<Extension<ClientAddress>>,
+    same_origin: Result<SameOrigin, SameOriginRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let page = |status, text: &str| layout::message(&company, status, "Connect your agent", text);
-    if !same_site(&headers, &company.inner.base) {
+    if same_origin.is_err() {
         return page(StatusCode::FORBIDDEN, "This request did not come from this site.");
     }
     let Ok(form) = read_form(&headers, body).await else {

@@ -9,13 +9,12 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
-use subtle::ConstantTimeEq;
 
 use super::protocol::read_form;
-use super::website::{account_name, csrf_token, same_site, viewer};
+use super::website::{account_name, viewer};
 use super::{ReferenceCompany, layout};
 use pap_company::page::escape_html;
-use pap_company::route::{WebSession, WebSessionRejection};
+use pap_company::route::{SameOrigin, SameOriginRejection, WebSession, WebSessionRejection};
 use pap_company::stores::SESSION_COOKIE_NAME;
 
 /// How many operations the front page lists.
@@ -102,7 +101,7 @@ async fn signed_in(company: &ReferenceCompany, session: &WebSession) -> Response
          <div class=\"actions\"><button class=\"secondary\">Sign out</button></div></form>\
          <p class=\"muted\">Signing out ends your agent's sign-in too: its Session is signed out \
          and its sign-in cannot be renewed, so it asks you again before it uses this shop.</p></section><section class=\"card\"><h2>Your operations</h2>",
-        csrf = csrf_token(session.cookie(), SIGN_OUT),
+        csrf = session.csrf_token(SIGN_OUT),
     ));
     if operations.is_empty() {
         main.push_str("<p class=\"muted\">Nothing proposed yet.</p>");
@@ -131,11 +130,12 @@ async fn signed_in(company: &ReferenceCompany, session: &WebSession) -> Response
 async fn sign_out(
     State(company): State<ReferenceCompany>,
     headers: HeaderMap,
+    same_origin: Result<SameOrigin, SameOriginRejection>,
     session: WebSession,
     body: Body,
 ) -> Response {
     let refused = |text: &str| layout::message(&company, StatusCode::FORBIDDEN, "Not signed out", text);
-    if !same_site(&headers, &company.inner.base) {
+    if same_origin.is_err() {
         return refused("This request did not come from this site.");
     }
     let Ok(form) = read_form(&headers, body).await else {
@@ -147,8 +147,7 @@ async fn sign_out(
         );
     };
     let sent = form.get("csrf").map(String::as_str).unwrap_or_default();
-    let expected = csrf_token(session.cookie(), SIGN_OUT);
-    if !bool::from(expected.as_bytes().ct_eq(sent.as_bytes())) {
+    if session.check_csrf(SIGN_OUT, sent).is_err() {
         return refused("This request did not come from this site.");
     }
     // The sign-in that signed this Session in ends with it (its Account Token refreshes no

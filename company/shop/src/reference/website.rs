@@ -7,40 +7,17 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, Mac};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use pap_shared::{Operation, OperationState};
-use sha2::Sha256;
-use subtle::ConstantTimeEq;
 
 use super::operations::{ConfirmError, Viewer};
 use super::protocol::read_form;
 use super::{ReferenceCompany, layout};
 use pap_company::page::escape_html;
-use pap_company::route::WebSession;
-use pap_company::stores::SessionCookie;
+use pap_company::route::{SameOrigin, SameOriginRejection, WebSession};
 
 pub(super) fn routes() -> Router<ReferenceCompany> {
     Router::new().route("/operations/{id}", get(show).post(submit))
-}
-
-/// Whether a state-changing request came from this site: `Sec-Fetch-Site` absent or
-/// `same-origin`, and `Origin` absent or exactly `base` (no port, not `null`).
-pub(crate) fn same_site(headers: &HeaderMap, base: &str) -> bool {
-    let fetch_site = headers.get("sec-fetch-site").map(|v| v.as_bytes());
-    let origin = headers.get(header::ORIGIN).map(|v| v.as_bytes());
-    fetch_site.is_none_or(|v| v == b"same-origin") && origin.is_none_or(|v| v == base.as_bytes())
-}
-
-/// The CSRF token of one of the website's forms: base64url HMAC-SHA256 keyed by the session
-/// cookie over `purpose` (`operation:{id}` for an operation's form, `sign-out`), so it is
-/// worthless in any other browser or for any other form.
-pub(super) fn csrf_token(cookie: &SessionCookie, purpose: &str) -> String {
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(cookie.secret().as_bytes()).expect("HMAC takes any key length");
-    mac.update(purpose.as_bytes());
-    URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
 }
 
 pub(super) fn viewer(session: &WebSession) -> Viewer<'_> {
@@ -119,7 +96,7 @@ async fn render(company: &ReferenceCompany, operation: &Operation, session: &Web
              <button class=\"secondary\" name=\"action\" value=\"cancel\">Cancel</button></div></form>",
             action = escape_html(&action),
             revision = operation.revision,
-            csrf = csrf_token(session.cookie(), &format!("operation:{}", operation.operation_id)),
+            csrf = session.csrf_token(&format!("operation:{}", operation.operation_id)),
         ));
     }
     main.push_str("</section>");
@@ -136,12 +113,14 @@ pub(super) fn account_name(company: &ReferenceCompany, session: &WebSession) -> 
         .map_or_else(|| account.to_owned(), |a| a.username.clone())
 }
 
-/// The page's form, posted to the page's own URL: same-site, CSRF bound to the cookie and the
-/// operation, then confirm (the default) or cancel; answered 303 back to the page.
+/// The page's form, posted to the page's own URL: from this origin ([`SameOrigin`]: not a
+/// sibling subdomain, whose pages `SameSite=Lax` lets send the cookie), CSRF bound to the cookie
+/// and the operation, then confirm (the default) or cancel; answered 303 back to the page.
 async fn submit(
     State(company): State<ReferenceCompany>,
     Path(id): Path<String>,
     headers: HeaderMap,
+    same_origin: Result<SameOrigin, SameOriginRejection>,
     session: WebSession,
     body: Body,
 ) -> Response {
@@ -149,7 +128,7 @@ async fn submit(
     if let Err(error) = company.read_operation(&id, &viewer).await {
         return refusal(&company, &error);
     }
-    if !same_site(&headers, &company.inner.base) {
+    if same_origin.is_err() {
         return layout::message(
             &company,
             StatusCode::FORBIDDEN,
@@ -166,8 +145,7 @@ async fn submit(
         );
     };
     let field = |n: &str| form.get(n).map(String::as_str).unwrap_or_default();
-    let expected = csrf_token(session.cookie(), &format!("operation:{id}"));
-    if !bool::from(expected.as_bytes().ct_eq(field("csrf").as_bytes())) {
+    if session.check_csrf(&format!("operation:{id}"), field("csrf")).is_err() {
         return layout::message(
             &company,
             StatusCode::FORBIDDEN,

@@ -154,6 +154,9 @@ impl Agent {
             };
         }
         config.attach_to = self.attach;
+        // The wallet's companies are the person's sites (AIP-7): the browser sends no
+        // state-changing request there but the join's own and the person's.
+        config.persons = WalletSites::persons(&self.state_dir);
         for origin in &self.named_origins {
             config.navigation.name(origin.clone());
         }
@@ -365,6 +368,11 @@ pub(crate) async fn browse(
         }
         // A context of its own, holding the company's grant only (review M5).
         let page = join_tab(&browser, &consent, &caller, company.domain.as_str()).await?;
+        // `--confirm` is the person's own click, given on the operator's channel: this tab, which
+        // no tool can reach (no tool host serves this browser), is the person's from the start.
+        let _persons = confirm
+            .then(|| config.persons.hold_for_person(page.target_id().inner().clone()))
+            .transpose()?;
         let outcome = join(
             &agent.client,
             &company,
@@ -372,6 +380,7 @@ pub(crate) async fn browse(
             &return_to,
             &page,
             &permit,
+            &config.persons,
             Duration::from_secs(20),
         )
         .await?;

@@ -22,8 +22,8 @@ use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 use pap_agent::pairing::{Bearer, Devices};
 use pap_agent::{
-    ClientConfig, Company, Identity, PapClient, Wallet, documents_router, join, join_tab, new_pairwise_user,
-    pin_served_leaf,
+    ClientConfig, Company, Identity, PapClient, Wallet, WalletSites, documents_router, join, join_tab,
+    new_pairwise_user, pin_served_leaf,
 };
 use pap_browser::chromium::{self, BrowserHost, ChromiumConfig, TestNetwork, click_and_land};
 use pap_browser::consent;
