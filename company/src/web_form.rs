@@ -24,7 +24,7 @@
 //! # let _ = confirm;
 //! ```
 
-use axum::extract::FromRequestParts;
+use axum::extract::{FromRef, FromRequestParts};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -34,15 +34,18 @@ use http::{StatusCode, header};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
+use crate::browser_session::BrowserSession;
 use crate::page::message_page;
 use crate::web_session::WebSession;
 
-/// A request that came from a page of the origin it is sent to: `Sec-Fetch-Site` is
-/// `same-origin` and `Origin` is `https://` and the request's own host, each when the browser
-/// sends it (every current browser sends both on a form POST; a client that is no browser sends
-/// neither and still needs the cookie and the CSRF token). Put it first on a decision form's
-/// handler: a sibling subdomain, another site or a `null` origin is refused 403 before anything
-/// is read.
+/// A request that came from a page of the company's web origin: `Sec-Fetch-Site` is
+/// `same-origin` and `Origin` is the origin of the browser-session endpoint, each when the
+/// browser sends it (every current browser sends both on a form POST; a client that is no
+/// browser sends neither and still needs the cookie and the CSRF token). That origin is the only
+/// one a decision page can be on: the `__Host-` cookie [`WebSession`] needs is set by the
+/// endpoint for its host alone. Taken from the configuration, not the request's `Host`, so a
+/// proxy that rewrites `Host` changes nothing. Put it first on a decision form's handler: a
+/// sibling subdomain, another site or a `null` origin is refused 403 before anything is read.
 #[derive(Clone, Copy, Debug)]
 pub struct SameOrigin;
 
@@ -55,9 +58,6 @@ pub enum SameOriginRejection {
     /// `Origin` is not this request's own (another host, `http:`, `null`).
     #[error("the request came from another origin (Origin)")]
     Origin,
-    /// The request names no host of its own to compare with.
-    #[error("the request names no host")]
-    NoHost,
 }
 
 impl IntoResponse for SameOriginRejection {
@@ -71,15 +71,21 @@ impl IntoResponse for SameOriginRejection {
     }
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for SameOrigin {
+impl<S> FromRequestParts<S> for SameOrigin
+where
+    S: Send + Sync,
+    BrowserSession: FromRef<S>,
+{
     type Rejection = SameOriginRejection;
 
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        check_same_origin(parts)
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let own = BrowserSession::from_ref(state).verifier().endpoint().origin();
+        check_same_origin(parts, &own)
     }
 }
 
-fn check_same_origin(parts: &Parts) -> Result<SameOrigin, SameOriginRejection> {
+/// The check itself, against `own` (`https://shop.example`).
+fn check_same_origin(parts: &Parts, own: &str) -> Result<SameOrigin, SameOriginRejection> {
     let fetch_site = parts.headers.get("sec-fetch-site");
     if fetch_site.is_some_and(|site| site.as_bytes() != b"same-origin") {
         return Err(SameOriginRejection::FetchSite);
@@ -87,14 +93,7 @@ fn check_same_origin(parts: &Parts) -> Result<SameOrigin, SameOriginRejection> {
     let Some(origin) = parts.headers.get(header::ORIGIN) else {
         return Ok(SameOrigin);
     };
-    let host = parts
-        .headers
-        .get(header::HOST)
-        .map(http::HeaderValue::as_bytes)
-        .or_else(|| parts.uri.authority().map(|a| a.as_str().as_bytes()))
-        .ok_or(SameOriginRejection::NoHost)?;
-    let own = [b"https://".as_slice(), host].concat();
-    if origin.as_bytes().eq_ignore_ascii_case(&own) {
+    if origin.as_bytes().eq_ignore_ascii_case(own.as_bytes()) {
         Ok(SameOrigin)
     } else {
         Err(SameOriginRejection::Origin)
@@ -142,14 +141,18 @@ mod tests {
 
     #[test]
     fn a_page_of_the_same_origin_passes_and_a_sibling_subdomain_does_not() {
-        let own = [
-            ("host", "shop.example"),
-            ("origin", "https://shop.example"),
+        const OWN: &str = "https://shop.example";
+        let own = [("origin", OWN), ("sec-fetch-site", "same-origin")];
+        assert!(check_same_origin(&parts(&own), OWN).is_ok());
+        // No browser headers at all (a client that is no browser): the CSRF token decides.
+        assert!(check_same_origin(&parts(&[]), OWN).is_ok());
+        // A proxy's Host changes nothing.
+        let proxied = [
+            ("host", "10.0.0.7:8080"),
+            ("origin", OWN),
             ("sec-fetch-site", "same-origin"),
         ];
-        assert!(check_same_origin(&parts(&own)).is_ok());
-        // No browser headers at all (a client that is no browser): the CSRF token decides.
-        assert!(check_same_origin(&parts(&[("host", "shop.example")])).is_ok());
+        assert!(check_same_origin(&parts(&proxied), OWN).is_ok());
         for (headers, why) in [
             (
                 vec![
@@ -179,9 +182,9 @@ mod tests {
                 vec![("host", "shop.example"), ("sec-fetch-site", "none")],
                 SameOriginRejection::FetchSite,
             ),
-            (vec![("origin", "https://shop.example")], SameOriginRejection::NoHost),
+            (vec![("origin", "https://shop.example:443")], SameOriginRejection::Origin),
         ] {
-            assert_eq!(check_same_origin(&parts(&headers)).unwrap_err(), why, "{headers:?}");
+            assert_eq!(check_same_origin(&parts(&headers), OWN).unwrap_err(), why, "{headers:?}");
         }
     }
 

@@ -48,17 +48,27 @@ const NAMES: [&str; 4] = ["shop.example", "www.shop.example", "atk.example", "at
 
 /// A page that posts the confirm form from its own script, as soon as it loads, with what its
 /// fragment carries (`op`, `rev`, `csrf`): a `fetch` (answering `blocked` when the browser
-/// refused to send it, `sent` when it went, whatever the company then said), then a beacon.
-/// Served on `www.shop.example` (a sibling of the company's site) and `atk.example` (another).
+/// refused to send it, `sent` when it went, whatever the company then said), a beacon, and the
+/// form itself submitted into a frame of the page. Served on `www.shop.example` (a sibling of
+/// the company's site) and `atk.example` (another site).
 const POSTING_PAGE: &str = r#"<!doctype html><meta charset="utf-8"><title>pending</title><pre id="out">pending</pre>
+<iframe name="sink"></iframe>
 <script>
 (async () => {
   const p = new URLSearchParams(location.hash.slice(1));
-  const body = new URLSearchParams({ revision: p.get('rev'), approved_by: 'user', csrf: p.get('csrf'), action: 'confirm' });
+  const fields = { revision: p.get('rev'), approved_by: 'user', csrf: p.get('csrf'), action: 'confirm' };
+  const body = new URLSearchParams(fields);
   let out;
   try { await fetch(p.get('op'), { method: 'POST', mode: 'no-cors', credentials: 'include', body }); out = 'sent'; }
   catch (e) { out = 'blocked'; }
   navigator.sendBeacon(p.get('op'), body);
+  const form = document.createElement('form');
+  form.method = 'post'; form.action = p.get('op'); form.target = 'sink';
+  for (const [name, value] of Object.entries(fields)) {
+    const input = document.createElement('input'); input.type = 'hidden'; input.name = name; input.value = value;
+    form.appendChild(input);
+  }
+  document.body.appendChild(form); form.submit();
   document.getElementById('out').textContent = out;
   document.title = out;
 })();
@@ -489,7 +499,7 @@ async fn no_route_performs_an_operation_and_the_persons_own_click_does_once() {
         .row(
             &w,
             &id,
-            "a script of `www.shop.example` posting the form (`fetch`, `sendBeacon`) with the token",
+            "a script of `www.shop.example` posting the form (`fetch`, `sendBeacon`, a form into a frame) with the token",
             "blocked by the browser",
         )
         .await;
@@ -507,13 +517,21 @@ async fn no_route_performs_an_operation_and_the_persons_own_click_does_once() {
         .row(
             &w,
             &id,
-            "a page of `atk.example` posting the form (`fetch`, `sendBeacon`)",
+            "a page of `atk.example` posting the form (`fetch`, `sendBeacon`, a form into a frame)",
             "blocked by the browser",
         )
         .await;
-    // Each page's fetch and its beacon: four requests the guard refused, none sent.
-    let refused = w.tools.persons().refused() - refused_before;
-    assert!(refused >= 4, "the guard refused {refused} requests");
+    // Each page's fetch, its beacon and its form: six requests the guard refused, none sent.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    while w.tools.persons().refused() - refused_before < 6 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the guard refused {} of the pages' 6 requests",
+            w.tools.persons().refused() - refused_before
+        );
+        tick.tick().await;
+    }
     for tab in [&again["target"], &home["target"], &sibling["target"], &cross["target"]] {
         call(&w.server, &a, "browser_tabs", json!({"action": "close", "target": tab}))
             .await

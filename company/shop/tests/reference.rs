@@ -166,7 +166,12 @@ async fn the_page_refuses_foreign_origins_missing_or_foreign_csrf_and_other_sess
     let mut fields = hidden_inputs(&body_text(shop.page(&url, &cookie).await).await);
     fields.push(("action".into(), "confirm".into()));
 
-    for origin in ["https://evil.example", "https://shop.example:443", "null"] {
+    for origin in [
+        "https://evil.example",
+        "https://www.shop.example",
+        "https://shop.example:443",
+        "null",
+    ] {
         assert_eq!(
             shop.submit(&url, &cookie, &fields, origin).await.status(),
             StatusCode::FORBIDDEN,
