@@ -182,9 +182,16 @@ mod tests {
                 vec![("host", "shop.example"), ("sec-fetch-site", "none")],
                 SameOriginRejection::FetchSite,
             ),
-            (vec![("origin", "https://shop.example:443")], SameOriginRejection::Origin),
+            (
+                vec![("origin", "https://shop.example:443")],
+                SameOriginRejection::Origin,
+            ),
         ] {
-            assert_eq!(check_same_origin(&parts(&headers), OWN).unwrap_err(), why, "{headers:?}");
+            assert_eq!(
+                check_same_origin(&parts(&headers), OWN).unwrap_err(),
+                why,
+                "{headers:?}"
+            );
         }
     }
 
