@@ -1,5 +1,5 @@
 //! The crate's layers hold, read from its sources: each layer imports only the layers below it
-//! (`tools` > `chromium` > `consent` > `store` and `spec`), the spec layer does no I/O (no
+//! (`tools` > `chromium` > `consent` > `store` and `spec`, with `persons` beneath them all), the spec layer does no I/O (no
 //! tokio, no chromiumoxide, no clock, no socket, no process), and the tool surface never names the
 //! operator's proof (AIP-63 C7: it acts for agents only).
 
@@ -58,10 +58,13 @@ fn each_layer_imports_only_the_layers_below_it() {
             "store" => &["crate::consent", "crate::chromium", "crate::tools"],
             "consent" => &["crate::chromium", "crate::tools"],
             "chromium" => &["crate::tools"],
+            // What is the person's (AIP-7) depends on nothing of the kit: the request guard and
+            // the tools judge by it.
+            "persons" => &["crate::spec", "crate::consent", "crate::chromium", "crate::tools", "crate::store"],
             _ => &[],
         }
     };
-    for name in ["spec", "store", "consent", "chromium", "tools"] {
+    for name in ["spec", "store", "persons", "consent", "chromium", "tools"] {
         for (path, code) in layer(name) {
             for forbidden in above(name) {
                 assert!(

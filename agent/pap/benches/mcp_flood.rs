@@ -14,14 +14,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pap_agent::mcp::BrowserServer;
-use pap_agent::mcp::http::{Exposure, Limits, router, serve};
-use pap_agent::pairing::Devices;
-use pap_agent::testkit::Flood;
 use pap_browser::chromium::{self, BrowserHost, ChromiumConfig};
 use pap_browser::consent::ConsentHost;
 use pap_browser::spec::InstanceKey;
 use pap_browser::tools::ToolHost;
+use pap_host::BrowserServer;
+use pap_host::http::{Exposure, Limits, router, serve};
+use pap_host::pairing::Devices;
+use pap_host::testkit::Flood;
 use pap_shared::{SystemClock, SystemRng};
 use rmcp::ServiceExt as _;
 use rmcp::model::CallToolRequestParams;

@@ -15,13 +15,13 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pap_agent::mcp::BrowserServer;
-use pap_agent::mcp::http::{Exposure, Limits, router, serve};
-use pap_agent::pairing::Devices;
 use pap_browser::chromium::{self, BrowserHost, ChromiumConfig};
 use pap_browser::consent::ConsentHost;
 use pap_browser::spec::{AgentCaller, InstanceKey, NamedOrigin, ToolResult};
 use pap_browser::tools::ToolHost;
+use pap_host::BrowserServer;
+use pap_host::http::{Exposure, Limits, router, serve};
+use pap_host::pairing::Devices;
 use pap_shared::{SystemClock, SystemRng};
 use serde_json::{Value, json};
 use support::cli_agent::{host_serve, mcp_call as call, mcp_device, pap, resident_kib};

@@ -7,12 +7,27 @@
 //! redirect, and the browser then shows the Session.
 //!
 //! ```text
-//! pap-agent (this crate)    identity, PAP client, wallet, join, the `pap-agent` binary
+//! pap-agent (this crate)    identity, PAP client, wallet, join, the PAP tools, the `pap-agent` binary
+//!     │
+//! pap-host                  the paired MCP host: MCP over HTTP and stdio, pairing, the tunnel
 //!     │
 //! pap-browser               the AIP-63 kit: spec, consent, Chromium, tool host
 //!     │
 //! pap-shared                wire types, JOSE, domain rules, Clock/Rng
 //! ```
+//!
+//! # Layout
+//!
+//! - [`Identity`] (`identity`): the agent's `client_id`, its P-256 key and documents
+//!   (`documents`, `tls`: serving them, pinning a test company's leaf).
+//! - [`PapClient`] (`client`): discovery, Sessions (jwt-bearer + DPoP), Device Sign-In, Account
+//!   Token revocation, Operations v1.
+//! - [`Wallet`] (`wallet`): what the agent keeps per company and holder, sealed; [`WalletSites`]:
+//!   the companies it names are the person's sites in the agent's browser (AIP-7).
+//! - [`join`] (`join`): the browser-session join (PAP §5, agent side).
+//! - [`PapTools`] (`pap_tools`): the PAP steps as tools the paired MCP host serves beside the
+//!   browser's ([`pap_host::ExtraTools`]).
+//! - `src/bin/pap-agent/`: the CLI.
 
 #![doc = include_str!("../../README.md")]
 #![forbid(unsafe_code)]
@@ -22,12 +37,10 @@ mod client;
 mod documents;
 mod identity;
 mod join;
-pub mod mcp;
-pub mod pairing;
+mod pap_tools;
 #[cfg(feature = "test-support")]
 pub mod testkit;
 mod tls;
-pub mod tunnel;
 mod wallet;
 
 // The public interface is:
@@ -38,5 +51,6 @@ pub use client::{
 pub use documents::{DOCUMENTS_CACHE_CONTROL, documents_router};
 pub use identity::{DEFAULT_ROTATION_GRACE_SECONDS, Identity, IdentityError, KEY_ID, RotationReport};
 pub use join::{JoinError, JoinOutcome, JoinTabError, join, join_tab};
+pub use pap_tools::{PapTool, PapTools, sign_out_device};
 pub use tls::{PinError, pin_served_leaf, spki_pin};
 pub use wallet::{Holder, Wallet, WalletError, WalletSites};

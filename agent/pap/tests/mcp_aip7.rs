@@ -30,14 +30,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pap_agent::mcp::BrowserServer;
-use pap_agent::mcp::pap::{PapTools, sign_out_device};
 use pap_agent::{Holder, Wallet, WalletSites};
+use pap_agent::{PapTools, sign_out_device};
 use pap_browser::chromium::{self, ChromiumConfig, TestNetwork, click_and_land};
 use pap_browser::consent::{ConsentHost, GrantRequest};
 use pap_browser::spec::{AgentCaller, InstanceKey, Operator, is_mcp_name};
 use pap_browser::store::SealingKey;
 use pap_browser::tools::ToolHost;
+use pap_host::BrowserServer;
 use pap_shared::{CompanyDomain, SystemClock, SystemRng};
 use serde_json::{Value, json};
 use support::{Stage, client_for, start_reference_company};
@@ -190,7 +190,7 @@ async fn world(label: &str) -> World {
         state.clone(),
         SealingKey::open(&state, &SystemRng).unwrap(),
     );
-    let server = BrowserServer::per_request(tools.clone()).with_pap(pap);
+    let server = BrowserServer::per_request(tools.clone()).with_extra(pap);
     World {
         stage,
         company,
@@ -1001,7 +1001,7 @@ async fn a_device_is_held_to_its_tabs_and_its_rate_and_no_other_device_notices()
 
     // A burst past the rate limit: refused at once, retryable, saying when; D is not slowed.
     let mut limited = None;
-    for _ in 0..=(pap_agent::mcp::rate::BURST as usize) {
+    for _ in 0..=(pap_host::rate::BURST as usize) {
         if let Err(error) = call(&w.server, &c, "browser_tabs", json!({})).await {
             limited = Some(error);
             break;

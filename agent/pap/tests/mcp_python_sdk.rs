@@ -143,7 +143,7 @@ async fn the_official_python_sdk_drives_our_hosts_over_http_and_stdio() {
     let (paired, fingerprint, said, pairing_took) = pair_accept(&device, &[], &offer, "yes").await;
     assert!(paired, "pair accept failed: {said}");
     let (mut connect, endpoint, _) = pair_connect(&device, &[], fingerprint.trim()).await;
-    let bearer_file = pap_agent::tunnel::device::endpoint_bearer_path(&device, fingerprint.trim());
+    let bearer_file = pap_host::tunnel::device::endpoint_bearer_path(&device, fingerprint.trim());
     let bearer_file = bearer_file.to_str().unwrap();
     let seen = python_device(
         &python,

@@ -105,7 +105,7 @@ async fn a_device_pairs_through_the_broker_reaches_only_the_host_and_is_told_whe
     let (mut connect, endpoint, mut heard) = pair_connect(&device_state, &[], &fingerprint).await;
     let http = pap_agent::testkit::plain_http_client(rustls::RootCertStore::empty(), &Default::default()).unwrap();
     // Loopback is every user's: the endpoint serves only a client with its bearer (0600).
-    let bearer_file = pap_agent::tunnel::device::endpoint_bearer_path(&device_state, &fingerprint);
+    let bearer_file = pap_host::tunnel::device::endpoint_bearer_path(&device_state, &fingerprint);
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&bearer_file).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600);
     let endpoint_bearer = std::fs::read_to_string(&bearer_file).unwrap();
@@ -177,7 +177,7 @@ async fn a_device_pairs_through_the_broker_reaches_only_the_host_and_is_told_whe
     let epoch = pap_pair::derive::epoch_tokens(&root, today).unwrap();
     let second = Offer::parse(&offer_text, now()).unwrap();
     let second_tokens = pap_pair::derive::offer_tokens(&second.secret).unwrap();
-    let bearer = pap_agent::pairing::tunnel_bearer(&root);
+    let bearer = pap_host::pairing::tunnel_bearer(&root);
     let secrets = [
         second.secret.as_str(),
         offer.secret.as_str(),

@@ -21,10 +21,10 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use futures_util::StreamExt as _;
-use pap_agent::pairing::Devices;
-use pap_agent::tunnel::device::{TunnelClient, accept, load_credential};
-use pap_agent::tunnel::host::HostTunnel;
-use pap_agent::tunnel::{daemon_keys, mint_offer};
+use pap_host::pairing::Devices;
+use pap_host::tunnel::device::{TunnelClient, accept, load_credential};
+use pap_host::tunnel::host::HostTunnel;
+use pap_host::tunnel::{daemon_keys, mint_offer};
 use pap_pair::link::Dialer;
 use pap_shared::{Clock, ManualClock, SystemClock, SystemRng};
 use support::cli_agent::{agent_saying, rendezvous};

@@ -1,8 +1,31 @@
 //! The PAP steps (`pap-agent pap …`): the agent opened from its state directory, its Session,
 //! sign-in, proposals, operations and the join in its own Chromium.
 
-#[allow(unused_imports, reason = "the binary's shared imports, one list in main.rs")]
-use crate::*;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use pap_agent::{
+    ClientConfig, Company, Identity, PapClient, Wallet, WalletSites, join, join_tab, new_pairwise_user, pin_served_leaf,
+};
+use pap_browser::chromium::{BrowserHost, ChromiumConfig, TestNetwork, click_and_land};
+use pap_browser::spec::InstanceKey;
+use pap_browser::store::SealingKey;
+use pap_browser::tools::ToolHost;
+use pap_browser::{chromium, consent};
+use pap_host::pairing::{Bearer, Devices};
+use pap_net::listener::TlsListener;
+use pap_shared::{HttpsUrl, SystemClock, SystemRng};
+use rustls::pki_types::CertificateDer;
+
+use crate::browser::lifecycle;
+use crate::cli::{HostCommand, MCP_INSTANCE, PapCommand};
+use crate::host::supervise;
+use crate::tunnel::host_label;
+use crate::util::{parse_connect, parse_domain, print_json, printable, read_file, shutdown_signal};
 
 pub(crate) struct Agent {
     pub(crate) state_dir: PathBuf,
@@ -117,13 +140,8 @@ impl Agent {
                     (Some(cert), Some(key)) => Some((read_file(&cert)?, zeroize::Zeroizing::new(read_file(&key)?))),
                     _ => None,
                 };
-                let exposure = pap_agent::mcp::http::Exposure::check(
-                    listen,
-                    allow_remote,
-                    tls.is_some(),
-                    &allow_hosts,
-                    &allow_origins,
-                )?;
+                let exposure =
+                    pap_host::http::Exposure::check(listen, allow_remote, tls.is_some(), &allow_hosts, &allow_origins)?;
                 self.host_serve(listen, exposure, tls).await
             }
             PapCommand::Revoke { domain } => {
@@ -181,8 +199,7 @@ impl Agent {
         };
         let (host, tools) = self.mcp_tools().await?;
         let _supervision = supervise(&host, &tools)?;
-        let server =
-            pap_agent::mcp::BrowserServer::stdio(tools, devices, bearer, device.id).with_pap(self.pap_tools()?);
+        let server = pap_host::BrowserServer::stdio(tools, devices, bearer, device.id).with_extra(self.pap_tools()?);
         let served = server.serve(rmcp::transport::stdio()).await?;
         let ended = served.waiting().await;
         host.stop(MCP_INSTANCE, Duration::from_secs(2)).await?;
@@ -195,13 +212,13 @@ impl Agent {
     pub(crate) async fn host_serve(
         &self,
         listen: SocketAddr,
-        exposure: pap_agent::mcp::http::Exposure,
+        exposure: pap_host::http::Exposure,
         tls: Option<(Vec<u8>, zeroize::Zeroizing<Vec<u8>>)>,
     ) -> anyhow::Result<()> {
-        use pap_agent::mcp::http;
+        use pap_host::http;
         let (host, tools) = self.mcp_tools().await?;
         let _supervision = supervise(&host, &tools)?;
-        let server = pap_agent::mcp::BrowserServer::per_request(tools).with_pap(self.pap_tools()?);
+        let server = pap_host::BrowserServer::per_request(tools).with_extra(self.pap_tools()?);
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("binding {listen}"))?;
@@ -210,9 +227,9 @@ impl Agent {
         let limits = http::Limits::default();
         let app = http::router(server, Devices::at(&self.state_dir), guard, limits);
         // AIP-59 pair/v2: the same routes, reached over a rendezvous by devices paired there.
-        let tunnel = std::sync::Arc::new(pap_agent::tunnel::host::HostTunnel::new(
+        let tunnel = std::sync::Arc::new(pap_host::tunnel::host::HostTunnel::new(
             Devices::at(&self.state_dir),
-            pap_agent::tunnel::daemon_keys(&self.state_dir, &SystemRng)?,
+            pap_host::tunnel::daemon_keys(&self.state_dir, &SystemRng)?,
             pap_pair::link::Dialer::new(&self.extra_roots)?,
             app.clone(),
             format!("127.0.0.1:{}", bound.port()),
@@ -239,9 +256,9 @@ impl Agent {
     }
 
     /// The PAP steps as tools, for an MCP host.
-    pub(crate) fn pap_tools(&self) -> anyhow::Result<Arc<pap_agent::mcp::pap::PapTools>> {
+    pub(crate) fn pap_tools(&self) -> anyhow::Result<Arc<pap_agent::PapTools>> {
         let sealing = SealingKey::open(&self.state_dir, &SystemRng)?;
-        Ok(pap_agent::mcp::pap::PapTools::new(
+        Ok(pap_agent::PapTools::new(
             self.client.clone(),
             self.state_dir.clone(),
             sealing,

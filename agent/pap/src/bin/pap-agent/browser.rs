@@ -1,7 +1,13 @@
 //! `pap-agent browser`: the controlled browser's lifecycle, as the operator sees it.
 
-#[allow(unused_imports, reason = "the binary's shared imports, one list in main.rs")]
-use crate::*;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use pap_browser::chromium::{BrowserHost, ChromiumConfig};
+use pap_browser::spec::{InstanceState, Lifecycle, OperatorReset};
+use pap_browser::{chromium, consent};
+
+use crate::cli::BrowserCommand;
 
 /// `pap-agent browser status|stop`: what the process table shows of this state directory's
 /// browsers, and the operator's stop. The per-instance supervisor state (crash-looping, and the

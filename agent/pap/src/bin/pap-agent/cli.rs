@@ -1,8 +1,19 @@
 //! The command line: every subcommand and flag (clap), the state directory, and the dispatch
 //! to the module of each command area. Nothing here acts; each area's module does.
 
-#[allow(unused_imports, reason = "the binary's shared imports, one list in main.rs")]
-use crate::*;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+
+use crate::agent::Agent;
+use crate::browser::browser_command;
+use crate::consent_cli::consent_command;
+use crate::host::{devices_command, install_mcp, pair};
+use crate::identity::identity;
+use crate::tunnel::{install_tunnel, pair_accept, pair_connect, pair_offer, pair_page, pair_stdio};
+use crate::util::shutdown_signal;
 
 #[derive(Parser)]
 #[command(
@@ -67,7 +78,7 @@ pub(crate) enum Command {
         #[arg(long, default_value = "device")]
         name: String,
         /// How long the code works, in seconds (at most 900).
-        #[arg(long, value_name = "SECONDS", default_value_t = pap_agent::pairing::CODE_LIFETIME)]
+        #[arg(long, value_name = "SECONDS", default_value_t = pap_host::pairing::CODE_LIFETIME)]
         ttl: u64,
     },
     /// The paired devices (AIP-59): the only clients that reach the agent's browser.
@@ -82,7 +93,7 @@ pub(crate) enum Command {
     InstallMcp {
         /// The client: claude-code, claude-desktop, cursor or vscode.
         #[arg(long)]
-        client: pap_agent::mcp::install::Client,
+        client: pap_host::install::Client,
         /// Its MCP config file, when not where the client keeps it by default.
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
@@ -225,7 +236,7 @@ pub(crate) enum PairCommand {
         #[arg(long, env = "PAP_AGENT_RENDEZVOUS", value_name = "URL")]
         rendezvous: String,
         /// How long the offer works, in seconds (at most 3600).
-        #[arg(long, value_name = "SECONDS", default_value_t = pap_agent::tunnel::OFFER_LIFETIME)]
+        #[arg(long, value_name = "SECONDS", default_value_t = pap_host::tunnel::OFFER_LIFETIME)]
         ttl: u64,
         /// A pair page to print the web form for: an https URL in which `{fp}` is the host's
         /// fingerprint (the offer goes in its fragment).
@@ -599,7 +610,7 @@ mod tests {
     fn a_companys_text_reaches_the_terminal_without_escapes() {
         // An OSC title change and a cursor move that would overwrite the line above.
         let hostile = "Shop\u{1b}]0;owned\u{7}\u{1b}[1A\rcode: WXYZ-1234";
-        let shown = super::printable(hostile);
+        let shown = crate::util::printable(hostile);
         assert!(!shown.chars().any(char::is_control), "{shown:?}");
         assert!(shown.starts_with("Shop") && shown.ends_with("WXYZ-1234"));
     }

@@ -1,7 +1,13 @@
 //! `pap-agent consent`: grants, the ledger, refresh and revoke, as the operator runs them.
 
-#[allow(unused_imports, reason = "the binary's shared imports, one list in main.rs")]
-use crate::*;
+use std::sync::Arc;
+
+use anyhow::bail;
+use pap_browser::consent;
+use pap_shared::{SystemClock, SystemRng};
+
+use crate::cli::{ConsentCommand, LedgerCommand};
+use crate::util::print_json;
 
 /// `pap-agent consent ...`: the operator's channel (C7).
 pub(crate) async fn consent_command(state: &std::path::Path, command: &ConsentCommand) -> anyhow::Result<()> {

@@ -1,8 +1,21 @@
 //! The MCP host and its devices: `pair`, `devices`, `install-mcp`, and the supervision of the
 //! host's browser.
 
-#[allow(unused_imports, reason = "the binary's shared imports, one list in main.rs")]
-use crate::*;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use pap_browser::chromium::BrowserHost;
+use pap_browser::consent;
+use pap_browser::tools::ToolHost;
+use pap_host::pairing::Devices;
+use pap_shared::{SystemClock, SystemRng};
+
+use crate::agent::Agent;
+use crate::browser::lifecycle;
+use crate::cli::{DevicesCommand, Network};
+use crate::util::print_json;
 
 /// `pap-agent pair`: a one-time code, on stdout alone (how to use it on stderr).
 #[allow(clippy::print_stdout, reason = "the command's output")]
@@ -73,7 +86,7 @@ pub(crate) async fn finish_unpairing(
     if holds {
         let agent = Agent::open(state.to_path_buf(), &network.connect, network.trust_ca.as_deref(), None)?;
         let held = pap_agent::Wallet::held_by_device(state, id)?;
-        failed = pap_agent::mcp::pap::sign_out_device(&agent.client, state, &agent.sealing, id).await?;
+        failed = pap_agent::sign_out_device(&agent.client, state, &agent.sealing, id).await?;
         signed_out = held
             .iter()
             .map(|d| d.as_str().to_owned())
@@ -99,7 +112,7 @@ pub(crate) async fn finish_unpairing(
 pub(crate) async fn install_mcp(
     state: &std::path::Path,
     network: &Network,
-    client: pap_agent::mcp::install::Client,
+    client: pap_host::install::Client,
     config: Option<PathBuf>,
     global: &[String],
 ) -> anyhow::Result<()> {
@@ -109,7 +122,7 @@ pub(crate) async fn install_mcp(
     };
     pap_browser::store::private_dir(state)?;
     let program = std::env::current_exe().context("where this pap-agent is")?;
-    let installed = pap_agent::mcp::install::install(
+    let installed = pap_host::install::install(
         &Devices::at(state),
         state,
         client,

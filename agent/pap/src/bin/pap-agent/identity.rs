@@ -1,8 +1,12 @@
 //! `pap-agent identity`: create the agent's key and documents, serve them to companies, and
 //! rotate the key.
 
-#[allow(unused_imports, reason = "the binary's shared imports, one list in main.rs")]
-use crate::*;
+use anyhow::Context as _;
+use pap_agent::{Identity, documents_router};
+use pap_shared::{SystemClock, SystemRng};
+
+use crate::cli::IdentityCommand;
+use crate::util::{parse_domain, print_json, shutdown_signal};
 
 pub(crate) async fn identity(state: &std::path::Path, command: &IdentityCommand) -> anyhow::Result<()> {
     match command {

@@ -12,36 +12,10 @@ mod identity;
 mod tunnel;
 mod util;
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use clap::Parser as _;
+use pap_browser::chromium;
 
-use anyhow::{Context as _, bail};
-use clap::{Parser, Subcommand};
-use pap_agent::pairing::{Bearer, Devices};
-use pap_agent::{
-    ClientConfig, Company, Identity, PapClient, Wallet, WalletSites, documents_router, join, join_tab,
-    new_pairwise_user, pin_served_leaf,
-};
-use pap_browser::chromium::{self, BrowserHost, ChromiumConfig, TestNetwork, click_and_land};
-use pap_browser::consent;
-use pap_browser::spec::{InstanceKey, InstanceState, Lifecycle, OperatorReset};
-use pap_browser::store::SealingKey;
-use pap_browser::tools::ToolHost;
-use pap_net::listener::TlsListener;
-use pap_shared::{CompanyDomain, HttpsUrl, SystemClock, SystemRng};
-use rustls::pki_types::CertificateDer;
-
-use crate::agent::*;
-use crate::browser::*;
-use crate::cli::*;
-use crate::consent_cli::*;
-use crate::host::*;
-use crate::identity::*;
-use crate::tunnel::*;
-use crate::util::*;
+use crate::cli::{Cli, run};
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();

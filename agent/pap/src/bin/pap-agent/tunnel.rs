@@ -1,12 +1,18 @@
 //! `pap-agent pair offer|accept|connect`: AIP-59 `pair/v2` over a rendezvous, from the
 //! operator's terminal (offer) and the device's (accept, connect).
 
-#[allow(unused_imports, reason = "the binary's shared imports, one list in main.rs")]
-use crate::*;
-
 use std::io::{BufRead as _, Write as _};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
 
-use pap_agent::tunnel::{device, mint_offer};
+use anyhow::{Context as _, bail};
+use pap_host::tunnel::{device, mint_offer};
+use pap_shared::{SystemClock, SystemRng};
+use rustls::pki_types::CertificateDer;
+
+use crate::cli::Network;
+use crate::util::shutdown_signal;
 
 /// The name a host shows its devices: this machine's.
 pub(crate) fn host_label() -> String {
@@ -200,7 +206,7 @@ pub(crate) async fn pair_stdio(state: &std::path::Path, network: &Network, finge
 /// `pap-agent install-mcp --tunnel FINGERPRINT`.
 pub(crate) fn install_tunnel(
     state: &std::path::Path,
-    client: pap_agent::mcp::install::Client,
+    client: pap_host::install::Client,
     config: Option<PathBuf>,
     global: &[String],
     fingerprint: &str,
@@ -212,7 +218,7 @@ pub(crate) fn install_tunnel(
         None => client.default_config()?,
     };
     let program = std::env::current_exe().context("where this pap-agent is")?;
-    let name = pap_agent::mcp::install::install_tunnel(state, client, &config, &program, global, fingerprint)?;
+    let name = pap_host::install::install_tunnel(state, client, &config, &program, global, fingerprint)?;
     eprintln!(
         "configured {} in {} to reach the host {fingerprint} through the tunnel (entry {name:?})",
         client.name(),
@@ -232,8 +238,8 @@ pub(crate) async fn pair_page(listen: SocketAddr) -> anyhow::Result<()> {
     let bound = listener.local_addr()?;
     eprintln!("pair page on http://{bound}/pair (offers: pap-agent pair offer --pair-page http://{bound}/pair)");
     // The host's bounded server: a connection cap, header and body deadlines.
-    let limits = pap_agent::mcp::http::Limits::default();
-    pap_agent::mcp::http::serve(listener, pap_agent::tunnel::page::router(), limits, shutdown_signal()).await;
+    let limits = pap_host::http::Limits::default();
+    pap_host::http::serve(listener, pap_host::tunnel::page::router(), limits, shutdown_signal()).await;
     Ok(())
 }
 

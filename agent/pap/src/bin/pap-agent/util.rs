@@ -1,7 +1,10 @@
 //! Small helpers every command area uses: parsing flags' values, printing, the shutdown signal.
 
-#[allow(unused_imports, reason = "the binary's shared imports, one list in main.rs")]
-use crate::*;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use anyhow::{Context as _, bail};
+use pap_shared::CompanyDomain;
 
 /// Completes at SIGINT or SIGTERM (at SIGINT only where SIGTERM cannot be watched).
 pub(crate) async fn shutdown_signal() {

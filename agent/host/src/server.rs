@@ -1,8 +1,9 @@
 //! The agent's browser for agent runtimes over MCP (the official Rust SDK, `rmcp`): the AIP-63
-//! tools the provider serves, each listed with the JSON Schema of its input; a result as its JSON
-//! (text, and structured content), a screenshot as an image, an AIP-14 error as a tool error
-//! whose structured content carries `code`, `message` and `retryable`. The browser is launched
-//! by the first call that needs it (an idempotent launch, L2).
+//! tools the provider serves, each listed with the JSON Schema of its input, and any
+//! [`ExtraTools`] an embedder adds; a result as its JSON (text, and structured content), a
+//! screenshot as an image, an AIP-14 error as a tool error whose structured content carries
+//! `code`, `message` and `retryable`. The browser is launched by the first call that needs it
+//! (an idempotent launch, L2).
 //!
 //! Every call runs as the paired device that made it (AIP-63 "Auth model": AIP-59 pairing and
 //! nothing else, [`crate::pairing`]): what it sees of the person's grants is what AIP-63 lets
@@ -12,14 +13,10 @@
 //! from the operator's channel.
 //!
 //! Two transports: [`BrowserServer::stdio`] for a client that spawns its servers (the device's
-//! bearer in a file the operator's `install-mcp` wrote), and [`http`], streamable HTTP at `/mcp`
-//! behind a Host/Origin guard, for any client that holds a bearer.
+//! bearer in a file the operator's `install-mcp` wrote), and [`crate::http`], streamable HTTP at
+//! `/mcp` behind a Host/Origin guard, for any client that holds a bearer.
 
-pub mod http;
-pub mod install;
-pub mod pap;
-pub mod rate;
-
+use std::fmt;
 use std::sync::Arc;
 
 use pap_browser::spec::{AgentCaller, InstanceState, ToolError, ToolErrorCode, ToolId, ToolResult};
@@ -33,8 +30,39 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
 
-use self::pap::{PapTool, PapTools};
 use crate::pairing::{Bearer, Devices};
+use crate::rate;
+
+/// Tools an embedder serves beside the browser's (the PAP agent: its `pap_*` tools), under the
+/// same device authentication, rate limit and launch on demand. They run as the calling device
+/// and may use the tool host (a join opens its tab there).
+#[async_trait::async_trait]
+pub trait ExtraTools: Send + Sync + fmt::Debug {
+    /// The tools as MCP lists them, after the browser's.
+    fn listed(&self) -> Vec<Tool>;
+
+    /// Whether the tool an MCP client named `name` is one of these, and whether it needs the
+    /// browser running (the host launches it first).
+    fn serves(&self, name: &str) -> Option<NeedsBrowser>;
+
+    /// Calls the tool named `name` (one [`ExtraTools::serves`] said yes to) as `caller`.
+    async fn call(
+        &self,
+        tools: &ToolHost,
+        caller: &AgentCaller,
+        name: &str,
+        arguments: Value,
+    ) -> Result<Value, ToolError>;
+}
+
+/// Whether an extra tool needs the browser running.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NeedsBrowser {
+    /// It uses the browser: the host launches it first.
+    Yes,
+    /// It does not (it calls a company's API, reads a file).
+    No,
+}
 
 /// The MCP server of one tool host.
 #[derive(Clone, Debug)]
@@ -43,8 +71,8 @@ pub struct BrowserServer {
     callers: Callers,
     /// Calls per device and tool ([`rate`]).
     rate: rate::RateLimit,
-    /// The PAP steps as tools, when the host serves them ([`pap`]).
-    pap: Option<Arc<PapTools>>,
+    /// The embedder's tools, served beside the browser's.
+    extra: Option<Arc<dyn ExtraTools>>,
 }
 
 /// Who a call comes from.
@@ -71,25 +99,25 @@ impl BrowserServer {
                 id: device_id,
             },
             rate: rate::RateLimit::default(),
-            pap: None,
+            extra: None,
         }
     }
 
-    /// Serves `tools` over [`http`], to whichever device its guard authenticated for each
-    /// request.
+    /// Serves `tools` over [`crate::http`], to whichever device its guard authenticated for
+    /// each request.
     pub fn per_request(tools: Arc<ToolHost>) -> Self {
         Self {
             tools,
             callers: Callers::PerRequest,
             rate: rate::RateLimit::default(),
-            pap: None,
+            extra: None,
         }
     }
 
-    /// Serves the PAP steps too ([`pap`]).
+    /// Serves `extra` beside the browser's tools.
     #[must_use]
-    pub fn with_pap(mut self, pap: Arc<PapTools>) -> Self {
-        self.pap = Some(pap);
+    pub fn with_extra(mut self, extra: Arc<dyn ExtraTools>) -> Self {
+        self.extra = Some(extra);
         self
     }
 
@@ -135,8 +163,8 @@ impl BrowserServer {
             .into_iter()
             .map(|tool| Tool::new(tool.mcp_name(), description(tool), Arc::new(input_schema(tool))))
             .collect();
-        if self.pap.is_some() {
-            listed.extend(PapTools::listed());
+        if let Some(extra) = &self.extra {
+            listed.extend(extra.listed());
         }
         listed
     }
@@ -145,12 +173,12 @@ impl BrowserServer {
     /// browser first when it is not running. A name that is no listed tool's MCP name (an
     /// AIP-14 id among them: `browser.navigate`) is `browser:unsupported` (T3).
     pub async fn call(&self, caller: &AgentCaller, name: &str, arguments: Value) -> CallToolResult {
-        let pap = self
-            .pap
+        let extra = self
+            .extra
             .as_ref()
-            .and_then(|pap| PapTool::from_mcp_name(name).map(|tool| (pap, tool)));
+            .and_then(|extra| extra.serves(name).map(|needs| (extra, needs)));
         let browser_tool = ToolId::from_mcp_name(name);
-        if pap.is_none() && browser_tool.is_none() {
+        if extra.is_none() && browser_tool.is_none() {
             let unknown = ToolError::new(
                 ToolErrorCode::Unsupported,
                 "no tool here has that name (tools/list names them: browser_navigate, pap_join, ...)",
@@ -173,7 +201,7 @@ impl BrowserServer {
             .with_cause(json!({ "retryAfterMs": millis }));
             return tool_error(&ToolResult::Err(limited).to_json());
         }
-        let needs_browser = pap.is_some_and(|(_, tool)| tool == PapTool::Join)
+        let needs_browser = extra.is_some_and(|(_, needs)| needs == NeedsBrowser::Yes)
             || browser_tool
                 .is_some_and(|t| !matches!(t, ToolId::ProfileList | ToolId::ProfileRefresh | ToolId::ProfileRevoke));
         let health = self.tools.health();
@@ -194,8 +222,8 @@ impl BrowserServer {
         {
             return tool_error(&ToolResult::Err(error).to_json());
         }
-        if let Some((pap, tool)) = pap {
-            return match pap.call(&self.tools, caller, tool, arguments).await {
+        if let Some((extra, _)) = extra {
+            return match extra.call(&self.tools, caller, name, arguments).await {
                 Ok(value) => success(None, value),
                 Err(error) => tool_error(&ToolResult::Err(error).to_json()),
             };

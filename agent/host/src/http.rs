@@ -48,7 +48,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use serde_json::json;
 use tokio::sync::Semaphore;
 
-use super::BrowserServer;
+use crate::BrowserServer;
 use crate::pairing::{Bearer, Devices, RedeemError};
 
 /// The realm a 401 names.

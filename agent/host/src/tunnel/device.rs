@@ -657,7 +657,7 @@ pub async fn serve_endpoint(
         .layer(tower::limit::ConcurrencyLimitLayer::new(MAX_CONCURRENT))
         .with_state(state);
     // The host's bounded server: a connection cap, header and body deadlines.
-    crate::mcp::http::serve(listener, app, crate::mcp::http::Limits::default(), shutdown).await;
+    crate::http::serve(listener, app, crate::http::Limits::default(), shutdown).await;
     Ok(())
 }
 

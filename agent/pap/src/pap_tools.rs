@@ -32,7 +32,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use pap_browser::consent::Caller;
@@ -40,6 +40,7 @@ use pap_browser::spec::mcp_name;
 use pap_browser::spec::{AgentCaller, ToolError, ToolErrorCode};
 use pap_browser::store::SealingKey;
 use pap_browser::tools::ToolHost;
+use pap_host::{ExtraTools, NeedsBrowser};
 use pap_shared::{CompanyDomain, HttpsUrl, SystemRng};
 use rmcp::model::Tool;
 use schemars::{JsonSchema, schema_for};
@@ -64,6 +65,8 @@ pub struct PapTools {
     /// here (an entry is made only after that company's discovery and `device_begin` succeeded),
     /// the latest replacing (and ending the poll of) the one before.
     signins: Mutex<HashMap<(Holder, String), SignIn>>,
+    /// Itself, for the background poll of a sign-in (which outlives the call that started it).
+    me: Weak<PapTools>,
 }
 
 impl std::fmt::Debug for PapTools {
@@ -96,21 +99,21 @@ enum SignIn {
 /// name is spelled anywhere else.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PapTool {
-    /// `pap.discover` ([`OnCompany`]).
+    /// `pap.discover` (`OnCompany`).
     Discover,
-    /// `pap.session.start` ([`OnCompany`]).
+    /// `pap.session.start` (`OnCompany`).
     SessionStart,
-    /// `pap.signin.start` ([`SigninStart`]).
+    /// `pap.signin.start` (`SigninStart`).
     SigninStart,
-    /// `pap.signin.status` ([`OnCompany`]).
+    /// `pap.signin.status` (`OnCompany`).
     SigninStatus,
-    /// `pap.propose` ([`Propose`]).
+    /// `pap.propose` (`Propose`).
     Propose,
-    /// `pap.operation` ([`ReadOperation`]).
+    /// `pap.operation` (`ReadOperation`).
     Operation,
-    /// `pap.join` ([`Join`]).
+    /// `pap.join` (`Join`).
     Join,
-    /// `pap.signout` ([`OnCompany`]).
+    /// `pap.signout` (`OnCompany`).
     Signout,
 }
 
@@ -199,7 +202,7 @@ impl PapTool {
 /// The input of a tool that names only the company.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct OnCompany {
+pub(crate) struct OnCompany {
     /// The company's domain, e.g. shop.example.
     domain: String,
 }
@@ -207,7 +210,7 @@ pub struct OnCompany {
 /// `pap.signin.start`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct SigninStart {
+pub(crate) struct SigninStart {
     /// The company's domain, e.g. shop.example.
     domain: String,
     /// Scopes, space-separated (default: orders:read orders:write).
@@ -218,7 +221,7 @@ pub struct SigninStart {
 /// `pap.propose`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Propose {
+pub(crate) struct Propose {
     /// The company's domain, e.g. shop.example.
     domain: String,
     /// The HTTP method of a proposal the company's OpenAPI declares (POST).
@@ -233,7 +236,7 @@ pub struct Propose {
 /// `pap.operation`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ReadOperation {
+pub(crate) struct ReadOperation {
     /// The company's domain, e.g. shop.example.
     domain: String,
     /// The operation's id.
@@ -243,7 +246,7 @@ pub struct ReadOperation {
 /// `pap.join`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Join {
+pub(crate) struct Join {
     /// The company's domain, e.g. shop.example.
     domain: String,
     /// Where the tab lands: an https URL on the company's domain.
@@ -253,12 +256,13 @@ pub struct Join {
 impl PapTools {
     /// The PAP tools of the agent whose client is `client` and state is `state_dir`.
     pub fn new(client: PapClient, state_dir: PathBuf, sealing: SealingKey) -> Arc<Self> {
-        Arc::new(Self {
+        Arc::new_cyclic(|me| Self {
             client,
             state_dir,
             sealing,
             records: tokio::sync::Mutex::default(),
             signins: Mutex::default(),
+            me: me.clone(),
         })
     }
 
@@ -272,8 +276,8 @@ impl PapTools {
 
     /// Calls the PAP tool `tool` as `caller`, on the Sessions `caller` holds (review N5); a join
     /// opens its tab in `tools`.
-    pub async fn call(
-        self: &Arc<Self>,
+    pub async fn call_tool(
+        &self,
         tools: &ToolHost,
         caller: &AgentCaller,
         tool: PapTool,
@@ -428,7 +432,8 @@ impl PapTools {
     /// Starts Device Sign-In for `holder`'s Session and polls it in the background (RFC 8628
     /// pacing): the call answers at once with where the person approves. One poll per holder
     /// and company: a new start ends the one before (review N10).
-    async fn start_signin(self: &Arc<Self>, holder: &Holder, domain: &str, scope: &str) -> Result<Value, ToolError> {
+    async fn start_signin(&self, holder: &Holder, domain: &str, scope: &str) -> Result<Value, ToolError> {
+        let tools = self.me.upgrade().ok_or_else(|| internal("the PAP tools are ending"))?;
         let (company, mut wallet) = self.record(holder, domain).await?;
         let session = wallet.session.take().ok_or_else(no_session)?;
         let scopes: Vec<&str> = scope.split(' ').filter(|s| !s.is_empty()).collect();
@@ -446,7 +451,6 @@ impl PapTools {
         let key = (holder.clone(), company.domain.as_str().to_owned());
         let user_code = device.user_code.clone();
         let mut signins = self.signins.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let tools = self.clone();
         let poll_key = key.clone();
         let holder = holder.clone();
         let poller = tokio::spawn(async move {
@@ -585,6 +589,33 @@ impl PapTools {
             .save(&self.sealing, &SystemRng)
             .map_err(|e| internal(&e.to_string()))?;
         Ok(json!({ "signedOut": company.domain.as_str() }))
+    }
+}
+
+/// The PAP tools served beside the browser's by the paired MCP host (`pap-host`).
+#[async_trait::async_trait]
+impl ExtraTools for PapTools {
+    fn listed(&self) -> Vec<Tool> {
+        Self::listed()
+    }
+
+    fn serves(&self, name: &str) -> Option<NeedsBrowser> {
+        PapTool::from_mcp_name(name).map(|tool| match tool {
+            PapTool::Join => NeedsBrowser::Yes,
+            _ => NeedsBrowser::No,
+        })
+    }
+
+    async fn call(
+        &self,
+        tools: &ToolHost,
+        caller: &AgentCaller,
+        name: &str,
+        arguments: Value,
+    ) -> Result<Value, ToolError> {
+        let tool = PapTool::from_mcp_name(name)
+            .ok_or_else(|| ToolError::new(ToolErrorCode::Unsupported, "no PAP tool has that name"))?;
+        self.call_tool(tools, caller, tool, arguments).await
     }
 }
 

@@ -139,7 +139,7 @@ impl Paired {
 
 /// Why a name or id names no one device.
 #[derive(Debug, thiserror::Error)]
-pub enum ResolveError {
+pub enum DeviceLookupError {
     /// No device has that id or name.
     #[error("no paired device has the id or name {0:?} (see `pap-agent devices list`)")]
     None(String),
@@ -153,7 +153,7 @@ pub enum ResolveError {
     },
     /// The devices file could not be read.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] DevicesError),
 }
 
 /// Why a pairing code was not exchanged. Says nothing about which codes exist.
@@ -167,12 +167,12 @@ pub enum RedeemError {
     Voided,
     /// The devices file could not be read or written.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] DevicesError),
 }
 
 /// The devices file could not be read or written: the host refuses (fails closed).
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub enum DevicesError {
     /// Reading, writing or locking it failed.
     #[error("the devices file {path}: {source}")]
     Io {
@@ -348,7 +348,7 @@ impl Devices {
         via: &str,
         clock: &dyn Clock,
         rng: &dyn Rng,
-    ) -> Result<(Device, Bearer), StoreError> {
+    ) -> Result<(Device, Bearer), DevicesError> {
         self.update(|record| Ok(mint_into(record, name, via, clock.now(), rng)))
     }
 
@@ -360,7 +360,7 @@ impl Devices {
         lifetime: u64,
         clock: &dyn Clock,
         rng: &dyn Rng,
-    ) -> Result<PairingCode, StoreError> {
+    ) -> Result<PairingCode, DevicesError> {
         self.update(|record| {
             let now = clock.now();
             record.codes.retain(|c| c.expires_at > now);
@@ -409,23 +409,23 @@ impl Devices {
 
     /// The device `bearer` belongs to, if any: read from disk now, compared in constant time
     /// against every stored digest.
-    pub fn authenticate(&self, bearer: &Bearer) -> Result<Option<Device>, StoreError> {
+    pub fn authenticate(&self, bearer: &Bearer) -> Result<Option<Device>, DevicesError> {
         Ok(self.load()?.authenticate(bearer))
     }
 
     /// The devices paired now (read from disk), to authenticate a request and to see who was
     /// unpaired since.
-    pub fn load(&self) -> Result<Paired, StoreError> {
+    pub fn load(&self) -> Result<Paired, DevicesError> {
         Ok(Paired(self.read()?.devices))
     }
 
     /// The paired devices.
-    pub fn list(&self) -> Result<Vec<Device>, StoreError> {
+    pub fn list(&self) -> Result<Vec<Device>, DevicesError> {
         Ok(self.read()?.devices.into_iter().map(|d| d.device).collect())
     }
 
     /// The id of the device `name_or_id` names: its id, or the name of exactly one device.
-    pub fn resolve(&self, name_or_id: &str) -> Result<String, ResolveError> {
+    pub fn resolve(&self, name_or_id: &str) -> Result<String, DeviceLookupError> {
         let devices = self.list()?;
         if devices.iter().any(|d| d.id == name_or_id) {
             return Ok(name_or_id.to_owned());
@@ -433,8 +433,8 @@ impl Devices {
         let named: Vec<&Device> = devices.iter().filter(|d| d.name == name_or_id).collect();
         match named.as_slice() {
             [one] => Ok(one.id.clone()),
-            [] => Err(ResolveError::None(name_or_id.to_owned())),
-            many => Err(ResolveError::Ambiguous {
+            [] => Err(DeviceLookupError::None(name_or_id.to_owned())),
+            many => Err(DeviceLookupError::Ambiguous {
                 name: name_or_id.to_owned(),
                 ids: many.iter().map(|d| d.id.clone()).collect(),
             }),
@@ -444,7 +444,7 @@ impl Devices {
     /// Records that a host served `device` (as just authenticated) at `now`, when its
     /// `lastSeen` is older than [`LAST_SEEN_GRANULARITY`]: a write at most once a minute per
     /// device, none otherwise.
-    pub fn seen(&self, device: &Device, now: UnixTime) -> Result<(), StoreError> {
+    pub fn seen(&self, device: &Device, now: UnixTime) -> Result<(), DevicesError> {
         let stale = |seen: Option<UnixTime>| seen.is_none_or(|t| now.since(t) >= LAST_SEEN_GRANULARITY);
         if !stale(device.last_seen) {
             return Ok(());
@@ -462,7 +462,7 @@ impl Devices {
     /// Unpairs `id` at `now`: its bearer is refused from the next request on. A `pair/v2`
     /// pairing leaves a tombstone: each day's route and auth digest for [`TOMBSTONE_DAYS`],
     /// and no pair root (AIP-59 §6.2). Whether it was paired.
-    pub fn revoke(&self, id: &str, now: UnixTime) -> Result<bool, StoreError> {
+    pub fn revoke(&self, id: &str, now: UnixTime) -> Result<bool, DevicesError> {
         self.update(|record| {
             record.tombstones.retain(|t| t.until > now);
             let Some(index) = record.devices.iter().position(|d| d.device.id == id) else {
@@ -505,7 +505,7 @@ impl Devices {
         name: Option<&str>,
         expires_at: UnixTime,
         now: UnixTime,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), DevicesError> {
         self.update(|record| {
             record.offers.retain(|o| o.expires_at > now);
             record.offers.push(OfferRecord {
@@ -521,7 +521,7 @@ impl Devices {
 
     /// What a host parks on at `now`: open offers, each pairing's root, and the epochs of live
     /// tombstones (today's and yesterday's, §2.4).
-    pub fn tunnel_targets(&self, now: UnixTime) -> Result<TunnelTargets, StoreError> {
+    pub fn tunnel_targets(&self, now: UnixTime) -> Result<TunnelTargets, DevicesError> {
         let record = self.read()?;
         let today = pap_pair::derive::epoch_of(now.as_secs().saturating_mul(1000));
         let mut targets = TunnelTargets {
@@ -561,7 +561,7 @@ impl Devices {
 
     /// Whether `auth` is the auth token of the open offer on `route` at `now` (constant time on
     /// digests). Checking spends nothing: a wrong auth leaves the offer open (§1.5).
-    pub fn offer_auth_ok(&self, route: &str, auth: &str, now: UnixTime) -> Result<bool, StoreError> {
+    pub fn offer_auth_ok(&self, route: &str, auth: &str, now: UnixTime) -> Result<bool, DevicesError> {
         Ok(self
             .read()?
             .offers
@@ -579,7 +579,7 @@ impl Devices {
         client_name: &str,
         pair_root: &[u8; 32],
         now: UnixTime,
-    ) -> Result<Option<Device>, StoreError> {
+    ) -> Result<Option<Device>, DevicesError> {
         self.update(|record| {
             record.offers.retain(|o| o.expires_at > now);
             let Some(index) = record
@@ -614,7 +614,7 @@ impl Devices {
     }
 
     /// The pair root of the `pair/v2` device `id`, while it is paired.
-    pub fn pair_root_of(&self, id: &str) -> Result<Option<Zeroizing<[u8; 32]>>, StoreError> {
+    pub fn pair_root_of(&self, id: &str) -> Result<Option<Zeroizing<[u8; 32]>>, DevicesError> {
         Ok(self
             .read()?
             .devices
@@ -632,7 +632,7 @@ impl Devices {
         epoch: u64,
         auth: &str,
         now: UnixTime,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, DevicesError> {
         Ok(self
             .read()?
             .tombstones
@@ -642,9 +642,9 @@ impl Devices {
             .any(|e| e.epoch == epoch && digest_matches(&e.auth_sha256, auth)))
     }
 
-    fn read(&self) -> Result<Record, StoreError> {
+    fn read(&self) -> Result<Record, DevicesError> {
         match std::fs::read(&self.path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| StoreError::Format {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| DevicesError::Format {
                 path: self.path.clone(),
                 source,
             }),
@@ -655,11 +655,11 @@ impl Devices {
 
     /// Reads, changes and writes the file under an exclusive lock, so a pairing in one process
     /// and a revoke in another never lose each other's change.
-    fn update<T>(&self, change: impl FnOnce(&mut Record) -> Result<T, StoreError>) -> Result<T, StoreError> {
+    fn update<T>(&self, change: impl FnOnce(&mut Record) -> Result<T, DevicesError>) -> Result<T, DevicesError> {
         let _lock = self.lock()?;
         let mut record = self.read()?;
         let answer = change(&mut record)?;
-        let bytes = serde_json::to_vec_pretty(&record).map_err(|source| StoreError::Format {
+        let bytes = serde_json::to_vec_pretty(&record).map_err(|source| DevicesError::Format {
             path: self.path.clone(),
             source,
         })?;
@@ -667,7 +667,7 @@ impl Devices {
         Ok(answer)
     }
 
-    fn lock(&self) -> Result<nix::fcntl::Flock<File>, StoreError> {
+    fn lock(&self) -> Result<nix::fcntl::Flock<File>, DevicesError> {
         let path = self.path.with_extension("lock");
         let mut options = std::fs::OpenOptions::new();
         options.create(true).truncate(false).write(true);
@@ -677,8 +677,8 @@ impl Devices {
             .map_err(|(_, errno)| self.io(std::io::Error::from(errno)))
     }
 
-    fn io(&self, source: std::io::Error) -> StoreError {
-        StoreError::Io {
+    fn io(&self, source: std::io::Error) -> DevicesError {
+        DevicesError::Io {
             path: self.path.clone(),
             source,
         }
@@ -960,8 +960,8 @@ mod tests {
         let (_, _) = devices.mint("laptop", "install", &At(1_000), &SystemRng).unwrap();
         assert_eq!(devices.resolve(&phone.id).unwrap(), phone.id);
         assert_eq!(devices.resolve("phone").unwrap(), phone.id);
-        assert!(matches!(devices.resolve("laptop"), Err(ResolveError::Ambiguous { ids, .. }) if ids.len() == 2));
-        assert!(matches!(devices.resolve("tablet"), Err(ResolveError::None(_))));
+        assert!(matches!(devices.resolve("laptop"), Err(DeviceLookupError::Ambiguous { ids, .. }) if ids.len() == 2));
+        assert!(matches!(devices.resolve("tablet"), Err(DeviceLookupError::None(_))));
         assert!(
             devices.resolve(&laptop.id).is_ok(),
             "an id resolves even when its name is shared"

@@ -29,7 +29,7 @@ use pap_shared::{Clock, Rng, UnixTime};
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
-use crate::pairing::{Devices, StoreError};
+use crate::pairing::{Devices, DevicesError};
 
 pub mod device;
 pub mod host;
@@ -44,7 +44,7 @@ const OFFER_SECRET_BYTES: usize = 32;
 
 /// Why the host's identity or an offer could not be made.
 #[derive(Debug, thiserror::Error)]
-pub enum IdentityError {
+pub enum DaemonKeysError {
     /// Reading or writing the identity file failed.
     #[error("the pairing identity {path}: {source}")]
     Io {
@@ -62,7 +62,7 @@ pub enum IdentityError {
     Pair(#[from] pap_pair::PairError),
     /// The devices file could not be written.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] DevicesError),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -88,9 +88,9 @@ pub fn identity_path(state_dir: &Path) -> PathBuf {
 
 /// The host's pairing identity: read from the state directory, or made (from `rng`) and kept
 /// there (0600) on first use.
-pub fn daemon_keys(state_dir: &Path, rng: &dyn Rng) -> Result<DaemonKeys, IdentityError> {
+pub fn daemon_keys(state_dir: &Path, rng: &dyn Rng) -> Result<DaemonKeys, DaemonKeysError> {
     let path = identity_path(state_dir);
-    let io = |source| IdentityError::Io {
+    let io = |source| DaemonKeysError::Io {
         path: path.clone(),
         source,
     };
@@ -107,12 +107,13 @@ pub fn daemon_keys(state_dir: &Path, rng: &dyn Rng) -> Result<DaemonKeys, Identi
     match std::fs::read(&path) {
         Ok(bytes) => {
             let bytes = Zeroizing::new(bytes);
-            let file: IdentityFile = serde_json::from_slice(&bytes).map_err(|_| IdentityError::Format(path.clone()))?;
+            let file: IdentityFile =
+                serde_json::from_slice(&bytes).map_err(|_| DaemonKeysError::Format(path.clone()))?;
             let decode = |text: &str| {
                 STANDARD
                     .decode(text)
                     .map(Zeroizing::new)
-                    .map_err(|_| IdentityError::Format(path.clone()))
+                    .map_err(|_| DaemonKeysError::Format(path.clone()))
             };
             Ok(DaemonKeys {
                 x25519: X25519Secret::from_pkcs8(&decode(&file.x25519)?)?,
@@ -126,7 +127,7 @@ pub fn daemon_keys(state_dir: &Path, rng: &dyn Rng) -> Result<DaemonKeys, Identi
                 ed25519: STANDARD.encode(keys.ed25519.to_pkcs8().as_slice()),
             };
             let json =
-                Zeroizing::new(serde_json::to_vec_pretty(&file).map_err(|_| IdentityError::Format(path.clone()))?);
+                Zeroizing::new(serde_json::to_vec_pretty(&file).map_err(|_| DaemonKeysError::Format(path.clone()))?);
             pap_browser::store::write_private(&path, &json).map_err(io)?;
             Ok(keys)
         }
@@ -144,7 +145,7 @@ pub fn mint_offer(
     name: Option<&str>,
     clock: &dyn Clock,
     rng: &dyn Rng,
-) -> Result<Offer, IdentityError> {
+) -> Result<Offer, DaemonKeysError> {
     let keys = daemon_keys(state_dir, rng)?;
     let mut raw = Zeroizing::new([0_u8; OFFER_SECRET_BYTES]);
     rng.fill(raw.as_mut());

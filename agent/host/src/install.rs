@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use pap_shared::{Clock, Rng};
 use serde_json::{Map, Value, json};
 
-use crate::pairing::{Bearer, Device, Devices, StoreError};
+use crate::pairing::{Bearer, Device, Devices, DevicesError};
 
 /// The name of our entry in a client's server list.
 pub const ENTRY: &str = "pap-agent-browser";
@@ -119,7 +119,7 @@ pub enum InstallError {
     },
     /// The devices file.
     #[error(transparent)]
-    Devices(#[from] StoreError),
+    Devices(#[from] DevicesError),
 }
 
 /// Installs `program` (this `pap-agent`, run with the global options `global`) as `client`'s
