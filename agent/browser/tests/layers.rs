@@ -60,7 +60,13 @@ fn each_layer_imports_only_the_layers_below_it() {
             "chromium" => &["crate::tools"],
             // What is the person's (AIP-7) depends on nothing of the kit: the request guard and
             // the tools judge by it.
-            "persons" => &["crate::spec", "crate::consent", "crate::chromium", "crate::tools", "crate::store"],
+            "persons" => &[
+                "crate::spec",
+                "crate::consent",
+                "crate::chromium",
+                "crate::tools",
+                "crate::store",
+            ],
             _ => &[],
         }
     };
