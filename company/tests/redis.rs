@@ -5,8 +5,7 @@
 #![cfg(feature = "redis")]
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
-mod support;
-
+use crate::support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -340,6 +339,7 @@ async fn with_redis_gone_every_call_fails_closed_and_recovers_on_its_own(server:
 /// Review N7: under any `maxmemory-policy` but `noeviction`, Redis may evict a replay mark
 /// before its `exp`, and its assertion would be accepted again: the store refuses to start.
 #[tokio::test]
+#[ignore = "needs redis-server; .ci/run runs it"]
 async fn a_redis_that_may_evict_is_refused_at_start_naming_the_policy() {
     let server = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
     let refused = RedisStore::connect(&server.url(), "evicting").await.unwrap_err();
@@ -356,6 +356,7 @@ async fn a_redis_that_may_evict_is_refused_at_start_naming_the_policy() {
 /// A cluster node named by a `redis://` URL would answer `MOVED` for most keys: refused at
 /// start, naming the URL that works, rather than answering most joins 503.
 #[tokio::test]
+#[ignore = "needs redis-server; .ci/run runs it"]
 async fn a_redis_cluster_node_is_refused_at_start_saying_so() {
     let server = RedisServer::start_with(&["--cluster-enabled", "yes"]);
     let refused = RedisStore::connect(&server.url(), "cluster").await.unwrap_err();
@@ -365,6 +366,7 @@ async fn a_redis_cluster_node_is_refused_at_start_saying_so() {
 
 /// Review N7 on a cluster: every primary's policy is checked.
 #[tokio::test]
+#[ignore = "needs redis-server; .ci/run runs it"]
 async fn a_cluster_whose_primaries_may_evict_is_refused_naming_the_policy() {
     let cluster = RedisCluster::start_with(&["--maxmemory-policy", "volatile-lru"]);
     let refused = RedisStore::connect(&cluster.url(), "evicting").await.unwrap_err();
@@ -376,6 +378,7 @@ async fn a_cluster_whose_primaries_may_evict_is_refused_naming_the_policy() {
 
 /// Review N6 on a cluster: the password from the options reaches every node.
 #[tokio::test]
+#[ignore = "needs redis-server; .ci/run runs it"]
 async fn a_cluster_takes_its_password_from_the_options() {
     let cluster = RedisCluster::start_with(&["--requirepass", "correct-horse-battery"]);
     let refused = RedisStore::connect(&cluster.url(), "auth").await.unwrap_err();
@@ -394,6 +397,7 @@ async fn a_cluster_takes_its_password_from_the_options() {
 /// Owners spread over a cluster's primaries, and everything of one owner (its Sessions, its
 /// replay marks and their tally) lives on one: each commit is one script on one node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server; .ci/run runs it"]
 async fn owners_spread_over_the_clusters_primaries_and_each_stays_on_one() {
     let cluster = RedisCluster::start();
     let store = RedisStore::connect(&cluster.url(), "spread").await.unwrap();
@@ -438,6 +442,7 @@ async fn owners_spread_over_the_clusters_primaries_and_each_stays_on_one() {
 /// replica, and the store follows the cluster there on its own, failing closed meanwhile. What
 /// the primary held and had replicated is served by its replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server; .ci/run runs it"]
 async fn a_killed_primary_is_replaced_by_its_replica_and_the_store_follows() {
     let mut cluster = RedisCluster::start_with_replicas();
     let store = RedisStore::connect(&cluster.url(), "failover").await.unwrap();
@@ -492,6 +497,7 @@ async fn a_killed_primary_is_replaced_by_its_replica_and_the_store_follows() {
 /// gone, a mark is refused as unavailable (the caller fails closed) and still stands on the
 /// primary, so the assertion is not accepted later either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server; .ci/run runs it"]
 async fn with_wait_replicas_a_write_no_replica_holds_is_refused() {
     let primary = RedisServer::start();
     let mut replica = RedisServer::start_replica_of(&primary);
@@ -532,6 +538,7 @@ async fn with_wait_replicas_a_write_no_replica_holds_is_refused() {
 }
 
 #[tokio::test]
+#[ignore = "needs redis-server; .ci/run runs it"]
 async fn a_prefix_that_would_be_a_hash_tag_is_refused() {
     let server = RedisServer::start();
     let refused = RedisStore::connect(&server.url(), "shop{a}").await.unwrap_err();
@@ -540,6 +547,7 @@ async fn a_prefix_that_would_be_a_hash_tag_is_refused() {
 
 /// Review N6: the password comes from the caller (a file, the environment), not the URL.
 #[tokio::test]
+#[ignore = "needs redis-server; .ci/run runs it"]
 async fn the_password_comes_from_the_options_not_the_url() {
     let server = RedisServer::start_with(&["--requirepass", "correct-horse-battery"]);
     let refused = RedisStore::connect(&server.url(), "auth").await.unwrap_err();
@@ -556,6 +564,7 @@ async fn the_password_comes_from_the_options_not_the_url() {
 /// Review N6: `rediss://` over rustls, verified against a private CA; a server whose
 /// certificate the CA did not sign is refused, and so is `#insecure`.
 #[tokio::test]
+#[ignore = "needs redis-server; .ci/run runs it"]
 async fn rediss_is_verified_against_the_given_ca() {
     let dir = RedisServer::scratch();
     let pem = pap_net::dev_certs::generate(&["localhost".to_owned()]).unwrap();
@@ -595,6 +604,7 @@ async fn rediss_is_verified_against_the_given_ca() {
 /// and the ones the client learns from them) verified against the given CA; a CA that did not
 /// sign them is refused, and so is plain text to their TLS ports.
 #[tokio::test]
+#[ignore = "needs redis-server; .ci/run runs it"]
 async fn rediss_cluster_is_verified_against_the_given_ca() {
     let cluster = RedisCluster::start_tls();
     assert!(cluster.url().starts_with("rediss-cluster://"), "{}", cluster.url());
@@ -628,6 +638,7 @@ async fn rediss_cluster_is_verified_against_the_given_ca() {
 /// Review N7: a mark lives until `exp` plus the accepted skew on the company's clock, whatever
 /// Redis's own clock says.
 #[tokio::test]
+#[ignore = "needs redis-server; .ci/run runs it"]
 async fn a_mark_lives_until_exp_plus_the_skew_on_the_companys_clock() {
     let server = RedisServer::start();
     // The company's clock reads an hour before Redis's: an absolute expiry on Redis's clock
@@ -816,6 +827,7 @@ macro_rules! on_one_server_and_a_cluster {
         mod on_one_server {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[ignore = "needs redis-server; .ci/run runs it"]
                 async fn $name() {
                     super::$name(&mut super::Deployment::One(super::RedisServer::start())).await;
                 }
@@ -824,6 +836,7 @@ macro_rules! on_one_server_and_a_cluster {
         mod on_a_cluster {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[ignore = "needs redis-server; .ci/run runs it"]
                 async fn $name() {
                     super::$name(&mut super::Deployment::Cluster(super::RedisCluster::start())).await;
                 }

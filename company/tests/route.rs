@@ -2,8 +2,7 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
-mod support;
-
+use crate::support;
 use axum::body::Body;
 use http::{Request, Response, StatusCode, header};
 use http_body_util::BodyExt as _;

@@ -2,8 +2,7 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
-mod support;
-
+use crate::support;
 use std::sync::Arc;
 
 use pap_company::resolver::StaticClientKeys;

@@ -20,6 +20,7 @@ fn alive(pid: u32) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn a_running_chromium_is_attached_left_running_by_stop_and_ended_only_by_force() {
     let dir = std::env::temp_dir().join(format!("pap-attach-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -100,6 +101,7 @@ async fn only_a_loopback_endpoint_is_attached_to() {
 /// Review F1: an operator-run Chromium never receives granted material, whoever offers it: its
 /// manifest declares no `cookies`, and `consent revoke` could not take the material out again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn an_attached_browser_takes_no_granted_material() {
     use std::sync::Arc;
 

@@ -64,6 +64,7 @@ async fn written_profile(user_data_dir: &std::path::Path) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn a_chromium_profile_is_scanned_by_host_and_only_granted_hosts_are_decrypted() {
     let dir = std::env::temp_dir().join(format!("pap-chromium-source-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

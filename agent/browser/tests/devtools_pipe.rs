@@ -105,6 +105,7 @@ print(json.dumps(out))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn no_local_process_but_the_agent_reaches_its_browsers_devtools() {
     let dir = std::env::temp_dir().join(format!("pap-devtools-pipe-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -22,6 +22,7 @@ fn scratch(label: &str) -> PathBuf {
 }
 
 #[tokio::test]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn a_launcher_that_dies_at_once_crash_loops_after_three_and_spawns_no_fourth() {
     let dir = scratch("crash");
     // A "browser" that notes each start and exits at once.
@@ -86,6 +87,7 @@ async fn a_launcher_that_dies_at_once_crash_loops_after_three_and_spawns_no_four
 }
 
 #[tokio::test]
+#[ignore = "needs Chromium and python3; .ci/run runs it"]
 async fn browsers_left_by_a_killed_host_are_swept_on_the_next_start() {
     let dir = scratch("orphans");
     let state = dir.join("state");
@@ -138,6 +140,7 @@ async fn browsers_left_by_a_killed_host_are_swept_on_the_next_start() {
 }
 
 #[tokio::test]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn a_launch_that_never_binds_its_port_is_ended_by_the_supervisor_at_its_budget() {
     let dir = scratch("stall");
     // A "browser" that starts, keeps Chromium's flags on its command line, and never prints a
@@ -186,6 +189,7 @@ async fn a_launch_that_never_binds_its_port_is_ended_by_the_supervisor_at_its_bu
 }
 
 #[tokio::test]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn a_browser_that_stops_answering_is_not_healthy_within_the_health_timeout() {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;

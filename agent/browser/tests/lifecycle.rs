@@ -82,6 +82,7 @@ async fn wait_for(host: &BrowserHost, instance: &str, state: InstanceState, dead
 }
 
 #[tokio::test]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn the_manifests_launch_budget_is_what_ends_a_quiet_launch() {
     let dir = scratch("budget");
     let manifest = quick_manifest();
@@ -113,6 +114,7 @@ async fn the_manifests_launch_budget_is_what_ends_a_quiet_launch() {
 }
 
 #[tokio::test]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn the_health_loop_sees_a_frozen_browser_without_any_call() {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
@@ -139,6 +141,7 @@ async fn the_health_loop_sees_a_frozen_browser_without_any_call() {
 }
 
 #[tokio::test]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn a_call_while_starting_waits_the_remaining_budget_then_fails_starting_through_the_tools() {
     let dir = scratch("starting");
     let manifest = quick_manifest();
@@ -193,6 +196,7 @@ async fn a_call_while_starting_waits_the_remaining_budget_then_fails_starting_th
 }
 
 #[tokio::test]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn a_slow_launch_holds_up_no_other_instance() {
     let dir = scratch("gates");
     let mut slow = ChromiumConfig::new(dir.join("state"));

@@ -48,6 +48,7 @@ async fn every_tab(tools: &ToolHost) -> Vec<(String, String)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn no_route_takes_the_agents_browser_to_local_files_internals_or_unnamed_loopback() {
     let dir = std::env::temp_dir().join(format!("pap-navigation-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -14,6 +14,7 @@ fn field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn every_renderer_of_the_agents_browser_is_sandboxed() {
     let dir = std::env::temp_dir().join(format!("pap-sandbox-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -74,6 +75,7 @@ async fn every_renderer_of_the_agents_browser_is_sandboxed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn the_browser_holds_none_of_the_agents_environment() {
     // Review N11: cargo runs this test with its own variables (CARGO_*, and whatever CI holds);
     // the browser process started from it keeps only the allowlist and a HOME of its own.
@@ -125,6 +127,7 @@ impl Drop for CreatedUsers {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn each_state_directory_runs_its_browser_as_a_user_of_its_own() {
     use pap_browser::chromium::BrowserUserPolicy;
     use std::os::unix::fs::MetadataExt as _;

@@ -13,6 +13,7 @@ use pap_browser::consent::{Caller, ConsentHost, GrantRequest, LiveInstances as _
 use pap_shared::{SystemClock, SystemRng};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn granted_cookies_go_only_to_a_browser_that_runs_now_in_its_profile() {
     let dir = std::env::temp_dir().join(format!("pap-stale-profiles-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -97,6 +97,7 @@ async fn serve_and_open(app: axum::Router, instance: &str) -> Served {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn core_tools_errors_and_stale_handles_on_real_chromium() {
     let state = std::env::temp_dir().join(format!("pap-tools-{}", std::process::id()));
     let host = BrowserHost::new();
@@ -233,6 +234,7 @@ async fn a_provider_without_cdp_answers_list_requests_with_unsupported_cdp() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn interaction_and_network_tools_on_real_chromium() {
     // A plain page on loopback HTTP: a form, and a JSON resource it fetches.
     let app = axum::Router::new()
@@ -376,6 +378,7 @@ async fn interaction_and_network_tools_on_real_chromium() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn a_response_body_still_loading_is_retryable_not_missing() {
     use futures_util::StreamExt as _;
     // `/slow` sends its headers and a first chunk, then holds the rest until the test releases it.
@@ -442,6 +445,7 @@ fn manifest_with(from: &str, to: &str) -> pap_browser::spec::BrowserManifest {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn the_instance_answers_in_the_shapes_of_the_tables() {
     let state = std::env::temp_dir().join(format!("pap-tools-shape-{}", std::process::id()));
     let host = BrowserHost::new();
@@ -497,6 +501,7 @@ async fn the_instance_answers_in_the_shapes_of_the_tables() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn trusted_input_is_an_option_gated_by_trusted_input() {
     let app = axum::Router::new().route(
         "/",
@@ -585,6 +590,7 @@ async fn trusted_input_is_an_option_gated_by_trusted_input() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn the_idle_reaper_closes_idle_targets_and_never_a_keep_alive_one() {
     let state = std::env::temp_dir().join(format!("pap-tools-reap-{}", std::process::id()));
     let host = BrowserHost::new();
@@ -675,6 +681,7 @@ impl pap_shared::Clock for Settable {
 /// grant contexts), then gives each grant in force its context: the expired grant's material
 /// never goes in, and the launch does not wait on itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn a_launch_after_a_grant_expired_ends_it_and_injects_the_rest() {
     use pap_browser::consent::ConsentHost;
     let state = std::env::temp_dir().join(format!("pap-tools-expiry-{}", std::process::id()));
@@ -710,6 +717,7 @@ async fn a_launch_after_a_grant_expired_ends_it_and_injects_the_rest() {
 /// through its owner (`LiveProfiles`, at the control socket beside the profile), and takes the
 /// grant's cookie out of the grant's own context, not only the default one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn a_revoke_over_another_connection_reaches_the_grant_context() {
     use pap_browser::chromium::LiveProfiles;
     use pap_browser::consent::{LiveInstances as _, Scope};
@@ -745,6 +753,7 @@ async fn a_revoke_over_another_connection_reaches_the_grant_context() {
 /// progress events are the whole browser's; each call follows the guid its tab's main frame
 /// started), never the other's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn each_download_is_the_one_its_callers_tab_began() {
     let attachment = |text: &'static str, name: &'static str| {
         axum::routing::get(move || async move {
@@ -805,6 +814,7 @@ async fn each_download_is_the_one_its_callers_tab_began() {
 /// one that does not say (chunked) once it has passed 100 MiB: each answers `permission_denied`,
 /// and neither is left in the download directory, where a small download after them lands alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn a_download_past_100_mib_is_canceled_whether_or_not_it_says_its_size() {
     const CAP: u64 = 100 * 1024 * 1024;
     const CHUNK: usize = 256 * 1024;

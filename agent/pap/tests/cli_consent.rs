@@ -138,6 +138,7 @@ fn the_operator_grants_by_name_interactively_or_not_at_all() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn the_cli_revoke_reaches_a_running_browser() {
     let (state, source) = scratch("revoke");
     let consent = ConsentHost::open(&state, Arc::new(SystemClock), Arc::new(SystemRng)).unwrap();

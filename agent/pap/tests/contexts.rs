@@ -9,9 +9,7 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
-#[path = "support/mod.rs"]
-mod support;
-
+use crate::support;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -142,6 +140,7 @@ async fn bank_saw(seen: &Seen, n: usize) -> Vec<(String, String)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn a_page_elsewhere_never_rides_a_granted_session() {
     let stage = Stage::new("contexts", &["bank.example", "evil.example", "shop.example"]).await;
     let (addr, seen) = sites(&stage).await;
@@ -245,6 +244,7 @@ async fn a_page_elsewhere_never_rides_a_granted_session() {
 /// what A's pages set never reaches B's; A's tabs are not B's targets; ending A's pairing ends
 /// its tabs and contexts (C13).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn each_paired_device_has_its_own_jars_and_tabs() {
     let stage = Stage::new("devices", &["bank.example", "evil.example", "shop.example"]).await;
     let (addr, seen) = sites(&stage).await;

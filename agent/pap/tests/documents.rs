@@ -3,8 +3,7 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
-mod support;
-
+use crate::support;
 use std::time::{Duration, Instant};
 
 use support::Stage;

@@ -8,6 +8,7 @@ mod support;
 use support::{Captured, Stage, Target, approve_on_device_page, story};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn the_whole_story_against_the_reference_company_in_chromium() {
     let logs = Captured::install();
     let stage = Stage::new("e2e-rust-company", &["shop.example", "atlas.example"]).await;

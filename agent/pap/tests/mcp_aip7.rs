@@ -22,9 +22,7 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
-#[path = "support/mod.rs"]
-mod support;
-
+use crate::support;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -289,6 +287,7 @@ impl Routes {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn no_route_performs_an_operation_and_the_persons_own_click_does_once() {
     let w = world("mcp-aip7").await;
     let a = AgentCaller::paired("dev_A");
@@ -598,6 +597,7 @@ async fn no_route_performs_an_operation_and_the_persons_own_click_does_once() {
 /// answers: an answer that comes too early (`not_found`) moves the next try later, one that is
 /// refused moves it earlier, so the tries close in on the window between the two.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn races_between_a_check_and_an_action_never_perform() {
     const ATTEMPTS: usize = 12;
     let w = world("mcp-aip7-races").await;
@@ -751,6 +751,7 @@ async fn races_between_a_check_and_an_action_never_perform() {
 /// then no tool of either device performs any of the three; the person's own confirm through
 /// the CLI (`confirm-on-page`, the operator's channel) performs one, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn after_a_restart_and_from_another_process_no_tool_performs_an_operation() {
     use support::cli_agent::{
         agent_and_company, host_serve, mcp_call, mcp_device, pair_over_http, pap, stop_host, test_network,
@@ -905,6 +906,7 @@ async fn after_a_restart_and_from_another_process_no_tool_performs_an_operation(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn each_device_holds_its_own_sessions_and_unpairing_signs_them_out() {
     let w = world("mcp-devices").await;
     let (a, b) = (AgentCaller::paired("dev_A"), AgentCaller::paired("dev_B"));
@@ -987,6 +989,7 @@ async fn each_device_holds_its_own_sessions_and_unpairing_signs_them_out() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn a_device_is_held_to_its_tabs_and_its_rate_and_no_other_device_notices() {
     let w = world("mcp-limits").await;
     let (c, d) = (AgentCaller::paired("dev_C"), AgentCaller::paired("dev_D"));

@@ -13,9 +13,7 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
-#[path = "support/mod.rs"]
-mod support;
-
+use crate::support;
 use std::time::Duration;
 
 use rmcp::model::CallToolRequestParams;
@@ -27,6 +25,7 @@ use support::cli_agent::{
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn paired_devices_reach_the_browser_and_pap_through_the_guarded_http_host() {
     let mut stage = Stage::new("mcp-http", &["shop.example", "atlas.example"]).await;
     let (state, company, shop) = agent_and_company(&mut stage).await;

@@ -7,9 +7,7 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
-#[path = "support/mod.rs"]
-mod support;
-
+use crate::support;
 use std::time::Duration;
 
 use rmcp::ServiceExt as _;
@@ -27,6 +25,7 @@ fn arguments(value: serde_json::Value) -> serde_json::Map<String, serde_json::Va
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_typed_errors() {
     let stage = Stage::new("mcp-stdio", &["shop.example"]).await;
     let (_company, addr) = support::start_reference_company(&stage).await;

@@ -6,8 +6,7 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
-mod support;
-
+use crate::support;
 use std::time::Duration;
 
 use chromiumoxide::cdp::browser_protocol::emulation::SetDeviceMetricsOverrideParams;
@@ -22,6 +21,7 @@ use support::{Stage, artefacts, client_for, permit, pinned_browser, signed_in_wi
 const VIEWPORTS: [(&str, i64, i64, bool); 2] = [("desktop", 1280, 800, false), ("phone", 390, 844, true)];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn the_shop_pages_read_on_a_desktop_and_a_phone_in_chromium() {
     let stage = Stage::new("pages", &["shop.example", "atlas.example"]).await;
     let (company, addr) = support::start_reference_company(&stage).await;

@@ -6,9 +6,7 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
-#[path = "support/mod.rs"]
-mod support;
-
+use crate::support;
 use std::time::Duration;
 
 use chromiumoxide::{Browser, BrowserConfig, Page};
@@ -53,6 +51,7 @@ async fn until_state(page: &Page, wanted: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
 async fn a_browser_pairs_from_the_web_form_and_reaches_the_host_through_its_service_worker() {
     let work = std::env::temp_dir().join(format!("pap-pair-page-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);

@@ -14,9 +14,7 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
-#[path = "support/mod.rs"]
-mod support;
-
+use crate::support;
 use std::time::Duration;
 
 use base64::Engine as _;

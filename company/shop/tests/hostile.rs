@@ -4,8 +4,7 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
-mod support;
-
+use crate::support;
 use http::{StatusCode, header};
 use pap_shop::CompanyStores;
 use pap_shop::limits::{ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, LOOKUP_ATTEMPTS, PENDING_PER_CLIENT};

@@ -4,8 +4,7 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
-mod support;
-
+use crate::support;
 use axum::body::Body;
 use http::{Request, Response, StatusCode, header};
 use pap_company::stores::SessionDirectory as _;

@@ -15,7 +15,7 @@ use super::tool::{Capability, Gate, Level, ToolId};
 const MANIFEST_RULES_PATH: &str = "/allOf/1/";
 
 /// The schema every manifest must validate against (M1), as shipped in `schemas/`.
-pub const BROWSER_SCHEMA: &str = include_str!("../../../../schemas/BROWSER.schema.json");
+pub const BROWSER_SCHEMA: &str = include_str!("../../schemas/BROWSER.schema.json");
 
 /// A loaded, checked manifest.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -1,0 +1,28 @@
+//! pap-agent's integration tests in one binary (ripgrep's `tests/tests.rs` shape: one link of the
+//! crate, shared fixtures in `support`), each file a module named for what it tests. Three tests
+//! stay binaries of their own: they install a process-wide log subscriber to read what the agent
+//! logged (`consent_revoke`, `e2e_python_company`, `e2e_reference_company`).
+//!
+//! Tests that need a component beyond Rust say so in their `#[ignore]` reason (Chromium, the
+//! Python reference, Redis); `cargo test` lists them as ignored, and `.ci/run` runs them all
+//! (`-- --include-ignored`).
+
+mod support;
+
+mod cli_browser;
+mod cli_consent;
+mod contexts;
+mod device_pacing;
+mod documents;
+mod identity_serve;
+mod mcp_aip7;
+mod mcp_http;
+mod mcp_python_sdk;
+mod mcp_recovery;
+mod mcp_stdio;
+mod pages;
+mod pair_page;
+mod private_addresses;
+mod rendezvous;
+mod tunnel;
+mod tunnel_frames;
