@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs fuzz targets under libFuzzer (nightly, cargo-fuzz), each on a scratch copy of its committed
-# corpus, and prints one line a target: executions, executions a second, coverage (edges), crashes.
+# corpus (`corpus/TARGET.b64`, unpacked by `corpus.py`), and prints one line a target: executions, executions a second, coverage (edges), crashes.
 # A crash's input is kept under $PAP_FUZZ_WORK/artifacts/ and fails the run: fix it at its root,
 # then copy the input to conformance/fuzz/regressions/TARGET/ (the stable replay test keeps it fixed).
 #
@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || mapfile -t targets < <(ls conformance/fuzz/corpus)
+[ ${#targets[@]} -gt 0 ] || mapfile -t targets < <(ls conformance/fuzz/corpus | sed -n 's/\.b64$//p')
 work=${PAP_FUZZ_WORK:-/var/tmp/pap-fuzz-work}
 fuzz_target=${PAP_FUZZ_TARGET_DIR:-/var/tmp/pap-fuzz-target}
 mkdir -p "$work/artifacts"
@@ -43,7 +43,7 @@ for name in "${targets[@]}"; do
     fi
     corpus="$work/corpus/$name"
     mkdir -p "$corpus"
-    cp -n conformance/fuzz/corpus/"$name"/* "$corpus"/ 2> /dev/null || true
+    python3 conformance/fuzz/corpus.py unpack conformance/fuzz/corpus/"$name".b64 "$corpus"
     log="$work/$name.log"
     crashed=0
     "$bin/$name" "$corpus" "${run_limit[@]}" -print_final_stats=1 -artifact_prefix="$work/artifacts/$name-" \

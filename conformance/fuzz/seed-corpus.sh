@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Seeds conformance/fuzz/corpus/<target>/ from real inputs, added to what is there:
+# Seeds conformance/fuzz/corpus/<target>.b64 from real inputs, added to what is there (each pack
+# unpacked into a scratch directory first, `corpus.py`):
 #   - made in Rust (`cargo run -p pap-fuzz --example seeds`): joins signed by the fixture agent,
 #     the cases the tests name (alg none, a repeated assertion, lookalike return_to hosts, ...);
 #   - the Python reference (a peer nobody here wrote): its agent's client metadata and JWKS, its
@@ -9,14 +10,16 @@
 #     writes (a grant from a storage-state file and from a Chromium profile, a revoke);
 #   - a real Chromium cookie database (headless Chromium given cookies by a local page);
 #   - the provider manifests we ship.
-# Then, where nightly and cargo-fuzz are present, each corpus is minimised (`cargo fuzz cmin`).
+# Then, where nightly and cargo-fuzz are present, each corpus is minimised to the inputs that keep
+# every edge it reaches (`cargo fuzz cmin`, with `-use_counters=0`: hit counts are not kept), and
+# packed back.
 #
 #   bash conformance/fuzz/seed-corpus.sh PYTHON     (PYTHON: a venv python with conformance/interop/peer/requirements.txt)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 python=$(realpath -s "${1:?usage: conformance/fuzz/seed-corpus.sh PYTHON (a venv with the interop requirements)}")
 repo=$PWD
-out=$repo/conformance/fuzz/corpus
+packs=$repo/conformance/fuzz/corpus
 interop=$repo/conformance/interop/peer
 target=${CARGO_TARGET_DIR:-$repo/target}
 fuzz_target=${PAP_FUZZ_TARGET_DIR:-$repo/conformance/fuzz/libfuzzer/target}
@@ -27,6 +30,10 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
+out=$work/corpus
+for pack in "$packs"/*.b64; do
+    python3 conformance/fuzz/corpus.py unpack "$pack" "$out/$(basename "$pack" .b64)"
+done
 put() { # TARGET NAME FILE
     mkdir -p "$out/$1"
     cp "$3" "$out/$1/$2"
@@ -134,8 +141,10 @@ if cargo +nightly --version > /dev/null 2>&1 && cargo +nightly fuzz --version > 
     echo "minimising each corpus (cargo fuzz cmin)"
     for dir in "$out"/*/; do
         name=$(basename "$dir")
-        cargo +nightly fuzz cmin --fuzz-dir conformance/fuzz/libfuzzer --target-dir "$fuzz_target" -s none -a "$name" "$dir" > "$work/cmin.log" 2>&1 ||
+        cargo +nightly fuzz cmin --fuzz-dir conformance/fuzz/libfuzzer --target-dir "$fuzz_target" -s none -a "$name" "$dir" -- -use_counters=0 > "$work/cmin.log" 2>&1 ||
             { tail -n 20 "$work/cmin.log" >&2; exit 1; }
     done
 fi
-echo "corpus: $(find "$out" -type f | wc -l) files"
+for dir in "$out"/*/; do
+    python3 conformance/fuzz/corpus.py pack "$dir" "$packs/$(basename "$dir").b64"
+done
