@@ -114,7 +114,8 @@ fn the_run_script_gives_the_company_side_goal_to_exactly_the_company_side_target
 
 #[test]
 fn the_grant_source_seeds_reach_the_cookies() {
-    let most = |target: &str, count: fn(&[u8]) -> usize| corpus(target).iter().map(|data| count(data)).max().unwrap_or(0);
+    let most =
+        |target: &str, count: fn(&[u8]) -> usize| corpus(target).iter().map(|data| count(data)).max().unwrap_or(0);
     // The real Chromium database holds the three cookies its page set (v10, the basic store).
     assert_eq!(most("chromium_profile", pap_fuzz::agent::chromium_profile_cookies), 3);
     assert!(most("storage_state", pap_fuzz::agent::storage_state_cookies) >= 3);
