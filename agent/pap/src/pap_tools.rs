@@ -25,7 +25,7 @@
 //! as a proposal (a `202` operation), never anything under the operations endpoint; and the
 //! website of every company the wallet holds a record of is the person's where it changes
 //! state: the agent's browser sends no state-changing request there but the join's own, except
-//! from a tab the person holds (`pap_browser::persons`, fed by [`crate::WalletSites`] from the
+//! from a tab the person holds (`pap_browser::persons`, fed by [`crate::wallet::WalletSites`] from the
 //! wallet on disk: whatever process proposed the operation, across restarts). Tools read those
 //! pages, and never click, fill or script their forms. Grants come only from the operator's
 //! channel. Nothing a tool answers carries a token or an assertion.
@@ -48,7 +48,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::client::{ClientError, Company, PapClient, new_pairwise_user};
-use crate::wallet::{Holder, Wallet};
+use crate::join::{JoinError, join};
+use crate::wallet::{Holder, Wallet, WalletError};
 
 /// How long a join may take to land.
 const JOIN_DEADLINE: Duration = Duration::from_secs(20);
@@ -547,28 +548,27 @@ impl PapTools {
         let (target, page) = tools
             .open_tab(caller, &format!("https://{}/", company.domain.as_str()))
             .await?;
-        let outcome = crate::join(
-            &self.client,
-            &company,
-            session,
-            &return_to,
-            &page,
-            &permit,
-            tools.persons(),
-            JOIN_DEADLINE,
-        )
-        .await
-        .map_err(|e| match &e {
-            crate::JoinError::Timeout => ToolError::new(ToolErrorCode::Timeout, e.to_string()),
-            crate::JoinError::ConsentRequired(domain) => {
-                ToolError::new(ToolErrorCode::ConsentRequired, e.to_string()).with_cause(json!({ "domain": domain }))
-            }
-            crate::JoinError::ForeignReturnTo => ToolError::new(ToolErrorCode::InputInvalid, e.to_string()),
-            crate::JoinError::Refused(status) => {
-                ToolError::new(ToolErrorCode::PermissionDenied, e.to_string()).with_cause(json!({ "status": status }))
-            }
-            _ => internal(&e.to_string()),
-        })?;
+        let outcome =
+            join(
+                &self.client,
+                &company,
+                session,
+                &return_to,
+                &page,
+                &permit,
+                tools.persons(),
+                JOIN_DEADLINE,
+            )
+            .await
+            .map_err(|e| match &e {
+                JoinError::Timeout => ToolError::new(ToolErrorCode::Timeout, e.to_string()),
+                JoinError::ConsentRequired(domain) => ToolError::new(ToolErrorCode::ConsentRequired, e.to_string())
+                    .with_cause(json!({ "domain": domain })),
+                JoinError::ForeignReturnTo => ToolError::new(ToolErrorCode::InputInvalid, e.to_string()),
+                JoinError::Refused(status) => ToolError::new(ToolErrorCode::PermissionDenied, e.to_string())
+                    .with_cause(json!({ "status": status })),
+                _ => internal(&e.to_string()),
+            })?;
         Ok(json!({ "target": target, "url": outcome.landed.as_str(), "status": outcome.status }))
     }
 
@@ -628,7 +628,7 @@ pub async fn sign_out_device(
     state_dir: &std::path::Path,
     sealing: &SealingKey,
     device: &str,
-) -> Result<Vec<(String, String)>, crate::WalletError> {
+) -> Result<Vec<(String, String)>, WalletError> {
     let holder = Holder::Device(device.to_owned());
     let mut failed = Vec::new();
     for domain in Wallet::held_by_device(state_dir, device)? {

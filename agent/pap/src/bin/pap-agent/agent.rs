@@ -21,9 +21,8 @@ use pap_net::listener::TlsListener;
 use pap_shared::{HttpsUrl, SystemClock, SystemRng};
 use rustls::pki_types::CertificateDer;
 
-use crate::browser::lifecycle;
+use crate::browser::{lifecycle, supervise};
 use crate::cli::{HostCommand, MCP_INSTANCE, PapCommand};
-use crate::host::supervise;
 use crate::tunnel::host_label;
 use crate::util::{parse_connect, parse_domain, print_json, printable, read_file, shutdown_signal};
 

@@ -1,10 +1,13 @@
 //! `pap-agent browser`: the controlled browser's lifecycle, as the operator sees it.
 
+use std::sync::Arc;
+
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use pap_browser::chromium::{BrowserHost, ChromiumConfig};
 use pap_browser::spec::{InstanceState, Lifecycle, OperatorReset};
+use pap_browser::tools::ToolHost;
 use pap_browser::{chromium, consent};
 
 use crate::cli::BrowserCommand;
@@ -74,4 +77,15 @@ pub(crate) fn lifecycle() -> anyhow::Result<Lifecycle> {
         anyhow::anyhow!("the shipped Chromium manifest does not load: {}", all.join("; "))
     })?;
     Ok(manifest.browser.lifecycle)
+}
+
+/// A long-running host's supervision of its browser: the health loop probing it every
+/// `lifecycle.health.intervalMs` (L1, L4), and the recovery that relaunches it when it exits
+/// on its own. Both end when the returned handles drop.
+pub(crate) fn supervise(
+    host: &BrowserHost,
+    tools: &Arc<ToolHost>,
+) -> anyhow::Result<(pap_browser::chromium::HealthLoop, pap_browser::tools::Recovery)> {
+    let interval = Duration::from_millis(lifecycle()?.health.interval_ms);
+    Ok((host.start_health_loop(interval), tools.start_recovery()))
 }

@@ -1,19 +1,10 @@
-//! The command line: every subcommand and flag (clap), the state directory, and the dispatch
-//! to the module of each command area. Nothing here acts; each area's module does.
+//! The command line: every subcommand and flag (clap) and the state directory. Nothing here
+//! acts: `main.rs` dispatches each command to its area's module.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-
-use crate::agent::Agent;
-use crate::browser::browser_command;
-use crate::consent_cli::consent_command;
-use crate::host::{devices_command, install_mcp, pair};
-use crate::identity::identity;
-use crate::tunnel::{install_tunnel, pair_accept, pair_connect, pair_offer, pair_page, pair_stdio};
-use crate::util::shutdown_signal;
 
 #[derive(Parser)]
 #[command(
@@ -26,24 +17,24 @@ pub(crate) struct Cli {
     /// Default: $XDG_STATE_HOME/pap-agent or ~/.local/state/pap-agent; as root
     /// /var/lib/pap-agent, which the browser's unprivileged user can reach.
     #[arg(long, global = true, env = "PAP_AGENT_STATE")]
-    state_dir: Option<PathBuf>,
+    pub(crate) state_dir: Option<PathBuf>,
     /// Test only: connect NAME (port 443) to ADDR:PORT, for both HTTP and the browser.
     #[arg(long, global = true, value_name = "NAME=ADDR:PORT")]
-    connect: Vec<String>,
+    pub(crate) connect: Vec<String>,
     /// Test only: trust this CA for companies (the browser pins the leaf it checks against it).
     #[arg(long, global = true, value_name = "PEM")]
-    trust_ca: Option<PathBuf>,
+    pub(crate) trust_ca: Option<PathBuf>,
     /// Join from a dedicated Chromium already running with DevTools on this loopback address
     /// (its own --user-data-dir) instead of launching one; it is left running afterwards.
     #[arg(long, global = true, value_name = "ADDR:PORT")]
-    attach: Option<SocketAddr>,
+    pub(crate) attach: Option<SocketAddr>,
     /// Let the agent's browser load ORIGIN although the navigation rule (https: to public hosts
     /// only) refuses it: `http://127.0.0.1` (any port) or `https://10.0.0.5:8443` (that port),
     /// e.g. a local test server or the AIP-63 suite's pages; repeat for more.
     #[arg(long = "name-origin", global = true, value_name = "ORIGIN")]
-    named_origins: Vec<String>,
+    pub(crate) named_origins: Vec<String>,
     #[command(subcommand)]
-    command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Subcommand)]
@@ -470,61 +461,6 @@ pub(crate) fn default_state_dir(root: bool, home_default: PathBuf) -> (PathBuf, 
     (system, hint)
 }
 
-pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
-    let state = state_dir(&cli);
-    let network = cli.network();
-    match cli.command {
-        Command::Identity { command } => identity(&state, &command).await,
-        Command::Consent { command } => consent_command(&state, &command).await,
-        Command::Browser { command } => browser_command(&state, &command).await,
-        Command::Pair { over: None, name, ttl } => pair(&state, &name, ttl),
-        Command::Pair { over: Some(over), .. } => match over {
-            PairCommand::Offer {
-                rendezvous,
-                ttl,
-                pair_page,
-                name,
-            } => pair_offer(&state, &rendezvous, ttl, pair_page.as_deref(), name.as_deref()),
-            PairCommand::Accept { name, yes } => pair_accept(&state, &network, &name, yes).await,
-            PairCommand::Connect { fingerprint, listen } => pair_connect(&state, &network, &fingerprint, listen).await,
-            PairCommand::Stdio { fingerprint } => pair_stdio(&state, &network, &fingerprint).await,
-            PairCommand::Page { listen } => pair_page(listen).await,
-        },
-        Command::Rendezvous {
-            listen,
-            max_sockets_per_address,
-        } => rendezvous(listen, max_sockets_per_address).await,
-        Command::Devices { command } => devices_command(&state, &network, &command).await,
-        Command::InstallMcp { client, config, tunnel } => {
-            // The global options it runs with are the host's too (--connect and --trust-ca:
-            // a test stage's routing reaches the spawned host as it reached this command).
-            let mut global = Vec::new();
-            for entry in &cli.connect {
-                global.extend(["--connect".to_owned(), entry.clone()]);
-            }
-            if let Some(ca) = &cli.trust_ca {
-                global.extend(["--trust-ca".to_owned(), std::path::absolute(ca)?.display().to_string()]);
-            }
-            // --name-origin is a test exemption of the navigation rule: it is never made
-            // permanent in a client's configuration (review N17).
-            if !cli.named_origins.is_empty() {
-                eprintln!("note: --name-origin is not written into the client's configuration");
-            }
-            match tunnel {
-                Some(fingerprint) => install_tunnel(&state, client, config, &global, &fingerprint),
-                None => install_mcp(&state, &network, client, config, &global).await,
-            }
-        }
-        Command::Pap(command) => {
-            let mut agent = Agent::open(state, &cli.connect, cli.trust_ca.as_deref(), cli.attach)?;
-            for origin in &cli.named_origins {
-                agent.named_origins.push(pap_browser::spec::NamedOrigin::parse(origin)?);
-            }
-            agent.run(command).await
-        }
-    }
-}
-
 /// The test-only network options (`--connect`, `--trust-ca`) a command reaches companies with.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Network {
@@ -533,33 +469,13 @@ pub(crate) struct Network {
 }
 
 impl Cli {
-    fn network(&self) -> Network {
+    /// The test-only network options it was given.
+    pub(crate) fn network(&self) -> Network {
         Network {
             connect: self.connect.clone(),
             trust_ca: self.trust_ca.clone(),
         }
     }
-}
-
-/// `pap-agent rendezvous`: the broker until Ctrl-C or SIGTERM.
-async fn rendezvous(listen: SocketAddr, max_sockets_per_address: usize) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("listening on {listen}"))?;
-    let address = listener.local_addr()?;
-    eprintln!("rendezvous broker on ws://{address}/ (any path; hosts and devices add ?side=…&t=…)");
-    let stats = std::sync::Arc::new(pap_pair::broker::BrokerStats::default());
-    pap_pair::broker::serve(
-        listener,
-        pap_pair::broker::BrokerLimits {
-            max_connections_per_address: max_sockets_per_address.max(1),
-            ..pap_pair::broker::BrokerLimits::default()
-        },
-        stats,
-        shutdown_signal(),
-    )
-    .await;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -3,17 +3,13 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use pap_browser::chromium::BrowserHost;
 use pap_browser::consent;
-use pap_browser::tools::ToolHost;
 use pap_host::pairing::Devices;
 use pap_shared::{SystemClock, SystemRng};
 
 use crate::agent::Agent;
-use crate::browser::lifecycle;
 use crate::cli::{DevicesCommand, Network};
 use crate::util::print_json;
 
@@ -29,17 +25,6 @@ pub(crate) fn pair(state: &std::path::Path, name: &str, ttl: u64) -> anyhow::Res
     );
     println!("{}", code.expose());
     Ok(())
-}
-
-/// A long-running host's supervision of its browser: the health loop probing it every
-/// `lifecycle.health.intervalMs` (L1, L4), and the recovery that relaunches it when it exits
-/// on its own. Both end when the returned handles drop.
-pub(crate) fn supervise(
-    host: &BrowserHost,
-    tools: &Arc<ToolHost>,
-) -> anyhow::Result<(pap_browser::chromium::HealthLoop, pap_browser::tools::Recovery)> {
-    let interval = Duration::from_millis(lifecycle()?.health.interval_ms);
-    Ok((host.start_health_loop(interval), tools.start_recovery()))
 }
 
 /// `pap-agent devices ...`.

@@ -12,10 +12,20 @@ mod identity;
 mod tunnel;
 mod util;
 
+use std::net::SocketAddr;
+
+use anyhow::Context as _;
 use clap::Parser as _;
 use pap_browser::chromium;
 
-use crate::cli::{Cli, run};
+use crate::agent::Agent;
+use crate::browser::browser_command;
+use crate::cli::{Cli, Command, PairCommand, state_dir};
+use crate::consent_cli::consent_command;
+use crate::host::{devices_command, install_mcp, pair};
+use crate::identity::identity;
+use crate::tunnel::{install_tunnel, pair_accept, pair_connect, pair_offer, pair_page, pair_stdio};
+use crate::util::shutdown_signal;
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -28,4 +38,81 @@ fn main() -> anyhow::Result<()> {
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(run(cli))
+}
+
+/// Runs the command `cli` names, in its area's module.
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let state = state_dir(&cli);
+    let network = cli.network();
+    match cli.command {
+        Command::Identity { command } => identity(&state, &command).await,
+        Command::Consent { command } => consent_command(&state, &command).await,
+        Command::Browser { command } => browser_command(&state, &command).await,
+        Command::Pair { over: None, name, ttl } => pair(&state, &name, ttl),
+        Command::Pair { over: Some(over), .. } => match over {
+            PairCommand::Offer {
+                rendezvous,
+                ttl,
+                pair_page,
+                name,
+            } => pair_offer(&state, &rendezvous, ttl, pair_page.as_deref(), name.as_deref()),
+            PairCommand::Accept { name, yes } => pair_accept(&state, &network, &name, yes).await,
+            PairCommand::Connect { fingerprint, listen } => pair_connect(&state, &network, &fingerprint, listen).await,
+            PairCommand::Stdio { fingerprint } => pair_stdio(&state, &network, &fingerprint).await,
+            PairCommand::Page { listen } => pair_page(listen).await,
+        },
+        Command::Rendezvous {
+            listen,
+            max_sockets_per_address,
+        } => rendezvous(listen, max_sockets_per_address).await,
+        Command::Devices { command } => devices_command(&state, &network, &command).await,
+        Command::InstallMcp { client, config, tunnel } => {
+            // The global options it runs with are the host's too (--connect and --trust-ca:
+            // a test stage's routing reaches the spawned host as it reached this command).
+            let mut global = Vec::new();
+            for entry in &cli.connect {
+                global.extend(["--connect".to_owned(), entry.clone()]);
+            }
+            if let Some(ca) = &cli.trust_ca {
+                global.extend(["--trust-ca".to_owned(), std::path::absolute(ca)?.display().to_string()]);
+            }
+            // --name-origin is a test exemption of the navigation rule: it is never made
+            // permanent in a client's configuration (review N17).
+            if !cli.named_origins.is_empty() {
+                eprintln!("note: --name-origin is not written into the client's configuration");
+            }
+            match tunnel {
+                Some(fingerprint) => install_tunnel(&state, client, config, &global, &fingerprint),
+                None => install_mcp(&state, &network, client, config, &global).await,
+            }
+        }
+        Command::Pap(command) => {
+            let mut agent = Agent::open(state, &cli.connect, cli.trust_ca.as_deref(), cli.attach)?;
+            for origin in &cli.named_origins {
+                agent.named_origins.push(pap_browser::spec::NamedOrigin::parse(origin)?);
+            }
+            agent.run(command).await
+        }
+    }
+}
+
+/// `pap-agent rendezvous`: the broker until Ctrl-C or SIGTERM.
+async fn rendezvous(listen: SocketAddr, max_sockets_per_address: usize) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("listening on {listen}"))?;
+    let address = listener.local_addr()?;
+    eprintln!("rendezvous broker on ws://{address}/ (any path; hosts and devices add ?side=…&t=…)");
+    let stats = std::sync::Arc::new(pap_pair::broker::BrokerStats::default());
+    pap_pair::broker::serve(
+        listener,
+        pap_pair::broker::BrokerLimits {
+            max_connections_per_address: max_sockets_per_address.max(1),
+            ..pap_pair::broker::BrokerLimits::default()
+        },
+        stats,
+        shutdown_signal(),
+    )
+    .await;
+    Ok(())
 }
