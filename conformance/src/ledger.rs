@@ -100,9 +100,10 @@ impl Ledger {
                     continue;
                 }
                 if let Some(target) = test.strip_prefix("fuzz:") {
-                    if !root.join("conformance/fuzz/corpus").join(target).is_dir() {
+                    let pack = root.join("conformance/fuzz/corpus").join(format!("{target}.b64"));
+                    if !pack.is_file() {
                         problems.push(format!(
-                            "{}: no fuzz target {target} (conformance/fuzz/corpus/{target})",
+                            "{}: no fuzz target {target} (conformance/fuzz/corpus/{target}.b64)",
                             rule.id
                         ));
                     }
