@@ -53,8 +53,8 @@ pub struct Rule {
 
 impl Ledger {
     /// Parses the ledger's text.
-    pub fn parse(text: &str) -> Result<Self, LedgerError> {
-        toml::from_str(text).map_err(|e| LedgerError::Syntax(e.message().to_owned()))
+    pub fn parse(text: &str) -> Result<Self, RequirementLedgerError> {
+        toml::from_str(text).map_err(|e| RequirementLedgerError::Syntax(e.message().to_owned()))
     }
 
     /// Checks the ledger against the repository at `root`: ids unique; an implemented or
@@ -164,7 +164,7 @@ fn code_problem(root: &Path, code: &str) -> Option<String> {
 
 /// Why the ledger could not be read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum LedgerError {
+pub enum RequirementLedgerError {
     /// Not valid TOML of the ledger's shape.
     #[error("the ledger is not valid: {0}")]
     Syntax(String),

@@ -22,4 +22,4 @@ pub mod replicas;
 pub mod report;
 
 // The public interface is:
-pub use ledger::{Ledger, LedgerError, Rule, Status};
+pub use ledger::{Ledger, RequirementLedgerError, Rule, Status};
