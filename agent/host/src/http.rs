@@ -26,10 +26,14 @@
 //! - **requests in flight**: strangers' within `max_stranger_in_flight` (`/health` and `/pair`
 //!   each), devices' within `max_in_flight`, taken only after the bearer is checked (503 with
 //!   `Retry-After`);
-//! - **MCP sessions**: `max_sessions` in all and `max_sessions_per_device` per device (503).
+//! - **MCP sessions**: `max_sessions` in all and `max_sessions_per_device` per device. A device
+//!   past either cap loses its own least recently used session to its new one (clients that
+//!   restart or health-check never send `DELETE`; a device is never locked out by sessions it
+//!   forgot), and never another device's: a new device's session past the host's cap is 503.
+//!   A session with no request for [`SESSION_IDLE`] ends.
 //!
 //! No request timeout: an MCP response may be a long-lived event stream (rmcp pings it every
-//! 15 s and ends idle sessions after 5 min). Binding anything but loopback is the operator's
+//! 15 s). Binding anything but loopback is the operator's
 //! explicit choice ([`Exposure::check`]), and pairing stays required.
 
 use std::collections::HashSet;
@@ -213,6 +217,14 @@ impl Default for Limits {
     }
 }
 
+/// How long an MCP session lives without a request (rmcp's default is 5 min): a client that
+/// went away without `DELETE` frees its place sooner, and one that comes back after it starts a
+/// new session, as the MCP transport says to on a 404.
+pub const SESSION_IDLE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The MCP sessions of one device, each with when it was last used.
+type DeviceSessions = Vec<(String, tokio::time::Instant)>;
+
 #[derive(Clone)]
 struct Host {
     server: BrowserServer,
@@ -226,8 +238,9 @@ struct Host {
     health_in_flight: Arc<Semaphore>,
     pair_in_flight: Arc<Semaphore>,
     max_sessions_per_device: usize,
-    /// The MCP sessions each device opened (ids), to cap them per device.
-    sessions_of: Arc<Mutex<std::collections::HashMap<String, Vec<String>>>>,
+    /// The MCP sessions each device opened, with when each was last used: to cap them per
+    /// device, and to know which to end first.
+    sessions_of: Arc<Mutex<std::collections::HashMap<String, DeviceSessions>>>,
     /// The devices that made a request, so a revoked one's tabs and contexts end (C13).
     seen: Arc<Mutex<HashSet<String>>>,
 }
@@ -240,7 +253,9 @@ pub struct Proven(Arc<std::sync::atomic::AtomicBool>);
 /// The host's routes: `/health`, `/pair` and `/mcp` (serving `server`, made with
 /// [`BrowserServer::per_request`]), every one behind the Host/Origin guard.
 pub fn router(server: BrowserServer, devices: Devices, guard: Guard, limits: Limits) -> Router {
-    let sessions = Arc::new(LocalSessionManager::default());
+    let mut manager = LocalSessionManager::default();
+    manager.session_config.keep_alive = Some(SESSION_IDLE);
+    let sessions = Arc::new(manager);
     let mut config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(guard.hosts.clone())
         .with_allowed_origins(guard.origins.clone())
@@ -490,15 +505,16 @@ async fn paired(State(host): State<Host>, mut request: Request, next: Next) -> R
     };
     let opens_session = request.method() == http::Method::POST && !request.headers().contains_key("mcp-session-id");
     if opens_session {
-        let live = host.sessions.sessions.read().await;
-        if live.len() >= host.max_sessions {
-            return busy("too many MCP sessions are open");
+        if let Err(refused) = make_room_for_session(&host, &device.id).await {
+            return refused;
         }
+    } else if let Some(session) = request.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()) {
         let mut of = lock(&host.sessions_of);
-        let mine = of.entry(device.id.clone()).or_default();
-        mine.retain(|id| live.keys().any(|live| live.as_ref() == id.as_str()));
-        if mine.len() >= host.max_sessions_per_device {
-            return busy("this device has too many MCP sessions open");
+        if let Some(used) = of
+            .get_mut(&device.id)
+            .and_then(|mine| mine.iter_mut().find(|(id, _)| id == session))
+        {
+            used.1 = tokio::time::Instant::now();
         }
     }
     host.seen
@@ -513,9 +529,55 @@ async fn paired(State(host): State<Host>, mut request: Request, next: Next) -> R
     request.extensions_mut().insert(AgentCaller::paired(device.id));
     let response = next.run(request).await;
     if opens_session && let Some(session) = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()) {
-        lock(&host.sessions_of).entry(id).or_default().push(session.to_owned());
+        lock(&host.sessions_of)
+            .entry(id)
+            .or_default()
+            .push((session.to_owned(), tokio::time::Instant::now()));
     }
     response
+}
+
+/// Room for one more MCP session of `device`: past its own cap, or the host's, its least
+/// recently used session ends (never another device's); past the host's cap with none of its
+/// own to end, 503.
+async fn make_room_for_session(host: &Host, device: &str) -> Result<(), Response> {
+    use rmcp::transport::streamable_http_server::session::SessionManager as _;
+    let live: Vec<String> = host
+        .sessions
+        .sessions
+        .read()
+        .await
+        .keys()
+        .map(|id| id.to_string())
+        .collect();
+    let oldest = {
+        let mut of = lock(&host.sessions_of);
+        let mine = of.entry(device.to_owned()).or_default();
+        // Sessions that ended (a DELETE, the idle limit) hold no place.
+        mine.retain(|(id, _)| live.contains(id));
+        let full = mine.len() >= host.max_sessions_per_device || live.len() >= host.max_sessions;
+        if !full {
+            return Ok(());
+        }
+        let Some(at) = mine
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, (_, used))| *used)
+            .map(|(at, _)| at)
+        else {
+            return Err(busy("too many MCP sessions are open"));
+        };
+        mine.remove(at).0
+    };
+    if let Err(error) = host.sessions.close_session(&oldest.as_str().into()).await {
+        // Already gone (it ended meanwhile): its place is free all the same.
+        tracing::debug!(%error, "ending a device's least recently used MCP session");
+    }
+    tracing::info!(
+        device,
+        "a device's least recently used MCP session ended for its new one"
+    );
+    Ok(())
 }
 
 /// Ends the tabs and contexts of devices seen here that are no longer paired (C13).
@@ -674,14 +736,21 @@ mod tests {
         let first = app.clone().oneshot(post("/mcp", &bearer, initialize())).await.unwrap();
         assert_eq!(first.status(), StatusCode::OK);
         let session = first.headers().get("mcp-session-id").cloned().expect("a session");
-        let second = app.clone().oneshot(post("/mcp", &bearer, initialize())).await.unwrap();
+        // Another device finds the host full: the first device's session is not its to end.
+        let (_, other) = Devices::at(&state)
+            .mint("other", "install", &SystemClock, &SystemRng)
+            .unwrap();
+        let refused = app
+            .clone()
+            .oneshot(post("/mcp", other.expose(), initialize()))
+            .await
+            .unwrap();
         assert_eq!(
-            second.status(),
+            refused.status(),
             StatusCode::SERVICE_UNAVAILABLE,
             "a session past the cap"
         );
-        assert!(second.headers().contains_key(header::RETRY_AFTER));
-
+        assert!(refused.headers().contains_key(header::RETRY_AFTER));
         let padding = "x".repeat(limits.max_body);
         let big = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": {"pad": padding}}});
         let mut request = post("/mcp", &bearer, big.to_string());
@@ -692,6 +761,55 @@ mod tests {
         let code = json!({"code": "x".repeat(2048)}).to_string();
         let too_big = app.clone().oneshot(post("/pair", "", code)).await.unwrap();
         assert_eq!(too_big.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let _ = std::fs::remove_dir_all(&state);
+    }
+
+    /// A `tools/list` in the session `session`.
+    fn in_session(bearer: &str, session: &HeaderValue) -> Request {
+        let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+        let mut request = post("/mcp", bearer, list.to_string());
+        request.headers_mut().insert("mcp-session-id", session.clone());
+        request
+    }
+
+    /// A client that reconnects without `DELETE` (the TypeScript SDK's `close()`, Claude Code,
+    /// the Inspector) gets a working session every time: past its cap, its least recently used
+    /// session ends, never another device's.
+    #[tokio::test]
+    async fn a_device_that_never_closes_its_sessions_gets_a_working_one_every_time() {
+        let limits = Limits::default();
+        let (app, bearer, state) = host("reconnects", limits);
+        let (_, other) = Devices::at(&state)
+            .mint("other", "install", &SystemClock, &SystemRng)
+            .unwrap();
+        let opened = app
+            .clone()
+            .oneshot(post("/mcp", other.expose(), initialize()))
+            .await
+            .unwrap();
+        let others = opened.headers().get("mcp-session-id").cloned().expect("a session");
+        let mut sessions = Vec::new();
+        for round in 0..50 {
+            let opened = app.clone().oneshot(post("/mcp", &bearer, initialize())).await.unwrap();
+            assert_eq!(opened.status(), StatusCode::OK, "reconnect {round}");
+            let session = opened.headers().get("mcp-session-id").cloned().expect("a session");
+            let used = app.clone().oneshot(in_session(&bearer, &session)).await.unwrap();
+            assert_eq!(used.status(), StatusCode::OK, "the session of reconnect {round}");
+            sessions.push(session);
+        }
+        // The device holds its cap, its newest; the older ones ended; the other device's lives.
+        for (round, session) in sessions.iter().enumerate() {
+            let status = app
+                .clone()
+                .oneshot(in_session(&bearer, session))
+                .await
+                .unwrap()
+                .status();
+            let newest = round >= 50 - limits.max_sessions_per_device;
+            assert_eq!(status == StatusCode::OK, newest, "session {round}: {status}");
+        }
+        let theirs = app.clone().oneshot(in_session(other.expose(), &others)).await.unwrap();
+        assert_eq!(theirs.status(), StatusCode::OK, "another device's session was touched");
         let _ = std::fs::remove_dir_all(&state);
     }
 

@@ -24,8 +24,8 @@ use pap_browser::tools::{ToolHost, input_schema};
 use rmcp::ErrorData as McpError;
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
@@ -73,6 +73,9 @@ pub struct BrowserServer {
     rate: rate::RateLimit,
     /// The embedder's tools, served beside the browser's.
     extra: Option<Arc<dyn ExtraTools>>,
+    /// What `initialize` answers as `serverInfo`: the program that serves (`pap-agent 0.1.0`),
+    /// by default this crate.
+    name: (String, String),
 }
 
 /// Who a call comes from.
@@ -100,6 +103,7 @@ impl BrowserServer {
             },
             rate: rate::RateLimit::default(),
             extra: None,
+            name: (env!("CARGO_PKG_NAME").to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
         }
     }
 
@@ -111,7 +115,16 @@ impl BrowserServer {
             callers: Callers::PerRequest,
             rate: rate::RateLimit::default(),
             extra: None,
+            name: (env!("CARGO_PKG_NAME").to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
         }
+    }
+
+    /// Names the program that serves in `initialize`'s `serverInfo` (a client shows it; rmcp's
+    /// own name and version would otherwise stand there).
+    #[must_use]
+    pub fn named(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
+        self.name = (name.into(), version.into());
+        self
     }
 
     /// Serves `extra` beside the browser's tools.
@@ -161,7 +174,10 @@ impl BrowserServer {
             .tools
             .served()
             .into_iter()
-            .map(|tool| Tool::new(tool.mcp_name(), description(tool), Arc::new(input_schema(tool))))
+            .map(|tool| {
+                Tool::new(tool.mcp_name(), description(tool), Arc::new(input_schema(tool)))
+                    .with_annotations(annotations(tool))
+            })
             .collect();
         if let Some(extra) = &self.extra {
             listed.extend(extra.listed());
@@ -285,12 +301,44 @@ fn description(tool: ToolId) -> &'static str {
     }
 }
 
+/// What a client may assume of `tool` (MCP's tool annotations, which clients use to decide what
+/// to ask the person before a call): its title, whether it only reads, whether it may change or
+/// remove something for good, whether calling it twice does what once does, and whether it
+/// reaches the web beyond the host.
+fn annotations(tool: ToolId) -> ToolAnnotations {
+    // (title, read only, destructive, idempotent, open world)
+    let (title, read_only, destructive, idempotent, open_world) = match tool {
+        ToolId::Navigate => ("Load a page", false, false, false, true),
+        ToolId::Evaluate => ("Run a script in a page", false, true, false, true),
+        ToolId::GetDom => ("Read a page's HTML", true, false, true, true),
+        ToolId::Screenshot => ("Take a screenshot", true, false, true, true),
+        ToolId::Click => ("Click an element", false, true, false, true),
+        ToolId::Fill => ("Type into an element", false, false, true, true),
+        ToolId::Tabs => ("List, open or close tabs", false, true, false, true),
+        ToolId::ListRequests => ("List a tab's responses", true, false, true, false),
+        ToolId::GetRequestBody => ("Read a response's body", true, false, true, false),
+        ToolId::CdpSend => ("Send a page-local CDP command", false, true, false, true),
+        ToolId::Download => ("Download a file", false, false, false, true),
+        ToolId::ProfileList => ("List the person's grants", true, false, true, false),
+        ToolId::ProfileRefresh => ("Refresh a grant's material", false, false, true, false),
+        ToolId::ProfileRevoke => ("Revoke a grant", false, true, true, false),
+        ToolId::Act => ("Act in natural language", false, true, false, true),
+    };
+    ToolAnnotations::with_title(title)
+        .read_only(read_only)
+        .destructive(destructive)
+        .idempotent(idempotent)
+        .open_world(open_world)
+}
+
 impl ServerHandler for BrowserServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
-            "The agent's own Chromium (AIP-63 agentbrowser/v1). It loads only https: pages on public \
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(self.name.0.clone(), self.name.1.clone()))
+            .with_instructions(
+                "The agent's own Chromium (AIP-63 agentbrowser/v1). It loads only https: pages on public \
              hosts; session material comes only from the person's grants.",
-        )
+            )
     }
 
     async fn list_tools(
@@ -321,5 +369,64 @@ impl ServerHandler for BrowserServer {
         };
         let arguments = request.arguments.map_or(json!({}), Value::Object);
         Ok(self.call(&caller, &request.name, arguments).await.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+    use super::*;
+
+    #[test]
+    fn every_tool_is_annotated_and_its_schema_is_an_object_model_apis_take() {
+        let state = std::env::temp_dir().join(format!("pap-host-listed-{}", std::process::id()));
+        std::fs::create_dir_all(&state).unwrap();
+        let consent = Arc::new(
+            pap_browser::consent::ConsentHost::open(
+                &state,
+                Arc::new(pap_shared::SystemClock),
+                Arc::new(pap_shared::SystemRng),
+            )
+            .unwrap(),
+        );
+        let tools = ToolHost::new(
+            pap_browser::chromium::manifest().unwrap(),
+            pap_browser::chromium::BrowserHost::new(),
+            pap_browser::chromium::ChromiumConfig::new(state.clone()),
+            pap_browser::spec::InstanceKey::try_from("listed").unwrap(),
+            consent,
+        );
+        let listed = BrowserServer::per_request(tools).listed();
+        assert!(listed.len() >= 14, "{}", listed.len());
+        for tool in &listed {
+            let annotations = tool.annotations.as_ref().expect("annotated");
+            assert!(annotations.title.is_some(), "{}", tool.name);
+            let hints = [
+                annotations.read_only_hint,
+                annotations.destructive_hint,
+                annotations.idempotent_hint,
+                annotations.open_world_hint,
+            ];
+            assert!(hints.iter().all(Option::is_some), "{} lacks a hint", tool.name);
+            assert_eq!(tool.input_schema.get("type"), Some(&json!("object")), "{}", tool.name);
+            for combinator in ["oneOf", "anyOf", "allOf"] {
+                assert!(
+                    !tool.input_schema.contains_key(combinator),
+                    "{}: {combinator}",
+                    tool.name
+                );
+            }
+        }
+        let read_only: Vec<&str> = listed
+            .iter()
+            .filter(|t| t.annotations.as_ref().and_then(|a| a.read_only_hint) == Some(true))
+            .map(|t| t.name.as_ref())
+            .collect();
+        assert!(
+            read_only.contains(&"browser_get_dom") && !read_only.contains(&"browser_click"),
+            "{read_only:?}"
+        );
+        let _ = std::fs::remove_dir_all(&state);
     }
 }

@@ -42,7 +42,7 @@ use pap_browser::store::SealingKey;
 use pap_browser::tools::ToolHost;
 use pap_host::{ExtraTools, NeedsBrowser};
 use pap_shared::{CompanyDomain, HttpsUrl, SystemRng};
-use rmcp::model::Tool;
+use rmcp::model::{Tool, ToolAnnotations};
 use schemars::{JsonSchema, schema_for};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -184,6 +184,26 @@ impl PapTool {
         }
     }
 
+    /// What a client may assume of it (MCP's tool annotations): (title, read only, destructive,
+    /// idempotent, open world). Proposing changes nothing until the person confirms.
+    fn annotations(self) -> ToolAnnotations {
+        let (title, read_only, destructive, idempotent, open_world) = match self {
+            Self::Discover => ("Read a company's discovery", true, false, true, true),
+            Self::SessionStart => ("Start a PAP Session", false, true, false, true),
+            Self::SigninStart => ("Start Device Sign-In", false, false, false, true),
+            Self::SigninStatus => ("Check a sign-in", true, false, true, false),
+            Self::Propose => ("Propose an operation", false, false, false, true),
+            Self::Operation => ("Read an operation", true, false, true, true),
+            Self::Join => ("Join the Session in the browser", false, false, false, true),
+            Self::Signout => ("Sign the Session out", false, true, true, true),
+        };
+        ToolAnnotations::with_title(title)
+            .read_only(read_only)
+            .destructive(destructive)
+            .idempotent(idempotent)
+            .open_world(open_world)
+    }
+
     /// The JSON Schema of its input, made from the closed type it parses into.
     fn input_schema(self) -> serde_json::Map<String, Value> {
         let schema = match self {
@@ -271,7 +291,10 @@ impl PapTools {
     pub fn listed() -> Vec<Tool> {
         PapTool::ALL
             .into_iter()
-            .map(|tool| Tool::new(tool.mcp_name(), tool.description(), Arc::new(tool.input_schema())))
+            .map(|tool| {
+                Tool::new(tool.mcp_name(), tool.description(), Arc::new(tool.input_schema()))
+                    .with_annotations(tool.annotations())
+            })
             .collect()
     }
 
@@ -686,5 +709,37 @@ fn pap_error(error: &ClientError) -> ToolError {
         ClientError::Transport(_) => ToolError::new(ToolErrorCode::Timeout, error.to_string()),
         ClientError::Unsupported(_) => ToolError::new(ToolErrorCode::NotFound, error.to_string()),
         _ => internal(&error.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_pap_tool_lists_a_closed_object_schema_that_model_apis_take() {
+        for tool in PapTools::listed() {
+            let schema = &tool.input_schema;
+            assert_eq!(schema.get("type"), Some(&json!("object")), "{}", tool.name);
+            for combinator in ["oneOf", "anyOf", "allOf"] {
+                assert!(
+                    !schema.contains_key(combinator),
+                    "{} has a top-level {combinator}",
+                    tool.name
+                );
+            }
+            assert_eq!(schema.get("additionalProperties"), Some(&json!(false)), "{}", tool.name);
+            assert!(pap_browser::spec::is_mcp_name(&tool.name), "{}", tool.name);
+            let annotations = tool.annotations.as_ref().expect("annotated");
+            assert!(annotations.title.is_some(), "{}", tool.name);
+            for hint in [
+                annotations.read_only_hint,
+                annotations.destructive_hint,
+                annotations.idempotent_hint,
+                annotations.open_world_hint,
+            ] {
+                assert!(hint.is_some(), "{} lacks a hint", tool.name);
+            }
+        }
     }
 }

@@ -64,6 +64,11 @@ async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_ty
         &bearer_file,
     ]);
     let client = ().serve(TokioChildProcess::new(host).unwrap()).await.unwrap();
+    // The client is told which program serves it, not the MCP library's name.
+    let info = client.peer_info().expect("the server's initialize answer");
+    let server = info.server_info.as_ref().expect("serverInfo");
+    assert_eq!(server.name, "pap-agent");
+    assert_eq!(server.version, env!("CARGO_PKG_VERSION"));
 
     let tools = client.list_all_tools().await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();

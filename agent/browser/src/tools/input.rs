@@ -128,6 +128,37 @@ pub(super) enum Tabs {
     },
 }
 
+/// What `browser.tabs` lists as its input schema: one object with an `action` field, rather than
+/// the `oneOf` of [`Tabs`]'s three shapes (model APIs refuse a tool whose input schema has
+/// `oneOf`, `anyOf` or `allOf` at the top level). The call is still parsed as [`Tabs`], so a
+/// field that does not go with its action is refused by name.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[allow(dead_code, reason = "a schema only: calls are parsed as Tabs")]
+pub(super) struct TabsSchema {
+    /// `list` (the default), `open` or `close`.
+    action: Option<TabsAction>,
+    /// With `open`: no idle reaper closes the new tab (L11).
+    keep_alive: Option<bool>,
+    /// With `open`: where the new tab goes.
+    url: Option<String>,
+    /// With `close`: the target handle to close.
+    target: Option<String>,
+}
+
+/// The actions of `browser.tabs`.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code, reason = "a schema only")]
+enum TabsAction {
+    /// The targets of the running boot.
+    List,
+    /// A new target.
+    Open,
+    /// Close a target.
+    Close,
+}
+
 /// `browser.get_request_body`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -828,7 +828,7 @@ pub fn input_schema(tool: ToolId) -> serde_json::Map<String, Value> {
         ToolId::Screenshot => schema_for!(input::Screenshot),
         ToolId::Click => schema_for!(input::Click),
         ToolId::Fill => schema_for!(input::Fill),
-        ToolId::Tabs => schema_for!(input::Tabs),
+        ToolId::Tabs => schema_for!(input::TabsSchema),
         ToolId::ListRequests => schema_for!(input::OnTarget),
         ToolId::GetRequestBody => schema_for!(input::GetRequestBody),
         ToolId::CdpSend => schema_for!(input::CdpSend),
@@ -842,7 +842,7 @@ pub fn input_schema(tool: ToolId) -> serde_json::Map<String, Value> {
         Value::Object(object) => object,
         _ => serde_json::Map::new(),
     };
-    // MCP wants an object schema at the top; `browser.tabs` is one of several object shapes.
+    // MCP wants an object schema at the top.
     object.entry("type").or_insert_with(|| json!("object"));
     object
 }
@@ -971,10 +971,15 @@ mod tests {
         for tool in ToolId::ALL.into_iter().filter(|t| *t != ToolId::Act) {
             let schema = input_schema(tool);
             assert_eq!(schema.get("type"), Some(&json!("object")), "{tool:?}");
-            if tool != ToolId::Tabs {
-                // Unknown fields are refused by the parser: the schema says so.
-                assert_eq!(schema.get("additionalProperties"), Some(&json!(false)), "{tool:?}");
+            // Model APIs refuse a tool whose input schema combines schemas at the top.
+            for combinator in ["oneOf", "anyOf", "allOf"] {
+                assert!(
+                    !schema.contains_key(combinator),
+                    "{tool:?} has a top-level {combinator}"
+                );
             }
+            // Unknown fields are refused by the parser: the schema says so.
+            assert_eq!(schema.get("additionalProperties"), Some(&json!(false)), "{tool:?}");
         }
         let navigate = input_schema(ToolId::Navigate);
         assert_eq!(navigate["required"], json!(["url"]));

@@ -198,7 +198,9 @@ impl Agent {
         };
         let (host, tools) = self.mcp_tools().await?;
         let _supervision = supervise(&host, &tools)?;
-        let server = pap_host::BrowserServer::stdio(tools, devices, bearer, device.id).with_extra(self.pap_tools()?);
+        let server = pap_host::BrowserServer::stdio(tools, devices, bearer, device.id)
+            .named("pap-agent", env!("CARGO_PKG_VERSION"))
+            .with_extra(self.pap_tools()?);
         let served = server.serve(rmcp::transport::stdio()).await?;
         let ended = served.waiting().await;
         host.stop(MCP_INSTANCE, Duration::from_secs(2)).await?;
@@ -217,7 +219,9 @@ impl Agent {
         use pap_host::http;
         let (host, tools) = self.mcp_tools().await?;
         let _supervision = supervise(&host, &tools)?;
-        let server = pap_host::BrowserServer::per_request(tools).with_extra(self.pap_tools()?);
+        let server = pap_host::BrowserServer::per_request(tools)
+            .named("pap-agent", env!("CARGO_PKG_VERSION"))
+            .with_extra(self.pap_tools()?);
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("binding {listen}"))?;

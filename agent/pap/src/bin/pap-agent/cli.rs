@@ -29,8 +29,9 @@ pub(crate) struct Cli {
     #[arg(long, global = true, value_name = "ADDR:PORT")]
     pub(crate) attach: Option<SocketAddr>,
     /// Let the agent's browser load ORIGIN although the navigation rule (https: to public hosts
-    /// only) refuses it: `http://127.0.0.1` (any port) or `https://10.0.0.5:8443` (that port),
-    /// e.g. a local test server or the AIP-63 suite's pages; repeat for more.
+    /// only) refuses it: SCHEME://HOST:PORT, or a range SCHEME://HOST:LOW-HIGH (the port is
+    /// required), e.g. `http://127.0.0.1:8080` or `https://10.0.0.5:8443` for a local test server
+    /// or the AIP-63 suite's pages; repeat for more.
     #[arg(long = "name-origin", global = true, value_name = "ORIGIN")]
     pub(crate) named_origins: Vec<String>,
     #[command(subcommand)]
