@@ -5,12 +5,17 @@ pinned in mcp-requirements.txt): a client nobody on this project wrote.
     python mcp_client.py stdio  CLIENT_CONFIG
     python mcp_client.py tunnel BASE_URL BEARER_FILE
     python mcp_client.py rtt    BASE_URL (code PAIRING_CODE | bearer-file BEARER_FILE)
+    python mcp_client.py reconnect BASE_URL BEARER_FILE ROUNDS
 
 `tunnel`: BASE_URL is a device's `pap-agent pair connect` endpoint (AIP-59 pair/v2), with the
 endpoint's own bearer from BEARER_FILE; the tunnel serves it as its paired device; the same
 session as `http`. `rtt`: times 100 calls of `browser_profile_list` (a tool that touches no page,
 so the figures are the path's) and prints their p50 and p99 in milliseconds; with a code it
 pairs first (the direct path).
+
+`reconnect`: ROUNDS sessions one after another, none of them ended (`terminate_on_close=False`:
+no HTTP DELETE, as a client that crashes or restarts leaves them); each lists the tools and calls
+`browser_profile_list`. Prints how many worked; every one must (issue 39).
 
 `http`: redeems PAIRING_CODE at BASE_URL/pair (AIP-59) for a bearer, then speaks streamable HTTP
 to BASE_URL/mcp with it. `stdio`: spawns the server exactly as CLIENT_CONFIG (a config
@@ -179,6 +184,36 @@ async def round_trips(base, how, value):
     }
 
 
+async def reconnects(base, bearer_file, rounds):
+    headers = {"Authorization": f"Bearer {bearer_of(bearer_file)}"}
+    working = 0
+    failures = []
+    version = None
+    for round_ in range(rounds):
+        try:
+            http = create_mcp_http_client(headers=headers)
+            async with http:
+                transport = streamable_http_client(f"{base}/mcp", http_client=http, terminate_on_close=False)
+                async with Client(transport) as client:
+                    version = client.protocol_version
+                    listed = await client.list_tools()
+                    if "browser_profile_list" not in {t.name for t in listed.tools}:
+                        raise RuntimeError("browser_profile_list is not listed")
+                    for _ in range(20):
+                        result = await client.call_tool("browser_profile_list", {})
+                        code = (result.structured_content or {}).get("code")
+                        if result.is_error and code == "rate_limited":
+                            await asyncio.sleep(result.structured_content["cause"]["retryAfterMs"] / 1000)
+                            continue
+                        break
+                    if result.is_error:
+                        raise RuntimeError(f"browser_profile_list answered {result.structured_content}")
+            working += 1
+        except Exception as error:  # noqa: BLE001 - each round's failure is reported, not raised
+            failures.append({"round": round_, "error": str(error)[:300]})
+    return {"protocolVersion": version, "rounds": rounds, "working": working, "failures": failures}
+
+
 async def over_stdio(config_path):
     with open(config_path) as f:
         servers = json.load(f)["mcpServers"]
@@ -204,6 +239,13 @@ def main():
         timed = asyncio.run(round_trips(sys.argv[2], sys.argv[3], sys.argv[4]))
         print(json.dumps({"mode": mode, **timed}))
         print(f"mcp_client: rtt: {timed['calls']} calls, p50 {timed['p50Ms']} ms, p99 {timed['p99Ms']} ms", file=sys.stderr)
+        return
+    elif mode == "reconnect" and len(sys.argv) == 5:
+        counted = asyncio.run(reconnects(sys.argv[2], sys.argv[3], int(sys.argv[4])))
+        print(json.dumps({"mode": mode, **counted}))
+        print(f"mcp_client: reconnect: {counted['working']} of {counted['rounds']} sessions worked", file=sys.stderr)
+        if counted["working"] != counted["rounds"]:
+            sys.exit(1)
         return
     else:
         fail(__doc__)

@@ -10,6 +10,7 @@ mod faults;
 mod layers;
 mod lifecycle;
 mod navigation;
+mod page_model;
 mod revoke_fan_out;
 mod sandbox;
 mod stale_profiles;

@@ -238,6 +238,8 @@ struct Host {
     health_in_flight: Arc<Semaphore>,
     pair_in_flight: Arc<Semaphore>,
     max_sessions_per_device: usize,
+    /// The largest request body read.
+    max_body: usize,
     /// The MCP sessions each device opened, with when each was last used: to cap them per
     /// device, and to know which to end first.
     sessions_of: Arc<Mutex<std::collections::HashMap<String, DeviceSessions>>>,
@@ -274,6 +276,7 @@ pub fn router(server: BrowserServer, devices: Devices, guard: Guard, limits: Lim
         health_in_flight: Arc::new(Semaphore::new(limits.max_stranger_in_flight)),
         pair_in_flight: Arc::new(Semaphore::new(limits.max_stranger_in_flight)),
         max_sessions_per_device: limits.max_sessions_per_device,
+        max_body: limits.max_body,
         sessions_of: Arc::default(),
         seen: Arc::default(),
     };
@@ -503,6 +506,12 @@ async fn paired(State(host): State<Host>, mut request: Request, next: Next) -> R
     let Ok(_slot) = host.in_flight.clone().try_acquire_owned() else {
         return busy("too many requests in flight");
     };
+    if request.method() == http::Method::POST {
+        request = match checked_jsonrpc(request, host.max_body).await {
+            Ok(request) => request,
+            Err(refused) => return refused,
+        };
+    }
     let opens_session = request.method() == http::Method::POST && !request.headers().contains_key("mcp-session-id");
     if opens_session {
         if let Err(refused) = make_room_for_session(&host, &device.id).await {
@@ -535,6 +544,30 @@ async fn paired(State(host): State<Host>, mut request: Request, next: Next) -> R
             .push((session.to_owned(), tokio::time::Instant::now()));
     }
     response
+}
+
+/// A POST's body read whole (within `max_body`) and put through [`jsonrpc::precheck`]: what
+/// rmcp would misanswer gets the JSON-RPC error the MCP spec asks for, with HTTP 400 (the
+/// streamable HTTP transport's answer to a message it cannot accept); the rest goes on.
+async fn checked_jsonrpc(request: Request, max_body: usize) -> Result<Request, Response> {
+    let (parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, max_body).await {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            let too_large =
+                std::error::Error::source(&error).is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+            let (status, why) = if too_large {
+                (StatusCode::PAYLOAD_TOO_LARGE, "the body is larger than this host reads")
+            } else {
+                (StatusCode::REQUEST_TIMEOUT, "the body did not arrive whole in time")
+            };
+            return Err(closing((status, axum::Json(json!({ "error": why }))).into_response()));
+        }
+    };
+    if let Some(error) = crate::jsonrpc::precheck(&bytes) {
+        return Err((StatusCode::BAD_REQUEST, axum::Json(error)).into_response());
+    }
+    Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
 }
 
 /// Room for one more MCP session of `device`: past its own cap, or the host's, its least
@@ -761,6 +794,66 @@ mod tests {
         let code = json!({"code": "x".repeat(2048)}).to_string();
         let too_big = app.clone().oneshot(post("/pair", "", code)).await.unwrap();
         assert_eq!(too_big.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let _ = std::fs::remove_dir_all(&state);
+    }
+
+    /// Over HTTP, the JSON-RPC codes the MCP spec names: a body that is not JSON and a nameless
+    /// `tools/call` answer 400 with -32700 / -32602 before rmcp; an unknown tool, a cursor never
+    /// given out and an unknown method answer -32602 / -32602 / -32601 in the session's stream.
+    #[tokio::test]
+    async fn bad_messages_get_their_json_rpc_codes_over_http() {
+        let (app, bearer, state) = host("jsonrpc", Limits::default());
+        let garbage = app
+            .clone()
+            .oneshot(post("/mcp", &bearer, "{nope".to_owned()))
+            .await
+            .unwrap();
+        assert_eq!(garbage.status(), StatusCode::BAD_REQUEST);
+        let body = axum::body::to_bytes(garbage.into_body(), 4096).await.unwrap();
+        let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(answer.pointer("/error/code"), Some(&json!(-32700)), "{answer}");
+        assert_eq!(answer.get("id"), Some(&json!(null)));
+
+        let opened = app.clone().oneshot(post("/mcp", &bearer, initialize())).await.unwrap();
+        let session = opened.headers().get("mcp-session-id").cloned().expect("a session");
+        let mut initialized = post(
+            "/mcp",
+            &bearer,
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
+        );
+        initialized.headers_mut().insert("mcp-session-id", session.clone());
+        let accepted = app.clone().oneshot(initialized).await.unwrap();
+        assert_eq!(accepted.status(), StatusCode::ACCEPTED);
+        for (message, code) in [
+            (
+                json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {}}),
+                -32602,
+            ),
+            (
+                json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "no_such_tool"}}),
+                -32602,
+            ),
+            (
+                json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {"cursor": "x"}}),
+                -32602,
+            ),
+            (json!({"jsonrpc": "2.0", "id": 5, "method": "no/such/method"}), -32601),
+        ] {
+            let mut request = post("/mcp", &bearer, message.to_string());
+            request.headers_mut().insert("mcp-session-id", session.clone());
+            let answered = app.clone().oneshot(request).await.unwrap();
+            let body = axum::body::to_bytes(answered.into_body(), 64 * 1024).await.unwrap();
+            let text = String::from_utf8_lossy(&body);
+            // A JSON body, or the one message of an event stream (after its empty priming event).
+            let payload = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .find(|data| !data.trim().is_empty())
+                .unwrap_or(&text);
+            let answer: serde_json::Value = serde_json::from_str(payload.trim()).unwrap();
+            assert_eq!(answer.get("id"), message.get("id"), "{message}: {answer}");
+            assert_eq!(answer.pointer("/error/code"), Some(&json!(code)), "{message}: {answer}");
+        }
         let _ = std::fs::remove_dir_all(&state);
     }
 

@@ -13,6 +13,8 @@
 //!   │        and deadlines, per-connection limits; `/pair` redeems a one-time code
 //! server     BrowserServer: the tools as MCP lists and calls them (the provider's AIP-63 tools
 //!   │        and any ExtraTools), launch on demand, AIP-14 errors as tool errors; stdio
+//! jsonrpc    the JSON-RPC errors rmcp would not give (-32700, a nameless tools/call), on both
+//!   │        transports; MCP over stdio through that check
 //! install    `install-mcp`: a device minted for a local client, written into its config
 //!   │
 //! pairing    Devices (devices.json: digests only, 0600), one-time codes, tunnel records
@@ -27,6 +29,7 @@
 
 pub mod http;
 pub mod install;
+pub mod jsonrpc;
 pub mod pairing;
 pub mod rate;
 mod server;

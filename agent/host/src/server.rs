@@ -185,9 +185,16 @@ impl BrowserServer {
         listed
     }
 
+    /// Whether a tool of this name is served: an AIP-63 tool id's MCP name (whether or not this
+    /// provider declares it) or an extra tool's. Any other name is MCP's "unknown tool".
+    fn serves(&self, name: &str) -> bool {
+        ToolId::from_mcp_name(name).is_some() || self.extra.as_ref().is_some_and(|extra| extra.serves(name).is_some())
+    }
+
     /// Calls the tool an MCP client named `name` with `arguments` as `caller`, launching the
-    /// browser first when it is not running. A name that is no listed tool's MCP name (an
-    /// AIP-14 id among them: `browser.navigate`) is `browser:unsupported` (T3).
+    /// browser first when it is not running. An AIP-63 tool this provider lacks is
+    /// `browser:unsupported` (T3); over MCP, a name that is no tool at all never gets here
+    /// (-32602, [`ServerHandler::call_tool`]).
     pub async fn call(&self, caller: &AgentCaller, name: &str, arguments: Value) -> CallToolResult {
         let extra = self
             .extra
@@ -256,15 +263,32 @@ impl BrowserServer {
     }
 }
 
-/// A result: a screenshot as an image (and its other fields as text), anything else as JSON.
+/// A result: a screenshot as an image (and its other fields as text), a snapshot as its text
+/// (what a model reads), anything else as JSON.
 fn success(tool: Option<ToolId>, mut value: Value) -> CallToolResult {
     let mut content = Vec::new();
     if tool == Some(ToolId::Screenshot)
-        && let Some(Value::String(png)) = value.as_object_mut().and_then(|o| o.remove("data"))
+        && let Some(Value::String(image)) = value.as_object_mut().and_then(|o| o.remove("data"))
     {
-        content.push(ContentBlock::image(png, "image/png"));
+        let mime = if value["format"] == "jpeg" {
+            "image/jpeg"
+        } else {
+            "image/png"
+        };
+        content.push(ContentBlock::image(image, mime));
     }
-    content.push(ContentBlock::text(value.to_string()));
+    if tool == Some(ToolId::Snapshot) {
+        let text = format!(
+            "- Page URL: {}\n- Page title: {}\n- Target: {}\n{}",
+            value["url"].as_str().unwrap_or_default(),
+            value["title"].as_str().unwrap_or_default(),
+            value["target"].as_str().unwrap_or_default(),
+            value["snapshot"].as_str().unwrap_or_default()
+        );
+        content.push(ContentBlock::text(text));
+    } else {
+        content.push(ContentBlock::text(value.to_string()));
+    }
     let mut result = CallToolResult::success(content);
     result.structured_content = Some(value);
     result
@@ -286,9 +310,12 @@ fn description(tool: ToolId) -> &'static str {
         }
         ToolId::Evaluate => "Evaluate a JavaScript expression in a tab; answers its value.",
         ToolId::GetDom => "The HTML of a tab's document, or of one element.",
-        ToolId::Screenshot => "A PNG of a tab's viewport (or the full page).",
-        ToolId::Click => "Click an element of a tab, by CSS selector.",
-        ToolId::Fill => "Type a value into an element of a tab, by CSS selector; the value is never echoed.",
+        ToolId::Screenshot => "A PNG or JPEG of a tab's viewport, the full page, or one element (ref).",
+        ToolId::Click => "Click an element of a tab, by ref (from browser_snapshot) or CSS selector.",
+        ToolId::Fill => {
+            "Type a value into an element of a tab, by ref (from browser_snapshot) or CSS selector, optionally \
+             submitting its form; the value is never echoed."
+        }
         ToolId::Tabs => "List, open or close tabs.",
         ToolId::ListRequests => "The responses a tab received.",
         ToolId::GetRequestBody => "The body of one response a tab received.",
@@ -298,6 +325,19 @@ fn description(tool: ToolId) -> &'static str {
         ToolId::ProfileRefresh => "Re-read a grant's domains from its own source.",
         ToolId::ProfileRevoke => "Revoke a grant, or some of its domains.",
         ToolId::Act => "A natural-language action.",
+        ToolId::Snapshot => {
+            "The tab's accessibility tree as text, each actionable element with a ref (e12) that click, fill, \
+             hover, select_option and screenshot take. Use it rather than screenshots to read and act."
+        }
+        ToolId::PressKey => "Press a key (Enter, Tab, Escape, ArrowDown, ... or one character) in a tab.",
+        ToolId::Hover => "Move the pointer over an element of a tab, by ref.",
+        ToolId::SelectOption => "Choose options of a select element, by ref, each by value or label.",
+        ToolId::WaitFor => "Wait until a text appears or goes in a tab, its next page loads, or some seconds pass.",
+        ToolId::NavigateBack => "Go back to the previous page of a tab.",
+        ToolId::NavigateForward => "Go forward to the next page of a tab.",
+        ToolId::Resize => "Set a tab's viewport size, in CSS pixels.",
+        ToolId::ConsoleMessages => "What a tab's pages logged to the console, oldest first.",
+        ToolId::PdfSave => "Print a tab's page to a PDF file on the host; answers its path and size.",
     }
 }
 
@@ -323,6 +363,16 @@ fn annotations(tool: ToolId) -> ToolAnnotations {
         ToolId::ProfileRefresh => ("Refresh a grant's material", false, false, true, false),
         ToolId::ProfileRevoke => ("Revoke a grant", false, true, true, false),
         ToolId::Act => ("Act in natural language", false, true, false, true),
+        ToolId::Snapshot => ("Read a page's accessibility tree", true, false, true, true),
+        ToolId::PressKey => ("Press a key", false, true, false, true),
+        ToolId::Hover => ("Hover over an element", false, false, true, true),
+        ToolId::SelectOption => ("Choose an option", false, false, true, true),
+        ToolId::WaitFor => ("Wait for the page", true, false, true, true),
+        ToolId::NavigateBack => ("Go back", false, false, false, true),
+        ToolId::NavigateForward => ("Go forward", false, false, false, true),
+        ToolId::Resize => ("Resize the viewport", false, false, true, false),
+        ToolId::ConsoleMessages => ("Read the console", true, false, true, false),
+        ToolId::PdfSave => ("Save the page as PDF", false, false, false, true),
     };
     ToolAnnotations::with_title(title)
         .read_only(read_only)
@@ -343,9 +393,17 @@ impl ServerHandler for BrowserServer {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        // One page holds every tool, so no cursor was ever handed out: any is invalid (MCP
+        // pagination: "Invalid cursors SHOULD result in an error with code -32602").
+        if request.is_some_and(|r| r.cursor.is_some()) {
+            return Err(McpError::invalid_params(
+                "tools/list has a single page here: no cursor was given out, so none is valid",
+                None,
+            ));
+        }
         Ok(ListToolsResult::with_all_items(self.listed()))
     }
 
@@ -354,6 +412,16 @@ impl ServerHandler for BrowserServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        if !self.serves(&request.name) {
+            // MCP's tools spec: an unknown tool is a protocol error, -32602.
+            return Err(McpError::invalid_params(
+                format!(
+                    "Unknown tool: {} (tools/list names them: browser_navigate, pap_join, ...)",
+                    request.name.chars().take(64).collect::<String>()
+                ),
+                None,
+            ));
+        }
         let caller = match self.caller(&context) {
             Ok(caller) => caller,
             Err(refused) => {

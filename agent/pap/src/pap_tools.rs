@@ -729,6 +729,10 @@ mod tests {
                 );
             }
             assert_eq!(schema.get("additionalProperties"), Some(&json!(false)), "{}", tool.name);
+            let as_value = serde_json::Value::Object(schema.as_ref().clone());
+            if let Err(error) = jsonschema::draft202012::meta::validate(&as_value) {
+                panic!("{}'s input schema is not valid JSON Schema 2020-12: {error}", tool.name);
+            }
             assert!(pap_browser::spec::is_mcp_name(&tool.name), "{}", tool.name);
             let annotations = tool.annotations.as_ref().expect("annotated");
             assert!(annotations.title.is_some(), "{}", tool.name);

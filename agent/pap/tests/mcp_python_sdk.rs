@@ -10,7 +10,8 @@
 //! and gets a screenshot, carries a Session of its own into the website (`pap_session_start`,
 //! `pap_signin_start` approved here by the person at the company, `pap_propose`, `pap_join`
 //! onto the operation's page), reads the page, sees its own click on the confirm button refused
-//! (AIP-7) and `file:` refused; the operation is performed 0 times. It also times a tool
+//! (AIP-7) and `file:` refused; the operation is performed 0 times. It reconnects 50 times
+//! without ending a session (no DELETE), and all 50 work. It also times a tool
 //! call's round trip, direct and through the tunnel (p50, p99 of 100), and prints them.
 //!
 //! Needs `PAP_MCP_PYTHON`: a Python with that requirements file (`.ci/run` makes one). Without
@@ -117,6 +118,28 @@ async fn the_official_python_sdk_drives_our_hosts_over_http_and_stdio() {
     let code = pap(&state, &["pair", "--name", "python-sdk"]).trim().to_owned();
     let seen = python_device(&python, &["http", &format!("http://{addr}"), &code], &company).await;
     check(&seen, &company).await;
+
+    // A client that reconnects 50 times without ending a session (no DELETE) gets 50 working
+    // sessions: past the device's cap, its own least recently used one ends (issue 39).
+    let vscode = stage.work.join("vscode-mcp.json");
+    pap(
+        &state,
+        &[
+            "install-mcp",
+            "--client",
+            "vscode",
+            "--config",
+            vscode.to_str().unwrap(),
+        ],
+    );
+    let bearer = state.join("devices/vscode.bearer");
+    let counted = python_device(
+        &python,
+        &["reconnect", &format!("http://{addr}"), bearer.to_str().unwrap(), "50"],
+        &company,
+    )
+    .await;
+    assert_eq!(counted["working"], 50, "{counted}");
 
     // A tool call's round trip on the direct path, to set the tunnel's beside.
     let code = pap(&state, &["pair", "--name", "python-rtt"]).trim().to_owned();

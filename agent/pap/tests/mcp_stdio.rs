@@ -129,6 +129,15 @@ async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_ty
         .await
         .unwrap();
     assert_eq!(unknown.structured_content.unwrap()["code"], "browser:unsupported");
+    // A name that is no tool at all is MCP's "unknown tool": a protocol error, -32602.
+    let nothing = client
+        .call_tool(call("no_such_tool", json!({})))
+        .await
+        .expect_err("an unknown tool answered a result");
+    assert!(
+        matches!(&nothing, rmcp::ServiceError::McpError(e) if e.code.0 == -32602),
+        "{nothing:?}"
+    );
 
     // The operator unpairs the device: its very next call is refused (C13).
     pap(&state, &["devices", "revoke", &device]);

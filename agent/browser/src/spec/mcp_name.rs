@@ -7,7 +7,12 @@
 //! Copilot's tool APIs refuse dots outright. So on an MCP surface a tool is named by
 //! [`mcp_name`]: its id with every `.` made `_` (`browser_navigate`, `browser_profile_list`).
 //!
-//! Reserved ids use only `[a-z._]`, so the result always matches the pattern; the way back is a
+//! The page model's vendor tools (`pap.browser.snapshot`) lose their vendor prefix on MCP
+//! (`browser_snapshot`): an MCP server's tools are its own namespace already, and these are the
+//! names models know from the most used MCP browser server (Playwright MCP). A test keeps them
+//! distinct from every reserved id's name.
+//!
+//! Ids use only `[a-z._]`, so the result always matches the pattern; the way back is a
 //! lookup in a closed set of ids ([`ToolId::from_mcp_name`]), never string surgery, because `_`
 //! also occurs inside ids (`browser.get_dom`). A test keeps every id of the kit and of the PAP
 //! tools distinct after the mapping.
@@ -29,14 +34,15 @@ pub fn is_mcp_name(name: &str) -> bool {
 }
 
 impl ToolId {
-    /// The tool's name on an MCP surface (`browser_get_dom`).
+    /// The tool's name on an MCP surface (`browser_get_dom`, `browser_snapshot`).
     pub fn mcp_name(self) -> String {
-        mcp_name(self.as_str())
+        let id = self.as_str();
+        mcp_name(id.strip_prefix("pap.").filter(|_| !self.is_reserved()).unwrap_or(id))
     }
 
-    /// The reserved tool an MCP surface names `name`, if it is one.
+    /// The tool an MCP surface names `name`, if it is one of ours.
     pub fn from_mcp_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|tool| tool.mcp_name() == name)
+        Self::every().find(|tool| tool.mcp_name() == name)
     }
 }
 
@@ -47,7 +53,7 @@ mod tests {
     #[test]
     fn every_reserved_tool_has_an_mcp_name_that_clients_accept_and_that_maps_back() {
         let mut seen = std::collections::HashSet::new();
-        for tool in ToolId::ALL {
+        for tool in ToolId::every() {
             let name = tool.mcp_name();
             assert!(is_mcp_name(&name), "{name}");
             assert!(seen.insert(name.clone()), "{name} twice");
@@ -55,6 +61,8 @@ mod tests {
         }
         assert_eq!(ToolId::GetDom.mcp_name(), "browser_get_dom");
         assert_eq!(ToolId::ProfileList.mcp_name(), "browser_profile_list");
+        assert_eq!(ToolId::Snapshot.mcp_name(), "browser_snapshot");
+        assert_eq!(ToolId::from_mcp_name("pap_browser_snapshot"), None);
         // The AIP-14 id is not an MCP name, and nothing else maps back.
         assert_eq!(ToolId::from_mcp_name("browser.navigate"), None);
         assert_eq!(ToolId::from_mcp_name("browser_Navigate"), None);

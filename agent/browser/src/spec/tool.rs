@@ -153,7 +153,10 @@ impl Level {
     }
 }
 
-/// A tool id AIP-63 reserves (T1). No id creates or widens a grant (C7).
+/// A tool id this kit serves: the ids AIP-63 reserves (T1, [`ToolId::ALL`]), and the vendor
+/// tools of the page model under this project's own namespace, `pap.browser.` (T1: "a provider
+/// MAY add vendor tools under its own namespace"; [`ToolId::VENDOR`]). No id creates or widens a
+/// grant (C7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ToolId {
     /// `browser.navigate`: load a URL in a target.
@@ -186,6 +189,27 @@ pub enum ToolId {
     ProfileRefresh,
     /// `browser.profile.revoke`: revoke a grant or some of its domains.
     ProfileRevoke,
+    /// `pap.browser.snapshot` (vendor): the page's accessibility tree as text, a ref per
+    /// actionable element, for the acting tools to name it by.
+    Snapshot,
+    /// `pap.browser.press_key` (vendor): one key pressed at browser level.
+    PressKey,
+    /// `pap.browser.hover` (vendor): the pointer moved over an element, at browser level.
+    Hover,
+    /// `pap.browser.select_option` (vendor): options of a `<select>` chosen.
+    SelectOption,
+    /// `pap.browser.wait_for` (vendor): until a text appears or goes, a navigation, or a time.
+    WaitFor,
+    /// `pap.browser.navigate_back` (vendor): the previous page of the tab's history.
+    NavigateBack,
+    /// `pap.browser.navigate_forward` (vendor): the next page of the tab's history.
+    NavigateForward,
+    /// `pap.browser.resize` (vendor): the tab's viewport size.
+    Resize,
+    /// `pap.browser.console_messages` (vendor): what the tab's pages logged to the console.
+    ConsoleMessages,
+    /// `pap.browser.pdf_save` (vendor): the tab's page printed to a PDF in a host path.
+    PdfSave,
 }
 
 /// A reserved tool: its id, the gate of the tool itself (or `None`), its level.
@@ -219,7 +243,31 @@ impl ToolId {
         Self::ProfileRevoke,
     ];
 
-    /// The AIP-14 id (`browser.get_dom`).
+    /// The page model's vendor tools (`pap.browser.*`), in the order tools list them.
+    pub const VENDOR: [ToolId; 10] = [
+        Self::Snapshot,
+        Self::PressKey,
+        Self::Hover,
+        Self::SelectOption,
+        Self::WaitFor,
+        Self::NavigateBack,
+        Self::NavigateForward,
+        Self::Resize,
+        Self::ConsoleMessages,
+        Self::PdfSave,
+    ];
+
+    /// Every id this kit serves: the reserved ones, then the vendor ones.
+    pub fn every() -> impl Iterator<Item = ToolId> {
+        Self::ALL.into_iter().chain(Self::VENDOR)
+    }
+
+    /// Whether AIP-63 reserves the id (not one of the vendor tools).
+    pub fn is_reserved(self) -> bool {
+        !Self::VENDOR.contains(&self)
+    }
+
+    /// The AIP-14 id (`browser.get_dom`, `pap.browser.snapshot`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Navigate => "browser.navigate",
@@ -237,19 +285,41 @@ impl ToolId {
             Self::ProfileList => "browser.profile.list",
             Self::ProfileRefresh => "browser.profile.refresh",
             Self::ProfileRevoke => "browser.profile.revoke",
+            Self::Snapshot => "pap.browser.snapshot",
+            Self::PressKey => "pap.browser.press_key",
+            Self::Hover => "pap.browser.hover",
+            Self::SelectOption => "pap.browser.select_option",
+            Self::WaitFor => "pap.browser.wait_for",
+            Self::NavigateBack => "pap.browser.navigate_back",
+            Self::NavigateForward => "pap.browser.navigate_forward",
+            Self::Resize => "pap.browser.resize",
+            Self::ConsoleMessages => "pap.browser.console_messages",
+            Self::PdfSave => "pap.browser.pdf_save",
         }
     }
 
-    /// The reserved id spelled `id`, if it is one (a vendor tool is not).
+    /// The tool spelled `id`, reserved or one of this kit's vendor tools; any other vendor's
+    /// id is none of ours.
     pub fn parse(id: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|tool| tool.as_str() == id)
+        Self::every().find(|tool| tool.as_str() == id)
     }
 
     /// Its row of the table (T1): gate and level.
     pub fn spec(self) -> ToolSpec {
-        use Capability::{AiActions, Cdp, Downloads};
+        use Capability::{AiActions, Cdp, Downloads, TrustedInput};
         let (gate, level) = match self {
             Self::Navigate | Self::Evaluate | Self::GetDom | Self::Screenshot => (None, Level::Core),
+            // The page model (vendor): reading, waiting and history as core tools; keys and the
+            // pointer are browser-level input, as the `trusted` option of click and fill.
+            Self::Snapshot
+            | Self::WaitFor
+            | Self::NavigateBack
+            | Self::NavigateForward
+            | Self::Resize
+            | Self::ConsoleMessages
+            | Self::PdfSave => (None, Level::Core),
+            Self::SelectOption => (None, Level::Interaction),
+            Self::PressKey | Self::Hover => (Some(Gate::One(TrustedInput)), Level::Interaction),
             Self::Click | Self::Fill | Self::Tabs => (None, Level::Interaction),
             Self::Act => (Some(Gate::One(AiActions)), Level::Interaction),
             Self::ListRequests | Self::GetRequestBody | Self::CdpSend => (Some(Gate::One(Cdp)), Level::Network),
@@ -284,7 +354,8 @@ impl ToolId {
     }
 
     /// The capability a manifest must declare to list the tool in `implements[]` (M4): the
-    /// network tools need `cdp`, `download` needs `downloads`, `act` needs `aiActions`.
+    /// network tools need `cdp`, `download` needs `downloads`, `act` needs `aiActions`; of the
+    /// vendor tools, press_key and hover need `trustedInput`.
     pub fn implements_gate(self) -> Option<Capability> {
         match self.spec().gate {
             Some(Gate::One(capability)) => Some(capability),
@@ -358,7 +429,16 @@ mod tests {
         for tool in ToolId::ALL {
             assert_eq!(ToolId::parse(tool.as_str()), Some(tool));
         }
+        for tool in ToolId::VENDOR {
+            assert_eq!(ToolId::parse(tool.as_str()), Some(tool));
+            assert!(
+                tool.as_str().starts_with("pap.browser.") && !tool.is_reserved(),
+                "{tool}"
+            );
+        }
+        assert!(ToolId::ALL.into_iter().all(ToolId::is_reserved));
         assert_eq!(ToolId::parse("browser.Navigate"), None);
+        assert_eq!(ToolId::parse("browser.snapshot"), None);
         assert_eq!(ToolId::parse("vendor.scrape"), None);
         for level in Level::ALL {
             assert_eq!(Level::from_name(level.name()), Some(level));

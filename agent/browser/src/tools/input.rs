@@ -7,6 +7,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use zeroize::Zeroizing;
 
+use crate::spec::{ToolError, ToolErrorCode};
+
 /// `browser.navigate`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -59,6 +61,60 @@ pub(super) struct Screenshot {
     /// The whole page, not the viewport (gate `fullPageScreenshot`).
     #[serde(default)]
     pub(super) full_page: bool,
+    /// One element only: a ref from `browser_snapshot` (`e12`).
+    #[serde(default, rename = "ref")]
+    pub(super) element_ref: Option<String>,
+    /// `png` (the default) or `jpeg`.
+    #[serde(default)]
+    pub(super) format: ImageFormat,
+    /// JPEG quality, 0 to 100 (80 by default).
+    #[serde(default)]
+    #[schemars(range(max = 100))]
+    pub(super) quality: Option<u8>,
+}
+
+/// The image formats of `browser.screenshot`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum ImageFormat {
+    /// Lossless (the default).
+    #[default]
+    Png,
+    /// Smaller, lossy.
+    Jpeg,
+}
+
+impl ImageFormat {
+    /// As CDP and MIME name it.
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Self::Png => "png",
+            Self::Jpeg => "jpeg",
+        }
+    }
+}
+
+/// Where an acting tool acts: a CSS selector, or a ref from `browser_snapshot`.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Locate<'a> {
+    /// `document.querySelector(selector)` in the tab's main document.
+    Selector(&'a str),
+    /// The element a snapshot named `e<backend node id>`.
+    Ref(&'a str),
+}
+
+impl<'a> Locate<'a> {
+    /// Exactly one of `selector` and `ref`.
+    pub(super) fn of(selector: Option<&'a str>, element_ref: Option<&'a str>) -> Result<Self, ToolError> {
+        match (selector, element_ref) {
+            (Some(selector), None) => Ok(Self::Selector(selector)),
+            (None, Some(element_ref)) => Ok(Self::Ref(element_ref)),
+            _ => Err(ToolError::new(
+                ToolErrorCode::InputInvalid,
+                "name the element by exactly one of selector (CSS) and ref (from browser_snapshot)",
+            )),
+        }
+    }
 }
 
 /// `browser.click`.
@@ -67,8 +123,19 @@ pub(super) struct Screenshot {
 pub(super) struct Click {
     /// The target handle.
     pub(super) target: String,
-    /// The element.
-    pub(super) selector: String,
+    /// The element, by CSS selector (or give `ref`).
+    #[serde(default)]
+    pub(super) selector: Option<String>,
+    /// The element, by a ref from `browser_snapshot` (`e12`; or give `selector`).
+    #[serde(default, rename = "ref")]
+    pub(super) element_ref: Option<String>,
+    /// What the element is, in words, for the person reading the log (never acted on).
+    #[serde(default)]
+    #[allow(
+        dead_code,
+        reason = "taken from the clients that send it (Playwright MCP's shape); the ref acts"
+    )]
+    pub(super) element: Option<String>,
     /// Input at browser level (gate `trustedInput`); otherwise a page-level click.
     #[serde(default)]
     pub(super) trusted: bool,
@@ -80,8 +147,19 @@ pub(super) struct Click {
 pub(super) struct Fill {
     /// The target handle.
     pub(super) target: String,
-    /// The element.
-    pub(super) selector: String,
+    /// The element, by CSS selector (or give `ref`).
+    #[serde(default)]
+    pub(super) selector: Option<String>,
+    /// The element, by a ref from `browser_snapshot` (`e12`; or give `selector`).
+    #[serde(default, rename = "ref")]
+    pub(super) element_ref: Option<String>,
+    /// What the element is, in words, for the person reading the log (never acted on).
+    #[serde(default)]
+    #[allow(
+        dead_code,
+        reason = "taken from the clients that send it (Playwright MCP's shape); the ref acts"
+    )]
+    pub(super) element: Option<String>,
     /// What to type.
     #[serde(deserialize_with = "zeroizing")]
     #[schemars(with = "String")]
@@ -89,6 +167,9 @@ pub(super) struct Fill {
     /// Input at browser level (gate `trustedInput`); otherwise set at page level.
     #[serde(default)]
     pub(super) trusted: bool,
+    /// Then submit: the element's form is submitted (page level), or Enter is pressed (trusted).
+    #[serde(default)]
+    pub(super) submit: bool,
 }
 
 impl std::fmt::Debug for Fill {
@@ -96,7 +177,10 @@ impl std::fmt::Debug for Fill {
         f.debug_struct("Fill")
             .field("target", &self.target)
             .field("selector", &self.selector)
+            .field("ref", &self.element_ref)
             .field("value", &"[not shown]")
+            .field("trusted", &self.trusted)
+            .field("submit", &self.submit)
             .finish()
     }
 }
@@ -190,6 +274,108 @@ pub(super) struct Download {
     pub(super) target: String,
     /// What to download.
     pub(super) url: String,
+}
+
+/// `pap.browser.snapshot`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct Snapshot {
+    /// The target handle.
+    pub(super) target: String,
+    /// The longest snapshot to answer, in characters (40000 by default, at most 200000); a
+    /// longer one is cut at a line with a marker that says so.
+    #[serde(default)]
+    #[schemars(range(min = 1000, max = 200000))]
+    pub(super) max_chars: Option<usize>,
+}
+
+/// `pap.browser.press_key`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct PressKey {
+    /// The target handle.
+    pub(super) target: String,
+    /// A key name (`Enter`, `Tab`, `Escape`, `Backspace`, `ArrowDown`, `PageDown`, ...) or one
+    /// character (`a`).
+    pub(super) key: String,
+}
+
+/// `pap.browser.hover`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct Hover {
+    /// The target handle.
+    pub(super) target: String,
+    /// The element, by a ref from `browser_snapshot` (`e12`).
+    #[serde(rename = "ref")]
+    pub(super) element_ref: String,
+    /// What the element is, in words (never acted on).
+    #[serde(default)]
+    #[allow(
+        dead_code,
+        reason = "taken from the clients that send it (Playwright MCP's shape); the ref acts"
+    )]
+    pub(super) element: Option<String>,
+}
+
+/// `pap.browser.select_option`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct SelectOption {
+    /// The target handle.
+    pub(super) target: String,
+    /// The `<select>`, by a ref from `browser_snapshot` (`e12`).
+    #[serde(rename = "ref")]
+    pub(super) element_ref: String,
+    /// What the element is, in words (never acted on).
+    #[serde(default)]
+    #[allow(
+        dead_code,
+        reason = "taken from the clients that send it (Playwright MCP's shape); the ref acts"
+    )]
+    pub(super) element: Option<String>,
+    /// The options to choose, each by its value or its label (one, unless the select is
+    /// `multiple`).
+    pub(super) values: Vec<String>,
+}
+
+/// `pap.browser.wait_for`: exactly one of `text`, `textGone`, `navigation`, `time`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct WaitFor {
+    /// The target handle.
+    pub(super) target: String,
+    /// Until this text shows in the page.
+    #[serde(default)]
+    pub(super) text: Option<String>,
+    /// Until this text no longer shows.
+    #[serde(default)]
+    pub(super) text_gone: Option<String>,
+    /// Until the tab's next page has loaded.
+    #[serde(default)]
+    pub(super) navigation: bool,
+    /// This many seconds (at most 30).
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 30))]
+    pub(super) time: Option<f64>,
+    /// How long to wait for a text or a navigation, ms (10000 by default, at most 30000).
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 30000))]
+    pub(super) timeout_ms: Option<u64>,
+}
+
+/// `pap.browser.resize`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct Resize {
+    /// The target handle.
+    pub(super) target: String,
+    /// CSS pixels, 100 to 4000.
+    #[schemars(range(min = 100, max = 4000))]
+    pub(super) width: u32,
+    /// CSS pixels, 100 to 4000.
+    #[schemars(range(min = 100, max = 4000))]
+    pub(super) height: u32,
 }
 
 #[cfg(test)]

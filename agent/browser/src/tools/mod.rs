@@ -29,6 +29,7 @@ mod cdp_send;
 pub mod fuzzing;
 mod input;
 mod page;
+mod page_model;
 mod persons;
 
 use std::collections::HashMap;
@@ -64,6 +65,10 @@ struct Target {
     /// When a call last used it (the idle reaper's clock, L11).
     last_used: Instant,
     requests: Arc<std::sync::Mutex<Vec<Value>>>,
+    /// What its pages logged to the console (`pap.browser.console_messages`).
+    console: page_model::Console,
+    /// The refs its snapshots gave (`pap.browser.snapshot`).
+    refs: Arc<std::sync::Mutex<page_model::Refs>>,
 }
 
 /// Tabs one paired device may hold open at once (review N10: a renderer each). Its browser
@@ -170,12 +175,12 @@ impl ToolHost {
         &self.manifest
     }
 
-    /// The reserved tools this host serves: listed by the manifest, gate open (T1-T3), in the
-    /// table's order. Any other tool answers `browser:unsupported`.
+    /// The tools this host serves: listed by the manifest, gate open (T1-T3), the reserved ones
+    /// in the table's order, then the page model's vendor ones. Any other tool answers
+    /// `browser:unsupported`.
     pub fn served(&self) -> Vec<ToolId> {
         let capabilities = &self.manifest.browser.capabilities;
-        ToolId::ALL
-            .into_iter()
+        ToolId::every()
             .filter(|tool| self.manifest.lists(tool.as_str()))
             .filter(|tool| tool.spec().gate.is_none_or(|gate| capabilities.opens(gate)))
             .collect()
@@ -406,6 +411,22 @@ impl ToolHost {
             ToolId::ProfileList | ToolId::ProfileRefresh | ToolId::ProfileRevoke => {
                 crate::consent::profile_tool(&self.consent, caller, tool, input, self).await
             }
+            ToolId::Snapshot => self.snapshot(caller, tool.parse_input(input)?).await,
+            ToolId::PressKey => self.press_key(caller, tool.parse_input(input)?).await,
+            ToolId::Hover => self.hover(caller, tool.parse_input(input)?).await,
+            ToolId::SelectOption => self.select_option(caller, tool.parse_input(input)?).await,
+            ToolId::WaitFor => self.wait_for(caller, tool.parse_input(input)?).await,
+            ToolId::NavigateBack => {
+                let on: input::OnTarget = tool.parse_input(input)?;
+                self.history(caller, &on.target, -1).await
+            }
+            ToolId::NavigateForward => {
+                let on: input::OnTarget = tool.parse_input(input)?;
+                self.history(caller, &on.target, 1).await
+            }
+            ToolId::Resize => self.resize(caller, tool.parse_input(input)?).await,
+            ToolId::ConsoleMessages => self.console_messages(caller, tool.parse_input(input)?).await,
+            ToolId::PdfSave => self.pdf_save(caller, tool.parse_input(input)?).await,
             // No provider here serves natural-language actions; M4 keeps it out of a manifest
             // without `aiActions`, and a manifest with it is not one of ours.
             ToolId::Act => Err(ToolError::unsupported(tool.as_str(), Capability::AiActions.as_str())),
@@ -478,6 +499,7 @@ impl ToolHost {
             .await
             .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
         let requests = page::log_responses(&page).await?;
+        let console = page_model::log_console(&page).await?;
         let id = format!(
             "t{boot_id}-{}",
             self.next_target.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -493,6 +515,8 @@ impl ToolHost {
                 keep_alive,
                 last_used: Instant::now(),
                 requests,
+                console,
+                refs: Arc::default(),
             },
         );
         Ok((id, page))
@@ -833,6 +857,15 @@ pub fn input_schema(tool: ToolId) -> serde_json::Map<String, Value> {
         ToolId::GetRequestBody => schema_for!(input::GetRequestBody),
         ToolId::CdpSend => schema_for!(input::CdpSend),
         ToolId::Download => schema_for!(input::Download),
+        ToolId::Snapshot => schema_for!(input::Snapshot),
+        ToolId::PressKey => schema_for!(input::PressKey),
+        ToolId::Hover => schema_for!(input::Hover),
+        ToolId::SelectOption => schema_for!(input::SelectOption),
+        ToolId::WaitFor => schema_for!(input::WaitFor),
+        ToolId::NavigateBack | ToolId::NavigateForward | ToolId::ConsoleMessages | ToolId::PdfSave => {
+            schema_for!(input::OnTarget)
+        }
+        ToolId::Resize => schema_for!(input::Resize),
         ToolId::ProfileList | ToolId::ProfileRefresh | ToolId::ProfileRevoke => {
             crate::consent::profile_input_schema(tool).unwrap_or_default()
         }
@@ -968,7 +1001,7 @@ mod tests {
 
     #[test]
     fn every_tool_lists_a_closed_input_schema_of_the_fields_it_parses() {
-        for tool in ToolId::ALL.into_iter().filter(|t| *t != ToolId::Act) {
+        for tool in ToolId::every().filter(|t| *t != ToolId::Act) {
             let schema = input_schema(tool);
             assert_eq!(schema.get("type"), Some(&json!("object")), "{tool:?}");
             // Model APIs refuse a tool whose input schema combines schemas at the top.
@@ -980,6 +1013,11 @@ mod tests {
             }
             // Unknown fields are refused by the parser: the schema says so.
             assert_eq!(schema.get("additionalProperties"), Some(&json!(false)), "{tool:?}");
+            // Valid JSON Schema 2020-12 (MCP's dialect for inputSchema), against its meta-schema.
+            let as_value = Value::Object(schema.clone());
+            if let Err(error) = jsonschema::draft202012::meta::validate(&as_value) {
+                panic!("{tool:?}'s input schema is not valid JSON Schema 2020-12: {error}");
+            }
         }
         let navigate = input_schema(ToolId::Navigate);
         assert_eq!(navigate["required"], json!(["url"]));

@@ -77,45 +77,79 @@ impl ToolHost {
         Ok(json!({ "target": input.target, "html": html }))
     }
 
+    /// The viewport, the full page (gate `fullPageScreenshot`) or one element (`ref`), as PNG or
+    /// JPEG.
     pub(super) async fn screenshot(&self, caller: &AgentCaller, input: input::Screenshot) -> Result<Value, ToolError> {
         if input.full_page {
             self.option_gate(ToolId::Screenshot, Capability::FullPageScreenshot)?;
         }
+        if input.full_page && input.element_ref.is_some() {
+            return Err(ToolError::new(
+                ToolErrorCode::InputInvalid,
+                "one of fullPage and ref: the whole page or one element",
+            ));
+        }
         let page = self.target(Some(caller), &input.target).await?;
-        let params = chromiumoxide::page::ScreenshotParams::builder()
-            .full_page(input.full_page)
-            .build();
-        let png = page.screenshot(params).await.map_err(|e| cdp(&e))?;
-        Ok(json!({
-            "target": input.target, "format": "png", "bytes": png.len(),
-            "data": base64::engine::general_purpose::STANDARD.encode(png),
-        }))
+        let format = input.format;
+        let data = match &input.element_ref {
+            Some(element_ref) => {
+                let clip = self.clip_of(&page, &input.target, element_ref).await?;
+                let mut params = json!({ "format": format.as_str(), "clip": clip, "captureBeyondViewport": true });
+                if format == input::ImageFormat::Jpeg {
+                    params["quality"] = json!(input.quality.unwrap_or(80).min(100));
+                }
+                super::page_model::raw(&page, "Page.captureScreenshot", params).await?["data"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            }
+            None => {
+                use chromiumoxide::cdp::browser_protocol::page::CaptureScreenshotFormat;
+                let mut params = chromiumoxide::page::ScreenshotParams::builder().full_page(input.full_page);
+                if format == input::ImageFormat::Jpeg {
+                    params = params
+                        .format(CaptureScreenshotFormat::Jpeg)
+                        .quality(i64::from(input.quality.unwrap_or(80).min(100)));
+                }
+                let image = page.screenshot(params.build()).await.map_err(|e| cdp(&e))?;
+                base64::engine::general_purpose::STANDARD.encode(image)
+            }
+        };
+        // Each 4 characters of base64 carry 3 bytes.
+        let bytes = data.len() / 4 * 3 - data.bytes().rev().take_while(|b| *b == b'=').count();
+        Ok(json!({ "target": input.target, "format": format.as_str(), "bytes": bytes, "data": data }))
     }
 
     /// A page-level click (the element's `click()`, an untrusted event), or with `trusted` a
-    /// browser-level one (CDP `Input`, as a person's mouse: gate `trustedInput`).
+    /// browser-level one (CDP `Input`, as a person's mouse: gate `trustedInput`). The element is
+    /// a CSS selector or a snapshot's ref ([`super::page_model`]).
     pub(super) async fn click(&self, caller: &AgentCaller, input: input::Click) -> Result<Value, ToolError> {
         if input.trusted {
             self.option_gate(ToolId::Click, Capability::TrustedInput)?;
         }
+        let locate = input::Locate::of(input.selector.as_deref(), input.element_ref.as_deref())?;
         let page = self.drivable(caller, ToolId::Click, &input.target).await?;
+        let selector = match locate {
+            input::Locate::Ref(element_ref) => {
+                self.click_ref(&page, &input.target, element_ref, input.trusted).await?;
+                return Ok(json!({ "target": input.target, "clicked": element_ref, "trusted": input.trusted }));
+            }
+            input::Locate::Selector(selector) => selector,
+        };
         let guard = self.persons_form_guard()?;
-        let selector = literal(&input.selector)?;
+        let quoted = literal(selector)?;
         if input.trusted {
             // The person's forms are refused in the document as it is before the browser-level
             // click; if the page moves before the click lands, the request guard refuses what
             // the click would send (AIP-7).
             let check = format!(
-                "(() => {{ const e = document.querySelector({selector}); if (!e) return 'missing'; {guard}return 'done'; }})()"
+                "(() => {{ const e = document.querySelector({quoted}); if (!e) return 'missing'; {guard}return 'done'; }})()"
             );
-            acted(&page, check, ToolId::Click, &input.target, &input.selector).await?;
+            acted(&page, check, ToolId::Click, &input.target, selector).await?;
             // Browser-level input reaches a visible tab only: one in the background would
             // wait for a frame that never comes.
             page.bring_to_front().await.map_err(|e| cdp(&e))?;
-            let element = page
-                .find_element(input.selector.as_str())
-                .await
-                .map_err(|_| not_found(&input.selector))?;
+            let element = page.find_element(selector).await.map_err(|_| not_found(selector))?;
             tokio::time::timeout(INPUT, element.click())
                 .await
                 .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the click was not taken in 30 s"))?
@@ -123,54 +157,80 @@ impl ToolHost {
         } else {
             // The check runs in the same script as the click, in whatever document that is.
             let script = format!(
-                "(() => {{ const e = document.querySelector({selector}); if (!e) return 'missing'; {guard}e.click(); return 'done'; }})()"
+                "(() => {{ const e = document.querySelector({quoted}); if (!e) return 'missing'; {guard}e.click(); return 'done'; }})()"
             );
-            acted(&page, script, ToolId::Click, &input.target, &input.selector).await?;
+            acted(&page, script, ToolId::Click, &input.target, selector).await?;
         }
-        Ok(json!({ "target": input.target, "clicked": input.selector, "trusted": input.trusted }))
+        Ok(json!({ "target": input.target, "clicked": selector, "trusted": input.trusted }))
     }
 
     /// Page-level input (the value set and `input`/`change` dispatched), or with `trusted`
-    /// browser-level typing (gate `trustedInput`). Never echoes what was typed (C9).
+    /// browser-level typing (gate `trustedInput`); then, with `submit`, the form submitted (or
+    /// Enter pressed). Never echoes what was typed (C9).
     pub(super) async fn fill(&self, caller: &AgentCaller, input: input::Fill) -> Result<Value, ToolError> {
         if input.trusted {
             self.option_gate(ToolId::Fill, Capability::TrustedInput)?;
         }
+        let locate = input::Locate::of(input.selector.as_deref(), input.element_ref.as_deref())?;
         let page = self.drivable(caller, ToolId::Fill, &input.target).await?;
-        let guard = self.persons_form_guard()?;
-        let selector = literal(&input.selector)?;
         let characters = input.value.chars().count();
+        let selector = match locate {
+            input::Locate::Ref(element_ref) => {
+                self.fill_ref(
+                    &page,
+                    &input.target,
+                    element_ref,
+                    &input.value,
+                    input.trusted,
+                    input.submit,
+                )
+                .await?;
+                return Ok(json!({
+                    "target": input.target, "filled": element_ref, "characters": characters,
+                    "trusted": input.trusted, "submitted": input.submit,
+                }));
+            }
+            input::Locate::Selector(selector) => selector,
+        };
+        let guard = self.persons_form_guard()?;
+        let quoted = literal(selector)?;
         if input.trusted {
             // As for a trusted click: checked in the document first, the request guard behind.
             let check = format!(
-                "(() => {{ const e = document.querySelector({selector}); if (!e) return 'missing'; {guard}return 'done'; }})()"
+                "(() => {{ const e = document.querySelector({quoted}); if (!e) return 'missing'; {guard}return 'done'; }})()"
             );
-            acted(&page, check, ToolId::Fill, &input.target, &input.selector).await?;
+            acted(&page, check, ToolId::Fill, &input.target, selector).await?;
             page.bring_to_front().await.map_err(|e| cdp(&e))?;
-            let element = page
-                .find_element(input.selector.as_str())
-                .await
-                .map_err(|_| not_found(&input.selector))?;
+            let element = page.find_element(selector).await.map_err(|_| not_found(selector))?;
             let typed = async { element.click().await?.type_str(input.value.as_str()).await.map(|_| ()) };
             tokio::time::timeout(INPUT, typed)
                 .await
                 .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the typing was not taken in 30 s"))?
                 .map_err(|e| cdp(&e))?;
+            if input.submit {
+                element.press_key("Enter").await.map_err(|e| cdp(&e))?;
+            }
         } else {
             // The value travels inside the script as a JSON string literal; an error is cut
             // before any quote (`cdp`), so it never comes back.
             let script = zeroize::Zeroizing::new(format!(
-                "(() => {{ const e = document.querySelector({selector}); if (!e) return 'missing'; {guard}e.focus(); \
+                "(() => {{ const e = document.querySelector({quoted}); if (!e) return 'missing'; {guard}e.focus(); \
                  const set = Object.getOwnPropertyDescriptor(Object.getPrototypeOf(e), 'value'); \
                  if (set && set.set) {{ set.set.call(e, {value}); }} else {{ e.value = {value}; }} \
                  e.dispatchEvent(new Event('input', {{ bubbles: true }})); \
-                 e.dispatchEvent(new Event('change', {{ bubbles: true }})); return 'done'; }})()",
-                value = literal(input.value.as_str())?
+                 e.dispatchEvent(new Event('change', {{ bubbles: true }})); {submit}return 'done'; }})()",
+                value = literal(input.value.as_str())?,
+                submit = if input.submit {
+                    "if (e.form) { if (e.form.requestSubmit) e.form.requestSubmit(); else e.form.submit(); } "
+                } else {
+                    ""
+                }
             ));
-            acted(&page, script.as_str(), ToolId::Fill, &input.target, &input.selector).await?;
+            acted(&page, script.as_str(), ToolId::Fill, &input.target, selector).await?;
         }
         Ok(json!({
-            "target": input.target, "filled": input.selector, "characters": characters, "trusted": input.trusted,
+            "target": input.target, "filled": selector, "characters": characters, "trusted": input.trusted,
+            "submitted": input.submit,
         }))
     }
 
@@ -401,7 +461,7 @@ pub(super) async fn log_responses(page: &Page) -> Result<Arc<std::sync::Mutex<Ve
 }
 
 /// `text` as a JavaScript string literal (JSON).
-fn literal(text: &str) -> Result<String, ToolError> {
+pub(super) fn literal(text: &str) -> Result<String, ToolError> {
     serde_json::to_string(text).map_err(|_| ToolError::new(ToolErrorCode::InputInvalid, "not text"))
 }
 
@@ -477,7 +537,7 @@ fn navigation_failed(error: &chromiumoxide::error::CdpError) -> ToolError {
     cdp(error)
 }
 
-fn cdp(error: &chromiumoxide::error::CdpError) -> ToolError {
+pub(super) fn cdp(error: &chromiumoxide::error::CdpError) -> ToolError {
     // CDP's text may quote what a page or a command held (C9): only its head crosses.
     ToolError::new(
         ToolErrorCode::Internal,

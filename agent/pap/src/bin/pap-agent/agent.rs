@@ -184,7 +184,6 @@ impl Agent {
     /// that spawns its servers. Its tools run as the paired device of `bearer_file`; its browser
     /// (instance `mcp`) starts with the first call that needs it and stops when the client goes.
     pub(crate) async fn host_stdio(&self, bearer_file: &std::path::Path) -> anyhow::Result<()> {
-        use rmcp::ServiceExt as _;
         let devices = Devices::at(&self.state_dir);
         let bearer = Bearer::presented(&zeroize::Zeroizing::new(
             std::fs::read_to_string(bearer_file)
@@ -201,10 +200,9 @@ impl Agent {
         let server = pap_host::BrowserServer::stdio(tools, devices, bearer, device.id)
             .named("pap-agent", env!("CARGO_PKG_VERSION"))
             .with_extra(self.pap_tools()?);
-        let served = server.serve(rmcp::transport::stdio()).await?;
-        let ended = served.waiting().await;
+        let ended = pap_host::jsonrpc::serve_lines(server, tokio::io::stdin(), tokio::io::stdout()).await;
         host.stop(MCP_INSTANCE, Duration::from_secs(2)).await?;
-        ended?;
+        ended.context("serving MCP on stdin/stdout")?;
         Ok(())
     }
 

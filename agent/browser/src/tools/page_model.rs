@@ -1,0 +1,1014 @@
+//! The page model: what a model reads a page as, and acts on it by. `pap.browser.snapshot`
+//! answers the tab's accessibility tree (Chromium's own, `Accessibility.getFullAXTree`, frames
+//! of the tab's process included) as compact text, one line per node that means something, and a
+//! ref per actionable element. A ref is `e` and the element's DevTools backend node id: stable
+//! for as long as the element lives (a second snapshot names the same element the same), never
+//! reused for another, and not something a page's script can forge or read. The acting tools
+//! (click, fill, hover, select_option, screenshot of one element) take a ref where they took a
+//! CSS selector; a ref no snapshot of this tab gave is refused, and one whose element has gone
+//! says to take a new snapshot.
+//!
+//! Every act by ref runs the same AIP-7 guard as click and fill by selector
+//! ([`super::persons::in_page_guard`]), in the element's own document, in the same call that acts;
+//! browser-level input (press_key, hover, `trusted`) is checked first and then left to the
+//! request guard, exactly as a `trusted` click is. Results go through the same C9 redaction as
+//! every other tool's ([`super::ToolHost::call_as`]).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chromiumoxide::Page;
+use futures_util::StreamExt as _;
+use serde_json::{Value, json};
+
+use super::cdp_send::RawCommand;
+use super::input;
+use super::{ToolHost, page, persons};
+use crate::spec::{AgentCaller, ToolError, ToolErrorCode, ToolId};
+
+/// The snapshot's length when the caller names none, characters.
+const SNAPSHOT_CHARS: usize = 40_000;
+/// The longest snapshot a caller may ask for.
+const SNAPSHOT_CHARS_MAX: usize = 200_000;
+/// Refs a tab remembers (the oldest snapshot's go first past this).
+const REFS_PER_TAB: usize = 20_000;
+/// A name or value longer than this is cut (with `…`).
+const TEXT_CHARS: usize = 300;
+/// Console messages a tab keeps (the oldest drop first), and each one's length.
+const CONSOLE_MESSAGES: usize = 200;
+const CONSOLE_CHARS: usize = 2_000;
+/// `wait_for`'s default and longest wait, and how often it looks.
+const WAIT: Duration = Duration::from_secs(10);
+const WAIT_MAX: Duration = Duration::from_secs(30);
+const WAIT_POLL: Duration = Duration::from_millis(50);
+
+/// Roles a model acts on: each gets a ref (and so does anything focusable).
+const ACTIONABLE: [&str; 19] = [
+    "button",
+    "link",
+    "textbox",
+    "searchbox",
+    "checkbox",
+    "radio",
+    "combobox",
+    "listbox",
+    "option",
+    "menuitem",
+    "menuitemcheckbox",
+    "menuitemradio",
+    "tab",
+    "switch",
+    "slider",
+    "spinbutton",
+    "treeitem",
+    "textarea",
+    "Iframe",
+];
+
+/// Roles that only group: a line of their own only when they carry a name.
+const GROUPING: [&str; 9] = [
+    "generic",
+    "none",
+    "presentation",
+    "InlineTextBox",
+    "LineBreak",
+    "LayoutTable",
+    "LabelText",
+    "MenuListPopup",
+    "ignored",
+];
+
+/// Roles whose value is what the person typed or chose.
+const VALUED: [&str; 5] = ["textbox", "searchbox", "combobox", "spinbutton", "slider"];
+
+/// What a tab remembers of its snapshots: the refs they gave, oldest first.
+#[derive(Default)]
+pub(super) struct Refs {
+    given: HashSet<i64>,
+    order: VecDeque<i64>,
+}
+
+impl Refs {
+    fn remember(&mut self, backend: i64) {
+        if self.given.insert(backend) {
+            self.order.push_back(backend);
+            while self.order.len() > REFS_PER_TAB {
+                if let Some(old) = self.order.pop_front() {
+                    self.given.remove(&old);
+                }
+            }
+        }
+    }
+}
+
+/// A tab's console, for `console_messages`.
+pub(super) type Console = Arc<std::sync::Mutex<VecDeque<Value>>>;
+
+/// Sends `method` with `params` to `page`'s target; CDP's text never crosses whole (C9).
+pub(super) async fn raw(page: &Page, method: &str, params: Value) -> Result<Value, ToolError> {
+    page.execute(RawCommand {
+        method: method.to_owned(),
+        params,
+    })
+    .await
+    .map(|response| response.result.clone())
+    .map_err(|e| page::cdp(&e))
+}
+
+/// The backend node id a ref names (`e12` -> 12).
+fn backend_of(element_ref: &str) -> Result<i64, ToolError> {
+    element_ref
+        .strip_prefix('e')
+        .and_then(|n| n.parse::<i64>().ok())
+        .filter(|n| *n > 0)
+        .ok_or_else(|| {
+            ToolError::new(
+                ToolErrorCode::InputInvalid,
+                "ref: not a ref of browser_snapshot (they read e12)",
+            )
+        })
+}
+
+fn gone(element_ref: &str) -> ToolError {
+    ToolError::new(
+        ToolErrorCode::NotFound,
+        format!("ref {element_ref} is no longer in the page: take a new browser_snapshot"),
+    )
+    .with_cause(json!({ "ref": element_ref }))
+}
+
+/// `text` on one line, at most [`TEXT_CHARS`] characters.
+fn one_line(text: &str) -> String {
+    let joined = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if joined.chars().count() > TEXT_CHARS {
+        let cut: String = joined.chars().take(TEXT_CHARS).collect();
+        format!("{cut}…")
+    } else {
+        joined
+    }
+}
+
+/// A JSON string as the snapshot quotes it.
+fn quoted(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_default()
+}
+
+/// One frame's accessibility tree, by AX node id.
+struct Tree {
+    nodes: HashMap<String, Value>,
+    root: Option<String>,
+}
+
+impl Tree {
+    fn of(answer: &Value) -> Self {
+        let list = answer["nodes"].as_array().cloned().unwrap_or_default();
+        let root = list
+            .iter()
+            .find(|n| n.get("parentId").is_none())
+            .or_else(|| list.first())
+            .and_then(|n| n["nodeId"].as_str().map(str::to_owned));
+        let nodes = list
+            .into_iter()
+            .filter_map(|n| Some((n["nodeId"].as_str()?.to_owned(), n)))
+            .collect();
+        Self { nodes, root }
+    }
+}
+
+/// The snapshot as it is written: lines, the refs they gave, and whether it was cut.
+struct Writer<'a> {
+    frames: &'a HashMap<i64, Tree>,
+    out: String,
+    refs: Vec<i64>,
+    max: usize,
+    cut: usize,
+}
+
+impl Writer<'_> {
+    fn line(&mut self, depth: usize, text: &str) {
+        if self.cut > 0 || self.out.len() + text.len() + 2 * depth + 3 > self.max {
+            self.cut += 1;
+            return;
+        }
+        for _ in 0..depth {
+            self.out.push_str("  ");
+        }
+        self.out.push_str("- ");
+        self.out.push_str(text);
+        self.out.push('\n');
+    }
+
+    /// The children of `node`, one level down: a text that repeats its parent's name, or the
+    /// name of a sibling it labels, is not said twice.
+    fn children(&mut self, tree: &Tree, node: &Value, depth: usize, skip_text: Option<&str>) {
+        let children: Vec<&Value> = node["childIds"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|id| id.as_str().and_then(|id| tree.nodes.get(id)))
+            .collect();
+        let named: HashSet<String> = children
+            .iter()
+            .filter(|c| c["role"]["value"] != "StaticText")
+            .map(|c| one_line(c["name"]["value"].as_str().unwrap_or_default()))
+            .filter(|name| !name.is_empty())
+            .collect();
+        for child in children {
+            if child["role"]["value"] == "StaticText" {
+                let text = one_line(child["name"]["value"].as_str().unwrap_or_default());
+                if skip_text == Some(text.as_str()) || named.contains(&text) {
+                    continue;
+                }
+            }
+            self.node(tree, child, depth);
+        }
+    }
+
+    fn node(&mut self, tree: &Tree, node: &Value, depth: usize) {
+        let role = node["role"]["value"].as_str().unwrap_or("none");
+        let name = one_line(node["name"]["value"].as_str().unwrap_or_default());
+        let ignored = node["ignored"].as_bool().unwrap_or(false);
+        if role == "RootWebArea" || ((ignored || GROUPING.contains(&role)) && name.is_empty()) {
+            self.children(tree, node, depth, None);
+            return;
+        }
+        if role == "StaticText" {
+            if !name.is_empty() {
+                self.line(depth, &format!("text {}", quoted(&name)));
+            }
+            return;
+        }
+        let mut line = role.to_ascii_lowercase();
+        if !name.is_empty() {
+            line.push(' ');
+            line.push_str(&quoted(&name));
+        }
+        // States in one order whatever order Chromium lists them in.
+        let mut focusable = false;
+        let mut states: Vec<(u8, String)> = Vec::new();
+        for property in node["properties"].as_array().into_iter().flatten() {
+            let value = &property["value"]["value"];
+            let state = match (property["name"].as_str().unwrap_or_default(), value) {
+                ("focusable", Value::Bool(true)) => {
+                    focusable = true;
+                    None
+                }
+                ("level", level) if level.is_number() => Some((0, format!("level={level}"))),
+                ("checked" | "pressed", Value::String(state)) if state == "true" => Some((1, "checked".to_owned())),
+                ("checked" | "pressed", Value::String(state)) if state == "mixed" => {
+                    Some((1, "checked=mixed".to_owned()))
+                }
+                ("selected", Value::Bool(true)) => Some((2, "selected".to_owned())),
+                ("expanded", Value::Bool(expanded)) => {
+                    Some((3, if *expanded { "expanded" } else { "collapsed" }.to_owned()))
+                }
+                ("disabled", Value::Bool(true)) => Some((4, "disabled".to_owned())),
+                ("required", Value::Bool(true)) => Some((5, "required".to_owned())),
+                ("focused", Value::Bool(true)) => Some((6, "active".to_owned())),
+                ("url", Value::String(url)) if role == "link" => Some((7, format!("url={}", one_line(url)))),
+                _ => None,
+            };
+            states.extend(state);
+        }
+        states.sort();
+        for (_, state) in states {
+            line.push_str(&format!(" [{state}]"));
+        }
+        let backend = node["backendDOMNodeId"].as_i64();
+        if let Some(backend) = backend.filter(|_| focusable || ACTIONABLE.contains(&role)) {
+            line.push_str(&format!(" [ref=e{backend}]"));
+            self.refs.push(backend);
+        }
+        if VALUED.contains(&role)
+            && let Some(value) = node["value"]["value"].as_str().filter(|v| !v.is_empty())
+        {
+            line.push_str(": ");
+            line.push_str(&quoted(&one_line(value)));
+        }
+        self.line(depth, &line);
+        // A frame's document goes under its element.
+        if role == "Iframe" {
+            match backend.and_then(|b| self.frames.get(&b)) {
+                Some(frame) => {
+                    if let Some(root) = frame.root.as_ref().and_then(|r| frame.nodes.get(r)) {
+                        self.node(frame, root, depth + 1);
+                    }
+                }
+                None => self.line(
+                    depth + 1,
+                    "text \"[a frame of another site: its content is not in this snapshot]\"",
+                ),
+            }
+            return;
+        }
+        let skip = (!name.is_empty()).then_some(name.as_str());
+        self.children(tree, node, depth + 1, skip);
+    }
+}
+
+/// The frame ids under `frame_tree` (Page.getFrameTree's), the main frame's excluded.
+fn child_frames(frame_tree: &Value, into: &mut Vec<String>) {
+    for child in frame_tree["childFrames"].as_array().into_iter().flatten() {
+        if let Some(id) = child["frame"]["id"].as_str() {
+            into.push(id.to_owned());
+        }
+        child_frames(child, into);
+    }
+}
+
+/// The CDP key of a key name: (`key`, `code`, Windows key code, the text it types).
+fn key_of(name: &str) -> Result<(String, String, i64, Option<String>), ToolError> {
+    let named: Option<(&str, i64, Option<&str>)> = match name {
+        "Enter" => Some(("Enter", 13, Some("\r"))),
+        "Tab" => Some(("Tab", 9, None)),
+        "Escape" => Some(("Escape", 27, None)),
+        "Backspace" => Some(("Backspace", 8, None)),
+        "Delete" => Some(("Delete", 46, None)),
+        "ArrowUp" => Some(("ArrowUp", 38, None)),
+        "ArrowDown" => Some(("ArrowDown", 40, None)),
+        "ArrowLeft" => Some(("ArrowLeft", 37, None)),
+        "ArrowRight" => Some(("ArrowRight", 39, None)),
+        "Home" => Some(("Home", 36, None)),
+        "End" => Some(("End", 35, None)),
+        "PageUp" => Some(("PageUp", 33, None)),
+        "PageDown" => Some(("PageDown", 34, None)),
+        " " | "Space" => Some(("Space", 32, Some(" "))),
+        _ => None,
+    };
+    if let Some((code, vk, text)) = named {
+        let key = if code == "Space" { " " } else { code };
+        return Ok((key.to_owned(), code.to_owned(), vk, text.map(str::to_owned)));
+    }
+    let mut chars = name.chars();
+    match (chars.next(), chars.next()) {
+        (Some(c), None) if !c.is_control() => {
+            let upper = c.to_ascii_uppercase();
+            let (code, vk) = if upper.is_ascii_alphabetic() {
+                (format!("Key{upper}"), i64::from(u32::from(upper)))
+            } else if c.is_ascii_digit() {
+                (format!("Digit{c}"), i64::from(u32::from(c)))
+            } else {
+                (String::new(), 0)
+            };
+            Ok((c.to_string(), code, vk, Some(c.to_string())))
+        }
+        _ => Err(ToolError::new(
+            ToolErrorCode::InputInvalid,
+            "key: one character, or a key name (Enter, Tab, Escape, Backspace, Delete, ArrowUp, ArrowDown, \
+             ArrowLeft, ArrowRight, Home, End, PageUp, PageDown, Space)",
+        )),
+    }
+}
+
+impl ToolHost {
+    /// `pap.browser.snapshot`: the tab's accessibility tree as text, refs for acting.
+    pub(super) async fn snapshot(&self, caller: &AgentCaller, input: input::Snapshot) -> Result<Value, ToolError> {
+        let page = self.target(Some(caller), &input.target).await?;
+        let max = input
+            .max_chars
+            .unwrap_or(SNAPSHOT_CHARS)
+            .clamp(1_000, SNAPSHOT_CHARS_MAX);
+        let main = Tree::of(&raw(&page, "Accessibility.getFullAXTree", json!({})).await?);
+        // The frames of the tab's process, each under its element; a frame of another site runs
+        // in a process of its own and is named, not shown.
+        let mut frame_ids = Vec::new();
+        child_frames(
+            &raw(&page, "Page.getFrameTree", json!({})).await?["frameTree"],
+            &mut frame_ids,
+        );
+        let mut frames = HashMap::new();
+        for frame_id in frame_ids.iter().take(64) {
+            let Ok(owner) = raw(&page, "DOM.getFrameOwner", json!({ "frameId": frame_id })).await else {
+                continue;
+            };
+            let Some(owner) = owner["backendNodeId"].as_i64() else {
+                continue;
+            };
+            if let Ok(tree) = raw(&page, "Accessibility.getFullAXTree", json!({ "frameId": frame_id })).await {
+                frames.insert(owner, Tree::of(&tree));
+            }
+        }
+        let mut writer = Writer {
+            frames: &frames,
+            out: String::new(),
+            refs: Vec::new(),
+            max,
+            cut: 0,
+        };
+        if let Some(root) = main.root.as_ref().and_then(|r| main.nodes.get(r)) {
+            writer.node(&main, root, 0);
+        }
+        let (mut text, refs, cut) = (writer.out, writer.refs, writer.cut);
+        if cut > 0 {
+            text.push_str(&format!(
+                "- [truncated: {cut} more lines; ask with a larger maxChars (at most {SNAPSHOT_CHARS_MAX})]\n"
+            ));
+        }
+        if let Some(remembered) = self.targets.lock().await.get(&input.target).map(|t| t.refs.clone()) {
+            let mut remembered = remembered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            for backend in &refs {
+                remembered.remember(*backend);
+            }
+        }
+        let url = page.url().await.map_err(|e| page::cdp(&e))?.unwrap_or_default();
+        let title = page.get_title().await.map_err(|e| page::cdp(&e))?.unwrap_or_default();
+        Ok(json!({
+            "target": input.target, "url": url, "title": one_line(&title), "snapshot": text,
+            "refs": refs.len(), "truncated": cut > 0,
+        }))
+    }
+
+    /// The remote object of the element `element_ref` names in `target`, in its own document's
+    /// realm: only a ref a snapshot of this tab gave.
+    pub(super) async fn element(&self, page: &Page, target: &str, element_ref: &str) -> Result<String, ToolError> {
+        let backend = backend_of(element_ref)?;
+        let given = self.targets.lock().await.get(target).is_some_and(|t| {
+            t.refs
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .given
+                .contains(&backend)
+        });
+        if !given {
+            return Err(ToolError::new(
+                ToolErrorCode::NotFound,
+                format!("no browser_snapshot of tab {target} gave ref {element_ref}: take one first"),
+            )
+            .with_cause(json!({ "ref": element_ref })));
+        }
+        let resolved = raw(page, "DOM.resolveNode", json!({ "backendNodeId": backend }))
+            .await
+            .map_err(|_| gone(element_ref))?;
+        resolved["object"]["objectId"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| gone(element_ref))
+    }
+
+    /// Runs `body` on the element of `element_ref`, after the AIP-7 guard, in one call in the
+    /// element's document (`function (a) { const e = this; GUARD BODY }`, `a` = `argument`).
+    /// `'done'` (or any other string the body answers but `'reserved'`) is the answer.
+    pub(super) async fn on_ref(
+        &self,
+        page: &Page,
+        tool: ToolId,
+        target: &str,
+        element_ref: &str,
+        body: &str,
+        argument: Value,
+    ) -> Result<String, ToolError> {
+        let object = self.element(page, target, element_ref).await?;
+        let guard = self.persons_form_guard()?;
+        let function = zeroize::Zeroizing::new(format!(
+            "function (a) {{ const e = this; if (!e || !e.isConnected) return 'missing'; {guard}{body} }}"
+        ));
+        let answer = raw(
+            page,
+            "Runtime.callFunctionOn",
+            json!({
+                "objectId": object, "functionDeclaration": function.as_str(),
+                "arguments": [{ "value": argument }], "returnByValue": true, "awaitPromise": false,
+            }),
+        )
+        .await
+        .map_err(|_| gone(element_ref))?;
+        if answer.get("exceptionDetails").is_some() {
+            return Err(ToolError::new(
+                ToolErrorCode::Internal,
+                format!("{tool} on ref {element_ref}: the page threw"),
+            ));
+        }
+        match answer["result"]["value"].as_str() {
+            Some("reserved") => Err(persons::refusal(tool, target, persons::PERSONS_FORM)),
+            Some("missing") | None => Err(gone(element_ref)),
+            Some(other) => Ok(other.to_owned()),
+        }
+    }
+
+    /// The middle of the element of `element_ref`, in the viewport, scrolled into view first.
+    async fn middle_of(&self, page: &Page, target: &str, element_ref: &str) -> Result<(f64, f64), ToolError> {
+        let backend = backend_of(element_ref)?;
+        self.element(page, target, element_ref).await?;
+        let _ = raw(page, "DOM.scrollIntoViewIfNeeded", json!({ "backendNodeId": backend })).await;
+        let quads = raw(page, "DOM.getContentQuads", json!({ "backendNodeId": backend }))
+            .await
+            .map_err(|_| gone(element_ref))?;
+        let quad: Vec<f64> = quads["quads"][0]
+            .as_array()
+            .map(|q| q.iter().filter_map(Value::as_f64).collect())
+            .unwrap_or_default();
+        if quad.len() != 8 {
+            return Err(ToolError::new(
+                ToolErrorCode::NotFound,
+                format!("ref {element_ref} has no box on the page (hidden?)"),
+            ));
+        }
+        let x = (quad[0] + quad[2] + quad[4] + quad[6]) / 4.0;
+        let y = (quad[1] + quad[3] + quad[5] + quad[7]) / 4.0;
+        Ok((x, y))
+    }
+
+    /// A browser-level pointer event at (`x`, `y`).
+    async fn mouse(page: &Page, kind: &str, x: f64, y: f64) -> Result<(), ToolError> {
+        let mut event = json!({ "type": kind, "x": x, "y": y });
+        if kind != "mouseMoved" {
+            event["button"] = json!("left");
+            event["clickCount"] = json!(1);
+        }
+        raw(page, "Input.dispatchMouseEvent", event).await.map(|_| ())
+    }
+
+    /// `browser.click` by ref: page-level (the element's `click()`), or browser-level with
+    /// `trusted` (the pointer pressed and released at its middle).
+    pub(super) async fn click_ref(
+        &self,
+        page: &Page,
+        target: &str,
+        element_ref: &str,
+        trusted: bool,
+    ) -> Result<(), ToolError> {
+        if !trusted {
+            self.on_ref(
+                page,
+                ToolId::Click,
+                target,
+                element_ref,
+                "if (e.focus) e.focus(); e.click(); return 'done';",
+                Value::Null,
+            )
+            .await?;
+            return Ok(());
+        }
+        self.on_ref(page, ToolId::Click, target, element_ref, "return 'done';", Value::Null)
+            .await?;
+        page.bring_to_front().await.map_err(|e| page::cdp(&e))?;
+        let (x, y) = self.middle_of(page, target, element_ref).await?;
+        Self::mouse(page, "mouseMoved", x, y).await?;
+        Self::mouse(page, "mousePressed", x, y).await?;
+        Self::mouse(page, "mouseReleased", x, y).await
+    }
+
+    /// `browser.fill` by ref: the value set at page level (then the form submitted, with
+    /// `submit`), or typed at browser level with `trusted` (then Enter). The value travels as the
+    /// call's argument, never inside script text.
+    pub(super) async fn fill_ref(
+        &self,
+        page: &Page,
+        target: &str,
+        element_ref: &str,
+        value: &str,
+        trusted: bool,
+        submit: bool,
+    ) -> Result<(), ToolError> {
+        if !trusted {
+            let body = format!(
+                "e.focus(); const set = Object.getOwnPropertyDescriptor(Object.getPrototypeOf(e), 'value'); \
+                 if (set && set.set) {{ set.set.call(e, a); }} else {{ e.value = a; }} \
+                 e.dispatchEvent(new Event('input', {{ bubbles: true }})); \
+                 e.dispatchEvent(new Event('change', {{ bubbles: true }})); {submit} return 'done';",
+                submit = if submit {
+                    "if (e.form) { if (e.form.requestSubmit) e.form.requestSubmit(); else e.form.submit(); }"
+                } else {
+                    ""
+                }
+            );
+            self.on_ref(page, ToolId::Fill, target, element_ref, &body, json!(value))
+                .await?;
+            return Ok(());
+        }
+        self.on_ref(
+            page,
+            ToolId::Fill,
+            target,
+            element_ref,
+            "e.focus(); if (e.select) e.select(); return 'done';",
+            Value::Null,
+        )
+        .await?;
+        page.bring_to_front().await.map_err(|e| page::cdp(&e))?;
+        raw(page, "Input.insertText", json!({ "text": value })).await?;
+        if submit {
+            self.key(page, "Enter").await?;
+        }
+        Ok(())
+    }
+
+    /// One key down and up, at browser level.
+    async fn key(&self, page: &Page, name: &str) -> Result<(), ToolError> {
+        let (key, code, vk, text) = key_of(name)?;
+        let mut down = json!({
+            "type": if text.is_some() { "keyDown" } else { "rawKeyDown" },
+            "key": key, "code": code, "windowsVirtualKeyCode": vk, "nativeVirtualKeyCode": vk,
+        });
+        if let Some(text) = &text {
+            down["text"] = json!(text);
+            down["unmodifiedText"] = json!(text);
+        }
+        raw(page, "Input.dispatchKeyEvent", down).await?;
+        raw(
+            page,
+            "Input.dispatchKeyEvent",
+            json!({ "type": "keyUp", "key": key, "code": code, "windowsVirtualKeyCode": vk, "nativeVirtualKeyCode": vk }),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// `pap.browser.press_key`: to whatever has focus, after the AIP-7 guard on it (Enter in a
+    /// person's form submits it).
+    pub(super) async fn press_key(&self, caller: &AgentCaller, input: input::PressKey) -> Result<Value, ToolError> {
+        key_of(&input.key)?;
+        let page = self.drivable(caller, ToolId::PressKey, &input.target).await?;
+        let guard = self.persons_form_guard()?;
+        let check = format!("(() => {{ const e = document.activeElement || document.body; {guard}return 'done'; }})()");
+        let checked = page.evaluate(check).await.map_err(|e| page::cdp(&e))?;
+        if checked.value().and_then(Value::as_str) == Some("reserved") {
+            return Err(persons::refusal(ToolId::PressKey, &input.target, persons::PERSONS_FORM));
+        }
+        page.bring_to_front().await.map_err(|e| page::cdp(&e))?;
+        self.key(&page, &input.key).await?;
+        Ok(json!({ "target": input.target, "pressed": input.key }))
+    }
+
+    /// `pap.browser.hover`: the pointer over the element's middle.
+    pub(super) async fn hover(&self, caller: &AgentCaller, input: input::Hover) -> Result<Value, ToolError> {
+        let page = self.drivable(caller, ToolId::Hover, &input.target).await?;
+        self.on_ref(
+            &page,
+            ToolId::Hover,
+            &input.target,
+            &input.element_ref,
+            "return 'done';",
+            Value::Null,
+        )
+        .await?;
+        page.bring_to_front().await.map_err(|e| page::cdp(&e))?;
+        let (x, y) = self.middle_of(&page, &input.target, &input.element_ref).await?;
+        Self::mouse(&page, "mouseMoved", x, y).await?;
+        Ok(json!({ "target": input.target, "hovered": input.element_ref }))
+    }
+
+    /// `pap.browser.select_option`: by value or label; `input` and `change` dispatched.
+    pub(super) async fn select_option(
+        &self,
+        caller: &AgentCaller,
+        input: input::SelectOption,
+    ) -> Result<Value, ToolError> {
+        let page = self.drivable(caller, ToolId::SelectOption, &input.target).await?;
+        let body = "if (e.tagName !== 'SELECT') return 'not-select'; const picked = []; \
+             for (const o of e.options) { const on = a.includes(o.value) || a.includes(o.label.trim()) || a.includes(o.text.trim()); \
+             if (e.multiple) o.selected = on; if (on) picked.push(o.value); } \
+             if (!picked.length) return 'no-option'; if (!e.multiple) e.value = picked[0]; \
+             e.dispatchEvent(new Event('input', { bubbles: true })); e.dispatchEvent(new Event('change', { bubbles: true })); \
+             return 'done';";
+        let answer = self
+            .on_ref(
+                &page,
+                ToolId::SelectOption,
+                &input.target,
+                &input.element_ref,
+                body,
+                json!(input.values),
+            )
+            .await?;
+        match answer.as_str() {
+            "done" => Ok(json!({ "target": input.target, "selected": input.values.len() })),
+            "not-select" => Err(ToolError::new(
+                ToolErrorCode::InputInvalid,
+                format!("ref {} is not a select element", input.element_ref),
+            )),
+            _ => Err(ToolError::new(
+                ToolErrorCode::NotFound,
+                format!(
+                    "no option of ref {} has any of those values or labels",
+                    input.element_ref
+                ),
+            )),
+        }
+    }
+
+    /// `pap.browser.wait_for`: exactly one of a text, a text gone, the next page, a time.
+    pub(super) async fn wait_for(&self, caller: &AgentCaller, input: input::WaitFor) -> Result<Value, ToolError> {
+        let chosen = usize::from(input.text.is_some())
+            + usize::from(input.text_gone.is_some())
+            + usize::from(input.navigation)
+            + usize::from(input.time.is_some());
+        if chosen != 1 {
+            return Err(ToolError::new(
+                ToolErrorCode::InputInvalid,
+                "wait for exactly one of text, textGone, navigation and time",
+            ));
+        }
+        let page = self.target(Some(caller), &input.target).await?;
+        let timeout = input.timeout_ms.map_or(WAIT, Duration::from_millis).min(WAIT_MAX);
+        if let Some(seconds) = input.time {
+            if !(0.0..=30.0).contains(&seconds) {
+                return Err(ToolError::new(ToolErrorCode::InputInvalid, "time: 0 to 30 seconds"));
+            }
+            tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+            return Ok(json!({ "target": input.target, "waited": "time" }));
+        }
+        if input.navigation {
+            use chromiumoxide::cdp::browser_protocol::page::EventLoadEventFired;
+            let mut loaded = page
+                .event_listener::<EventLoadEventFired>()
+                .await
+                .map_err(|e| page::cdp(&e))?;
+            tokio::time::timeout(timeout, loaded.next())
+                .await
+                .map_err(|_| waited_too_long(timeout, "no page loaded"))?;
+            let url = page.url().await.map_err(|e| page::cdp(&e))?.unwrap_or_default();
+            return Ok(json!({ "target": input.target, "waited": "navigation", "url": url }));
+        }
+        let Some((text, present)) =
+            (input.text.as_ref().map(|t| (t, true))).or_else(|| input.text_gone.as_ref().map(|t| (t, false)))
+        else {
+            return Err(ToolError::new(
+                ToolErrorCode::InputInvalid,
+                "wait for a text, or for one to go",
+            ));
+        };
+        let script = format!(
+            "(() => {{ const b = document.body; return !!b && b.innerText.includes({}); }})()",
+            page::literal(text)?
+        );
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let shown = page
+                .evaluate(script.as_str())
+                .await
+                .ok()
+                .and_then(|r| r.value().and_then(Value::as_bool))
+                .unwrap_or(false);
+            if shown == present {
+                let waited = if present { "text" } else { "textGone" };
+                return Ok(json!({ "target": input.target, "waited": waited }));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(waited_too_long(
+                    timeout,
+                    if present {
+                        "the text did not show"
+                    } else {
+                        "the text did not go"
+                    },
+                ));
+            }
+            tokio::time::sleep(WAIT_POLL).await;
+        }
+    }
+
+    /// `pap.browser.navigate_back` (`step` -1) and `navigate_forward` (+1): the tab's history
+    /// entry, judged by the navigation rule and the tab's jar like any other page.
+    pub(super) async fn history(&self, caller: &AgentCaller, target: &str, step: i64) -> Result<Value, ToolError> {
+        let page = self.target(Some(caller), target).await?;
+        let history = raw(&page, "Page.getNavigationHistory", json!({})).await?;
+        let current = history["currentIndex"].as_i64().unwrap_or(0);
+        let wanted = current + step;
+        let entry = usize::try_from(wanted)
+            .ok()
+            .and_then(|i| history["entries"].get(i))
+            .ok_or_else(|| {
+                ToolError::new(
+                    ToolErrorCode::NotFound,
+                    if step < 0 {
+                        "this tab has no page before this one"
+                    } else {
+                        "this tab has no page after this one"
+                    },
+                )
+            })?;
+        let url = entry["url"].as_str().unwrap_or_default().to_owned();
+        self.may_go(&url)?;
+        self.same_jar(caller, target, &url).await?;
+        raw(&page, "Page.navigateToHistoryEntry", json!({ "entryId": entry["id"] })).await?;
+        // A page from the back-forward cache fires no load event: the history's index and a
+        // complete document are what "arrived" means.
+        let arrived = async {
+            loop {
+                let now = raw(&page, "Page.getNavigationHistory", json!({})).await?;
+                if now["currentIndex"].as_i64() == Some(wanted) {
+                    let ready = page
+                        .evaluate("document.readyState")
+                        .await
+                        .ok()
+                        .and_then(|r| r.value().and_then(Value::as_str).map(str::to_owned));
+                    if ready.as_deref() == Some("complete") {
+                        return Ok::<(), ToolError>(());
+                    }
+                }
+                tokio::time::sleep(WAIT_POLL).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), arrived)
+            .await
+            .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the page did not load in 30 s"))??;
+        let landed = page.url().await.map_err(|e| page::cdp(&e))?.unwrap_or_default();
+        Ok(json!({ "target": target, "url": landed }))
+    }
+
+    /// `pap.browser.resize`: the tab's viewport, in CSS pixels.
+    pub(super) async fn resize(&self, caller: &AgentCaller, input: input::Resize) -> Result<Value, ToolError> {
+        if !(100..=4000).contains(&input.width) || !(100..=4000).contains(&input.height) {
+            return Err(ToolError::new(
+                ToolErrorCode::InputInvalid,
+                "width and height: 100 to 4000 CSS pixels",
+            ));
+        }
+        let page = self.target(Some(caller), &input.target).await?;
+        raw(
+            &page,
+            "Emulation.setDeviceMetricsOverride",
+            json!({ "width": input.width, "height": input.height, "deviceScaleFactor": 0, "mobile": false }),
+        )
+        .await?;
+        Ok(json!({ "target": input.target, "width": input.width, "height": input.height }))
+    }
+
+    /// `pap.browser.console_messages`: what the tab's pages logged, the last
+    /// [`CONSOLE_MESSAGES`], oldest first.
+    pub(super) async fn console_messages(
+        &self,
+        caller: &AgentCaller,
+        input: input::OnTarget,
+    ) -> Result<Value, ToolError> {
+        self.target(Some(caller), &input.target).await?;
+        let console = self.targets.lock().await.get(&input.target).map(|t| t.console.clone());
+        let messages: Vec<Value> = console
+            .map(|c| {
+                c.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .iter()
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(json!({ "target": input.target, "messages": messages }))
+    }
+
+    /// `pap.browser.pdf_save`: the page printed to `STATE/downloads/INSTANCE/page-N.pdf`
+    /// (0600, in a 0700 directory).
+    pub(super) async fn pdf_save(&self, caller: &AgentCaller, input: input::OnTarget) -> Result<Value, ToolError> {
+        use base64::Engine as _;
+        let page = self.target(Some(caller), &input.target).await?;
+        let printed = raw(&page, "Page.printToPDF", json!({ "printBackground": true })).await?;
+        let pdf = base64::engine::general_purpose::STANDARD
+            .decode(printed["data"].as_str().unwrap_or_default())
+            .map_err(|_| ToolError::new(ToolErrorCode::Internal, "the browser's PDF was not base64"))?;
+        let dir = crate::store::private_dir(&self.config.state_dir.join("pdf"))
+            .and_then(|dir| crate::store::private_dir(&dir.join(self.instance.as_str())))
+            .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("the PDF directory: {}", e.kind())))?;
+        let n = self.next_target.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = dir.join(format!("{}-{n}.pdf", input.target));
+        crate::store::write_private(&path, &pdf)
+            .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("writing the PDF: {}", e.kind())))?;
+        Ok(json!({ "target": input.target, "path": path.display().to_string(), "bytes": pdf.len() }))
+    }
+
+    /// The clip of the element `element_ref` for a screenshot: its box in page coordinates.
+    pub(super) async fn clip_of(&self, page: &Page, target: &str, element_ref: &str) -> Result<Value, ToolError> {
+        let backend = backend_of(element_ref)?;
+        self.element(page, target, element_ref).await?;
+        let _ = raw(page, "DOM.scrollIntoViewIfNeeded", json!({ "backendNodeId": backend })).await;
+        let model = raw(page, "DOM.getBoxModel", json!({ "backendNodeId": backend }))
+            .await
+            .map_err(|_| gone(element_ref))?;
+        let border: Vec<f64> = model["model"]["border"]
+            .as_array()
+            .map(|q| q.iter().filter_map(Value::as_f64).collect())
+            .unwrap_or_default();
+        if border.len() != 8 {
+            return Err(gone(element_ref));
+        }
+        let xs = [border[0], border[2], border[4], border[6]];
+        let ys = [border[1], border[3], border[5], border[7]];
+        let (left, right) = (
+            xs.iter().copied().fold(f64::MAX, f64::min),
+            xs.iter().copied().fold(f64::MIN, f64::max),
+        );
+        let (top, bottom) = (
+            ys.iter().copied().fold(f64::MAX, f64::min),
+            ys.iter().copied().fold(f64::MIN, f64::max),
+        );
+        if right - left < 1.0 || bottom - top < 1.0 {
+            return Err(ToolError::new(
+                ToolErrorCode::NotFound,
+                format!("ref {element_ref} has no box on the page (hidden?)"),
+            ));
+        }
+        let metrics = raw(page, "Page.getLayoutMetrics", json!({})).await?;
+        let page_x = metrics["cssVisualViewport"]["pageX"].as_f64().unwrap_or(0.0);
+        let page_y = metrics["cssVisualViewport"]["pageY"].as_f64().unwrap_or(0.0);
+        Ok(json!({ "x": left + page_x, "y": top + page_y, "width": right - left, "height": bottom - top, "scale": 1 }))
+    }
+}
+
+fn waited_too_long(timeout: Duration, what: &str) -> ToolError {
+    ToolError::new(ToolErrorCode::Timeout, format!("{what} in {} ms", timeout.as_millis()))
+}
+
+/// Starts keeping `page`'s console messages (the last [`CONSOLE_MESSAGES`]), each one's text
+/// cut at [`CONSOLE_CHARS`].
+pub(super) async fn log_console(page: &Page) -> Result<Console, ToolError> {
+    use chromiumoxide::cdp::js_protocol::runtime::EventConsoleApiCalled;
+    let console: Console = Arc::default();
+    let mut calls = page
+        .event_listener::<EventConsoleApiCalled>()
+        .await
+        .map_err(|e| page::cdp(&e))?;
+    let log = console.clone();
+    tokio::spawn(async move {
+        while let Some(call) = calls.next().await {
+            let text = call
+                .args
+                .iter()
+                .map(|arg| match (&arg.value, &arg.description) {
+                    (Some(Value::String(s)), _) => s.clone(),
+                    (Some(other), _) => other.to_string(),
+                    (None, Some(description)) => description.clone(),
+                    (None, None) => format!("{:?}", arg.r#type).to_lowercase(),
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+            let text: String = text.chars().take(CONSOLE_CHARS).collect();
+            let entry = json!({ "type": format!("{:?}", call.r#type).to_lowercase(), "text": text });
+            let mut log = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if log.len() >= CONSOLE_MESSAGES {
+                log.pop_front();
+            }
+            log.push_back(entry);
+        }
+    });
+    Ok(console)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refs_read_back_and_nothing_else_does() {
+        assert_eq!(backend_of("e12").unwrap(), 12);
+        for bad in ["12", "e", "e-1", "e0", "ex", "E12", "e1 2"] {
+            assert_eq!(backend_of(bad).unwrap_err().code, ToolErrorCode::InputInvalid, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_tab_remembers_its_latest_refs_only_up_to_its_bound() {
+        let mut refs = Refs::default();
+        for n in 0..(REFS_PER_TAB as i64 + 5) {
+            refs.remember(n);
+        }
+        assert_eq!(refs.given.len(), REFS_PER_TAB);
+        assert!(!refs.given.contains(&0) && refs.given.contains(&(REFS_PER_TAB as i64 + 4)));
+    }
+
+    #[test]
+    fn keys_are_named_or_one_character() {
+        assert_eq!(key_of("Enter").unwrap().2, 13);
+        assert_eq!(key_of("a").unwrap(), ("a".into(), "KeyA".into(), 65, Some("a".into())));
+        assert_eq!(key_of("Space").unwrap().0, " ");
+        assert!(key_of("Hyper").is_err() && key_of("").is_err() && key_of("\u{7}").is_err());
+    }
+
+    #[test]
+    fn the_snapshot_is_cut_at_a_line_and_says_so() {
+        let answer = json!({ "nodes": [
+            { "nodeId": "1", "role": { "value": "RootWebArea" }, "name": { "value": "Shop" }, "childIds": ["2", "3", "4"] },
+            { "nodeId": "2", "parentId": "1", "role": { "value": "heading" }, "name": { "value": "Welcome" },
+              "properties": [{ "name": "level", "value": { "value": 1 } }], "childIds": ["5"] },
+            { "nodeId": "5", "parentId": "2", "role": { "value": "StaticText" }, "name": { "value": "Welcome" } },
+            { "nodeId": "3", "parentId": "1", "role": { "value": "link" }, "name": { "value": "Sign in" },
+              "backendDOMNodeId": 41, "properties": [{ "name": "focusable", "value": { "value": true } }] },
+            { "nodeId": "4", "parentId": "1", "role": { "value": "textbox" }, "name": { "value": "Search" },
+              "backendDOMNodeId": 42, "value": { "value": "shoes" } },
+        ]});
+        let tree = Tree::of(&answer);
+        let frames = HashMap::new();
+        let mut writer = Writer {
+            frames: &frames,
+            out: String::new(),
+            refs: Vec::new(),
+            max: 10_000,
+            cut: 0,
+        };
+        writer.node(&tree, &tree.nodes["1"], 0);
+        assert_eq!(
+            writer.out,
+            "- heading \"Welcome\" [level=1]\n- link \"Sign in\" [ref=e41]\n- textbox \"Search\" [ref=e42]: \"shoes\"\n"
+        );
+        assert_eq!(writer.refs, [41, 42]);
+        let mut short = Writer {
+            frames: &frames,
+            out: String::new(),
+            refs: Vec::new(),
+            max: 40,
+            cut: 0,
+        };
+        short.node(&tree, &tree.nodes["1"], 0);
+        assert_eq!(short.out, "- heading \"Welcome\" [level=1]\n");
+        assert_eq!(short.cut, 2);
+    }
+}

@@ -1,0 +1,293 @@
+//! The page model on real Chromium (issue 39): `pap.browser.snapshot`'s accessibility tree with
+//! refs (a same-origin frame's content under its element, a bound with its marker, a password's
+//! value never shown), and every tool that acts by ref or reads the page around it: click, fill
+//! with submit, hover, select_option, press_key, wait_for, back and forward, resize, console
+//! messages, an element's screenshot as JPEG, a PDF. A ref no snapshot gave, and one whose
+//! element went with its page, are refused by name.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+use std::os::unix::fs::PermissionsExt as _;
+
+use pap_browser::chromium::{BrowserHost, ChromiumConfig};
+use pap_browser::spec::{InstanceKey, NamedOrigin, NavigationPolicy, ToolErrorCode};
+use pap_browser::testkit::{chromium_manifest as manifest, consent_at as consent, err, ok};
+use pap_browser::tools::ToolHost;
+use serde_json::{Value, json};
+
+const FRONT: &str = r#"<!doctype html><meta charset="utf-8"><title>Shop</title>
+<h1>Shop</h1>
+<a href="/search?q=hats">Hats</a>
+<form action="/search" method="get">
+  <label>Search <input name="q"></label>
+  <label>Password <input type="password" name="pw"></label>
+  <label>Size <select name="size"><option value="s">Small</option><option value="l">Large</option></select></label>
+  <label><input type="checkbox" name="gift"> Gift wrap</label>
+  <button>Go</button>
+</form>
+<button type="button" onmouseover="this.textContent='hovered'">hover here</button>
+<iframe src="/frame" title="inner"></iframe>
+<script>console.log('front page', 42);</script>"#;
+
+const FRAME: &str = r#"<!doctype html><meta charset="utf-8"><title>inner</title>
+<button onclick="this.textContent='pressed in frame'">Frame button</button>"#;
+
+const SEARCH: &str = r#"<!doctype html><meta charset="utf-8"><title>Results</title><h1>Results</h1>
+<p id="q"></p><script>document.getElementById('q').textContent = 'Results for ' + new URLSearchParams(location.search).get('q');</script>"#;
+
+/// Many links: a page whose snapshot is longer than 1000 characters.
+fn long_page() -> String {
+    let links: String = (0..200)
+        .map(|n| format!("<a href=\"/l{n}\">link number {n}</a>\n"))
+        .collect();
+    format!("<!doctype html><title>long</title>{links}")
+}
+
+async fn serve() -> String {
+    let app = axum::Router::new()
+        .route("/", axum::routing::get(|| async { axum::response::Html(FRONT) }))
+        .route("/frame", axum::routing::get(|| async { axum::response::Html(FRAME) }))
+        .route("/search", axum::routing::get(|| async { axum::response::Html(SEARCH) }))
+        .route(
+            "/long",
+            axum::routing::get(|| async { axum::response::Html(long_page()) }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(axum::serve(listener, app).into_future());
+    base
+}
+
+/// The ref on the first line of `snapshot` that holds every one of `parts`.
+fn ref_of(snapshot: &str, parts: &[&str]) -> String {
+    let line = snapshot
+        .lines()
+        .find(|line| parts.iter().all(|p| line.contains(p)))
+        .unwrap_or_else(|| panic!("no line with {parts:?} in\n{snapshot}"));
+    let at = line.find("[ref=").unwrap_or_else(|| panic!("no ref on {line}")) + 5;
+    line[at..line[at..].find(']').unwrap() + at].to_owned()
+}
+
+async fn snapshot(tools: &ToolHost, target: &str) -> String {
+    ok(tools.call("pap.browser.snapshot", &json!({"target": target})).await)["snapshot"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn eval(tools: &ToolHost, target: &str, expression: &str) -> Value {
+    ok(tools
+        .call("browser.evaluate", &json!({"target": target, "expression": expression}))
+        .await)["value"]
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
+async fn a_snapshot_names_what_a_model_acts_on_and_every_act_by_ref_lands() {
+    let base = serve().await;
+    let state = std::env::temp_dir().join(format!("pap-page-model-{}", std::process::id()));
+    let mut config = ChromiumConfig::new(state.clone());
+    config.navigation = NavigationPolicy::naming([NamedOrigin::every_port("http://127.0.0.1").unwrap()]);
+    let host = BrowserHost::new();
+    let tools = ToolHost::new(
+        manifest(),
+        host.clone(),
+        config,
+        InstanceKey::try_from("page-model").unwrap(),
+        consent(&state),
+    );
+    tools.launch().await.unwrap();
+    let opened = ok(tools
+        .call("browser.navigate", &json!({"url": format!("{base}/")}))
+        .await);
+    let target = opened["target"].as_str().unwrap().to_owned();
+
+    // The tree, with the frame's content under its element.
+    let front = snapshot(&tools, &target).await;
+    eprintln!("the front page as a model reads it:\n{front}");
+    assert!(front.contains("heading \"Shop\" [level=1]"), "{front}");
+    assert!(front.contains("link \"Hats\""), "{front}");
+    assert!(front.contains("button \"Frame button\""), "{front}");
+    let search = ref_of(&front, &["textbox \"Search\""]);
+    let password = ref_of(&front, &["textbox \"Password\""]);
+    // A second snapshot names the same element the same.
+    assert_eq!(
+        ref_of(&snapshot(&tools, &target).await, &["textbox \"Search\""]),
+        search
+    );
+
+    // A password typed by ref is never shown back.
+    let filled = ok(tools
+        .call(
+            "browser.fill",
+            &json!({"target": target, "ref": password, "value": "hunter2-secret"}),
+        )
+        .await);
+    assert_eq!(filled["characters"], 14);
+    let after = snapshot(&tools, &target).await;
+    assert!(!after.contains("hunter2"), "{after}");
+
+    // Choose an option by its label, tick a box, hover, click in the frame.
+    let size = ref_of(&after, &["combobox \"Size\""]);
+    ok(tools
+        .call(
+            "pap.browser.select_option",
+            &json!({"target": target, "ref": size, "values": ["Large"], "element": "size"}),
+        )
+        .await);
+    assert_eq!(eval(&tools, &target, "document.forms[0].size.value").await, "l");
+    let gift = ref_of(&after, &["checkbox \"Gift wrap\""]);
+    ok(tools
+        .call("browser.click", &json!({"target": target, "ref": gift}))
+        .await);
+    assert!(
+        snapshot(&tools, &target)
+            .await
+            .contains("checkbox \"Gift wrap\" [checked]")
+    );
+    let in_frame = ref_of(&after, &["button \"Frame button\""]);
+    ok(tools
+        .call(
+            "browser.click",
+            &json!({"target": target, "ref": in_frame, "trusted": true}),
+        )
+        .await);
+    let pressed = snapshot(&tools, &target).await;
+    assert!(pressed.contains("pressed in frame"), "{pressed}");
+    let hover = ref_of(&after, &["button \"hover here\""]);
+    ok(tools
+        .call("pap.browser.hover", &json!({"target": target, "ref": hover}))
+        .await);
+    ok(tools
+        .call("pap.browser.wait_for", &json!({"target": target, "text": "hovered"}))
+        .await);
+
+    // Keys go to what has focus.
+    ok(tools
+        .call("browser.click", &json!({"target": target, "ref": search}))
+        .await);
+    ok(tools
+        .call("pap.browser.press_key", &json!({"target": target, "key": "x"}))
+        .await);
+    assert_eq!(eval(&tools, &target, "document.forms[0].q.value").await, "x");
+    let bad_key = err(tools
+        .call("pap.browser.press_key", &json!({"target": target, "key": "Hyper"}))
+        .await);
+    assert_eq!(bad_key.code, ToolErrorCode::InputInvalid);
+
+    // An element as JPEG; the page as PDF (0600); the console; the viewport.
+    let shot = ok(tools
+        .call(
+            "browser.screenshot",
+            &json!({"target": target, "ref": search, "format": "jpeg", "quality": 60}),
+        )
+        .await);
+    assert_eq!(shot["format"], "jpeg");
+    assert!(shot["data"].as_str().unwrap().starts_with("/9j/"), "a JPEG");
+    let pdf = ok(tools.call("pap.browser.pdf_save", &json!({"target": target})).await);
+    let path = std::path::PathBuf::from(pdf["path"].as_str().unwrap());
+    assert!(std::fs::read(&path).unwrap().starts_with(b"%PDF"));
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+    let console = ok(tools
+        .call("pap.browser.console_messages", &json!({"target": target}))
+        .await);
+    assert_eq!(console["messages"][0]["text"], "front page 42", "{console}");
+    assert_eq!(console["messages"][0]["type"], "log");
+    ok(tools
+        .call(
+            "pap.browser.resize",
+            &json!({"target": target, "width": 500, "height": 400}),
+        )
+        .await);
+    assert_eq!(eval(&tools, &target, "window.innerWidth").await, 500);
+
+    // Type and submit by ref: the next page, waited for by its text.
+    ok(tools
+        .call(
+            "browser.fill",
+            &json!({"target": target, "ref": search, "value": "shoes", "submit": true}),
+        )
+        .await);
+    ok(tools
+        .call(
+            "pap.browser.wait_for",
+            &json!({"target": target, "text": "Results for shoes"}),
+        )
+        .await);
+    // The old page's refs went with it.
+    let gone = err(tools
+        .call("browser.click", &json!({"target": target, "ref": search}))
+        .await);
+    assert_eq!(gone.code, ToolErrorCode::NotFound);
+    assert!(gone.message.contains("new browser_snapshot"), "{}", gone.message);
+    let never = err(tools
+        .call("browser.click", &json!({"target": target, "ref": "e999999"}))
+        .await);
+    assert_eq!(never.code, ToolErrorCode::NotFound);
+    let both = err(tools
+        .call(
+            "browser.click",
+            &json!({"target": target, "ref": search, "selector": "a"}),
+        )
+        .await);
+    assert_eq!(both.code, ToolErrorCode::InputInvalid);
+
+    // Back and forward through the tab's history.
+    let back = ok(tools
+        .call("pap.browser.navigate_back", &json!({"target": target}))
+        .await);
+    assert_eq!(back["url"], format!("{base}/"));
+    let forward = ok(tools
+        .call("pap.browser.navigate_forward", &json!({"target": target}))
+        .await);
+    assert!(forward["url"].as_str().unwrap().contains("/search?"), "{forward}");
+    let end = err(tools
+        .call("pap.browser.navigate_forward", &json!({"target": target}))
+        .await);
+    assert_eq!(end.code, ToolErrorCode::NotFound);
+
+    // Waiting has a deadline; a text that is not there is gone at once.
+    let waited = err(tools
+        .call(
+            "pap.browser.wait_for",
+            &json!({"target": target, "text": "never shown", "timeoutMs": 200}),
+        )
+        .await);
+    assert_eq!(waited.code, ToolErrorCode::Timeout);
+    ok(tools
+        .call(
+            "pap.browser.wait_for",
+            &json!({"target": target, "textGone": "never shown"}),
+        )
+        .await);
+    let two = err(tools
+        .call(
+            "pap.browser.wait_for",
+            &json!({"target": target, "text": "a", "time": 1}),
+        )
+        .await);
+    assert_eq!(two.code, ToolErrorCode::InputInvalid);
+
+    // A long page's snapshot is cut at a line, and says so.
+    ok(tools
+        .call(
+            "browser.navigate",
+            &json!({"url": format!("{base}/long"), "target": target}),
+        )
+        .await);
+    let long = ok(tools
+        .call("pap.browser.snapshot", &json!({"target": target, "maxChars": 1000}))
+        .await);
+    assert_eq!(long["truncated"], true);
+    let text = long["snapshot"].as_str().unwrap();
+    assert!(text.len() < 1100, "{}", text.len());
+    assert!(
+        text.ends_with("ask with a larger maxChars (at most 200000)]\n"),
+        "{text}"
+    );
+
+    tools.stop(true).await.unwrap();
+    drop(host);
+    let _ = std::fs::remove_dir_all(&state);
+}
