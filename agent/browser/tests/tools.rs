@@ -563,7 +563,15 @@ async fn trusted_input_is_an_option_gated_by_trusted_input() {
 
     // A provider without trustedInput refuses the option by name (T3), and still clicks.
     let limited = ToolHost::new(
-        manifest_with("    trustedInput: true\n", ""),
+        // Without trustedInput, and so without the vendor tools it gates (M4).
+        pap_browser::spec::parse_manifest(
+            &pap_browser::chromium::MANIFEST
+                .replacen("    trustedInput: true\n", "", 1)
+                .replacen("  - { tool: pap.browser.press_key, version: \"1\" }\n", "", 1)
+                .replacen("  - { tool: pap.browser.hover, version: \"1\" }\n", "", 1),
+            None,
+        )
+        .unwrap(),
         host.clone(),
         loopback_config(&state),
         key("trusted"),

@@ -10,6 +10,7 @@
 //! | `pap_propose` as a generic API call (the confirm endpoint, dot segments, another host, ...) | the declared proposals only (review N2, route 1) |
 //! | page-level `browser_click` / `browser_fill` on the confirm form | the in-page check, in the document the script acts in |
 //! | trusted click, trusted typing (Enter) on the confirm button | the in-page check before; the request guard behind |
+//! | the page model by ref: click, trusted click, fill with submit, hover, select_option on the form | the same in-page check, in the element's own document |
 //! | `browser_evaluate`; `browser_cdp_send` `Runtime.evaluate`, `DOM.setOuterHTML` (markup that runs script) | the jar: no script in a cookie jar that can hold the person's Session |
 //! | a script of another page of the site (`www.shop.example`) posting the form with the token `browser_get_dom` read | the request guard (and the company's `SameOrigin`) |
 //! | a page of another site posting the form (`fetch`, `sendBeacon`) | the request guard |
@@ -92,6 +93,16 @@ fn refused_by_aip7(outcome: Result<Value, Value>, what: &str) {
         error["message"].as_str().unwrap().contains("ask the person"),
         "{what}: {error}"
     );
+}
+
+/// The ref (`e12`) of the first button of a snapshot whose line holds `part`.
+fn ref_of(snapshot: &str, part: &str) -> String {
+    let line = snapshot
+        .lines()
+        .find(|line| line.contains("button") && line.contains(part))
+        .unwrap_or_else(|| panic!("no button with {part} in\n{snapshot}"));
+    let at = line.find("[ref=").unwrap_or_else(|| panic!("no ref on {line}")) + 5;
+    line[at..at + line[at..].find(']').unwrap()].to_owned()
 }
 
 /// The short name of an answer, for the race tallies: `ok`, or the error's code.
@@ -410,6 +421,50 @@ async fn no_route_performs_an_operation_and_the_persons_own_click_does_once() {
         ),
     ];
     for (route, tool, input) in on_page {
+        refused_by_aip7(call(&w.server, &a, tool, input.clone()).await, route);
+        routes.row(&w, &id, route, "permission_denied (AIP-7)").await;
+    }
+
+    // The page model reads the page and names its buttons; every act by ref on the form is
+    // refused exactly as by selector (issue 39).
+    let snapshot = call(&w.server, &a, "browser_snapshot", json!({"target": target}))
+        .await
+        .unwrap();
+    let text = snapshot["snapshot"].as_str().unwrap();
+    let confirm = ref_of(text, "onfirm");
+    let by_ref = [
+        (
+            "page-level `browser_click` by ref on Confirm",
+            "browser_click",
+            json!({"target": target, "ref": confirm}),
+        ),
+        (
+            "trusted `browser_click` by ref on Confirm",
+            "browser_click",
+            json!({"target": target, "ref": confirm, "trusted": true}),
+        ),
+        (
+            "`browser_fill` by ref with submit",
+            "browser_fill",
+            json!({"target": target, "ref": confirm, "value": "1", "submit": true}),
+        ),
+        (
+            "trusted `browser_fill` by ref with submit",
+            "browser_fill",
+            json!({"target": target, "ref": confirm, "value": "1", "submit": true, "trusted": true}),
+        ),
+        (
+            "`browser_hover` by ref on Confirm",
+            "browser_hover",
+            json!({"target": target, "ref": confirm}),
+        ),
+        (
+            "`browser_select_option` by ref in the form",
+            "browser_select_option",
+            json!({"target": target, "ref": confirm, "values": ["confirm"]}),
+        ),
+    ];
+    for (route, tool, input) in by_ref {
         refused_by_aip7(call(&w.server, &a, tool, input.clone()).await, route);
         routes.row(&w, &id, route, "permission_denied (AIP-7)").await;
     }

@@ -116,6 +116,83 @@ async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_ty
     let png = base64::engine::general_purpose::STANDARD.decode(&image.data).unwrap();
     assert!(png.starts_with(b"\x89PNG"), "not a PNG");
 
+    // The model's eye (issue 39): the shop's front page as a snapshot, then a click by the ref
+    // of its first link to another of its pages, and the page that click led to.
+    let text_of = |result: &rmcp::model::CallToolResult| {
+        result
+            .content
+            .iter()
+            .find_map(|c| match c {
+                ContentBlock::Text(text) => Some(text.text.clone()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    };
+    let front = client
+        .call_tool(call("browser_snapshot", json!({"target": target})))
+        .await
+        .unwrap();
+    assert_ne!(front.is_error, Some(true), "{front:?}");
+    let front_text = text_of(&front);
+    assert!(
+        front_text.starts_with("- Page URL: https://shop.example/\n"),
+        "{front_text}"
+    );
+    let link = front_text
+        .lines()
+        .find(|line| {
+            line.trim_start().starts_with("- link ")
+                && line.contains("[ref=")
+                && line.contains("[url=https://shop.example/")
+                && !line.contains("[url=https://shop.example/]")
+        })
+        .unwrap_or_else(|| panic!("no link of the shop in\n{front_text}"));
+    let element_ref = link[link.find("[ref=").unwrap() + 5..]
+        .split(']')
+        .next()
+        .unwrap()
+        .to_owned();
+    let url = link[link.find("[url=").unwrap() + 5..]
+        .split(']')
+        .next()
+        .unwrap()
+        .to_owned();
+    let clicked = client
+        .call_tool(call("browser_click", json!({"target": target, "ref": element_ref})))
+        .await
+        .unwrap();
+    assert_ne!(clicked.is_error, Some(true), "{clicked:?}");
+    // The click starts a navigation; the tab's snapshot names the page it reached.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let after = loop {
+        let now = client
+            .call_tool(call("browser_snapshot", json!({"target": target})))
+            .await
+            .unwrap();
+        let now_text = text_of(&now);
+        if now_text.starts_with(&format!("- Page URL: {url}\n")) {
+            break now_text;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the click on {link} did not reach {url}: {now_text}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    if let Some(dir) = std::env::var_os("PAP_ARTIFACTS") {
+        let dir = std::path::PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let head: String = after.lines().take(12).collect::<Vec<_>>().join("\n");
+        std::fs::write(
+            dir.join("model-eye.md"),
+            format!(
+                "browser_snapshot {{\"target\": \"{target}\"}}\n\n{front_text}\nbrowser_click {{\"target\": \"{target}\", \"ref\": \"{element_ref}\"}}\n\n{}\n\nbrowser_snapshot (its first lines)\n\n{head}\n",
+                text_of(&clicked)
+            ),
+        )
+        .unwrap();
+    }
+
     // H3 through MCP: a tool error with the AIP-14 code, and the call's transport unharmed.
     let refused = client
         .call_tool(call("browser_navigate", json!({"url": "file:///etc/passwd"})))

@@ -191,6 +191,10 @@ impl ChromiumUnderTest {
 
 #[async_trait]
 impl ToolsUnderTest for ChromiumUnderTest {
+    fn offers(&self, tool: pap_browser::spec::ToolId) -> bool {
+        self.tools.served().contains(&tool)
+    }
+
     async fn launch(&self) -> Result<Launched, ToolError> {
         self.foreign_running().await?;
         // What the provider itself reports (L2), nothing inferred.

@@ -244,6 +244,11 @@ impl FakeProvider {
 
 #[async_trait]
 impl ToolsUnderTest for FakeProvider {
+    /// The fake serves no vendor tool.
+    fn offers(&self, tool: pap_browser::spec::ToolId) -> bool {
+        tool.is_reserved()
+    }
+
     async fn launch(&self) -> Result<Launched, ToolError> {
         let mut state = self.state();
         if let Some((pid, boot_id)) = state.running

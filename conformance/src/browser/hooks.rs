@@ -8,15 +8,19 @@ use super::{Body, Hook, Level, ProviderUnderTest, ToolsUnderTest, pages, profile
 
 macro_rules! hook {
     ($id:literal, [$($rule:literal),+], $level:expr, $f:path) => {
-        Hook { id: $id, rule: &[$($rule),+], level: $level, run: Body::Provider(|p| Box::pin($f(p))) }
+        Hook { id: $id, rule: &[$($rule),+], level: $level, run: Body::Provider(|p| Box::pin($f(p))), needs: None }
     };
     // A hook that needs only the tools: it runs against an MCP host too.
     ($id:literal, [$($rule:literal),+], $level:expr, tools $f:path) => {
-        Hook { id: $id, rule: &[$($rule),+], level: $level, run: Body::Tools(|p| Box::pin($f(p))) }
+        Hook { id: $id, rule: &[$($rule),+], level: $level, run: Body::Tools(|p| Box::pin($f(p))), needs: None }
+    };
+    // A hook of a vendor tool: it runs only against a provider that offers the tool.
+    ($id:literal, [$($rule:literal),+], $level:expr, vendor $tool:expr, $f:path) => {
+        Hook { id: $id, rule: &[$($rule),+], level: $level, run: Body::Tools(|p| Box::pin($f(p))), needs: Some($tool) }
     };
     // M1-M6: the manifest loader's diagnostics that name the rule.
     ($id:literal, manifest $rule:literal) => {
-        Hook { id: $id, rule: &[$rule], level: Level::Core, run: Body::Provider(|p| Box::pin(async move { rule_breaks(p, $rule) })) }
+        Hook { id: $id, rule: &[$rule], level: Level::Core, run: Body::Provider(|p| Box::pin(async move { rule_breaks(p, $rule) })), needs: None }
     };
 }
 
@@ -71,6 +75,13 @@ pub const HOOKS: &[Hook] = &[
         tools tool_click_fill
     ),
     hook!("interaction.tools.tabs", ["T1"], Level::Interaction, tools tool_tabs),
+    hook!(
+        "interaction.vendor.page-model",
+        ["T1"],
+        Level::Interaction,
+        vendor ToolId::Snapshot,
+        vendor_page_model
+    ),
     hook!(
         "interaction.targets.stale-handle",
         ["L12"],
@@ -676,6 +687,59 @@ async fn tool_click_fill(p: &dyn ToolsUnderTest) -> Result<(), String> {
     } else {
         Err(format!("after fill and click the page shows {}", out["value"]))
     }
+}
+
+/// The ref on the first line of a snapshot that holds `part`.
+fn ref_on(snapshot: &str, part: &str) -> Result<String, String> {
+    let line = snapshot
+        .lines()
+        .find(|line| line.contains(part))
+        .ok_or_else(|| format!("the snapshot has no {part}: {snapshot}"))?;
+    let at = line.find("[ref=").ok_or_else(|| format!("no ref on {line}"))? + 5;
+    let end = line[at..].find(']').ok_or_else(|| format!("no ref on {line}"))?;
+    Ok(line[at..at + end].to_owned())
+}
+
+/// The page model, vendor tools under the provider's own namespace (`pap.browser.`, T1's MAY),
+/// run against a provider that offers them: it snapshots the form with refs, and a fill and a
+/// click by those refs land.
+async fn vendor_page_model(p: &dyn ToolsUnderTest) -> Result<(), String> {
+    running(p).await?;
+    let opened = ok(
+        p.call("browser.navigate", json!({ "url": pages::page(pages::FORM).await? }))
+            .await,
+        "browser.navigate",
+    )?;
+    let target = opened["target"].as_str().ok_or("browser.navigate returned no target")?;
+    let snapshot = ok(
+        p.call("pap.browser.snapshot", json!({ "target": target })).await,
+        "pap.browser.snapshot",
+    )?;
+    let text = snapshot["snapshot"].as_str().ok_or("the snapshot has no text")?;
+    let textbox = ref_on(text, "textbox")?;
+    let button = ref_on(text, "button \"go\"")?;
+    ok(
+        p.call(
+            "browser.fill",
+            json!({ "target": target, "ref": textbox, "value": "Ada" }),
+        )
+        .await,
+        "browser.fill by ref",
+    )?;
+    ok(
+        p.call("browser.click", json!({ "target": target, "ref": button }))
+            .await,
+        "browser.click by ref",
+    )?;
+    ok(
+        p.call(
+            "pap.browser.wait_for",
+            json!({ "target": target, "text": "hi Ada", "timeoutMs": 5000 }),
+        )
+        .await,
+        "pap.browser.wait_for",
+    )?;
+    Ok(())
 }
 
 async fn tool_tabs(p: &dyn ToolsUnderTest) -> Result<(), String> {

@@ -114,6 +114,10 @@ impl McpHost {
 
 #[async_trait]
 impl ToolsUnderTest for McpHost {
+    fn offers(&self, tool: ToolId) -> bool {
+        self.listed.iter().any(|t| *t == tool.mcp_name())
+    }
+
     /// The host launches its browser for the first call that needs it: nothing to do, and no
     /// process of its is visible from here.
     async fn launch(&self) -> Result<Launched, ToolError> {

@@ -51,6 +51,9 @@ pub trait ToolsUnderTest: Send + Sync {
     async fn launch(&self) -> Result<Launched, ToolError>;
     /// An AIP-14 tool call as an agent caller.
     async fn call(&self, tool: &str, input: Value) -> ToolResult;
+    /// Whether it offers `tool` (its manifest's `implements[]`, an MCP host's `tools/list`): a
+    /// vendor tool's hook runs only where it is offered, and is not reported elsewhere.
+    fn offers(&self, tool: pap_browser::spec::ToolId) -> bool;
 }
 
 /// A provider, as the suite drives it. One instance key per provider under test.
@@ -171,6 +174,8 @@ pub struct Hook {
     /// Its level.
     pub level: Level,
     run: Body,
+    /// The vendor tool it tests, when it tests one: it runs only where that is offered.
+    pub needs: Option<pap_browser::spec::ToolId>,
 }
 
 impl Hook {
@@ -196,6 +201,9 @@ pub async fn run(provider: &dyn ProviderUnderTest, levels: &[Level]) -> Report {
         .map(|m| m.browser.conformance)
         .unwrap_or_default();
     let selected = |hook: &&Hook| {
+        if hook.needs.is_some_and(|tool| !provider.offers(tool)) {
+            return false;
+        }
         if levels.is_empty() {
             hook.level == Level::Core || claimed.contains(&hook.level)
         } else {
@@ -223,7 +231,10 @@ pub async fn run(provider: &dyn ProviderUnderTest, levels: &[Level]) -> Report {
 /// run here and let its browser reach that origin.
 pub async fn run_over_tools(tools: &dyn ToolsUnderTest, levels: &[Level]) -> Report {
     let mut report = Report::default();
-    for hook in HOOKS.iter().filter(|h| levels.contains(&h.level)) {
+    for hook in HOOKS
+        .iter()
+        .filter(|h| levels.contains(&h.level) && h.needs.is_none_or(|tool| tools.offers(tool)))
+    {
         let Body::Tools(run) = hook.run else { continue };
         let body = async { run(tools).await.map_err(|m| format!("{}: {m}", hook.rule.join(", "))) };
         report
