@@ -2,7 +2,8 @@
 //! refs (a same-origin frame's content under its element, a bound with its marker, a password's
 //! value never shown), and every tool that acts by ref or reads the page around it: click, fill
 //! with submit, hover, select_option, press_key, wait_for, back and forward, resize, console
-//! messages, an element's screenshot as JPEG, a PDF. A ref no snapshot gave, and one whose
+//! messages, an element's screenshot as JPEG, a PDF, dialogs (a click that opens one returns
+//! with it; it is answered by handle_dialog). A ref no snapshot gave, and one whose
 //! element went with its page, are refused by name.
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
@@ -27,6 +28,8 @@ const FRONT: &str = r#"<!doctype html><meta charset="utf-8"><title>Shop</title>
 </form>
 <button type="button" onmouseover="this.textContent='hovered'">hover here</button>
 <iframe src="/frame" title="inner"></iframe>
+<button type="button" onclick="document.title = confirm('Empty the cart?') ? 'emptied' : 'kept'">Empty cart</button>
+<button type="button" onclick="document.title = 'named ' + prompt('Your name?', '')">Name</button>
 <script>console.log('front page', 42);</script>"#;
 
 const FRAME: &str = r#"<!doctype html><meta charset="utf-8"><title>inner</title>
@@ -163,6 +166,48 @@ async fn a_snapshot_names_what_a_model_acts_on_and_every_act_by_ref_lands() {
         .call("pap.browser.wait_for", &json!({"target": target, "text": "hovered"}))
         .await);
 
+    // A click that opens a dialog returns with it; the dialog is what the page shows until it
+    // is answered, and nothing acts on the page meanwhile.
+    let empty = ref_of(&after, &["button \"Empty cart\""]);
+    let clicked = ok(tools
+        .call("browser.click", &json!({"target": target, "ref": empty}))
+        .await);
+    assert_eq!(clicked["dialog"]["type"], "confirm", "{clicked}");
+    assert_eq!(clicked["dialog"]["message"], "Empty the cart?");
+    let held = snapshot(&tools, &target).await;
+    assert_eq!(
+        held,
+        "- dialog (confirm) \"Empty the cart?\" [answer with browser_handle_dialog]\n"
+    );
+    let blocked = err(tools
+        .call("browser.click", &json!({"target": target, "ref": empty}))
+        .await);
+    assert_eq!(blocked.code, ToolErrorCode::InputInvalid);
+    assert!(blocked.message.contains("browser_handle_dialog"), "{}", blocked.message);
+    ok(tools
+        .call("pap.browser.handle_dialog", &json!({"target": target, "accept": false}))
+        .await);
+    assert_eq!(eval(&tools, &target, "document.title").await, "kept");
+    let none = err(tools
+        .call("pap.browser.handle_dialog", &json!({"target": target, "accept": true}))
+        .await);
+    assert_eq!(none.code, ToolErrorCode::NotFound);
+    let name = ref_of(&after, &["button \"Name\""]);
+    let asked = ok(tools
+        .call(
+            "browser.click",
+            &json!({"target": target, "ref": name, "trusted": true}),
+        )
+        .await);
+    assert_eq!(asked["dialog"]["type"], "prompt", "{asked}");
+    ok(tools
+        .call(
+            "pap.browser.handle_dialog",
+            &json!({"target": target, "accept": true, "promptText": "Ada"}),
+        )
+        .await);
+    assert_eq!(eval(&tools, &target, "document.title").await, "named Ada");
+
     // Keys go to what has focus.
     ok(tools
         .call("browser.click", &json!({"target": target, "ref": search}))
@@ -287,6 +332,50 @@ async fn a_snapshot_names_what_a_model_acts_on_and_every_act_by_ref_lands() {
         "{text}"
     );
 
+    tools.stop(true).await.unwrap();
+    drop(host);
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
+async fn a_dialog_on_the_persons_site_is_dismissed_never_accepted_by_a_tool() {
+    let base = serve().await;
+    let state = std::env::temp_dir().join(format!("pap-page-model-aip7-{}", std::process::id()));
+    let mut config = ChromiumConfig::new(state.clone());
+    config.navigation = NavigationPolicy::naming([NamedOrigin::every_port("http://127.0.0.1").unwrap()]);
+    // The loopback host is the person's site here (AIP-7): a confirm() there may be the decision.
+    config.persons = pap_browser::persons::Persons::new(std::sync::Arc::new(pap_browser::persons::StaticSites::new([
+        "127.0.0.1",
+    ])));
+    let host = BrowserHost::new();
+    let tools = ToolHost::new(
+        manifest(),
+        host.clone(),
+        config,
+        InstanceKey::try_from("page-model-aip7").unwrap(),
+        consent(&state),
+    );
+    tools.launch().await.unwrap();
+    let opened = ok(tools
+        .call("browser.navigate", &json!({"url": format!("{base}/")}))
+        .await);
+    let target = opened["target"].as_str().unwrap().to_owned();
+    let front = snapshot(&tools, &target).await;
+    let empty = ref_of(&front, &["button \"Empty cart\""]);
+    let clicked = ok(tools
+        .call("browser.click", &json!({"target": target, "ref": empty}))
+        .await);
+    assert_eq!(clicked["dialog"]["type"], "confirm", "{clicked}");
+    let refused = err(tools
+        .call("pap.browser.handle_dialog", &json!({"target": target, "accept": true}))
+        .await);
+    assert_eq!(refused.code, ToolErrorCode::PermissionDenied);
+    assert_eq!(refused.cause.unwrap()["rule"], "AIP-7");
+    ok(tools
+        .call("pap.browser.handle_dialog", &json!({"target": target, "accept": false}))
+        .await);
+    assert_eq!(eval(&tools, &target, "document.title").await, "kept");
     tools.stop(true).await.unwrap();
     drop(host);
     let _ = std::fs::remove_dir_all(&state);

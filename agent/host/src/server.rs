@@ -338,6 +338,7 @@ fn description(tool: ToolId) -> &'static str {
         ToolId::Resize => "Set a tab's viewport size, in CSS pixels.",
         ToolId::ConsoleMessages => "What a tab's pages logged to the console, oldest first.",
         ToolId::PdfSave => "Print a tab's page to a PDF file on the host; answers its path and size.",
+        ToolId::HandleDialog => "Accept or dismiss the JavaScript dialog (alert, confirm, prompt) open in a tab.",
     }
 }
 
@@ -373,6 +374,7 @@ fn annotations(tool: ToolId) -> ToolAnnotations {
         ToolId::Resize => ("Resize the viewport", false, false, true, false),
         ToolId::ConsoleMessages => ("Read the console", true, false, true, false),
         ToolId::PdfSave => ("Save the page as PDF", false, false, false, true),
+        ToolId::HandleDialog => ("Answer a dialog", false, true, false, true),
     };
     ToolAnnotations::with_title(title)
         .read_only(read_only)

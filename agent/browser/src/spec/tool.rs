@@ -210,6 +210,9 @@ pub enum ToolId {
     ConsoleMessages,
     /// `pap.browser.pdf_save` (vendor): the tab's page printed to a PDF in a host path.
     PdfSave,
+    /// `pap.browser.handle_dialog` (vendor): the tab's open JavaScript dialog accepted or
+    /// dismissed.
+    HandleDialog,
 }
 
 /// A reserved tool: its id, the gate of the tool itself (or `None`), its level.
@@ -244,7 +247,7 @@ impl ToolId {
     ];
 
     /// The page model's vendor tools (`pap.browser.*`), in the order tools list them.
-    pub const VENDOR: [ToolId; 10] = [
+    pub const VENDOR: [ToolId; 11] = [
         Self::Snapshot,
         Self::PressKey,
         Self::Hover,
@@ -255,6 +258,7 @@ impl ToolId {
         Self::Resize,
         Self::ConsoleMessages,
         Self::PdfSave,
+        Self::HandleDialog,
     ];
 
     /// Every id this kit serves: the reserved ones, then the vendor ones.
@@ -295,6 +299,7 @@ impl ToolId {
             Self::Resize => "pap.browser.resize",
             Self::ConsoleMessages => "pap.browser.console_messages",
             Self::PdfSave => "pap.browser.pdf_save",
+            Self::HandleDialog => "pap.browser.handle_dialog",
         }
     }
 
@@ -318,7 +323,7 @@ impl ToolId {
             | Self::Resize
             | Self::ConsoleMessages
             | Self::PdfSave => (None, Level::Core),
-            Self::SelectOption => (None, Level::Interaction),
+            Self::SelectOption | Self::HandleDialog => (None, Level::Interaction),
             Self::PressKey | Self::Hover => (Some(Gate::One(TrustedInput)), Level::Interaction),
             Self::Click | Self::Fill | Self::Tabs => (None, Level::Interaction),
             Self::Act => (Some(Gate::One(AiActions)), Level::Interaction),

@@ -378,6 +378,34 @@ pub(super) struct Resize {
     pub(super) height: u32,
 }
 
+/// `pap.browser.handle_dialog`. The prompt's text is wiped when dropped and never echoed.
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct HandleDialog {
+    /// The target handle.
+    pub(super) target: String,
+    /// Accept (OK) or dismiss (Cancel).
+    pub(super) accept: bool,
+    /// For a `prompt()`: the text to answer with.
+    #[serde(default, deserialize_with = "zeroizing_option")]
+    #[schemars(with = "Option<String>")]
+    pub(super) prompt_text: Option<Zeroizing<String>>,
+}
+
+impl std::fmt::Debug for HandleDialog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandleDialog")
+            .field("target", &self.target)
+            .field("accept", &self.accept)
+            .field("prompt_text", &self.prompt_text.as_ref().map(|_| "[not shown]"))
+            .finish()
+    }
+}
+
+fn zeroizing_option<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Zeroizing<String>>, D::Error> {
+    Option::<String>::deserialize(deserializer).map(|text| text.map(Zeroizing::new))
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -67,6 +67,8 @@ struct Target {
     requests: Arc<std::sync::Mutex<Vec<Value>>>,
     /// What its pages logged to the console (`pap.browser.console_messages`).
     console: page_model::Console,
+    /// The JavaScript dialog open on its page, if any (`pap.browser.handle_dialog`).
+    dialog: page_model::Dialog,
     /// The refs its snapshots gave (`pap.browser.snapshot`).
     refs: Arc<std::sync::Mutex<page_model::Refs>>,
 }
@@ -427,6 +429,7 @@ impl ToolHost {
             ToolId::Resize => self.resize(caller, tool.parse_input(input)?).await,
             ToolId::ConsoleMessages => self.console_messages(caller, tool.parse_input(input)?).await,
             ToolId::PdfSave => self.pdf_save(caller, tool.parse_input(input)?).await,
+            ToolId::HandleDialog => self.handle_dialog(caller, tool.parse_input(input)?).await,
             // No provider here serves natural-language actions; M4 keeps it out of a manifest
             // without `aiActions`, and a manifest with it is not one of ours.
             ToolId::Act => Err(ToolError::unsupported(tool.as_str(), Capability::AiActions.as_str())),
@@ -500,6 +503,7 @@ impl ToolHost {
             .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
         let requests = page::log_responses(&page).await?;
         let console = page_model::log_console(&page).await?;
+        let dialog = page_model::watch_dialogs(&page).await?;
         let id = format!(
             "t{boot_id}-{}",
             self.next_target.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -516,6 +520,7 @@ impl ToolHost {
                 last_used: Instant::now(),
                 requests,
                 console,
+                dialog,
                 refs: Arc::default(),
             },
         );
@@ -556,6 +561,8 @@ impl ToolHost {
     /// opens, so no navigation can race the check.
     async fn drivable(&self, caller: &AgentCaller, tool: ToolId, id: &str) -> Result<Page, ToolError> {
         let page = self.target(Some(caller), id).await?;
+        // A JavaScript dialog holds the page's scripts and input until it is answered.
+        self.no_dialog(id).await?;
         if matches!(tool, ToolId::Evaluate | ToolId::CdpSend) {
             let jar = self.targets.lock().await.get(id).map(|t| t.jar.clone());
             if jar.is_none_or(|jar| self.jar_reaches_persons_site(&jar).unwrap_or(true)) {
@@ -866,6 +873,7 @@ pub fn input_schema(tool: ToolId) -> serde_json::Map<String, Value> {
             schema_for!(input::OnTarget)
         }
         ToolId::Resize => schema_for!(input::Resize),
+        ToolId::HandleDialog => schema_for!(input::HandleDialog),
         ToolId::ProfileList | ToolId::ProfileRefresh | ToolId::ProfileRevoke => {
             crate::consent::profile_input_schema(tool).unwrap_or_default()
         }

@@ -132,7 +132,8 @@ impl ToolHost {
         let selector = match locate {
             input::Locate::Ref(element_ref) => {
                 self.click_ref(&page, &input.target, element_ref, input.trusted).await?;
-                return Ok(json!({ "target": input.target, "clicked": element_ref, "trusted": input.trusted }));
+                let clicked = json!({ "target": input.target, "clicked": element_ref, "trusted": input.trusted });
+                return Ok(self.with_dialog(&input.target, clicked).await);
             }
             input::Locate::Selector(selector) => selector,
         };
@@ -159,9 +160,14 @@ impl ToolHost {
             let script = format!(
                 "(() => {{ const e = document.querySelector({quoted}); if (!e) return 'missing'; {guard}e.click(); return 'done'; }})()"
             );
-            acted(&page, script, ToolId::Click, &input.target, selector).await?;
+            // A click that opens a dialog returns when it opens.
+            let clicked = acted(&page, script, ToolId::Click, &input.target, selector);
+            if let Some(clicked) = self.or_dialog(&input.target, clicked).await? {
+                clicked?;
+            }
         }
-        Ok(json!({ "target": input.target, "clicked": selector, "trusted": input.trusted }))
+        let clicked = json!({ "target": input.target, "clicked": selector, "trusted": input.trusted });
+        Ok(self.with_dialog(&input.target, clicked).await)
     }
 
     /// Page-level input (the value set and `input`/`change` dispatched), or with `trusted`
@@ -185,10 +191,11 @@ impl ToolHost {
                     input.submit,
                 )
                 .await?;
-                return Ok(json!({
+                let filled = json!({
                     "target": input.target, "filled": element_ref, "characters": characters,
                     "trusted": input.trusted, "submitted": input.submit,
-                }));
+                });
+                return Ok(self.with_dialog(&input.target, filled).await);
             }
             input::Locate::Selector(selector) => selector,
         };

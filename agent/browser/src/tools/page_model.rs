@@ -105,6 +105,10 @@ impl Refs {
 /// A tab's console, for `console_messages`.
 pub(super) type Console = Arc<std::sync::Mutex<VecDeque<Value>>>;
 
+/// The JavaScript dialog open on a tab's page (`{type, message, url}`), or none: while one is
+/// open the page's scripts and input wait for it.
+pub(super) type Dialog = Arc<tokio::sync::watch::Sender<Option<Value>>>;
+
 /// Sends `method` with `params` to `page`'s target; CDP's text never crosses whole (C9).
 pub(super) async fn raw(page: &Page, method: &str, params: Value) -> Result<Value, ToolError> {
     page.execute(RawCommand {
@@ -365,6 +369,18 @@ impl ToolHost {
     /// `pap.browser.snapshot`: the tab's accessibility tree as text, refs for acting.
     pub(super) async fn snapshot(&self, caller: &AgentCaller, input: input::Snapshot) -> Result<Value, ToolError> {
         let page = self.target(Some(caller), &input.target).await?;
+        // A dialog holds the page: it is what there is to see and answer.
+        if let Some(dialog) = self.open_dialog(&input.target).await {
+            let line = format!(
+                "- dialog ({}) {} [answer with browser_handle_dialog]\n",
+                dialog["type"].as_str().unwrap_or("alert"),
+                quoted(dialog["message"].as_str().unwrap_or_default())
+            );
+            return Ok(json!({
+                "target": input.target, "url": dialog["url"], "title": "", "snapshot": line,
+                "refs": 0, "truncated": false, "dialog": dialog,
+            }));
+        }
         let max = input
             .max_chars
             .unwrap_or(SNAPSHOT_CHARS)
@@ -463,16 +479,20 @@ impl ToolHost {
         let function = zeroize::Zeroizing::new(format!(
             "function (a) {{ const e = this; if (!e || !e.isConnected) return 'missing'; {guard}{body} }}"
         ));
-        let answer = raw(
+        let call = raw(
             page,
             "Runtime.callFunctionOn",
             json!({
                 "objectId": object, "functionDeclaration": function.as_str(),
                 "arguments": [{ "value": argument }], "returnByValue": true, "awaitPromise": false,
             }),
-        )
-        .await
-        .map_err(|_| gone(element_ref))?;
+        );
+        // An act that opens a dialog (`confirm()` in a click handler) returns when it opens:
+        // the call's own answer waits for the dialog to be answered.
+        let Some(answer) = self.or_dialog(target, call).await? else {
+            return Ok("done".to_owned());
+        };
+        let answer = answer.map_err(|_| gone(element_ref))?;
         if answer.get("exceptionDetails").is_some() {
             return Err(ToolError::new(
                 ToolErrorCode::Internal,
@@ -546,7 +566,9 @@ impl ToolHost {
         let (x, y) = self.middle_of(page, target, element_ref).await?;
         Self::mouse(page, "mouseMoved", x, y).await?;
         Self::mouse(page, "mousePressed", x, y).await?;
-        Self::mouse(page, "mouseReleased", x, y).await
+        self.or_dialog(target, Self::mouse(page, "mouseReleased", x, y))
+            .await?
+            .unwrap_or(Ok(()))
     }
 
     /// `browser.fill` by ref: the value set at page level (then the form submitted, with
@@ -589,7 +611,9 @@ impl ToolHost {
         page.bring_to_front().await.map_err(|e| page::cdp(&e))?;
         raw(page, "Input.insertText", json!({ "text": value })).await?;
         if submit {
-            self.key(page, "Enter").await?;
+            self.or_dialog(target, self.key(page, "Enter"))
+                .await?
+                .unwrap_or(Ok(()))?;
         }
         Ok(())
     }
@@ -627,8 +651,12 @@ impl ToolHost {
             return Err(persons::refusal(ToolId::PressKey, &input.target, persons::PERSONS_FORM));
         }
         page.bring_to_front().await.map_err(|e| page::cdp(&e))?;
-        self.key(&page, &input.key).await?;
-        Ok(json!({ "target": input.target, "pressed": input.key }))
+        self.or_dialog(&input.target, self.key(&page, &input.key))
+            .await?
+            .unwrap_or(Ok(()))?;
+        Ok(self
+            .with_dialog(&input.target, json!({ "target": input.target, "pressed": input.key }))
+            .await)
     }
 
     /// `pap.browser.hover`: the pointer over the element's middle.
@@ -902,6 +930,127 @@ impl ToolHost {
         let page_y = metrics["cssVisualViewport"]["pageY"].as_f64().unwrap_or(0.0);
         Ok(json!({ "x": left + page_x, "y": top + page_y, "width": right - left, "height": bottom - top, "scale": 1 }))
     }
+}
+
+impl ToolHost {
+    /// The dialog open on `target`'s page, if any.
+    pub(super) async fn open_dialog(&self, target: &str) -> Option<Value> {
+        let dialog = self.targets.lock().await.get(target).map(|t| t.dialog.clone())?;
+        dialog.borrow().clone()
+    }
+
+    /// Refuses to act on a page a dialog holds: it is answered first.
+    pub(super) async fn no_dialog(&self, target: &str) -> Result<(), ToolError> {
+        match self.open_dialog(target).await {
+            None => Ok(()),
+            Some(dialog) => Err(ToolError::new(
+                ToolErrorCode::InputInvalid,
+                format!(
+                    "a {} dialog is open in tab {target}: answer it with browser_handle_dialog first",
+                    dialog["type"].as_str().unwrap_or("JavaScript")
+                ),
+            )
+            .with_cause(json!({ "dialog": dialog }))),
+        }
+    }
+
+    /// `act`, unless a dialog opens on `target`'s page first: `None` then (the act's own answer
+    /// would wait for the dialog to be answered; it is left behind).
+    pub(super) async fn or_dialog<T>(
+        &self,
+        target: &str,
+        act: impl std::future::Future<Output = T>,
+    ) -> Result<Option<T>, ToolError> {
+        let Some(dialog) = self.targets.lock().await.get(target).map(|t| t.dialog.clone()) else {
+            return Ok(Some(act.await));
+        };
+        let mut opened = dialog.subscribe();
+        opened.mark_unchanged();
+        tokio::select! {
+            done = act => Ok(Some(done)),
+            Ok(_) = opened.wait_for(Option::is_some) => Ok(None),
+        }
+    }
+
+    /// `result` with the dialog its act opened, if one did.
+    pub(super) async fn with_dialog(&self, target: &str, mut result: Value) -> Value {
+        if let Some(dialog) = self.open_dialog(target).await {
+            result["dialog"] = dialog;
+        }
+        result
+    }
+
+    /// `pap.browser.handle_dialog`: accept or dismiss. Accepting a dialog of a site where the
+    /// person decides is refused (AIP-7: a `confirm()` there may be the decision itself);
+    /// dismissing is not.
+    pub(super) async fn handle_dialog(
+        &self,
+        caller: &AgentCaller,
+        input: input::HandleDialog,
+    ) -> Result<Value, ToolError> {
+        let page = self.target(Some(caller), &input.target).await?;
+        let dialog = self.open_dialog(&input.target).await.ok_or_else(|| {
+            ToolError::new(
+                ToolErrorCode::NotFound,
+                format!("no dialog is open in tab {}", input.target),
+            )
+        })?;
+        if input.accept {
+            let host = url::Url::parse(dialog["url"].as_str().unwrap_or_default())
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_owned));
+            // A page without a host, or sites that cannot be read, count as the person's.
+            let persons = match &host {
+                Some(host) => self.persons().covers(host).map_err(|e| persons::unreadable(&e))?,
+                None => true,
+            };
+            if persons {
+                return Err(persons::refusal(
+                    ToolId::HandleDialog,
+                    &input.target,
+                    "this dialog belongs to a site where the person decides (AIP-7): tools may dismiss it, never accept it",
+                ));
+            }
+        }
+        let mut params = json!({ "accept": input.accept });
+        if let Some(text) = &input.prompt_text {
+            params["promptText"] = json!(text.as_str());
+        }
+        raw(&page, "Page.handleJavaScriptDialog", params).await?;
+        Ok(json!({ "target": input.target, "accepted": input.accept, "type": dialog["type"] }))
+    }
+}
+
+/// Follows `page`'s JavaScript dialogs: the one open, if any.
+pub(super) async fn watch_dialogs(page: &Page) -> Result<Dialog, ToolError> {
+    use chromiumoxide::cdp::browser_protocol::page::{EventJavascriptDialogClosed, EventJavascriptDialogOpening};
+    let (dialog, _) = tokio::sync::watch::channel(None);
+    let dialog: Dialog = Arc::new(dialog);
+    let mut opening = page
+        .event_listener::<EventJavascriptDialogOpening>()
+        .await
+        .map_err(|e| page::cdp(&e))?;
+    let mut closed = page
+        .event_listener::<EventJavascriptDialogClosed>()
+        .await
+        .map_err(|e| page::cdp(&e))?;
+    let open = Arc::downgrade(&dialog);
+    tokio::spawn(async move {
+        loop {
+            let now = tokio::select! {
+                Some(event) = opening.next() => Some(json!({
+                    "type": format!("{:?}", event.r#type).to_lowercase(),
+                    "message": event.message.chars().take(CONSOLE_CHARS).collect::<String>(),
+                    "url": event.url,
+                })),
+                Some(_) = closed.next() => None,
+                else => return,
+            };
+            let Some(open) = open.upgrade() else { return };
+            open.send_replace(now);
+        }
+    });
+    Ok(dialog)
 }
 
 fn waited_too_long(timeout: Duration, what: &str) -> ToolError {
