@@ -30,6 +30,8 @@ const FRONT: &str = r#"<!doctype html><meta charset="utf-8"><title>Shop</title>
 <iframe src="/frame" title="inner"></iframe>
 <button type="button" onclick="document.title = confirm('Empty the cart?') ? 'emptied' : 'kept'">Empty cart</button>
 <button type="button" onclick="document.title = 'named ' + prompt('Your name?', '')">Name</button>
+<button type="button" draggable="true" ondragstart="event.dataTransfer.setData('text/plain', 'socks')">Socks</button>
+<button type="button" ondragover="event.preventDefault()" ondrop="event.preventDefault(); this.textContent = 'basket holds ' + event.dataTransfer.getData('text/plain')">Basket</button>
 <script>console.log('front page', 42);</script>"#;
 
 const FRAME: &str = r#"<!doctype html><meta charset="utf-8"><title>inner</title>
@@ -207,6 +209,21 @@ async fn a_snapshot_names_what_a_model_acts_on_and_every_act_by_ref_lands() {
         )
         .await);
     assert_eq!(eval(&tools, &target, "document.title").await, "named Ada");
+
+    // An HTML5 drag and drop, by refs.
+    let dragged = ok(tools
+        .call(
+            "pap.browser.drag",
+            &json!({"target": target, "startRef": ref_of(&after, &["button \"Socks\""]), "endRef": ref_of(&after, &["button \"Basket\""])}),
+        )
+        .await);
+    assert_eq!(dragged["html5"], true, "{dragged}");
+    ok(tools
+        .call(
+            "pap.browser.wait_for",
+            &json!({"target": target, "text": "basket holds socks"}),
+        )
+        .await);
 
     // Keys go to what has focus.
     ok(tools

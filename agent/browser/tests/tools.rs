@@ -568,7 +568,8 @@ async fn trusted_input_is_an_option_gated_by_trusted_input() {
             &pap_browser::chromium::MANIFEST
                 .replacen("    trustedInput: true\n", "", 1)
                 .replacen("  - { tool: pap.browser.press_key, version: \"1\" }\n", "", 1)
-                .replacen("  - { tool: pap.browser.hover, version: \"1\" }\n", "", 1),
+                .replacen("  - { tool: pap.browser.hover, version: \"1\" }\n", "", 1)
+                .replacen("  - { tool: pap.browser.drag, version: \"1\" }\n", "", 1),
             None,
         )
         .unwrap(),

@@ -339,6 +339,7 @@ fn description(tool: ToolId) -> &'static str {
         ToolId::ConsoleMessages => "What a tab's pages logged to the console, oldest first.",
         ToolId::PdfSave => "Print a tab's page to a PDF file on the host; answers its path and size.",
         ToolId::HandleDialog => "Accept or dismiss the JavaScript dialog (alert, confirm, prompt) open in a tab.",
+        ToolId::Drag => "Drag one element of a tab onto another, by refs (mouse and HTML5 drag and drop).",
     }
 }
 
@@ -375,6 +376,7 @@ fn annotations(tool: ToolId) -> ToolAnnotations {
         ToolId::ConsoleMessages => ("Read the console", true, false, true, false),
         ToolId::PdfSave => ("Save the page as PDF", false, false, false, true),
         ToolId::HandleDialog => ("Answer a dialog", false, true, false, true),
+        ToolId::Drag => ("Drag and drop", false, true, false, true),
     };
     ToolAnnotations::with_title(title)
         .read_only(read_only)

@@ -213,6 +213,8 @@ pub enum ToolId {
     /// `pap.browser.handle_dialog` (vendor): the tab's open JavaScript dialog accepted or
     /// dismissed.
     HandleDialog,
+    /// `pap.browser.drag` (vendor): one element dragged onto another, at browser level.
+    Drag,
 }
 
 /// A reserved tool: its id, the gate of the tool itself (or `None`), its level.
@@ -247,7 +249,7 @@ impl ToolId {
     ];
 
     /// The page model's vendor tools (`pap.browser.*`), in the order tools list them.
-    pub const VENDOR: [ToolId; 11] = [
+    pub const VENDOR: [ToolId; 12] = [
         Self::Snapshot,
         Self::PressKey,
         Self::Hover,
@@ -259,6 +261,7 @@ impl ToolId {
         Self::ConsoleMessages,
         Self::PdfSave,
         Self::HandleDialog,
+        Self::Drag,
     ];
 
     /// Every id this kit serves: the reserved ones, then the vendor ones.
@@ -300,6 +303,7 @@ impl ToolId {
             Self::ConsoleMessages => "pap.browser.console_messages",
             Self::PdfSave => "pap.browser.pdf_save",
             Self::HandleDialog => "pap.browser.handle_dialog",
+            Self::Drag => "pap.browser.drag",
         }
     }
 
@@ -324,7 +328,7 @@ impl ToolId {
             | Self::ConsoleMessages
             | Self::PdfSave => (None, Level::Core),
             Self::SelectOption | Self::HandleDialog => (None, Level::Interaction),
-            Self::PressKey | Self::Hover => (Some(Gate::One(TrustedInput)), Level::Interaction),
+            Self::PressKey | Self::Hover | Self::Drag => (Some(Gate::One(TrustedInput)), Level::Interaction),
             Self::Click | Self::Fill | Self::Tabs => (None, Level::Interaction),
             Self::Act => (Some(Gate::One(AiActions)), Level::Interaction),
             Self::ListRequests | Self::GetRequestBody | Self::CdpSend => (Some(Gate::One(Cdp)), Level::Network),
@@ -360,7 +364,7 @@ impl ToolId {
 
     /// The capability a manifest must declare to list the tool in `implements[]` (M4): the
     /// network tools need `cdp`, `download` needs `downloads`, `act` needs `aiActions`; of the
-    /// vendor tools, press_key and hover need `trustedInput`.
+    /// vendor tools, press_key, hover and drag need `trustedInput`.
     pub fn implements_gate(self) -> Option<Capability> {
         match self.spec().gate {
             Some(Gate::One(capability)) => Some(capability),

@@ -378,6 +378,32 @@ pub(super) struct Resize {
     pub(super) height: u32,
 }
 
+/// `pap.browser.drag`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct Drag {
+    /// The target handle.
+    pub(super) target: String,
+    /// What to drag: a ref from `browser_snapshot`.
+    pub(super) start_ref: String,
+    /// Where to drop it: a ref from `browser_snapshot`.
+    pub(super) end_ref: String,
+    /// What is dragged, in words (never acted on).
+    #[serde(default)]
+    #[allow(
+        dead_code,
+        reason = "taken from the clients that send it (Playwright MCP's shape); the ref acts"
+    )]
+    pub(super) start_element: Option<String>,
+    /// Where it is dropped, in words (never acted on).
+    #[serde(default)]
+    #[allow(
+        dead_code,
+        reason = "taken from the clients that send it (Playwright MCP's shape); the ref acts"
+    )]
+    pub(super) end_element: Option<String>,
+}
+
 /// `pap.browser.handle_dialog`. The prompt's text is wiped when dropped and never echoed.
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -430,6 +430,7 @@ impl ToolHost {
             ToolId::ConsoleMessages => self.console_messages(caller, tool.parse_input(input)?).await,
             ToolId::PdfSave => self.pdf_save(caller, tool.parse_input(input)?).await,
             ToolId::HandleDialog => self.handle_dialog(caller, tool.parse_input(input)?).await,
+            ToolId::Drag => self.drag(caller, tool.parse_input(input)?).await,
             // No provider here serves natural-language actions; M4 keeps it out of a manifest
             // without `aiActions`, and a manifest with it is not one of ours.
             ToolId::Act => Err(ToolError::unsupported(tool.as_str(), Capability::AiActions.as_str())),
@@ -874,6 +875,7 @@ pub fn input_schema(tool: ToolId) -> serde_json::Map<String, Value> {
         }
         ToolId::Resize => schema_for!(input::Resize),
         ToolId::HandleDialog => schema_for!(input::HandleDialog),
+        ToolId::Drag => schema_for!(input::Drag),
         ToolId::ProfileList | ToolId::ProfileRefresh | ToolId::ProfileRevoke => {
             crate::consent::profile_input_schema(tool).unwrap_or_default()
         }

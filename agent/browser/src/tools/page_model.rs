@@ -677,6 +677,90 @@ impl ToolHost {
         Ok(json!({ "target": input.target, "hovered": input.element_ref }))
     }
 
+    /// `pap.browser.drag`: the pointer pressed on one element, moved onto another and released
+    /// (browser-level input, after the AIP-7 guard on both). An HTML5 drag the page starts is
+    /// carried by CDP's drag interception (`Input.setInterceptDrags`: headless Chromium runs no
+    /// native drag loop): what the page put in the drag is dropped where the pointer ends.
+    pub(super) async fn drag(&self, caller: &AgentCaller, input: input::Drag) -> Result<Value, ToolError> {
+        use chromiumoxide::cdp::browser_protocol::input::EventDragIntercepted;
+        let page = self.drivable(caller, ToolId::Drag, &input.target).await?;
+        // What a page can drag natively (an element marked draggable, a link, an image) starts
+        // an HTML5 drag; anything else is moved by mouse events alone.
+        let native = self
+            .on_ref(
+                &page,
+                ToolId::Drag,
+                &input.target,
+                &input.start_ref,
+                "const d = (e.closest && e.closest('[draggable=\"true\"]')) || e.tagName === 'A' || e.tagName === 'IMG'; \
+                 return d ? 'html5' : 'done';",
+                Value::Null,
+            )
+            .await?
+            == "html5";
+        self.on_ref(
+            &page,
+            ToolId::Drag,
+            &input.target,
+            &input.end_ref,
+            "return 'done';",
+            Value::Null,
+        )
+        .await?;
+        page.bring_to_front().await.map_err(|e| page::cdp(&e))?;
+        let (ex, ey) = self.middle_of(&page, &input.target, &input.end_ref).await?;
+        let (sx, sy) = self.middle_of(&page, &input.target, &input.start_ref).await?;
+        let mut intercepted = page
+            .event_listener::<EventDragIntercepted>()
+            .await
+            .map_err(|e| page::cdp(&e))?;
+        raw(&page, "Input.setInterceptDrags", json!({ "enabled": true })).await?;
+        let held = |x: f64, y: f64| json!({ "type": "mouseMoved", "x": x, "y": y, "button": "left", "buttons": 1 });
+        let dragged = async {
+            Self::mouse(&page, "mouseMoved", sx, sy).await?;
+            Self::mouse(&page, "mousePressed", sx, sy).await?;
+            for step in 1..=5 {
+                let t = f64::from(step) / 5.0;
+                raw(
+                    &page,
+                    "Input.dispatchMouseEvent",
+                    held(sx + (ex - sx) * t, sy + (ey - sy) * t),
+                )
+                .await?;
+            }
+            // A native drag is reported by the interception; it comes with one of the moves.
+            let html5 = if native {
+                tokio::time::timeout(Duration::from_secs(2), intercepted.next())
+                    .await
+                    .ok()
+                    .flatten()
+            } else {
+                None
+            };
+            if let Some(event) = &html5 {
+                let data = serde_json::to_value(&event.data)
+                    .map_err(|_| ToolError::new(ToolErrorCode::Internal, "the drag's data"))?;
+                for kind in ["dragEnter", "dragOver", "drop"] {
+                    raw(
+                        &page,
+                        "Input.dispatchDragEvent",
+                        json!({ "type": kind, "x": ex, "y": ey, "data": data }),
+                    )
+                    .await?;
+                }
+            }
+            Self::mouse(&page, "mouseReleased", ex, ey).await?;
+            Ok::<bool, ToolError>(html5.is_some())
+        };
+        let outcome = self.or_dialog(&input.target, dragged).await;
+        let _ = raw(&page, "Input.setInterceptDrags", json!({ "enabled": false })).await;
+        let html5 = outcome?.transpose()?.unwrap_or(false);
+        let result = json!({
+            "target": input.target, "dragged": input.start_ref, "dropped": input.end_ref, "html5": html5,
+        });
+        Ok(self.with_dialog(&input.target, result).await)
+    }
+
     /// `pap.browser.select_option`: by value or label; `input` and `change` dispatched.
     pub(super) async fn select_option(
         &self,
