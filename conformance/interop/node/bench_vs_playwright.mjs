@@ -105,9 +105,10 @@ const sides = {
       const snap = await call(theirs, "browser_snapshot", {});
       t.snapshot = snap.ms;
       const s = text(snap.result);
-      t.click = (await call(theirs, "browser_click", { element: "Add to cart", ref: refOf(s, 'button "Add to cart"') })).ms;
-      t.type = (await call(theirs, "browser_type", { element: "Search", ref: refOf(s, 'textbox "Search"'), text: "hats" })).ms;
-      t.screenshot = (await call(theirs, "browser_take_screenshot", {})).ms;
+      // Playwright MCP 0.0.86 names the element `target` (a ref, or a selector).
+      t.click = (await call(theirs, "browser_click", { element: "Add to cart", target: refOf(s, 'button "Add to cart"') })).ms;
+      t.type = (await call(theirs, "browser_type", { element: "Search", target: refOf(s, 'textbox "Search"'), text: "hats" })).ms;
+      t.screenshot = (await call(theirs, "browser_take_screenshot", { scale: "css" })).ms;
       t.evaluate = (await call(theirs, "browser_evaluate", { function: "() => document.getElementById('count').textContent" })).ms;
       return t;
     },

@@ -116,7 +116,7 @@ pub(super) async fn raw(page: &Page, method: &str, params: Value) -> Result<Valu
         params,
     })
     .await
-    .map(|response| response.result.clone())
+    .map(|response| response.result)
     .map_err(|e| page::cdp(&e))
 }
 
@@ -165,8 +165,11 @@ struct Tree {
 }
 
 impl Tree {
-    fn of(answer: &Value) -> Self {
-        let list = answer["nodes"].as_array().cloned().unwrap_or_default();
+    fn of(mut answer: Value) -> Self {
+        let list = match answer["nodes"].take() {
+            Value::Array(list) => list,
+            _ => Vec::new(),
+        };
         let root = list
             .iter()
             .find(|n| n.get("parentId").is_none())
@@ -385,14 +388,28 @@ impl ToolHost {
             .max_chars
             .unwrap_or(SNAPSHOT_CHARS)
             .clamp(1_000, SNAPSHOT_CHARS_MAX);
-        let main = Tree::of(&raw(&page, "Accessibility.getFullAXTree", json!({})).await?);
+        // The tree and the frames at once: one round trip's wait, not two.
+        let (tree, frame_tree) = tokio::try_join!(
+            raw(&page, "Accessibility.getFullAXTree", json!({})),
+            raw(&page, "Page.getFrameTree", json!({}))
+        )?;
+        let main = Tree::of(tree);
+        // The page's address is its main frame's; its title is the document's accessible name.
+        let url = frame_tree["frameTree"]["frame"]["url"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let title = main
+            .root
+            .as_ref()
+            .and_then(|r| main.nodes.get(r))
+            .and_then(|root| root["name"]["value"].as_str())
+            .unwrap_or_default()
+            .to_owned();
         // The frames of the tab's process, each under its element; a frame of another site runs
         // in a process of its own and is named, not shown.
         let mut frame_ids = Vec::new();
-        child_frames(
-            &raw(&page, "Page.getFrameTree", json!({})).await?["frameTree"],
-            &mut frame_ids,
-        );
+        child_frames(&frame_tree["frameTree"], &mut frame_ids);
         let mut frames = HashMap::new();
         for frame_id in frame_ids.iter().take(64) {
             let Ok(owner) = raw(&page, "DOM.getFrameOwner", json!({ "frameId": frame_id })).await else {
@@ -402,7 +419,7 @@ impl ToolHost {
                 continue;
             };
             if let Ok(tree) = raw(&page, "Accessibility.getFullAXTree", json!({ "frameId": frame_id })).await {
-                frames.insert(owner, Tree::of(&tree));
+                frames.insert(owner, Tree::of(tree));
             }
         }
         let mut writer = Writer {
@@ -427,8 +444,6 @@ impl ToolHost {
                 remembered.remember(*backend);
             }
         }
-        let url = page.url().await.map_err(|e| page::cdp(&e))?.unwrap_or_default();
-        let title = page.get_title().await.map_err(|e| page::cdp(&e))?.unwrap_or_default();
         Ok(json!({
             "target": input.target, "url": url, "title": one_line(&title), "snapshot": text,
             "refs": refs.len(), "truncated": cut > 0,
@@ -1218,7 +1233,7 @@ mod tests {
             { "nodeId": "4", "parentId": "1", "role": { "value": "textbox" }, "name": { "value": "Search" },
               "backendDOMNodeId": 42, "value": { "value": "shoes" } },
         ]});
-        let tree = Tree::of(&answer);
+        let tree = Tree::of(answer);
         let frames = HashMap::new();
         let mut writer = Writer {
             frames: &frames,
