@@ -94,7 +94,10 @@ impl ToolHost {
         let data = match &input.element_ref {
             Some(element_ref) => {
                 let clip = self.clip_of(&page, &input.target, element_ref).await?;
-                let mut params = json!({ "format": format.as_str(), "clip": clip, "captureBeyondViewport": true });
+                // Beyond the viewport only where full-page screenshots are declared (T3's gate
+                // holds for a tall element too).
+                let beyond = self.manifest.browser.capabilities.has(Capability::FullPageScreenshot);
+                let mut params = json!({ "format": format.as_str(), "clip": clip, "captureBeyondViewport": beyond });
                 if format == input::ImageFormat::Jpeg {
                     params["quality"] = json!(input.quality.unwrap_or(80).min(100));
                 }
@@ -116,7 +119,7 @@ impl ToolHost {
             }
         };
         // Each 4 characters of base64 carry 3 bytes.
-        let bytes = data.len() / 4 * 3 - data.bytes().rev().take_while(|b| *b == b'=').count();
+        let bytes = (data.len() / 4 * 3).saturating_sub(data.bytes().rev().take_while(|b| *b == b'=').count());
         Ok(json!({ "target": input.target, "format": format.as_str(), "bytes": bytes, "data": data }))
     }
 

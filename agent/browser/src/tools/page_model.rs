@@ -33,6 +33,10 @@ const SNAPSHOT_CHARS: usize = 40_000;
 const SNAPSHOT_CHARS_MAX: usize = 200_000;
 /// Refs a tab remembers (the oldest snapshot's go first past this).
 const REFS_PER_TAB: usize = 20_000;
+/// How deep the snapshot goes (a deeper node counts as cut).
+const MAX_DEPTH: usize = 64;
+/// How deep the walk goes through nodes it does not print (`generic` wrappers).
+const MAX_NESTING: usize = 512;
 /// A name or value longer than this is cut (with `…`).
 const TEXT_CHARS: usize = 300;
 /// Console messages a tab keeps (the oldest drop first), and each one's length.
@@ -87,9 +91,21 @@ const VALUED: [&str; 5] = ["textbox", "searchbox", "combobox", "spinbutton", "sl
 pub(super) struct Refs {
     given: HashSet<i64>,
     order: VecDeque<i64>,
+    /// The main frame's document the refs were given for (its CDP `loaderId`): node ids are
+    /// numbered per renderer process, so a ref of an earlier page may name a node of this one.
+    loader: String,
 }
 
 impl Refs {
+    /// Refs of the page loaded by `loader` from now on; those of an earlier page are forgotten.
+    fn for_page(&mut self, loader: &str) {
+        if self.loader != loader {
+            self.given.clear();
+            self.order.clear();
+            loader.clone_into(&mut self.loader);
+        }
+    }
+
     fn remember(&mut self, backend: i64) {
         if self.given.insert(backend) {
             self.order.push_back(backend);
@@ -100,6 +116,16 @@ impl Refs {
             }
         }
     }
+}
+
+/// What [`ToolHost::on_ref`] runs on an element: a check (its answer is all it does; a dialog
+/// that interrupts it leaves it unanswered, an error) or an act (a dialog it opens is its effect).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Script<'a> {
+    /// Only the guard and an answer.
+    Check(&'a str),
+    /// The guard, then what the tool does.
+    Act(&'a str),
 }
 
 /// A tab's console, for `console_messages`.
@@ -190,6 +216,8 @@ struct Writer<'a> {
     refs: Vec<i64>,
     max: usize,
     cut: usize,
+    /// How many nodes deep the walk is now (printed or not).
+    nesting: usize,
 }
 
 impl Writer<'_> {
@@ -209,6 +237,13 @@ impl Writer<'_> {
     /// The children of `node`, one level down: a text that repeats its parent's name, or the
     /// name of a sibling it labels, is not said twice.
     fn children(&mut self, tree: &Tree, node: &Value, depth: usize, skip_text: Option<&str>) {
+        // Grouping nodes keep their children's depth: the nesting is bounded on its own.
+        self.nesting += 1;
+        if self.nesting > MAX_NESTING {
+            self.cut += 1;
+            self.nesting -= 1;
+            return;
+        }
         let children: Vec<&Value> = node["childIds"]
             .as_array()
             .into_iter()
@@ -230,9 +265,15 @@ impl Writer<'_> {
             }
             self.node(tree, child, depth);
         }
+        self.nesting -= 1;
     }
 
     fn node(&mut self, tree: &Tree, node: &Value, depth: usize) {
+        // A page can nest without end; the walk stops at a depth a person could still read.
+        if depth > MAX_DEPTH {
+            self.cut += 1;
+            return;
+        }
         let role = node["role"]["value"].as_str().unwrap_or("none");
         let name = one_line(node["name"]["value"].as_str().unwrap_or_default());
         let ignored = node["ignored"].as_bool().unwrap_or(false);
@@ -399,6 +440,10 @@ impl ToolHost {
             .as_str()
             .unwrap_or_default()
             .to_owned();
+        let loader = frame_tree["frameTree"]["frame"]["loaderId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let title = main
             .root
             .as_ref()
@@ -428,6 +473,7 @@ impl ToolHost {
             refs: Vec::new(),
             max,
             cut: 0,
+            nesting: 0,
         };
         if let Some(root) = main.root.as_ref().and_then(|r| main.nodes.get(r)) {
             writer.node(&main, root, 0);
@@ -440,6 +486,7 @@ impl ToolHost {
         }
         if let Some(remembered) = self.targets.lock().await.get(&input.target).map(|t| t.refs.clone()) {
             let mut remembered = remembered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            remembered.for_page(&loader);
             for backend in &refs {
                 remembered.remember(*backend);
             }
@@ -454,17 +501,19 @@ impl ToolHost {
     /// realm: only a ref a snapshot of this tab gave.
     pub(super) async fn element(&self, page: &Page, target: &str, element_ref: &str) -> Result<String, ToolError> {
         let backend = backend_of(element_ref)?;
-        let given = self.targets.lock().await.get(target).is_some_and(|t| {
-            t.refs
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .given
-                .contains(&backend)
+        let refs = self.targets.lock().await.get(target).map(|t| t.refs.clone());
+        let frame_tree = raw(page, "Page.getFrameTree", json!({})).await?;
+        let loader = frame_tree["frameTree"]["frame"]["loaderId"]
+            .as_str()
+            .unwrap_or_default();
+        let given = refs.is_some_and(|refs| {
+            let refs = refs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            refs.loader == loader && refs.given.contains(&backend)
         });
         if !given {
             return Err(ToolError::new(
                 ToolErrorCode::NotFound,
-                format!("no browser_snapshot of tab {target} gave ref {element_ref}: take one first"),
+                format!("ref {element_ref} is not from a snapshot of the page tab {target} shows now: take a new browser_snapshot"),
             )
             .with_cause(json!({ "ref": element_ref })));
         }
@@ -486,9 +535,13 @@ impl ToolHost {
         tool: ToolId,
         target: &str,
         element_ref: &str,
-        body: &str,
+        script: Script<'_>,
         argument: Value,
     ) -> Result<String, ToolError> {
+        let (body, acts) = match script {
+            Script::Check(body) => (body, false),
+            Script::Act(body) => (body, true),
+        };
         let object = self.element(page, target, element_ref).await?;
         let guard = self.persons_form_guard()?;
         let function = zeroize::Zeroizing::new(format!(
@@ -505,7 +558,11 @@ impl ToolHost {
         // An act that opens a dialog (`confirm()` in a click handler) returns when it opens:
         // the call's own answer waits for the dialog to be answered.
         let Some(answer) = self.or_dialog(target, call).await? else {
-            return Ok("done".to_owned());
+            if acts {
+                return Ok("done".to_owned());
+            }
+            // A check that a dialog interrupted gave no answer: nothing follows it.
+            return Err(self.no_dialog(target).await.err().unwrap_or_else(|| gone(element_ref)));
         };
         let answer = answer.map_err(|_| gone(element_ref))?;
         if answer.get("exceptionDetails").is_some() {
@@ -569,14 +626,21 @@ impl ToolHost {
                 ToolId::Click,
                 target,
                 element_ref,
-                "if (e.focus) e.focus(); e.click(); return 'done';",
+                Script::Act("if (e.focus) e.focus(); e.click(); return 'done';"),
                 Value::Null,
             )
             .await?;
             return Ok(());
         }
-        self.on_ref(page, ToolId::Click, target, element_ref, "return 'done';", Value::Null)
-            .await?;
+        self.on_ref(
+            page,
+            ToolId::Click,
+            target,
+            element_ref,
+            Script::Check("return 'done';"),
+            Value::Null,
+        )
+        .await?;
         page.bring_to_front().await.map_err(|e| page::cdp(&e))?;
         let (x, y) = self.middle_of(page, target, element_ref).await?;
         Self::mouse(page, "mouseMoved", x, y).await?;
@@ -610,8 +674,15 @@ impl ToolHost {
                     ""
                 }
             );
-            self.on_ref(page, ToolId::Fill, target, element_ref, &body, json!(value))
-                .await?;
+            self.on_ref(
+                page,
+                ToolId::Fill,
+                target,
+                element_ref,
+                Script::Act(&body),
+                json!(value),
+            )
+            .await?;
             return Ok(());
         }
         self.on_ref(
@@ -619,7 +690,7 @@ impl ToolHost {
             ToolId::Fill,
             target,
             element_ref,
-            "e.focus(); if (e.select) e.select(); return 'done';",
+            Script::Check("e.focus(); if (e.select) e.select(); return 'done';"),
             Value::Null,
         )
         .await?;
@@ -660,7 +731,17 @@ impl ToolHost {
         key_of(&input.key)?;
         let page = self.drivable(caller, ToolId::PressKey, &input.target).await?;
         let guard = self.persons_form_guard()?;
-        let check = format!("(() => {{ const e = document.activeElement || document.body; {guard}return 'done'; }})()");
+        // What has focus, followed into the frames that hold it (a frame that cannot be read
+        // is refused: its focused element cannot be judged); with it, the button Enter would
+        // press in its form.
+        let check = format!(
+            "(() => {{ let d = document, x = d.activeElement; \
+             while (x && (x.tagName === 'IFRAME' || x.tagName === 'FRAME')) {{ \
+             let inner = null; try {{ inner = x.contentDocument; }} catch (_) {{}} \
+             if (!inner) return 'reserved'; d = inner; x = d.activeElement; }} \
+             x = x || d.body; const b = x && x.form ? x.form.querySelector('button:not([type]),button[type=submit],input[type=submit],input[type=image]') : null; \
+             for (const e of [x, b]) {{ if (!e) continue; {guard}}} return 'done'; }})()"
+        );
         let checked = page.evaluate(check).await.map_err(|e| page::cdp(&e))?;
         if checked.value().and_then(Value::as_str) == Some("reserved") {
             return Err(persons::refusal(ToolId::PressKey, &input.target, persons::PERSONS_FORM));
@@ -682,7 +763,7 @@ impl ToolHost {
             ToolId::Hover,
             &input.target,
             &input.element_ref,
-            "return 'done';",
+            Script::Check("return 'done';"),
             Value::Null,
         )
         .await?;
@@ -702,15 +783,8 @@ impl ToolHost {
         // What a page can drag natively (an element marked draggable, a link, an image) starts
         // an HTML5 drag; anything else is moved by mouse events alone.
         let native = self
-            .on_ref(
-                &page,
-                ToolId::Drag,
-                &input.target,
-                &input.start_ref,
-                "const d = (e.closest && e.closest('[draggable=\"true\"]')) || e.tagName === 'A' || e.tagName === 'IMG'; \
-                 return d ? 'html5' : 'done';",
-                Value::Null,
-            )
+            .on_ref(&page, ToolId::Drag, &input.target, &input.start_ref, Script::Check("const d = (e.closest && e.closest('[draggable=\"true\"]')) || e.tagName === 'A' || e.tagName === 'IMG'; \
+                 return d ? 'html5' : 'done';"), Value::Null)
             .await?
             == "html5";
         self.on_ref(
@@ -718,11 +792,14 @@ impl ToolHost {
             ToolId::Drag,
             &input.target,
             &input.end_ref,
-            "return 'done';",
+            Script::Check("return 'done';"),
             Value::Null,
         )
         .await?;
         page.bring_to_front().await.map_err(|e| page::cdp(&e))?;
+        // Both scrolled into view first, then both read: scrolling to one may move the other.
+        self.middle_of(&page, &input.target, &input.end_ref).await?;
+        self.middle_of(&page, &input.target, &input.start_ref).await?;
         let (ex, ey) = self.middle_of(&page, &input.target, &input.end_ref).await?;
         let (sx, sy) = self.middle_of(&page, &input.target, &input.start_ref).await?;
         let mut intercepted = page
@@ -795,7 +872,7 @@ impl ToolHost {
                 ToolId::SelectOption,
                 &input.target,
                 &input.element_ref,
-                body,
+                Script::Act(body),
                 json!(input.values),
             )
             .await?;
@@ -1027,7 +1104,9 @@ impl ToolHost {
         let metrics = raw(page, "Page.getLayoutMetrics", json!({})).await?;
         let page_x = metrics["cssVisualViewport"]["pageX"].as_f64().unwrap_or(0.0);
         let page_y = metrics["cssVisualViewport"]["pageY"].as_f64().unwrap_or(0.0);
-        Ok(json!({ "x": left + page_x, "y": top + page_y, "width": right - left, "height": bottom - top, "scale": 1 }))
+        // Chromium draws at most 16384 pixels a side.
+        let (width, height) = ((right - left).min(16_384.0), (bottom - top).min(16_384.0));
+        Ok(json!({ "x": left + page_x, "y": top + page_y, "width": width, "height": height, "scale": 1 }))
     }
 }
 
@@ -1063,8 +1142,15 @@ impl ToolHost {
         let Some(dialog) = self.targets.lock().await.get(target).map(|t| t.dialog.clone()) else {
             return Ok(Some(act.await));
         };
+        // A dialog open before the act is not the act's: it is answered first.
+        if dialog.borrow().is_some() {
+            return Err(self
+                .no_dialog(target)
+                .await
+                .err()
+                .unwrap_or_else(|| ToolError::new(ToolErrorCode::InputInvalid, "a dialog is open: answer it first")));
+        }
         let mut opened = dialog.subscribe();
-        opened.mark_unchanged();
         tokio::select! {
             done = act => Ok(Some(done)),
             Ok(_) = opened.wait_for(Option::is_some) => Ok(None),
@@ -1135,18 +1221,24 @@ pub(super) async fn watch_dialogs(page: &Page) -> Result<Dialog, ToolError> {
         .map_err(|e| page::cdp(&e))?;
     let open = Arc::downgrade(&dialog);
     tokio::spawn(async move {
+        // The two events come on two streams, so their order between streams is not kept: a
+        // dialog is open while more have opened than closed, and it is the latest one opened.
+        let (mut opened, mut closed_count, mut latest) = (0_u64, 0_u64, None);
         loop {
-            let now = tokio::select! {
-                Some(event) = opening.next() => Some(json!({
-                    "type": format!("{:?}", event.r#type).to_lowercase(),
-                    "message": event.message.chars().take(CONSOLE_CHARS).collect::<String>(),
-                    "url": event.url,
-                })),
-                Some(_) = closed.next() => None,
+            tokio::select! {
+                Some(event) = opening.next() => {
+                    opened += 1;
+                    latest = Some(json!({
+                        "type": format!("{:?}", event.r#type).to_lowercase(),
+                        "message": event.message.chars().take(CONSOLE_CHARS).collect::<String>(),
+                        "url": event.url,
+                    }));
+                }
+                Some(_) = closed.next() => closed_count += 1,
                 else => return,
-            };
+            }
             let Some(open) = open.upgrade() else { return };
-            open.send_replace(now);
+            open.send_replace((opened > closed_count).then(|| latest.clone()).flatten());
         }
     });
     Ok(dialog)
@@ -1241,6 +1333,7 @@ mod tests {
             refs: Vec::new(),
             max: 10_000,
             cut: 0,
+            nesting: 0,
         };
         writer.node(&tree, &tree.nodes["1"], 0);
         assert_eq!(
@@ -1254,6 +1347,7 @@ mod tests {
             refs: Vec::new(),
             max: 40,
             cut: 0,
+            nesting: 0,
         };
         short.node(&tree, &tree.nodes["1"], 0);
         assert_eq!(short.out, "- heading \"Welcome\" [level=1]\n");

@@ -7,7 +7,7 @@
 //! | tool                                   | refused (`permission_denied`, rule AIP-7) when                                  | judged on                     |
 //! |----------------------------------------|----------------------------------------------------------------------------------|-------------------------------|
 //! | evaluate, cdp_send (every method)      | the tab's cookie jar can hold a Session on a person's site: the jar of a grant that reaches one, or the browser's default jar while any site is the person's | the tab's jar, fixed when it opened: no navigation changes it |
-//! | click, fill (page-level)               | the element is in (or labels a control of) a form that is not `GET`, in a document of a person's site | the document the acting script runs in, in the same script |
+//! | click, fill (page-level)               | the element is in (or labels a control of) a form that is not `GET`, in a document of a person's site (by its origin: an `about:blank` or `srcdoc` frame is its maker's, an opaque origin is the person's) or sending to one | the document the acting script runs in, in the same script |
 //! | click, fill (`trusted`)                | the same                                                                         | the document before the browser-level input; if the page moves meanwhile, the request guard refuses what the input sends |
 //!
 //! Reading (get_dom, screenshot, list_requests), navigating (`GET`) and downloading (`GET`)
@@ -51,8 +51,11 @@ pub(super) fn unreadable(error: &std::io::Error) -> ToolError {
 }
 
 /// The in-page check, a script fragment run right after `const e = …` in the script that acts:
-/// it answers `"reserved"` when the document it runs in is on one of `domains` and `e` is in (or
-/// labels a control of) a form whose method is not `GET` (or `dialog`, which sends nothing).
+/// it answers `"reserved"` when `e` is in (or labels a control of) a form whose method is not
+/// `GET` (or `dialog`, which sends nothing) and either the document `e` is in belongs to one of
+/// `domains` (judged by its origin, so an `about:blank` or `srcdoc` frame counts as the page that
+/// made it, and an opaque origin, which cannot be judged, as the person's) or the form would
+/// send to one of them (`formAction`).
 pub(super) fn in_page_guard(domains: &[String]) -> String {
     if domains.is_empty() {
         return String::new();
@@ -60,12 +63,15 @@ pub(super) fn in_page_guard(domains: &[String]) -> String {
     // A JSON array of strings is a JavaScript array literal.
     let list = serde_json::Value::from(domains.to_vec()).to_string();
     format!(
-        "{{ const h = location.hostname.replace(/\\.$/, '').toLowerCase(); \
-         if ({list}.some(d => h === d || h.endsWith('.' + d))) {{ \
-         const c = (e instanceof HTMLLabelElement && e.control) ? e.control : e; \
+        "{{ const c = (e.tagName === 'LABEL' && e.control) ? e.control : e; \
          const f = c.form || (c.closest ? c.closest('form') : null); \
          if (f) {{ const m = String((c.getAttribute && c.getAttribute('formmethod')) || f.method || 'get').toLowerCase(); \
-         if (m !== 'get' && m !== 'dialog') return 'reserved'; }} }} }} "
+         if (m !== 'get' && m !== 'dialog') {{ \
+         const host = (u) => {{ try {{ return new URL(u).hostname.replace(/\\.$/, '').toLowerCase(); }} catch (_) {{ return ''; }} }}; \
+         const w = (c.ownerDocument && c.ownerDocument.defaultView) || self; \
+         const here = host(w.origin); const to = host(c.formAction || f.action || w.location.href); \
+         const mine = (h) => {list}.some(d => h === d || h.endsWith('.' + d)); \
+         if (here === '' || mine(here) || mine(to)) return 'reserved'; }} }} }} "
     )
 }
 
