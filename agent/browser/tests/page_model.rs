@@ -30,6 +30,7 @@ const FRONT: &str = r#"<!doctype html><meta charset="utf-8"><title>Shop</title>
 <iframe src="/frame" title="inner"></iframe>
 <button type="button" onclick="document.title = confirm('Empty the cart?') ? 'emptied' : 'kept'">Empty cart</button>
 <button type="button" onclick="document.title = 'named ' + prompt('Your name?', '')">Name</button>
+<div style="position:relative"><button type="button" onclick="document.title='under clicked'">Under</button><div style="position:absolute;inset:0;background:white"></div></div>
 <button type="button" draggable="true" ondragstart="event.dataTransfer.setData('text/plain', 'socks')">Socks</button>
 <button type="button" ondragover="event.preventDefault()" ondrop="event.preventDefault(); this.textContent = 'basket holds ' + event.dataTransfer.getData('text/plain')">Basket</button>
 <script>console.log('front page', 42);</script>"#;
@@ -209,6 +210,19 @@ async fn a_snapshot_names_what_a_model_acts_on_and_every_act_by_ref_lands() {
         )
         .await);
     assert_eq!(eval(&tools, &target, "document.title").await, "named Ada");
+
+    // A browser-level click does not land on what an overlay covers: it says so, and clicks
+    // nothing.
+    let under = ref_of(&after, &["button \"Under\""]);
+    let covered = err(tools
+        .call(
+            "browser.click",
+            &json!({"target": target, "ref": under, "trusted": true}),
+        )
+        .await);
+    assert_eq!(covered.code, ToolErrorCode::NotFound, "{}", covered.message);
+    assert!(covered.message.contains("overlay"), "{}", covered.message);
+    assert_ne!(eval(&tools, &target, "document.title").await, "under clicked");
 
     // An HTML5 drag and drop, by refs.
     let dragged = ok(tools

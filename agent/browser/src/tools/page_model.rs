@@ -581,7 +581,7 @@ impl ToolHost {
     /// The middle of the element of `element_ref`, in the viewport, scrolled into view first.
     async fn middle_of(&self, page: &Page, target: &str, element_ref: &str) -> Result<(f64, f64), ToolError> {
         let backend = backend_of(element_ref)?;
-        self.element(page, target, element_ref).await?;
+        let object = self.element(page, target, element_ref).await?;
         let _ = raw(page, "DOM.scrollIntoViewIfNeeded", json!({ "backendNodeId": backend })).await;
         let quads = raw(page, "DOM.getContentQuads", json!({ "backendNodeId": backend }))
             .await
@@ -598,7 +598,46 @@ impl ToolHost {
         }
         let x = (quad[0] + quad[2] + quad[4] + quad[6]) / 4.0;
         let y = (quad[1] + quad[3] + quad[5] + quad[7]) / 4.0;
+        self.hit(page, &object, element_ref, x, y).await?;
         Ok((x, y))
+    }
+
+    /// Whether the element `object` (of `element_ref`) is what a pointer at (`x`, `y`) reaches:
+    /// itself or something inside it, not an overlay that would take the input meant for it.
+    /// A frame's element is not judged (what the pointer reaches is in the frame's document).
+    async fn hit(&self, page: &Page, object: &str, element_ref: &str, x: f64, y: f64) -> Result<(), ToolError> {
+        #[allow(clippy::cast_possible_truncation, reason = "viewport coordinates, rounded")]
+        let (px, py) = (x.round() as i64, y.round() as i64);
+        let at = raw(
+            page,
+            "DOM.getNodeForLocation",
+            json!({ "x": px, "y": py, "includeUserAgentShadowDOM": true, "ignorePointerEventsNone": true }),
+        )
+        .await?;
+        let Some(hit) = at["backendNodeId"].as_i64() else {
+            return Err(covered(element_ref));
+        };
+        let hit = raw(page, "DOM.resolveNode", json!({ "backendNodeId": hit }))
+            .await
+            .map_err(|_| covered(element_ref))?;
+        let Some(hit) = hit["object"]["objectId"].as_str() else {
+            return Err(covered(element_ref));
+        };
+        let answer = raw(
+            page,
+            "Runtime.callFunctionOn",
+            json!({
+                "objectId": object,
+                "functionDeclaration": "function (h) { return this.tagName === 'IFRAME' || this === h || (this.contains && this.contains(h)) || (h.getRootNode && h.getRootNode().host && this.contains(h.getRootNode().host)); }",
+                "arguments": [{ "objectId": hit }], "returnByValue": true,
+            }),
+        )
+        .await?;
+        if answer["result"]["value"] == true {
+            Ok(())
+        } else {
+            Err(covered(element_ref))
+        }
     }
 
     /// A browser-level pointer event at (`x`, `y`).
@@ -1242,6 +1281,16 @@ pub(super) async fn watch_dialogs(page: &Page) -> Result<Dialog, ToolError> {
         }
     });
     Ok(dialog)
+}
+
+fn covered(element_ref: &str) -> ToolError {
+    ToolError::new(
+        ToolErrorCode::NotFound,
+        format!(
+            "something else is over the middle of ref {element_ref} (an overlay?): a pointer there would not reach it"
+        ),
+    )
+    .with_cause(json!({ "ref": element_ref, "rule": "covered" }))
 }
 
 fn waited_too_long(timeout: Duration, what: &str) -> ToolError {
