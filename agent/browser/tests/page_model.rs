@@ -31,6 +31,7 @@ const FRONT: &str = r#"<!doctype html><meta charset="utf-8"><title>Shop</title>
 <button type="button" onclick="document.title = confirm('Empty the cart?') ? 'emptied' : 'kept'">Empty cart</button>
 <button type="button" onclick="document.title = 'named ' + prompt('Your name?', '')">Name</button>
 <div style="position:relative"><button type="button" onclick="document.title='under clicked'">Under</button><div style="position:absolute;inset:0;background:white"></div></div>
+<input type="file" aria-label="Receipt" onchange="document.title = 'got ' + this.files[0].name + ' ' + this.files[0].size">
 <button type="button" draggable="true" ondragstart="event.dataTransfer.setData('text/plain', 'socks')">Socks</button>
 <button type="button" ondragover="event.preventDefault()" ondrop="event.preventDefault(); this.textContent = 'basket holds ' + event.dataTransfer.getData('text/plain')">Basket</button>
 <script>console.log('front page', 42);</script>"#;
@@ -95,6 +96,13 @@ async fn a_snapshot_names_what_a_model_acts_on_and_every_act_by_ref_lands() {
     let state = std::env::temp_dir().join(format!("pap-page-model-{}", std::process::id()));
     let mut config = ChromiumConfig::new(state.clone());
     config.navigation = NavigationPolicy::naming([NamedOrigin::every_port("http://127.0.0.1").unwrap()]);
+    // The person's directory for uploads, with a file in it and a link out of it.
+    let uploads = std::env::temp_dir().join(format!("pap-page-model-uploads-{}", std::process::id()));
+    std::fs::create_dir_all(&uploads).unwrap();
+    std::fs::write(uploads.join("receipt.txt"), b"paid 42 EUR").unwrap();
+    let _ = std::fs::remove_file(uploads.join("escape"));
+    std::os::unix::fs::symlink("/etc/hostname", uploads.join("escape")).unwrap();
+    config.upload_dirs = vec![uploads.clone()];
     let host = BrowserHost::new();
     let tools = ToolHost::new(
         manifest(),
@@ -223,6 +231,39 @@ async fn a_snapshot_names_what_a_model_acts_on_and_every_act_by_ref_lands() {
     assert_eq!(covered.code, ToolErrorCode::NotFound, "{}", covered.message);
     assert!(covered.message.contains("overlay"), "{}", covered.message);
     assert_ne!(eval(&tools, &target, "document.title").await, "under clicked");
+
+    // A file of the person's directory goes to a file input; nothing outside it does, a link
+    // out of it included, and the refusal names no path.
+    let input = ref_of(&after, &["\"Receipt\""]);
+    let uploaded = ok(tools
+        .call(
+            "pap.browser.file_upload",
+            &json!({"target": target, "ref": input, "paths": [uploads.join("receipt.txt")]}),
+        )
+        .await);
+    assert_eq!(uploaded["uploaded"], 1);
+    assert_eq!(eval(&tools, &target, "document.title").await, "got receipt.txt 11");
+    for outside in [
+        "/etc/passwd".to_owned(),
+        uploads.join("escape").display().to_string(),
+        uploads.display().to_string(),
+    ] {
+        let refused = err(tools
+            .call(
+                "pap.browser.file_upload",
+                &json!({"target": target, "ref": input, "paths": [outside]}),
+            )
+            .await);
+        assert_eq!(refused.code, ToolErrorCode::PermissionDenied, "{outside}");
+        assert!(!refused.message.contains('/'), "{}", refused.message);
+    }
+    let not_a_file_input = err(tools
+        .call(
+            "pap.browser.file_upload",
+            &json!({"target": target, "ref": search, "paths": [uploads.join("receipt.txt")]}),
+        )
+        .await);
+    assert_eq!(not_a_file_input.code, ToolErrorCode::InputInvalid);
 
     // An HTML5 drag and drop, by refs.
     let dragged = ok(tools
@@ -366,6 +407,7 @@ async fn a_snapshot_names_what_a_model_acts_on_and_every_act_by_ref_lands() {
     tools.stop(true).await.unwrap();
     drop(host);
     let _ = std::fs::remove_dir_all(&state);
+    let _ = std::fs::remove_dir_all(&uploads);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

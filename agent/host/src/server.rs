@@ -340,6 +340,9 @@ fn description(tool: ToolId) -> &'static str {
         ToolId::PdfSave => "Print a tab's page to a PDF file on the host; answers its path and size.",
         ToolId::HandleDialog => "Accept or dismiss the JavaScript dialog (alert, confirm, prompt) open in a tab.",
         ToolId::Drag => "Drag one element of a tab onto another, by refs (mouse and HTML5 drag and drop).",
+        ToolId::FileUpload => {
+            "Hand files to a file input of a tab, by ref; only files in a directory the person named for uploads."
+        }
     }
 }
 
@@ -377,6 +380,7 @@ fn annotations(tool: ToolId) -> ToolAnnotations {
         ToolId::PdfSave => ("Save the page as PDF", false, false, false, true),
         ToolId::HandleDialog => ("Answer a dialog", false, true, false, true),
         ToolId::Drag => ("Drag and drop", false, true, false, true),
+        ToolId::FileUpload => ("Upload files", false, false, true, true),
     };
     ToolAnnotations::with_title(title)
         .read_only(read_only)

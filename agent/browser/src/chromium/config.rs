@@ -56,6 +56,9 @@ pub struct ChromiumConfig {
     /// Who the browser runs as when the agent runs as root (review N11): by default the state
     /// directory's own user ([`BrowserUserPolicy::from_env`]).
     pub browser_user: BrowserUserPolicy,
+    /// The directories whose files the person lets tools hand a page (`pap.browser.file_upload`,
+    /// `pap-agent --upload-dir`): none by default, and then no file leaves the host that way.
+    pub upload_dirs: Vec<PathBuf>,
 }
 
 impl ChromiumConfig {
@@ -73,6 +76,7 @@ impl ChromiumConfig {
             navigation: NavigationPolicy::https_only(),
             persons: Persons::none(),
             browser_user: BrowserUserPolicy::from_env(),
+            upload_dirs: Vec::new(),
         }
     }
 

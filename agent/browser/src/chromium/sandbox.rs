@@ -342,6 +342,12 @@ impl BrowserUser {
         Ok(())
     }
 
+    /// Hands the file `path` (written by the agent) to the browser's user to read: its own, 0600.
+    pub fn own_file(&self, path: &Path) -> io::Result<()> {
+        std::os::unix::fs::chown(path, Some(self.uid), Some(self.gid))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+    }
+
     /// Hands `dir` (made 0700 by the agent) to the browser's user: its own, 0700.
     pub fn own(&self, dir: &Path) -> io::Result<()> {
         std::os::unix::fs::chown(dir, Some(self.uid), Some(self.gid))?;

@@ -215,6 +215,9 @@ pub enum ToolId {
     HandleDialog,
     /// `pap.browser.drag` (vendor): one element dragged onto another, at browser level.
     Drag,
+    /// `pap.browser.file_upload` (vendor): files of a directory the person named, handed to a
+    /// file input.
+    FileUpload,
 }
 
 /// A reserved tool: its id, the gate of the tool itself (or `None`), its level.
@@ -249,7 +252,7 @@ impl ToolId {
     ];
 
     /// The page model's vendor tools (`pap.browser.*`), in the order tools list them.
-    pub const VENDOR: [ToolId; 12] = [
+    pub const VENDOR: [ToolId; 13] = [
         Self::Snapshot,
         Self::PressKey,
         Self::Hover,
@@ -262,6 +265,7 @@ impl ToolId {
         Self::PdfSave,
         Self::HandleDialog,
         Self::Drag,
+        Self::FileUpload,
     ];
 
     /// Every id this kit serves: the reserved ones, then the vendor ones.
@@ -304,6 +308,7 @@ impl ToolId {
             Self::PdfSave => "pap.browser.pdf_save",
             Self::HandleDialog => "pap.browser.handle_dialog",
             Self::Drag => "pap.browser.drag",
+            Self::FileUpload => "pap.browser.file_upload",
         }
     }
 
@@ -327,7 +332,7 @@ impl ToolId {
             | Self::Resize
             | Self::ConsoleMessages
             | Self::PdfSave => (None, Level::Core),
-            Self::SelectOption | Self::HandleDialog => (None, Level::Interaction),
+            Self::SelectOption | Self::HandleDialog | Self::FileUpload => (None, Level::Interaction),
             Self::PressKey | Self::Hover | Self::Drag => (Some(Gate::One(TrustedInput)), Level::Interaction),
             Self::Click | Self::Fill | Self::Tabs => (None, Level::Interaction),
             Self::Act => (Some(Gate::One(AiActions)), Level::Interaction),

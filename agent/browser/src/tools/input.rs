@@ -404,6 +404,20 @@ pub(super) struct Drag {
     pub(super) end_element: Option<String>,
 }
 
+/// `pap.browser.file_upload`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct FileUpload {
+    /// The target handle.
+    pub(super) target: String,
+    /// The file input, by a ref from `browser_snapshot`.
+    #[serde(rename = "ref")]
+    pub(super) element_ref: String,
+    /// The files, by absolute path, each in a directory the person named for uploads (at most
+    /// 20, 100 MiB each).
+    pub(super) paths: Vec<String>,
+}
+
 /// `pap.browser.handle_dialog`. The prompt's text is wiped when dropped and never echoed.
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

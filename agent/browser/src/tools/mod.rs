@@ -431,6 +431,7 @@ impl ToolHost {
             ToolId::PdfSave => self.pdf_save(caller, tool.parse_input(input)?).await,
             ToolId::HandleDialog => self.handle_dialog(caller, tool.parse_input(input)?).await,
             ToolId::Drag => self.drag(caller, tool.parse_input(input)?).await,
+            ToolId::FileUpload => self.file_upload(caller, tool.parse_input(input)?).await,
             // No provider here serves natural-language actions; M4 keeps it out of a manifest
             // without `aiActions`, and a manifest with it is not one of ours.
             ToolId::Act => Err(ToolError::unsupported(tool.as_str(), Capability::AiActions.as_str())),
@@ -876,6 +877,7 @@ pub fn input_schema(tool: ToolId) -> serde_json::Map<String, Value> {
         ToolId::Resize => schema_for!(input::Resize),
         ToolId::HandleDialog => schema_for!(input::HandleDialog),
         ToolId::Drag => schema_for!(input::Drag),
+        ToolId::FileUpload => schema_for!(input::FileUpload),
         ToolId::ProfileList | ToolId::ProfileRefresh | ToolId::ProfileRevoke => {
             crate::consent::profile_input_schema(tool).unwrap_or_default()
         }

@@ -42,6 +42,9 @@ const TEXT_CHARS: usize = 300;
 /// Console messages a tab keeps (the oldest drop first), and each one's length.
 const CONSOLE_MESSAGES: usize = 200;
 const CONSOLE_CHARS: usize = 2_000;
+/// The most files one upload hands a page, and the largest each may be.
+const UPLOAD_FILES: usize = 20;
+const UPLOAD_BYTES: u64 = 100 * 1024 * 1024;
 /// `wait_for`'s default and longest wait, and how often it looks.
 const WAIT: Duration = Duration::from_secs(10);
 const WAIT_MAX: Duration = Duration::from_secs(30);
@@ -1281,6 +1284,124 @@ pub(super) async fn watch_dialogs(page: &Page) -> Result<Dialog, ToolError> {
         }
     });
     Ok(dialog)
+}
+
+impl ToolHost {
+    /// `pap.browser.file_upload`: files of the directories the person named for uploads
+    /// ([`crate::chromium::ChromiumConfig::upload_dirs`]), each a regular file once every link
+    /// is resolved, handed to a file input after the AIP-7 guard. The browser reads copies under
+    /// `STATE/uploads/INSTANCE/` (as root, its sandbox user's: it cannot read the person's own
+    /// files), never the originals.
+    pub(super) async fn file_upload(&self, caller: &AgentCaller, input: input::FileUpload) -> Result<Value, ToolError> {
+        if input.paths.is_empty() || input.paths.len() > UPLOAD_FILES {
+            return Err(ToolError::new(
+                ToolErrorCode::InputInvalid,
+                format!("paths: 1 to {UPLOAD_FILES} files"),
+            ));
+        }
+        let roots: Vec<std::path::PathBuf> = self
+            .config
+            .upload_dirs
+            .iter()
+            .filter_map(|dir| std::fs::canonicalize(dir).ok())
+            .collect();
+        if roots.is_empty() {
+            return Err(ToolError::new(
+                ToolErrorCode::PermissionDenied,
+                "the person named no directory for uploads (pap-agent --upload-dir DIR)",
+            )
+            .with_cause(json!({ "rule": "upload-dir" })));
+        }
+        let mut files = Vec::new();
+        for (n, path) in input.paths.iter().enumerate() {
+            // Which file it was is said by its place in `paths`, never by the path itself.
+            let refused = || {
+                ToolError::new(
+                    ToolErrorCode::PermissionDenied,
+                    format!("paths[{n}] is not a file in a directory the person named for uploads"),
+                )
+                .with_cause(json!({ "rule": "upload-dir", "index": n }))
+            };
+            let real = std::fs::canonicalize(path).map_err(|_| refused())?;
+            if !roots.iter().any(|root| real.starts_with(root)) {
+                return Err(refused());
+            }
+            let meta = std::fs::metadata(&real).map_err(|_| refused())?;
+            if !meta.is_file() {
+                return Err(refused());
+            }
+            if meta.len() > UPLOAD_BYTES {
+                return Err(ToolError::new(
+                    ToolErrorCode::InputInvalid,
+                    format!("paths[{n}] is larger than {UPLOAD_BYTES} bytes"),
+                ));
+            }
+            files.push(real);
+        }
+        let page = self.drivable(caller, ToolId::FileUpload, &input.target).await?;
+        let answer = self
+            .on_ref(
+                &page,
+                ToolId::FileUpload,
+                &input.target,
+                &input.element_ref,
+                Script::Check("return (e.tagName === 'INPUT' && e.type === 'file') ? 'done' : 'not-file';"),
+                Value::Null,
+            )
+            .await?;
+        if answer == "not-file" {
+            return Err(ToolError::new(
+                ToolErrorCode::InputInvalid,
+                format!("ref {} is not a file input", input.element_ref),
+            ));
+        }
+        let n = self.next_target.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let copies = upload_copies(&self.config.state_dir, self.instance.as_str(), n, &files)
+            .await
+            .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("copying the files: {}", e.kind())))?;
+        let backend = backend_of(&input.element_ref)?;
+        let paths: Vec<String> = copies.iter().map(|p| p.display().to_string()).collect();
+        raw(
+            &page,
+            "DOM.setFileInputFiles",
+            json!({ "files": paths, "backendNodeId": backend }),
+        )
+        .await?;
+        Ok(json!({ "target": input.target, "uploaded": copies.len() }))
+    }
+}
+
+/// Copies of `files` the browser can read: `STATE/uploads/INSTANCE/N/I/NAME`, 0700 directories
+/// and 0600 files, as root its sandbox user's.
+async fn upload_copies(
+    state_dir: &std::path::Path,
+    instance: &str,
+    n: u64,
+    files: &[std::path::PathBuf],
+) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let uploads = crate::store::private_dir(&state_dir.join("uploads"))?;
+    let of_instance = crate::store::private_dir(&uploads.join(instance))?;
+    let dir = crate::store::private_dir(&of_instance.join(n.to_string()))?;
+    let user = crate::chromium::BrowserUser::recorded(state_dir).map_err(std::io::Error::other)?;
+    if let Some(user) = &user {
+        user.pass_through(&uploads)?;
+        user.pass_through(&of_instance)?;
+        user.own(&dir)?;
+    }
+    let mut copies = Vec::new();
+    for (i, file) in files.iter().enumerate() {
+        let slot = crate::store::private_dir(&dir.join(i.to_string()))?;
+        let name = file.file_name().unwrap_or_else(|| std::ffi::OsStr::new("file"));
+        let copy = slot.join(name);
+        tokio::fs::copy(file, &copy).await?;
+        std::fs::set_permissions(&copy, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        if let Some(user) = &user {
+            user.own(&slot)?;
+            user.own_file(&copy)?;
+        }
+        copies.push(copy);
+    }
+    Ok(copies)
 }
 
 fn covered(element_ref: &str) -> ToolError {

@@ -36,6 +36,8 @@ pub(crate) struct Agent {
     pub(crate) extra_roots: Vec<CertificateDer<'static>>,
     /// Origins the operator lets the browser load beyond the navigation rule (`--name-origin`).
     pub(crate) named_origins: Vec<pap_browser::spec::NamedOrigin>,
+    /// The directories whose files tools may upload (`--upload-dir`).
+    pub(crate) upload_dirs: Vec<std::path::PathBuf>,
 }
 
 impl Agent {
@@ -72,6 +74,7 @@ impl Agent {
             attach,
             extra_roots,
             named_origins: Vec::new(),
+            upload_dirs: Vec::new(),
         })
     }
 
@@ -177,6 +180,7 @@ impl Agent {
         for origin in &self.named_origins {
             config.navigation.name(origin.clone());
         }
+        config.upload_dirs.clone_from(&self.upload_dirs);
         Ok(config)
     }
 

@@ -34,6 +34,10 @@ pub(crate) struct Cli {
     /// or the AIP-63 suite's pages; repeat for more.
     #[arg(long = "name-origin", global = true, value_name = "ORIGIN")]
     pub(crate) named_origins: Vec<String>,
+    /// A directory whose files tools may hand a page's file input (`browser_file_upload`); none
+    /// by default. Repeat for more. Written into a client's configuration by install-mcp.
+    #[arg(long = "upload-dir", global = true, value_name = "DIR")]
+    pub(crate) upload_dirs: Vec<std::path::PathBuf>,
     #[command(subcommand)]
     pub(crate) command: Command,
 }

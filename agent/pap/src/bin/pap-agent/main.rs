@@ -76,6 +76,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if let Some(ca) = &cli.trust_ca {
                 global.extend(["--trust-ca".to_owned(), std::path::absolute(ca)?.display().to_string()]);
             }
+            // The directories the person named for uploads are theirs to keep: the host the
+            // client spawns gets them too.
+            for dir in &cli.upload_dirs {
+                global.extend([
+                    "--upload-dir".to_owned(),
+                    std::path::absolute(dir)?.display().to_string(),
+                ]);
+            }
             // --name-origin is a test exemption of the navigation rule: it is never made
             // permanent in a client's configuration (review N17).
             if !cli.named_origins.is_empty() {
@@ -90,6 +98,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let mut agent = Agent::open(state, &cli.connect, cli.trust_ca.as_deref(), cli.attach)?;
             for origin in &cli.named_origins {
                 agent.named_origins.push(pap_browser::spec::NamedOrigin::parse(origin)?);
+            }
+            for dir in &cli.upload_dirs {
+                agent.upload_dirs.push(std::path::absolute(dir)?);
             }
             agent.run(command).await
         }
