@@ -701,13 +701,15 @@ fn ref_on(snapshot: &str, part: &str) -> Result<String, String> {
 }
 
 /// The page model, vendor tools under the provider's own namespace (`pap.browser.`, T1's MAY),
-/// run against a provider that offers them: it snapshots the form with refs, and a fill and a
-/// click by those refs land.
+/// run against a provider that offers them: a snapshot of a form with refs; a fill, an option
+/// chosen and a click by those refs, waited for by the text they make; a click that opens a
+/// `confirm()` returns with it, dismissed by `handle_dialog`; the console; an element as JPEG;
+/// the viewport resized; the page as PDF; back to it from another page.
 async fn vendor_page_model(p: &dyn ToolsUnderTest) -> Result<(), String> {
     running(p).await?;
+    let url = pages::page(pages::MODEL).await?;
     let opened = ok(
-        p.call("browser.navigate", json!({ "url": pages::page(pages::FORM).await? }))
-            .await,
+        p.call("browser.navigate", json!({ "url": url })).await,
         "browser.navigate",
     )?;
     let target = opened["target"].as_str().ok_or("browser.navigate returned no target")?;
@@ -716,29 +718,67 @@ async fn vendor_page_model(p: &dyn ToolsUnderTest) -> Result<(), String> {
         "pap.browser.snapshot",
     )?;
     let text = snapshot["snapshot"].as_str().ok_or("the snapshot has no text")?;
-    let textbox = ref_on(text, "textbox")?;
-    let button = ref_on(text, "button \"go\"")?;
-    ok(
-        p.call(
-            "browser.fill",
-            json!({ "target": target, "ref": textbox, "value": "Ada" }),
-        )
-        .await,
-        "browser.fill by ref",
-    )?;
-    ok(
-        p.call("browser.click", json!({ "target": target, "ref": button }))
-            .await,
-        "browser.click by ref",
-    )?;
-    ok(
-        p.call(
-            "pap.browser.wait_for",
-            json!({ "target": target, "text": "hi Ada", "timeoutMs": 5000 }),
-        )
-        .await,
+    let name = ref_on(text, "textbox \"Name\"")?;
+    let size = ref_on(text, "combobox \"Size\"")?;
+    let go = ref_on(text, "button \"Go\"")?;
+    let ask = ref_on(text, "button \"Ask\"")?;
+    let call = async |tool: &str, input: Value| ok(p.call(tool, input).await, tool);
+    call("browser.fill", json!({ "target": target, "ref": name, "value": "Ada" })).await?;
+    call(
+        "pap.browser.select_option",
+        json!({ "target": target, "ref": size, "values": ["Large"] }),
+    )
+    .await?;
+    call("browser.click", json!({ "target": target, "ref": go })).await?;
+    call(
         "pap.browser.wait_for",
-    )?;
+        json!({ "target": target, "text": "hi Ada l", "timeoutMs": 5000 }),
+    )
+    .await?;
+    let asked = call("browser.click", json!({ "target": target, "ref": ask })).await?;
+    if asked["dialog"]["type"] != "confirm" {
+        return Err(format!("a click that opens confirm() answered {asked}"));
+    }
+    call(
+        "pap.browser.handle_dialog",
+        json!({ "target": target, "accept": false }),
+    )
+    .await?;
+    call(
+        "pap.browser.wait_for",
+        json!({ "target": target, "text": "no", "timeoutMs": 5000 }),
+    )
+    .await?;
+    let console = call("pap.browser.console_messages", json!({ "target": target })).await?;
+    if !console["messages"]
+        .as_array()
+        .is_some_and(|m| m.iter().any(|m| m["text"] == "model page"))
+    {
+        return Err(format!("the console shows {console}"));
+    }
+    let shot = call(
+        "browser.screenshot",
+        json!({ "target": target, "ref": go, "format": "jpeg" }),
+    )
+    .await?;
+    if shot["format"] != "jpeg" {
+        return Err(format!("an element's JPEG answered format {}", shot["format"]));
+    }
+    call(
+        "pap.browser.resize",
+        json!({ "target": target, "width": 640, "height": 480 }),
+    )
+    .await?;
+    let pdf = call("pap.browser.pdf_save", json!({ "target": target })).await?;
+    if pdf["bytes"].as_u64().unwrap_or(0) == 0 {
+        return Err(format!("the PDF is empty: {pdf}"));
+    }
+    let other = pages::page(pages::HELLO).await?;
+    call("browser.navigate", json!({ "url": other, "target": target })).await?;
+    let back = call("pap.browser.navigate_back", json!({ "target": target })).await?;
+    if back["url"] != url.as_str() {
+        return Err(format!("navigate_back landed on {}", back["url"]));
+    }
     Ok(())
 }
 

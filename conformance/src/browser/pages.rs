@@ -17,6 +17,15 @@ pub(super) const HELLO: &str = "<title>conformance</title><h1 id=h>hello</h1>";
 /// A form: typing a name into `#name` and clicking `#go` writes `hi NAME` into `#out`.
 pub(super) const FORM: &str = "<input id=name><button id=go onclick=\"document.getElementById('out').textContent='hi '+document.getElementById('name').value\">go</button><p id=out></p>";
 
+/// The page model's page: a labelled field, a select, a button writing both into `#out`, a
+/// button asking `confirm()` (writing `yes` or `no`), a console line.
+pub(super) const MODEL: &str = "<title>model</title><h1>Model</h1>\
+<label>Name <input id=name></label>\
+<label>Size <select id=size><option value=s>Small</option><option value=l>Large</option></select></label>\
+<button id=go onclick=\"document.getElementById('out').textContent='hi '+document.getElementById('name').value+' '+document.getElementById('size').value\">Go</button>\
+<button id=ask onclick=\"document.getElementById('out').textContent=confirm('Sure?')?'yes':'no'\">Ask</button>\
+<p id=out></p><script>console.log('model page')</script>";
+
 /// The ports the pages are served on, when a host under test names only those (review N17:
 /// `pap-agent --name-origin` takes an explicit port or range); any free port otherwise.
 static PORTS: std::sync::OnceLock<(u16, u16)> = std::sync::OnceLock::new();
