@@ -45,6 +45,8 @@ const CONSOLE_CHARS: usize = 2_000;
 /// The most files one upload hands a page, and the largest each may be.
 const UPLOAD_FILES: usize = 20;
 const UPLOAD_BYTES: u64 = 100 * 1024 * 1024;
+/// How long `handle_dialog` waits for the page to report the dialog closed.
+const DIALOG_CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// `wait_for`'s default and longest wait, and how often it looks.
 const WAIT: Duration = Duration::from_secs(10);
 const WAIT_MAX: Duration = Duration::from_secs(30);
@@ -1243,7 +1245,20 @@ impl ToolHost {
         if let Some(text) = &input.prompt_text {
             params["promptText"] = json!(text.as_str());
         }
+        let watched = self
+            .targets
+            .lock()
+            .await
+            .get(&input.target)
+            .map(|t| t.dialog.subscribe());
         raw(&page, "Page.handleJavaScriptDialog", params).await?;
+        // The command answers before `javascriptDialogClosed` reaches the watcher: the call
+        // returns once the page is free, so the caller's next act does not meet this dialog.
+        if let Some(mut watched) = watched {
+            let closed = watched.wait_for(Option::is_none);
+            // A page that opens another dialog at once keeps one open: bounded, then answered.
+            let _ = tokio::time::timeout(DIALOG_CLOSE_WAIT, closed).await;
+        }
         Ok(json!({ "target": input.target, "accepted": input.accept, "type": dialog["type"] }))
     }
 }
