@@ -174,8 +174,12 @@ export async function handshake(rv, route, auth, pk, sk, clientName) {
   const ePub = await spkiOf(e.publicKey);
   const payload = te.encode(JSON.stringify({ clientPub: b64.encode(ePub), clientName, auth }));
   const ct0 = await seal(payload, pk);
-  ws.send(JSON.stringify({ v: 2, ePub: b64.encode(ePub), ct0 }));
-  const reply = JSON.parse(await next());
+  // The reference's framing (agentproto/ts e2e.ts): the hello's JSON, base64, in an
+  // e2e_handshake frame; the reply comes back the same way (or bare, from a literal reader).
+  const hello = JSON.stringify({ v: 2, ePub: b64.encode(ePub), ct0 });
+  ws.send(JSON.stringify({ t: "e2e_handshake", d: b64.encode(te.encode(hello)) }));
+  const answer = JSON.parse(await next());
+  const reply = answer.t === "e2e_handshake" ? JSON.parse(td.decode(b64.decode(answer.d))) : answer;
   if (reply.v !== 2) throw new Error("the reply is not pair/v2");
   const dePub = b64.decode(reply.dePub);
   const transcript = new Uint8Array(await crypto.subtle.digest("SHA-256", concat(ePub, te.encode(ct0), dePub)));

@@ -9,6 +9,10 @@
 //!                        info = "agentproto/pair/v2", 64) = k_c2d ‖ k_d2c
 //! ```
 //!
+//! On the socket each message is wrapped as the reference wraps it,
+//! `{"t":"e2e_handshake","d":base64(utf8(json))}` ([`Framing::Frame`]), or sent bare
+//! ([`Framing::Bare`], the text's literal reading); a daemon reads either and answers in kind.
+//!
 //! Every failure is one [`PairError`] and leaves nothing half-made: a daemon refuses before it
 //! signs anything, a client before it derives anything.
 
@@ -16,6 +20,7 @@ use aws_lc_rs::digest::{SHA256, digest};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use pap_shared::Rng;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
@@ -23,6 +28,71 @@ use crate::PairError;
 use crate::derive::hkdf;
 use crate::keys::{DaemonKeys, Ed25519Public, X25519Public, X25519Secret};
 use crate::seal::{seal, unseal};
+
+/// How a handshake message travels on the socket. The AIP-59 text names only the objects
+/// (`Hello`, `Reply`); the reference (`agentproto/ts`, `packages/acp/src/tunnel/e2e.ts`
+/// `clientHandshakeOverSink`/`daemonHandshakeOverSink`, `frames.ts` `E2eHandshakeFrame`) wraps
+/// each in a tunnel frame, `{"t":"e2e_handshake","d":"<base64 of the JSON>"}`, and drops a
+/// message without a `t`. A client speaks [`Framing::Frame`]; a host answers in the framing it
+/// was spoken to, so both the reference and a client of the spec's literal reading pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    /// The reference's: the JSON's UTF-8 bytes, standard padded base64, in `d` of an
+    /// `e2e_handshake` frame.
+    Frame,
+    /// The spec's literal reading: the JSON object as the whole text message.
+    Bare,
+}
+
+/// The reference's handshake frame type.
+const HANDSHAKE_FRAME: &str = "e2e_handshake";
+
+/// The reference's envelope of one handshake message.
+#[derive(Deserialize, Serialize)]
+struct HandshakeFrame {
+    t: String,
+    d: String,
+}
+
+/// Standard base64 as the reference writes it (padded), read with or without the padding.
+const HANDSHAKE_BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_encode_padding(true)
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
+/// The text of one handshake message (a [`Hello`] or a [`Reply`]) in `framing`.
+pub fn handshake_text(value: &impl Serialize, framing: Framing) -> serde_json::Result<String> {
+    let json = serde_json::to_string(value)?;
+    match framing {
+        Framing::Bare => Ok(json),
+        Framing::Frame => serde_json::to_string(&HandshakeFrame {
+            t: HANDSHAKE_FRAME.to_owned(),
+            d: HANDSHAKE_BASE64.encode(json),
+        }),
+    }
+}
+
+/// One handshake message read from `data`, in either framing, and the framing it came in;
+/// `None` for anything else (a frame of another type, a `d` that is not base64, an object of
+/// the wrong shape, outside or inside).
+pub fn read_handshake<T: DeserializeOwned>(data: &[u8]) -> Option<(T, Framing)> {
+    let value: serde_json::Value = serde_json::from_slice(data).ok()?;
+    if value.get("t").is_none() {
+        return serde_json::from_value(value)
+            .ok()
+            .map(|message| (message, Framing::Bare));
+    }
+    let frame: HandshakeFrame = serde_json::from_value(value).ok()?;
+    if frame.t != HANDSHAKE_FRAME {
+        return None;
+    }
+    let json = HANDSHAKE_BASE64.decode(frame.d).ok()?;
+    serde_json::from_slice(&json)
+        .ok()
+        .map(|message| (message, Framing::Frame))
+}
 
 /// The handshake's version: the hello's and the reply's `v`.
 pub const PAIR_VERSION: u8 = 2;

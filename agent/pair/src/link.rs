@@ -21,7 +21,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 use crate::PairError;
 use crate::channel::{ChannelError, Receiver, Sender};
-use crate::handshake::{ClientHandshake, Hello, Reply, Session};
+use crate::handshake::{ClientHandshake, Framing, Hello, Reply, Session, handshake_text, read_handshake};
 use crate::keys::{Ed25519Public, X25519Public};
 use crate::tunnel::{Frame, FrameDecodeError, PAIRING_REVOKED};
 
@@ -172,9 +172,9 @@ fn upgrade_error(error: &tokio_tungstenite::tungstenite::Error) -> String {
     }
 }
 
-/// Sends one handshake message (JSON text).
-pub async fn send_json(socket: &mut Socket, value: &impl Serialize) -> Result<(), LinkError> {
-    let text = serde_json::to_string(value).map_err(|_| LinkError::Protocol)?;
+/// Sends one handshake message in `framing` (a text message).
+pub async fn send_handshake(socket: &mut Socket, value: &impl Serialize, framing: Framing) -> Result<(), LinkError> {
+    let text = handshake_text(value, framing).map_err(|_| LinkError::Protocol)?;
     socket
         .send(Message::text(text))
         .await
@@ -198,16 +198,19 @@ async fn next_data(stream: &mut (impl futures_util::Stream<Item = WsResult> + Un
 
 type WsResult = Result<Message, tokio_tungstenite::tungstenite::Error>;
 
-/// Waits for one handshake message, `deadline` at most (`None`: as long as the socket lives,
-/// for a parked daemon whose broker ends the wait).
-pub async fn recv_json<T: DeserializeOwned>(socket: &mut Socket, deadline: Option<Duration>) -> Result<T, LinkError> {
+/// Waits for one handshake message in either framing, `deadline` at most (`None`: as long as
+/// the socket lives, for a parked daemon whose broker ends the wait).
+pub async fn recv_handshake<T: DeserializeOwned>(
+    socket: &mut Socket,
+    deadline: Option<Duration>,
+) -> Result<(T, Framing), LinkError> {
     let data = match deadline {
         Some(deadline) => tokio::time::timeout(deadline, next_data(socket))
             .await
             .map_err(|_| LinkError::Timeout)??,
         None => next_data(socket).await?,
     };
-    serde_json::from_slice(&data).map_err(|_| LinkError::Protocol)
+    read_handshake(&data).ok_or(LinkError::Protocol)
 }
 
 /// A live channel after a handshake, before it is split.
@@ -324,8 +327,9 @@ pub async fn connect_client(
 ) -> Result<(LinkSender, LinkReceiver, Session, Option<String>), LinkError> {
     let mut socket = dialer.dial(rendezvous, Side::Client, route).await?;
     let handshake = ClientHandshake::start(pins.x25519, pins.ed25519, auth, client_name, rng)?;
-    send_json(&mut socket, handshake.hello()).await?;
-    let reply: Reply = recv_json(&mut socket, Some(HANDSHAKE_TIMEOUT)).await?;
+    // The reference's framing: a reference daemon drops a bare hello unread.
+    send_handshake(&mut socket, handshake.hello(), Framing::Frame).await?;
+    let (reply, _): (Reply, _) = recv_handshake(&mut socket, Some(HANDSHAKE_TIMEOUT)).await?;
     let session = handshake.complete(&reply)?;
     let (sender, mut receiver) = Link::new(socket, &session)?.split();
     let first = tokio::time::timeout(HANDSHAKE_TIMEOUT, receiver.recv())
@@ -338,7 +342,8 @@ pub async fn connect_client(
     }
 }
 
-/// The hello a parked daemon socket receives first (no deadline: the broker ends a lone wait).
-pub async fn await_hello(socket: &mut Socket) -> Result<Hello, LinkError> {
-    recv_json(socket, None).await
+/// The hello a parked daemon socket receives first (no deadline: the broker ends a lone wait),
+/// and the framing it came in, which the reply is sent in.
+pub async fn await_hello(socket: &mut Socket) -> Result<(Hello, Framing), LinkError> {
+    recv_handshake(socket, None).await
 }

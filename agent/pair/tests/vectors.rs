@@ -12,7 +12,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use pap_pair::PairError;
 use pap_pair::derive::{epoch_of, epoch_tokens, offer_tokens, pair_root};
-use pap_pair::handshake::{ClientHandshake, Hello, Reply, respond_with, tokens_match};
+use pap_pair::handshake::{
+    ClientHandshake, Framing, Hello, Reply, handshake_text, read_handshake, respond_with, tokens_match,
+};
 use pap_pair::keys::{DaemonKeys, Ed25519Public, Ed25519Secret, X25519Public, X25519Secret};
 use pap_pair::offer::Offer;
 use pap_pair::seal::{seal, unseal};
@@ -33,6 +35,12 @@ const V1_OFFER_URL: &str = "agentproto://pair?v=1&rv=wss%3A%2F%2Frdv.example%2Fv
 
 const HELLO_WIRE: &str = "{\"v\":2,\"ePub\":\"MCowBQYDK2VuAyEAo9dEfjHKYJvYKfiEreVUWGHdjkU+vh57Gp3GWsMJKDw=\",\"ct0\":\"eyJ2IjoxLCJhbGciOiJ4MjU1MTktaGtkZi1zaGEyNTYtYWVzMjU2Z2NtIiwiZXBrIjoiTUNvd0JRWURLMlZ1QXlFQWxIS2Uzd2FXTXg4OEpTd2MwQTR0TGZseFB1RGl2RU80alg4K1d1Q3BWaFU9IiwiaXYiOiJXbHBhV2xwYVdscGFXbHBhIiwiY3QiOiJQMGJ5N3pRdTRkRWhmSjNQNUtzYW5FVTBCcWc1ZGhyMmxDSDQwVGIwNmlKeWZEWDNBbHFCMDdha3FXNmVJV05CNnpuNFlIWmJ4UXk5bHVDY3ZPdTFXK216ZlNuNGNnR2xqWTY1ZGZHUXZQVTlpd3ZBS3N5Zm1oNnVyR3E0eWc3TG1BSzNNdlRJRGlhekdOTXhZY2JyaUtkQXlaTTBXdVVoanYvQ1ZJNUhHUzBsanNOUUI2RmlOVHJHS0NrTTRmbFVydE9KMFJSeU42Z2J6ZkY5WDVrPSIsInRhZyI6IjBNQVM5bmNRNVd3cVZaSzdBb0tEb3c9PSJ9\"}";
 const REPLY_WIRE: &str = "{\"v\":2,\"dePub\":\"MCowBQYDK2VuAyEAx1GZFWBLMBqdB1P+ZP2xke5jyW3rzu8PyCHqY/M4fSM=\",\"sig\":\"wcTzXaVNoViwHa9f8NobdgydUZVqC0kO3I3cDQIrhH0BxaDqxnTAywBsb6fqTg8sAi8BQZrZVNpvNOU/qyYdBA==\"}";
+/// The two messages as the reference puts them on the socket (`e2e.ts`
+/// `clientHandshakeOverSink`/`daemonHandshakeOverSink`: `{ t: "e2e_handshake", d:
+/// base64Encode(encodePairingMessage(m)) }`, `JSON.stringify`, standard padded base64), made
+/// from its `GOLDEN_V2` wires; the reply's needs padding.
+const HELLO_FRAME: &str = "{\"t\":\"e2e_handshake\",\"d\":\"eyJ2IjoyLCJlUHViIjoiTUNvd0JRWURLMlZ1QXlFQW85ZEVmakhLWUp2WUtmaUVyZVZVV0dIZGprVSt2aDU3R3AzR1dzTUpLRHc9IiwiY3QwIjoiZXlKMklqb3hMQ0poYkdjaU9pSjRNalUxTVRrdGFHdGtaaTF6YUdFeU5UWXRZV1Z6TWpVMloyTnRJaXdpWlhCcklqb2lUVU52ZDBKUldVUkxNbFoxUVhsRlFXeElTMlV6ZDJGWFRYZzRPRXBUZDJNd1FUUjBUR1pzZUZCMVJHbDJSVTgwYWxnNEsxZDFRM0JXYUZVOUlpd2lhWFlpT2lKWGJIQmhWMnh3WVZkc2NHRlhiSEJoSWl3aVkzUWlPaUpRTUdKNU4zcFJkVFJrUldobVNqTlFOVXR6WVc1RlZUQkNjV2MxWkdoeU1teERTRFF3VkdJd05tbEtlV1pFV0ROQmJIRkNNRGRoYTNGWE5tVkpWMDVDTm5wdU5GbElXbUo0VVhrNWJIVkRZM1pQZFRGWEsyMTZabE51TkdOblIyeHFXVFkxWkdaSFVYWlFWVGxwZDNaQlMzTjVabTFvTm5WeVIzRTBlV2MzVEcxQlN6Tk5kbFJKUkdsaGVrZE9UWGhaWTJKeWFVdGtRWGxhVFRCWGRWVm9hbll2UTFaSk5VaEhVekJzYW5OT1VVSTJSbWxPVkhKSFMwTnJUVFJtYkZWeWRFOUtNRkpTZVU0MloySjZaa1k1V0RWclBTSXNJblJoWnlJNklqQk5RVk01Ym1OUk5WZDNjVlphU3pkQmIwdEViM2M5UFNKOSJ9\"}";
+const REPLY_FRAME: &str = "{\"t\":\"e2e_handshake\",\"d\":\"eyJ2IjoyLCJkZVB1YiI6Ik1Db3dCUVlESzJWdUF5RUF4MUdaRldCTE1CcWRCMVArWlAyeGtlNWp5VzNyenU4UHlDSHFZL000ZlNNPSIsInNpZyI6IndjVHpYYVZOb1Zpd0hhOWY4Tm9iZGd5ZFVaVnFDMGtPM0kzY0RRSXJoSDBCeGFEcXhuVEF5d0JzYjZmcVRnOHNBaThCUVpyWlZOcHZOT1UvcXlZZEJBPT0ifQ==\"}";
 const CLIENT_SEND_KEY: &str = "b72b45a1057f1d25b4a57e91c340d5c9dd7c566c9c372dfbe0fa6ad9dc62837f";
 const CLIENT_RECV_KEY: &str = "57183bc876818760b9f27280a568f884e2248fca53bc5d9a99d3fab22f2c24f2";
 const TRANSCRIPT: &str = "9e3225b75f1a34817ee1ee255a9b3c209169a4f752e1f1918b6237dbd191e502";
@@ -351,4 +359,58 @@ fn the_e2e_channel_takes_exactly_the_next_frame_and_ends_on_anything_else() {
     let mut after_first = receiver();
     after_first.open(&wire(&first)).unwrap();
     assert_eq!(after_first.open(&wire(&renumbered)).err(), Some(ChannelError::Auth));
+}
+
+#[test]
+fn both_framings_carry_the_references_bytes_and_a_reference_framed_hello_pairs() {
+    // The client says hello in the reference's frame, byte for byte.
+    let client = client();
+    assert_eq!(handshake_text(client.hello(), Framing::Frame).unwrap(), HELLO_FRAME);
+    assert_eq!(handshake_text(client.hello(), Framing::Bare).unwrap(), HELLO_WIRE);
+    // A daemon reads either framing as the same hello and learns which it was.
+    let (framed, framing): (Hello, _) = read_handshake(HELLO_FRAME.as_bytes()).unwrap();
+    assert_eq!(framing, Framing::Frame);
+    let (bare, framing): (Hello, _) = read_handshake(HELLO_WIRE.as_bytes()).unwrap();
+    assert_eq!(framing, Framing::Bare);
+    assert_eq!(
+        serde_json::to_string(&framed).unwrap(),
+        serde_json::to_string(&bare).unwrap()
+    );
+    // The captured reference-framed hello pairs: answered in its framing, the reference's reply.
+    let (reply, daemon_session) = respond_with(
+        &framed,
+        &daemon(),
+        |auth| tokens_match(auth, OFFER_AUTH),
+        &x_secret(DAEMON_EPH_PRIV),
+    )
+    .unwrap();
+    assert_eq!(handshake_text(&reply, Framing::Frame).unwrap(), REPLY_FRAME);
+    let (read, framing): (Reply, _) = read_handshake(REPLY_FRAME.as_bytes()).unwrap();
+    assert_eq!(framing, Framing::Frame);
+    let session = client.complete(&read).unwrap();
+    assert_eq!(hex(session.send_key.as_slice()), CLIENT_SEND_KEY);
+    assert_eq!(hex(daemon_session.recv_key.as_slice()), CLIENT_SEND_KEY);
+    // The reference's decoder takes `d` without its padding; so do we.
+    let unpadded = REPLY_FRAME.replace("==\"}", "\"}");
+    assert!(read_handshake::<Reply>(unpadded.as_bytes()).is_some());
+}
+
+#[test]
+fn a_frame_of_another_type_or_with_no_message_inside_is_no_handshake() {
+    for refused in [
+        // The reference's own stray-frame test: a ping first.
+        r#"{"t":"ping","nonce":"stray"}"#.to_owned(),
+        // Its synthetic handshake bytes: base64, but no hello inside.
+        r#"{"t":"e2e_handshake","d":"Q0xJRU5ULUhFTExP"}"#.to_owned(),
+        // Not base64.
+        r#"{"t":"e2e_handshake","d":"{not base64}"}"#.to_owned(),
+        r#"{"t":"e2e_handshake"}"#.to_owned(),
+        r#"{"t":"e2e","n":0,"d":"AAAA"}"#.to_owned(),
+        // The hello inside a frame inside a frame.
+        format!(r#"{{"t":"e2e_handshake","d":"{}"}}"#, STANDARD.encode(HELLO_FRAME)),
+        "[]".to_owned(),
+        "not json".to_owned(),
+    ] {
+        assert!(read_handshake::<Hello>(refused.as_bytes()).is_none(), "{refused}");
+    }
 }

@@ -76,16 +76,12 @@ async fn paired(label: &str, broker_url: &str) -> (std::path::PathBuf, Arc<Tunne
     paired_at(label, broker_url, Arc::new(SystemClock), Arc::new(SystemClock)).await
 }
 
-/// [`paired`] with the host's and the device's clocks given.
-async fn paired_at(
-    label: &str,
-    broker_url: &str,
-    host_clock: Arc<dyn Clock>,
-    device_clock: Arc<dyn Clock>,
-) -> (std::path::PathBuf, Arc<TunnelClient>, Arc<Upstreams>) {
+/// A host of this file's app behind a `HostTunnel`, its state under the returned work
+/// directory's `host`: the work directory and the upstream counter.
+fn hosting(label: &str, host_clock: Arc<dyn Clock>) -> (std::path::PathBuf, Arc<Upstreams>) {
     let work = std::env::temp_dir().join(format!("pap-tunnel-{label}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
-    let (host_state, device_state) = (work.join("host"), work.join("device"));
+    let host_state = work.join("host");
     pap_browser::store::private_dir(&host_state).unwrap();
     let alive = Arc::new(Upstreams::default());
     let tunnel = Arc::new(HostTunnel::new(
@@ -95,11 +91,22 @@ async fn paired_at(
         app(alive.clone()),
         "127.0.0.1:1".to_owned(),
         "frames host".to_owned(),
-        host_clock.clone(),
+        host_clock,
         Arc::new(SystemRng),
     ));
     tokio::spawn(tunnel.run(std::future::pending()));
+    (work, alive)
+}
 
+/// [`paired`] with the host's and the device's clocks given.
+async fn paired_at(
+    label: &str,
+    broker_url: &str,
+    host_clock: Arc<dyn Clock>,
+    device_clock: Arc<dyn Clock>,
+) -> (std::path::PathBuf, Arc<TunnelClient>, Arc<Upstreams>) {
+    let (work, alive) = hosting(label, host_clock.clone());
+    let (host_state, device_state) = (work.join("host"), work.join("device"));
     let offer = mint_offer(
         &host_state,
         broker_url,
@@ -287,5 +294,63 @@ async fn a_pairing_reconnects_across_midnight_on_todays_or_yesterdays_route() {
     broker.kill().await.unwrap();
     let (_broker, _) = broker_process(&format!("127.0.0.1:{port}")).await;
     served(&client).await;
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// The hello as the reference's clients frame it (`{"t":"e2e_handshake","d":…}`) and as the
+/// AIP-59 text reads literally (the bare object) both pair with our host through our broker, and
+/// each is answered in the framing it spoke: a reference client would drop a bare reply, and a
+/// literal one cannot read a framed one. The client here is written against the wire, not our
+/// device's code: its own socket, its own frames.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hello_pairs_in_either_framing_and_is_answered_in_the_framing_it_spoke() {
+    use futures_util::SinkExt as _;
+    use pap_pair::handshake::{ClientHandshake, Framing, Reply, handshake_text, read_handshake};
+    use pap_pair::link::{Link, Side};
+    use pap_pair::tunnel::Frame;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let (broker_url, _stats) = rendezvous().await;
+    let (work, _alive) = hosting("framings", Arc::new(SystemClock));
+    for framing in [Framing::Frame, Framing::Bare] {
+        let offer = mint_offer(&work.join("host"), &broker_url, 600, None, &SystemClock, &SystemRng).unwrap();
+        let tokens = pap_pair::derive::offer_tokens(&offer.secret).unwrap();
+        let mut socket = Dialer::new(&[])
+            .unwrap()
+            .dial(&offer.rendezvous, Side::Client, &tokens.route)
+            .await
+            .unwrap();
+        let handshake = ClientHandshake::start(
+            offer.daemon_x25519,
+            offer.daemon_ed25519,
+            &tokens.auth,
+            "framing client",
+            &SystemRng,
+        )
+        .unwrap();
+        let hello = handshake_text(handshake.hello(), framing).unwrap();
+        assert_eq!(
+            hello.starts_with(r#"{"t":"e2e_handshake","d":""#),
+            framing == Framing::Frame
+        );
+        socket.send(Message::text(hello)).await.unwrap();
+        let answer = tokio::time::timeout(DEADLINE, socket.next())
+            .await
+            .expect("the host did not answer the hello")
+            .unwrap()
+            .unwrap();
+        let Message::Text(answer) = answer else {
+            panic!("not a text message: {answer:?}")
+        };
+        let (reply, spoken): (Reply, _) = read_handshake(answer.as_bytes()).expect("not a reply");
+        assert_eq!(spoken, framing, "answered in another framing: {answer}");
+        let session = handshake.complete(&reply).unwrap();
+        let (_sender, mut receiver) = Link::new(socket, &session).unwrap().split();
+        let first = tokio::time::timeout(DEADLINE, receiver.recv()).await.unwrap().unwrap();
+        assert!(
+            matches!(&first, Frame::Hello { label, .. } if label.as_deref() == Some("frames host")),
+            "{first:?}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&work);
 }

@@ -29,7 +29,7 @@ use http::{HeaderName, HeaderValue, Method, Request, header};
 use http_body_util::BodyExt as _;
 use pap_pair::handshake::{Hello, respond, tokens_match};
 use pap_pair::keys::DaemonKeys;
-use pap_pair::link::{Dialer, Link, LinkError, LinkSender, Side, await_hello, send_json};
+use pap_pair::link::{Dialer, Link, LinkError, LinkSender, Side, await_hello, send_handshake};
 use pap_pair::tunnel::{
     Capabilities, Frame, FrameError, MAX_FRAME_BODY, PAIRING_REVOKED, TUNNEL_VERSION, decode_body, encode_body,
 };
@@ -248,7 +248,8 @@ impl HostTunnel {
         target: &Target,
         serving: &AtomicBool,
     ) -> Result<(), LinkError> {
-        let hello: Hello = await_hello(&mut socket).await?;
+        // Answered in the framing it was spoken to: the reference's frame, or the bare object.
+        let (hello, framing): (Hello, _) = await_hello(&mut socket).await?;
         let now = self.clock.now();
         match target {
             Target::Offer => {
@@ -275,7 +276,7 @@ impl HostTunnel {
                     .flatten()
                     .ok_or(LinkError::Pair(pap_pair::PairError::AuthRejected))?;
                 tracing::info!(device = %device.id, name = %device.name, "a device paired over the rendezvous");
-                send_json(&mut socket, &reply).await?;
+                send_handshake(&mut socket, &reply, framing).await?;
                 serving.store(true, Ordering::SeqCst);
                 self.serve(Link::new(socket, &session)?, &device.id, &root).await;
                 serving.store(false, Ordering::SeqCst);
@@ -295,7 +296,7 @@ impl HostTunnel {
                     |auth| tokens_match(auth, &expected.auth),
                     self.rng.as_ref(),
                 )?;
-                send_json(&mut socket, &reply).await?;
+                send_handshake(&mut socket, &reply, framing).await?;
                 serving.store(true, Ordering::SeqCst);
                 self.serve(Link::new(socket, &session)?, device, &root).await;
                 serving.store(false, Ordering::SeqCst);
@@ -312,7 +313,7 @@ impl HostTunnel {
                     },
                     self.rng.as_ref(),
                 )?;
-                send_json(&mut socket, &reply).await?;
+                send_handshake(&mut socket, &reply, framing).await?;
                 let (mut sender, _receiver) = Link::new(socket, &session)?.split();
                 sender.send(&revoked()).await?;
                 sender.close().await;
