@@ -127,7 +127,22 @@ function queue(ws) {
     ready.length ? Promise.resolve(ready.shift()) : ended ? Promise.reject(ended) : new Promise((resolve, reject) => waiting.push({ resolve, reject }));
 }
 
+/** `wss:` anywhere, `ws:` only on this machine's loopback (S4: plain WebSocket off loopback
+ * shows every route to an on-path observer). */
+export function rendezvousAllowed(rv) {
+  let url;
+  try {
+    url = new URL(rv);
+  } catch {
+    return false;
+  }
+  const host = url.hostname.replace(/^\[|\]$/g, "").toLowerCase();
+  const loopback = host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host);
+  return url.protocol === "wss:" || (url.protocol === "ws:" && loopback);
+}
+
 function dial(rv, route) {
+  if (!rendezvousAllowed(rv)) return Promise.reject(new Error("the offer's broker is not wss:// (ws:// only on loopback)"));
   const url = new URL(rv);
   url.searchParams.append("side", "client");
   url.searchParams.append("t", route);

@@ -53,8 +53,8 @@ impl Side {
 /// Why a socket, a handshake or a link failed. Names no route, token or key.
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {
-    /// The broker's URL is not a `ws:` or `wss:` URL.
-    #[error("the rendezvous URL is not a ws: or wss: URL")]
+    /// The broker's URL is not a `wss:` URL, or a `ws:` URL on loopback.
+    #[error("the rendezvous URL is not a wss: URL (ws: only on this machine's loopback)")]
     Url,
     /// The broker could not be reached or refused the upgrade.
     #[error("the rendezvous broker could not be reached: {0}")]
@@ -123,6 +123,9 @@ impl Dialer {
     /// Opens `side` of `route` on the broker at `rendezvous` (`ws:` or `wss:`), within
     /// [`DIAL_TIMEOUT`].
     pub async fn dial(&self, rendezvous: &str, side: Side, route: &str) -> Result<Socket, LinkError> {
+        if !crate::offer::rendezvous_allowed(rendezvous) {
+            return Err(LinkError::Url);
+        }
         let mut url = url::Url::parse(rendezvous).map_err(|_| LinkError::Url)?;
         let tls = match url.scheme() {
             "wss" => true,

@@ -48,6 +48,28 @@ impl std::fmt::Debug for Offer {
     }
 }
 
+/// Whether `url`'s host is this machine's loopback (`127.0.0.0/8`, `::1`, `localhost`).
+fn on_loopback(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        None => false,
+    }
+}
+
+/// Whether a pairing may use the broker at `rendezvous`: `wss:` anywhere, `ws:` only on this
+/// machine's loopback. Off loopback, plain WebSocket shows every route to an on-path observer,
+/// who can squat it or replay a day's hello (security review S4); every command that dials,
+/// mints or reads an offer asks this.
+pub fn rendezvous_allowed(rendezvous: &str) -> bool {
+    url::Url::parse(rendezvous).is_ok_and(|url| match url.scheme() {
+        "wss" => url.host().is_some(),
+        "ws" => on_loopback(&url),
+        _ => false,
+    })
+}
+
 impl Offer {
     /// The parameters, form-encoded in the reference's order.
     fn query(&self) -> Zeroizing<String> {
@@ -76,13 +98,7 @@ impl Offer {
     pub fn to_web_url(&self, template: &str) -> Result<Zeroizing<String>, PairError> {
         let page = template.replace("{fp}", &self.fingerprint);
         let parsed = url::Url::parse(&page).map_err(|_| PairError::MalformedOffer("pair page"))?;
-        let loopback = match parsed.host() {
-            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-            Some(url::Host::Domain(name)) => name == "localhost",
-            None => false,
-        };
-        let secure = parsed.scheme() == "https" || (parsed.scheme() == "http" && loopback);
+        let secure = parsed.scheme() == "https" || (parsed.scheme() == "http" && on_loopback(&parsed));
         if !secure || parsed.fragment().is_some() || page.contains('#') {
             return Err(PairError::MalformedOffer("pair page"));
         }
@@ -125,8 +141,7 @@ impl Offer {
             _ => return Err(PairError::MalformedOffer("v")),
         }
         let rendezvous = get("rv")?;
-        let rv = url::Url::parse(rendezvous).map_err(|_| PairError::MalformedOffer("rv"))?;
-        if !matches!(rv.scheme(), "ws" | "wss") {
+        if !rendezvous_allowed(rendezvous) {
             return Err(PairError::MalformedOffer("rv"));
         }
         let fingerprint = get("id")?;

@@ -279,6 +279,8 @@ fn an_offer_is_refused_before_any_socket_when_it_breaks_a_rule() {
     for (url, why) in [
         (swap("v=2", "v=3"), "v"),
         (swap("wss%3A", "https%3A"), "rv"),
+        // Plain WebSocket off loopback: every route in the clear (review S4).
+        (swap("wss%3A", "ws%3A"), "rv"),
         (swap("&s=AAAABBBBCCCCDDDDEEEEFF", "&s="), "s"),
         (swap("&s=AAAABBBBCCCCDDDDEEEEFF", "&s=AAAA%2BBBB"), "s"),
         (swap("id=3", "id=4"), "id is not the fingerprint of pk"),
@@ -300,6 +302,40 @@ fn an_offer_is_refused_before_any_socket_when_it_breaks_a_rule() {
     assert_eq!(
         refused("https://pair.example/pair"),
         Some(PairError::MalformedOffer("no offer in the fragment"))
+    );
+}
+
+#[test]
+fn a_broker_is_wss_anywhere_and_ws_only_on_loopback() {
+    use pap_pair::offer::rendezvous_allowed;
+    for allowed in [
+        "wss://rdv.example/v1",
+        "wss://192.0.2.7:8443/",
+        "ws://127.0.0.1:8788/",
+        "ws://127.3.4.5/",
+        "ws://[::1]:8788/",
+        "ws://localhost:8788/",
+        "ws://LOCALHOST/",
+    ] {
+        assert!(rendezvous_allowed(allowed), "{allowed}");
+    }
+    for refused in [
+        "ws://rdv.example/v1",
+        "ws://192.0.2.7:8788/",
+        "ws://[::ffff:127.0.0.1]/",
+        "ws://localhost.rdv.example/",
+        "ws://0.0.0.0:8788/",
+        "https://rdv.example/",
+        "wss://",
+        "not a url",
+    ] {
+        assert!(!rendezvous_allowed(refused), "{refused}");
+    }
+    // The offer of the reference's vectors, its broker moved to a plain loopback socket, is fine.
+    let local = OFFER_URL.replacen("wss%3A%2F%2Frdv.example", "ws%3A%2F%2F127.0.0.1%3A8788", 1);
+    assert_eq!(
+        Offer::parse(&local, 1_800_000_000).unwrap().rendezvous,
+        "ws://127.0.0.1:8788/v1"
     );
 }
 

@@ -18,10 +18,12 @@ use crate::support;
 use std::time::Duration;
 
 use base64::Engine as _;
-use pap_pair::link::{Dialer, LinkError, Pins, connect_client};
+use pap_pair::link::{Dialer, LinkError, Pins, Side, connect_client};
 use pap_pair::offer::Offer;
 use pap_shared::{Clock as _, SystemClock, SystemRng};
-use support::cli_agent::{host_serve, mcp_call, mcp_device, pair_accept, pair_connect, pap, rendezvous, stop_host};
+use support::cli_agent::{
+    host_serve, mcp_call, mcp_device, pair_accept, pair_connect, pap, pap_fails, rendezvous, stop_host,
+};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -48,6 +50,17 @@ async fn a_device_pairs_through_the_broker_reaches_only_the_host_and_is_told_whe
     .trim()
     .to_owned();
     let offer = Offer::parse(&offer_text, now()).unwrap();
+    // Plain WebSocket off loopback is refused before anything is minted or dialled (S4).
+    let said = pap_fails(
+        &host_state,
+        &["pair", "offer", "--rendezvous", "ws://rdv.example/", "--name", "laptop"],
+    );
+    assert!(said.contains("wss://"), "{said}");
+    let off_loopback = Dialer::new(&[])
+        .unwrap()
+        .dial("ws://192.0.2.7:8788/", Side::Client, &"r".repeat(22))
+        .await;
+    assert!(matches!(off_loopback, Err(LinkError::Url)), "{:?}", off_loopback.err());
     let pins = Pins {
         x25519: offer.daemon_x25519,
         ed25519: offer.daemon_ed25519,

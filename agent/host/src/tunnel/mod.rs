@@ -63,6 +63,11 @@ pub enum DaemonKeysError {
     /// The devices file could not be written.
     #[error(transparent)]
     Store(#[from] DevicesError),
+    /// An offer for a broker a pairing may not use (security review S4).
+    #[error(
+        "the rendezvous must be a wss:// URL (ws:// only on this machine's loopback: plain WebSocket shows every route to anyone on the path)"
+    )]
+    Rendezvous,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -146,6 +151,9 @@ pub fn mint_offer(
     clock: &dyn Clock,
     rng: &dyn Rng,
 ) -> Result<Offer, DaemonKeysError> {
+    if !pap_pair::offer::rendezvous_allowed(rendezvous) {
+        return Err(DaemonKeysError::Rendezvous);
+    }
     let keys = daemon_keys(state_dir, rng)?;
     let mut raw = Zeroizing::new([0_u8; OFFER_SECRET_BYTES]);
     rng.fill(raw.as_mut());
