@@ -9,7 +9,8 @@
 //!                  past which a new one is closed at once
 //!  dialing         at most `upgrade_burst` connections from one address, then
 //!                  `upgrades_per_minute`; past them closed at once
-//!  upgrade         within `handshake_timeout`; a bad side or route is refused 400
+//!  upgrade         within `handshake_timeout` (the TLS handshake included, with
+//!                  [`serve_tls`]); a bad side or route is refused 400
 //!  a lone socket   parked until its counterpart comes, at most `park_timeout` (close 4408);
 //!                  what it sends meanwhile (16 messages, `max_message_bytes` in all) waits
 //!  a route         one live socket per side: a second one, or a third on a live pair, 4409
@@ -203,7 +204,11 @@ fn kind_and_size(message: &Message) -> (&'static str, usize) {
     }
 }
 
-type Ws = WebSocketStream<TcpStream>;
+/// A client's byte stream: the TCP connection, or TLS over it.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Io for T {}
+
+type Ws = WebSocketStream<Box<dyn Io>>;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Side {
@@ -233,9 +238,36 @@ impl Routes {
     }
 }
 
-/// Serves the broker on `listener` until `shutdown` completes.
+/// Serves the broker on `listener` until `shutdown` completes, plain WebSocket (`ws:`: for
+/// loopback, or behind a TLS terminator).
 pub async fn serve(
     listener: TcpListener,
+    limits: BrokerLimits,
+    stats: Arc<BrokerStats>,
+    shutdown: impl Future<Output = ()>,
+) {
+    run(listener, None, limits, stats, shutdown).await;
+}
+
+/// Serves the broker on `listener` over TLS (`wss:`) with `tls` until `shutdown` completes.
+/// The TLS handshake and the upgrade share `handshake_timeout`. The configuration offers
+/// HTTP/1.1 only (a WebSocket upgrade is an HTTP/1.1 request).
+pub async fn serve_tls(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    limits: BrokerLimits,
+    stats: Arc<BrokerStats>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let mut config = (*tls).clone();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    run(listener, Some(acceptor), limits, stats, shutdown).await;
+}
+
+async fn run(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     limits: BrokerLimits,
     stats: Arc<BrokerStats>,
     shutdown: impl Future<Output = ()>,
@@ -264,10 +296,10 @@ pub async fn serve(
             stats.refused.fetch_add(1, Ordering::Relaxed);
             continue;
         };
-        let (routes, stats) = (routes.clone(), stats.clone());
+        let (routes, stats, tls) = (routes.clone(), stats.clone(), tls.clone());
         tokio::spawn(async move {
             let _slots = (slot, address_slot);
-            connection(tcp, limits, &routes, &stats).await;
+            connection(tcp, tls, limits, &routes, &stats).await;
         });
     }
 }
@@ -302,7 +334,13 @@ fn parse_upgrade(request: &Request) -> Option<(Side, String)> {
     clippy::result_large_err,
     reason = "the upgrade callback's error type is tungstenite's HTTP response"
 )]
-async fn connection(tcp: TcpStream, limits: BrokerLimits, routes: &Routes, stats: &BrokerStats) {
+async fn connection(
+    tcp: TcpStream,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    limits: BrokerLimits,
+    routes: &Routes,
+    stats: &BrokerStats,
+) {
     let mut upgrade = None;
     let callback = |request: &Request, response: Response| match parse_upgrade(request) {
         Some(parsed) => {
@@ -321,8 +359,16 @@ async fn connection(tcp: TcpStream, limits: BrokerLimits, routes: &Routes, stats
     let config = WebSocketConfig::default()
         .max_message_size(Some(limits.max_message_bytes))
         .max_frame_size(Some(limits.max_message_bytes));
-    let handshake = tokio_tungstenite::accept_hdr_async_with_config(tcp, callback, Some(config));
-    let Ok(Ok(ws)) = tokio::time::timeout(limits.handshake_timeout, handshake).await else {
+    let handshake = async {
+        let io: Box<dyn Io> = match tls {
+            Some(acceptor) => Box::new(acceptor.accept(tcp).await.ok()?),
+            None => Box::new(tcp),
+        };
+        tokio_tungstenite::accept_hdr_async_with_config(io, callback, Some(config))
+            .await
+            .ok()
+    };
+    let Ok(Some(ws)) = tokio::time::timeout(limits.handshake_timeout, handshake).await else {
         stats.refused.fetch_add(1, Ordering::Relaxed);
         return;
     };

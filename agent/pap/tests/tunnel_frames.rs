@@ -78,7 +78,7 @@ async fn paired(label: &str, broker_url: &str) -> (std::path::PathBuf, Arc<Tunne
 
 /// A host of this file's app behind a `HostTunnel`, its state under the returned work
 /// directory's `host`: the work directory and the upstream counter.
-fn hosting(label: &str, host_clock: Arc<dyn Clock>) -> (std::path::PathBuf, Arc<Upstreams>) {
+fn hosting(label: &str, host_clock: Arc<dyn Clock>, dialer: Dialer) -> (std::path::PathBuf, Arc<Upstreams>) {
     let work = std::env::temp_dir().join(format!("pap-tunnel-{label}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     let host_state = work.join("host");
@@ -87,7 +87,7 @@ fn hosting(label: &str, host_clock: Arc<dyn Clock>) -> (std::path::PathBuf, Arc<
     let tunnel = Arc::new(HostTunnel::new(
         Devices::at(&host_state),
         daemon_keys(&host_state, &SystemRng).unwrap(),
-        Dialer::new(&[]).unwrap(),
+        dialer,
         app(alive.clone()),
         "127.0.0.1:1".to_owned(),
         "frames host".to_owned(),
@@ -105,7 +105,7 @@ async fn paired_at(
     host_clock: Arc<dyn Clock>,
     device_clock: Arc<dyn Clock>,
 ) -> (std::path::PathBuf, Arc<TunnelClient>, Arc<Upstreams>) {
-    let (work, alive) = hosting(label, host_clock.clone());
+    let (work, alive) = hosting(label, host_clock.clone(), Dialer::new(&[]).unwrap());
     let (host_state, device_state) = (work.join("host"), work.join("device"));
     let offer = mint_offer(
         &host_state,
@@ -311,7 +311,7 @@ async fn a_hello_pairs_in_either_framing_and_is_answered_in_the_framing_it_spoke
     use tokio_tungstenite::tungstenite::Message;
 
     let (broker_url, _stats) = rendezvous().await;
-    let (work, _alive) = hosting("framings", Arc::new(SystemClock));
+    let (work, _alive) = hosting("framings", Arc::new(SystemClock), Dialer::new(&[]).unwrap());
     for framing in [Framing::Frame, Framing::Bare] {
         let offer = mint_offer(&work.join("host"), &broker_url, 600, None, &SystemClock, &SystemRng).unwrap();
         let tokens = pap_pair::derive::offer_tokens(&offer.secret).unwrap();
@@ -353,4 +353,98 @@ async fn a_hello_pairs_in_either_framing_and_is_answered_in_the_framing_it_spoke
         );
     }
     let _ = std::fs::remove_dir_all(&work);
+}
+
+/// `pap-agent rendezvous --cert --key` serves `wss://` itself: a host and a device that trust
+/// its CA pair and are served through it; on SIGHUP new handshakes present the renewed
+/// certificate (a client trusting only the old CA is refused, one trusting the new is served)
+/// while the channel already open keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_over_tls_pairs_and_serves_and_presents_a_renewed_certificate_after_sighup() {
+    use pap_pair::link::{LinkError, Side};
+    use rustls::pki_types::CertificateDer;
+
+    let names = ["127.0.0.1".to_owned()];
+    let (first, renewed) = (
+        pap_net::dev_certs::generate(&names).unwrap(),
+        pap_net::dev_certs::generate(&names).unwrap(),
+    );
+    let certs = std::env::temp_dir().join(format!("pap-broker-tls-{}", std::process::id()));
+    pap_browser::store::private_dir(&certs).unwrap();
+    let (cert, key) = (certs.join("cert.pem"), certs.join("key.pem"));
+    std::fs::write(&cert, &first.cert_pem).unwrap();
+    std::fs::write(&key, first.key_pem.as_bytes()).unwrap();
+    let (broker, url) = agent_saying(
+        &[
+            "rendezvous",
+            "--listen",
+            "127.0.0.1:0",
+            "--cert",
+            cert.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+        ],
+        "rendezvous broker on ",
+    )
+    .await;
+    assert!(url.starts_with("wss://127.0.0.1:"), "{url}");
+    let (first_ca, renewed_ca) = (
+        CertificateDer::from(first.ca_der.clone()),
+        CertificateDer::from(renewed.ca_der.clone()),
+    );
+    let both = Dialer::new(&[first_ca.clone(), renewed_ca.clone()]).unwrap();
+
+    // A pairing and a request through the broker over TLS.
+    let (work, _alive) = hosting("tls", Arc::new(SystemClock), both.clone());
+    let offer = mint_offer(&work.join("host"), &url, 600, None, &SystemClock, &SystemRng).unwrap();
+    let device_state = work.join("device");
+    let paired = accept(
+        &device_state,
+        &offer,
+        "tls device",
+        &Dialer::new(std::slice::from_ref(&first_ca)).unwrap(),
+        |_| true,
+        &SystemClock,
+        &SystemRng,
+    )
+    .await
+    .unwrap();
+    let credential = load_credential(&device_state, &paired.fingerprint).unwrap();
+    let (client, _kept) = TunnelClient::start(
+        device_state.clone(),
+        credential,
+        both,
+        Arc::new(SystemClock),
+        Arc::new(SystemRng),
+    );
+    served(&client).await;
+    // A client that trusts no CA of the broker's is refused in the TLS handshake.
+    let untrusted = Dialer::new(&[])
+        .unwrap()
+        .dial(&url, Side::Daemon, "untrusted-route")
+        .await;
+    assert!(matches!(untrusted, Err(LinkError::Dial(_))), "{:?}", untrusted.err());
+
+    // Renewal: new files, SIGHUP; new handshakes present the new certificate.
+    std::fs::write(&cert, &renewed.cert_pem).unwrap();
+    std::fs::write(&key, renewed.key_pem.as_bytes()).unwrap();
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(broker.id().unwrap()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    let only_renewed = Dialer::new(std::slice::from_ref(&renewed_ca)).unwrap();
+    tokio::time::timeout(DEADLINE, async {
+        // The reload happens when the broker's signal task runs: dial until it has.
+        while only_renewed.dial(&url, Side::Daemon, "renewed-route").await.is_err() {}
+    })
+    .await
+    .expect("the broker did not present the renewed certificate after SIGHUP");
+    let stale = Dialer::new(std::slice::from_ref(&first_ca))
+        .unwrap()
+        .dial(&url, Side::Daemon, "stale-route")
+        .await;
+    assert!(matches!(stale, Err(LinkError::Dial(_))), "{:?}", stale.err());
+    let still = client.fetch("GET", "/health", BTreeMap::new(), Bytes::new()).await;
+    assert_eq!(still.status(), 200, "the open channel broke on the reload");
+    drop(broker);
+    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(&certs);
 }

@@ -239,7 +239,7 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
         )
     })?;
     let tls = certificate.server_config().context("building the TLS configuration")?;
-    reload_on_hangup(certificate);
+    certificate.reload_on_hangup();
 
     match pap_net::serve::raise_open_file_limit() {
         Ok(files) => tracing::info!(files, "open-file limit"),
@@ -371,27 +371,6 @@ fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     // A fresh file renamed into place: no link at the name, no descriptor a previous owner of
     // the file kept, reaches the credential (review N16).
     pap_shared::fs::write_private(path, text.as_bytes())
-}
-
-/// On each SIGHUP, reads the TLS certificate and key again (a renewal): new handshakes present
-/// the new pair, open connections keep theirs; a pair that does not load is logged and the one
-/// in use kept.
-fn reload_on_hangup(certificate: Arc<ReloadableCert>) {
-    #[cfg(unix)]
-    tokio::spawn(async move {
-        let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
-            tracing::warn!("SIGHUP cannot be caught here: the certificate reloads only on restart");
-            return;
-        };
-        while hangups.recv().await.is_some() {
-            match certificate.reload() {
-                Ok(()) => tracing::info!("SIGHUP: reloaded the TLS certificate and key"),
-                Err(error) => {
-                    tracing::warn!(%error, "SIGHUP: the TLS certificate and key did not load; keeping the ones in use")
-                }
-            }
-        }
-    });
 }
 
 fn parse_resolve(entries: &[String]) -> anyhow::Result<HashMap<String, SocketAddr>> {

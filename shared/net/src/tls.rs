@@ -118,6 +118,31 @@ impl ReloadableCert {
         Ok(())
     }
 
+    /// On each `SIGHUP`, reads the certificate and key again (a renewal): new handshakes present
+    /// the new pair, open connections keep theirs; a pair that does not load is logged and the
+    /// one in use kept. Spawns a task on the current runtime.
+    #[cfg(feature = "server")]
+    pub fn reload_on_hangup(self: &Arc<Self>) {
+        #[cfg(unix)]
+        {
+            let certificate = self.clone();
+            tokio::spawn(async move {
+                let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+                    tracing::warn!("SIGHUP cannot be caught here: the certificate reloads only on restart");
+                    return;
+                };
+                while hangups.recv().await.is_some() {
+                    match certificate.reload() {
+                        Ok(()) => tracing::info!("SIGHUP: reloaded the TLS certificate and key"),
+                        Err(error) => {
+                            tracing::warn!(%error, "SIGHUP: the TLS certificate and key did not load; keeping the ones in use");
+                        }
+                    }
+                }
+            });
+        }
+    }
+
     /// A server configuration presenting this certificate (as [`load_server_config`] does).
     pub fn server_config(self: &Arc<Self>) -> Result<Arc<ServerConfig>, TlsError> {
         server_config_resolving(self.clone())

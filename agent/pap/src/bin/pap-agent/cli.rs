@@ -100,12 +100,21 @@ pub(crate) enum Command {
     },
     /// Runs a rendezvous broker (AIP-59) for your own pairings: it pairs a host and a device
     /// that present the same route and relays their end-to-end encrypted messages, none of
-    /// which it can read. Plain WebSocket: put TLS in front of it to offer `wss://`.
-    #[command(after_help = "Example:\n  pap-agent rendezvous --listen 127.0.0.1:8788")]
+    /// which it can read. Over TLS (`wss://`) with --cert and --key (read again on SIGHUP);
+    /// plain `ws://` without them, which hosts and devices dial on loopback only.
+    #[command(
+        after_help = "Examples:\n  pap-agent rendezvous --listen 127.0.0.1:8788\n  pap-agent rendezvous --listen 0.0.0.0:443 --cert /etc/letsencrypt/live/rdv.example/fullchain.pem \\\n      --key /etc/letsencrypt/live/rdv.example/privkey.pem"
+    )]
     Rendezvous {
         /// Where to listen.
         #[arg(long, value_name = "ADDR")]
         listen: SocketAddr,
+        /// PEM certificate chain of the broker's domain: serve `wss://` (with --key).
+        #[arg(long, value_name = "PEM", requires = "key")]
+        cert: Option<PathBuf>,
+        /// PEM private key of --cert.
+        #[arg(long, value_name = "PEM", requires = "cert")]
+        key: Option<PathBuf>,
         /// Sockets one address may hold at once (an IPv6 address counts by its /64). A host
         /// parks two per pairing and per revoked pairing's tombstone, and one per open offer.
         #[arg(long, value_name = "N", default_value_t = pap_pair::broker::BrokerLimits::default().max_connections_per_address)]

@@ -64,7 +64,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Rendezvous {
             listen,
             max_sockets_per_address,
-        } => rendezvous(listen, max_sockets_per_address).await,
+            cert,
+            key,
+        } => rendezvous(listen, max_sockets_per_address, cert.zip(key)).await,
         Command::Devices { command } => devices_command(&state, &network, &command).await,
         Command::InstallMcp { client, config, tunnel } => {
             // The global options it runs with are the host's too (--connect and --trust-ca:
@@ -107,23 +109,46 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// `pap-agent rendezvous`: the broker until Ctrl-C or SIGTERM.
-async fn rendezvous(listen: SocketAddr, max_sockets_per_address: usize) -> anyhow::Result<()> {
+/// `pap-agent rendezvous`: the broker until Ctrl-C or SIGTERM; over TLS with `tls` (a
+/// certificate and its key, PEM, read again on SIGHUP).
+async fn rendezvous(
+    listen: SocketAddr,
+    max_sockets_per_address: usize,
+    tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+) -> anyhow::Result<()> {
+    let certificate = match &tls {
+        Some((cert, key)) => {
+            let certificate = pap_net::tls::ReloadableCert::load(cert, key).with_context(|| {
+                format!(
+                    "cannot load the TLS certificate {} and key {}: check both paths",
+                    cert.display(),
+                    key.display()
+                )
+            })?;
+            certificate.reload_on_hangup();
+            Some(certificate.server_config().context("building the TLS configuration")?)
+        }
+        None => None,
+    };
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("listening on {listen}"))?;
     let address = listener.local_addr()?;
-    eprintln!("rendezvous broker on ws://{address}/ (any path; hosts and devices add ?side=…&t=…)");
+    let scheme = if certificate.is_some() { "wss" } else { "ws" };
+    eprintln!("rendezvous broker on {scheme}://{address}/ (any path; hosts and devices add ?side=…&t=…)");
+    if certificate.is_none() && !address.ip().is_loopback() {
+        eprintln!(
+            "warning: plain WebSocket off loopback: hosts and devices dial wss:// only, so put TLS in front of this (or give --cert and --key)"
+        );
+    }
     let stats = std::sync::Arc::new(pap_pair::broker::BrokerStats::default());
-    pap_pair::broker::serve(
-        listener,
-        pap_pair::broker::BrokerLimits {
-            max_connections_per_address: max_sockets_per_address.max(1),
-            ..pap_pair::broker::BrokerLimits::default()
-        },
-        stats,
-        shutdown_signal(),
-    )
-    .await;
+    let limits = pap_pair::broker::BrokerLimits {
+        max_connections_per_address: max_sockets_per_address.max(1),
+        ..pap_pair::broker::BrokerLimits::default()
+    };
+    match certificate {
+        Some(tls) => pap_pair::broker::serve_tls(listener, tls, limits, stats, shutdown_signal()).await,
+        None => pap_pair::broker::serve(listener, limits, stats, shutdown_signal()).await,
+    }
     Ok(())
 }
