@@ -213,3 +213,128 @@ async fn a_bad_upgrade_is_refused_and_an_oversized_message_ends_its_pair() {
     // The sender's socket is ended for it, and its peer is told.
     assert_eq!(next(&mut daemon).await, Err(Some(close::PEER_CLOSED)));
 }
+
+/// A WebSocket to `broker` from the source address `from` (any of 127.0.0.0/8 on Linux).
+async fn dial_from(broker: &Broker, from: std::net::Ipv4Addr, side: &str, route: &str) -> Option<Socket> {
+    let url = format!("{}?side={side}&t={route}", broker.url);
+    let target = url::Url::parse(&url).unwrap().socket_addrs(|| None).unwrap()[0];
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind((from, 0).into()).unwrap();
+    let tcp = socket.connect(target).await.ok()?;
+    let dialed = tokio::time::timeout(
+        DEADLINE,
+        tokio_tungstenite::client_async(url, MaybeTlsStream::Plain(tcp)),
+    )
+    .await
+    .ok()?;
+    dialed.ok().map(|(socket, _)| socket)
+}
+
+/// Review S6: strangers from many networks fill the broker and keep dialing; the accept loop
+/// never stops, and a host and a device on a network of their own still pair and talk, each
+/// seated by closing (1013) a socket of the heaviest network.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_from_many_networks_never_stops_a_pairing_on_another() {
+    let broker = broker(BrokerLimits {
+        max_connections: 64,
+        max_connections_per_address: 8,
+        upgrade_burst: 10_000,
+        upgrades_per_minute: 600_000,
+        ..BrokerLimits::default()
+    })
+    .await;
+    // 16 networks (127.N.0.0/24), 8 sockets from each: twice what the broker holds.
+    let flooder = |n: u8| std::net::Ipv4Addr::new(127, 10 + n, 0, 1);
+    let mut flood = Vec::new();
+    for n in 0..16_u8 {
+        for k in 0..8 {
+            if let Some(socket) = dial_from(&broker, flooder(n), "daemon", &format!("flood-{n}-{k}")).await {
+                flood.push(socket);
+            }
+        }
+    }
+    let seated_first = flood.len();
+    // It keeps coming while the pairing happens.
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let (rounds, mut round) = tokio::sync::watch::channel(0_u32);
+    let url = broker.url.clone();
+    let again = tokio::spawn(async move {
+        let broker = Broker {
+            url,
+            stats: Arc::default(),
+            _stop: tokio::sync::oneshot::channel().0,
+        };
+        let (mut held, mut dials) = (Vec::new(), 0_u32);
+        loop {
+            for n in 0..16_u8 {
+                if stopped.try_recv().is_ok() {
+                    return dials;
+                }
+                dials += 1;
+                if let Some(socket) = dial_from(&broker, flooder(n), "daemon", &format!("again-{dials}")).await {
+                    held.push(socket);
+                }
+            }
+            held.truncate(256);
+            rounds.send_modify(|n| *n += 1);
+        }
+    });
+
+    // The pairing starts once the flood has gone round every network twice more.
+    tokio::time::timeout(DEADLINE, round.wait_for(|n| *n >= 2))
+        .await
+        .unwrap()
+        .unwrap();
+    let own = std::net::Ipv4Addr::new(127, 0, 0, 1);
+    let mut daemon = dial_from(&broker, own, "daemon", "legitimate")
+        .await
+        .expect("the host was not seated");
+    let mut client = dial_from(&broker, own, "client", "legitimate")
+        .await
+        .expect("the device was not seated");
+    client.send(Message::text("hello through a flood")).await.unwrap();
+    assert_eq!(next(&mut daemon).await.unwrap(), Message::text("hello through a flood"));
+    daemon.send(Message::text("reply through a flood")).await.unwrap();
+    assert_eq!(next(&mut client).await.unwrap(), Message::text("reply through a flood"));
+    let _ = stop.send(());
+    let dials = again.await.unwrap();
+
+    let evicted = broker.stats.evicted.load(Ordering::SeqCst);
+    let refused = broker.stats.refused.load(Ordering::SeqCst);
+    let figures = format!(
+        "{seated_first} of 128 first dials seated, {dials} more dials during the pairing, \
+         {evicted} sockets evicted, {refused} refused"
+    );
+    assert!(seated_first >= 64, "the broker held fewer than its cap: {figures}");
+    assert!(
+        evicted >= 2,
+        "the pairing was seated without evicting anyone: {figures}"
+    );
+}
+
+/// Review S6: what parked sockets hold for their pairs is bounded across the broker too; the
+/// socket that would pass the bound ends, and what the others hold still reaches their pairs.
+#[tokio::test]
+async fn parked_sockets_hold_at_most_the_brokers_early_bytes_between_them() {
+    let broker = broker(BrokerLimits {
+        max_early_bytes: 16,
+        ..BrokerLimits::default()
+    })
+    .await;
+    let mut first = dial(&broker, "daemon", "early-one").await;
+    parked(&broker, 1).await;
+    first.send(Message::text("ten bytes!")).await.unwrap();
+    // The broker has read (and holds) it once it answers a ping sent after it.
+    first.send(Message::Ping(Default::default())).await.unwrap();
+    tokio::time::timeout(DEADLINE, async {
+        while !matches!(first.next().await, Some(Ok(Message::Pong(_)))) {}
+    })
+    .await
+    .expect("no pong");
+    let mut second = dial(&broker, "daemon", "early-two").await;
+    parked(&broker, 2).await;
+    second.send(Message::text("ten more..")).await.unwrap();
+    assert_eq!(next(&mut second).await, Err(Some(close::PARK_TIMEOUT)));
+    let mut client = dial(&broker, "client", "early-one").await;
+    assert_eq!(next(&mut client).await.unwrap(), Message::text("ten bytes!"));
+}

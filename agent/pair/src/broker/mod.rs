@@ -4,15 +4,18 @@
 //! learns routes, addresses, sizes and timing, and nothing it could use to read, forge or pair.
 //!
 //! ```text
-//!  connections     at most `max_connections`, the next waiting in the kernel's queue; at
-//!                  most `max_connections_per_address` from one address (IPv6 by its /64),
-//!                  past which a new one is closed at once
+//!  connections     always accepted; at most `max_connections_per_address` from one address
+//!                  (IPv6 by its /64), past which a new one is closed at once; past
+//!                  `max_connections` in all, a newcomer is seated by closing (1013) the oldest
+//!                  socket of the heaviest holder, networks (IPv4 /24, IPv6 /48) sharing
+//!                  max-min fairly (`room`), or closed at once
 //!  dialing         at most `upgrade_burst` connections from one address, then
 //!                  `upgrades_per_minute`; past them closed at once
 //!  upgrade         within `handshake_timeout` (the TLS handshake included, with
 //!                  [`serve_tls`]); a bad side or route is refused 400
 //!  a lone socket   parked until its counterpart comes, at most `park_timeout` (close 4408);
-//!                  what it sends meanwhile (16 messages, `max_message_bytes` in all) waits
+//!                  what it sends meanwhile (16 messages, `max_message_bytes` in all, and
+//!                  `max_early_bytes` across the broker) waits
 //!  a route         one live socket per side: a second one, or a third on a live pair, 4409
 //!  a pair          relayed until either side closes (the other gets 4410) or nothing moved
 //!                  for `idle_timeout` (both get 4411)
@@ -26,15 +29,18 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::{SinkExt as _, StreamExt as _};
-use pap_net::shares::PerKey;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, oneshot};
+
+use room::{Room, Seat};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::StatusCode;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+
+mod room;
 
 /// The close codes the broker sends (the reference broker's).
 pub mod close {
@@ -46,6 +52,9 @@ pub mod close {
     pub const PEER_CLOSED: u16 = 4410;
     /// The pair was silent too long.
     pub const IDLE_TIMEOUT: u16 = 4411;
+    /// The broker was full and closed this socket to seat another network's (RFC 6455's
+    /// "Try Again Later"; not one of the reference broker's codes).
+    pub const TRY_AGAIN_LATER: u16 = 1013;
 }
 
 /// The longest route accepted (a route is 22 characters; an epoch route too).
@@ -70,6 +79,9 @@ pub struct BrokerLimits {
     pub idle_timeout: Duration,
     /// The largest message relayed (AIP-59 §5.5: the reference broker's 1 MiB).
     pub max_message_bytes: usize,
+    /// Bytes that parked sockets may hold for their pairs, all of them together (each at most
+    /// `max_message_bytes`).
+    pub max_early_bytes: usize,
     /// Connections one address (counted as above) may open in a burst...
     pub upgrade_burst: u32,
     /// ...and a minute after it: past them a connection is closed at once, before any upgrade
@@ -86,6 +98,7 @@ impl Default for BrokerLimits {
             park_timeout: Duration::from_secs(120),
             idle_timeout: Duration::from_secs(900),
             max_message_bytes: 1 << 20,
+            max_early_bytes: 64 << 20,
             upgrade_burst: 60,
             upgrades_per_minute: 600,
         }
@@ -146,6 +159,8 @@ pub struct BrokerStats {
     pub splices: AtomicU64,
     /// Upgrades and sockets refused since the start.
     pub refused: AtomicU64,
+    /// Sockets closed since the start to seat another network's when the broker was full.
+    pub evicted: AtomicU64,
     /// Everything the broker could see, line by line, when kept.
     pub journal: Journal,
 }
@@ -216,12 +231,19 @@ enum Side {
     Client,
 }
 
+/// A socket and its place in the [`Room`]: handed to its counterpart's task together, so a
+/// live pair holds both sides' seats and either side's eviction ends it.
+struct Held {
+    ws: Ws,
+    seat: Seat,
+}
+
 /// A route's state: one side parked (and how to hand it its counterpart), or a live pair.
 enum Route {
     Parked {
         side: Side,
         id: u64,
-        deliver: oneshot::Sender<Ws>,
+        deliver: oneshot::Sender<Held>,
     },
     Live,
 }
@@ -272,15 +294,14 @@ async fn run(
     stats: Arc<BrokerStats>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
-    let per_address = PerKey::new(limits.max_connections_per_address);
+    let room = Room::new(limits.max_connections, limits.max_connections_per_address);
+    let early = Arc::new(Semaphore::new(limits.max_early_bytes.min(Semaphore::MAX_PERMITS)));
     let attempts = Attempts::new(&limits);
     let routes = Arc::new(Routes::default());
     tokio::pin!(shutdown);
+    // Never waits for room before accepting: a full broker makes room, or closes the newcomer
+    // at once (S6: a cap taken before `accept` stopped the loop for everyone).
     loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
         let (tcp, peer) = tokio::select! {
             accepted = pap_net::serve::accept(&listener) => accepted,
             () = &mut shutdown => return,
@@ -291,15 +312,18 @@ async fn run(
             stats.refused.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        let Some(address_slot) = per_address.take(address) else {
-            // Closed at once, its slot given back: the address holds its share already.
-            stats.refused.fetch_add(1, Ordering::Relaxed);
-            continue;
+        let seat = match room.seat(peer.ip()) {
+            Ok(seat) => seat,
+            // Closed at once: the address holds its share already, or the broker is full and
+            // its network holds as many as any.
+            Err(_) => {
+                stats.refused.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
         };
-        let (routes, stats, tls) = (routes.clone(), stats.clone(), tls.clone());
+        let (routes, stats, tls, early) = (routes.clone(), stats.clone(), tls.clone(), early.clone());
         tokio::spawn(async move {
-            let _slots = (slot, address_slot);
-            connection(tcp, tls, limits, &routes, &stats).await;
+            connection(tcp, tls, seat, limits, &routes, &stats, &early).await;
         });
     }
 }
@@ -337,9 +361,11 @@ fn parse_upgrade(request: &Request) -> Option<(Side, String)> {
 async fn connection(
     tcp: TcpStream,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    seat: Seat,
     limits: BrokerLimits,
     routes: &Routes,
     stats: &BrokerStats,
+    early: &Arc<Semaphore>,
 ) {
     let mut upgrade = None;
     let callback = |request: &Request, response: Response| match parse_upgrade(request) {
@@ -368,24 +394,31 @@ async fn connection(
             .await
             .ok()
     };
-    let Ok(Some(ws)) = tokio::time::timeout(limits.handshake_timeout, handshake).await else {
+    let upgraded = tokio::select! {
+        upgraded = tokio::time::timeout(limits.handshake_timeout, handshake) => upgraded,
+        () = seat.evicted() => {
+            stats.evicted.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    let Ok(Some(ws)) = upgraded else {
         stats.refused.fetch_add(1, Ordering::Relaxed);
         return;
     };
     let Some((side, route)) = upgrade else {
         return;
     };
-    arrive(ws, side, route, limits, routes, stats).await;
+    arrive(Held { ws, seat }, side, route, limits, routes, stats, early).await;
 }
 
 /// What a socket arriving on a route does.
 enum Arrival {
     /// Its counterpart is parked: hand the socket over.
-    Complete(oneshot::Sender<Ws>),
+    Complete(oneshot::Sender<Held>),
     /// The route's side is taken, or the route has a live pair.
     Refuse,
     /// Park, waiting on this.
-    Park(u64, oneshot::Receiver<Ws>),
+    Park(u64, oneshot::Receiver<Held>),
 }
 
 impl Routes {
@@ -426,21 +459,29 @@ impl Routes {
 }
 
 /// A socket on `route`: it completes a parked counterpart, or parks, or is refused.
-async fn arrive(mut ws: Ws, side: Side, route: String, limits: BrokerLimits, routes: &Routes, stats: &BrokerStats) {
+async fn arrive(
+    mut own: Held,
+    side: Side,
+    route: String,
+    limits: BrokerLimits,
+    routes: &Routes,
+    stats: &BrokerStats,
+    early_budget: &Arc<Semaphore>,
+) {
     let (id, delivered) = loop {
         match routes.arrive(&route, side) {
             // The parked task relays from here; if it just ended (its socket closed or timed
             // out), this socket arrives again and parks in its place.
-            Arrival::Complete(deliver) => match deliver.send(ws) {
+            Arrival::Complete(deliver) => match deliver.send(own) {
                 Ok(()) => return,
                 Err(back) => {
                     routes.forget(&route);
-                    ws = back;
+                    own = back;
                 }
             },
             Arrival::Refuse => {
                 stats.refused.fetch_add(1, Ordering::Relaxed);
-                end(&mut ws, close::ROUTE_IN_USE, "route in use").await;
+                end(&mut own.ws, close::ROUTE_IN_USE, "route in use").await;
                 return;
             }
             Arrival::Park(id, delivered) => break (id, delivered),
@@ -449,19 +490,29 @@ async fn arrive(mut ws: Ws, side: Side, route: String, limits: BrokerLimits, rou
     stats.parked.fetch_add(1, Ordering::Relaxed);
     let mut delivered = delivered;
     // What a parked socket sends before its pair exists (a device's hello that beat the host
-    // to the route) waits for the pair, a bounded amount of it.
+    // to the route) waits for the pair, a bounded amount of it: per socket, and across the
+    // broker (`max_early_bytes`), so parked sockets cannot hold a gigabyte between them.
     let mut early: Vec<Message> = Vec::new();
     let mut early_bytes = 0_usize;
+    let mut early_held = Vec::new();
     let park_deadline = tokio::time::sleep(limits.park_timeout);
     tokio::pin!(park_deadline);
+    let mut evicted = false;
     let (counterpart, own_ended) = loop {
         tokio::select! {
             peer = &mut delivered => break (peer.ok(), false),
-            message = ws.next() => match message {
+            message = own.ws.next() => match message {
                 Some(Ok(message @ (Message::Text(_) | Message::Binary(_))))
                     if early.len() < MAX_EARLY_MESSAGES
                         && early_bytes + message.len() <= limits.max_message_bytes =>
                 {
+                    let Some(bytes) = u32::try_from(message.len())
+                        .ok()
+                        .and_then(|n| early_budget.clone().try_acquire_many_owned(n).ok())
+                    else {
+                        break (None, true);
+                    };
+                    early_held.push(bytes);
                     early_bytes += message.len();
                     early.push(message);
                 }
@@ -469,6 +520,10 @@ async fn arrive(mut ws: Ws, side: Side, route: String, limits: BrokerLimits, rou
                 // Its close, an error, or more early data than a pair may hold: it ends.
                 _ => break (None, true),
             },
+            () = own.seat.evicted() => {
+                evicted = true;
+                break (None, true);
+            }
             () = &mut park_deadline => break (None, false),
         }
     };
@@ -479,25 +534,36 @@ async fn arrive(mut ws: Ws, side: Side, route: String, limits: BrokerLimits, rou
         delivered.try_recv().ok()
     });
     stats.parked.fetch_sub(1, Ordering::Relaxed);
+    if evicted {
+        stats.evicted.fetch_add(1, Ordering::Relaxed);
+    }
     let peer = match counterpart {
         Some(mut peer) if own_ended => {
             routes.forget(&route);
-            end(&mut peer, close::PEER_CLOSED, "peer closed").await;
+            end(&mut peer.ws, close::PEER_CLOSED, "peer closed").await;
+            if evicted {
+                end(&mut own.ws, close::TRY_AGAIN_LATER, "the broker is full").await;
+            }
             return;
         }
         Some(peer) => peer,
         None => {
             routes.unpark(&route, id);
-            if !own_ended {
-                stats.refused.fetch_add(1, Ordering::Relaxed);
-            }
-            end(&mut ws, close::PARK_TIMEOUT, "no counterpart came").await;
+            let (code, reason) = if evicted {
+                (close::TRY_AGAIN_LATER, "the broker is full")
+            } else {
+                if !own_ended {
+                    stats.refused.fetch_add(1, Ordering::Relaxed);
+                }
+                (close::PARK_TIMEOUT, "no counterpart came")
+            };
+            end(&mut own.ws, code, reason).await;
             return;
         }
     };
     stats.splices.fetch_add(1, Ordering::Relaxed);
     stats.active.fetch_add(1, Ordering::Relaxed);
-    let (mut a, mut b) = (ws, peer);
+    let (mut a, mut b) = (own, peer);
     let mut code = None;
     let other = if side == Side::Daemon {
         Side::Client
@@ -513,11 +579,12 @@ async fn arrive(mut ws: Ws, side: Side, route: String, limits: BrokerLimits, rou
                 side_name(other)
             )
         });
-        if b.send(message).await.is_err() {
+        if b.ws.send(message).await.is_err() {
             code = Some(close::PEER_CLOSED);
             break;
         }
     }
+    drop(early_held);
     let code = match code {
         Some(code) => code,
         None => relay(&mut a, &mut b, [side, other], limits.idle_timeout, &stats.journal).await,
@@ -526,30 +593,43 @@ async fn arrive(mut ws: Ws, side: Side, route: String, limits: BrokerLimits, rou
     // once is not refused.
     routes.forget(&route);
     stats.active.fetch_sub(1, Ordering::Relaxed);
-    let reason = if code == close::IDLE_TIMEOUT {
-        "idle"
-    } else {
-        "peer closed"
+    if code == close::TRY_AGAIN_LATER {
+        stats.evicted.fetch_add(1, Ordering::Relaxed);
+    }
+    let reason = match code {
+        close::IDLE_TIMEOUT => "idle",
+        close::TRY_AGAIN_LATER => "the broker is full",
+        _ => "peer closed",
     };
-    end(&mut a, code, reason).await;
-    end(&mut b, code, reason).await;
+    end(&mut a.ws, code, reason).await;
+    end(&mut b.ws, code, reason).await;
+}
+
+/// What ended a relay's wait for its next message.
+enum Next {
+    Message(Option<Result<Message, tokio_tungstenite::tungstenite::Error>>, bool),
+    Evicted,
 }
 
 /// Relays every message between `a` and `b` unmodified until one side closes, fails, sends
-/// past the limit, or both are silent for `idle`; the close code both sides get.
-async fn relay(a: &mut Ws, b: &mut Ws, sides: [Side; 2], idle: Duration, journal: &Journal) -> u16 {
+/// past the limit, is evicted, or both are silent for `idle`; the close code both sides get.
+async fn relay(a: &mut Held, b: &mut Held, sides: [Side; 2], idle: Duration, journal: &Journal) -> u16 {
     loop {
         let next = tokio::time::timeout(idle, async {
             tokio::select! {
-                message = a.next() => (message, true),
-                message = b.next() => (message, false),
+                message = a.ws.next() => Next::Message(message, true),
+                message = b.ws.next() => Next::Message(message, false),
+                () = a.seat.evicted() => Next::Evicted,
+                () = b.seat.evicted() => Next::Evicted,
             }
         })
         .await;
-        let Ok((message, from_a)) = next else {
-            return close::IDLE_TIMEOUT;
+        let (message, from_a) = match next {
+            Err(_) => return close::IDLE_TIMEOUT,
+            Ok(Next::Evicted) => return close::TRY_AGAIN_LATER,
+            Ok(Next::Message(message, from_a)) => (message, from_a),
         };
-        let to = if from_a { &mut *b } else { &mut *a };
+        let to = if from_a { &mut b.ws } else { &mut a.ws };
         match message {
             Some(Ok(message @ (Message::Text(_) | Message::Binary(_)))) => {
                 journal.note(|| {
