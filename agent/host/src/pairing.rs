@@ -17,6 +17,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
+use pap_browser::store::SealingKey;
 use pap_shared::{Clock, Rng, UnixTime};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -191,6 +192,9 @@ pub enum DevicesError {
         #[source]
         source: serde_json::Error,
     },
+    /// The state directory's sealing key, which seals the pair roots, could not be opened.
+    #[error("the sealing key of the pair roots (STATE/keys/store.key): {0}")]
+    Sealing(#[source] pap_browser::store::SealError),
 }
 
 /// What `devices.json` holds.
@@ -222,8 +226,11 @@ struct DeviceRecord {
     tunnel: Option<TunnelRecord>,
 }
 
-/// A `pair/v2` pairing's broker and pair root (base64url): the root derives each day's route
-/// and auth tokens and the device's bearer, so nothing else about it is kept.
+/// A `pair/v2` pairing's broker and pair root: the root derives each day's route and auth
+/// tokens and the device's bearer, so nothing else about it is kept. The root is sealed with
+/// the state directory's key, bound to the device's id (base64url of the sealed bytes), so a
+/// copy of `devices.json` alone (a backup, a support bundle) pairs nobody (review S5); a root
+/// an older version wrote in clear is read and sealed on the file's next write.
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct TunnelRecord {
@@ -303,14 +310,32 @@ pub fn tunnel_bearer(pair_root: &[u8; 32]) -> Bearer {
     )))
 }
 
-fn decode_root(text: &str) -> Option<Zeroizing<[u8; 32]>> {
-    let bytes = Zeroizing::new(base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text).ok()?);
+/// What a pair root is sealed for: the device it belongs to (so roots cannot be swapped).
+fn root_purpose(device_id: &str) -> String {
+    format!("pap-host pair root {device_id}")
+}
+
+/// The pair root `stored` for `device_id`: sealed, or in clear as an older version wrote it.
+fn open_root(key: &SealingKey, device_id: &str, stored: &str) -> Option<Zeroizing<[u8; 32]>> {
+    let bytes = Zeroizing::new(base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(stored).ok()?);
+    let plain = if bytes.len() == 32 {
+        bytes
+    } else {
+        key.open_sealed(&root_purpose(device_id), &bytes).ok()?
+    };
     let mut root = Zeroizing::new([0_u8; 32]);
-    if bytes.len() != 32 {
+    if plain.len() != 32 {
         return None;
     }
-    root.copy_from_slice(&bytes);
+    root.copy_from_slice(&plain);
     Some(root)
+}
+
+/// `root` sealed for `device_id`, as stored.
+fn seal_root(key: &SealingKey, rng: &dyn Rng, device_id: &str, root: &[u8; 32]) -> Result<String, DevicesError> {
+    key.seal(rng, &root_purpose(device_id), root)
+        .map(|sealed| base64url(&sealed))
+        .map_err(DevicesError::Sealing)
 }
 
 fn digest_matches(stored: &str, presented: &str) -> bool {
@@ -331,6 +356,7 @@ struct CodeRecord {
 #[derive(Clone, Debug)]
 pub struct Devices {
     path: PathBuf,
+    state_dir: PathBuf,
 }
 
 impl Devices {
@@ -338,6 +364,7 @@ impl Devices {
     pub fn at(state_dir: &Path) -> Self {
         Self {
             path: state_dir.join("devices.json"),
+            state_dir: state_dir.to_owned(),
         }
     }
 
@@ -463,6 +490,7 @@ impl Devices {
     /// pairing leaves a tombstone: each day's route and auth digest for [`TOMBSTONE_DAYS`],
     /// and no pair root (AIP-59 §6.2). Whether it was paired.
     pub fn revoke(&self, id: &str, now: UnixTime) -> Result<bool, DevicesError> {
+        let key = self.sealing()?;
         self.update(|record| {
             record.tombstones.retain(|t| t.until > now);
             let Some(index) = record.devices.iter().position(|d| d.device.id == id) else {
@@ -470,7 +498,7 @@ impl Devices {
             };
             let removed = record.devices.remove(index);
             if let Some(tunnel) = removed.tunnel
-                && let Some(root) = decode_root(&tunnel.pair_root)
+                && let Some(root) = open_root(&key, id, &tunnel.pair_root)
             {
                 let today = pap_pair::derive::epoch_of(now.as_secs().saturating_mul(1000));
                 let epochs = (today.saturating_sub(1)..=today + TOMBSTONE_DAYS)
@@ -533,9 +561,10 @@ impl Devices {
                 .collect(),
             ..TunnelTargets::default()
         };
+        let key = self.sealing()?;
         for device in &record.devices {
             if let Some(tunnel) = &device.tunnel
-                && let Some(root) = decode_root(&tunnel.pair_root)
+                && let Some(root) = open_root(&key, &device.device.id, &tunnel.pair_root)
             {
                 targets
                     .pairings
@@ -579,7 +608,9 @@ impl Devices {
         client_name: &str,
         pair_root: &[u8; 32],
         now: UnixTime,
+        rng: &dyn Rng,
     ) -> Result<Option<Device>, DevicesError> {
+        let key = self.sealing()?;
         self.update(|record| {
             record.offers.retain(|o| o.expires_at > now);
             let Some(index) = record
@@ -606,7 +637,7 @@ impl Devices {
                 bearer_sha256: base64url(&bearer.digest()),
                 tunnel: Some(TunnelRecord {
                     rendezvous: offer.rendezvous,
-                    pair_root: base64url(pair_root),
+                    pair_root: seal_root(&key, rng, &device.id, pair_root)?,
                 }),
             });
             Ok(Some(device))
@@ -615,13 +646,21 @@ impl Devices {
 
     /// The pair root of the `pair/v2` device `id`, while it is paired.
     pub fn pair_root_of(&self, id: &str) -> Result<Option<Zeroizing<[u8; 32]>>, DevicesError> {
-        Ok(self
-            .read()?
+        let record = self.read()?;
+        let Some(tunnel) = record
             .devices
             .iter()
             .find(|d| d.device.id == id)
             .and_then(|d| d.tunnel.as_ref())
-            .and_then(|t| decode_root(&t.pair_root)))
+        else {
+            return Ok(None);
+        };
+        Ok(open_root(&self.sealing()?, id, &tunnel.pair_root))
+    }
+
+    /// The state directory's sealing key (made on first use), which seals the pair roots.
+    fn sealing(&self) -> Result<SealingKey, DevicesError> {
+        SealingKey::open(&self.state_dir, &pap_shared::SystemRng).map_err(DevicesError::Sealing)
     }
 
     /// Whether `auth` is the epoch auth a tombstone of `device_id` kept for `epoch` (constant
@@ -659,12 +698,40 @@ impl Devices {
         let _lock = self.lock()?;
         let mut record = self.read()?;
         let answer = change(&mut record)?;
+        self.seal_clear_roots(&mut record)?;
         let bytes = serde_json::to_vec_pretty(&record).map_err(|source| DevicesError::Format {
             path: self.path.clone(),
             source,
         })?;
         pap_browser::store::write_private(&self.path, &bytes).map_err(|e| self.io(e))?;
         Ok(answer)
+    }
+
+    /// Seals the roots an older version kept in clear (review S5), before the file is written.
+    fn seal_clear_roots(&self, record: &mut Record) -> Result<(), DevicesError> {
+        let clear = |stored: &str| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(stored)
+                .is_ok_and(|bytes| Zeroizing::new(bytes).len() == 32)
+        };
+        if !record
+            .devices
+            .iter()
+            .any(|d| d.tunnel.as_ref().is_some_and(|t| clear(&t.pair_root)))
+        {
+            return Ok(());
+        }
+        let key = self.sealing()?;
+        for device in &mut record.devices {
+            let id = device.device.id.clone();
+            if let Some(tunnel) = device.tunnel.as_mut()
+                && clear(&tunnel.pair_root)
+                && let Some(root) = open_root(&key, &id, &tunnel.pair_root)
+            {
+                tunnel.pair_root = seal_root(&key, &pap_shared::SystemRng, &id, &root)?;
+            }
+        }
+        Ok(())
     }
 
     fn lock(&self) -> Result<nix::fcntl::Flock<File>, DevicesError> {
@@ -816,20 +883,20 @@ mod tests {
         assert!(!devices.offer_auth_ok(&tokens.route, "wrong", now).unwrap());
         assert!(
             devices
-                .spend_offer(&tokens.route, "wrong", "x", &root, now)
+                .spend_offer(&tokens.route, "wrong", "x", &root, now, &SystemRng)
                 .unwrap()
                 .is_none()
         );
         assert!(devices.offer_auth_ok(&tokens.route, &tokens.auth, now).unwrap());
         let device = devices
-            .spend_offer(&tokens.route, &tokens.auth, "its own name", &root, now)
+            .spend_offer(&tokens.route, &tokens.auth, "its own name", &root, now, &SystemRng)
             .unwrap()
             .unwrap();
         assert_eq!((device.name.as_str(), device.via.as_str()), ("phone", "pair/v2"));
         // Single use.
         assert!(
             devices
-                .spend_offer(&tokens.route, &tokens.auth, "x", &root, now)
+                .spend_offer(&tokens.route, &tokens.auth, "x", &root, now, &SystemRng)
                 .unwrap()
                 .is_none()
         );
@@ -849,10 +916,59 @@ mod tests {
             .unwrap();
         assert!(
             devices
-                .spend_offer(&later.route, &later.auth, "x", &root, now.plus(600))
+                .spend_offer(&later.route, &later.auth, "x", &root, now.plus(600), &SystemRng)
                 .unwrap()
                 .is_none()
         );
+    }
+
+    #[test]
+    fn pair_roots_are_sealed_to_their_device_and_a_root_kept_in_clear_is_sealed_on_the_next_write() {
+        let (dir, devices) = devices();
+        let now = UnixTime::from_secs(1_800_000_000);
+        let pair = |secret: &str, root: [u8; 32], name: &str| {
+            let tokens = pap_pair::derive::offer_tokens(secret).unwrap();
+            devices
+                .open_offer(
+                    &tokens.route,
+                    &tokens.auth,
+                    "ws://127.0.0.1:1/",
+                    None,
+                    now.plus(600),
+                    now,
+                )
+                .unwrap();
+            devices
+                .spend_offer(&tokens.route, &tokens.auth, name, &root, now, &SystemRng)
+                .unwrap()
+                .unwrap()
+        };
+        let (root_a, root_b) = ([5_u8; 32], [6_u8; 32]);
+        let (a, b) = (pair("first", root_a, "phone"), pair("second", root_b, "laptop"));
+        // devices.json names neither root (review S5); the host still derives both.
+        let file = std::fs::read_to_string(devices.path.clone()).unwrap();
+        assert!(!file.contains(&base64url(&root_a)) && !file.contains(&base64url(&root_b)));
+        assert_eq!(*devices.pair_root_of(&a.id).unwrap().unwrap(), root_a);
+        assert_eq!(devices.tunnel_targets(now).unwrap().pairings.len(), 2);
+        // Without the state's key, a copy of the file pairs nobody.
+        let copy = Devices::at(&dir.path().join("elsewhere"));
+        std::fs::create_dir_all(dir.path().join("elsewhere")).unwrap();
+        std::fs::copy(&devices.path, &copy.path).unwrap();
+        assert!(copy.pair_root_of(&a.id).unwrap().is_none());
+        // A sealed root moved to another device opens for none.
+        let mut record: serde_json::Value = serde_json::from_str(&file).unwrap();
+        let sealed_a = record["devices"][0]["tunnel"]["pairRoot"].clone();
+        record["devices"][1]["tunnel"]["pairRoot"] = sealed_a;
+        std::fs::write(&devices.path, serde_json::to_vec(&record).unwrap()).unwrap();
+        assert!(devices.pair_root_of(&b.id).unwrap().is_none());
+        // A root an older version kept in clear is read, and sealed by the next write.
+        record["devices"][1]["tunnel"]["pairRoot"] = serde_json::json!(base64url(&root_b));
+        std::fs::write(&devices.path, serde_json::to_vec(&record).unwrap()).unwrap();
+        assert_eq!(*devices.pair_root_of(&b.id).unwrap().unwrap(), root_b);
+        devices.seen(&a, now).unwrap();
+        let file = std::fs::read_to_string(devices.path.clone()).unwrap();
+        assert!(!file.contains(&base64url(&root_b)), "the clear root was not sealed");
+        assert_eq!(*devices.pair_root_of(&b.id).unwrap().unwrap(), root_b);
     }
 
     #[test]
@@ -872,7 +988,7 @@ mod tests {
             .unwrap();
         let root = [9_u8; 32];
         let device = devices
-            .spend_offer(&tokens.route, &tokens.auth, "laptop", &root, now)
+            .spend_offer(&tokens.route, &tokens.auth, "laptop", &root, now, &SystemRng)
             .unwrap()
             .unwrap();
         let today = pap_pair::derive::epoch_of(now.as_secs() * 1000);

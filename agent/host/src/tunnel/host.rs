@@ -271,7 +271,14 @@ impl HostTunnel {
                 // Spent before the reply leaves: of two right hellos racing, one pairs.
                 let device = self
                     .devices
-                    .spend_offer(route, &auth, &shown_name(&session.client_name), &root, now)
+                    .spend_offer(
+                        route,
+                        &auth,
+                        &shown_name(&session.client_name),
+                        &root,
+                        now,
+                        self.rng.as_ref(),
+                    )
                     .ok()
                     .flatten()
                     .ok_or(LinkError::Pair(pap_pair::PairError::AuthRejected))?;

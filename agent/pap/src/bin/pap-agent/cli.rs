@@ -526,10 +526,10 @@ mod tests {
             let subcommands: Vec<_> = command.get_subcommands().cloned().collect();
             if !subcommands.is_empty() {
                 stack.extend(subcommands.into_iter().map(|c| (path.clone(), c)));
-            } else if !command
-                .get_after_help()
-                .is_some_and(|help| help.to_string().starts_with("Example:") && help.to_string().contains(&path))
-            {
+            } else if !command.get_after_help().is_some_and(|help| {
+                let help = help.to_string();
+                (help.starts_with("Example:") || help.starts_with("Examples:")) && help.contains(&path)
+            }) {
                 missing.push(path);
             }
         }
