@@ -338,3 +338,48 @@ async fn parked_sockets_hold_at_most_the_brokers_early_bytes_between_them() {
     let mut client = dial(&broker, "client", "early-one").await;
     assert_eq!(next(&mut client).await.unwrap(), Message::text("ten bytes!"));
 }
+
+/// Review of S6 (H1): a side that stops reading cannot hold its pair, the relay and both seats
+/// for ever. Its counterpart sends until the broker's writes to the stalled side fill every
+/// buffer between them; the broker gives the stalled side `write_timeout`, then ends the pair,
+/// and the sender hears 4410 while the stalled side has still read nothing.
+#[tokio::test]
+async fn a_side_that_stops_reading_ends_its_pair_at_the_write_deadline() {
+    let broker = broker(BrokerLimits {
+        write_timeout: Duration::from_millis(300),
+        ..BrokerLimits::default()
+    })
+    .await;
+    let _stalled = dial(&broker, "daemon", "stalled").await;
+    parked(&broker, 1).await;
+    let sender = dial(&broker, "client", "stalled").await;
+    let (mut tx, mut rx) = sender.split();
+    let chunk = Message::binary(vec![7_u8; 512 << 10]);
+    let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = sent.clone();
+    let sending = tokio::spawn(async move {
+        // Ends when the broker closes the pair (the send fails) or is dropped with the test.
+        while tx.send(chunk.clone()).await.is_ok() {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let code = tokio::time::timeout(DEADLINE * 4, async {
+        loop {
+            match rx.next().await {
+                Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => return None,
+            }
+        }
+    })
+    .await
+    .expect("the pair was never ended");
+    sending.abort();
+    let sent = sent.load(Ordering::SeqCst);
+    assert_eq!(code, Some(close::PEER_CLOSED), "after {sent} chunks of 512 KiB");
+    assert!(
+        sent >= 2,
+        "the broker ended the pair before any write stalled: {sent} chunks"
+    );
+    assert_eq!(broker.stats.active.load(Ordering::SeqCst), 0);
+}

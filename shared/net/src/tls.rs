@@ -125,12 +125,14 @@ impl ReloadableCert {
     pub fn reload_on_hangup(self: &Arc<Self>) {
         #[cfg(unix)]
         {
+            // Registered here, before the caller serves, so a SIGHUP sent once the server is
+            // up reloads rather than ends the process (SIGHUP's default action).
+            let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+                tracing::warn!("SIGHUP cannot be caught here: the certificate reloads only on restart");
+                return;
+            };
             let certificate = self.clone();
             tokio::spawn(async move {
-                let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
-                    tracing::warn!("SIGHUP cannot be caught here: the certificate reloads only on restart");
-                    return;
-                };
                 while hangups.recv().await.is_some() {
                     match certificate.reload() {
                         Ok(()) => tracing::info!("SIGHUP: reloaded the TLS certificate and key"),

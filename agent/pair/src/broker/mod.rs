@@ -14,11 +14,12 @@
 //!  upgrade         within `handshake_timeout` (the TLS handshake included, with
 //!                  [`serve_tls`]); a bad side or route is refused 400
 //!  a lone socket   parked until its counterpart comes, at most `park_timeout` (close 4408);
-//!                  what it sends meanwhile (16 messages, `max_message_bytes` in all, and
+//!                  what it sends meanwhile (16 messages, 64 KiB in all, and
 //!                  `max_early_bytes` across the broker) waits
 //!  a route         one live socket per side: a second one, or a third on a live pair, 4409
-//!  a pair          relayed until either side closes (the other gets 4410) or nothing moved
-//!                  for `idle_timeout` (both get 4411)
+//!  a pair          relayed until either side closes (the other gets 4410), nothing moved
+//!                  for `idle_timeout` (both get 4411), or one side took no message for
+//!                  `write_timeout` (both get 4410)
 //!  a message       at most `max_message_bytes` (1 MiB): a larger one ends its socket's pair
 //! ```
 
@@ -60,8 +61,14 @@ pub mod close {
 /// The longest route accepted (a route is 22 characters; an epoch route too).
 const MAX_ROUTE_LEN: usize = 128;
 /// How many messages a parked socket may send before its pair exists (they are relayed once
-/// it does); its `max_message_bytes` bound them in bytes too.
+/// it does)...
 const MAX_EARLY_MESSAGES: usize = 16;
+/// ...and how many bytes (or `max_message_bytes`, if smaller). What comes early is a device's
+/// hello (a few hundred bytes) that beat the host to the route; at this size the default
+/// `max_connections` parked sockets hold at most `max_early_bytes` (64 MiB) between them, and
+/// one address's share of sockets at most 4 MiB, so no address can take every other socket's
+/// room for its hello.
+const MAX_EARLY_BYTES: usize = 64 << 10;
 
 /// What the broker bounds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,6 +84,9 @@ pub struct BrokerLimits {
     pub park_timeout: Duration,
     /// How long a pair may be silent.
     pub idle_timeout: Duration,
+    /// How long one message may take to reach a side of a pair: a side that stops reading
+    /// (its TCP window full) ends its pair, rather than holding the relay and both seats.
+    pub write_timeout: Duration,
     /// The largest message relayed (AIP-59 §5.5: the reference broker's 1 MiB).
     pub max_message_bytes: usize,
     /// Bytes that parked sockets may hold for their pairs, all of them together (each at most
@@ -97,6 +107,7 @@ impl Default for BrokerLimits {
             handshake_timeout: Duration::from_secs(10),
             park_timeout: Duration::from_secs(120),
             idle_timeout: Duration::from_secs(900),
+            write_timeout: Duration::from_secs(30),
             max_message_bytes: 1 << 20,
             max_early_bytes: 64 << 20,
             upgrade_burst: 60,
@@ -490,8 +501,11 @@ async fn arrive(
     stats.parked.fetch_add(1, Ordering::Relaxed);
     let mut delivered = delivered;
     // What a parked socket sends before its pair exists (a device's hello that beat the host
-    // to the route) waits for the pair, a bounded amount of it: per socket, and across the
-    // broker (`max_early_bytes`), so parked sockets cannot hold a gigabyte between them.
+    // to the route) waits for the pair, a bounded amount of it: per socket
+    // (`MAX_EARLY_BYTES`) and across the broker (`max_early_bytes`). (A message the socket
+    // has begun but not finished sending sits in tungstenite's read buffer, outside this
+    // count: up to `max_message_bytes` more per socket, as on any socket.)
+    let early_cap = MAX_EARLY_BYTES.min(limits.max_message_bytes);
     let mut early: Vec<Message> = Vec::new();
     let mut early_bytes = 0_usize;
     let mut early_held = Vec::new();
@@ -504,7 +518,7 @@ async fn arrive(
             message = own.ws.next() => match message {
                 Some(Ok(message @ (Message::Text(_) | Message::Binary(_))))
                     if early.len() < MAX_EARLY_MESSAGES
-                        && early_bytes + message.len() <= limits.max_message_bytes =>
+                        && early_bytes + message.len() <= early_cap =>
                 {
                     let Some(bytes) = u32::try_from(message.len())
                         .ok()
@@ -579,15 +593,20 @@ async fn arrive(
                 side_name(other)
             )
         });
-        if b.ws.send(message).await.is_err() {
-            code = Some(close::PEER_CLOSED);
+        if let Err(ended) = forward(&mut b.ws, message, [&a.seat, &b.seat], limits.write_timeout).await {
+            code = Some(ended);
             break;
         }
     }
     drop(early_held);
+    if code.is_none() {
+        // A full room closes parked sockets before a live pair's.
+        a.seat.live();
+        b.seat.live();
+    }
     let code = match code {
         Some(code) => code,
-        None => relay(&mut a, &mut b, [side, other], limits.idle_timeout, &stats.journal).await,
+        None => relay(&mut a, &mut b, [side, other], limits, &stats.journal).await,
     };
     // The route is free before either side hears of the end, so a side that dials again at
     // once is not refused.
@@ -611,11 +630,26 @@ enum Next {
     Evicted,
 }
 
+/// Sends `message` to `to` within `deadline`, unless either seat of the pair is evicted first;
+/// the close code the pair ends with if not.
+async fn forward(to: &mut Ws, message: Message, seats: [&Seat; 2], deadline: Duration) -> Result<(), u16> {
+    tokio::select! {
+        sent = tokio::time::timeout(deadline, to.send(message)) => match sent {
+            Ok(Ok(())) => Ok(()),
+            // It failed, or its side stopped reading: the pair ends as if it closed.
+            Ok(Err(_)) | Err(_) => Err(close::PEER_CLOSED),
+        },
+        () = seats[0].evicted() => Err(close::TRY_AGAIN_LATER),
+        () = seats[1].evicted() => Err(close::TRY_AGAIN_LATER),
+    }
+}
+
 /// Relays every message between `a` and `b` unmodified until one side closes, fails, sends
-/// past the limit, is evicted, or both are silent for `idle`; the close code both sides get.
-async fn relay(a: &mut Held, b: &mut Held, sides: [Side; 2], idle: Duration, journal: &Journal) -> u16 {
+/// past the limit, stops reading for `write_timeout`, is evicted, or both are silent for
+/// `idle_timeout`; the close code both sides get.
+async fn relay(a: &mut Held, b: &mut Held, sides: [Side; 2], limits: BrokerLimits, journal: &Journal) -> u16 {
     loop {
-        let next = tokio::time::timeout(idle, async {
+        let next = tokio::time::timeout(limits.idle_timeout, async {
             tokio::select! {
                 message = a.ws.next() => Next::Message(message, true),
                 message = b.ws.next() => Next::Message(message, false),
@@ -629,6 +663,7 @@ async fn relay(a: &mut Held, b: &mut Held, sides: [Side; 2], idle: Duration, jou
             Ok(Next::Evicted) => return close::TRY_AGAIN_LATER,
             Ok(Next::Message(message, from_a)) => (message, from_a),
         };
+        let seats = [&a.seat, &b.seat];
         let to = if from_a { &mut b.ws } else { &mut a.ws };
         match message {
             Some(Ok(message @ (Message::Text(_) | Message::Binary(_)))) => {
@@ -637,8 +672,8 @@ async fn relay(a: &mut Held, b: &mut Held, sides: [Side; 2], idle: Duration, jou
                     let [from, to] = if from_a { sides } else { [sides[1], sides[0]] };
                     format!("relay {}→{} {kind} {size} bytes", side_name(from), side_name(to))
                 });
-                if to.send(message).await.is_err() {
-                    return close::PEER_CLOSED;
+                if let Err(code) = forward(to, message, seats, limits.write_timeout).await {
+                    return code;
                 }
             }
             // tungstenite answers PINGs itself; the answer goes out with the next write.

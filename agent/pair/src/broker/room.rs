@@ -9,8 +9,10 @@
 //!  address   IPv4 as it is, IPv6 by its /64          at most `per_address`, past it refused
 //!  network   IPv4 by its /24, IPv6 by its /48        the unit the cap is shared by
 //!  full      a newcomer whose network holds at least two fewer sockets than the heaviest
-//!            network is seated, and that network's heaviest address loses its oldest socket;
-//!            otherwise the newcomer is refused
+//!            network is seated, and that network's heaviest address loses its oldest parked
+//!            socket (its oldest live pair's only if none is parked); otherwise the newcomer
+//!            is refused; ties go to the lowest network and address, so the choice does not
+//!            depend on a hash map's order
 //! ```
 //!
 //! So sockets are shared max-min fairly between networks: a flood from many addresses of a
@@ -70,7 +72,15 @@ struct Held {
     /// Sockets per network.
     networks: HashMap<IpAddr, usize>,
     /// Each address's sockets, oldest first.
-    addresses: HashMap<IpAddr, VecDeque<(u64, Arc<Notify>)>>,
+    addresses: HashMap<IpAddr, VecDeque<Socket>>,
+}
+
+/// One seated socket: its id, whether it is one side of a live pair, and its eviction signal.
+#[derive(Debug)]
+struct Socket {
+    id: u64,
+    live: bool,
+    evict: Arc<Notify>,
 }
 
 impl Room {
@@ -106,7 +116,7 @@ impl Room {
             let heaviest = held
                 .networks
                 .iter()
-                .max_by_key(|(_, count)| **count)
+                .max_by_key(|(network, count)| (**count, std::cmp::Reverse(**network)))
                 .map(|(network, count)| (*network, *count));
             let Some((victim_network, count)) = heaviest.filter(|(_, count)| own + 1 < *count) else {
                 return Err(Refused::Full);
@@ -116,13 +126,13 @@ impl Room {
                 .addresses
                 .iter()
                 .filter(|(address, _)| network_of(**address) == victim_network)
-                .max_by_key(|(_, sockets)| sockets.len())
+                .max_by_key(|(address, sockets)| (sockets.len(), std::cmp::Reverse(**address)))
                 .map(|(address, _)| *address);
             let Some(victim_address) = victim_address else {
                 return Err(Refused::Full);
             };
-            if let Some((_, evict)) = held.remove_oldest(victim_address, victim_network) {
-                evict.notify_one();
+            if let Some(evicted) = held.remove_oldest(victim_address, victim_network) {
+                evicted.evict.notify_one();
             }
         }
         let id = held.next_id;
@@ -130,10 +140,11 @@ impl Room {
         let evicted = Arc::new(Notify::new());
         held.total += 1;
         *held.networks.entry(network).or_default() += 1;
-        held.addresses
-            .entry(address)
-            .or_default()
-            .push_back((id, evicted.clone()));
+        held.addresses.entry(address).or_default().push_back(Socket {
+            id,
+            live: false,
+            evict: evicted.clone(),
+        });
         Ok(Seat {
             id,
             address,
@@ -145,10 +156,12 @@ impl Room {
 }
 
 impl Held {
-    /// Forgets `address`'s oldest socket (of `network`), returning its signal.
-    fn remove_oldest(&mut self, address: IpAddr, network: IpAddr) -> Option<(u64, Arc<Notify>)> {
+    /// Forgets `address`'s oldest parked socket (of `network`), or its oldest if all are
+    /// live, returning it.
+    fn remove_oldest(&mut self, address: IpAddr, network: IpAddr) -> Option<Socket> {
         let sockets = self.addresses.get_mut(&address)?;
-        let oldest = sockets.pop_front()?;
+        let at = sockets.iter().position(|socket| !socket.live).unwrap_or(0);
+        let oldest = sockets.remove(at)?;
         if sockets.is_empty() {
             self.addresses.remove(&address);
         }
@@ -161,7 +174,7 @@ impl Held {
         let Some(sockets) = self.addresses.get_mut(&address) else {
             return;
         };
-        let Some(at) = sockets.iter().position(|(held, _)| *held == id) else {
+        let Some(at) = sockets.iter().position(|socket| socket.id == id) else {
             return;
         };
         sockets.remove(at);
@@ -197,6 +210,19 @@ impl Seat {
     /// Completes once this socket has been evicted (at once if it already was).
     pub(super) async fn evicted(&self) {
         self.evicted.notified().await;
+    }
+
+    /// Marks this socket one side of a live pair: its address's parked sockets are closed
+    /// before it when the room needs one.
+    pub(super) fn live(&self) {
+        let mut held = self.room.lock();
+        if let Some(socket) = held
+            .addresses
+            .get_mut(&self.address)
+            .and_then(|sockets| sockets.iter_mut().find(|socket| socket.id == self.id))
+        {
+            socket.live = true;
+        }
     }
 }
 
@@ -258,5 +284,25 @@ mod tests {
         drop(c1);
         assert_eq!(room.len(), 3);
         assert!(room.seat(v4("203.0.113.1")).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_parked_socket_goes_before_a_live_pairs_and_ties_go_to_the_lowest_network() {
+        let room = Room::new(4, 4);
+        // Two networks of two sockets each: the tie goes to the lower network, 192.0.2.0.
+        let live = room.seat(v4("192.0.2.1")).unwrap();
+        let parked = room.seat(v4("192.0.2.1")).unwrap();
+        let other = [
+            room.seat(v4("198.51.100.1")).unwrap(),
+            room.seat(v4("198.51.100.1")).unwrap(),
+        ];
+        live.live();
+        // 0 + 1 < 2: a third network is seated, and the older socket, being live, is kept.
+        let _newcomer = room.seat(v4("203.0.113.1")).unwrap();
+        assert!(is_evicted(&parked).await);
+        assert!(!is_evicted(&live).await);
+        for seat in &other {
+            assert!(!is_evicted(seat).await);
+        }
     }
 }
