@@ -35,6 +35,7 @@ use pap_shared::{CompactJws, Rng};
 use crate::client::ResolveError;
 use crate::metrics;
 use crate::page::message_page;
+use crate::store::StoreError;
 use crate::verify::{Verifier, VerifyError};
 use crate::web_cookie::CookieBindings;
 
@@ -256,11 +257,12 @@ impl JoinRefusal {
 
 impl IntoResponse for JoinRefusal {
     /// 400 with a short page for every refusal of the request or the assertion; 503 when a
-    /// store could not answer (the assertion was not accepted, and may be tried again).
+    /// store could not answer, 429 when the client is over its share of one (the assertion
+    /// was not accepted, and may be tried again).
     fn into_response(self) -> Response {
         tracing::warn!(reason = self.code(), "browser join refused");
         match self {
-            Self::Verify(VerifyError::Store(error)) => return unavailable(error.retry_after()),
+            Self::Verify(VerifyError::Store(error)) => return store_refused(error),
             Self::Verify(VerifyError::Client(ResolveError::Busy)) => return unavailable(BUSY_RETRY_SECONDS),
             _ => {}
         }
@@ -274,6 +276,14 @@ impl IntoResponse for JoinRefusal {
 
 /// How long a browser is asked to wait when the client resolver is at its fetch limit.
 const BUSY_RETRY_SECONDS: &str = "5";
+
+/// The answer when a store refused: 429 for a client over its share of it, 503 otherwise,
+/// with the error's `Retry-After`.
+pub fn store_refused(error: StoreError) -> Response {
+    let mut response = unavailable(error.retry_after());
+    *response.status_mut() = error.status();
+    response
+}
 
 /// The answer when a store (or the resolver) cannot answer now: 503, no cookie, a short page,
 /// `Retry-After: retry_after` seconds.

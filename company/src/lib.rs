@@ -6,6 +6,7 @@ mod browser_session;
 mod client;
 mod expiry;
 mod join_store;
+mod mark_set;
 pub mod metrics;
 pub mod page;
 pub mod records;
@@ -33,7 +34,7 @@ mod web_session;
 pub mod route {
     pub use crate::browser_session::{
         BROWSER_SESSION_PATH, BrowserSession, JoinRefusal, MAX_FORM_BYTES, RequestError, browser_session_router,
-        unavailable,
+        store_refused, unavailable,
     };
     pub use crate::web_form::{CsrfMismatch, SameOrigin, SameOriginRejection};
     pub use crate::web_session::{WebSession, WebSessionRejection};
@@ -75,7 +76,7 @@ pub mod limits {
     };
     #[cfg(feature = "redis")]
     pub use crate::redis_store::{RECORDS_SHARE, SESSION_COPIES, SESSION_COPY_LIFETIME, WAIT_TIMEOUT};
-    pub use crate::replay::{REPLAY_CAPACITY, REPLAY_SHARE};
+    pub use crate::replay::{REPLAY_CAPACITY, REPLAY_PRESSURE, REPLAY_SHARE, REPLAY_SHARE_DIVISOR};
     pub use crate::requester_share::REQUESTER_ADDRESSES;
     pub use crate::session::{SESSION_CAPACITY, SESSIONS_PER_CLIENT};
     pub use crate::share::{OWNER_SHARE_DIVISOR, SHARE_BUCKET_SECONDS};

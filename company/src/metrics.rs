@@ -61,6 +61,7 @@ pub(crate) fn resolver_stale_served() {
 pub fn store_error(error: StoreError) {
     let error = match error {
         StoreError::Full => "full",
+        StoreError::OverShare => "over_share",
         StoreError::Unavailable => "unavailable",
     };
     metrics::counter!(STORE_ERRORS, "error" => error).increment(1);

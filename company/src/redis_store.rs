@@ -44,10 +44,10 @@ use redis::{AsyncCommands as _, Script};
 
 use crate::join_store::{Committed, Freshness, JoinCommit, JoinStore, SeenSession};
 use crate::records::{Change, Expect, Records, Stored, Write};
-use crate::replay::REPLAY_SHARE;
+use crate::replay::{REPLAY_PRESSURE, REPLAY_SHARE};
 use crate::replay::{ReplayGuard, ReplayKey};
 use crate::session::{RecordSessions, SessionRecord};
-use crate::share::{Owner, SHARE_BUCKET_SECONDS, bucket_end};
+use crate::share::{Buckets, Owner, SHARE_BUCKET_SECONDS, bucket_end};
 use crate::slot::{self, SlotTag};
 use crate::store::StoreError;
 use crate::verify::IAT_SKEW_SECONDS;
@@ -78,8 +78,12 @@ pub struct RedisStore {
     prefix: Arc<str>,
     scripts: Arc<Scripts>,
     clock: Arc<dyn Clock>,
-    /// How many live replay marks one owner may hold.
+    /// How many live replay marks one owner may hold under pressure.
     replay_share: u64,
+    /// From how many live marks made through this process the shares bind.
+    replay_pressure: u64,
+    /// The live marks made through this process (the pressure's reading).
+    live_marks: Arc<std::sync::Mutex<Buckets>>,
     /// How many live records (and counts) one owner may have created.
     records_share: u64,
     /// How many replicas must hold a write before it counts as made (0: the primary's word).
@@ -99,9 +103,16 @@ pub struct RedisOptions {
     pub ca_pem: Option<Vec<u8>>,
     /// The company's clock, on which replay marks are kept until `exp` plus the skew.
     pub clock: Arc<dyn Clock>,
-    /// How many live replay marks one owner (a client's registrable domain) may hold (review
-    /// N3): a client flooding Redis with marks is refused past it, and no one else is.
+    /// How many live replay marks one owner (a client's registrable domain) may hold under
+    /// pressure (review N3): a client flooding Redis with marks is refused past it (429), and
+    /// no one else is.
     pub replay_share: u64,
+    /// From how many live marks made through this process the shares bind (issue 42; 0:
+    /// always): below it one owner takes what others leave. Counted per process, as the
+    /// address shares are (Redis keeps no global count, which on a Cluster would be one hot
+    /// key in every join's script): N replicas bind at N times it in all. Size Redis's
+    /// `maxmemory` for it.
+    pub replay_pressure: u64,
     /// How many live records (Sessions, tokens, codes, operations, counts) one owner may have
     /// created (review N3): past it that owner's new records are refused, and no one else's.
     pub records_share: u64,
@@ -121,6 +132,7 @@ impl Default for RedisOptions {
             ca_pem: None,
             clock: Arc::new(SystemClock),
             replay_share: REPLAY_SHARE,
+            replay_pressure: REPLAY_PRESSURE,
             records_share: RECORDS_SHARE,
             wait_replicas: 0,
         }
@@ -133,6 +145,7 @@ impl fmt::Debug for RedisOptions {
             .field("password", &self.password.as_ref().map(|_| "[redacted]"))
             .field("ca_pem", &self.ca_pem.as_ref().map(Vec::len))
             .field("replay_share", &self.replay_share)
+            .field("replay_pressure", &self.replay_pressure)
             .field("records_share", &self.records_share)
             .field("wait_replicas", &self.wait_replicas)
             .finish_non_exhaustive()
@@ -241,6 +254,8 @@ impl RedisStore {
             connection,
             clock: options.clock,
             replay_share: options.replay_share,
+            replay_pressure: options.replay_pressure,
+            live_marks: Arc::default(),
             records_share: options.records_share,
             wait_replicas: options.wait_replicas,
             prefix: Arc::from(prefix),
@@ -339,9 +354,28 @@ impl RedisStore {
     /// Adds a replay mark to a script's keys and arguments (see `mark_lua!`): the mark's key
     /// and its owner's tally; the mark's TTL, the share, the company's clock, the end of the
     /// bucket the mark counts in, the prefix of the owner's bucket keys, the window, the
-    /// buckets' length and the TTL of a new bucket.
-    fn mark_args(&self, invocation: &mut redis::ScriptInvocation<'_>, key: &ReplayKey, expires_at: UnixTime) {
+    /// buckets' length and the TTL of a new bucket. The share is unbounded while this process
+    /// is below its pressure. Answers until when the mark lives, to count it with
+    /// [`Self::marked`] once made.
+    fn mark_args(
+        &self,
+        invocation: &mut redis::ScriptInvocation<'_>,
+        key: &ReplayKey,
+        expires_at: UnixTime,
+    ) -> UnixTime {
         let now = self.clock.now();
+        let share = {
+            let mut live = self
+                .live_marks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            live.settle(now);
+            if live.live() >= self.replay_pressure {
+                self.replay_share
+            } else {
+                u64::MAX
+            }
+        };
         let ttl_ms = mark_ttl_ms(expires_at, now);
         let tally = self.tally_key(key.owner());
         // The bucket the mark expires in, on the company's clock (never past the window the
@@ -360,13 +394,27 @@ impl RedisStore {
             .key(self.replay_key(key))
             .key(&tally)
             .arg(ttl_ms)
-            .arg(self.replay_share)
+            .arg(share)
             .arg(now.as_secs())
             .arg(ends)
             .arg(format!("{tally}:"))
             .arg(SHARE_WINDOW_SECONDS)
             .arg(SHARE_BUCKET_SECONDS)
             .arg(bucket_ttl_ms);
+        until
+    }
+
+    /// From how many live marks made through this process the shares bind.
+    pub fn replay_pressure(&self) -> u64 {
+        self.replay_pressure
+    }
+
+    /// Counts a mark made until `until` towards this process's pressure.
+    fn marked(&self, until: UnixTime) {
+        self.live_marks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .add(until);
     }
 
     /// Adds a cookie's binding to a script's keys and arguments (see `bind_lua!`).
@@ -397,15 +445,18 @@ impl ReplayGuard for RedisStore {
     /// doc).
     async fn mark_once(&self, key: ReplayKey, expires_at: UnixTime) -> Result<bool, StoreError> {
         let mut invocation = self.scripts.mark.prepare_invoke();
-        self.mark_args(&mut invocation, &key, expires_at);
+        let until = self.mark_args(&mut invocation, &key, expires_at);
         let code: i64 = invocation
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(|e| unavailable(&e))?;
         match code {
-            MARKED => self.replicated().await.map(|()| true),
+            MARKED => {
+                self.marked(until);
+                self.replicated().await.map(|()| true)
+            }
             REPLAYED => Ok(false),
-            _ => Err(StoreError::Full),
+            _ => Err(StoreError::OverShare),
         }
     }
 }
@@ -561,7 +612,7 @@ impl JoinStore for RedisStore {
         invocation
             .key(self.key("record", &RecordSessions::key(commit.session)))
             .arg(commit.seen.stamp.map(|v| v.to_string()).unwrap_or_default());
-        self.mark_args(&mut invocation, &commit.replay, commit.expires_at);
+        let until = self.mark_args(&mut invocation, &commit.replay, commit.expires_at);
         if let Some(cookie) = &commit.cookie {
             self.bind_args(
                 &mut invocation,
@@ -575,9 +626,12 @@ impl JoinStore for RedisStore {
             .await
             .map_err(|e| unavailable(&e))?;
         match code {
-            MARKED => self.replicated().await.map(|()| Committed::Joined),
+            MARKED => {
+                self.marked(until);
+                self.replicated().await.map(|()| Committed::Joined)
+            }
             REPLAYED => Ok(Committed::Replayed),
-            OVER_SHARE => Err(StoreError::Full),
+            OVER_SHARE => Err(StoreError::OverShare),
             _ => {
                 self.session_copies.invalidate(commit.session);
                 Ok(Committed::SessionMoved)

@@ -7,8 +7,9 @@ use async_trait::async_trait;
 use pap_shared::{ClientId, Clock, Jti, UnixTime};
 use sha2::{Digest, Sha256};
 
-use crate::share::{ExpiringShares, OWNER_SHARE_DIVISOR, Owner};
-use crate::store::{Bounded, StoreError, WhenFull};
+use crate::mark_set::{MarkKey, MarkSet};
+use crate::share::{ExpiringShares, Owner};
+use crate::store::StoreError;
 
 /// The replay key of a browser assertion: SHA-256 over its namespace, `client_id` and `jti`,
 /// and the [`Owner`] whose share of the guard its mark counts against (review N3).
@@ -74,6 +75,13 @@ impl ReplayKey {
     pub fn owner(&self) -> Owner {
         self.owner
     }
+
+    /// The embedded guard's key: the hash's first 16 bytes.
+    fn mark_key(&self) -> MarkKey {
+        let mut key = [0; 16];
+        key.copy_from_slice(&self.hash[..16]);
+        key
+    }
 }
 
 impl fmt::Debug for ReplayKey {
@@ -99,23 +107,36 @@ pub trait ReplayGuard: Send + Sync + fmt::Debug {
     async fn mark_once(&self, key: ReplayKey, expires_at: UnixTime) -> Result<bool, StoreError>;
 }
 
-/// How many marks the embedded guard holds at most: a minute of joins at over 16,000 a second.
-/// Past it, new joins are refused (503) rather than a live mark dropped, which would reopen its
-/// assertion to replay.
-pub const REPLAY_CAPACITY: u64 = 1_000_000;
+/// How many marks the embedded guard holds at most: more than a minute of joins at 45,000 a
+/// second, in about 190 MB (62 bytes a mark, [`crate::mark_set`]). Past it, new joins are refused (503) rather
+/// than a live mark dropped, which would reopen its assertion to replay.
+pub const REPLAY_CAPACITY: u64 = 3_000_000;
 
-/// How many live marks one owner (the registrable domain of a client) holds at most by
-/// default, in memory or in Redis: an eighth of [`REPLAY_CAPACITY`] (review N3).
-pub const REPLAY_SHARE: u64 = REPLAY_CAPACITY / OWNER_SHARE_DIVISOR;
+/// The guard's share of one owner under pressure is this fraction (1/16) of its capacity.
+pub const REPLAY_SHARE_DIVISOR: u64 = 16;
 
-/// The embedded replay guard: a moka cache of marks (`entry().or_insert_with_if()` decides
-/// under the key's lock, so of many concurrent callers exactly one wins), each kept until its
-/// `exp`, never evicted before: a full guard refuses new marks instead ([`StoreError::Full`]).
-/// One owner (the registrable domain of the marking client) holds at most its share of the
-/// marks ([`OWNER_SHARE_DIVISOR`]): a client flooding the guard is refused, the others are not.
+/// How many live marks one owner (the registrable domain of a client, or a client address)
+/// keeps under pressure, in memory or in Redis (review N3): a sixteenth of
+/// [`REPLAY_CAPACITY`], 187,500 marks, about 2,900 joins a second held for a mark's 65 s.
+pub const REPLAY_SHARE: u64 = REPLAY_CAPACITY / REPLAY_SHARE_DIVISOR;
+
+/// From how many live marks the shares bind (issue 42): half the guard. Below it an owner
+/// takes what others leave, so one agent with many users is refused only past 1,500,000 live
+/// marks (23,000 joins a second held for 65 s, more than this machine's cores verify); above
+/// it an owner at its share gets 429, and the other half of the guard is the room that
+/// owners within their share keep: a flood from one owner fills half the guard, and it takes
+/// eight more owners at their share to fill the rest.
+pub const REPLAY_PRESSURE: u64 = REPLAY_CAPACITY / 2;
+
+/// The embedded replay guard: a bounded set of marks ([`crate::mark_set::MarkSet`]; of many
+/// concurrent callers marking one key exactly one wins), each kept until its `exp`, never
+/// dropped before: a full guard refuses new marks instead ([`StoreError::Full`]). Under
+/// pressure one owner (the registrable domain of the marking client) holds at most its share
+/// of the marks ([`ExpiringShares`]): a client flooding the guard is refused, the others are
+/// not.
 #[derive(Clone)]
 pub struct MemoryReplayGuard {
-    marks: Arc<Bounded<ReplayKey, ()>>,
+    marks: Arc<MarkSet>,
     shares: Arc<ExpiringShares>,
     clock: Arc<dyn Clock>,
 }
@@ -126,16 +147,24 @@ impl MemoryReplayGuard {
         Self::with_capacity(REPLAY_CAPACITY, clock)
     }
 
-    /// An empty guard of at most `capacity` marks, an eighth of them per owner.
+    /// An empty guard of at most `capacity` marks, a sixteenth of them per owner once half
+    /// are live.
     pub fn with_capacity(capacity: u64, clock: Arc<dyn Clock>) -> Self {
-        Self::with_limits(capacity, (capacity / OWNER_SHARE_DIVISOR).max(1), clock)
+        Self::with_limits(capacity, (capacity / REPLAY_SHARE_DIVISOR).max(1), clock)
     }
 
-    /// An empty guard of at most `capacity` marks, at most `share` of them per owner.
+    /// An empty guard of at most `capacity` marks, at most `share` of them per owner once half
+    /// are live.
     pub fn with_limits(capacity: u64, share: u64, clock: Arc<dyn Clock>) -> Self {
+        Self::with_pressure(capacity, share, capacity / 2, clock)
+    }
+
+    /// An empty guard of at most `capacity` marks, at most `share` of them per owner once
+    /// `pressure` are live (0: always).
+    pub fn with_pressure(capacity: u64, share: u64, pressure: u64, clock: Arc<dyn Clock>) -> Self {
         Self {
-            marks: Arc::new(Bounded::new(capacity, WhenFull::Refuse, clock.clone())),
-            shares: Arc::new(ExpiringShares::new(share)),
+            marks: Arc::new(MarkSet::new(capacity)),
+            shares: Arc::new(ExpiringShares::new(share, pressure)),
             clock,
         }
     }
@@ -150,18 +179,18 @@ impl MemoryReplayGuard {
         self.len() == 0
     }
 
-    /// Drops the marks whose `exp` has passed (moka does so as real time passes), and the
-    /// owners that no longer hold any.
+    /// Drops the marks whose `exp` has passed, and the owners that no longer hold any.
     pub fn sweep(&self) {
-        self.marks.sweep();
-        self.shares.sweep(self.clock.now());
+        let now = self.clock.now();
+        self.marks.sweep(now);
+        self.shares.sweep(now);
     }
 }
 
 impl fmt::Debug for MemoryReplayGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryReplayGuard")
-            .field("marks", &self.marks)
+            .field("marks", &self.marks.len())
             .field("shares", &self.shares)
             .finish()
     }
@@ -170,15 +199,17 @@ impl fmt::Debug for MemoryReplayGuard {
 #[async_trait]
 impl ReplayGuard for MemoryReplayGuard {
     async fn mark_once(&self, key: ReplayKey, expires_at: UnixTime) -> Result<bool, StoreError> {
-        if let Err(full) = self.shares.take(key.owner, expires_at, self.clock.now()) {
+        let now = self.clock.now();
+        let mark = key.mark_key();
+        if let Err(refused) = self.shares.take(key.owner, expires_at, now) {
             // A held key is a no whether or not its owner is over its share.
-            return if self.marks.get(&key).is_some() {
+            return if self.marks.contains(&mark, now) {
                 Ok(false)
             } else {
-                Err(full)
+                Err(refused)
             };
         }
-        let fresh = self.marks.insert_once(key, (), expires_at);
+        let fresh = self.marks.insert_once(mark, expires_at, now);
         if !matches!(fresh, Ok(true)) {
             self.shares.give_back(key.owner, expires_at);
         }
@@ -264,8 +295,8 @@ mod tests {
     #[tokio::test]
     async fn a_client_filling_the_guard_fills_only_its_own_share() {
         let clock = at(1_000);
-        // 16 marks, 2 per owner.
-        let guard = MemoryReplayGuard::with_capacity(16, clock.clone());
+        // 16 marks, 2 per owner, the shares binding from the first mark.
+        let guard = MemoryReplayGuard::with_pressure(16, 2, 0, clock.clone());
         let evil = |i: usize| {
             ReplayKey::browser_assertion(
                 &ClientId::parse(&format!("https://c{i}.evil.example/agent.json")).unwrap(),
@@ -276,7 +307,7 @@ mod tests {
         assert_eq!(guard.mark_once(evil(0), exp).await, Ok(true));
         assert_eq!(guard.mark_once(evil(1), exp).await, Ok(true));
         // Another client of the same registrable domain is the same owner.
-        assert_eq!(guard.mark_once(evil(2), exp).await, Err(StoreError::Full));
+        assert_eq!(guard.mark_once(evil(2), exp).await, Err(StoreError::OverShare));
         assert_eq!(
             guard.mark_once(evil(0), exp).await,
             Ok(false),
@@ -289,6 +320,35 @@ mod tests {
         // The owner's room comes back once its marks' buckets end.
         clock.0.store(1_070, std::sync::atomic::Ordering::SeqCst);
         assert_eq!(guard.mark_once(evil(2), UnixTime::from_secs(1_130)).await, Ok(true));
+    }
+
+    #[tokio::test]
+    async fn one_owner_takes_what_others_leave_until_half_the_guard_then_the_others_their_share() {
+        let clock = at(1_000);
+        // 32 marks, 2 per owner once 16 are live.
+        let guard = MemoryReplayGuard::with_capacity(32, clock.clone());
+        let exp = UnixTime::from_secs(1_060);
+        let big = |i: usize| {
+            ReplayKey::browser_assertion(
+                &ClientId::parse("https://popular.example/agent.json").unwrap(),
+                &Jti::parse(&format!("{i:0>22}")).unwrap(),
+            )
+        };
+        for i in 0..16 {
+            assert_eq!(
+                guard.mark_once(big(i), exp).await,
+                Ok(true),
+                "mark {i}: no pressure yet"
+            );
+        }
+        assert_eq!(guard.mark_once(big(16), exp).await, Err(StoreError::OverShare));
+        assert_eq!(guard.mark_once(key("AAAAAAAAAAAAAAAAAAAAAA"), exp).await, Ok(true));
+        assert_eq!(guard.mark_once(key("BBBBBBBBBBBBBBBBBBBBBB"), exp).await, Ok(true));
+        assert_eq!(
+            guard.mark_once(key("CCCCCCCCCCCCCCCCCCCCCC"), exp).await,
+            Err(StoreError::OverShare),
+            "under pressure, every owner keeps its share and no more"
+        );
     }
 
     #[test]

@@ -33,16 +33,17 @@ pub struct RequesterShares {
 }
 
 impl RequesterShares {
-    /// At most `share` live marks per requester address, at most [`REQUESTER_ADDRESSES`]
-    /// addresses.
-    pub fn new(share: u64, clock: Arc<dyn Clock>) -> Arc<Self> {
-        Self::with_limits(share, REQUESTER_ADDRESSES, clock)
+    /// At most `share` live marks per requester address once `pressure` marks are live
+    /// through this process (0: always; below it an address takes what others leave, as in
+    /// [`crate::share::ExpiringShares`]), at most [`REQUESTER_ADDRESSES`] addresses.
+    pub fn new(share: u64, pressure: u64, clock: Arc<dyn Clock>) -> Arc<Self> {
+        Self::with_limits(share, pressure, REQUESTER_ADDRESSES, clock)
     }
 
-    /// At most `share` live marks per requester address, at most `addresses` addresses.
-    pub fn with_limits(share: u64, addresses: usize, clock: Arc<dyn Clock>) -> Arc<Self> {
+    /// As [`Self::new`], at most `addresses` addresses.
+    pub fn with_limits(share: u64, pressure: u64, addresses: usize, clock: Arc<dyn Clock>) -> Arc<Self> {
         Arc::new(Self {
-            shares: ExpiringShares::with_owner_cap(share, addresses),
+            shares: ExpiringShares::with_owner_cap(share, pressure, addresses),
             clock,
         })
     }
@@ -85,7 +86,8 @@ impl fmt::Debug for RequesterShares {
 }
 
 /// A replay guard or a join store whose new marks also count against the requester's address
-/// ([`RequesterShares`]): past its share, [`StoreError::Full`] before the store is asked.
+/// ([`RequesterShares`]): past its share under pressure, [`StoreError::OverShare`] before the
+/// store is asked.
 pub struct PerRequester<T: ?Sized> {
     inner: Arc<T>,
     shares: Arc<RequesterShares>,
@@ -152,7 +154,7 @@ mod tests {
     #[tokio::test]
     async fn an_address_holds_its_share_of_marks_whatever_the_domains_it_signs_for() {
         let clock = ManualClock::at(1_000);
-        let shares = RequesterShares::new(2, clock.clone());
+        let shares = RequesterShares::new(2, 0, clock.clone());
         let inner: Arc<dyn ReplayGuard> = Arc::new(MemoryReplayGuard::new(clock.clone()));
         let guard = PerRequester::new(inner, shares.clone());
         let exp = UnixTime::from_secs(1_060);
@@ -162,7 +164,7 @@ mod tests {
             assert_eq!(guard.mark_once(key("bob.github.io"), exp).await, Ok(true));
             assert_eq!(
                 guard.mark_once(key("carol.github.io"), exp).await,
-                Err(StoreError::Full),
+                Err(StoreError::OverShare),
                 "a third domain from the same address"
             );
         })
@@ -198,7 +200,7 @@ mod tests {
     #[tokio::test]
     async fn at_most_so_many_addresses_are_held_and_a_swept_one_makes_room() {
         let clock = ManualClock::at(1_000);
-        let shares = RequesterShares::with_limits(10, 2, clock.clone());
+        let shares = RequesterShares::with_limits(10, 0, 2, clock.clone());
         let inner: Arc<dyn ReplayGuard> = Arc::new(MemoryReplayGuard::new(clock.clone()));
         let guard = PerRequester::new(inner, shares.clone());
         let exp = UnixTime::from_secs(1_060);

@@ -10,8 +10,11 @@
 //! - work no client authenticated (the `/device` page's attempt counts) against the client
 //!   **address** it came from.
 //!
-//! An owner holds at most [`OWNER_SHARE_DIVISOR`]-th of a store's capacity: one owner, or
-//! seven, leave the rest working. Owners are kept as 8 bytes of a hash, never as a name, so a
+//! Under pressure an owner holds at most its share of a store (an [`OWNER_SHARE_DIVISOR`]-th
+//! of the records, a [`crate::replay::REPLAY_SHARE_DIVISOR`]-th of the replay guard): one
+//! owner, or several, leave the rest working. Replay marks' shares bind only under pressure
+//! ([`ExpiringShares`]): an honest agent with many users is never capped by a guard no one
+//! else is filling. Owners are kept as 8 bytes of a hash, never as a name, so a
 //! store's memory per owner is fixed and nothing an owner sends reaches a log.
 
 use std::collections::{HashMap, VecDeque};
@@ -78,87 +81,153 @@ impl fmt::Debug for Owner {
 /// until the end of the bucket its expiry falls in, at most this much longer than it lives.
 pub const SHARE_BUCKET_SECONDS: i64 = 10;
 
-/// Live items per owner, for items that are never removed before they expire (replay marks):
-/// counted in buckets of [`SHARE_BUCKET_SECONDS`] by when they expire, so an owner's live
-/// count is the sum of its buckets that have not ended, without a timer or a scan of the items.
-pub(crate) struct ExpiringShares {
-    share: u64,
-    /// How many owners it holds at most: a new owner past it is refused until the sweep.
-    max_owners: usize,
-    owners: Mutex<HashMap<Owner, VecDeque<Bucket>>>,
+/// Live items counted in buckets of [`SHARE_BUCKET_SECONDS`] by when they expire: the live
+/// count is the sum of the buckets that have not ended, kept as a running total, without a
+/// timer or a scan of the items.
+#[derive(Debug, Default)]
+pub(crate) struct Buckets {
+    buckets: VecDeque<Bucket>,
+    live: u64,
 }
 
-/// The items of one owner that expire before `ends` (and after the previous bucket's end).
+/// The items that expire before `ends` (and after the previous bucket's end).
 #[derive(Clone, Copy, Debug)]
 struct Bucket {
     ends: i64,
     items: u64,
 }
 
-impl ExpiringShares {
-    /// At most `share` live items per owner (the owners bounded by the caller's capacity).
-    pub(crate) fn new(share: u64) -> Self {
-        Self::with_owner_cap(share, usize::MAX)
-    }
-
-    /// At most `share` live items per owner, and at most `max_owners` owners.
-    pub(crate) fn with_owner_cap(share: u64, max_owners: usize) -> Self {
-        Self {
-            share,
-            max_owners,
-            owners: Mutex::default(),
+impl Buckets {
+    /// Drops the buckets that ended by `now`.
+    pub(crate) fn settle(&mut self, now: UnixTime) {
+        while let Some(bucket) = self.buckets.front().copied() {
+            if bucket.ends > now.as_secs() {
+                break;
+            }
+            self.buckets.pop_front();
+            self.live = self.live.saturating_sub(bucket.items);
         }
     }
 
-    /// Counts one item of `owner` that lives until `until`, refused ([`StoreError::Full`]) when
-    /// the owner already holds its share at `now`. A caller whose item turns out not to be
-    /// stored gives it back with [`Self::give_back`].
+    /// How many items are live (as of the last [`Self::settle`]).
+    pub(crate) fn live(&self) -> u64 {
+        self.live
+    }
+
+    /// Counts one item that lives until `until`.
+    pub(crate) fn add(&mut self, until: UnixTime) {
+        let ends = bucket_end(until);
+        // Items mostly arrive in expiry order (the newest bucket); the buckets stay sorted.
+        match self.buckets.iter().rposition(|b| b.ends <= ends) {
+            Some(i) if self.buckets[i].ends == ends => self.buckets[i].items += 1,
+            Some(i) => self.buckets.insert(i + 1, Bucket { ends, items: 1 }),
+            None => self.buckets.push_front(Bucket { ends, items: 1 }),
+        }
+        self.live += 1;
+    }
+
+    /// Uncounts one item [`Self::add`] counted until `until`.
+    pub(crate) fn give_back(&mut self, until: UnixTime) {
+        let ends = bucket_end(until);
+        if let Some(bucket) = self.buckets.iter_mut().find(|b| b.ends == ends && b.items > 0) {
+            bucket.items -= 1;
+            self.live = self.live.saturating_sub(1);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+}
+
+/// Live items per owner, for items that are never removed before they expire (replay marks),
+/// and shares that bind only under pressure (issue 42): while fewer than `pressure` items are
+/// live in all, an owner takes what others leave (one popular agent may hold far more than
+/// its share when no one else needs the room); from `pressure` on, an owner at its `share` is
+/// refused ([`StoreError::OverShare`], answered 429) until its items expire or the pressure
+/// eases, while owners below their share still take room. The room between `pressure` and the
+/// store's capacity is what owners within their share keep when a flood comes.
+pub(crate) struct ExpiringShares {
+    share: u64,
+    pressure: u64,
+    /// How many owners it holds at most: a new owner past it is refused until the sweep.
+    max_owners: usize,
+    tally: Mutex<Tally>,
+}
+
+#[derive(Default)]
+struct Tally {
+    owners: HashMap<Owner, Buckets>,
+    all: Buckets,
+}
+
+impl ExpiringShares {
+    /// At most `share` live items per owner once `pressure` items are live in all (the owners
+    /// bounded by the caller's capacity).
+    pub(crate) fn new(share: u64, pressure: u64) -> Self {
+        Self::with_owner_cap(share, pressure, usize::MAX)
+    }
+
+    /// As [`Self::new`], and at most `max_owners` owners.
+    pub(crate) fn with_owner_cap(share: u64, pressure: u64, max_owners: usize) -> Self {
+        Self {
+            share,
+            pressure,
+            max_owners,
+            tally: Mutex::default(),
+        }
+    }
+
+    /// Counts one item of `owner` that lives until `until`; refused with
+    /// [`StoreError::OverShare`] when the owner already holds its share at `now` and the items
+    /// live in all are at the pressure, [`StoreError::Full`] when a new owner finds the owners
+    /// at their cap. A caller whose item turns out not to be stored gives it back with
+    /// [`Self::give_back`].
     pub(crate) fn take(&self, owner: Owner, until: UnixTime, now: UnixTime) -> Result<(), StoreError> {
-        let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut tally = self.tally.lock().unwrap_or_else(PoisonError::into_inner);
+        let Tally { owners, all } = &mut *tally;
         if owners.len() >= self.max_owners && !owners.contains_key(&owner) {
             return Err(StoreError::Full);
         }
+        all.settle(now);
         let buckets = owners.entry(owner).or_default();
-        while buckets.front().is_some_and(|b| b.ends <= now.as_secs()) {
-            buckets.pop_front();
+        buckets.settle(now);
+        if buckets.live() >= self.share && all.live() >= self.pressure {
+            return Err(StoreError::OverShare);
         }
-        if buckets.iter().map(|b| b.items).sum::<u64>() >= self.share {
-            return Err(StoreError::Full);
-        }
-        let ends = bucket_end(until);
-        // Items mostly arrive in expiry order (the newest bucket); the buckets stay sorted.
-        match buckets.iter().rposition(|b| b.ends <= ends) {
-            Some(i) if buckets[i].ends == ends => buckets[i].items += 1,
-            Some(i) => buckets.insert(i + 1, Bucket { ends, items: 1 }),
-            None => buckets.push_front(Bucket { ends, items: 1 }),
-        }
+        buckets.add(until);
+        all.add(until);
         Ok(())
     }
 
     /// Gives back an item [`Self::take`] counted that was not stored after all (a replay).
     pub(crate) fn give_back(&self, owner: Owner, until: UnixTime) {
-        let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
-        let ends = bucket_end(until);
-        if let Some(bucket) = owners
-            .get_mut(&owner)
-            .and_then(|buckets| buckets.iter_mut().find(|b| b.ends == ends))
-        {
-            bucket.items = bucket.items.saturating_sub(1);
+        let mut tally = self.tally.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(buckets) = tally.owners.get_mut(&owner) {
+            buckets.give_back(until);
+            tally.all.give_back(until);
         }
     }
 
     /// Forgets the owners whose items have all expired, so the map holds only live owners.
     pub(crate) fn sweep(&self, now: UnixTime) {
-        let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
-        owners.retain(|_, buckets| {
-            buckets.retain(|b| b.ends > now.as_secs() && b.items > 0);
+        let mut tally = self.tally.lock().unwrap_or_else(PoisonError::into_inner);
+        tally.all.settle(now);
+        tally.owners.retain(|_, buckets| {
+            buckets.settle(now);
             !buckets.is_empty()
         });
     }
 
     /// How many owners are held (live or not yet swept).
     pub(crate) fn owners(&self) -> usize {
-        self.owners.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.tally.lock().unwrap_or_else(PoisonError::into_inner).owners.len()
+    }
+
+    /// How many items are live in all (as of the last take or sweep).
+    #[cfg(test)]
+    pub(crate) fn live(&self) -> u64 {
+        self.tally.lock().unwrap_or_else(PoisonError::into_inner).all.live()
     }
 }
 
@@ -166,6 +235,7 @@ impl fmt::Debug for ExpiringShares {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ExpiringShares")
             .field("share", &self.share)
+            .field("pressure", &self.pressure)
             .field("owners", &self.owners())
             .finish()
     }
@@ -208,7 +278,8 @@ mod tests {
 
     #[test]
     fn an_owner_holds_its_share_and_gets_room_back_as_items_expire() {
-        let shares = ExpiringShares::new(3);
+        // Pressure 0: the shares always bind.
+        let shares = ExpiringShares::new(3, 0);
         let (evil, atlas) = (owner("https://evil.example/a"), owner("https://atlas.example/a"));
         let now = UnixTime::from_secs(1_000);
         for until in [1_060, 1_030, 1_065] {
@@ -216,26 +287,26 @@ mod tests {
         }
         assert_eq!(
             shares.take(evil, UnixTime::from_secs(1_060), now),
-            Err(StoreError::Full)
+            Err(StoreError::OverShare)
         );
         shares.take(atlas, UnixTime::from_secs(1_060), now).unwrap();
         // The item until 1,030 counts until its bucket ends at 1,040.
         let later = UnixTime::from_secs(1_039);
         assert_eq!(
             shares.take(evil, UnixTime::from_secs(1_090), later),
-            Err(StoreError::Full)
+            Err(StoreError::OverShare)
         );
         let later = UnixTime::from_secs(1_040);
         shares.take(evil, UnixTime::from_secs(1_090), later).unwrap();
         assert_eq!(
             shares.take(evil, UnixTime::from_secs(1_090), later),
-            Err(StoreError::Full)
+            Err(StoreError::OverShare)
         );
     }
 
     #[test]
     fn an_item_given_back_frees_its_room_and_swept_owners_are_forgotten() {
-        let shares = ExpiringShares::new(1);
+        let shares = ExpiringShares::new(1, 0);
         let evil = owner("https://evil.example/a");
         let now = UnixTime::from_secs(1_000);
         shares.take(evil, UnixTime::from_secs(1_060), now).unwrap();
@@ -244,5 +315,28 @@ mod tests {
         assert_eq!(shares.owners(), 1);
         shares.sweep(UnixTime::from_secs(1_070));
         assert_eq!(shares.owners(), 0);
+    }
+
+    #[test]
+    fn shares_bind_only_under_pressure_and_an_owner_within_its_share_still_takes_room() {
+        // A share of 2, binding once 6 items are live in all.
+        let shares = ExpiringShares::new(2, 6);
+        let (big, small) = (owner("https://big.example/a"), owner("https://small.example/a"));
+        let now = UnixTime::from_secs(1_000);
+        let until = UnixTime::from_secs(1_060);
+        // Alone, the big owner takes what no one else needs: three times its share.
+        for _ in 0..6 {
+            shares.take(big, until, now).unwrap();
+        }
+        assert_eq!(shares.take(big, until, now), Err(StoreError::OverShare));
+        // Under pressure, an owner below its share still takes it, and no more.
+        shares.take(small, until, now).unwrap();
+        shares.take(small, until, now).unwrap();
+        assert_eq!(shares.take(small, until, now), Err(StoreError::OverShare));
+        assert_eq!(shares.live(), 8);
+        // Once the items expire, the pressure is gone and the big owner takes again.
+        let later = UnixTime::from_secs(1_070);
+        shares.take(big, UnixTime::from_secs(1_130), later).unwrap();
+        assert_eq!(shares.live(), 1);
     }
 }

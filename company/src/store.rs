@@ -24,6 +24,11 @@ pub enum StoreError {
     /// The store is at its capacity and holds nothing it may drop: new work is refused.
     #[error("the store is full")]
     Full,
+    /// The store is under pressure and the owner of the new record (a client's registrable
+    /// domain, or a client address) already holds its share of it: the owner is asked to
+    /// slow down (429), the others are not refused.
+    #[error("this client holds its share of the store")]
+    OverShare,
     /// The store cannot be reached (a distributed store down): nothing is decided without it.
     #[error("the store is unavailable")]
     Unavailable,
@@ -31,12 +36,23 @@ pub enum StoreError {
 
 impl StoreError {
     /// How long a caller refused for it is asked to wait, in seconds (`Retry-After`): a full
-    /// store frees room as records expire (a minute covers a replay mark), a store that is
-    /// down is worth trying again soon.
+    /// store frees room as records expire (a minute covers a replay mark), an owner over its
+    /// share gets room back as its oldest bucket of marks ends (every 10 s while it keeps
+    /// marking), a store that is down is worth trying again soon.
     pub fn retry_after(self) -> &'static str {
         match self {
             Self::Full => "60",
+            Self::OverShare => "10",
             Self::Unavailable => "5",
+        }
+    }
+
+    /// The HTTP status a refusal for it answers: 429 for an owner over its share (it is the
+    /// one asked to slow down), 503 otherwise (the company cannot take the request now).
+    pub fn status(self) -> http::StatusCode {
+        match self {
+            Self::OverShare => http::StatusCode::TOO_MANY_REQUESTS,
+            Self::Full | Self::Unavailable => http::StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 }
@@ -118,21 +134,6 @@ where
             "a refusing store's refusal must be handled"
         );
         self.cache.insert(key, Timed { value, until });
-    }
-
-    /// Stores `value` for `key` until `until` unless a live record is there: true for exactly
-    /// one caller per key while the record lives, however many call at once.
-    pub(crate) fn insert_once(&self, key: K, value: V, until: UnixTime) -> Result<bool, StoreError> {
-        if let Err(full) = self.admit() {
-            // A held key is a no whether or not the store is full.
-            return if self.get(&key).is_some() { Ok(false) } else { Err(full) };
-        }
-        let now = self.clock.now();
-        let entry = self
-            .cache
-            .entry(key)
-            .or_insert_with_if(|| Timed { value, until }, |held| held.until <= now);
-        Ok(entry.is_fresh())
     }
 
     /// The live record of `key`, or `make()`'s, stored until `until`, in a store that evicts
@@ -361,10 +362,6 @@ mod tests {
             store.insert(key, (), UnixTime::from_secs(1_010)).unwrap();
         }
         assert_eq!(store.insert(3, (), UnixTime::from_secs(1_010)), Err(StoreError::Full));
-        assert_eq!(
-            store.insert_once(4, (), UnixTime::from_secs(1_010)),
-            Err(StoreError::Full)
-        );
         // Replacing a held key is no new record.
         store.insert(2, (), UnixTime::from_secs(1_020)).unwrap();
         assert!((0..3).all(|k| store.get(&k).is_some()), "nothing live was dropped");
@@ -382,25 +379,14 @@ mod tests {
     }
 
     #[test]
-    fn insert_once_has_one_winner_and_an_expired_record_counts_as_absent() {
+    fn update_changes_a_live_record_only() {
         let clock = clock();
-        let store: Arc<Bounded<u32, u32>> = Arc::new(Bounded::new(10, WhenFull::Refuse, clock.clone()));
-        let winners: usize = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..16)
-                .map(|i| {
-                    let store = store.clone();
-                    scope.spawn(move || store.insert_once(7, i, UnixTime::from_secs(1_005)).unwrap())
-                })
-                .collect();
-            handles.into_iter().map(|h| usize::from(h.join().unwrap())).sum()
-        });
-        assert_eq!(winners, 1);
-        assert!(!store.insert_once(7, 99, UnixTime::from_secs(1_005)).unwrap());
-        clock.0.store(1_005, Ordering::SeqCst);
-        assert!(store.insert_once(7, 99, UnixTime::from_secs(1_010)).unwrap());
-        assert_eq!(store.get(&7), Some(99));
+        let store: Bounded<u32, u32> = Bounded::new(10, WhenFull::Refuse, clock.clone());
+        store.insert(7, 99, UnixTime::from_secs(1_010)).unwrap();
         assert!(store.update(&7, |v| *v += 1));
         assert_eq!(store.get(&7), Some(100));
         assert!(!store.update(&8, |v| *v += 1));
+        clock.0.store(1_010, Ordering::SeqCst);
+        assert!(!store.update(&7, |v| *v += 1), "an expired record is absent");
     }
 }

@@ -358,6 +358,7 @@ impl VerifyError {
             Self::SessionOwnerMismatch => "session_owner_mismatch",
             Self::SessionNotLive => "session_not_live",
             Self::Store(StoreError::Full) => "store_full",
+            Self::Store(StoreError::OverShare) => "over_share",
             Self::Store(StoreError::Unavailable) => "store_unavailable",
             Self::UnsupportedAlgorithm => "unsupported_algorithm",
             Self::WrongAudience => "wrong_audience",

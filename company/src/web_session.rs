@@ -77,7 +77,7 @@ impl IntoResponse for WebSessionRejection {
     fn into_response(self) -> Response {
         tracing::info!(reason = %self, "web request without a live signed-in Session");
         if let Self::Store(error) = self {
-            return crate::browser_session::unavailable(error.retry_after());
+            return crate::browser_session::store_refused(error);
         }
         message_page(
             StatusCode::UNAUTHORIZED,

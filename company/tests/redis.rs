@@ -9,6 +9,7 @@ use crate::support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::response::IntoResponse as _;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use pap_company::records::{Change, Expect, Records as _, Write};
@@ -72,6 +73,7 @@ async fn a_domain_filling_its_replay_share_is_refused_and_no_one_else_is(server:
     let replica = || async {
         let options = RedisOptions {
             replay_share: 3,
+            replay_pressure: 0,
             ..RedisOptions::default()
         };
         RedisStore::connect_with(&server.url(), "shop", options).await.unwrap()
@@ -90,12 +92,12 @@ async fn a_domain_filling_its_replay_share_is_refused_and_no_one_else_is(server:
     let over = evil(3);
     assert_eq!(
         b.mark_once(over, exp).await,
-        Err(StoreError::Full),
+        Err(StoreError::OverShare),
         "the share holds across replicas"
     );
     assert_eq!(
         a.mark_once(over, exp).await,
-        Err(StoreError::Full),
+        Err(StoreError::OverShare),
         "and a refusal writes nothing"
     );
     assert_eq!(a.mark_once(first, exp).await, Ok(false), "a replay is still a replay");
@@ -702,6 +704,7 @@ async fn a_domain_gets_its_room_back_as_its_marks_expire_on_the_companys_clock(s
     let clock = pap_shared::ManualClock::at(start);
     let options = RedisOptions {
         replay_share: 2,
+        replay_pressure: 0,
         clock: clock.clone(),
         ..RedisOptions::default()
     };
@@ -715,11 +718,11 @@ async fn a_domain_gets_its_room_back_as_its_marks_expire_on_the_companys_clock(s
     let (short, marked) = mark(10).await;
     assert_eq!(marked, Ok(true));
     assert_eq!(mark(60).await.1, Ok(true));
-    assert_eq!(mark(60).await.1, Err(StoreError::Full));
+    assert_eq!(mark(60).await.1, Err(StoreError::OverShare));
     // The first mark (10 s + the 5 s skew) ends within 30 s; the second does not.
     clock.set(start + 30);
     assert_eq!(mark(60).await.1, Ok(true));
-    assert_eq!(mark(60).await.1, Err(StoreError::Full));
+    assert_eq!(mark(60).await.1, Err(StoreError::OverShare));
     assert_eq!(
         store.mark_once(short, now().plus(60)).await,
         Ok(false),
@@ -729,14 +732,50 @@ async fn a_domain_gets_its_room_back_as_its_marks_expire_on_the_companys_clock(s
     clock.set(start + 30 + 400);
     assert_eq!(mark(60).await.1, Ok(true));
     assert_eq!(mark(60).await.1, Ok(true));
-    assert_eq!(mark(60).await.1, Err(StoreError::Full));
+    assert_eq!(mark(60).await.1, Err(StoreError::OverShare));
+}
+
+/// Issue 42: the shares bind only under pressure. Below this process's pressure a domain
+/// marks past its share (one popular agent, no one else needing the room); from it, its share
+/// holds (429) while another domain still takes its own.
+async fn a_domains_share_binds_only_once_this_process_made_its_pressure_of_marks(server: &mut Deployment) {
+    let options = RedisOptions {
+        replay_share: 2,
+        replay_pressure: 5,
+        ..RedisOptions::default()
+    };
+    let store = RedisStore::connect_with(&server.url(), "pressure", options)
+        .await
+        .unwrap();
+    let popular = || ReplayKey::browser_assertion(&client(), &Jti::generate(&SystemRng));
+    let exp = now().plus(60);
+    for i in 0..5 {
+        assert_eq!(
+            store.mark_once(popular(), exp).await,
+            Ok(true),
+            "mark {i}: below the pressure"
+        );
+    }
+    assert_eq!(store.mark_once(popular(), exp).await, Err(StoreError::OverShare));
+    let other = |i: usize| {
+        let client = ClientId::parse(&format!("https://agent{i}.other.example/agent.json")).unwrap();
+        ReplayKey::browser_assertion(&client, &Jti::generate(&SystemRng))
+    };
+    assert_eq!(store.mark_once(other(0), exp).await, Ok(true));
+    assert_eq!(store.mark_once(other(1), exp).await, Ok(true));
+    assert_eq!(
+        store.mark_once(other(2), exp).await,
+        Err(StoreError::OverShare),
+        "under pressure, its share and no more"
+    );
 }
 
 /// A join's one script counts its mark against the client's share too: past it the join is
-/// refused as a full store (503), and a replay is still a replay.
-async fn a_join_past_its_domains_replay_share_is_refused_as_a_full_store(server: &mut Deployment) {
+/// refused as over its share (429), and a replay is still a replay.
+async fn a_join_past_its_domains_replay_share_is_refused_over_share(server: &mut Deployment) {
     let options = RedisOptions {
         replay_share: 2,
+        replay_pressure: 0,
         ..RedisOptions::default()
     };
     let store = RedisStore::connect_with(&server.url(), "shop", options).await.unwrap();
@@ -747,7 +786,8 @@ async fn a_join_past_its_domains_replay_share_is_refused_as_a_full_store(server:
     route.join(&first).await.unwrap();
     route.join(&assertion()).await.unwrap();
     let refused = route.join(&assertion()).await.unwrap_err();
-    assert_eq!(refused.code(), "store_full");
+    assert_eq!(refused.code(), "over_share");
+    assert_eq!(refused.into_response().status(), http::StatusCode::TOO_MANY_REQUESTS);
     let replayed = route.join(&first).await.unwrap_err();
     assert_eq!(replayed, JoinRefusal::Verify(VerifyError::Replayed));
 }
@@ -856,7 +896,8 @@ on_one_server_and_a_cluster!(
     with_redis_gone_every_call_fails_closed_and_recovers_on_its_own,
     a_join_is_one_round_trip_once_its_session_is_copied,
     a_domain_gets_its_room_back_as_its_marks_expire_on_the_companys_clock,
-    a_join_past_its_domains_replay_share_is_refused_as_a_full_store,
+    a_join_past_its_domains_replay_share_is_refused_over_share,
+    a_domains_share_binds_only_once_this_process_made_its_pressure_of_marks,
     a_session_that_moved_since_its_copy_is_read_again_before_a_join_is_decided,
     an_assertion_raced_over_two_replicas_joins_once,
 );

@@ -49,6 +49,9 @@ pub(crate) struct Launch<'a> {
     /// `--replay-share-per-address`: how many live replay marks one client address may make
     /// through the process (the company's default when `None`).
     pub(crate) replay_share_per_address: Option<u64>,
+    /// `--replay-pressure`: from how many live marks the shares bind (the company's default
+    /// when `None`).
+    pub(crate) replay_pressure: Option<u64>,
 }
 
 impl CompanyProcess {
@@ -87,6 +90,9 @@ impl CompanyProcess {
         }
         if let Some(share) = launch.replay_share_per_address {
             command.arg("--replay-share-per-address").arg(share.to_string());
+        }
+        if let Some(pressure) = launch.replay_pressure {
+            command.arg("--replay-pressure").arg(pressure.to_string());
         }
         if !launch.before_credential {
             command.arg("--admin-credential-file").arg(&credential_file);

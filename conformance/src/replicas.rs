@@ -176,6 +176,7 @@ impl Env {
             name,
             replay_share: None,
             replay_share_per_address: None,
+            replay_pressure: None,
         })
         .await?;
         let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))

@@ -93,16 +93,24 @@ struct Serve {
     #[arg(long, value_name = "REPLICAS", default_value_t = 0)]
     store_wait_replicas: u32,
     /// How many live replay marks (assertions' and proofs' `jti`s, kept until they expire) the
-    /// clients of one registrable domain may hold, in memory or in Redis: past it that domain's
-    /// joins and token requests are refused (503, 429) and no one else's are.
+    /// clients of one registrable domain may hold once the shares bind (--replay-pressure), in
+    /// memory or in Redis: past it that domain's joins and token requests are refused (429)
+    /// and no one else's are.
     #[arg(long, value_name = "MARKS", default_value_t = pap_shop::limits::REPLAY_SHARE, value_parser = clap::value_parser!(u64).range(1..))]
     replay_share: u64,
     /// How many live replay marks one client address (an IPv6 address by its /64; behind
     /// --trusted-proxy, the address it forwards) may make through this process, whatever the
-    /// domains it signs for: past it that address's joins and token requests are refused (503,
-    /// 429). Counted per process: N replicas let an address hold N times as many.
+    /// domains it signs for, once the shares bind: past it that address's joins and token
+    /// requests are refused (429). Counted per process: N replicas let an address hold N times
+    /// as many.
     #[arg(long, value_name = "MARKS", default_value_t = pap_shop::limits::REPLAY_SHARE, value_parser = clap::value_parser!(u64).range(1..))]
     replay_share_per_address: u64,
+    /// From how many live replay marks made through this process the shares above bind (0:
+    /// always). Below it a domain or an address takes what others leave, so one popular agent
+    /// is not capped while no one else needs the room; above it each keeps its share. The
+    /// default is half the in-memory guard.
+    #[arg(long, value_name = "MARKS", default_value_t = pap_shop::limits::REPLAY_PRESSURE)]
+    replay_pressure: u64,
     /// Longest an agent's client metadata and JWKS are cached, in seconds, whatever their
     /// `max-age` (60 to 86400): how long a key the agent removed keeps verifying here.
     #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(60..=86_400))]
@@ -224,7 +232,7 @@ async fn serve(args: Serve) -> anyhow::Result<()> {
     let clients = Arc::new(HttpClientResolver::new(resolver, clock.clone()).context("building the HTTPS client")?);
     pap_shop::install_metrics().context("installing the metrics recorder")?;
     let stores = match &args.store {
-        None => CompanyStores::in_memory_with_replay_share(clock.clone(), args.replay_share),
+        None => CompanyStores::in_memory_with_replay_share(clock.clone(), args.replay_share, args.replay_pressure),
         Some(url) => redis_stores(url, &config.domain.to_string(), &args, clock.clone()).await?,
     }
     .with_address_share(args.replay_share_per_address);
@@ -318,6 +326,7 @@ async fn redis_stores(url: &str, prefix: &str, args: &Serve, clock: Arc<SystemCl
         ca_pem,
         clock,
         replay_share: args.replay_share,
+        replay_pressure: args.replay_pressure,
         records_share: pap_company::limits::RECORDS_SHARE,
         wait_replicas: args.store_wait_replicas,
     };

@@ -361,7 +361,10 @@ async fn codes_cannot_be_looked_up_or_denied_at_full_speed() {
 /// (429, nothing marked), and another address is served beside it.
 #[tokio::test]
 async fn one_address_holds_at_most_its_share_of_replay_marks() {
-    let shop = shop_with_stores(|clock| CompanyStores::in_memory(clock).with_address_share(5));
+    // The shares bind from the first mark (pressure 0), as under a flood.
+    let shop = shop_with_stores(|clock| {
+        CompanyStores::in_memory_with_replay_share(clock, pap_shop::limits::REPLAY_SHARE, 0).with_address_share(5)
+    });
     let flooder: std::net::SocketAddr = "203.0.113.50:40000".parse().unwrap();
     let grant = [("grant_type", "refresh_token"), ("refresh_token", "acct_unknown")];
     // Two marks a request: the first two requests hold four, the third its fifth and no sixth.

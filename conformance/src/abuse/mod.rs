@@ -20,11 +20,13 @@
 //!    agent the company has never seen gets its token and joins, and the honest agent's joins
 //!    go on.
 //! 7. Review N3: a self-hosted agent fills its share of the replay guard (`--replay-share`
-//!    125,000: the default) with validly signed revocation requests, each a fresh client
-//!    assertion, until the company refuses it; meanwhile, and after, an agent the company has
-//!    never seen gets its token and joins, and the honest agent joins, while the filler's own
-//!    next token request is refused. Against a release from before the shares (its `serve
-//!    --help` has no `--replay-share`) the filler fills the whole guard, 1,000,000 marks.
+//!    125,000, with `--replay-pressure 0`: the shares bind from the first mark, as they do
+//!    once a flood has filled half the guard) with validly signed revocation requests, each a
+//!    fresh client assertion, until the company refuses it (429); meanwhile, and after, an
+//!    agent the company has never seen gets its token and joins, and the honest agent joins,
+//!    while the filler's own next token request is refused. Against a release from before the
+//!    shares (its `serve --help` has no `--replay-share`) the filler fills the whole guard,
+//!    1,000,000 marks.
 //!
 //! The fifth figure of the issue, a simulated week returning every store to its baseline,
 //! needs an injected clock, so it is a test (`company/shop/tests/hostile.rs`), not part of this run.
@@ -55,10 +57,15 @@ use crate::process::{CompanyProcess, CpuShare, Launch, PeakRss};
 /// The company's domain in the run.
 const DOMAIN: &str = "shop.example";
 
-/// The replay share the run's company is started with: the company's default (125,000 marks
-/// per registrable domain). The honest agent's probes in scenario 3 leave some 20,000 live
+/// The replay share the run's company is started with: 125,000 marks per registrable domain
+/// (the default before issue 42; the default now, 187,500, would make scenario 7 half as long
+/// again for the same check). The honest agent's probes in scenario 3 leave some 20,000 live
 /// marks in CI's run, so a share much smaller would refuse the honest agent.
-const REPLAY_SHARE_IN_RUN: u64 = pap_shop::limits::REPLAY_SHARE;
+const REPLAY_SHARE_IN_RUN: u64 = 125_000;
+/// The pressure it is started with: the shares bind from the first mark.
+const REPLAY_PRESSURE_IN_RUN: u64 = 0;
+/// The guard of a release from before the shares.
+const GUARD_BEFORE_SHARES: u64 = 1_000_000;
 /// The share of one client address in this run: the whole guard (every agent here is 127.0.0.1).
 const ADDRESS_SHARE_IN_RUN: u64 = pap_shop::limits::REPLAY_CAPACITY;
 /// Its password for `ada` (company/shop/shop.example.toml).
@@ -231,6 +238,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
     .collect();
     let has_shares = offers_flag(&plan.company_bin, "--replay-share")?;
     let has_address_shares = offers_flag(&plan.company_bin, "--replay-share-per-address")?;
+    let has_pressure = offers_flag(&plan.company_bin, "--replay-pressure")?;
     let certs_dir = plan.work.join("certs");
     let certs = pap_net::dev_certs::write_dev_certs(&certs_dir, &names)?;
     let ca_pem = std::fs::read(&certs.ca)?;
@@ -302,6 +310,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         // share would make them one client. The address share is the guard's size here (off in
         // effect); `company/shop/tests/hostile.rs` shows it.
         replay_share_per_address: has_address_shares.then_some(ADDRESS_SHARE_IN_RUN),
+        replay_pressure: has_pressure.then_some(REPLAY_PRESSURE_IN_RUN),
     })
     .await?;
 
@@ -359,7 +368,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
     let share = if has_shares {
         REPLAY_SHARE_IN_RUN
     } else {
-        pap_shop::limits::REPLAY_CAPACITY
+        GUARD_BEFORE_SHARES
     };
     one_client_filling_its_replay_share(&stage, share, &mut figures).await?;
     // The company process ends with the stage (it is killed on drop).

@@ -514,11 +514,11 @@ async fn page(
             );
             return too_many_attempts(page, wait);
         }
-        Err(error) => return pap_company::route::unavailable(error.retry_after()),
+        Err(error) => return pap_company::route::store_refused(error),
     }
     let asking = match company.waiting(&user_code).await {
         Ok(pending) => pending.map(|(_, _, pending)| pending),
-        Err(error) => return pap_company::route::unavailable(error.retry_after()),
+        Err(error) => return pap_company::route::store_refused(error),
     };
     let code = escape_html(&user_code);
     let mut main = String::from("<section class=\"card\"><h1>Connect your agent</h1>");

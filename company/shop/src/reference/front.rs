@@ -30,7 +30,7 @@ pub(super) fn routes() -> Router<ReferenceCompany> {
 async fn front(State(company): State<ReferenceCompany>, session: Result<WebSession, WebSessionRejection>) -> Response {
     match session {
         Ok(session) => signed_in(&company, &session).await,
-        Err(WebSessionRejection::Store(error)) => pap_company::route::unavailable(error.retry_after()),
+        Err(WebSessionRejection::Store(error)) => pap_company::route::store_refused(error),
         Err(_) => anonymous(&company),
     }
 }
@@ -73,7 +73,7 @@ fn anonymous(company: &ReferenceCompany) -> Response {
 async fn signed_in(company: &ReferenceCompany, session: &WebSession) -> Response {
     let operations = match company.recent_operations(&viewer(session), LISTED_OPERATIONS).await {
         Ok(operations) => operations,
-        Err(error) => return pap_company::route::unavailable(error.retry_after()),
+        Err(error) => return pap_company::route::store_refused(error),
     };
     let agent = company.agent(&session.record().client_id).await;
     let mut main = format!(
@@ -153,10 +153,10 @@ async fn sign_out(
     // The sign-in that signed this Session in ends with it (its Account Token refreshes no
     // more, review N19), then the Session itself is signed out (also one no sign-in reached).
     if let Err(error) = company.end_sign_in_of(session.id()).await {
-        return pap_company::route::unavailable(error.retry_after());
+        return pap_company::route::store_refused(error);
     }
     if let Err(error) = company.inner.sessions.sign_out(session.id()).await {
-        return pap_company::route::unavailable(error.retry_after());
+        return pap_company::route::store_refused(error);
     }
     tracing::info!("a Session signed out from the website");
     let mut response = StatusCode::SEE_OTHER.into_response();

@@ -43,7 +43,7 @@ pub use self::device::{ACCOUNT_ATTEMPTS, ADDRESS_ATTEMPTS, ATTEMPT_WINDOW, LOOKU
 pub use self::operations::{OPERATION_RETENTION, OPERATIONS_PER_ACCOUNT};
 use self::protocol::ApiError;
 pub use self::token::SESSION_TOKENS_PER_SESSION;
-use pap_company::limits::{REPLAY_CAPACITY, REPLAY_SHARE};
+use pap_company::limits::{REPLAY_CAPACITY, REPLAY_PRESSURE, REPLAY_SHARE};
 use pap_company::records::{MemoryRecords, Records};
 use pap_company::resolver::ClientRegistry;
 use pap_company::route::{BROWSER_SESSION_PATH, BrowserSession, browser_session_router};
@@ -78,8 +78,10 @@ pub struct CompanyStores {
     /// posted to another).
     device_csrf: Option<Arc<CsrfKeys>>,
     /// How many live replay marks one client address may hold through this process, whatever
-    /// the domains it signs for (review N3).
+    /// the domains it signs for (review N3), once the shares bind...
     address_share: u64,
+    /// ...at this many live marks made through this process.
+    replay_pressure: u64,
 }
 
 #[derive(Clone)]
@@ -92,15 +94,16 @@ struct MemoryStores {
 impl CompanyStores {
     /// Everything in this process, bounded (see [`crate::limits`]).
     pub fn in_memory(clock: Arc<dyn Clock>) -> Self {
-        Self::in_memory_with_replay_share(clock, REPLAY_SHARE)
+        Self::in_memory_with_replay_share(clock, REPLAY_SHARE, REPLAY_PRESSURE)
     }
 
-    /// Everything in this process, one owner (a client's registrable domain) holding at most
-    /// `replay_share` replay marks.
-    pub fn in_memory_with_replay_share(clock: Arc<dyn Clock>, replay_share: u64) -> Self {
+    /// Everything in this process, one owner (a client's registrable domain, or a client
+    /// address) holding at most `replay_share` replay marks once `replay_pressure` marks are
+    /// live (0: always; see [`pap_company::limits::REPLAY_PRESSURE`]).
+    pub fn in_memory_with_replay_share(clock: Arc<dyn Clock>, replay_share: u64, replay_pressure: u64) -> Self {
         let memory = MemoryStores {
             records: Arc::new(MemoryRecords::new(RECORD_CAPACITY, clock.clone())),
-            replay: MemoryReplayGuard::with_limits(REPLAY_CAPACITY, replay_share, clock.clone()),
+            replay: MemoryReplayGuard::with_pressure(REPLAY_CAPACITY, replay_share, replay_pressure, clock.clone()),
             cookies: MemoryCookieBindings::new(clock),
         };
         Self {
@@ -113,6 +116,7 @@ impl CompanyStores {
             redis: None,
             device_csrf: None,
             address_share: REPLAY_SHARE,
+            replay_pressure,
         }
     }
 
@@ -141,6 +145,7 @@ impl CompanyStores {
             redis: Some(store.clone()),
             device_csrf: Some(Arc::new(device_csrf)),
             address_share: REPLAY_SHARE,
+            replay_pressure: store.replay_pressure(),
         })
     }
 
@@ -210,7 +215,7 @@ impl ReferenceCompany {
         let base = config.base();
         // Every mark a request makes counts against its client address too (review N3: domains
         // are cheap): the join's and the company's own (client assertions, DPoP proofs).
-        let requesters = RequesterShares::new(stores.address_share, clock.clone());
+        let requesters = RequesterShares::new(stores.address_share, stores.replay_pressure, clock.clone());
         let own_marks = stores.replay.clone();
         stores.replay = Arc::new(PerRequester::new(own_marks.clone(), requesters.clone()));
         let sessions = RecordSessions::new(stores.records.clone(), clock.clone(), rng.clone());

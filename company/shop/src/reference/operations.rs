@@ -146,7 +146,7 @@ impl ConfirmError {
 
     pub(crate) fn status(&self) -> StatusCode {
         match self {
-            Self::Store(StoreError::Full) => StatusCode::TOO_MANY_REQUESTS,
+            Self::Store(StoreError::Full | StoreError::OverShare) => StatusCode::TOO_MANY_REQUESTS,
             Self::Store(StoreError::Unavailable) => StatusCode::SERVICE_UNAVAILABLE,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::SignInRequired | Self::InsufficientScope(_) | Self::UserApprovalRequired => StatusCode::FORBIDDEN,

@@ -64,7 +64,9 @@ impl ApiError {
     pub(crate) fn store(error: StoreError) -> Self {
         pap_company::metrics::store_error(error);
         match error {
-            StoreError::Full => Self::new(StatusCode::TOO_MANY_REQUESTS, OAuthErrorCode::TemporarilyUnavailable),
+            StoreError::Full | StoreError::OverShare => {
+                Self::new(StatusCode::TOO_MANY_REQUESTS, OAuthErrorCode::TemporarilyUnavailable)
+            }
             StoreError::Unavailable => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, OAuthErrorCode::TemporarilyUnavailable)
             }

@@ -45,7 +45,7 @@ fn refusal(company: &ReferenceCompany, error: &ConfirmError) -> Response {
             "Nothing here",
             "There is nothing to show here.",
         ),
-        ConfirmError::Store(error) => pap_company::route::unavailable(error.retry_after()),
+        ConfirmError::Store(error) => pap_company::route::store_refused(*error),
         other => layout::message(
             company,
             other.status(),
