@@ -26,7 +26,6 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pap_net::serve::serve_tls;
 use pap_shared::CompactJws;
 use support::World;
 
@@ -101,7 +100,7 @@ async fn run(joins: usize) {
     let pki = support::test_pki(&["shop.example"]);
     // The session lives past the whole run; the clock is the fixture's fixed time.
     let world = World::new();
-    let memory = serve(world.app(), &pki).await;
+    let memory = support::serve_over_tls(world.app(), &pki).await;
     if REDIS_ON_ITS_OWN_CORE.load(std::sync::atomic::Ordering::Relaxed) {
         println!(
             "join load over TLS on 127.0.0.1 ({joins} joins per level; client and server on core 0, Redis on core 1)"
@@ -167,28 +166,6 @@ async fn run(joins: usize) {
     }
 }
 
-/// Serves `app` over TLS on a free port; a client that reaches it as shop.example.
-async fn serve(app: axum::Router, pki: &support::TestPki) -> reqwest::Client {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(serve_tls(listener, app, pki.server.clone(), std::future::pending()));
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(rustls::pki_types::CertificateDer::from(pki.ca_der.clone()))
-        .unwrap();
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    reqwest::Client::builder()
-        .use_preconfigured_tls(tls)
-        .resolve("shop.example", addr)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-}
-
 /// What every run over a Redis shares: the world, its certificates, the joins per level and the
 /// in-memory figures each is set beside.
 #[cfg(feature = "redis")]
@@ -218,7 +195,7 @@ impl OverRedis<'_> {
         // With `WAIT` a join makes two round trips: the floor of one says nothing of it.
         let one_round_trip = options.wait_replicas == 0;
         let (app, session) = over_redis(self.world, url, options).await;
-        let client = serve(app, self.pki).await;
+        let client = support::serve_over_tls(app, self.pki).await;
         let meter = RedisMeter::connect(&servers).await;
         let assertion = || self.world.with("session_id", serde_json::json!(session.as_str()));
         let figures = levels(&client, self.joins, Some(&meter), assertion).await;

@@ -159,6 +159,33 @@ pub fn form_post(body: &str) -> Request<Body> {
         .unwrap()
 }
 
+/// Serves `app` over TLS on a free port; a client that reaches it as shop.example.
+pub async fn serve_over_tls(app: Router, pki: &TestPki) -> reqwest::Client {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(pap_net::serve::serve_tls(
+        listener,
+        app,
+        pki.server.clone(),
+        std::future::pending(),
+    ));
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from(pki.ca_der.clone()))
+        .unwrap();
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .resolve("shop.example", addr)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
 /// A throwaway CA and one leaf covering `names`, as the interop harness makes them: the CA
 /// certificate (DER, to trust) and the server's TLS configuration.
 pub struct TestPki {
