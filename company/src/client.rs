@@ -38,6 +38,14 @@ pub trait ClientKeys: Send + Sync + fmt::Debug {
         let _ = (client_id, kid);
         Ok(None)
     }
+
+    /// The company accepted work of `client_id`'s that a person let in (a join to a signed-in
+    /// Session, tokens for one): a resolver that budgets its fetches counts it as known from now
+    /// on, so its refetches no longer compete with strangers' first contacts (security review
+    /// S3: answering a fetch quickly once is no longer enough). Nothing by default.
+    fn vouch(&self, client_id: &ClientId) {
+        let _ = client_id;
+    }
 }
 
 /// Where the reference company gets an agent's metadata as well as its keys.

@@ -201,6 +201,10 @@ impl Verifier {
             }
         }
         let session = seen.record;
+        if session.is_signed_in() {
+            // A person signed this client in here: it is no stranger to the resolver (S3).
+            self.parts.clients.vouch(claims.iss());
+        }
         let verified = VerifiedAssertion {
             client_id: claims.iss().clone(),
             user: claims.sub().clone(),

@@ -197,7 +197,8 @@ async fn resolves_over_tls_and_caches_for_sixty_seconds_by_default() {
     let keys = h.resolver.keys(&h.client_id, Some("key-1")).await.unwrap();
     assert!(keys.has_kid("key-1"));
     assert_eq!(h.resolver.metadata(&h.client_id).await.unwrap().client_name(), "Atlas");
-    h.clock.set(NOW + 59);
+    // Before the last fifth of the lifetime, when a use refreshes it ahead of expiry.
+    h.clock.set(NOW + 47);
     h.resolver.keys(&h.client_id, Some("key-1")).await.unwrap();
     assert_eq!((h.served.hits("/agent.json"), h.served.hits("/jwks.json")), (1, 1));
     h.clock.set(NOW + 60);
@@ -217,7 +218,7 @@ async fn cache_control_sets_the_lifetime_and_no_store_a_floor_of_seconds() {
     .await;
     edit(&h, |s| s.cache_control = Some("max-age=600"));
     h.resolver.keys(&h.client_id, None).await.unwrap();
-    h.clock.set(NOW + 599);
+    h.clock.set(NOW + 479);
     h.resolver.keys(&h.client_id, None).await.unwrap();
     assert_eq!(h.served.hits("/jwks.json"), 1);
 
@@ -225,7 +226,7 @@ async fn cache_control_sets_the_lifetime_and_no_store_a_floor_of_seconds() {
     let h = harness().await;
     edit(&h, |s| s.cache_control = Some("no-store"));
     h.resolver.keys(&h.client_id, None).await.unwrap();
-    h.clock.set(NOW + pap_company::limits::NO_STORE_SECONDS - 1);
+    h.clock.set(NOW + pap_company::limits::NO_STORE_SECONDS - 2);
     h.resolver.keys(&h.client_id, None).await.unwrap();
     assert_eq!(h.served.hits("/jwks.json"), 1);
     h.clock.set(NOW + pap_company::limits::NO_STORE_SECONDS);
@@ -243,7 +244,7 @@ async fn a_removed_key_stops_verifying_within_the_cache_cap() {
     // The agent retires key-1 for key-2.
     let rotated = SigningKey::generate_es256(&SystemRng, "key-2").unwrap();
     edit(&h, |s| s.jwks = json!({"keys": [rotated.public_key().jwk()]}));
-    h.clock.set(NOW + 299);
+    h.clock.set(NOW + 239);
     assert!(gives(&h, "key-1").await);
     assert_eq!(h.served.hits("/jwks.json"), 1);
     h.clock.set(NOW + 300);
@@ -589,6 +590,8 @@ async fn first_contacts_hold_only_their_share_and_a_known_agent_is_fetched_besid
     };
     let h = Arc::new(harness_configured(true, config).await);
     h.resolver.keys(&h.client_id, None).await.unwrap();
+    // A person let it in here (a signed-in join, tokens): it is known.
+    h.resolver.vouch(&h.client_id);
     h.clock.set(NOW + 60 + STALE_IF_BUSY_SECONDS);
     let held = h.served.hold.write().await;
     let strangers: Vec<_> = (0..2)
@@ -712,4 +715,81 @@ async fn a_client_s_documents_are_fetched_within_one_deadline() {
         took >= Duration::from_secs(1) && took < Duration::from_secs(3),
         "took {took:?}"
     );
+}
+
+/// Review S3: answering a fetch quickly is not being known. A client resolved once but never
+/// vouched for (no person let it in) still takes a first contact's slot when its documents
+/// expire, so strangers cannot make themselves known and hold the slots kept for known agents.
+#[tokio::test]
+async fn a_fast_answer_alone_makes_no_client_known() {
+    let config = ResolverConfig {
+        max_in_flight: 4,
+        max_first_contacts_in_flight: 1,
+        max_in_flight_per_domain: 8,
+        ..ResolverConfig::default()
+    };
+    let h = Arc::new(harness_configured(true, config).await);
+    // Two strangers resolve at once, fast.
+    h.resolver.keys(&many_client(0), None).await.unwrap();
+    h.resolver.keys(&many_client(1), None).await.unwrap();
+    h.clock.set(NOW + 60 + STALE_IF_BUSY_SECONDS);
+    let held = h.served.hold.write().await;
+    // One holds the one first-contact slot with a slow refetch...
+    let slow = {
+        let h = h.clone();
+        tokio::spawn(async move { h.resolver.keys(&many_client(0), None).await.is_ok() })
+    };
+    arrivals(&h, "/agent.json", 3).await;
+    // ...and the other, though it answered fast before, is still a first contact: refused.
+    assert_eq!(
+        h.resolver.keys(&many_client(1), None).await.unwrap_err(),
+        ResolveError::Busy
+    );
+    // An agent no one vouched for is a first contact too; vouched for, it is fetched beside.
+    assert_eq!(
+        h.resolver.keys(&h.client_id, None).await.unwrap_err(),
+        ResolveError::Busy
+    );
+    h.resolver.vouch(&h.client_id);
+    let known = {
+        let h = h.clone();
+        tokio::spawn(async move { h.resolver.keys(&h.client_id, None).await.is_ok() })
+    };
+    arrivals(&h, "/agent.json", 4).await;
+    drop(held);
+    assert!(known.await.unwrap());
+    assert!(slow.await.unwrap());
+}
+
+/// Review S3: an agent in use is refreshed in the background in the last fifth of its
+/// documents' lifetime, while its cached keys keep serving (the call that starts it does not
+/// wait, even on a stalled site); a caller that finds the entry expired takes that refresh's
+/// outcome rather than fetch again.
+#[tokio::test]
+async fn an_agent_in_use_is_refreshed_ahead_of_expiry_and_never_waits_for_it() {
+    let h = harness().await;
+    h.resolver.keys(&h.client_id, None).await.unwrap();
+    let held = h.served.hold.write().await;
+    h.clock.set(NOW + 48);
+    assert!(
+        gives(&h, "key-1").await,
+        "served from the cache at once, the site stalled"
+    );
+    arrivals(&h, "/agent.json", 2).await;
+    h.clock.set(NOW + 60);
+    let expired_caller = {
+        let (resolver, client_id) = (h.resolver.clone(), h.client_id.clone());
+        tokio::spawn(async move { resolver.keys(&client_id, Some("key-1")).await.is_ok() })
+    };
+    drop(held);
+    assert!(expired_caller.await.unwrap());
+    assert_eq!(
+        (h.served.hits("/agent.json"), h.served.hits("/jwks.json")),
+        (2, 2),
+        "one refresh, shared"
+    );
+    // Refreshed at NOW + 48: fresh until NOW + 108, and not due again before NOW + 96.
+    h.clock.set(NOW + 95);
+    assert!(gives(&h, "key-1").await);
+    assert_eq!(h.served.hits("/agent.json"), 2);
 }

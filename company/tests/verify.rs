@@ -403,3 +403,52 @@ fn base64_json(value: &serde_json::Value) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(value).unwrap())
 }
+
+/// Review S3: the verifier vouches for a client to its resolver only when a person signed it in
+/// here (a join to a signed-in Session), never for a join to a signed-out one, which the
+/// client's own signature can start.
+#[tokio::test]
+async fn a_join_to_a_signed_in_session_vouches_for_its_client_and_a_signed_out_one_does_not() {
+    #[derive(Debug)]
+    struct Vouches {
+        keys: StaticClientKeys,
+        vouched: std::sync::Mutex<Vec<String>>,
+    }
+    #[async_trait::async_trait]
+    impl pap_company::resolver::ClientKeys for Vouches {
+        async fn keys(
+            &self,
+            client_id: &pap_shared::ClientId,
+            kid: Option<&str>,
+        ) -> Result<Arc<pap_shared::Jwks>, pap_company::resolver::ResolveError> {
+            self.keys.keys(client_id, kid).await
+        }
+        fn vouch(&self, client_id: &pap_shared::ClientId) {
+            self.vouched.lock().unwrap().push(client_id.as_str().to_owned());
+        }
+    }
+    let world = World::new();
+    let clients = Arc::new(Vouches {
+        keys: StaticClientKeys::new().with_client(world.agent.client_id.clone(), world.agent.jwks()),
+        vouched: std::sync::Mutex::default(),
+    });
+    let verifier = Verifier::new(VerifierParts {
+        endpoint: HttpsUrl::parse(support::ENDPOINT).unwrap(),
+        domain: pap_shared::CompanyDomain::try_from("shop.example").unwrap(),
+        clock: world.clock.clone(),
+        clients: clients.clone(),
+        sessions: Arc::new(world.sessions.clone()),
+        joins: world.joins(),
+    });
+    world.sessions.sign_out(&world.session);
+    verifier.verify(&world.assertion()).await.unwrap();
+    assert!(
+        clients.vouched.lock().unwrap().is_empty(),
+        "signed out: no one let it in"
+    );
+    world
+        .sessions
+        .sign_in(&world.session, "ada", vec!["orders:read".into()]);
+    verifier.verify(&world.assertion()).await.unwrap();
+    assert_eq!(*clients.vouched.lock().unwrap(), [world.agent.client_id.as_str()]);
+}

@@ -7,7 +7,8 @@
 //! three slots at once, or is refused at once ([`ResolveError::Busy`]), waiting for none:
 //!
 //! - one of [`ResolverConfig::max_in_flight`] for all fetches;
-//! - for a *first contact* (a `client_id` this resolver never resolved), also one of
+//! - for a *first contact* (a `client_id` no person let in here: see `ClientKeys::vouch`;
+//!   answering a fetch is not enough, review S3), also one of
 //!   [`ResolverConfig::max_first_contacts_in_flight`]: strangers hold at most that share, and
 //!   the rest is kept for agents it knows (a refetch when their documents expire, a rotated
 //!   key, an agent that serves `no-store`);
@@ -34,10 +35,11 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::ResolveError;
 
-/// How many `client_id`s the resolver remembers having resolved, at most (the least used are
-/// forgotten first: such a client counts as a first contact again, no worse).
+/// How many `client_id`s the resolver remembers as known (vouched for: a person let them in),
+/// at most (the least used are forgotten first: such a client counts as a first contact
+/// again, no worse). Strangers cannot add to it (review S3), so they cannot churn it.
 pub const KNOWN_CLIENTS: u64 = 100_000;
-/// How long a resolved `client_id` stays known without being resolved again: longer than a
+/// How long a known `client_id` stays known without being vouched for again: longer than a
 /// Session lives, so an agent with a live Session is known.
 const KNOWN_FOR: Duration = Duration::from_secs(7 * 24 * 3_600);
 
@@ -147,8 +149,9 @@ impl FetchBudget {
         })
     }
 
-    /// Remembers that `client_id` resolved: its next fetches are no first contact.
-    pub(super) fn resolved(&self, client_id: &ClientId) {
+    /// Remembers that the company accepted `client_id`'s work (see `ClientKeys::vouch`): its
+    /// next fetches are no first contact.
+    pub(super) fn vouched(&self, client_id: &ClientId) {
         self.known.insert(client_id.clone(), ());
     }
 
@@ -188,7 +191,7 @@ mod tests {
     fn first_contacts_hold_at_most_their_share_and_known_clients_keep_the_rest() {
         let budget = FetchBudget::new(4, 2, 1, 4);
         let known = client("atlas.example");
-        budget.resolved(&known);
+        budget.vouched(&known);
         let strangers: Vec<_> = (0..2)
             .map(|i| budget.take(&client(&format!("s{i}.example"))).unwrap())
             .collect();

@@ -14,7 +14,10 @@
 //!   5 minutes by default, 60 s when absent, [`NO_STORE_SECONDS`] with `no-store`/`no-cache`, so
 //!   an agent that asks for no caching costs one fetch per few seconds, not one per request; when
 //!   no fetch slot is free, documents up to [`STALE_IF_BUSY_SECONDS`] past their lifetime are used
-//!   rather than refuse an agent the resolver knows); an unknown `kid`,
+//!   rather than refuse an agent the resolver knows); documents in use are refreshed in the
+//!   background in the last fifth of their lifetime while the cached ones keep serving (review
+//!   S3: an agent's requests never wait for its refetch), and a caller that finds them expired
+//!   meanwhile takes that refresh's outcome; an unknown `kid`,
 //!   or a signature none of the cached keys verifies, refetches the JWKS at most once per 60 s; a
 //!   failed `client_id` is remembered for 30 s. The cap bounds how long a key the agent removed
 //!   (rotated out, or leaked) keeps verifying here: an agent's `max-age` of a day would otherwise
@@ -148,6 +151,14 @@ struct Entry {
     /// while the refetch runs (a rotated key under load) wait for it and share what it brings,
     /// rather than each fetch, or find the fetch permits gone and be refused.
     refetched: tokio::sync::OnceCell<Arc<Entry>>,
+    /// When the documents were fetched: the refresh ahead of expiry starts four fifths of the
+    /// way to it.
+    fetched_at: UnixTime,
+    /// Whether a refresh ahead of expiry was started...
+    ahead_started: std::sync::atomic::AtomicBool,
+    /// ...and its outcome: the callers that find the entry expired while it runs wait for it
+    /// rather than fetch again.
+    ahead: tokio::sync::OnceCell<Result<Arc<Entry>, ResolveError>>,
     /// The metadata document's size as fetched.
     metadata_bytes: u32,
     /// Both documents' size as fetched: the entry's weight in the cache.
@@ -157,6 +168,13 @@ struct Entry {
 impl Entry {
     fn fresh(&self, now: UnixTime) -> bool {
         now < self.metadata_until && now < self.keys_until
+    }
+
+    /// Whether a refresh ahead of expiry is due: the last fifth of the documents' lifetime.
+    fn refresh_due(&self, now: UnixTime) -> bool {
+        let until = self.metadata_until.min(self.keys_until);
+        let lifetime = until.since(self.fetched_at);
+        now.since(self.fetched_at) >= lifetime - lifetime / 5
     }
 
     fn may_refetch_keys(&self, now: UnixTime) -> bool {
@@ -178,6 +196,9 @@ impl Entry {
             keys_until,
             last_kid_refetch: Some(now),
             refetched: tokio::sync::OnceCell::new(),
+            fetched_at: self.fetched_at,
+            ahead_started: std::sync::atomic::AtomicBool::new(false),
+            ahead: tokio::sync::OnceCell::new(),
             metadata_bytes: self.metadata_bytes,
             bytes,
         }
@@ -272,7 +293,21 @@ impl HttpClientResolver {
                     // the cached keys rather than lock it out.
                     return Ok(self.refetch_once(client_id, &entry, now).await);
                 }
+                if entry.refresh_due(now) && !entry.ahead_started.swap(true, std::sync::atomic::Ordering::AcqRel) {
+                    // Review S3: an agent in use is refreshed in the background before its
+                    // documents expire, while its cached keys keep serving, so its requests
+                    // never wait for a fetch, nor meet a busy resolver at expiry.
+                    let (resolver, client_id, entry) = (self.clone(), client_id.clone(), entry.clone());
+                    tokio::spawn(async move { resolver.refresh_ahead(&client_id, &entry, now).await });
+                }
                 return Ok(entry);
+            }
+            if entry.ahead_started.load(std::sync::atomic::Ordering::Acquire)
+                && let Ok(fresh) = self.refresh_ahead(client_id, &entry, now).await
+            {
+                // The refresh ahead of expiry is under way or done: its outcome, not a fetch
+                // of our own.
+                return Ok(fresh);
             }
             // Stale on the injected clock (moka's own timer runs on the real one): fetched
             // again, and used only if no fetch slot is free and it is not too old.
@@ -312,6 +347,30 @@ impl HttpClientResolver {
         fetched
     }
 
+    /// `entry`'s one refresh ahead of expiry: the first caller runs it (the task the entry's
+    /// use spawned, or a caller that found it expired first), the others wait for its outcome;
+    /// fresh documents replace the entry. A failure (a busy budget included) leaves the entry
+    /// to its expiry, when the next caller fetches as usual.
+    async fn refresh_ahead(
+        &self,
+        client_id: &ClientId,
+        entry: &Entry,
+        now: UnixTime,
+    ) -> Result<Arc<Entry>, ResolveError> {
+        entry
+            .ahead
+            .get_or_init(|| async {
+                let fresh = self.fetch_entry(client_id, now).await;
+                match &fresh {
+                    Ok(fresh) => self.documents.insert(client_id.clone(), fresh.clone()).await,
+                    Err(error) => tracing::info!(%client_id, %error, "refresh ahead of expiry failed"),
+                }
+                fresh
+            })
+            .await
+            .clone()
+    }
+
     /// Fetches both documents within the deadline, holding the fetch's slots of the budget.
     async fn fetch_entry(&self, client_id: &ClientId, now: UnixTime) -> Result<Arc<Entry>, ResolveError> {
         let _slots = self.budget.take(client_id).map_err(|share| {
@@ -322,9 +381,6 @@ impl HttpClientResolver {
             .within_deadline("client metadata", self.fetch_documents(client_id, now))
             .await;
         crate::metrics::resolver_fetch(fetched.is_ok());
-        if fetched.is_ok() {
-            self.budget.resolved(client_id);
-        }
         fetched
     }
 
@@ -356,6 +412,9 @@ impl HttpClientResolver {
             keys_until: now.plus(keys_lifetime),
             last_kid_refetch: None,
             refetched: tokio::sync::OnceCell::new(),
+            fetched_at: now,
+            ahead_started: std::sync::atomic::AtomicBool::new(false),
+            ahead: tokio::sync::OnceCell::new(),
         }))
     }
 
@@ -467,6 +526,10 @@ impl ClientRegistry for HttpClientResolver {
 impl ClientKeys for HttpClientResolver {
     async fn keys(&self, client_id: &ClientId, kid: Option<&str>) -> Result<Arc<Jwks>, ResolveError> {
         self.resolve(client_id, kid).await.map(|entry| entry.keys.clone())
+    }
+
+    fn vouch(&self, client_id: &ClientId) {
+        self.budget.vouched(client_id);
     }
 
     /// One refetch of the JWKS, under the unknown-`kid` rate limit (once per 60 s per client),
