@@ -108,8 +108,8 @@ pub trait ReplayGuard: Send + Sync + fmt::Debug {
 }
 
 /// How many marks the embedded guard holds at most: more than a minute of joins at 45,000 a
-/// second, in about 190 MB (62 bytes a mark, [`crate::mark_set`]). Past it, new joins are refused (503) rather
-/// than a live mark dropped, which would reopen its assertion to replay.
+/// second, in about 190 MB (62 bytes a mark, `mark_set.rs`). Past it, new joins are refused
+/// (503) rather than a live mark dropped, which would reopen its assertion to replay.
 pub const REPLAY_CAPACITY: u64 = 3_000_000;
 
 /// The guard's share of one owner under pressure is this fraction (1/16) of its capacity.
@@ -128,11 +128,11 @@ pub const REPLAY_SHARE: u64 = REPLAY_CAPACITY / REPLAY_SHARE_DIVISOR;
 /// eight more owners at their share to fill the rest.
 pub const REPLAY_PRESSURE: u64 = REPLAY_CAPACITY / 2;
 
-/// The embedded replay guard: a bounded set of marks ([`crate::mark_set::MarkSet`]; of many
+/// The embedded replay guard: a bounded set of marks (`MarkSet`; of many
 /// concurrent callers marking one key exactly one wins), each kept until its `exp`, never
 /// dropped before: a full guard refuses new marks instead ([`StoreError::Full`]). Under
 /// pressure one owner (the registrable domain of the marking client) holds at most its share
-/// of the marks ([`ExpiringShares`]): a client flooding the guard is refused, the others are
+/// of the marks (`ExpiringShares`): a client flooding the guard is refused, the others are
 /// not.
 #[derive(Clone)]
 pub struct MemoryReplayGuard {

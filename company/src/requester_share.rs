@@ -35,7 +35,7 @@ pub struct RequesterShares {
 impl RequesterShares {
     /// At most `share` live marks per requester address once `pressure` marks are live
     /// through this process (0: always; below it an address takes what others leave, as in
-    /// [`crate::share::ExpiringShares`]), at most [`REQUESTER_ADDRESSES`] addresses.
+    /// `ExpiringShares`), at most [`REQUESTER_ADDRESSES`] addresses.
     pub fn new(share: u64, pressure: u64, clock: Arc<dyn Clock>) -> Arc<Self> {
         Self::with_limits(share, pressure, REQUESTER_ADDRESSES, clock)
     }

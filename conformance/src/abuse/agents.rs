@@ -10,6 +10,11 @@
 //! JWKS redirects on the same host, slowly, one hop after another (any name of the attacker's,
 //! under `*.atk.example` and [`ATTACKER_DOMAINS`] more like it); and legitimate agents the
 //! company has never seen ([`NEWCOMERS`]) serve their documents beside them.
+//!
+//! For scenario 8 (review S3) names under a free public suffix ([`FREE_SUFFIX`], each name its
+//! own registrable domain by the PSL's private section) serve `/once/`: valid documents, fast
+//! and `no-store`, the first time each is asked for, then silence past the company's deadline:
+//! a client that makes itself look known and then holds a fetch slot at every refetch.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -50,6 +55,15 @@ pub(crate) fn attacker_domain(i: usize) -> String {
         format!("atk{i}.example")
     }
 }
+/// A public suffix of the PSL's private section whose names anyone may register for free
+/// (review S3): every `s3-N.duckdns.org` is a registrable domain of its own.
+pub(crate) const FREE_SUFFIX: &str = "duckdns.org";
+
+/// Scenario 8's `i`th client: `https://s3-i.duckdns.org/once/agent.json`.
+pub(crate) fn free_suffix_client(i: usize) -> String {
+    format!("https://s3-{i}.{FREE_SUFFIX}/once/agent.json")
+}
+
 /// How long a `/slow/` document stays silent: past the company's read timeout.
 const SLOW_SILENCE: std::time::Duration = std::time::Duration::from_secs(10);
 /// How long each hop of a `/chain/` JWKS takes before it redirects to the next.
@@ -70,6 +84,10 @@ pub(crate) struct Fetches {
     pub(crate) attacker_slow_seen: tokio::sync::Notify,
     /// Fetches of the newcomers' documents.
     pub(crate) newcomer: AtomicU64,
+    /// Scenario 8: `/once/` documents answered fast (the first time for their name and path)...
+    pub(crate) once_fast: AtomicU64,
+    /// ...and answered with silence (every later time).
+    pub(crate) once_silent: AtomicU64,
 }
 
 struct Documents {
@@ -82,6 +100,8 @@ struct Documents {
     /// Metadata and JWKS of each of [`KEYED_AGENTS`].
     keyed: Vec<(String, String)>,
     fetches: Arc<Fetches>,
+    /// The `/once/` documents already answered, by name and path.
+    once_answered: std::sync::Mutex<std::collections::HashSet<(String, bool)>>,
 }
 
 /// Starts the server on `listen`; what it has served.
@@ -118,6 +138,7 @@ pub(crate) async fn serve(
         attacker_jwks: keys(pap_shared::MAX_JWKS_KEYS, None)?,
         keyed: keyed_documents,
         fetches: fetches.clone(),
+        once_answered: std::sync::Mutex::default(),
     });
     for ((_, jwks), (_, bytes)) in documents.keyed.iter().zip(&fetches.keyed) {
         bytes.store(u64::try_from(jwks.len()).unwrap_or(u64::MAX), Ordering::Relaxed);
@@ -128,6 +149,8 @@ pub(crate) async fn serve(
         .route("/slow/agent.json", get(slow))
         .route("/chain/agent.json", get(chain_metadata))
         .route("/chain/jwks/{hop}", get(chain_hop))
+        .route("/once/agent.json", get(once))
+        .route("/once/jwks.json", get(once))
         .with_state(documents);
     let tcp = tokio::net::TcpListener::bind(listen).await?;
     let listener = TlsListener::new(tcp, cert_pem, key_pem)?;
@@ -157,6 +180,40 @@ async fn slow(State(docs): State<Arc<Documents>>) -> Response {
     docs.fetches.attacker_slow_seen.notify_one();
     tokio::time::sleep(SLOW_SILENCE).await;
     json_response("{}".to_owned())
+}
+
+/// Scenario 8's documents: valid, fast and `no-store` the first time their name asks for each;
+/// silent past the company's deadline every later time. (The sleep is the attack itself.)
+async fn once(State(docs): State<Arc<Documents>>, uri: Uri, headers: HeaderMap) -> Response {
+    let host = request_host(&uri, &headers);
+    let metadata = uri.path() == "/once/agent.json";
+    let first = docs
+        .once_answered
+        .lock()
+        .map(|mut answered| answered.insert((host.clone(), metadata)))
+        .unwrap_or(false);
+    if !first {
+        docs.fetches.once_silent.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(SLOW_SILENCE).await;
+        return json_response("{}".to_owned());
+    }
+    docs.fetches.once_fast.fetch_add(1, Ordering::Relaxed);
+    let body = if metadata {
+        json!({
+            "client_id": format!("https://{host}/once/agent.json"),
+            "client_name": "Self-made known",
+            "jwks_uri": format!("https://{host}/once/jwks.json"),
+            "token_endpoint_auth_method": "private_key_jwt",
+        })
+        .to_string()
+    } else {
+        docs.attacker_jwks.clone()
+    };
+    let mut response = json_response(body);
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
 }
 
 /// The attacker's chained documents: a valid metadata document, quickly...

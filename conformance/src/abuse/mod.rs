@@ -28,6 +28,16 @@
 //!    shares (its `serve --help` has no `--replay-share`) the filler fills the whole guard,
 //!    1,000,000 marks.
 //!
+//! 8. Review S3: clients that make themselves look known. From 8 addresses, token requests
+//!    name 16 clients under a free public suffix (`s3-N.duckdns.org`, each its own registrable
+//!    domain), 20 a second for 130 s; each client's documents answer fast and `no-store` once,
+//!    then stay silent past the company's deadline at every refetch. Beside them an agent a
+//!    person signed in here (a Device Sign-In approved through the operator API: the company
+//!    knows it) joins 4 times a second, its documents expiring every 60 s (no `Cache-Control`):
+//!    none of its joins may be refused. (Before S3's fix a fast answer made a client known, the
+//!    attackers held all 32 fetch slots, and the known agent was refused once its documents had
+//!    been stale for 60 s.)
+//!
 //! The fifth figure of the issue, a simulated week returning every store to its baseline,
 //! needs an injected clock, so it is a test (`company/shop/tests/hostile.rs`), not part of this run.
 
@@ -230,6 +240,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         &format!("*.{}", agents::ATTACKER_PARENT),
         agents::KEYED_AGENTS[0].0,
         agents::KEYED_AGENTS[1].0,
+        &format!("*.{}", agents::FREE_SUFFIX),
     ]
     .iter()
     .map(|n| (*n).to_owned())
@@ -294,6 +305,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         resolve: vec![
             format!("atlas.example={agents_addr}"),
             format!("*.{}={agents_addr}", agents::ATTACKER_PARENT),
+            format!("*.{}={agents_addr}", agents::FREE_SUFFIX),
             format!("{}={agents_addr}", agents::KEYED_AGENTS[0].0),
             format!("{}={agents_addr}", agents::KEYED_AGENTS[1].0),
         ]
@@ -371,6 +383,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Figures> {
         GUARD_BEFORE_SHARES
     };
     one_client_filling_its_replay_share(&stage, share, &mut figures).await?;
+    self_made_known_clients_beside_a_known_agent(&stage, &mut figures).await?;
     // The company process ends with the stage (it is killed on drop).
     drop(stage);
     Ok(figures)
@@ -1432,5 +1445,135 @@ async fn one_client_filling_its_replay_share(
         filler_token.is_err(),
     );
     beside.report(7, "with the filler's share full", BOUND, figures);
+    Ok(())
+}
+
+/// Scenario 8 (review S3): clients under a free public suffix that answered fast once (so that
+/// a resolver counting a fast answer as "known" would let them past the first contacts' share)
+/// hold fetch slots with silent refetches, from 8 addresses, for longer than the known agent's
+/// documents live plus the 60 s they may be used stale; the known agent's joins go on.
+async fn self_made_known_clients_beside_a_known_agent(stage: &Arc<Stage>, figures: &mut Figures) -> anyhow::Result<()> {
+    /// The attack's length: past two lifetimes (60 s) of the known agent's documents and the
+    /// 60 s they may be used stale while the resolver is busy.
+    const LENGTH: Duration = Duration::from_secs(130);
+    /// Its pace: 20 token requests a second, over [`CLIENTS`] clients from [`ADDRESSES`].
+    const EVERY: Duration = Duration::from_millis(50);
+    const CLIENTS: usize = 16;
+    const ADDRESSES: usize = 8;
+    /// The known agent's pace.
+    const JOIN_EVERY: Duration = Duration::from_millis(250);
+    let Some(operator) = stage.company.operator.clone() else {
+        figures.info(
+            8,
+            "not run",
+            "the company has no operator API to sign the known agent in",
+        );
+        return Ok(());
+    };
+    // The known agent: a Session a person signed in (approved through the operator API), and
+    // one join to it, which makes the company vouch for the agent.
+    let user = pap_agent::new_pairwise_user(&SystemRng);
+    let mut session = stage
+        .agent
+        .start_session(&stage.pap_company, &user, stage.agent.new_dpop_key()?)
+        .await
+        .context("starting the known agent's Session")?;
+    let device = stage.agent.device_begin(&stage.pap_company, &["orders:read"]).await?;
+    let approved = stage
+        .http
+        .post(format!("{operator}/approve-device"))
+        .header("content-type", "application/json")
+        .body(json!({"user_code": device.user_code, "account": "acct_ada"}).to_string())
+        .send()
+        .await?;
+    anyhow::ensure!(
+        approved.status() == 200,
+        "the operator's approval got {}",
+        approved.status()
+    );
+    stage
+        .agent
+        .device_wait(&stage.pap_company, &mut session, &device)
+        .await
+        .context("signing the known agent in")?;
+    let (status, _) = stage.join_as(&stage.agent, &session).await?;
+    anyhow::ensure!(status == 303, "the known agent's first join got {status}");
+
+    let silent_before = stage.fetches.once_silent.load(Ordering::Relaxed);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut attackers = tokio::task::JoinSet::new();
+    for a in 0..ADDRESSES {
+        let http = https_client(&stage.roots, stage.company.addr, Some(loopback(200 + a)))?;
+        let mut stopped = stopped.clone();
+        attackers.spawn(async move {
+            // Each address sends its share of the pace, naming the clients in turn.
+            let mut pace = tokio::time::interval(EVERY * u32::try_from(ADDRESSES).unwrap_or(8));
+            let mut requests = tokio::task::JoinSet::new();
+            let mut n = a;
+            loop {
+                tokio::select! {
+                    _ = pace.tick() => {}
+                    _ = stopped.changed() => break,
+                }
+                let client_id = agents::free_suffix_client(n % CLIENTS);
+                let http = http.clone();
+                requests.spawn(async move { stranger_token_request(&http, &client_id, 1_000_000 + n).await });
+                n += ADDRESSES;
+            }
+            let mut statuses = BTreeMap::<u16, usize>::new();
+            while let Some(status) = requests.join_next().await {
+                *statuses.entry(status.unwrap_or(0)).or_default() += 1;
+            }
+            statuses
+        });
+    }
+    let began = Instant::now();
+    let mut joins = BTreeMap::<u16, usize>::new();
+    let mut slowest = Duration::ZERO;
+    let mut pace = tokio::time::interval(JOIN_EVERY);
+    while began.elapsed() < LENGTH {
+        pace.tick().await;
+        let (status, took) = stage.join_as(&stage.agent, &session).await?;
+        *joins.entry(status).or_default() += 1;
+        slowest = slowest.max(took);
+    }
+    let _ = stop.send(true);
+    let mut statuses = BTreeMap::<u16, usize>::new();
+    while let Some(answered) = attackers.join_next().await {
+        for (status, n) in answered? {
+            *statuses.entry(status).or_default() += n;
+        }
+    }
+    let requests: usize = statuses.values().sum();
+    figures.info(
+        8,
+        "attacker token requests (16 free-suffix clients, 8 addresses, 130 s)",
+        format!(
+            "{requests}: {}",
+            statuses
+                .iter()
+                .map(|(s, n)| format!("{n} x {s}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+    figures.info(
+        8,
+        "the attacker's documents answered fast / held silent",
+        format!(
+            "{} / {}",
+            stage.fetches.once_fast.load(Ordering::Relaxed),
+            stage.fetches.once_silent.load(Ordering::Relaxed) - silent_before
+        ),
+    );
+    let total: usize = joins.values().sum();
+    let refused = total - joins.get(&303).copied().unwrap_or(0);
+    figures.add(
+        8,
+        "the known agent's joins during the attack (its documents expiring every 60 s): refused",
+        format!("{refused} of {total} (slowest {})", ms(slowest)),
+        "0",
+        refused == 0,
+    );
     Ok(())
 }
