@@ -9,8 +9,8 @@
 //! 88 % full) and 16 bytes in its second's list: 62 bytes measured (`mark_set_bytes` below prints
 //! the figure), so the guard's default capacity is several times the old one in less memory.
 //!
-//! Marks are kept in [`SHARDS`] shards, each behind its own lock, chosen by the key's first
-//! byte (a SHA-256 output, so uniform). A shard drops its expired marks whenever it is touched:
+//! Marks are kept in [`SHARDS`] shards, each behind its own lock, chosen by a keyed hash of
+//! the key (a client grinding its `jti`s cannot aim at one shard). A shard drops its expired marks whenever it is touched:
 //! a list per second of expiry, in order, so expiring is popping whole seconds off the front.
 
 use std::collections::{HashMap, VecDeque};
@@ -31,6 +31,9 @@ pub(crate) type MarkKey = [u8; 16];
 /// Keys held until their second, at most `capacity` of them.
 pub(crate) struct MarkSet {
     shards: Box<[Mutex<Shard>]>,
+    /// Picks a key's shard with a key of this process's own, so that a client choosing its
+    /// `jti`s cannot put all its marks in one shard (and make that lock everyone's wait).
+    shard_of: std::collections::hash_map::RandomState,
     capacity: u64,
     /// Marks held, expired ones not yet dropped included (updated under the shards' locks).
     len: AtomicU64,
@@ -94,6 +97,7 @@ impl MarkSet {
     pub(crate) fn new(capacity: u64) -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            shard_of: std::collections::hash_map::RandomState::new(),
             capacity,
             len: AtomicU64::new(0),
             last_sweep: AtomicI64::new(i64::MIN),
@@ -101,7 +105,8 @@ impl MarkSet {
     }
 
     fn shard(&self, key: &MarkKey) -> std::sync::MutexGuard<'_, Shard> {
-        self.shards[usize::from(key[0]) % SHARDS]
+        let hash = std::hash::BuildHasher::hash_one(&self.shard_of, key);
+        self.shards[usize::try_from(hash % SHARDS as u64).unwrap_or(0)]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }

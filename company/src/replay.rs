@@ -122,7 +122,9 @@ pub const REPLAY_SHARE: u64 = REPLAY_CAPACITY / REPLAY_SHARE_DIVISOR;
 
 /// From how many live marks the shares bind (issue 42): half the guard. Below it an owner
 /// takes what others leave, so one agent with many users is refused only past 1,500,000 live
-/// marks (23,000 joins a second held for 65 s, more than this machine's cores verify); above
+/// marks (23,000 joins a second held for 65 s, more than this machine's cores verify; but
+/// only 4,500 client assertions a second, whose marks are kept 330 s: one sender reaching the
+/// pressure that way makes every owner past its share wait, as under any flood); above
 /// it an owner at its share gets 429, and the other half of the guard is the room that
 /// owners within their share keep: a flood from one owner fills half the guard, and it takes
 /// eight more owners at their share to fill the rest.

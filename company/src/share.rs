@@ -10,9 +10,9 @@
 //! - work no client authenticated (the `/device` page's attempt counts) against the client
 //!   **address** it came from.
 //!
-//! Under pressure an owner holds at most its share of a store (an [`OWNER_SHARE_DIVISOR`]-th
-//! of the records, a [`crate::replay::REPLAY_SHARE_DIVISOR`]-th of the replay guard): one
-//! owner, or several, leave the rest working. Replay marks' shares bind only under pressure
+//! An owner holds at most its share of a store (an [`OWNER_SHARE_DIVISOR`]-th of the records,
+//! always; under pressure a [`crate::replay::REPLAY_SHARE_DIVISOR`]-th of the replay guard):
+//! one owner, or several, leave the rest working. Replay marks' shares bind only under pressure
 //! ([`ExpiringShares`]): an honest agent with many users is never capped by a guard no one
 //! else is filling. Owners are kept as 8 bytes of a hash, never as a name, so a
 //! store's memory per owner is fixed and nothing an owner sends reaches a log.

@@ -769,6 +769,7 @@ async fn a_fast_answer_alone_makes_no_client_known() {
 async fn an_agent_in_use_is_refreshed_ahead_of_expiry_and_never_waits_for_it() {
     let h = harness().await;
     h.resolver.keys(&h.client_id, None).await.unwrap();
+    h.resolver.vouch(&h.client_id);
     let held = h.served.hold.write().await;
     h.clock.set(NOW + 48);
     assert!(

@@ -109,7 +109,7 @@ struct Serve {
     /// always). Below it a domain or an address takes what others leave, so one popular agent
     /// is not capped while no one else needs the room; above it each keeps its share. The
     /// default is half the in-memory guard.
-    #[arg(long, value_name = "MARKS", default_value_t = pap_shop::limits::REPLAY_PRESSURE)]
+    #[arg(long, value_name = "MARKS", default_value_t = pap_shop::limits::REPLAY_PRESSURE, value_parser = clap::value_parser!(u64).range(0..=pap_shop::limits::REPLAY_CAPACITY))]
     replay_pressure: u64,
     /// Longest an agent's client metadata and JWKS are cached, in seconds, whatever their
     /// `max-age` (60 to 86400): how long a key the agent removed keeps verifying here.

@@ -37,10 +37,12 @@ use super::ResolveError;
 
 /// How many `client_id`s the resolver remembers as known (vouched for: a person let them in),
 /// at most (the least used are forgotten first: such a client counts as a first contact
-/// again, no worse). Strangers cannot add to it (review S3), so they cannot churn it.
+/// again, no worse). A stranger cannot add to it (review S3); anyone with an account here can,
+/// as many clients as they sign in (no cap per account yet). Held in the process: empty after
+/// a restart. An agent whose users only join signed-out Sessions is never known here.
 pub const KNOWN_CLIENTS: u64 = 100_000;
 /// How long a known `client_id` stays known without being vouched for again: longer than a
-/// Session lives, so an agent with a live Session is known.
+/// Session lives, so an agent joining a signed-in Session this process vouched for stays known.
 const KNOWN_FOR: Duration = Duration::from_secs(7 * 24 * 3_600);
 
 tokio::task_local! {
@@ -153,6 +155,11 @@ impl FetchBudget {
     /// next fetches are no first contact.
     pub(super) fn vouched(&self, client_id: &ClientId) {
         self.known.insert(client_id.clone(), ());
+    }
+
+    /// Whether the company vouched for `client_id` (it is no first contact).
+    pub(super) fn is_known(&self, client_id: &ClientId) -> bool {
+        self.known.contains_key(client_id)
     }
 
     /// Fetch slots free now, over all fetches.

@@ -95,8 +95,9 @@ pub struct ResolverConfig {
     pub cache_bytes: u64,
     /// Most fetches under way at once, over all clients (32 by default).
     pub max_in_flight: usize,
-    /// Most of those for first contacts, `client_id`s the resolver has not resolved before
-    /// (16 by default): the rest is kept for agents it knows.
+    /// Most of those for first contacts, `client_id`s the company has not vouched for (no
+    /// person let them in here: `ClientKeys::vouch`; 16 by default): the rest is kept for
+    /// agents it knows.
     pub max_first_contacts_in_flight: usize,
     /// Most fetches under way at once for `client_id`s under one registrable domain (2 by
     /// default).
@@ -293,17 +294,30 @@ impl HttpClientResolver {
                     // the cached keys rather than lock it out.
                     return Ok(self.refetch_once(client_id, &entry, now).await);
                 }
-                if entry.refresh_due(now) && !entry.ahead_started.swap(true, std::sync::atomic::Ordering::AcqRel) {
-                    // Review S3: an agent in use is refreshed in the background before its
+                if entry.refresh_due(now)
+                    && self.budget.is_known(client_id)
+                    && !entry.ahead_started.swap(true, std::sync::atomic::Ordering::AcqRel)
+                {
+                    // Review S3: a known agent in use is refreshed in the background before its
                     // documents expire, while its cached keys keep serving, so its requests
-                    // never wait for a fetch, nor meet a busy resolver at expiry.
+                    // never wait for a fetch, nor meet a busy resolver at expiry. (Strangers
+                    // gain nothing from it, and are not given it.) The refresh counts against
+                    // the address of the request that started it, as a fetch of its own would.
                     let (resolver, client_id, entry) = (self.clone(), client_id.clone(), entry.clone());
-                    tokio::spawn(async move { resolver.refresh_ahead(&client_id, &entry, now).await });
+                    let requester = super::budget::requester();
+                    tokio::spawn(async move {
+                        let refresh = resolver.refresh_ahead(&client_id, &entry, now);
+                        match requester {
+                            Some(address) => super::budget::as_requester(address, refresh).await,
+                            None => refresh.await,
+                        }
+                    });
                 }
                 return Ok(entry);
             }
             if entry.ahead_started.load(std::sync::atomic::Ordering::Acquire)
                 && let Ok(fresh) = self.refresh_ahead(client_id, &entry, now).await
+                && fresh.fresh(now)
             {
                 // The refresh ahead of expiry is under way or done: its outcome, not a fetch
                 // of our own.
@@ -363,7 +377,15 @@ impl HttpClientResolver {
                 let fresh = self.fetch_entry(client_id, now).await;
                 match &fresh {
                     Ok(fresh) => self.documents.insert(client_id.clone(), fresh.clone()).await,
-                    Err(error) => tracing::info!(%client_id, %error, "refresh ahead of expiry failed"),
+                    Err(error) => {
+                        tracing::info!(%client_id, %error, "refresh ahead of expiry failed");
+                        if *error != ResolveError::Busy {
+                            // As a fetch's failure: answered from memory for a while, not
+                            // fetched again by the caller that finds the entry expired.
+                            self.failures
+                                .remember(client_id.clone(), error.clone(), now.plus(FAILURE_SECONDS));
+                        }
+                    }
                 }
                 fresh
             })
