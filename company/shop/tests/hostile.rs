@@ -374,7 +374,11 @@ async fn one_address_holds_at_most_its_share_of_replay_marks() {
     }
     let refused = shop.token_request_from(&grant, Some(flooder)).await;
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert!(refused.headers().contains_key(header::RETRY_AFTER));
+    assert_eq!(
+        refused.headers()[header::RETRY_AFTER],
+        "10",
+        "room comes back as the oldest 10 s bucket of marks ends"
+    );
     let someone_else: std::net::SocketAddr = "198.51.100.8:40000".parse().unwrap();
     let served = shop.token_request_from(&grant, Some(someone_else)).await;
     assert_eq!(served.status(), StatusCode::BAD_REQUEST, "another address is served");

@@ -29,6 +29,9 @@ pub(crate) struct ApiError {
     pub(crate) challenge: bool,
     pub(crate) scope: Option<String>,
     pub(crate) extra: Option<(&'static str, Value)>,
+    /// `Retry-After` when it is not the status's usual one (a client over its share of the
+    /// replay guard gets room back within seconds, not a minute).
+    pub(crate) retry_after: Option<&'static str>,
 }
 
 impl ApiError {
@@ -39,6 +42,7 @@ impl ApiError {
             challenge: false,
             scope: None,
             extra: None,
+            retry_after: None,
         }
     }
 
@@ -64,9 +68,11 @@ impl ApiError {
     pub(crate) fn store(error: StoreError) -> Self {
         pap_company::metrics::store_error(error);
         match error {
-            StoreError::Full | StoreError::OverShare => {
-                Self::new(StatusCode::TOO_MANY_REQUESTS, OAuthErrorCode::TemporarilyUnavailable)
-            }
+            StoreError::Full => Self::new(StatusCode::TOO_MANY_REQUESTS, OAuthErrorCode::TemporarilyUnavailable),
+            StoreError::OverShare => Self {
+                retry_after: Some(error.retry_after()),
+                ..Self::new(StatusCode::TOO_MANY_REQUESTS, OAuthErrorCode::TemporarilyUnavailable)
+            },
             StoreError::Unavailable => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, OAuthErrorCode::TemporarilyUnavailable)
             }
@@ -92,9 +98,10 @@ impl IntoResponse for ApiError {
         }
         let mut response = json_response(self.status, &body);
         if self.status == StatusCode::TOO_MANY_REQUESTS {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECONDS));
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from_static(self.retry_after.unwrap_or(RETRY_AFTER_SECONDS)),
+            );
         } else if self.status == StatusCode::SERVICE_UNAVAILABLE {
             response
                 .headers_mut()
