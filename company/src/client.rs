@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use pap_shared::{ClientId, Jwks};
 
 pub(crate) use self::budget::requester;
-pub use self::budget::{KNOWN_CLIENTS, as_requester};
+pub use self::budget::{KNOWN_CLIENTS, VOUCHES_PER_ACCOUNT, as_requester};
 pub use self::http::{
     DEFAULT_MAX_CACHE_LIFETIME, FAILURE_CAPACITY, HttpClientResolver, NO_STORE_SECONDS, ResolverBuildError,
     ResolverConfig, ResolverHolds, STALE_IF_BUSY_SECONDS,
@@ -39,12 +39,14 @@ pub trait ClientKeys: Send + Sync + fmt::Debug {
         Ok(None)
     }
 
-    /// The company accepted work of `client_id`'s that a person let in (a join to a signed-in
-    /// Session, tokens for one): a resolver that budgets its fetches counts it as known from now
-    /// on, so its refetches no longer compete with strangers' first contacts (security review
-    /// S3: answering a fetch quickly once is no longer enough). Nothing by default.
-    fn vouch(&self, client_id: &ClientId) {
-        let _ = client_id;
+    /// The company accepted work of `client_id`'s that the person of `account` let in (a join
+    /// to a Session signed in to it, tokens for one): a resolver that budgets its fetches counts
+    /// it as known from now on, so its refetches no longer compete with strangers' first
+    /// contacts (security review S3: answering a fetch quickly once is no longer enough). One
+    /// account vouches for a few clients at most (`limits::VOUCHES_PER_ACCOUNT`), so an account
+    /// holder cannot make a fleet known. Nothing by default.
+    fn vouch(&self, client_id: &ClientId, account: &str) {
+        let _ = (client_id, account);
     }
 }
 

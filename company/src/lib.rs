@@ -73,6 +73,7 @@ pub mod resolver {
 pub mod limits {
     pub use crate::client::{
         DEFAULT_MAX_CACHE_LIFETIME, FAILURE_CAPACITY, KNOWN_CLIENTS, NO_STORE_SECONDS, STALE_IF_BUSY_SECONDS,
+        VOUCHES_PER_ACCOUNT,
     };
     #[cfg(feature = "redis")]
     pub use crate::redis_store::{RECORDS_SHARE, SESSION_COPIES, SESSION_COPY_LIFETIME, WAIT_TIMEOUT};

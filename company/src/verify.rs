@@ -201,9 +201,9 @@ impl Verifier {
             }
         }
         let session = seen.record;
-        if session.is_signed_in() {
+        if let Some(account) = &session.account {
             // A person signed this client in here: it is no stranger to the resolver (S3).
-            self.parts.clients.vouch(claims.iss());
+            self.parts.clients.vouch(claims.iss(), account);
         }
         let verified = VerifiedAssertion {
             client_id: claims.iss().clone(),

@@ -591,7 +591,7 @@ async fn first_contacts_hold_only_their_share_and_a_known_agent_is_fetched_besid
     let h = Arc::new(harness_configured(true, config).await);
     h.resolver.keys(&h.client_id, None).await.unwrap();
     // A person let it in here (a signed-in join, tokens): it is known.
-    h.resolver.vouch(&h.client_id);
+    h.resolver.vouch(&h.client_id, "acct_ada");
     h.clock.set(NOW + 60 + STALE_IF_BUSY_SECONDS);
     let held = h.served.hold.write().await;
     let strangers: Vec<_> = (0..2)
@@ -750,7 +750,7 @@ async fn a_fast_answer_alone_makes_no_client_known() {
         h.resolver.keys(&h.client_id, None).await.unwrap_err(),
         ResolveError::Busy
     );
-    h.resolver.vouch(&h.client_id);
+    h.resolver.vouch(&h.client_id, "acct_ada");
     let known = {
         let h = h.clone();
         tokio::spawn(async move { h.resolver.keys(&h.client_id, None).await.is_ok() })
@@ -769,7 +769,7 @@ async fn a_fast_answer_alone_makes_no_client_known() {
 async fn an_agent_in_use_is_refreshed_ahead_of_expiry_and_never_waits_for_it() {
     let h = harness().await;
     h.resolver.keys(&h.client_id, None).await.unwrap();
-    h.resolver.vouch(&h.client_id);
+    h.resolver.vouch(&h.client_id, "acct_ada");
     let held = h.served.hold.write().await;
     h.clock.set(NOW + 48);
     assert!(

@@ -423,7 +423,7 @@ async fn a_join_to_a_signed_in_session_vouches_for_its_client_and_a_signed_out_o
         ) -> Result<Arc<pap_shared::Jwks>, pap_company::resolver::ResolveError> {
             self.keys.keys(client_id, kid).await
         }
-        fn vouch(&self, client_id: &pap_shared::ClientId) {
+        fn vouch(&self, client_id: &pap_shared::ClientId, _account: &str) {
             self.vouched.lock().unwrap().push(client_id.as_str().to_owned());
         }
     }

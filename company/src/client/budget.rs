@@ -37,10 +37,13 @@ use super::ResolveError;
 
 /// How many `client_id`s the resolver remembers as known (vouched for: a person let them in),
 /// at most (the least used are forgotten first: such a client counts as a first contact
-/// again, no worse). A stranger cannot add to it (review S3); anyone with an account here can,
-/// as many clients as they sign in (no cap per account yet). Held in the process: empty after
+/// again, no worse). A stranger cannot add to it (review S3); an account holder can, at most
+/// [`VOUCHES_PER_ACCOUNT`] clients. Held in the process: empty after
 /// a restart. An agent whose users only join signed-out Sessions is never known here.
 pub const KNOWN_CLIENTS: u64 = 100_000;
+/// How many clients one account makes known at most (review S3): a person uses an agent or
+/// a few; an account holder scripting sign-ins for a fleet of clients gets 8 known, no more.
+pub const VOUCHES_PER_ACCOUNT: usize = 8;
 /// How long a known `client_id` stays known without being vouched for again: longer than a
 /// Session lives, so an agent joining a signed-in Session this process vouched for stays known.
 const KNOWN_FOR: Duration = Duration::from_secs(7 * 24 * 3_600);
@@ -72,6 +75,8 @@ pub(super) struct FetchBudget {
     /// Slots per requester address.
     requesters: PerKey<String>,
     known: moka::sync::Cache<ClientId, ()>,
+    /// The clients each account vouched for (at most [`VOUCHES_PER_ACCOUNT`]).
+    by_account: moka::sync::Cache<String, Arc<std::sync::Mutex<Vec<ClientId>>>>,
 }
 
 /// Which share ran out.
@@ -124,6 +129,10 @@ impl FetchBudget {
                 .max_capacity(KNOWN_CLIENTS)
                 .time_to_idle(KNOWN_FOR)
                 .build(),
+            by_account: moka::sync::Cache::builder()
+                .max_capacity(KNOWN_CLIENTS)
+                .time_to_idle(KNOWN_FOR)
+                .build(),
         }
     }
 
@@ -151,9 +160,20 @@ impl FetchBudget {
         })
     }
 
-    /// Remembers that the company accepted `client_id`'s work (see `ClientKeys::vouch`): its
-    /// next fetches are no first contact.
-    pub(super) fn vouched(&self, client_id: &ClientId) {
+    /// Remembers that the company accepted `client_id`'s work for `account` (see
+    /// `ClientKeys::vouch`): its next fetches are no first contact. Past
+    /// [`VOUCHES_PER_ACCOUNT`] clients an account's word makes no new client known (a client
+    /// already known stays known).
+    pub(super) fn vouched(&self, client_id: &ClientId, account: &str) {
+        let vouched = self.by_account.get_with(account.to_owned(), Arc::default);
+        let mut clients = vouched.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !clients.contains(client_id) {
+            if clients.len() >= VOUCHES_PER_ACCOUNT {
+                tracing::info!(%client_id, "an account past its vouches: the client stays a first contact");
+                return;
+            }
+            clients.push(client_id.clone());
+        }
         self.known.insert(client_id.clone(), ());
     }
 
@@ -198,7 +218,7 @@ mod tests {
     fn first_contacts_hold_at_most_their_share_and_known_clients_keep_the_rest() {
         let budget = FetchBudget::new(4, 2, 1, 4);
         let known = client("atlas.example");
-        budget.vouched(&known);
+        budget.vouched(&known, "acct_ada");
         let strangers: Vec<_> = (0..2)
             .map(|i| budget.take(&client(&format!("s{i}.example"))).unwrap())
             .collect();
@@ -243,5 +263,24 @@ mod tests {
             "no requester, no such share"
         );
         drop(held);
+    }
+
+    #[test]
+    fn one_account_makes_at_most_its_vouches_known() {
+        let budget = FetchBudget::new(32, 16, 2, 4);
+        for i in 0..VOUCHES_PER_ACCOUNT {
+            budget.vouched(&client(&format!("c{i}.example")), "acct_fleet");
+        }
+        let one_more = client("c99.example");
+        budget.vouched(&one_more, "acct_fleet");
+        assert!(!budget.is_known(&one_more), "past the account's vouches");
+        assert!(budget.is_known(&client("c0.example")));
+        budget.vouched(&client("c0.example"), "acct_fleet");
+        assert!(
+            budget.is_known(&client("c0.example")),
+            "vouching again for one of its own"
+        );
+        budget.vouched(&one_more, "acct_ada");
+        assert!(budget.is_known(&one_more), "another account's word");
     }
 }

@@ -550,8 +550,8 @@ impl ClientKeys for HttpClientResolver {
         self.resolve(client_id, kid).await.map(|entry| entry.keys.clone())
     }
 
-    fn vouch(&self, client_id: &ClientId) {
-        self.budget.vouched(client_id);
+    fn vouch(&self, client_id: &ClientId, account: &str) {
+        self.budget.vouched(client_id, account);
     }
 
     /// One refetch of the JWKS, under the unknown-`kid` rate limit (once per 60 s per client),

@@ -204,9 +204,9 @@ impl ReferenceCompany {
             .session_record(session)
             .await?
             .ok_or_else(|| ApiError::bad_request(OAuthErrorCode::InvalidSession))?;
-        if record.is_signed_in() {
+        if let Some(account) = &record.account {
             // A person signed this client in: it is no stranger to the resolver (review S3).
-            self.inner.clients.vouch(client_id);
+            self.inner.clients.vouch(client_id, account);
         }
         let access_token = self.random_token("sat", client_id);
         let expires_in = record.expires_at.since(self.now()).max(1);
