@@ -298,15 +298,17 @@ impl RedisProcess {
                 Some(free_port()?.port()),
             )?);
         }
-        let mut create = std::process::Command::new("redis-cli");
-        create.arg("--cluster").arg("create");
+        // `--cluster create` waits for the nodes to meet with no deadline of its own: 30 s
+        // (coreutils `timeout`), then a clear failure rather than a hung run.
+        let mut create = std::process::Command::new("timeout");
+        create.args(["30", "redis-cli", "--cluster", "create"]);
         for node in &nodes {
             create.arg(format!("127.0.0.1:{}", node.port));
         }
         let made = create
             .args(["--cluster-replicas", "0", "--cluster-yes"])
             .output()
-            .context("running redis-cli --cluster create (Debian's redis-tools)")?;
+            .context("running timeout 30 redis-cli --cluster create (Debian's redis-tools, coreutils)")?;
         if !made.status.success() {
             bail!(
                 "redis-cli --cluster create failed: {}",

@@ -412,38 +412,55 @@ impl RedisCluster {
             // The nodes talk to each other with it too.
             args.extend(["--masterauth".to_owned(), password.clone()]);
         }
-        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
-            .map(|_| {
-                // The bus port is asked for, not left at port + 10,000 (past 65,535 for a high
-                // free port, or another test's).
-                let mut args = args.clone();
-                args.extend(["--cluster-port".to_owned(), free_port().to_string()]);
-                RedisServer::launch(free_port(), scratch_dir(), false, args, certificates.is_some())
-            })
-            .collect();
-        let cluster = Self {
-            nodes,
-            password,
-            certificates,
-        };
-        let mut create = Command::new("redis-cli");
-        create.arg("--cluster").arg("create");
-        for node in &cluster.nodes {
-            create.arg(format!("127.0.0.1:{}", node.port));
+        // `redis-cli --cluster create` waits for the nodes to meet with no deadline of its own,
+        // and a node whose bus port another test took between `free_port` and its bind never
+        // meets the others: each attempt gets `CLUSTER_DEADLINE` (coreutils `timeout`), and a
+        // failed one is retried on fresh nodes and ports.
+        let mut certificates = certificates;
+        let mut failures = Vec::new();
+        for _ in 0..3 {
+            let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
+                .map(|_| {
+                    // The bus port is asked for, not left at port + 10,000 (past 65,535 for a
+                    // high free port, or another test's).
+                    let mut args = args.clone();
+                    args.extend(["--cluster-port".to_owned(), free_port().to_string()]);
+                    RedisServer::launch(free_port(), scratch_dir(), false, args, certificates.is_some())
+                })
+                .collect();
+            let mut cluster = Self {
+                nodes,
+                password: password.clone(),
+                certificates: certificates.take(),
+            };
+            let mut create = Command::new("timeout");
+            create
+                .arg(CLUSTER_DEADLINE.as_secs().to_string())
+                .arg("redis-cli")
+                .arg("--cluster")
+                .arg("create");
+            for node in &cluster.nodes {
+                create.arg(format!("127.0.0.1:{}", node.port));
+            }
+            create.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
+            cluster.cli_options(&mut create);
+            let created = create
+                .output()
+                .expect("redis-cli comes with redis-server (Debian's redis-tools); timeout with coreutils");
+            if created.status.success() {
+                cluster.wait_until_ok();
+                return cluster;
+            }
+            failures.push(format!(
+                "{:?}: {}{}",
+                created.status.code(),
+                String::from_utf8_lossy(&created.stdout),
+                String::from_utf8_lossy(&created.stderr)
+            ));
+            // The certificates stay for the next attempt; these nodes go.
+            certificates = cluster.certificates.take();
         }
-        create.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
-        cluster.cli_options(&mut create);
-        let created = create
-            .output()
-            .expect("redis-cli comes with redis-server (Debian's redis-tools)");
-        assert!(
-            created.status.success(),
-            "redis-cli --cluster create: {}{}",
-            String::from_utf8_lossy(&created.stdout),
-            String::from_utf8_lossy(&created.stderr)
-        );
-        cluster.wait_until_ok();
-        cluster
+        panic!("redis-cli --cluster create failed 3 times: {failures:#?}")
     }
 
     /// Whether the node at `index` is a primary now (`INFO replication`).
