@@ -134,6 +134,28 @@ impl RedisServer {
     pub fn start_replica_of(primary: &RedisServer) -> Self {
         let replica = Self::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
         replica.waits_until_it_says(Said::InSync, Instant::now() + READY_DEADLINE);
+        // In sync is not yet counted: the primary streams to a replica (and counts it for
+        // `WAIT`) only from the replica's first `REPLCONF ACK`, which its log does not show.
+        // `WAIT 1` blocks until that acknowledgement, within the deadline.
+        let deadline_ms = READY_DEADLINE.as_millis().to_string();
+        let acked = Command::new("redis-cli")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &primary.port.to_string(),
+                "WAIT",
+                "1",
+                &deadline_ms,
+            ])
+            .output()
+            .expect("redis-cli comes with redis-server (Debian's redis-tools)");
+        assert_eq!(
+            String::from_utf8_lossy(&acked.stdout).trim(),
+            "1",
+            "the primary on port {} never counted its replica",
+            primary.port
+        );
         replica
     }
 
