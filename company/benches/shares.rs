@@ -47,10 +47,26 @@ fn main() {
         let length = Duration::from_secs(seconds);
         run("alone", Arc::new(World::new()), length).await;
         let beside = Arc::new(World::new());
+        let before = resident_bytes();
         let (filled, next) = fill_to_the_pressure(&beside).await;
-        println!("the attacker's domain made {filled} marks; its next: {next:?}");
+        let per_mark = resident_bytes().saturating_sub(before) / filled.max(1);
+        println!(
+            "the attacker's domain made {filled} marks ({per_mark} bytes a mark, the process's RSS growth, \
+             shares' tally included); its next: {next:?}"
+        );
         run("beside an attacker holding half the guard", beside, length).await;
     });
+}
+
+/// This process's resident memory (`VmRSS`), bytes.
+fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|kb| kb.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024
 }
 
 /// Marks of another domain's agent, through the world's guard, until the shares bind; how many

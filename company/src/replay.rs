@@ -108,7 +108,7 @@ pub trait ReplayGuard: Send + Sync + fmt::Debug {
 }
 
 /// How many marks the embedded guard holds at most: more than a minute of joins at 45,000 a
-/// second, in about 190 MB (62 bytes a mark, `mark_set.rs`). Past it, new joins are refused
+/// second, in about 140 MB (46 bytes a mark, `mark_set.rs`). Past it, new joins are refused
 /// (503) rather than a live mark dropped, which would reopen its assertion to replay.
 pub const REPLAY_CAPACITY: u64 = 3_000_000;
 

@@ -440,3 +440,16 @@ impl Drop for RedisNode {
         self.kill();
     }
 }
+
+/// Approves the Device Sign-In of `user_code` for `acct_ada` through a company's operator API
+/// (`operator`, credential included), as the person would on the device page.
+pub(crate) async fn approve_device(http: &reqwest::Client, operator: &str, user_code: &str) -> anyhow::Result<()> {
+    let approved = http
+        .post(format!("{operator}/approve-device"))
+        .header("content-type", "application/json")
+        .body(serde_json::json!({"user_code": user_code, "account": "acct_ada"}).to_string())
+        .send()
+        .await?;
+    anyhow::ensure!(approved.status() == 200, "the operator answered {}", approved.status());
+    Ok(())
+}

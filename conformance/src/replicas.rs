@@ -342,18 +342,9 @@ async fn sign_in_across(stage: &Stage, session: &mut Session) -> anyhow::Result<
         .agent
         .device_begin(&stage.company, &["orders:read", "orders:write"])
         .await?;
-    let approved = stage.replicas[1]
-        .http
-        .post(format!("{}/approve-device", stage.operator(1)?))
-        .header("content-type", "application/json")
-        .body(json!({"user_code": device.user_code, "account": "acct_ada"}).to_string())
-        .send()
-        .await?;
-    anyhow::ensure!(
-        approved.status() == 200,
-        "the approval through b got {}",
-        approved.status()
-    );
+    crate::process::approve_device(&stage.replicas[1].http, stage.operator(1)?, &device.user_code)
+        .await
+        .context("the approval through b")?;
     stage.replicas[2]
         .agent
         .device_wait(&stage.company, session, &device)

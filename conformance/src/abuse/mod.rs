@@ -1479,18 +1479,9 @@ async fn self_made_known_clients_beside_a_known_agent(stage: &Arc<Stage>, figure
         .await
         .context("starting the known agent's Session")?;
     let device = stage.agent.device_begin(&stage.pap_company, &["orders:read"]).await?;
-    let approved = stage
-        .http
-        .post(format!("{operator}/approve-device"))
-        .header("content-type", "application/json")
-        .body(json!({"user_code": device.user_code, "account": "acct_ada"}).to_string())
-        .send()
-        .await?;
-    anyhow::ensure!(
-        approved.status() == 200,
-        "the operator's approval got {}",
-        approved.status()
-    );
+    crate::process::approve_device(&stage.http, &operator, &device.user_code)
+        .await
+        .context("the operator's approval")?;
     stage
         .agent
         .device_wait(&stage.pap_company, &mut session, &device)
