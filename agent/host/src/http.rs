@@ -160,7 +160,7 @@ impl Exposure {
 
 impl Guard {
     /// Why a request's `Host` or `Origin` is refused, if it is.
-    fn refuses(&self, request: &Request) -> Option<&'static str> {
+    pub(crate) fn refuses(&self, request: &Request) -> Option<&'static str> {
         let host = request
             .headers()
             .get(header::HOST)

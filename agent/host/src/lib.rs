@@ -15,6 +15,8 @@
 //!   │        and any ExtraTools), launch on demand, AIP-14 errors as tool errors; stdio
 //! jsonrpc    the JSON-RPC errors rmcp would not give (-32700, a nameless tools/call), on both
 //!   │        transports; MCP over stdio through that check
+//! console    the person's console: requests for access, grants, devices, the record (the
+//!   │        ledger and the host's audit); a one-time link, then a cookie; a bearer gets 403
 //! install    `install-mcp`: a device minted for a local client, written into its config
 //!   │
 //! pairing    Devices (devices.json: digests only, 0600), one-time codes, tunnel records
@@ -27,11 +29,14 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod console;
 pub mod http;
 pub mod install;
 pub mod jsonrpc;
 pub mod pairing;
 pub mod rate;
+#[cfg(test)]
+mod scratch;
 mod server;
 #[cfg(feature = "test-support")]
 pub mod testkit;

@@ -806,31 +806,10 @@ mod tests {
         }
     }
 
-    fn devices() -> (tempdir::Dir, Devices) {
-        let dir = tempdir::Dir::new();
+    fn devices() -> (crate::scratch::Dir, Devices) {
+        let dir = crate::scratch::Dir::new("pap-pairing");
         let devices = Devices::at(dir.path());
         (dir, devices)
-    }
-
-    mod tempdir {
-        pub(super) struct Dir(std::path::PathBuf);
-        impl Dir {
-            pub(super) fn new() -> Self {
-                let mut raw = [0u8; 8];
-                pap_shared::Rng::fill(&pap_shared::SystemRng, &mut raw);
-                let path = std::env::temp_dir().join(format!("pap-pairing-{}", u64::from_le_bytes(raw)));
-                std::fs::create_dir_all(&path).unwrap();
-                Self(path)
-            }
-            pub(super) fn path(&self) -> &std::path::Path {
-                &self.0
-            }
-        }
-        impl Drop for Dir {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
     }
 
     #[test]
