@@ -76,6 +76,9 @@ pub struct BrowserServer {
     /// What `initialize` answers as `serverInfo`: the program that serves (`pap-agent 0.1.0`),
     /// by default this crate.
     name: (String, String),
+    /// Where calls are audited and requests for access filed, for the person's console
+    /// ([`crate::console`]): the agent's state directory.
+    record: Option<std::path::PathBuf>,
 }
 
 /// Who a call comes from.
@@ -104,6 +107,7 @@ impl BrowserServer {
             rate: rate::RateLimit::default(),
             extra: None,
             name: (env!("CARGO_PKG_NAME").to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
+            record: None,
         }
     }
 
@@ -116,6 +120,7 @@ impl BrowserServer {
             rate: rate::RateLimit::default(),
             extra: None,
             name: (env!("CARGO_PKG_NAME").to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
+            record: None,
         }
     }
 
@@ -131,6 +136,15 @@ impl BrowserServer {
     #[must_use]
     pub fn with_extra(mut self, extra: Arc<dyn ExtraTools>) -> Self {
         self.extra = Some(extra);
+        self
+    }
+
+    /// Audits every call ([`crate::console::audit`]) and files a request for access for the
+    /// person when a call meets `consent_required` ([`crate::console::requests`]), in the
+    /// agent's state directory `state_dir`, where the person's console reads them.
+    #[must_use]
+    pub fn recording_in(mut self, state_dir: &std::path::Path) -> Self {
+        self.record = Some(state_dir.to_path_buf());
         self
     }
 
@@ -245,21 +259,141 @@ impl BrowserServer {
         {
             return tool_error(&ToolResult::Err(error).to_json());
         }
-        if let Some((extra, _)) = extra {
-            return match extra.call(&self.tools, caller, name, arguments).await {
-                Ok(value) => success(None, value),
-                Err(error) => tool_error(&ToolResult::Err(error).to_json()),
+        let asked = self.record.as_ref().map(|_| asked_for(&arguments));
+        let outcome = if let Some((extra, _)) = extra {
+            extra.call(&self.tools, caller, name, arguments).await
+        } else {
+            let id = match browser_tool {
+                Some(tool) => tool.as_str(),
+                None => name,
             };
-        }
-        let id = match browser_tool {
-            Some(tool) => tool.as_str(),
-            None => name,
+            // The tool host serves what its manifest lists: an unlisted tool is unsupported there.
+            match self.tools.call_as(caller, id, &arguments).await {
+                ToolResult::Ok(value) => Ok(value),
+                ToolResult::Err(error) => Err(error),
+            }
         };
-        // The tool host serves what its manifest lists: an unlisted tool is unsupported there.
-        match self.tools.call_as(caller, id, &arguments).await {
-            ToolResult::Ok(value) => success(browser_tool, value),
-            failed => tool_error(&failed.to_json()),
+        let outcome = match (&self.record, asked) {
+            (Some(state_dir), Some(asked)) => recorded(state_dir, caller, name, &asked, outcome),
+            _ => outcome,
+        };
+        match outcome {
+            Ok(value) => success(browser_tool, value),
+            Err(error) => tool_error(&ToolResult::Err(error).to_json()),
         }
+    }
+}
+
+/// What a call's arguments say for the record: the origin of the URL it names, and why, in its
+/// own words (a `reason` argument), if it says.
+struct Asked {
+    origin: Option<String>,
+    reason: Option<String>,
+}
+
+fn asked_for(arguments: &Value) -> Asked {
+    let url = ["url", "returnTo", "return_to"]
+        .iter()
+        .find_map(|key| arguments.get(*key).and_then(Value::as_str));
+    Asked {
+        origin: url.and_then(crate::console::audit::origin_of),
+        reason: arguments.get("reason").and_then(Value::as_str).map(str::to_owned),
+    }
+}
+
+/// The call in the audit; a `consent_required` filed as a request for access (or answered with
+/// the person's standing "no": `permission_denied`).
+fn recorded(
+    state_dir: &std::path::Path,
+    caller: &AgentCaller,
+    tool: &str,
+    asked: &Asked,
+    outcome: Result<Value, ToolError>,
+) -> Result<Value, ToolError> {
+    use crate::console::requests::AccessRequests;
+    let now = pap_shared::Clock::now(&pap_shared::SystemClock);
+    let device = caller.device_id().unwrap_or("local");
+    let outcome = match outcome {
+        Err(error) if error.code == ToolErrorCode::ConsentRequired => {
+            let domain = error
+                .cause
+                .as_ref()
+                .and_then(|cause| cause["domain"].as_str())
+                .map(str::to_owned);
+            match domain {
+                Some(domain) => {
+                    let why = asked
+                        .reason
+                        .clone()
+                        .unwrap_or_else(|| format!("{tool} needs a grant for {domain}"));
+                    match AccessRequests::at(state_dir).file(device, &domain, tool, &why, now, &pap_shared::SystemRng) {
+                        Ok(filed) => Err(asked_the_person(error, &filed)),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "filing a request for access");
+                            Err(error)
+                        }
+                    }
+                }
+                None => Err(error),
+            }
+        }
+        other => other,
+    };
+    let origin = match &outcome {
+        Ok(value) => value
+            .get("url")
+            .and_then(Value::as_str)
+            .and_then(crate::console::audit::origin_of)
+            .or_else(|| asked.origin.clone()),
+        Err(_) => asked.origin.clone(),
+    };
+    let call = crate::console::audit::Call {
+        at: now,
+        device_id: device.to_owned(),
+        tool: tool.to_owned(),
+        origin,
+        outcome: match &outcome {
+            Ok(_) => "ok".to_owned(),
+            Err(error) => error.code.as_str().to_owned(),
+        },
+    };
+    if let Err(e) = crate::console::audit::Audit::at(state_dir).append(&call) {
+        tracing::warn!(error = %e, "writing the audit");
+    }
+    outcome
+}
+
+/// `error` (a `consent_required`) as the device is told after its request was filed.
+fn asked_the_person(error: ToolError, filed: &crate::console::requests::Filed) -> ToolError {
+    use crate::console::requests::Filed;
+    let with = |request: &crate::console::requests::AccessRequest| json!({ "domain": request.domain, "request": request.id, "expiresAt": request.expires_at.to_rfc3339() });
+    match filed {
+        Filed::Asked(request) | Filed::Waiting(request) => ToolError::new(
+            ToolErrorCode::ConsentRequired,
+            format!(
+                "{}: the person was asked in their console (request {}); call again once they answer",
+                error.message, request.id
+            ),
+        )
+        .retryable()
+        .with_cause(with(request)),
+        Filed::Declined(request) => ToolError::new(
+            ToolErrorCode::PermissionDenied,
+            format!(
+                "the person declined this device's request for access to {} (request {}); do not ask again for now",
+                request.domain, request.id
+            ),
+        )
+        .with_cause(json!({ "domain": request.domain, "request": request.id, "declined": true })),
+        Filed::TooMany => ToolError::new(
+            ToolErrorCode::ConsentRequired,
+            format!(
+                "{}: this device has {} requests for access waiting for the person already",
+                error.message,
+                crate::console::requests::PENDING_PER_DEVICE
+            ),
+        )
+        .with_cause(error.cause.unwrap_or_default()),
     }
 }
 
@@ -453,6 +587,51 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
     use super::*;
+
+    #[test]
+    fn a_consent_required_files_one_request_and_the_person_s_no_answers_the_next_call() {
+        use crate::console::requests::{AccessRequests, Answer, RequestState};
+        let dir = crate::scratch::Dir::new("pap-host-record");
+        let caller = AgentCaller::paired("dev_a".to_owned());
+        let refused = || {
+            Err(
+                ToolError::new(ToolErrorCode::ConsentRequired, "no grant covers shop.example")
+                    .with_cause(json!({ "domain": "shop.example" })),
+            )
+        };
+        let asked = asked_for(&json!({ "domain": "shop.example", "reason": "to check the order" }));
+        let first = recorded(dir.path(), &caller, "pap_join", &asked, refused()).unwrap_err();
+        assert_eq!(first.code, ToolErrorCode::ConsentRequired);
+        assert_eq!(first.retryable, Some(true));
+        let id = first.cause.as_ref().unwrap()["request"].as_str().unwrap().to_owned();
+        // Asking again while it waits files nothing new.
+        let again = recorded(dir.path(), &caller, "pap_join", &asked, refused()).unwrap_err();
+        assert_eq!(again.cause.as_ref().unwrap()["request"], id.as_str());
+        let requests = AccessRequests::at(dir.path()).list().unwrap();
+        assert_eq!(requests.len(), 1);
+        assert_eq!(requests[0].why, "to check the order");
+        assert_eq!(requests[0].state, RequestState::Pending);
+        // The person declines in the console: the device's next call is told so.
+        AccessRequests::at(dir.path())
+            .claim(&id, Answer::Decline, pap_shared::Clock::now(&pap_shared::SystemClock))
+            .unwrap();
+        let declined = recorded(dir.path(), &caller, "pap_join", &asked, refused()).unwrap_err();
+        assert_eq!(declined.code, ToolErrorCode::PermissionDenied);
+        assert!(declined.message.contains("the person declined"), "{}", declined.message);
+        // Every call is in the audit: the origin only, never the path or query.
+        let navigated = asked_for(&json!({ "url": "https://shop.example/orders?token=abc" }));
+        recorded(dir.path(), &caller, "browser_navigate", &navigated, Ok(json!({}))).unwrap();
+        let calls = crate::console::audit::Audit::at(dir.path())
+            .recent(10, |_| true)
+            .unwrap();
+        assert_eq!(calls.len(), 4);
+        assert_eq!(calls[0].origin.as_deref(), Some("https://shop.example"));
+        assert_eq!(calls[0].outcome, "ok");
+        assert_eq!(calls[1].outcome, "permission_denied");
+        assert!(calls.iter().all(|c| c.device_id == "dev_a"));
+        let text = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
+        assert!(!text.contains("token") && !text.contains("orders") && !text.contains("check the order"));
+    }
 
     #[test]
     fn every_tool_is_annotated_and_its_schema_is_an_object_model_apis_take() {

@@ -176,7 +176,9 @@ impl PapTool {
                 "Join this device's Session in the agent's browser: a new tab lands on returnTo (an https \
                  URL on the company's domain) signed in as the Session; answers the tab's target. The \
                  company's forms that change state (an operation's confirm) are the person's: tools read them, \
-                 never submit them, and scripts do not run in the tab; ask the person to confirm on the page."
+                 never submit them, and scripts do not run in the tab; ask the person to confirm on the page. \
+                 Without the person's grant for the site it fails with consent_required and asks the person \
+                 in their console (say why in reason); call again once they answer."
             }
             Self::Signout => {
                 "Sign this device's Session out: the company revokes its Account Token (the website follows)."
@@ -272,6 +274,11 @@ pub(crate) struct Join {
     domain: String,
     /// Where the tab lands: an https URL on the company's domain.
     return_to: String,
+    /// Why you need the person's browser on this site, in a sentence: without a grant the call
+    /// files a request for access, and the person reads this in their console before answering.
+    #[serde(default)]
+    #[allow(dead_code, reason = "read by the MCP host when it files a request for access")]
+    reason: Option<String>,
 }
 
 impl PapTools {
@@ -368,7 +375,7 @@ impl PapTools {
                 serde_json::to_value(operation).map_err(|_| internal("the operation"))
             }
             PapTool::Join => {
-                let Join { domain, return_to } = parse(input)?;
+                let Join { domain, return_to, .. } = parse(input)?;
                 self.join(tools, caller, &holder, &domain, &return_to).await
             }
             PapTool::Signout => {

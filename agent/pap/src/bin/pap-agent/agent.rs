@@ -203,7 +203,8 @@ impl Agent {
         let _supervision = supervise(&host, &tools)?;
         let server = pap_host::BrowserServer::stdio(tools, devices, bearer, device.id)
             .named("pap-agent", env!("CARGO_PKG_VERSION"))
-            .with_extra(self.pap_tools()?);
+            .with_extra(self.pap_tools()?)
+            .recording_in(&self.state_dir);
         let ended = pap_host::jsonrpc::serve_lines(server, tokio::io::stdin(), tokio::io::stdout()).await;
         host.stop(MCP_INSTANCE, Duration::from_secs(2)).await?;
         ended.context("serving MCP on stdin/stdout")?;
@@ -223,7 +224,8 @@ impl Agent {
         let _supervision = supervise(&host, &tools)?;
         let server = pap_host::BrowserServer::per_request(tools)
             .named("pap-agent", env!("CARGO_PKG_VERSION"))
-            .with_extra(self.pap_tools()?);
+            .with_extra(self.pap_tools()?)
+            .recording_in(&self.state_dir);
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("binding {listen}"))?;

@@ -120,6 +120,17 @@ pub(crate) enum Command {
         #[arg(long, value_name = "N", default_value_t = pap_pair::broker::BrokerLimits::default().max_connections_per_address)]
         max_sockets_per_address: usize,
     },
+    /// The person's console: a web page on loopback where you answer the devices' requests for
+    /// access, see the consent ledger and which device called which tool where, and revoke
+    /// grants or unpair devices. Prints a one-time link on stdout (it works once, for 10
+    /// minutes; restart the console for another); a device's credential never opens it.
+    #[command(after_help = "Example:
+  pap-agent console --listen 127.0.0.1:7879")]
+    Console {
+        /// Where to listen (loopback only; port 0: any free port).
+        #[arg(long, default_value = "127.0.0.1:7879")]
+        listen: SocketAddr,
+    },
     #[command(flatten)]
     Pap(PapCommand),
 }

@@ -44,6 +44,57 @@ pub(crate) async fn devices_command(
     Ok(())
 }
 
+/// `pap-agent console`: the person's console on loopback `listen`, until SIGINT or SIGTERM. The
+/// one-time link goes to stdout alone (how to use it, and the `listening on` line, to stderr).
+#[allow(clippy::print_stdout, reason = "the command's output")]
+pub(crate) async fn console(
+    state: &std::path::Path,
+    network: &Network,
+    listen: std::net::SocketAddr,
+) -> anyhow::Result<()> {
+    if !listen.ip().is_loopback() {
+        bail!("{listen} is not a loopback address: the console is for the person at this machine");
+    }
+    pap_browser::store::private_dir(state)?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let bound = listener.local_addr()?;
+    let unpair = Arc::new(ConsoleUnpair {
+        state: state.to_path_buf(),
+        network: network.clone(),
+    });
+    let console = Arc::new(pap_host::console::Console::new(
+        state,
+        bound.port(),
+        unpair,
+        Arc::new(SystemClock),
+        Arc::new(SystemRng),
+    )?);
+    let limits = pap_host::http::Limits::default();
+    let app = console.clone().router();
+    eprintln!("open this link in your own browser (once, within 10 minutes; it signs that browser in):");
+    println!("{}", console.link().expose());
+    eprintln!("listening on http://{bound}/");
+    pap_host::http::serve(listener, app, limits, crate::util::shutdown_signal()).await;
+    Ok(())
+}
+
+/// The console's unpairing: [`unpair`], Sessions signed out included.
+struct ConsoleUnpair {
+    state: PathBuf,
+    network: Network,
+}
+
+#[async_trait::async_trait]
+impl pap_host::console::Unpair for ConsoleUnpair {
+    async fn unpair(&self, device_id: &str) -> Result<serde_json::Value, String> {
+        unpair(&self.state, &self.network, device_id)
+            .await
+            .map_err(|e| format!("{e:#}"))
+    }
+}
+
 /// Unpairs the device `id` everywhere it reached: its credential refused from its next
 /// request; its grants revoked under C8 with what they put in the browsers (C13); its PAP
 /// Sessions signed out at each company and their records removed (review N5). What could not

@@ -22,7 +22,7 @@ use crate::agent::Agent;
 use crate::browser::browser_command;
 use crate::cli::{Cli, Command, PairCommand, state_dir};
 use crate::consent_cli::consent_command;
-use crate::host::{devices_command, install_mcp, pair};
+use crate::host::{console, devices_command, install_mcp, pair};
 use crate::identity::identity;
 use crate::tunnel::{install_tunnel, pair_accept, pair_connect, pair_offer, pair_page, pair_stdio};
 use crate::util::shutdown_signal;
@@ -68,6 +68,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             key,
         } => rendezvous(listen, max_sockets_per_address, cert.zip(key)).await,
         Command::Devices { command } => devices_command(&state, &network, &command).await,
+        Command::Console { listen } => console(&state, &network, listen).await,
         Command::InstallMcp { client, config, tunnel } => {
             // The global options it runs with are the host's too (--connect and --trust-ca:
             // a test stage's routing reaches the spawned host as it reached this command).
