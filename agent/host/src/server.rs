@@ -295,8 +295,13 @@ fn asked_for(arguments: &Value) -> Asked {
     let url = ["url", "returnTo", "return_to"]
         .iter()
         .find_map(|key| arguments.get(*key).and_then(Value::as_str));
+    // A PAP tool names the company by its domain: its origin is the company's website.
+    let company = arguments
+        .get("domain")
+        .and_then(Value::as_str)
+        .and_then(|domain| crate::console::audit::origin_of(&format!("https://{domain}/")));
     Asked {
-        origin: url.and_then(crate::console::audit::origin_of),
+        origin: url.and_then(crate::console::audit::origin_of).or(company),
         reason: arguments.get("reason").and_then(Value::as_str).map(str::to_owned),
     }
 }

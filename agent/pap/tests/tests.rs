@@ -11,6 +11,7 @@ mod support;
 
 mod cli_browser;
 mod cli_consent;
+mod console;
 mod contexts;
 mod device_pacing;
 mod documents;

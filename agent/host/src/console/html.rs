@@ -63,7 +63,7 @@ const STYLE: &str = "body{font:15px/1.45 system-ui,sans-serif;margin:0;color:#1b
 header{background:#1b1f24;color:#fff;padding:10px 20px}header .muted{color:#aab}\
 main{padding:10px 20px;max-width:1100px}h2{margin:22px 0 8px;font-size:18px}\
 table{border-collapse:collapse;width:100%;background:#fff}th,td{text-align:left;padding:6px 8px;border-bottom:1px solid #e3e5e8;vertical-align:top}\
-th{font-size:13px;color:#555}.muted{color:#667}form{display:inline-block;margin:0 4px 0 0}\
+th{font-size:13px;color:#555}td.when{white-space:nowrap;font-size:13px}.muted{color:#667}form{display:inline-block;margin:0 4px 0 0}\
 button{font:inherit;padding:3px 10px;border-radius:4px;border:1px solid #889;background:#fff;cursor:pointer}\
 button.yes{background:#1f7a3a;color:#fff;border-color:#1f7a3a}button.no{background:#a32020;color:#fff;border-color:#a32020}\
 .request{background:#fff8e1;border:1px solid #e8c65a;padding:10px 12px;margin:8px 0;border-radius:6px}\

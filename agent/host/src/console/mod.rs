@@ -54,8 +54,8 @@ use requests::{AccessRequests, Answer, RequestState};
 pub const COOKIE: &str = "__Host-pap-console";
 /// The largest form the console reads, bytes.
 const MAX_FORM: usize = 4 * 1024;
-/// Records of the ledger and calls of the audit a page shows.
-const RECORD_ROWS: usize = 200;
+/// Records of the ledger and calls of the audit a page shows (the newest that pass the filter).
+const RECORD_ROWS: usize = 100;
 /// The lifetimes a grant from the console may have, seconds (0: until revoked).
 const LIFETIMES: [(i64, &str); 4] = [
     (3600, "1 hour"),
@@ -182,7 +182,7 @@ impl Console {
     }
 }
 
-/// Headers on every answer: no framing, no caching, no referrer, no script.
+/// Headers on every answer: no framing, no caching, no referrer to another origin, no script.
 async fn headers(request: Request, next: Next) -> Response {
     let mut response = next.run(request).await;
     let h = response.headers_mut();
@@ -194,7 +194,9 @@ async fn headers(request: Request, next: Next) -> Response {
         ),
     );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    // `same-origin`, not `no-referrer`: under `no-referrer` Chromium sends `Origin: null` with a
+    // form's POST, and the console's own forms would fail the origin check. Nothing leaves.
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     response
@@ -547,7 +549,7 @@ async fn overview(
                 RequestState::Declined => "declined",
             };
             format!(
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{state}</td></tr>",
+                "<tr><td class=\"when\">{}</td><td>{}</td><td>{}</td><td>{state}</td></tr>",
                 when(r.asked_at),
                 escape(&name_of(&r.device_id)),
                 escape(&r.domain)
@@ -635,9 +637,15 @@ async fn overview(
         .iter()
         .rev()
         .filter(|r| {
-            let device = r.entry.actor.device_id.as_deref().unwrap_or_default();
+            // A record is the device's when the device acted, or when the grant is scoped to it
+            // (the person's grant for the device, its revoke).
+            let grant = r.entry.event.grant_id().and_then(|id| grants.iter().find(|g| g.id == id));
+            let devices = [
+                r.entry.actor.device_id.as_deref(),
+                grant.and_then(|g| g.device_id.as_deref()),
+            ];
             let domains = r.entry.event.grant_id().map(&domains_of).unwrap_or_default();
-            (filter.device.is_empty() || device == filter.device)
+            (filter.device.is_empty() || devices.contains(&Some(filter.device.as_str())))
                 && (filter.domain.is_empty() || domains.iter().any(|d| d == &filter.domain))
         })
         .take(RECORD_ROWS)
@@ -651,7 +659,7 @@ async fn overview(
             .to_lowercase();
             let grant = r.entry.event.grant_id().unwrap_or_default();
             format!(
-                "<tr><td>{seq}</td><td>{at}</td><td>{who}</td><td>{kind}</td><td><code>{grant}</code></td><td>{domains}</td></tr>",
+                "<tr><td>{seq}</td><td class=\"when\">{at}</td><td>{who}</td><td>{kind}</td><td><code>{grant}</code></td><td>{domains}</td></tr>",
                 seq = r.seq,
                 at = when(r.at),
                 who = escape(&who),
@@ -685,7 +693,7 @@ async fn overview(
         .iter()
         .map(|c| {
             format!(
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td class=\"when\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 when(c.at),
                 escape(&name_of(&c.device_id)),
                 escape(&c.tool),
