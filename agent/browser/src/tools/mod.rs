@@ -31,6 +31,9 @@ mod input;
 mod page;
 mod page_model;
 mod persons;
+mod watch;
+
+pub use watch::{FRAMES_PER_SECOND, Frame, TabView, WATCHERS};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -94,6 +97,8 @@ pub struct ToolHost {
     /// One `browser.download` at a time: Chromium keeps download events one switch for the
     /// whole DevTools session, so two at once (two devices) lose each other's events.
     downloads: Mutex<()>,
+    /// The person's view: the tabs the person took over, the live pictures watched ([`watch`]).
+    watch: Arc<Mutex<watch::Watch>>,
 }
 
 /// Whose cookie jar a tab runs in (review M5), per paired device (issue 15): two devices never
@@ -164,7 +169,13 @@ impl ToolHost {
             contexts: Mutex::default(),
             recovering: std::sync::atomic::AtomicBool::new(false),
             downloads: Mutex::default(),
+            watch: Arc::default(),
         })
+    }
+
+    /// The person's view, for a task that may outlive a call.
+    fn watch_handle(&self) -> std::sync::Weak<Mutex<watch::Watch>> {
+        Arc::downgrade(&self.watch)
     }
 
     /// The consent host the tools answer to.
@@ -398,6 +409,9 @@ impl ToolHost {
         if let Some(gate) = gate.filter(|g| !capabilities.opens(*g)) {
             return Err(ToolError::unsupported(tool.as_str(), gate.name()));
         }
+        // A tab the person took over is theirs until they hand it back (AIP-7).
+        self.not_the_persons(tool, input.get("target").and_then(Value::as_str))
+            .await?;
         match tool {
             ToolId::Navigate => self.navigate(caller, tool.parse_input(input)?).await,
             ToolId::Evaluate => self.evaluate(caller, tool.parse_input(input)?).await,

@@ -1,0 +1,333 @@
+//! The person's view of the agent's browser (AIP-7): every device's tabs, a live picture of each,
+//! and takeover. Not tools: no tool call reaches these (the MCP hosts dispatch tools by name to
+//! [`ToolHost::call_as`] only); they are for the person's own channel, the console.
+//!
+//! - **Live picture**: Chromium's screencast of the tab (`Page.startScreencast`, JPEG), started
+//!   when someone watches and stopped when the last frame's receiver goes, at most
+//!   [`FRAMES_PER_SECOND`] frames a second, one watcher per tab and [`WATCHERS`] in all.
+//! - **Takeover**: the person takes a device's tab; the host opens the person's own tab on the
+//!   same page in the same cookie jar ([`ToolHost::persons_page`]: held by the person from before
+//!   its first request, so what the person sends there is theirs), and the person's clicks and
+//!   keys go to that tab. While the person has it, every tool that acts on the device's tab
+//!   answers a retryable `busy: the person has this tab`; reading stays open. Handing back
+//!   closes the person's tab (what the person did there, a sign-in's cookies, stays in the jar).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chromiumoxide::Page;
+use chromiumoxide::cdp::browser_protocol::input::{
+    DispatchKeyEventParams, DispatchKeyEventType, DispatchMouseEventParams, DispatchMouseEventType, InsertTextParams,
+    MouseButton,
+};
+use chromiumoxide::cdp::browser_protocol::page::{
+    EventScreencastFrame, ScreencastFrameAckParams, StartScreencastFormat, StartScreencastParams, StopScreencastParams,
+};
+use futures_util::StreamExt as _;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::{PersonsTab, ToolHost};
+use crate::spec::{ToolError, ToolErrorCode, ToolId};
+
+/// The most frames a second a live picture sends (the rest are acknowledged and dropped).
+pub const FRAMES_PER_SECOND: u32 = 10;
+/// Live pictures at once, over all tabs.
+pub const WATCHERS: usize = 4;
+/// The largest picture, CSS pixels (a larger viewport is scaled down to fit).
+const MAX_WIDTH: i64 = 1600;
+const MAX_HEIGHT: i64 = 1200;
+
+/// A tab as the person's console lists it.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TabView {
+    /// The target id the device knows it by.
+    pub target: String,
+    /// The device that opened it (`None`: the local agent).
+    pub device_id: Option<String>,
+    /// Its address.
+    pub url: String,
+    /// Its title.
+    pub title: String,
+    /// Whether the person has it (takeover).
+    pub taken: bool,
+}
+
+/// One frame of a live picture.
+#[derive(Debug)]
+pub struct Frame {
+    /// The JPEG.
+    pub jpeg: Vec<u8>,
+    /// When Chromium drew it (seconds since the epoch, Chromium's clock, which is the machine's).
+    pub drawn_at: Option<f64>,
+}
+
+/// What the person's view keeps: the tabs the person has, and how many pictures are watched.
+#[derive(Default)]
+pub(super) struct Watch {
+    /// The person's tab for each device tab the person took over.
+    taken: HashMap<String, PersonsTab>,
+    /// Device tabs watched now.
+    watched: std::collections::HashSet<String>,
+}
+
+/// A key the person's console may send.
+const KEYS: [(&str, &str, i64); 8] = [
+    ("Enter", "Enter", 13),
+    ("Tab", "Tab", 9),
+    ("Backspace", "Backspace", 8),
+    ("Escape", "Escape", 27),
+    ("ArrowUp", "ArrowUp", 38),
+    ("ArrowDown", "ArrowDown", 40),
+    ("ArrowLeft", "ArrowLeft", 37),
+    ("ArrowRight", "ArrowRight", 39),
+];
+
+fn internal(what: &str, e: impl std::fmt::Display) -> ToolError {
+    ToolError::new(ToolErrorCode::Internal, format!("{what}: {e}"))
+}
+
+impl ToolHost {
+    /// Every tab of every device, for the person.
+    pub async fn tabs_for_person(&self) -> Vec<TabView> {
+        let listed: Vec<(String, Option<String>, Page)> = self
+            .targets
+            .lock()
+            .await
+            .iter()
+            .map(|(id, t)| (id.clone(), t.owner.clone(), t.page.clone()))
+            .collect();
+        let taken: Vec<String> = self.watch.lock().await.taken.keys().cloned().collect();
+        let mut tabs = Vec::with_capacity(listed.len());
+        for (target, device_id, page) in listed {
+            let url = page.url().await.ok().flatten().unwrap_or_default();
+            let title = page.get_title().await.ok().flatten().unwrap_or_default();
+            tabs.push(TabView {
+                taken: taken.contains(&target),
+                target,
+                device_id,
+                url,
+                title,
+            });
+        }
+        tabs.sort_by(|a, b| (&a.device_id, &a.target).cmp(&(&b.device_id, &b.target)));
+        tabs
+    }
+
+    /// The page the person sees of `target`: the person's own tab while they have it, else the
+    /// device's.
+    async fn shown(&self, target: &str) -> Result<Page, ToolError> {
+        if let Some(tab) = self.watch.lock().await.taken.get(target) {
+            return Ok(tab.page().clone());
+        }
+        self.target(None, target).await
+    }
+
+    /// A live picture of `target` (the person's tab while they have it): frames as Chromium
+    /// draws them, at most [`FRAMES_PER_SECOND`] a second, until the receiver is dropped (the
+    /// screencast stops then). One watcher per tab, [`WATCHERS`] in all.
+    pub async fn live(&self, target: &str) -> Result<mpsc::Receiver<Frame>, ToolError> {
+        let page = self.shown(target).await?;
+        {
+            let mut watch = self.watch.lock().await;
+            if watch.watched.contains(target) {
+                return Err(ToolError::new(
+                    ToolErrorCode::RateLimited,
+                    "this tab is watched already (one live picture a tab)",
+                ));
+            }
+            if watch.watched.len() >= WATCHERS {
+                return Err(ToolError::new(
+                    ToolErrorCode::RateLimited,
+                    format!("{WATCHERS} live pictures are open already"),
+                ));
+            }
+            watch.watched.insert(target.to_owned());
+        }
+        let started = self.start_screencast(&page).await;
+        let mut frames = match started {
+            Ok(frames) => frames,
+            Err(error) => {
+                self.watch.lock().await.watched.remove(target);
+                return Err(error);
+            }
+        };
+        let (sender, receiver) = mpsc::channel(2);
+        let watch = self.watch_handle();
+        let target = target.to_owned();
+        tokio::spawn(async move {
+            let gap = Duration::from_secs(1) / FRAMES_PER_SECOND;
+            let mut last_sent: Option<tokio::time::Instant> = None;
+            loop {
+                let event = tokio::select! {
+                    () = sender.closed() => break,
+                    event = frames.next() => event,
+                };
+                let Some(event) = event else { break };
+                // Chromium sends the next frame only once this one is acknowledged.
+                let _ = page.execute(ScreencastFrameAckParams::new(event.session_id)).await;
+                if last_sent.is_some_and(|at| at.elapsed() < gap) {
+                    continue;
+                }
+                use base64::Engine as _;
+                let Ok(jpeg) = base64::engine::general_purpose::STANDARD.decode(AsRef::<str>::as_ref(&event.data))
+                else {
+                    continue;
+                };
+                let drawn_at = event.metadata.timestamp.as_ref().map(|t| *t.inner());
+                if sender.send(Frame { jpeg, drawn_at }).await.is_err() {
+                    break;
+                }
+                last_sent = Some(tokio::time::Instant::now());
+            }
+            let _ = page.execute(StopScreencastParams::default()).await;
+            if let Some(watch) = watch.upgrade() {
+                watch.lock().await.watched.remove(&target);
+            }
+        });
+        Ok(receiver)
+    }
+
+    async fn start_screencast(
+        &self,
+        page: &Page,
+    ) -> Result<impl futures_util::Stream<Item = std::sync::Arc<EventScreencastFrame>> + use<>, ToolError> {
+        let frames = page
+            .event_listener::<EventScreencastFrame>()
+            .await
+            .map_err(|e| internal("listening for the tab's frames", e))?;
+        page.execute(
+            StartScreencastParams::builder()
+                .format(StartScreencastFormat::Jpeg)
+                .quality(70)
+                .max_width(MAX_WIDTH)
+                .max_height(MAX_HEIGHT)
+                .every_nth_frame(1)
+                .build(),
+        )
+        .await
+        .map_err(|e| internal("starting the tab's screencast", e))?;
+        Ok(frames)
+    }
+
+    /// The person takes `target` over: their own tab on its page, in its jar; tools that act on
+    /// `target` are busy until [`ToolHost::hand_back`].
+    pub async fn take_over(&self, target: &str) -> Result<(), ToolError> {
+        if self.watch.lock().await.taken.contains_key(target) {
+            return Ok(());
+        }
+        let tab = self.persons_page(target).await?;
+        let mut watch = self.watch.lock().await;
+        // Another takeover may have finished meanwhile: the first stands, this tab closes.
+        watch.taken.entry(target.to_owned()).or_insert(tab);
+        Ok(())
+    }
+
+    /// The person hands `target` back: their tab closes, tools act on `target` again.
+    pub async fn hand_back(&self, target: &str) -> bool {
+        let tab = self.watch.lock().await.taken.remove(target);
+        match tab {
+            Some(tab) => {
+                let _ = tab.page().clone().close().await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the person has `target` now.
+    pub async fn person_has(&self, target: &str) -> bool {
+        self.watch.lock().await.taken.contains_key(target)
+    }
+
+    /// The person's click at (`x`, `y`) (CSS pixels of the picture) in their tab for `target`.
+    pub async fn person_click(&self, target: &str, x: f64, y: f64) -> Result<(), ToolError> {
+        let page = self.persons_tab(target).await?;
+        for kind in [DispatchMouseEventType::MousePressed, DispatchMouseEventType::MouseReleased] {
+            let event = DispatchMouseEventParams::builder()
+                .r#type(kind)
+                .x(x)
+                .y(y)
+                .button(MouseButton::Left)
+                .click_count(1)
+                .build()
+                .map_err(|e| internal("the click", e))?;
+            page.execute(event).await.map_err(|e| internal("the click", e))?;
+        }
+        Ok(())
+    }
+
+    /// The person's typing in their tab for `target`: `text` as typed, or a key by name
+    /// (Enter, Tab, Backspace, Escape, the arrows).
+    pub async fn person_type(&self, target: &str, text: Option<&str>, key: Option<&str>) -> Result<(), ToolError> {
+        let page = self.persons_tab(target).await?;
+        if let Some(text) = text.filter(|t| !t.is_empty()) {
+            page.execute(InsertTextParams::new(text))
+                .await
+                .map_err(|e| internal("typing", e))?;
+        }
+        if let Some(name) = key {
+            let (_, code, vk) = KEYS
+                .iter()
+                .find(|(k, _, _)| *k == name)
+                .ok_or_else(|| ToolError::new(ToolErrorCode::InputInvalid, "not a key the console sends"))?;
+            for kind in [DispatchKeyEventType::RawKeyDown, DispatchKeyEventType::KeyUp] {
+                let mut event = DispatchKeyEventParams::builder()
+                    .r#type(kind.clone())
+                    .key(name)
+                    .code(*code)
+                    .windows_virtual_key_code(*vk);
+                if name == "Enter" && kind == DispatchKeyEventType::RawKeyDown {
+                    event = event.text("\r");
+                }
+                let event = event.build().map_err(|e| internal("the key", e))?;
+                page.execute(event).await.map_err(|e| internal("the key", e))?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn persons_tab(&self, target: &str) -> Result<Page, ToolError> {
+        self.watch
+            .lock()
+            .await
+            .taken
+            .get(target)
+            .map(|tab| tab.page().clone())
+            .ok_or_else(|| {
+                ToolError::new(
+                    ToolErrorCode::InputInvalid,
+                    format!("the person does not have tab {target}: take it over first"),
+                )
+            })
+    }
+
+    /// Refuses `tool`, which acts, on a tab the person has.
+    pub(super) async fn not_the_persons(&self, tool: ToolId, target: Option<&str>) -> Result<(), ToolError> {
+        let Some(target) = target else { return Ok(()) };
+        if tool_reads(tool) || !self.person_has(target).await {
+            return Ok(());
+        }
+        Err(
+            ToolError::new(ToolErrorCode::NotReady, format!("busy: the person has this tab ({target}); retry once they hand it back"))
+                .retryable()
+                .with_cause(json!({ "target": target, "personHasTab": true })),
+        )
+    }
+}
+
+/// Whether `tool` only reads (it may run on a tab the person has).
+fn tool_reads(tool: ToolId) -> bool {
+    matches!(
+        tool,
+        ToolId::GetDom
+            | ToolId::Screenshot
+            | ToolId::ListRequests
+            | ToolId::GetRequestBody
+            | ToolId::ProfileList
+            | ToolId::Snapshot
+            | ToolId::WaitFor
+            | ToolId::ConsoleMessages
+    )
+}
