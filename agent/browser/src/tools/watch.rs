@@ -3,8 +3,10 @@
 //! [`ToolHost::call_as`] only); they are for the person's own channel, the console.
 //!
 //! - **Live picture**: Chromium's screencast of the tab (`Page.startScreencast`, JPEG), started
-//!   when someone watches and stopped when the last frame's receiver goes, at most
-//!   [`FRAMES_PER_SECOND`] frames a second, one watcher per tab and [`WATCHERS`] in all.
+//!   when someone watches and stopped when the frames' receiver goes, at most
+//!   [`FRAMES_PER_SECOND`] frames a second (a frame drawn sooner waits, and a newer one replaces
+//!   it); one picture per tab (a new watcher of the tab, the console's page loaded again, ends
+//!   the one before) and [`WATCHERS`] tabs watched at once.
 //! - **Takeover**: the person takes a device's tab; the host opens the person's own tab on the
 //!   same page in the same cookie jar ([`ToolHost::persons_page`]: held by the person from before
 //!   its first request, so what the person sends there is theirs), and the person's clicks and
@@ -63,13 +65,22 @@ pub struct Frame {
     pub drawn_at: Option<f64>,
 }
 
-/// What the person's view keeps: the tabs the person has, and how many pictures are watched.
+/// What the person's view keeps: the tabs the person has, and the pictures watched.
 #[derive(Default)]
 pub(super) struct Watch {
     /// The person's tab for each device tab the person took over.
     taken: HashMap<String, PersonsTab>,
-    /// Device tabs watched now.
-    watched: std::collections::HashSet<String>,
+    /// The live picture of each device tab watched now.
+    watched: HashMap<String, Watcher>,
+    /// The number the next picture gets.
+    next: u64,
+}
+
+/// A live picture being sent: how to end it, and how to know it ended.
+struct Watcher {
+    id: u64,
+    stop: tokio::sync::oneshot::Sender<()>,
+    ended: tokio::sync::oneshot::Receiver<()>,
 }
 
 /// A key the person's console may send.
@@ -125,28 +136,33 @@ impl ToolHost {
     }
 
     /// A live picture of `target` (the person's tab while they have it): frames as Chromium
-    /// draws them, at most [`FRAMES_PER_SECOND`] a second, until the receiver is dropped (the
-    /// screencast stops then). One watcher per tab, [`WATCHERS`] in all.
+    /// draws them, at most [`FRAMES_PER_SECOND`] a second, until the receiver is dropped or a
+    /// new picture of the tab is asked for (the screencast stops then). [`WATCHERS`] tabs at once.
     pub async fn live(&self, target: &str) -> Result<mpsc::Receiver<Frame>, ToolError> {
         let page = self.shown(target).await?;
-        {
+        // The picture before of this tab ends first: two screencasts of one page stop each other.
+        let before = self.watch.lock().await.watched.remove(target);
+        if let Some(before) = before {
+            let _ = before.stop.send(());
+            let _ = tokio::time::timeout(Duration::from_secs(2), before.ended).await;
+        }
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let (ended_sender, ended) = tokio::sync::oneshot::channel();
+        let id = {
             let mut watch = self.watch.lock().await;
-            if watch.watched.contains(target) {
-                return Err(ToolError::new(
-                    ToolErrorCode::RateLimited,
-                    "this tab is watched already (one live picture a tab)",
-                ));
-            }
             if watch.watched.len() >= WATCHERS {
                 return Err(ToolError::new(
                     ToolErrorCode::RateLimited,
-                    format!("{WATCHERS} live pictures are open already"),
-                ));
+                    format!("{WATCHERS} tabs are watched already: close one of their pictures"),
+                )
+                .retryable());
             }
-            watch.watched.insert(target.to_owned());
-        }
-        let started = self.start_screencast(&page).await;
-        let mut frames = match started {
+            watch.next += 1;
+            let id = watch.next;
+            watch.watched.insert(target.to_owned(), Watcher { id, stop, ended });
+            id
+        };
+        let mut frames = match self.start_screencast(&page).await {
             Ok(frames) => frames,
             Err(error) => {
                 self.watch.lock().await.watched.remove(target);
@@ -158,33 +174,53 @@ impl ToolHost {
         let target = target.to_owned();
         tokio::spawn(async move {
             let gap = Duration::from_secs(1) / FRAMES_PER_SECOND;
-            let mut last_sent: Option<tokio::time::Instant> = None;
+            let mut last_sent = tokio::time::Instant::now() - gap;
+            // The newest frame not sent yet: a frame drawn within the gap waits for its end (a
+            // page that then stays still is shown as it is, not as it was), and a newer one
+            // replaces it.
+            let mut held: Option<Frame> = None;
             loop {
+                let due = last_sent + gap;
                 let event = tokio::select! {
                     () = sender.closed() => break,
-                    event = frames.next() => event,
+                    _ = &mut stopped => break,
+                    () = tokio::time::sleep_until(due), if held.is_some() => None,
+                    event = frames.next() => match event {
+                        Some(event) => Some(event),
+                        None => break,
+                    },
                 };
-                let Some(event) = event else { break };
-                // Chromium sends the next frame only once this one is acknowledged.
-                let _ = page.execute(ScreencastFrameAckParams::new(event.session_id)).await;
-                if last_sent.is_some_and(|at| at.elapsed() < gap) {
+                if let Some(event) = event {
+                    // Chromium sends the next frame only once this one is acknowledged.
+                    let _ = page.execute(ScreencastFrameAckParams::new(event.session_id)).await;
+                    use base64::Engine as _;
+                    if let Ok(jpeg) =
+                        base64::engine::general_purpose::STANDARD.decode(AsRef::<str>::as_ref(&event.data))
+                    {
+                        let drawn_at = event.metadata.timestamp.as_ref().map(|t| *t.inner());
+                        held = Some(Frame { jpeg, drawn_at });
+                    }
+                }
+                if tokio::time::Instant::now() < due {
                     continue;
                 }
-                use base64::Engine as _;
-                let Ok(jpeg) = base64::engine::general_purpose::STANDARD.decode(AsRef::<str>::as_ref(&event.data))
-                else {
-                    continue;
-                };
-                let drawn_at = event.metadata.timestamp.as_ref().map(|t| *t.inner());
-                if sender.send(Frame { jpeg, drawn_at }).await.is_err() {
-                    break;
+                let Some(frame) = held.take() else { continue };
+                // A watcher slower than the frames loses frames, never holds this task: it
+                // must answer a stop at once (the next picture of the tab waits for it).
+                match sender.try_send(frame) {
+                    Ok(()) => last_sent = tokio::time::Instant::now(),
+                    Err(mpsc::error::TrySendError::Full(_)) => {}
+                    Err(mpsc::error::TrySendError::Closed(_)) => break,
                 }
-                last_sent = Some(tokio::time::Instant::now());
             }
             let _ = page.execute(StopScreencastParams::default()).await;
             if let Some(watch) = watch.upgrade() {
-                watch.lock().await.watched.remove(&target);
+                let mut watch = watch.lock().await;
+                if watch.watched.get(&target).is_some_and(|w| w.id == id) {
+                    watch.watched.remove(&target);
+                }
             }
+            let _ = ended_sender.send(());
         });
         Ok(receiver)
     }
@@ -244,7 +280,10 @@ impl ToolHost {
     /// The person's click at (`x`, `y`) (CSS pixels of the picture) in their tab for `target`.
     pub async fn person_click(&self, target: &str, x: f64, y: f64) -> Result<(), ToolError> {
         let page = self.persons_tab(target).await?;
-        for kind in [DispatchMouseEventType::MousePressed, DispatchMouseEventType::MouseReleased] {
+        for kind in [
+            DispatchMouseEventType::MousePressed,
+            DispatchMouseEventType::MouseReleased,
+        ] {
             let event = DispatchMouseEventParams::builder()
                 .r#type(kind)
                 .x(x)
@@ -309,11 +348,12 @@ impl ToolHost {
         if tool_reads(tool) || !self.person_has(target).await {
             return Ok(());
         }
-        Err(
-            ToolError::new(ToolErrorCode::NotReady, format!("busy: the person has this tab ({target}); retry once they hand it back"))
-                .retryable()
-                .with_cause(json!({ "target": target, "personHasTab": true })),
+        Err(ToolError::new(
+            ToolErrorCode::NotReady,
+            format!("busy: the person has this tab ({target}); retry once they hand it back"),
         )
+        .retryable()
+        .with_cause(json!({ "target": target, "personHasTab": true })))
     }
 }
 

@@ -68,4 +68,5 @@ button{font:inherit;padding:3px 10px;border-radius:4px;border:1px solid #889;bac
 button.yes{background:#1f7a3a;color:#fff;border-color:#1f7a3a}button.no{background:#a32020;color:#fff;border-color:#a32020}\
 .request{background:#fff8e1;border:1px solid #e8c65a;padding:10px 12px;margin:8px 0;border-radius:6px}\
 .note{background:#e8f2ff;border:1px solid #9cc2f0;padding:8px 12px;border-radius:6px}code{font-size:13px}\
-select,input[type=text]{font:inherit;padding:2px 4px}";
+select,input[type=text]{font:inherit;padding:2px 4px}\
+.live{max-width:none;border:1px solid #c5c8cd;display:block;margin:8px 0;background:#fff}";

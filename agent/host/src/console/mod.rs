@@ -20,6 +20,15 @@
 //! POST /grants/{id}/revoke      C8
 //! POST /devices/{id}/unpair     C13 (the embedder's unpairing: [`Unpair`])
 //! POST /logout
+//!
+//! with the browser (`host serve --console`: [`Console::with_tools`]):
+//! GET  /tabs/{target}            a tab's live picture; takeover and hand-back
+//! GET  /tabs/{target}/live       the picture itself: JPEG frames as `multipart/x-mixed-replace`
+//!                               (an `<img>` shows it; no script), each part with `X-Drawn-At`
+//! POST /tabs/{target}/take       the person takes the tab (their own tab on its page)
+//! POST /tabs/{target}/hand-back
+//! POST /tabs/{target}/click      at.x, at.y: where the person clicked on the picture
+//! POST /tabs/{target}/type       text, key: what the person typed
 //! ```
 //!
 //! Beneath it: [`requests`] (filed by the MCP host when a call meets `consent_required`) and
@@ -30,6 +39,7 @@ pub mod audit;
 mod html;
 pub mod login;
 pub mod requests;
+mod tabs;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -124,6 +134,8 @@ pub struct Console {
     unpair: Arc<dyn Unpair>,
     clock: Arc<dyn Clock>,
     rng: Arc<dyn Rng>,
+    /// The browser's tool host, when the console runs beside it (`host serve --console`).
+    tools: Option<Arc<pap_browser::ToolHost>>,
 }
 
 impl std::fmt::Debug for Console {
@@ -153,7 +165,15 @@ impl Console {
             unpair,
             clock,
             rng,
+            tools: None,
         })
+    }
+
+    /// Shows the tabs of `tools`' browser, each with its live picture and takeover.
+    #[must_use]
+    pub fn with_tools(mut self, tools: Arc<pap_browser::ToolHost>) -> Self {
+        self.tools = Some(tools);
+        self
     }
 
     /// A fresh one-time sign-in link (valid [`login::LINK_LIFETIME`] seconds, once).
@@ -171,6 +191,12 @@ impl Console {
             .route("/grants/{id}/revoke", post(revoke))
             .route("/devices/{id}/unpair", post(unpair))
             .route("/logout", post(logout))
+            .route("/tabs/{target}", get(tabs::tab))
+            .route("/tabs/{target}/live", get(tabs::live))
+            .route("/tabs/{target}/take", post(tabs::take))
+            .route("/tabs/{target}/hand-back", post(tabs::hand_back))
+            .route("/tabs/{target}/click", post(tabs::click))
+            .route("/tabs/{target}/type", post(tabs::typed))
             .layer(middleware::from_fn_with_state(self.clone(), person_only));
         Router::new()
             .route("/login", get(sign_in))
@@ -265,7 +291,7 @@ async fn person_only(State(console): State<Arc<Console>>, request: Request, next
 }
 
 #[derive(Clone)]
-struct SignedInCookie(String);
+pub(crate) struct SignedInCookie(String);
 
 #[derive(Deserialize)]
 struct LinkQuery {
@@ -301,7 +327,7 @@ async fn sign_in(State(console): State<Arc<Console>>, Query(query): Query<LinkQu
 }
 
 #[derive(Deserialize)]
-struct CsrfForm {
+pub(crate) struct CsrfForm {
     #[serde(default)]
     csrf: String,
     #[serde(default)]
@@ -309,7 +335,7 @@ struct CsrfForm {
 }
 
 /// The refusal of a form that does not carry the signed-in browser's CSRF token.
-fn forged(console: &Console, cookie: &SignedInCookie, form: &CsrfForm) -> Option<Response> {
+pub(crate) fn forged(console: &Console, cookie: &SignedInCookie, form: &CsrfForm) -> Option<Response> {
     (!console.logins.csrf_matches(&cookie.0, &form.csrf)).then(|| {
         (
             StatusCode::FORBIDDEN,
@@ -325,7 +351,7 @@ fn done() -> Response {
     response
 }
 
-fn failed(status: StatusCode, title: &str, why: &str) -> Response {
+pub(crate) fn failed(status: StatusCode, title: &str, why: &str) -> Response {
     (
         status,
         axum::response::Html(page(
@@ -482,7 +508,7 @@ struct RecordFilter {
     domain: String,
 }
 
-fn when(at: UnixTime) -> String {
+pub(crate) fn when(at: UnixTime) -> String {
     at.to_rfc3339().replace('T', " ")
 }
 
@@ -560,6 +586,31 @@ async fn overview(
         body.push_str("<details><summary>Answered and expired requests</summary>");
         body.push_str(&table(&["asked", "device", "site", "answer"], &answered, ""));
         body.push_str("</details>");
+    }
+
+    // The tabs of every device, each with its picture.
+    if let Some(tools) = &console.tools {
+        let rows: Vec<String> = tools
+            .tabs_for_person()
+            .await
+            .iter()
+            .map(|tab| {
+                format!(
+                    "<tr><td>{device}</td><td>{title}</td><td><code>{url}</code></td><td>{state}</td><td><a href=\"/tabs/{target}\">Watch</a></td></tr>",
+                    device = escape(&tab.device_id.as_deref().map_or_else(|| "the agent".to_owned(), &name_of)),
+                    title = escape(&tab.title),
+                    url = escape(&tab.url),
+                    state = if tab.taken { "you have it" } else { "" },
+                    target = escape(&tab.target),
+                )
+            })
+            .collect();
+        body.push_str("<h2 id=\"tabs\">Tabs</h2>");
+        body.push_str(&table(
+            &["device", "title", "address", "", ""],
+            &rows,
+            "No device has a tab open.",
+        ));
     }
 
     // Grants in force, each with its revoke.

@@ -169,6 +169,35 @@ pub async fn host_serve_with(state: &Path, global: &[String], serve: &[&str]) ->
     (child, addr)
 }
 
+/// `host serve` with the person's console beside it (`--console 127.0.0.1:0`): the host, where
+/// MCP listens, and the console's one-time link (the one line on its stdout).
+pub async fn host_serve_with_console(state: &Path, global: &[String]) -> (tokio::process::Child, SocketAddr, String) {
+    let mut child = tokio::process::Command::new(AGENT)
+        .args(["--state-dir", state.to_str().unwrap()])
+        .args(global)
+        .args(["host", "serve", "--listen", "127.0.0.1:0", "--console", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut err = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let (link, addr) = tokio::time::timeout(Duration::from_secs(60), async {
+        let link = out.next_line().await.unwrap().expect("no console link");
+        while let Some(line) = err.next_line().await.unwrap() {
+            if let Some(url) = line.strip_prefix("listening on http://") {
+                return (link, url.trim_end_matches("/mcp").parse::<SocketAddr>().unwrap());
+            }
+        }
+        panic!("host serve ended before it listened");
+    })
+    .await
+    .expect("host serve did not listen in 60 s");
+    tokio::spawn(async move { while let Ok(Some(_)) = err.next_line().await {} });
+    (child, addr, link)
+}
+
 /// Ends `host` with SIGTERM and waits (30 s at most) for a clean exit; no browser of `state`
 /// may be left.
 pub async fn stop_host(mut host: tokio::process::Child, state: &Path) {

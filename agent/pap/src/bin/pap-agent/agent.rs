@@ -38,6 +38,8 @@ pub(crate) struct Agent {
     pub(crate) named_origins: Vec<pap_browser::spec::NamedOrigin>,
     /// The directories whose files tools may upload (`--upload-dir`).
     pub(crate) upload_dirs: Vec<std::path::PathBuf>,
+    /// The test-only network options as given (for the console's unpairing, which signs out).
+    pub(crate) network: crate::cli::Network,
 }
 
 impl Agent {
@@ -49,6 +51,10 @@ impl Agent {
         attach: Option<SocketAddr>,
     ) -> anyhow::Result<Self> {
         let identity = Arc::new(Identity::load(&state)?);
+        let network = crate::cli::Network {
+            connect: connect.to_vec(),
+            trust_ca: trust_ca.map(std::path::Path::to_path_buf),
+        };
         let connect = parse_connect(connect)?;
         let mut extra_roots: Vec<CertificateDer<'static>> = Vec::new();
         if let Some(ca) = trust_ca {
@@ -73,6 +79,7 @@ impl Agent {
             test_network,
             attach,
             extra_roots,
+            network,
             named_origins: Vec::new(),
             upload_dirs: Vec::new(),
         })
@@ -136,6 +143,7 @@ impl Agent {
                         tls_key,
                         allow_hosts,
                         allow_origins,
+                        console,
                     },
             } => {
                 let tls = match (tls_cert, tls_key) {
@@ -144,7 +152,7 @@ impl Agent {
                 };
                 let exposure =
                     pap_host::http::Exposure::check(listen, allow_remote, tls.is_some(), &allow_hosts, &allow_origins)?;
-                self.host_serve(listen, exposure, tls).await
+                self.host_serve(listen, exposure, tls, console).await
             }
             PapCommand::Revoke { domain } => {
                 let (company, mut wallet) = self.company(&domain).await?;
@@ -218,10 +226,15 @@ impl Agent {
         listen: SocketAddr,
         exposure: pap_host::http::Exposure,
         tls: Option<(Vec<u8>, zeroize::Zeroizing<Vec<u8>>)>,
+        console: Option<SocketAddr>,
     ) -> anyhow::Result<()> {
         use pap_host::http;
         let (host, tools) = self.mcp_tools().await?;
         let _supervision = supervise(&host, &tools)?;
+        let console = match console {
+            Some(addr) => Some(crate::host::console_beside(&self.state_dir, &self.network, addr, tools.clone()).await?),
+            None => None,
+        };
         let server = pap_host::BrowserServer::per_request(tools)
             .named("pap-agent", env!("CARGO_PKG_VERSION"))
             .with_extra(self.pap_tools()?)
@@ -258,6 +271,9 @@ impl Agent {
             }
         }
         parking.abort();
+        if let Some(console) = console {
+            console.abort();
+        }
         host.stop(MCP_INSTANCE, Duration::from_secs(2)).await?;
         Ok(())
     }

@@ -235,6 +235,11 @@ pub(crate) enum HostCommand {
         /// An Origin allowed to call (a paired web client's); repeat for more.
         #[arg(long = "allow-origin", value_name = "ORIGIN")]
         allow_origins: Vec<String>,
+        /// Also serve the person's console on this loopback address, with the browser's tabs:
+        /// their live pictures and takeover (`pap-agent console` serves it without them). Its
+        /// one-time link goes to stdout.
+        #[arg(long, value_name = "ADDR")]
+        console: Option<SocketAddr>,
     },
 }
 

@@ -46,38 +46,66 @@ pub(crate) async fn devices_command(
 
 /// `pap-agent console`: the person's console on loopback `listen`, until SIGINT or SIGTERM. The
 /// one-time link goes to stdout alone (how to use it, and the `listening on` line, to stderr).
-#[allow(clippy::print_stdout, reason = "the command's output")]
 pub(crate) async fn console(
     state: &std::path::Path,
     network: &Network,
     listen: std::net::SocketAddr,
 ) -> anyhow::Result<()> {
+    let (listener, console) = bind_console(state, network, listen, None).await?;
+    let bound = listener.local_addr()?;
+    eprintln!("listening on http://{bound}/");
+    let limits = pap_host::http::Limits::default();
+    pap_host::http::serve(listener, console.router(), limits, crate::util::shutdown_signal()).await;
+    Ok(())
+}
+
+/// The console beside `host serve`, on loopback `listen`, with the browser's `tools`: its task.
+pub(crate) async fn console_beside(
+    state: &std::path::Path,
+    network: &Network,
+    listen: std::net::SocketAddr,
+    tools: Arc<pap_browser::ToolHost>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let (listener, console) = bind_console(state, network, listen, Some(tools)).await?;
+    eprintln!("console on http://{}/", listener.local_addr()?);
+    let limits = pap_host::http::Limits::default();
+    Ok(tokio::spawn(pap_host::http::serve(
+        listener,
+        console.router(),
+        limits,
+        std::future::pending(),
+    )))
+}
+
+/// Binds the console on loopback `listen` and prints its one-time link (stdout alone).
+#[allow(clippy::print_stdout, reason = "the command's output")]
+async fn bind_console(
+    state: &std::path::Path,
+    network: &Network,
+    listen: std::net::SocketAddr,
+    tools: Option<Arc<pap_browser::ToolHost>>,
+) -> anyhow::Result<(tokio::net::TcpListener, Arc<pap_host::console::Console>)> {
     if !listen.ip().is_loopback() {
         bail!("{listen} is not a loopback address: the console is for the person at this machine");
     }
     pap_browser::store::private_dir(state)?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .with_context(|| format!("binding {listen}"))?;
+        .with_context(|| format!("binding the console on {listen}"))?;
     let bound = listener.local_addr()?;
     let unpair = Arc::new(ConsoleUnpair {
         state: state.to_path_buf(),
         network: network.clone(),
     });
-    let console = Arc::new(pap_host::console::Console::new(
-        state,
-        bound.port(),
-        unpair,
-        Arc::new(SystemClock),
-        Arc::new(SystemRng),
-    )?);
-    let limits = pap_host::http::Limits::default();
-    let app = console.clone().router();
-    eprintln!("open this link in your own browser (once, within 10 minutes; it signs that browser in):");
+    let mut console =
+        pap_host::console::Console::new(state, bound.port(), unpair, Arc::new(SystemClock), Arc::new(SystemRng))?;
+    if let Some(tools) = tools {
+        console = console.with_tools(tools);
+    }
+    let console = Arc::new(console);
+    eprintln!("open the console's link in your own browser (once, within 10 minutes; it signs that browser in):");
     println!("{}", console.link().expose());
-    eprintln!("listening on http://{bound}/");
-    pap_host::http::serve(listener, app, limits, crate::util::shutdown_signal()).await;
-    Ok(())
+    Ok((listener, console))
 }
 
 /// The console's unpairing: [`unpair`], Sessions signed out included.
