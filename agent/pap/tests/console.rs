@@ -280,10 +280,7 @@ fn read_frames(mut answer: reqwest::Response) -> tokio::sync::mpsc::UnboundedRec
             let at = std::time::Instant::now();
             buffer.extend_from_slice(&chunk);
             // Each part: `--pap-frame`, its head (Content-Length), a blank line, the JPEG, CRLF.
-            loop {
-                let Some(head_end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
-                    break;
-                };
+            while let Some(head_end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
                 let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
                 let length: usize = head
                     .lines()
