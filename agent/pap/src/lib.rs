@@ -34,6 +34,7 @@
 #![warn(missing_docs)]
 
 mod client;
+pub mod decisions;
 mod documents;
 mod identity;
 mod join;

@@ -56,8 +56,8 @@ const JOIN_DEADLINE: Duration = Duration::from_secs(20);
 
 /// The PAP tools of one agent.
 pub struct PapTools {
-    client: PapClient,
-    state_dir: PathBuf,
+    pub(crate) client: PapClient,
+    pub(crate) state_dir: PathBuf,
     sealing: SealingKey,
     /// One change of a company record at a time (a sign-in finishing in the background and a
     /// call of a tool may both write one).
@@ -361,6 +361,20 @@ impl PapTools {
                     .propose_declared(&company, session, &method, &path, &body)
                     .await
                     .map_err(|e| pap_error(&e))?;
+                // The person's console lists it until the company says it no longer waits.
+                if let Some(url) = &operation.url {
+                    let recorded =
+                        crate::decisions::Proposals::at(&self.state_dir).record(crate::decisions::Proposal {
+                            device_id: caller.device_id().map(str::to_owned),
+                            domain: company.domain.as_str().to_owned(),
+                            operation_id: operation.operation_id.clone(),
+                            url: url.clone(),
+                            proposed_at: self.client.clock().now(),
+                        });
+                    if let Err(error) = recorded {
+                        tracing::warn!(%error, "recording a proposal for the person's console");
+                    }
+                }
                 serde_json::to_value(operation).map_err(|_| internal("the operation"))
             }
             PapTool::Operation => {
@@ -393,7 +407,7 @@ impl PapTools {
     }
 
     /// The company and `holder`'s record of it (with the Session, if one was started).
-    async fn record(&self, holder: &Holder, domain: &str) -> Result<(Company, Wallet), ToolError> {
+    pub(crate) async fn record(&self, holder: &Holder, domain: &str) -> Result<(Company, Wallet), ToolError> {
         let company = self.discover(domain).await?;
         let wallet = self.load(holder, &company)?.ok_or_else(no_session)?;
         Ok((company, wallet))

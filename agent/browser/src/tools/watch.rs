@@ -68,10 +68,13 @@ pub struct Frame {
 /// What the person's view keeps: the tabs the person has, and the pictures watched.
 #[derive(Default)]
 pub(super) struct Watch {
-    /// The person's tab for each device tab the person took over.
+    /// The person's tab for each device tab the person took over, and for each page the person
+    /// opened ([`ToolHost::open_for_person`], under a key `p` and a number).
     taken: HashMap<String, PersonsTab>,
     /// The live picture of each device tab watched now.
     watched: HashMap<String, Watcher>,
+    /// The pages the person opened, by key: whose jar each is in (the device's).
+    opened: HashMap<String, Option<String>>,
     /// The number the next picture gets.
     next: u64,
 }
@@ -82,6 +85,9 @@ struct Watcher {
     stop: tokio::sync::oneshot::Sender<()>,
     ended: tokio::sync::oneshot::Receiver<()>,
 }
+
+/// A tab as listed: its key, whose it is, its page.
+type Listed = (String, Option<String>, Page);
 
 /// A key the person's console may send.
 const KEYS: [(&str, &str, i64); 8] = [
@@ -100,16 +106,30 @@ fn internal(what: &str, e: impl std::fmt::Display) -> ToolError {
 }
 
 impl ToolHost {
-    /// Every tab of every device, for the person.
+    /// Every tab of every device, and the tabs the person opened, for the person.
     pub async fn tabs_for_person(&self) -> Vec<TabView> {
-        let listed: Vec<(String, Option<String>, Page)> = self
+        let mut listed: Vec<Listed> = self
             .targets
             .lock()
             .await
             .iter()
             .map(|(id, t)| (id.clone(), t.owner.clone(), t.page.clone()))
             .collect();
-        let taken: Vec<String> = self.watch.lock().await.taken.keys().cloned().collect();
+        let (taken, opened): (Vec<String>, Vec<Listed>) = {
+            let watch = self.watch.lock().await;
+            (
+                watch.taken.keys().cloned().collect(),
+                watch
+                    .opened
+                    .iter()
+                    .filter_map(|(key, device)| {
+                        let tab = watch.taken.get(key)?;
+                        Some((key.clone(), device.clone(), tab.page().clone()))
+                    })
+                    .collect(),
+            )
+        };
+        listed.extend(opened);
         let mut tabs = Vec::with_capacity(listed.len());
         for (target, device_id, page) in listed {
             let url = page.url().await.ok().flatten().unwrap_or_default();
@@ -260,9 +280,63 @@ impl ToolHost {
         Ok(())
     }
 
-    /// The person hands `target` back: their tab closes, tools act on `target` again.
+    /// The person opens `url` in a tab of their own, in the cookie jar `device`'s tabs on that
+    /// site use (the context of its grant there: the website Session its join left is in it).
+    /// Held by the person from before its first request, so a form the person sends there is
+    /// theirs (AIP-7); no tool has a handle to it. Its key, for the live picture and the
+    /// person's input; [`ToolHost::hand_back`] closes it. At most [`WATCHERS`] open at once.
+    pub async fn open_for_person(&self, device: Option<&str>, url: &str) -> Result<String, ToolError> {
+        self.may_go(url)?;
+        if self.watch.lock().await.opened.len() >= WATCHERS {
+            return Err(ToolError::new(
+                ToolErrorCode::RateLimited,
+                format!("{WATCHERS} pages are open for the person already: close one"),
+            ));
+        }
+        let caller = device.map_or_else(crate::spec::AgentCaller::local, |d| {
+            crate::spec::AgentCaller::paired(d.to_owned())
+        });
+        let jar = self.jar_for(&caller, Some(url))?;
+        let browser = self.browser().await?;
+        let context = self.context_of(&browser, &caller, &jar).await?;
+        let page = browser
+            .new_page_in(context.as_ref())
+            .await
+            .map_err(|e| internal("opening the person's tab", e))?;
+        let hold = self
+            .persons()
+            .hold_for_person(page.target_id().inner().clone())
+            .map_err(|e| internal("holding the tab for the person", e))?;
+        let tab = PersonsTab { page, _hold: hold };
+        tab.page()
+            .bring_to_front()
+            .await
+            .map_err(|e| internal("bringing the tab to the front", e))?;
+        tokio::time::timeout(Duration::from_secs(30), super::page::go(tab.page(), url))
+            .await
+            .map_err(|_| ToolError::new(ToolErrorCode::Timeout, "the page did not load in 30 s"))??;
+        let mut watch = self.watch.lock().await;
+        watch.next += 1;
+        let key = format!("p{}", watch.next);
+        watch.opened.insert(key.clone(), device.map(str::to_owned));
+        watch.taken.insert(key.clone(), tab);
+        Ok(key)
+    }
+
+    /// The page of the person's tab `key` (one [`ToolHost::open_for_person`] or a takeover
+    /// made), for the person's channel.
+    pub async fn persons_tab_page(&self, key: &str) -> Option<Page> {
+        self.watch.lock().await.taken.get(key).map(|tab| tab.page().clone())
+    }
+
+    /// The person hands `target` back (or closes the page they opened): their tab closes, tools
+    /// act on `target` again.
     pub async fn hand_back(&self, target: &str) -> bool {
-        let tab = self.watch.lock().await.taken.remove(target);
+        let tab = {
+            let mut watch = self.watch.lock().await;
+            watch.opened.remove(target);
+            watch.taken.remove(target)
+        };
         match tab {
             Some(tab) => {
                 let _ = tab.page().clone().close().await;

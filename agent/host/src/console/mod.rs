@@ -29,6 +29,8 @@
 //! POST /tabs/{target}/hand-back
 //! POST /tabs/{target}/click      at.x, at.y: where the person clicked on the picture
 //! POST /tabs/{target}/type       text, key: what the person typed
+//! POST /decisions/{key}/open     an operation waiting for the person ([`Decisions`]), opened on
+//!                               its page in a tab of the person's: its live picture follows
 //! ```
 //!
 //! Beneath it: [`requests`] (filed by the MCP host when a call meets `consent_required`) and
@@ -80,6 +82,33 @@ pub trait Unpair: Send + Sync {
     /// Unpairs `device_id`: its credential refused, its grants revoked with what they put in the
     /// browsers (C13); a report for the person, or why it failed.
     async fn unpair(&self, device_id: &str) -> Result<serde_json::Value, String>;
+}
+
+/// An operation a device proposed that waits for the person's confirm or cancel (AIP-7).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Its key in the console (the embedder's: the operation's id).
+    pub key: String,
+    /// The company (its domain).
+    pub company: String,
+    /// The device whose Session proposed it (`None`: the agent's own).
+    pub device_id: Option<String>,
+    /// What it does, in the company's words.
+    pub summary: String,
+    /// Where it stands (`proposed`).
+    pub state: String,
+    /// Its page on the company's website, where the person confirms or cancels.
+    pub url: String,
+    /// When it was proposed.
+    pub proposed_at: UnixTime,
+}
+
+/// Where the console learns the operations waiting for the person (the PAP agent: those its
+/// devices proposed, as each company says they stand now).
+#[async_trait::async_trait]
+pub trait Decisions: Send + Sync {
+    /// The operations waiting for the person, oldest first.
+    async fn pending(&self) -> Vec<Decision>;
 }
 
 /// C13 as this crate knows it: the device out of the devices file, its grants revoked.
@@ -136,6 +165,8 @@ pub struct Console {
     rng: Arc<dyn Rng>,
     /// The browser's tool host, when the console runs beside it (`host serve --console`).
     tools: Option<Arc<pap_browser::ToolHost>>,
+    /// The operations waiting for the person, when the embedder knows them.
+    decisions: Option<Arc<dyn Decisions>>,
 }
 
 impl std::fmt::Debug for Console {
@@ -166,7 +197,15 @@ impl Console {
             clock,
             rng,
             tools: None,
+            decisions: None,
         })
+    }
+
+    /// Lists the operations `decisions` knows wait for the person, each to open on its page.
+    #[must_use]
+    pub fn with_decisions(mut self, decisions: Arc<dyn Decisions>) -> Self {
+        self.decisions = Some(decisions);
+        self
     }
 
     /// Shows the tabs of `tools`' browser, each with its live picture and takeover.
@@ -197,6 +236,7 @@ impl Console {
             .route("/tabs/{target}/hand-back", post(tabs::hand_back))
             .route("/tabs/{target}/click", post(tabs::click))
             .route("/tabs/{target}/type", post(tabs::typed))
+            .route("/decisions/{key}/open", post(tabs::open_decision))
             .layer(middleware::from_fn_with_state(self.clone(), person_only));
         Router::new()
             .route("/login", get(sign_in))
@@ -345,7 +385,7 @@ pub(crate) fn forged(console: &Console, cookie: &SignedInCookie, form: &CsrfForm
     })
 }
 
-fn done() -> Response {
+pub(crate) fn done() -> Response {
     let mut response = Redirect::to("/").into_response();
     *response.status_mut() = StatusCode::SEE_OTHER;
     response
@@ -586,6 +626,35 @@ async fn overview(
         body.push_str("<details><summary>Answered and expired requests</summary>");
         body.push_str(&table(&["asked", "device", "site", "answer"], &answered, ""));
         body.push_str("</details>");
+    }
+
+    // Operations waiting for the person, each to open on its page.
+    if let Some(decisions) = &console.decisions {
+        let pending = decisions.pending().await;
+        let rows: Vec<String> = pending
+            .iter()
+            .map(|d| {
+                let open = if console.tools.is_some() {
+                    button_form(&format!("/decisions/{}/open", d.key), csrf, "Open on its page", "yes", "")
+                } else {
+                    format!("<a href=\"{}\">its page</a>", escape(&d.url))
+                };
+                format!(
+                    "<tr data-decision=\"{key}\"><td class=\"when\">{at}</td><td>{company}</td><td>{device}</td><td>{summary}</td><td>{open}</td></tr>",
+                    key = escape(&d.key),
+                    at = when(d.proposed_at),
+                    company = escape(&d.company),
+                    device = escape(&d.device_id.as_deref().map_or_else(|| "the agent".to_owned(), &name_of)),
+                    summary = escape(&d.summary),
+                )
+            })
+            .collect();
+        body.push_str("<h2 id=\"decisions\">Waiting for your decision</h2>");
+        body.push_str(&table(
+            &["proposed", "company", "by", "what", ""],
+            &rows,
+            "No operation waits for your decision.",
+        ));
     }
 
     // The tabs of every device, each with its picture.

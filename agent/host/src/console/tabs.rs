@@ -52,6 +52,9 @@ pub(super) async fn tab(
         Err(response) => return *response,
     };
     let Some(tab) = tools.tabs_for_person().await.into_iter().find(|t| t.target == target) else {
+        if target.starts_with('p') {
+            return failed(StatusCode::NOT_FOUND, "Closed", "you closed this tab");
+        }
         return failed(StatusCode::NOT_FOUND, "No such tab", "the tab closed, or never was");
     };
     let csrf = console.logins.csrf_for(&cookie.0);
@@ -65,11 +68,23 @@ pub(super) async fn tab(
         target = escape(&target),
         url = escape(&tab.url),
     );
+    // A page the person opened (a decision's) is theirs alone; a device's tab is handed back.
+    let (note, give_back) = if target.starts_with('p') {
+        (
+            "This tab is yours: what you click and type goes to it, as you. Confirm or cancel there.",
+            "Close this tab",
+        )
+    } else {
+        (
+            "You have this tab: what you click and type goes to your own tab on this page, as you. The device \
+             waits (its tools on the tab answer busy) until you hand it back.",
+            "Hand the tab back",
+        )
+    };
     if tab.taken {
         let _ = write!(
             body,
-            "<div class=\"note\">You have this tab: what you click and type goes to your own tab on this page, \
-             as you. The device waits (its tools on the tab answer busy) until you hand it back.</div>\
+            "<div class=\"note\">{note}</div>\
              <form method=\"post\" action=\"{base}/click\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
              <input type=\"image\" name=\"at\" class=\"live\" src=\"{base}/live\" alt=\"the tab, live: click to click there\"></form>\
              <form method=\"post\" action=\"{base}/type\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
@@ -78,7 +93,8 @@ pub(super) async fn tab(
              <option>Backspace</option><option>Escape</option></select> <button>Send</button></form> {hand_back}",
             base = escape(&base),
             csrf = escape(csrf),
-            hand_back = button_form(&format!("{base}/hand-back"), csrf, "Hand the tab back", "yes", ""),
+            note = escape(note),
+            hand_back = button_form(&format!("{base}/hand-back"), csrf, give_back, "yes", ""),
         );
     } else {
         let _ = write!(
@@ -153,6 +169,41 @@ pub(super) async fn take(
     }
 }
 
+/// `POST /decisions/{key}/open`: the operation's page in a tab of the person's, in the jar of
+/// the device that proposed it; then its live picture.
+pub(super) async fn open_decision(
+    State(console): State<Arc<Console>>,
+    axum::Extension(cookie): axum::Extension<SignedInCookie>,
+    UrlPath(key): UrlPath<String>,
+    Form(form): Form<CsrfForm>,
+) -> Response {
+    if let Some(refused) = forged(&console, &cookie, &form) {
+        return refused;
+    }
+    let tools = match tools(&console) {
+        Ok(tools) => tools,
+        Err(response) => return *response,
+    };
+    let pending = match &console.decisions {
+        Some(decisions) => decisions.pending().await,
+        None => Vec::new(),
+    };
+    let Some(decision) = pending.into_iter().find(|d| d.key == key) else {
+        return failed(
+            StatusCode::NOT_FOUND,
+            "Nothing to decide",
+            "that operation no longer waits for you",
+        );
+    };
+    match tools
+        .open_for_person(decision.device_id.as_deref(), &decision.url)
+        .await
+    {
+        Ok(opened) => back_to(&opened),
+        Err(error) => failed(StatusCode::CONFLICT, "Not opened", &error.message),
+    }
+}
+
 /// `POST /tabs/{target}/hand-back`.
 pub(super) async fn hand_back(
     State(console): State<Arc<Console>>,
@@ -168,7 +219,12 @@ pub(super) async fn hand_back(
         Err(response) => return *response,
     };
     tools.hand_back(&target).await;
-    back_to(&target)
+    // A page the person opened is gone now: back to the console; a device's tab stays.
+    if target.starts_with('p') {
+        super::done()
+    } else {
+        back_to(&target)
+    }
 }
 
 #[derive(Deserialize)]

@@ -231,13 +231,16 @@ impl Agent {
         use pap_host::http;
         let (host, tools) = self.mcp_tools().await?;
         let _supervision = supervise(&host, &tools)?;
+        let pap = self.pap_tools()?;
         let console = match console {
-            Some(addr) => Some(crate::host::console_beside(&self.state_dir, &self.network, addr, tools.clone()).await?),
+            Some(addr) => Some(
+                crate::host::console_beside(&self.state_dir, &self.network, addr, tools.clone(), pap.clone()).await?,
+            ),
             None => None,
         };
         let server = pap_host::BrowserServer::per_request(tools)
             .named("pap-agent", env!("CARGO_PKG_VERSION"))
-            .with_extra(self.pap_tools()?)
+            .with_extra(pap)
             .recording_in(&self.state_dir);
         let listener = tokio::net::TcpListener::bind(listen)
             .await

@@ -51,7 +51,14 @@ pub(crate) async fn console(
     network: &Network,
     listen: std::net::SocketAddr,
 ) -> anyhow::Result<()> {
-    let (listener, console) = bind_console(state, network, listen, None).await?;
+    // With an identity, the operations the agent's Sessions proposed are listed (each a link to
+    // its page: opening it in the agent's browser needs `host serve --console`).
+    let decisions: Option<Arc<dyn pap_host::console::Decisions>> =
+        match crate::agent::Agent::open(state.to_path_buf(), &network.connect, network.trust_ca.as_deref(), None) {
+            Ok(agent) => Some(agent.pap_tools()?),
+            Err(_) => None,
+        };
+    let (listener, console) = bind_console(state, network, listen, None, decisions).await?;
     let bound = listener.local_addr()?;
     eprintln!("listening on http://{bound}/");
     let limits = pap_host::http::Limits::default();
@@ -65,8 +72,9 @@ pub(crate) async fn console_beside(
     network: &Network,
     listen: std::net::SocketAddr,
     tools: Arc<pap_browser::ToolHost>,
+    decisions: Arc<dyn pap_host::console::Decisions>,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    let (listener, console) = bind_console(state, network, listen, Some(tools)).await?;
+    let (listener, console) = bind_console(state, network, listen, Some(tools), Some(decisions)).await?;
     eprintln!("console on http://{}/", listener.local_addr()?);
     let limits = pap_host::http::Limits::default();
     Ok(tokio::spawn(pap_host::http::serve(
@@ -84,6 +92,7 @@ async fn bind_console(
     network: &Network,
     listen: std::net::SocketAddr,
     tools: Option<Arc<pap_browser::ToolHost>>,
+    decisions: Option<Arc<dyn pap_host::console::Decisions>>,
 ) -> anyhow::Result<(tokio::net::TcpListener, Arc<pap_host::console::Console>)> {
     if !listen.ip().is_loopback() {
         bail!("{listen} is not a loopback address: the console is for the person at this machine");
@@ -101,6 +110,9 @@ async fn bind_console(
         pap_host::console::Console::new(state, bound.port(), unpair, Arc::new(SystemClock), Arc::new(SystemRng))?;
     if let Some(tools) = tools {
         console = console.with_tools(tools);
+    }
+    if let Some(decisions) = decisions {
+        console = console.with_decisions(decisions);
     }
     let console = Arc::new(console);
     eprintln!("open the console's link in your own browser (once, within 10 minutes; it signs that browser in):");
