@@ -1074,3 +1074,206 @@ async fn a_device_is_held_to_its_tabs_and_its_rate_and_no_other_device_notices()
     w.tools.stop(true).await.unwrap();
     let _ = std::fs::remove_dir_all(&w.stage.work);
 }
+
+/// Waits (30 s at most) until the console page's live picture is up: as tall as a page (its alt
+/// text alone is one line). Read through DevTools' DOM, which follows the page across its
+/// navigation (a script could run in the document the page just left).
+async fn picture_up(page: &chromiumoxide::Page) -> chromiumoxide::layout::BoundingBox {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        tick.tick().await;
+        if let Ok(element) = page.find_element(".live").await
+            && let Ok(bounds) = element.bounding_box().await
+            && bounds.height > 100.0
+        {
+            return bounds;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the live picture did not show");
+    }
+}
+
+/// The person's console decides (issue 40): an operation device A proposed is listed in the
+/// console beside the tool host; the person opens it on its page (a tab of their own, in A's
+/// jar, where A's join left the website Session) and clicks Confirm on the live picture with
+/// their own mouse: the company performs it once, a second click performs nothing, and A learns
+/// the outcome through `pap_operation`. The list no longer shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
+async fn the_person_confirms_from_the_console_once_and_the_device_learns_it() {
+    use chromiumoxide::{Browser, BrowserConfig};
+    use futures_util::StreamExt as _;
+    use pap_host::console::{Console, HostUnpair};
+    let w = world("mcp-aip7-console").await;
+    let a = AgentCaller::paired("dev_A");
+    signed_in(&w, &a, "acct_ada").await;
+    let operation = call(
+        &w.server,
+        &a,
+        "pap_propose",
+        json!({"domain": "shop.example", "method": "POST", "path": "/api/orders/ord_7Hk2/exchanges", "body": {}}),
+    )
+    .await
+    .unwrap();
+    let id = operation["operation_id"].as_str().unwrap().to_owned();
+    let page_url = operation["url"].as_str().unwrap().to_owned();
+    call(
+        &w.server,
+        &a,
+        "pap_join",
+        json!({"domain": "shop.example", "returnTo": page_url}),
+    )
+    .await
+    .unwrap();
+
+    // The console, in process, beside the tool host.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let decisions = PapTools::new(
+        w.client.clone(),
+        w.state.clone(),
+        SealingKey::open(&w.state, &SystemRng).unwrap(),
+    );
+    let console = Arc::new(
+        Console::new(
+            &w.state,
+            port,
+            Arc::new(HostUnpair::new(&w.state, Arc::new(SystemClock), Arc::new(SystemRng))),
+            Arc::new(SystemClock),
+            Arc::new(SystemRng),
+        )
+        .unwrap()
+        .with_tools(w.tools.clone())
+        .with_decisions(decisions),
+    );
+    let link = console.link().expose().to_owned();
+    let serving = tokio::spawn(pap_host::http::serve(
+        listener,
+        console.router(),
+        pap_host::http::Limits::default(),
+        std::future::pending(),
+    ));
+
+    let config = BrowserConfig::builder()
+        .chrome_executable("/usr/bin/chromium")
+        .no_sandbox()
+        .new_headless_mode()
+        .viewport(None)
+        .window_size(1200, 1000)
+        .user_data_dir(w.stage.work.join("person"))
+        .build()
+        .unwrap();
+    let (mut browser, mut handler) = Browser::launch(config).await.unwrap();
+    let events = tokio::spawn(async move { while handler.next().await.is_some() {} });
+    let page = browser.new_page(link.as_str()).await.unwrap();
+    page.wait_for_navigation().await.unwrap();
+    let listed: String = page
+        .evaluate("document.body.innerText")
+        .await
+        .unwrap()
+        .into_value()
+        .unwrap();
+    assert!(
+        listed.contains("Waiting for your decision") && listed.contains("shop.example"),
+        "{listed}"
+    );
+    let row = format!("tr[data-decision=\"{id}\"]");
+    page.find_element(row.as_str()).await.unwrap();
+    let png = page
+        .screenshot(chromiumoxide::page::ScreenshotParams::builder().full_page(true).build())
+        .await
+        .unwrap();
+    std::fs::write(support::artefacts().join("console-decisions.png"), png).unwrap();
+
+    // Opened on its page, in the person's own tab; the person clicks Confirm on the picture.
+    let opened = support::click_until_answered(&page, &format!("{row} button")).await;
+    let key = opened.rsplit('/').next().unwrap().to_owned();
+    assert!(key.starts_with('p'), "{key}");
+    picture_up(&page).await;
+    let persons = w.tools.persons_tab_page(&key).await.unwrap();
+    let confirm = persons
+        .find_element("button[value=confirm]")
+        .await
+        .unwrap()
+        .bounding_box()
+        .await
+        .unwrap();
+    let png = page
+        .screenshot(chromiumoxide::page::ScreenshotParams::builder().full_page(true).build())
+        .await
+        .unwrap();
+    std::fs::write(support::artefacts().join("console-confirm.png"), png).unwrap();
+    let picture = page
+        .find_element("input.live")
+        .await
+        .unwrap()
+        .bounding_box()
+        .await
+        .unwrap();
+    let on_confirm = chromiumoxide::layout::Point::new(
+        picture.x + confirm.x + confirm.width / 2.0,
+        picture.y + confirm.y + confirm.height / 2.0,
+    );
+    assert_eq!(performed(&w, &id).await, 0, "nothing before the person's click");
+    page.click(on_confirm).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    while performed(&w, &id).await == 0 {
+        tick.tick().await;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the person's confirm did not perform it"
+        );
+    }
+    assert_eq!(performed(&w, &id).await, 1, "the person's click performed it once");
+    // The device learns it.
+    let read = call(
+        &w.server,
+        &a,
+        "pap_operation",
+        json!({"domain": "shop.example", "id": id}),
+    )
+    .await
+    .unwrap();
+    assert_ne!(read["state"], "proposed", "{read}");
+    // A second click on the same place performs nothing: the page offers no confirm now.
+    page.goto(format!("http://127.0.0.1:{port}/tabs/{key}")).await.ok();
+    picture_up(&page).await;
+    let mut answers = page
+        .event_listener::<chromiumoxide::cdp::browser_protocol::network::EventResponseReceived>()
+        .await
+        .unwrap();
+    page.click(on_confirm).await.unwrap();
+    // The console answers the click (303 to the tab's page, then 200) once it is sent on.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(answer) = answers.next().await {
+            if answer.r#type == chromiumoxide::cdp::browser_protocol::network::ResourceType::Document
+                && answer.response.status == 200
+            {
+                return;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        !persons.content().await.unwrap().contains("value=\"confirm\""),
+        "a confirmed operation offers no form"
+    );
+    assert_eq!(performed(&w, &id).await, 1, "at most once");
+    // Closed, and no longer listed.
+    page.goto(format!("http://127.0.0.1:{port}/")).await.unwrap();
+    let listed: String = page
+        .evaluate("document.body.innerText")
+        .await
+        .unwrap()
+        .into_value()
+        .unwrap();
+    assert!(listed.contains("No operation waits for your decision"), "{listed}");
+
+    browser.close().await.unwrap();
+    events.abort();
+    serving.abort();
+    w.tools.stop(true).await.unwrap();
+    let _ = std::fs::remove_dir_all(&w.stage.work);
+}

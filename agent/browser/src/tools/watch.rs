@@ -36,6 +36,8 @@ use crate::spec::{ToolError, ToolErrorCode, ToolId};
 pub const FRAMES_PER_SECOND: u32 = 10;
 /// Live pictures at once, over all tabs.
 pub const WATCHERS: usize = 4;
+/// How long a still picture waits before its last frame is sent again.
+const REPEAT: Duration = Duration::from_secs(1);
 /// The largest picture, CSS pixels (a larger viewport is scaled down to fit).
 const MAX_WIDTH: i64 = 1600;
 const MAX_HEIGHT: i64 = 1200;
@@ -90,7 +92,7 @@ struct Watcher {
 type Listed = (String, Option<String>, Page);
 
 /// A key the person's console may send.
-const KEYS: [(&str, &str, i64); 8] = [
+const KEYS: [(&str, &str, i64); 10] = [
     ("Enter", "Enter", 13),
     ("Tab", "Tab", 9),
     ("Backspace", "Backspace", 8),
@@ -99,6 +101,8 @@ const KEYS: [(&str, &str, i64); 8] = [
     ("ArrowDown", "ArrowDown", 40),
     ("ArrowLeft", "ArrowLeft", 37),
     ("ArrowRight", "ArrowRight", 39),
+    ("PageUp", "PageUp", 33),
+    ("PageDown", "PageDown", 34),
 ];
 
 fn internal(what: &str, e: impl std::fmt::Display) -> ToolError {
@@ -199,12 +203,19 @@ impl ToolHost {
             // page that then stays still is shown as it is, not as it was), and a newer one
             // replaces it.
             let mut held: Option<Frame> = None;
+            // The frame sent last, sent again after [`REPEAT`] of stillness: a browser shows a
+            // part of a multipart picture only once the part after it begins.
+            let mut shown: Option<Frame> = None;
             loop {
                 let due = last_sent + gap;
                 let event = tokio::select! {
                     () = sender.closed() => break,
                     _ = &mut stopped => break,
                     () = tokio::time::sleep_until(due), if held.is_some() => None,
+                    () = tokio::time::sleep_until(last_sent + REPEAT), if held.is_none() && shown.is_some() => {
+                        held = shown.take();
+                        None
+                    }
                     event = frames.next() => match event {
                         Some(event) => Some(event),
                         None => break,
@@ -227,8 +238,15 @@ impl ToolHost {
                 let Some(frame) = held.take() else { continue };
                 // A watcher slower than the frames loses frames, never holds this task: it
                 // must answer a stop at once (the next picture of the tab waits for it).
+                let again = Frame {
+                    jpeg: frame.jpeg.clone(),
+                    drawn_at: frame.drawn_at,
+                };
                 match sender.try_send(frame) {
-                    Ok(()) => last_sent = tokio::time::Instant::now(),
+                    Ok(()) => {
+                        last_sent = tokio::time::Instant::now();
+                        shown = Some(again);
+                    }
                     Err(mpsc::error::TrySendError::Full(_)) => {}
                     Err(mpsc::error::TrySendError::Closed(_)) => break,
                 }
@@ -372,7 +390,7 @@ impl ToolHost {
     }
 
     /// The person's typing in their tab for `target`: `text` as typed, or a key by name
-    /// (Enter, Tab, Backspace, Escape, the arrows).
+    /// (Enter, Tab, Backspace, Escape, the arrows, PageUp, PageDown).
     pub async fn person_type(&self, target: &str, text: Option<&str>, key: Option<&str>) -> Result<(), ToolError> {
         let page = self.persons_tab(target).await?;
         if let Some(text) = text.filter(|t| !t.is_empty()) {

@@ -90,7 +90,7 @@ pub(super) async fn tab(
              <form method=\"post\" action=\"{base}/type\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
              <input type=\"text\" name=\"text\" size=\"40\" placeholder=\"type into the focused field\" autocomplete=\"off\"> \
              <select name=\"key\"><option value=\"\">no key</option><option>Enter</option><option>Tab</option>\
-             <option>Backspace</option><option>Escape</option></select> <button>Send</button></form> {hand_back}",
+             <option>Backspace</option><option>Escape</option><option>PageDown</option><option>PageUp</option></select> <button>Send</button></form> {hand_back}",
             base = escape(&base),
             csrf = escape(csrf),
             note = escape(note),
@@ -127,21 +127,22 @@ pub(super) async fn live(State(console): State<Arc<Console>>, UrlPath(target): U
             return (status, error.message).into_response();
         }
     };
+    // Each part ends with the next part's boundary: a browser shows a part once it sees the
+    // boundary after it, and a page that then stays still sends no next part for a while.
+    let opening = futures_util::stream::once(async { Ok::<_, Infallible>(Bytes::from(format!("--{BOUNDARY}\r\n"))) });
     let parts = futures_util::stream::unfold(frames, |mut frames| async move {
         let frame = frames.recv().await?;
-        let mut part = format!(
-            "--{BOUNDARY}\r\nContent-Type: image/jpeg\r\nContent-Length: {}\r\n",
-            frame.jpeg.len()
-        );
+        let mut part = format!("Content-Type: image/jpeg\r\nContent-Length: {}\r\n", frame.jpeg.len());
         if let Some(at) = frame.drawn_at {
             let _ = write!(part, "X-Drawn-At: {at:.6}\r\n");
         }
         part.push_str("\r\n");
         let mut bytes = part.into_bytes();
         bytes.extend_from_slice(&frame.jpeg);
-        bytes.extend_from_slice(b"\r\n");
+        bytes.extend_from_slice(format!("\r\n--{BOUNDARY}\r\n").as_bytes());
         Some((Ok::<_, Infallible>(Bytes::from(bytes)), frames))
     });
+    let parts = futures_util::StreamExt::chain(opening, parts);
     let mut response = Body::from_stream(parts).into_response();
     if let Ok(value) = HeaderValue::from_str(&format!("multipart/x-mixed-replace; boundary={BOUNDARY}")) {
         response.headers_mut().insert(header::CONTENT_TYPE, value);

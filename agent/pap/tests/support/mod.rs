@@ -68,6 +68,35 @@ impl Captured {
     }
 }
 
+/// Clicks `selector` on `page` (a real mouse click) and waits (30 s at most) until the document
+/// the click leads to answered 200 and was committed to the page, not until it loaded: a page of
+/// the console whose picture is an `<input type="image">` streams on. Its URL.
+pub async fn click_until_answered(page: &chromiumoxide::Page, selector: &str) -> String {
+    use chromiumoxide::cdp::browser_protocol::network::{EventResponseReceived, ResourceType};
+    use chromiumoxide::cdp::browser_protocol::page::EventFrameNavigated;
+    use futures_util::StreamExt as _;
+    let mut responses = page.event_listener::<EventResponseReceived>().await.unwrap();
+    let mut navigated = page.event_listener::<EventFrameNavigated>().await.unwrap();
+    page.find_element(selector).await.unwrap().click().await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        let url = loop {
+            let response = responses.next().await.unwrap();
+            if response.r#type == ResourceType::Document && !(300..400).contains(&response.response.status) {
+                assert_eq!(response.response.status, 200, "{selector}");
+                break response.response.url.clone();
+            }
+        };
+        while let Some(event) = navigated.next().await {
+            if event.frame.parent_id.is_none() && event.frame.url == url {
+                return url;
+            }
+        }
+        panic!("the page closed");
+    })
+    .await
+    .unwrap()
+}
+
 pub fn artefacts() -> PathBuf {
     let dir = std::env::var_os("PAP_ARTIFACTS").map_or_else(|| std::env::temp_dir().join("pap-artifacts"), Into::into);
     std::fs::create_dir_all(&dir).unwrap();
