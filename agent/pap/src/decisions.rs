@@ -93,7 +93,7 @@ impl Proposals {
     }
 }
 
-/// The operations waiting for the person: the newest [`PENDING_READ`] proposals recorded here,
+/// The operations waiting for the person: the newest 32 proposals recorded here (`PENDING_READ`),
 /// each read from its company with the proposing holder's own Session; those no longer
 /// `proposed` are forgotten. One that cannot be read now (the company unreachable, the Session
 /// gone) is left out this time and kept.

@@ -695,15 +695,20 @@ impl ToolHost {
                 .collect();
             of_device.iter().filter_map(|jar| contexts.by_jar.remove(jar)).collect()
         };
-        let closed: Vec<Target> = {
+        let (ids, closed): (Vec<String>, Vec<Target>) = {
             let mut targets = self.targets.lock().await;
             let ids: Vec<String> = targets
                 .iter()
                 .filter(|(_, t)| t.owner.as_deref() == Some(device_id))
                 .map(|(id, _)| id.clone())
                 .collect();
-            ids.iter().filter_map(|id| targets.remove(id)).collect()
+            let closed = ids.iter().filter_map(|id| targets.remove(id)).collect();
+            (ids, closed)
         };
+        // The person's tabs in the device's jars close too (its takeovers, its decisions' pages).
+        for person_tab in self.persons_tabs_of(device_id, &ids).await {
+            let _ = person_tab.page().clone().close().await;
+        }
         for target in closed {
             let _ = target.page.close().await;
         }

@@ -364,6 +364,25 @@ impl ToolHost {
         }
     }
 
+    /// The person's tabs that end with `device`: the takeovers of its tabs `closed` and the
+    /// pages the person opened in its jars, taken out of the person's view.
+    pub(super) async fn persons_tabs_of(&self, device: &str, closed: &[String]) -> Vec<PersonsTab> {
+        let mut watch = self.watch.lock().await;
+        let mut keys: Vec<String> = watch
+            .opened
+            .iter()
+            .filter(|(_, owner)| owner.as_deref() == Some(device))
+            .map(|(key, _)| key.clone())
+            .collect();
+        keys.extend(watch.taken.keys().filter(|key| closed.contains(key)).cloned());
+        keys.iter()
+            .filter_map(|key| {
+                watch.opened.remove(key);
+                watch.taken.remove(key)
+            })
+            .collect()
+    }
+
     /// Whether the person has `target` now.
     pub async fn person_has(&self, target: &str) -> bool {
         self.watch.lock().await.taken.contains_key(target)

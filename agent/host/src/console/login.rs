@@ -1,7 +1,7 @@
 //! Who may use the console: the person who holds the one-time link the command printed, and
 //! from then on the browser holding the cookie that link set. Nothing a device holds opens it: a
 //! device's bearer is another kind of secret, and a request carrying one is refused before any
-//! of this is read ([`super::refuse_bearers`]).
+//! of this is read (the console's first guard).
 //!
 //! Codes and sessions live in the console's memory only (a restart signs everyone out, and the
 //! command prints a new link); each is 256 random bits, kept as its SHA-256, compared by that

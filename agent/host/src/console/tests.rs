@@ -264,3 +264,43 @@ async fn a_lifetime_the_console_does_not_offer_grants_nothing() {
         RequestState::Pending
     );
 }
+
+#[tokio::test]
+async fn unpairing_from_the_console_refuses_the_device_s_credential_from_then_on() {
+    let Fixture { dir, console, clock } = fixture();
+    let devices = Devices::at(dir.path());
+    let code = devices.start_pairing("phone", 60, clock.as_ref(), &SystemRng).unwrap();
+    let (device, bearer) = devices.redeem(code.expose(), clock.as_ref(), &SystemRng).unwrap();
+    let cookie = signed_in(&console).await;
+    let (_, _, page) = send(
+        &console,
+        get("/").header(header::COOKIE, &cookie).body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert!(page.contains("phone") && page.contains(&format!("/devices/{}/unpair", device.id)));
+    let csrf = console.logins.csrf_for(cookie.split_once('=').unwrap().1);
+    let (status, _, _) = send(
+        &console,
+        post(&format!("/devices/{}/unpair", device.id))
+            .header(header::COOKIE, &cookie)
+            .header(header::ORIGIN, ORIGIN)
+            .body(Body::from(format!("csrf={}", csrf.expose())))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(devices.authenticate(&bearer).unwrap(), None);
+    assert!(devices.list().unwrap().is_empty());
+    // Unpairing it again says there is no such device, and changes nothing.
+    let (status, _, body) = send(
+        &console,
+        post(&format!("/devices/{}/unpair", device.id))
+            .header(header::COOKIE, &cookie)
+            .header(header::ORIGIN, ORIGIN)
+            .body(Body::from(format!("csrf={}", csrf.expose())))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(body.contains("no paired device"), "{body}");
+}
