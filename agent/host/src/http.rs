@@ -159,6 +159,14 @@ impl Exposure {
 }
 
 impl Guard {
+    /// A guard that admits the one `host` (`name:port`) and the one `origin`.
+    pub(crate) fn only(host: &str, origin: &str) -> Self {
+        Self {
+            hosts: vec![host.to_ascii_lowercase()],
+            origins: vec![origin.to_ascii_lowercase()],
+        }
+    }
+
     /// Why a request's `Host` or `Origin` is refused, if it is.
     pub(crate) fn refuses(&self, request: &Request) -> Option<&'static str> {
         let host = request

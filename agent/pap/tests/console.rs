@@ -52,14 +52,6 @@ async fn screenshot(page: &Page, name: &str) {
     std::fs::write(support::artefacts().join(name), png).unwrap();
 }
 
-/// Clicks `selector` (a real mouse click) and waits for the page the form's answer loads.
-async fn click_and_wait(page: &Page, selector: &str) {
-    let status = pap_browser::chromium::click_and_land(page, selector, DEADLINE)
-        .await
-        .unwrap();
-    assert_eq!(status, 200, "{selector}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Chromium; .ci/run runs it"]
 async fn the_person_answers_requests_for_access_in_the_console_and_no_device_reaches_it() {
@@ -143,7 +135,11 @@ async fn the_person_answers_requests_for_access_in_the_console_and_no_device_rea
         .unwrap()
         .unwrap();
     let origin = link.split("/login").next().unwrap().to_owned();
-    assert!(origin.starts_with("http://127.0.0.1:"), "{link}");
+    assert!(
+        origin.starts_with("http://pap-") && origin.contains(".localhost:"),
+        "{link}"
+    );
+    let http = console_client(&origin);
 
     // A device's bearer opens nothing of it, whatever the route.
     for (method, path) in ROUTES {
@@ -198,8 +194,8 @@ async fn the_person_answers_requests_for_access_in_the_console_and_no_device_rea
     ))
     .await
     .unwrap();
-    click_and_wait(&page, &format!("[data-request=\"{request_a}\"] button.yes")).await;
-    click_and_wait(&page, &format!("[data-request=\"{request_b}\"] button.no")).await;
+    support::click_until_answered(&page, &format!("[data-request=\"{request_a}\"] button.yes")).await;
+    support::click_until_answered(&page, &format!("[data-request=\"{request_b}\"] button.no")).await;
     let seen = text(&page).await;
     assert!(seen.contains("No device is waiting for your answer"), "{seen}");
     assert!(
@@ -237,6 +233,15 @@ async fn the_person_answers_requests_for_access_in_the_console_and_no_device_rea
     events.abort();
     console.kill().await.unwrap();
     stop_host(host, &state).await;
+}
+
+/// A plain HTTP client that reaches the console at its own name (`pap-….localhost`, which
+/// browsers resolve to loopback themselves) on 127.0.0.1.
+fn console_client(origin: &str) -> reqwest::Client {
+    let authority = origin.trim_start_matches("http://");
+    let (name, port) = authority.rsplit_once(':').unwrap();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port.parse().unwrap()));
+    pap_agent::testkit::plain_http_client(rustls::RootCertStore::empty(), &[(name.to_owned(), addr)].into()).unwrap()
 }
 
 /// A page whose counter changes every animation frame (so the screencast draws continuously),
@@ -330,6 +335,7 @@ async fn the_person_watches_a_tab_live_takes_it_over_and_the_device_waits() {
         .unwrap();
     let target = opened["target"].as_str().unwrap().to_owned();
     let console = link.split("/login").next().unwrap().to_owned();
+    let http = console_client(&console);
 
     // A device's bearer reaches none of the tab's routes.
     for path in ["", "/live"] {
@@ -494,7 +500,7 @@ async fn the_person_watches_a_tab_live_takes_it_over_and_the_device_waits() {
     screenshot(&page, "console-live.png").await;
 
     // Takeover: the device's acts wait; the person's click lands in the person's tab.
-    click_and_wait(&page, "form[action$='/take'] button").await;
+    support::click_until_answered(&page, "form[action$='/take'] button").await;
     let busy = call(&device, "browser_click", json!({"target": target, "selector": "#b"}))
         .await
         .unwrap_err();
@@ -522,30 +528,16 @@ async fn the_person_watches_a_tab_live_takes_it_over_and_the_device_waits() {
         .bounding_box()
         .await
         .unwrap();
-    let mut responses = page
-        .event_listener::<chromiumoxide::cdp::browser_protocol::network::EventResponseReceived>()
-        .await
-        .unwrap();
+    let next = support::NextDocument::of(&page).await;
     page.click(chromiumoxide::layout::Point::new(picture.x + 120.0, picture.y + 140.0))
         .await
         .unwrap();
     tokio::time::timeout(DEADLINE, presses.recv()).await.unwrap().unwrap();
-    // The console answers the click with the tab's page again (303, then 200); a page whose
-    // picture is an `<input type="image">` streams on, so its load is not awaited.
-    tokio::time::timeout(DEADLINE, async {
-        while let Some(response) = responses.next().await {
-            if response.r#type == chromiumoxide::cdp::browser_protocol::network::ResourceType::Document
-                && response.response.status == 200
-            {
-                return;
-            }
-        }
-    })
-    .await
-    .unwrap();
+    // The console answers the click with the tab's page again (303, then 200).
+    next.answered().await;
 
     // Handed back, the device acts again.
-    click_and_wait(&page, "form[action$='/hand-back'] button").await;
+    support::click_until_answered(&page, "form[action$='/hand-back'] button").await;
     call(
         &device,
         "browser_click",

@@ -1149,7 +1149,7 @@ async fn the_person_confirms_from_the_console_once_and_the_device_learns_it() {
     let link = console.link().expose().to_owned();
     let serving = tokio::spawn(pap_host::http::serve(
         listener,
-        console.router(),
+        console.clone().router(),
         pap_host::http::Limits::default(),
         std::future::pending(),
     ));
@@ -1237,32 +1237,19 @@ async fn the_person_confirms_from_the_console_once_and_the_device_learns_it() {
     .unwrap();
     assert_ne!(read["state"], "proposed", "{read}");
     // A second click on the same place performs nothing: the page offers no confirm now.
-    page.goto(format!("http://127.0.0.1:{port}/tabs/{key}")).await.ok();
+    page.goto(format!("{}/tabs/{key}", console.origin())).await.ok();
     picture_up(&page).await;
-    let mut answers = page
-        .event_listener::<chromiumoxide::cdp::browser_protocol::network::EventResponseReceived>()
-        .await
-        .unwrap();
+    let next = support::NextDocument::of(&page).await;
     page.click(on_confirm).await.unwrap();
     // The console answers the click (303 to the tab's page, then 200) once it is sent on.
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(answer) = answers.next().await {
-            if answer.r#type == chromiumoxide::cdp::browser_protocol::network::ResourceType::Document
-                && answer.response.status == 200
-            {
-                return;
-            }
-        }
-    })
-    .await
-    .unwrap();
+    next.answered().await;
     assert!(
         !persons.content().await.unwrap().contains("value=\"confirm\""),
         "a confirmed operation offers no form"
     );
     assert_eq!(performed(&w, &id).await, 1, "at most once");
     // Closed, and no longer listed.
-    page.goto(format!("http://127.0.0.1:{port}/")).await.unwrap();
+    page.goto(format!("{}/", console.origin())).await.unwrap();
     let listed: String = page
         .evaluate("document.body.innerText")
         .await

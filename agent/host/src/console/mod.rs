@@ -158,7 +158,7 @@ pub struct Console {
     state_dir: PathBuf,
     logins: login::Logins,
     guard: Guard,
-    /// The console's own origin (`http://127.0.0.1:PORT`): a POST must name it.
+    /// The console's own origin (`http://pap-….localhost:PORT`): a POST must name it.
     origin: String,
     unpair: Arc<dyn Unpair>,
     clock: Arc<dyn Clock>,
@@ -178,7 +178,13 @@ impl std::fmt::Debug for Console {
 }
 
 impl Console {
-    /// The console of the agent whose state is `state_dir`, bound to loopback `port`.
+    /// The console of the agent whose state is `state_dir`, bound to `127.0.0.1:port`.
+    ///
+    /// It answers only at a host name of its own, `pap-` and 128 random bits `.localhost`
+    /// (browsers resolve every `*.localhost` to loopback themselves): cookies are not kept
+    /// apart by port, so under `127.0.0.1` the console's cookie would go to any local server on
+    /// any port of that address the person's browser visits (security review of the console,
+    /// finding 1). Under its own name it goes to the console alone.
     pub fn new(
         state_dir: &Path,
         port: u16,
@@ -186,13 +192,21 @@ impl Console {
         clock: Arc<dyn Clock>,
         rng: Arc<dyn Rng>,
     ) -> Result<Self, crate::http::Refused> {
+        let mut label = [0_u8; 16];
+        rng.fill(&mut label);
+        let name = format!(
+            "pap-{}.localhost",
+            label.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        );
+        let origin = format!("http://{name}:{port}");
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-        let guard = crate::http::Exposure::check(addr, false, false, &[], &[])?.guard(port);
+        let guard = crate::http::Guard::only(&format!("{name}:{port}"), &origin);
+        let _ = crate::http::Exposure::check(addr, false, false, &[], &[])?;
         Ok(Self {
             state_dir: state_dir.to_path_buf(),
             logins: login::Logins::new(rng.as_ref()),
             guard,
-            origin: format!("http://127.0.0.1:{port}"),
+            origin,
             unpair,
             clock,
             rng,
@@ -213,6 +227,11 @@ impl Console {
     pub fn with_tools(mut self, tools: Arc<pap_browser::ToolHost>) -> Self {
         self.tools = Some(tools);
         self
+    }
+
+    /// The console's origin (`http://pap-….localhost:PORT`): the only one it answers at.
+    pub fn origin(&self) -> &str {
+        &self.origin
     }
 
     /// A fresh one-time sign-in link (valid [`login::LINK_LIFETIME`] seconds, once).

@@ -11,7 +11,6 @@ use super::requests::{AccessRequests, Filed, RequestState};
 use super::*;
 
 const PORT: u16 = 7879;
-const ORIGIN: &str = "http://127.0.0.1:7879";
 
 struct Fixture {
     dir: crate::scratch::Dir,
@@ -27,13 +26,18 @@ fn fixture() -> Fixture {
     Fixture { dir, console, clock }
 }
 
-fn get(path: &str) -> axum::http::request::Builder {
-    Request::get(path).header(header::HOST, "127.0.0.1:7879")
+/// The console's `Host` (its own name, `pap-….localhost:PORT`).
+fn host(console: &Console) -> String {
+    console.origin().trim_start_matches("http://").to_owned()
 }
 
-fn post(path: &str) -> axum::http::request::Builder {
+fn get(console: &Console, path: &str) -> axum::http::request::Builder {
+    Request::get(path).header(header::HOST, host(console))
+}
+
+fn post(console: &Console, path: &str) -> axum::http::request::Builder {
     Request::post(path)
-        .header(header::HOST, "127.0.0.1:7879")
+        .header(header::HOST, host(console))
         .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
 }
 
@@ -51,8 +55,8 @@ async fn send(console: &Arc<Console>, request: Request<Body>) -> (StatusCode, ax
 /// Signs a browser in with a fresh link: its cookie header.
 async fn signed_in(console: &Arc<Console>) -> String {
     let link = console.link();
-    let path = link.expose().strip_prefix(ORIGIN).unwrap().to_owned();
-    let (status, headers, _) = send(console, get(&path).body(Body::empty()).unwrap()).await;
+    let path = link.expose().strip_prefix(console.origin()).unwrap().to_owned();
+    let (status, headers, _) = send(console, get(&console, &path).body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     let set = headers.get(header::SET_COOKIE).unwrap().to_str().unwrap().to_owned();
     assert!(set.starts_with("__Host-pap-console="), "{set}");
@@ -61,7 +65,7 @@ async fn signed_in(console: &Arc<Console>) -> String {
     }
     assert!(!set.contains("Domain") && !set.contains("Max-Age") && !set.contains("Expires"));
     // The link works once.
-    let (again, _, _) = send(console, get(&path).body(Body::empty()).unwrap()).await;
+    let (again, _, _) = send(console, get(&console, &path).body(Body::empty()).unwrap()).await;
     assert_eq!(again, StatusCode::FORBIDDEN);
     set.split(';').next().unwrap().to_owned()
 }
@@ -87,7 +91,7 @@ fn file(dir: &std::path::Path, device: &str, domain: &str, why: &str) -> request
 async fn a_device_bearer_is_refused_on_every_route_before_anything_is_read() {
     let Fixture { console, .. } = fixture();
     let link = console.link();
-    let login = link.expose().strip_prefix(ORIGIN).unwrap().to_owned();
+    let login = link.expose().strip_prefix(console.origin()).unwrap().to_owned();
     for (method, path) in [
         ("GET", "/"),
         ("GET", login.as_str()),
@@ -101,7 +105,7 @@ async fn a_device_bearer_is_refused_on_every_route_before_anything_is_read() {
         let request = Request::builder()
             .method(method)
             .uri(path)
-            .header(header::HOST, "127.0.0.1:7879")
+            .header(header::HOST, host(&console))
             .header(header::AUTHORIZATION, "Bearer pap_dev_secret")
             .body(Body::empty())
             .unwrap();
@@ -110,19 +114,19 @@ async fn a_device_bearer_is_refused_on_every_route_before_anything_is_read() {
         assert!(body.contains("a device's credential is refused here"), "{body}");
     }
     // The link the bearer's request carried was not spent: the person's browser still signs in.
-    let (status, _, _) = send(&console, get(&login).body(Body::empty()).unwrap()).await;
+    let (status, _, _) = send(&console, get(&console, &login).body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::SEE_OTHER);
 }
 
 #[tokio::test]
 async fn without_the_cookie_or_from_another_host_nothing_is_shown() {
     let Fixture { console, .. } = fixture();
-    let (status, _, body) = send(&console, get("/").body(Body::empty()).unwrap()).await;
+    let (status, _, body) = send(&console, get(&console, "/").body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert!(body.contains("one-time link"));
     let (status, _, _) = send(
         &console,
-        get("/")
+        get(&console, "/")
             .header(header::COOKIE, "__Host-pap-console=forged")
             .body(Body::empty())
             .unwrap(),
@@ -130,6 +134,15 @@ async fn without_the_cookie_or_from_another_host_nothing_is_shown() {
     .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     let cookie = signed_in(&console).await;
+    // Not even under 127.0.0.1: the console answers at its own name only, whose cookie no other
+    // local server's port gets.
+    let plain = Request::get("/")
+        .header(header::HOST, "127.0.0.1:7879")
+        .header(header::COOKIE, &cookie)
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(&console, plain).await.0, StatusCode::FORBIDDEN);
+    assert!(console.origin().starts_with("http://pap-") && console.origin().ends_with(".localhost:7879"));
     let rebound = Request::get("/")
         .header(header::HOST, "attacker.example:7879")
         .header(header::COOKIE, &cookie)
@@ -138,7 +151,10 @@ async fn without_the_cookie_or_from_another_host_nothing_is_shown() {
     assert_eq!(send(&console, rebound).await.0, StatusCode::FORBIDDEN);
     let (status, headers, _) = send(
         &console,
-        get("/").header(header::COOKIE, &cookie).body(Body::empty()).unwrap(),
+        get(&console, "/")
+            .header(header::COOKIE, &cookie)
+            .body(Body::empty())
+            .unwrap(),
     )
     .await;
     assert_eq!(status, StatusCode::OK);
@@ -158,7 +174,10 @@ async fn the_person_grants_a_request_once_with_the_lifetime_chosen() {
     let cookie = signed_in(&console).await;
     let (status, _, page) = send(
         &console,
-        get("/").header(header::COOKIE, &cookie).body(Body::empty()).unwrap(),
+        get(&console, "/")
+            .header(header::COOKIE, &cookie)
+            .body(Body::empty())
+            .unwrap(),
     )
     .await;
     assert_eq!(status, StatusCode::OK);
@@ -170,7 +189,7 @@ async fn the_person_grants_a_request_once_with_the_lifetime_chosen() {
     // Not from the console's own page: refused; a forged token: refused.
     let (status, _, _) = send(
         &console,
-        post(&action)
+        post(&console, &action)
             .header(header::COOKIE, &cookie)
             .body(Body::from(form.clone()))
             .unwrap(),
@@ -179,9 +198,9 @@ async fn the_person_grants_a_request_once_with_the_lifetime_chosen() {
     assert_eq!(status, StatusCode::FORBIDDEN);
     let (status, _, _) = send(
         &console,
-        post(&action)
+        post(&console, &action)
             .header(header::COOKIE, &cookie)
-            .header(header::ORIGIN, ORIGIN)
+            .header(header::ORIGIN, console.origin())
             .body(Body::from("csrf=forged&lifetime=86400"))
             .unwrap(),
     )
@@ -193,9 +212,9 @@ async fn the_person_grants_a_request_once_with_the_lifetime_chosen() {
         "nothing was granted by the refused forms"
     );
     let granted = || {
-        post(&action)
+        post(&console, &action)
             .header(header::COOKIE, &cookie)
-            .header(header::ORIGIN, ORIGIN)
+            .header(header::ORIGIN, console.origin())
             .body(Body::from(form.clone()))
             .unwrap()
     };
@@ -220,15 +239,18 @@ async fn the_person_grants_a_request_once_with_the_lifetime_chosen() {
     // The grant is listed with its revoke, and revoking it ends it.
     let (_, _, page) = send(
         &console,
-        get("/").header(header::COOKIE, &cookie).body(Body::empty()).unwrap(),
+        get(&console, "/")
+            .header(header::COOKIE, &cookie)
+            .body(Body::empty())
+            .unwrap(),
     )
     .await;
     assert!(page.contains(&format!("/grants/{}/revoke", grant.id)));
     let (status, _, _) = send(
         &console,
-        post(&format!("/grants/{}/revoke", grant.id))
+        post(&console, &format!("/grants/{}/revoke", grant.id))
             .header(header::COOKIE, &cookie)
-            .header(header::ORIGIN, ORIGIN)
+            .header(header::ORIGIN, console.origin())
             .body(Body::from(format!("csrf={}", csrf.expose())))
             .unwrap(),
     )
@@ -249,9 +271,9 @@ async fn a_lifetime_the_console_does_not_offer_grants_nothing() {
     let csrf = console.logins.csrf_for(cookie.split_once('=').unwrap().1);
     let (status, _, _) = send(
         &console,
-        post(&format!("/requests/{}/grant", request.id))
+        post(&console, &format!("/requests/{}/grant", request.id))
             .header(header::COOKIE, &cookie)
-            .header(header::ORIGIN, ORIGIN)
+            .header(header::ORIGIN, console.origin())
             .body(Body::from(format!("csrf={}&lifetime=99999999", csrf.expose())))
             .unwrap(),
     )
@@ -274,16 +296,19 @@ async fn unpairing_from_the_console_refuses_the_device_s_credential_from_then_on
     let cookie = signed_in(&console).await;
     let (_, _, page) = send(
         &console,
-        get("/").header(header::COOKIE, &cookie).body(Body::empty()).unwrap(),
+        get(&console, "/")
+            .header(header::COOKIE, &cookie)
+            .body(Body::empty())
+            .unwrap(),
     )
     .await;
     assert!(page.contains("phone") && page.contains(&format!("/devices/{}/unpair", device.id)));
     let csrf = console.logins.csrf_for(cookie.split_once('=').unwrap().1);
     let (status, _, _) = send(
         &console,
-        post(&format!("/devices/{}/unpair", device.id))
+        post(&console, &format!("/devices/{}/unpair", device.id))
             .header(header::COOKIE, &cookie)
-            .header(header::ORIGIN, ORIGIN)
+            .header(header::ORIGIN, console.origin())
             .body(Body::from(format!("csrf={}", csrf.expose())))
             .unwrap(),
     )
@@ -294,9 +319,9 @@ async fn unpairing_from_the_console_refuses_the_device_s_credential_from_then_on
     // Unpairing it again says there is no such device, and changes nothing.
     let (status, _, body) = send(
         &console,
-        post(&format!("/devices/{}/unpair", device.id))
+        post(&console, &format!("/devices/{}/unpair", device.id))
             .header(header::COOKIE, &cookie)
-            .header(header::ORIGIN, ORIGIN)
+            .header(header::ORIGIN, console.origin())
             .body(Body::from(format!("csrf={}", csrf.expose())))
             .unwrap(),
     )

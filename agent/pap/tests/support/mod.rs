@@ -68,33 +68,68 @@ impl Captured {
     }
 }
 
-/// Clicks `selector` on `page` (a real mouse click) and waits (30 s at most) until the document
-/// the click leads to answered 200 and was committed to the page, not until it loaded: a page of
-/// the console whose picture is an `<input type="image">` streams on. Its URL.
-pub async fn click_until_answered(page: &chromiumoxide::Page, selector: &str) -> String {
-    use chromiumoxide::cdp::browser_protocol::network::{EventResponseReceived, ResourceType};
-    use chromiumoxide::cdp::browser_protocol::page::EventFrameNavigated;
-    use futures_util::StreamExt as _;
-    let mut responses = page.event_listener::<EventResponseReceived>().await.unwrap();
-    let mut navigated = page.event_listener::<EventFrameNavigated>().await.unwrap();
-    page.find_element(selector).await.unwrap().click().await.unwrap();
-    tokio::time::timeout(std::time::Duration::from_secs(30), async {
-        let url = loop {
-            let response = responses.next().await.unwrap();
-            if response.r#type == ResourceType::Document && !(300..400).contains(&response.response.status) {
-                assert_eq!(response.response.status, 200, "{selector}");
-                break response.response.url.clone();
-            }
-        };
-        while let Some(event) = navigated.next().await {
-            if event.frame.parent_id.is_none() && event.frame.url == url {
-                return url;
-            }
+/// What a page's next navigation answered, watched from before the act that causes it.
+pub struct NextDocument {
+    responses:
+        chromiumoxide::listeners::EventStream<chromiumoxide::cdp::browser_protocol::network::EventResponseReceived>,
+    navigated: chromiumoxide::listeners::EventStream<chromiumoxide::cdp::browser_protocol::page::EventFrameNavigated>,
+}
+
+impl NextDocument {
+    /// Starts watching `page` (before the click that navigates it).
+    pub async fn of(page: &chromiumoxide::Page) -> Self {
+        Self {
+            responses: page.event_listener().await.unwrap(),
+            navigated: page.event_listener().await.unwrap(),
         }
-        panic!("the page closed");
-    })
-    .await
-    .unwrap()
+    }
+
+    /// Waits (30 s at most) until the document the act led to answered 200 (after any
+    /// redirects) and was committed to the page, not until it loaded: a page of the console
+    /// whose picture is an `<input type="image">` streams on. Its URL.
+    pub async fn answered(mut self) -> String {
+        use chromiumoxide::cdp::browser_protocol::network::ResourceType;
+        use futures_util::StreamExt as _;
+        tokio::time::timeout(std::time::Duration::from_secs(30), async {
+            let url = loop {
+                let response = self.responses.next().await.unwrap();
+                if response.r#type == ResourceType::Document && !(300..400).contains(&response.response.status) {
+                    assert_eq!(response.response.status, 200, "{}", response.response.url);
+                    break response.response.url.clone();
+                }
+            };
+            while let Some(event) = self.navigated.next().await {
+                if event.frame.parent_id.is_none() && event.frame.url == url {
+                    return url;
+                }
+            }
+            panic!("the page closed");
+        })
+        .await
+        .unwrap()
+    }
+}
+
+/// Clicks `selector` on `page` (a real mouse click) and waits for the document it leads to
+/// ([`NextDocument::answered`]). Its URL.
+pub async fn click_until_answered(page: &chromiumoxide::Page, selector: &str) -> String {
+    let next = NextDocument::of(page).await;
+    // A document just committed may still be replacing the one DevTools resolved the element
+    // in ("Could not find node with given id"): the element is found again, within 30 s.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(50));
+    loop {
+        tick.tick().await;
+        let clicked = match page.find_element(selector).await {
+            Ok(element) => element.click().await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        match clicked {
+            Ok(()) => break,
+            Err(e) => assert!(tokio::time::Instant::now() < deadline, "{selector}: {e}"),
+        }
+    }
+    next.answered().await
 }
 
 pub fn artefacts() -> PathBuf {

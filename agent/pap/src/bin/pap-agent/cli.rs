@@ -127,7 +127,8 @@ pub(crate) enum Command {
     #[command(after_help = "Example:
   pap-agent console --listen 127.0.0.1:7879")]
     Console {
-        /// Where to listen (loopback only; port 0: any free port).
+        /// Where to listen (127.0.0.1 only; port 0: any free port). The console answers at a
+        /// name of its own, `pap-….localhost`, which the link carries.
         #[arg(long, default_value = "127.0.0.1:7879")]
         listen: SocketAddr,
     },
@@ -235,7 +236,7 @@ pub(crate) enum HostCommand {
         /// An Origin allowed to call (a paired web client's); repeat for more.
         #[arg(long = "allow-origin", value_name = "ORIGIN")]
         allow_origins: Vec<String>,
-        /// Also serve the person's console on this loopback address, with the browser's tabs:
+        /// Also serve the person's console on this address (127.0.0.1 only), with the browser's tabs:
         /// their live pictures and takeover (`pap-agent console` serves it without them). Its
         /// one-time link goes to stdout.
         #[arg(long, value_name = "ADDR")]

@@ -59,8 +59,7 @@ pub(crate) async fn console(
             Err(_) => None,
         };
     let (listener, console) = bind_console(state, network, listen, None, decisions).await?;
-    let bound = listener.local_addr()?;
-    eprintln!("listening on http://{bound}/");
+    eprintln!("listening on {}/", console.origin());
     let limits = pap_host::http::Limits::default();
     pap_host::http::serve(listener, console.router(), limits, crate::util::shutdown_signal()).await;
     Ok(())
@@ -75,7 +74,7 @@ pub(crate) async fn console_beside(
     decisions: Arc<dyn pap_host::console::Decisions>,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let (listener, console) = bind_console(state, network, listen, Some(tools), Some(decisions)).await?;
-    eprintln!("console on http://{}/", listener.local_addr()?);
+    eprintln!("console on {}/", console.origin());
     let limits = pap_host::http::Limits::default();
     Ok(tokio::spawn(pap_host::http::serve(
         listener,
@@ -94,8 +93,10 @@ async fn bind_console(
     tools: Option<Arc<pap_browser::ToolHost>>,
     decisions: Option<Arc<dyn pap_host::console::Decisions>>,
 ) -> anyhow::Result<(tokio::net::TcpListener, Arc<pap_host::console::Console>)> {
-    if !listen.ip().is_loopback() {
-        bail!("{listen} is not a loopback address: the console is for the person at this machine");
+    // The console answers at its own `pap-….localhost` name, which browsers send to 127.0.0.1
+    // (or ::1 first, then 127.0.0.1): another address would leave its link pointing elsewhere.
+    if listen.ip() != std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST) {
+        bail!("{listen}: the console listens on 127.0.0.1 only (it is for the person at this machine)");
     }
     pap_browser::store::private_dir(state)?;
     let listener = tokio::net::TcpListener::bind(listen)
