@@ -56,7 +56,7 @@ async fn send(console: &Arc<Console>, request: Request<Body>) -> (StatusCode, ax
 async fn signed_in(console: &Arc<Console>) -> String {
     let link = console.link();
     let path = link.expose().strip_prefix(console.origin()).unwrap().to_owned();
-    let (status, headers, _) = send(console, get(&console, &path).body(Body::empty()).unwrap()).await;
+    let (status, headers, _) = send(console, get(console, &path).body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     let set = headers.get(header::SET_COOKIE).unwrap().to_str().unwrap().to_owned();
     assert!(set.starts_with("__Host-pap-console="), "{set}");
@@ -65,7 +65,7 @@ async fn signed_in(console: &Arc<Console>) -> String {
     }
     assert!(!set.contains("Domain") && !set.contains("Max-Age") && !set.contains("Expires"));
     // The link works once.
-    let (again, _, _) = send(console, get(&console, &path).body(Body::empty()).unwrap()).await;
+    let (again, _, _) = send(console, get(console, &path).body(Body::empty()).unwrap()).await;
     assert_eq!(again, StatusCode::FORBIDDEN);
     set.split(';').next().unwrap().to_owned()
 }
