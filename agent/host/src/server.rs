@@ -634,7 +634,7 @@ mod tests {
         assert_eq!(calls[0].outcome, "ok");
         assert_eq!(calls[1].outcome, "permission_denied");
         assert!(calls.iter().all(|c| c.device_id == "dev_a"));
-        let text = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
+        let text = std::fs::read_to_string(dir.path().join("audit/dev_a.jsonl")).unwrap();
         assert!(!text.contains("token") && !text.contains("orders") && !text.contains("check the order"));
     }
 

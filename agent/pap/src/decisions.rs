@@ -12,6 +12,11 @@ use serde::{Deserialize, Serialize};
 
 /// How many proposals the file keeps (the oldest go first).
 pub const KEPT: usize = 256;
+/// How many one holder (a device, or the agent) may have recorded: one that proposes without
+/// end pushes out its own, never another device's.
+pub const PER_HOLDER: usize = 16;
+/// How long the console waits for the companies' answers, all read at once.
+const READ_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// One proposal as recorded.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,12 +55,19 @@ impl Proposals {
         }
     }
 
-    /// Records `proposal` (once per operation).
+    /// Records `proposal` (once per operation; a holder's oldest go past [`PER_HOLDER`]).
     pub fn record(&self, proposal: Proposal) -> std::io::Result<()> {
         self.update(|record| {
-            if !record.proposals.iter().any(|p| p.operation_id == proposal.operation_id) {
-                record.proposals.push(proposal);
+            if record.proposals.iter().any(|p| p.operation_id == proposal.operation_id) {
+                return;
             }
+            let of_holder = |p: &Proposal| p.device_id == proposal.device_id;
+            if record.proposals.iter().filter(|p| of_holder(p)).count() >= PER_HOLDER
+                && let Some(oldest) = record.proposals.iter().position(of_holder)
+            {
+                record.proposals.remove(oldest);
+            }
+            record.proposals.push(proposal);
         })
     }
 
@@ -94,9 +106,10 @@ impl Proposals {
 }
 
 /// The operations waiting for the person: the newest 32 proposals recorded here (`PENDING_READ`),
-/// each read from its company with the proposing holder's own Session; those no longer
-/// `proposed` are forgotten. One that cannot be read now (the company unreachable, the Session
-/// gone) is left out this time and kept.
+/// each read from its company with the proposing holder's own Session, all at once within 5 s;
+/// those no longer `proposed` (or whose Session is gone) are forgotten, one that cannot be read
+/// now is left out this time and kept, and one whose page is not on its company's site is never
+/// listed.
 #[async_trait::async_trait]
 impl pap_host::console::Decisions for crate::PapTools {
     async fn pending(&self) -> Vec<pap_host::console::Decision> {
@@ -104,35 +117,52 @@ impl pap_host::console::Decisions for crate::PapTools {
         let Ok(listed) = proposals.list() else {
             return Vec::new();
         };
-        let mut pending = Vec::new();
-        let mut done = Vec::new();
-        for proposal in listed.iter().rev().take(PENDING_READ).rev() {
+        let newest: Vec<&Proposal> = listed.iter().rev().take(PENDING_READ).collect();
+        // Each read from its company at once, all within READ_WAIT: a slow company leaves its
+        // proposals out of this page, not the page waiting.
+        let reads = futures_util::future::join_all(newest.iter().map(|proposal| async move {
             let holder = crate::Holder::of(proposal.device_id.as_deref());
-            let Ok((company, wallet)) = self.record(&holder, &proposal.domain).await else {
-                continue;
-            };
+            let (company, wallet) = self.record(&holder, &proposal.domain).await.ok()?;
             let Some(session) = wallet.session.as_ref() else {
-                done.push(proposal.operation_id.clone());
-                continue;
+                return Some(None);
             };
-            match self
+            let operation = self
                 .client
                 .read_operation(&company, session, &proposal.operation_id)
                 .await
-            {
-                Ok(operation) if operation.state == pap_shared::OperationState::Proposed => {
+                .ok()?;
+            Some(Some(operation))
+        }));
+        let Ok(answers) = tokio::time::timeout(READ_WAIT, reads).await else {
+            return Vec::new();
+        };
+        let mut pending = Vec::new();
+        let mut done = Vec::new();
+        for (proposal, answer) in newest.into_iter().zip(answers).rev() {
+            match answer {
+                // Unreadable now: left out this time, kept.
+                None => {}
+                // No Session to read it with any more, or no longer proposed.
+                Some(None) => done.push(proposal.operation_id.clone()),
+                Some(Some(operation)) if operation.state != pap_shared::OperationState::Proposed => {
+                    done.push(proposal.operation_id.clone());
+                }
+                Some(Some(operation)) => {
+                    // Its page must be on its company's site: the person's tab opens it.
+                    let url = operation.url.unwrap_or_else(|| proposal.url.clone());
+                    if !on_company(&url, &proposal.domain) {
+                        continue;
+                    }
                     pending.push(pap_host::console::Decision {
                         key: proposal.operation_id.clone(),
                         company: proposal.domain.clone(),
                         device_id: proposal.device_id.clone(),
                         summary: operation.summary,
                         state: "proposed".to_owned(),
-                        url: operation.url.unwrap_or_else(|| proposal.url.clone()),
+                        url,
                         proposed_at: proposal.proposed_at,
                     });
                 }
-                Ok(_) => done.push(proposal.operation_id.clone()),
-                Err(_) => {}
             }
         }
         if !done.is_empty()
@@ -142,6 +172,15 @@ impl pap_host::console::Decisions for crate::PapTools {
         }
         pending
     }
+}
+
+/// Whether `url` is an https page of `domain` or a site under it.
+fn on_company(url: &str, domain: &str) -> bool {
+    url::Url::parse(url).is_ok_and(|u| {
+        u.scheme() == "https"
+            && u.host_str()
+                .is_some_and(|h| pap_browser::persons::host_is_under(h, domain))
+    })
 }
 
 /// How many of the newest proposals the console reads from their companies per page.
@@ -154,7 +193,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn proposals_are_recorded_once_bounded_and_forgotten() {
+    fn a_page_off_its_company_s_site_is_never_a_decision() {
+        assert!(on_company("https://shop.example/operations/op_1", "shop.example"));
+        assert!(on_company("https://www.shop.example/op", "shop.example"));
+        assert!(!on_company("https://evil.example/op", "shop.example"));
+        assert!(!on_company("https://shop.example.evil.example/op", "shop.example"));
+        assert!(!on_company("http://shop.example/op", "shop.example"));
+        assert!(!on_company("javascript:alert(1)", "shop.example"));
+    }
+
+    #[test]
+    fn proposals_are_recorded_once_bounded_per_holder_and_forgotten() {
         let dir = std::env::temp_dir().join(format!("pap-proposals-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let proposals = Proposals::at(&dir);
@@ -168,14 +217,22 @@ mod tests {
         proposals.record(one(0)).unwrap();
         proposals.record(one(0)).unwrap();
         assert_eq!(proposals.list().unwrap(), [one(0)]);
-        for i in 1..=KEPT {
+        for i in 1..=PER_HOLDER {
             proposals.record(one(i)).unwrap();
         }
         let listed = proposals.list().unwrap();
-        assert_eq!(listed.len(), KEPT);
-        assert_eq!(listed[0], one(1), "the oldest went first");
-        proposals.forget(&["op_1".to_owned()]).unwrap();
-        assert_eq!(proposals.list().unwrap()[0], one(2));
+        assert_eq!(listed.len(), PER_HOLDER);
+        assert_eq!(listed[0], one(1), "the holder's oldest went first");
+        // Another device's are not pushed out by this one's.
+        let mut other = one(999);
+        other.device_id = Some("dev_b".to_owned());
+        proposals.record(other.clone()).unwrap();
+        for i in 1000..1010 {
+            proposals.record(one(i)).unwrap();
+        }
+        assert!(proposals.list().unwrap().contains(&other));
+        proposals.forget(&[other.operation_id.clone()]).unwrap();
+        assert!(!proposals.list().unwrap().contains(&other));
         let mode = std::os::unix::fs::PermissionsExt::mode(
             &std::fs::metadata(dir.join("proposals.json")).unwrap().permissions(),
         );

@@ -410,7 +410,7 @@ impl ToolHost {
             return Err(ToolError::unsupported(tool.as_str(), gate.name()));
         }
         // A tab the person took over is theirs until they hand it back (AIP-7).
-        self.not_the_persons(tool, input.get("target").and_then(Value::as_str))
+        self.not_the_persons(caller, tool, input.get("target").and_then(Value::as_str))
             .await?;
         match tool {
             ToolId::Navigate => self.navigate(caller, tool.parse_input(input)?).await,
@@ -615,6 +615,28 @@ impl ToolHost {
         }
     }
 
+    /// The person's hold of `page`, which is about to load `url`: only when `url` is on one of the
+    /// person's sites. A hold lets every state-changing request of the tab go to the person's
+    /// sites; on a page of another site (one a device chose), that page's own script or form
+    /// could post to a person's site as the person (security review of the console, finding 2).
+    /// Unheld, such a tab is a tab like a tool's: what it sends to the person's sites is refused.
+    pub(crate) fn hold_if_persons_site(
+        &self,
+        page: &Page,
+        url: &str,
+    ) -> Result<Option<crate::persons::PersonsHold>, ToolError> {
+        let host = url::Url::parse(url).ok().and_then(|u| u.host_str().map(str::to_owned));
+        let domains = self.persons().domains().map_err(|e| persons::unreadable(&e))?;
+        let persons_site = host.is_some_and(|host| domains.iter().any(|d| crate::persons::host_is_under(&host, d)));
+        if !persons_site {
+            return Ok(None);
+        }
+        self.persons()
+            .hold_for_person(page.target_id().inner().clone())
+            .map(Some)
+            .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))
+    }
+
     /// The in-page check of the page-level click and fill: the person's sites now, as a script
     /// fragment the acting script runs in its own document ([`persons::in_page_guard`]).
     fn persons_form_guard(&self) -> Result<String, ToolError> {
@@ -623,8 +645,9 @@ impl ToolHost {
     }
 
     /// A tab for the person, showing what `target` shows now: a new tab in the same cookie jar,
-    /// held by the person from before its first request, that no tool has a handle to (it is no
-    /// target). Its requests to the person's sites go through the request guard as the person's
+    /// held by the person from before its first request when that page is on one of the
+    /// person's sites ([`ToolHost::hold_if_persons_site`]), that no tool has a handle to (it is
+    /// no target). Its requests to the person's sites go through the request guard as the person's
     /// decisions; a tool's never do. Not a tool: no tool call reaches it (the MCP hosts dispatch
     /// tools by name to [`ToolHost::call_as`] only); it is for the person's own channel (the
     /// operator's console, the CLI, a test playing the person). The hold ends, and the tab
@@ -643,10 +666,7 @@ impl ToolHost {
             .new_page_in(context.as_ref())
             .await
             .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
-        let hold = self
-            .persons()
-            .hold_for_person(page.target_id().inner().clone())
-            .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?;
+        let hold = self.hold_if_persons_site(&page, &url)?;
         let tab = PersonsTab { page, _hold: hold };
         tab.page
             .bring_to_front()
@@ -838,7 +858,8 @@ impl Drop for IdleReaper {
 /// Dropping it ends the hold and closes the tab.
 pub struct PersonsTab {
     page: Page,
-    _hold: crate::persons::PersonsHold,
+    /// Only for a page on one of the person's sites ([`ToolHost::hold_if_persons_site`]).
+    _hold: Option<crate::persons::PersonsHold>,
 }
 
 impl PersonsTab {

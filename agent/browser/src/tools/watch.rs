@@ -36,6 +36,8 @@ use crate::spec::{ToolError, ToolErrorCode, ToolId};
 pub const FRAMES_PER_SECOND: u32 = 10;
 /// Live pictures at once, over all tabs.
 pub const WATCHERS: usize = 4;
+/// How long the person's list waits for a tab's title.
+const TITLE_WAIT: Duration = Duration::from_millis(500);
 /// How long a still picture waits before its last frame is sent again.
 const REPEAT: Duration = Duration::from_secs(1);
 /// The largest picture, CSS pixels (a larger viewport is scaled down to fit).
@@ -134,18 +136,29 @@ impl ToolHost {
             )
         };
         listed.extend(opened);
-        let mut tabs = Vec::with_capacity(listed.len());
-        for (target, device_id, page) in listed {
-            let url = page.url().await.ok().flatten().unwrap_or_default();
-            let title = page.get_title().await.ok().flatten().unwrap_or_default();
-            tabs.push(TabView {
-                taken: taken.contains(&target),
-                target,
-                device_id,
-                url,
-                title,
-            });
-        }
+        // Each tab's title is a script in its page: a page that never yields (a device's
+        // `while (true) {}`) gets [`TITLE_WAIT`], all at once, and is listed untitled.
+        let mut tabs: Vec<TabView> =
+            futures_util::future::join_all(listed.into_iter().map(|(target, device_id, page)| {
+                let taken = taken.contains(&target);
+                async move {
+                    let url = page.url().await.ok().flatten().unwrap_or_default();
+                    let title = tokio::time::timeout(TITLE_WAIT, page.get_title())
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .flatten()
+                        .unwrap_or_default();
+                    TabView {
+                        taken,
+                        target,
+                        device_id,
+                        url,
+                        title,
+                    }
+                }
+            }))
+            .await;
         tabs.sort_by(|a, b| (&a.device_id, &a.target).cmp(&(&b.device_id, &b.target)));
         tabs
     }
@@ -300,8 +313,8 @@ impl ToolHost {
 
     /// The person opens `url` in a tab of their own, in the cookie jar `device`'s tabs on that
     /// site use (the context of its grant there: the website Session its join left is in it).
-    /// Held by the person from before its first request, so a form the person sends there is
-    /// theirs (AIP-7); no tool has a handle to it. Its key, for the live picture and the
+    /// Held by the person from before its first request when `url` is on one of the person's
+    /// sites, so a form the person sends there is theirs (AIP-7); no tool has a handle to it. Its key, for the live picture and the
     /// person's input; [`ToolHost::hand_back`] closes it. At most [`WATCHERS`] open at once.
     pub async fn open_for_person(&self, device: Option<&str>, url: &str) -> Result<String, ToolError> {
         self.may_go(url)?;
@@ -321,10 +334,7 @@ impl ToolHost {
             .new_page_in(context.as_ref())
             .await
             .map_err(|e| internal("opening the person's tab", e))?;
-        let hold = self
-            .persons()
-            .hold_for_person(page.target_id().inner().clone())
-            .map_err(|e| internal("holding the tab for the person", e))?;
+        let hold = self.hold_if_persons_site(&page, url)?;
         let tab = PersonsTab { page, _hold: hold };
         tab.page()
             .bring_to_front()
@@ -453,10 +463,26 @@ impl ToolHost {
             })
     }
 
-    /// Refuses `tool`, which acts, on a tab the person has.
-    pub(super) async fn not_the_persons(&self, tool: ToolId, target: Option<&str>) -> Result<(), ToolError> {
+    /// Refuses `tool`, which acts, on a tab of `caller`'s the person has. Another device's tab
+    /// is left to the tool's own `not_found`: whether the person has it is not for this caller
+    /// to learn.
+    pub(super) async fn not_the_persons(
+        &self,
+        caller: &crate::spec::AgentCaller,
+        tool: ToolId,
+        target: Option<&str>,
+    ) -> Result<(), ToolError> {
         let Some(target) = target else { return Ok(()) };
         if tool_reads(tool) || !self.person_has(target).await {
+            return Ok(());
+        }
+        let owned = self
+            .targets
+            .lock()
+            .await
+            .get(target)
+            .is_some_and(|t| t.owner.as_deref() == caller.device_id());
+        if !owned {
             return Ok(());
         }
         Err(ToolError::new(

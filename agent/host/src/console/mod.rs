@@ -536,7 +536,15 @@ async fn unpair(
         return refused;
     }
     match console.unpair.unpair(&id).await {
-        Ok(_) => done(),
+        Ok(_) => {
+            // Its tabs in this browser end now, and the person's tabs in its jars with them.
+            if let Some(tools) = &console.tools
+                && let Err(error) = tools.end_device(&id).await
+            {
+                tracing::warn!(error = %error.message, "ending an unpaired device's tabs");
+            }
+            done()
+        }
         Err(why) => failed(StatusCode::CONFLICT, "Not unpaired", &why),
     }
 }

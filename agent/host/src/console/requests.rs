@@ -164,7 +164,11 @@ impl AccessRequests {
         let domain = domain.trim_end_matches('.').to_ascii_lowercase();
         self.update(now, |record| {
             let same = |r: &&AccessRequest| r.device_id == device_id && r.domain == domain;
-            if let Some(declined) = record.requests.iter().filter(same).find(|r| r.declines(now)) {
+            // The person's "no" for a site holds for the sites under it too: a device does not
+            // ask again, name by name, under `a.shop.example`, `b.shop.example`, ...
+            if let Some(declined) = record.requests.iter().find(|r| {
+                r.device_id == device_id && pap_browser::persons::host_is_under(&domain, &r.domain) && r.declines(now)
+            }) {
                 return Filed::Declined(declined.clone());
             }
             if let Some(waiting) = record.requests.iter().filter(same).find(|r| r.waiting(now)) {
@@ -297,7 +301,9 @@ pub(crate) fn one_line(text: &str, max: usize) -> String {
         .collect::<Vec<_>>()
         .join(" ")
         .chars()
-        .filter(|c| !c.is_control())
+        // Control characters, and the invisible ones that reorder or hide text (bidi controls,
+        // zero-width characters): what the person reads is what the device wrote.
+        .filter(|c| !c.is_control() && !matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}'))
         .collect::<String>();
     if joined.chars().count() > max {
         let mut cut: String = joined.chars().take(max).collect();
@@ -356,6 +362,13 @@ mod tests {
         ));
         let claimed = requests.claim(&asked.id, Answer::Decline, at(10)).unwrap();
         assert_eq!(claimed.state, RequestState::Declined);
+        // Nor under a name beneath the declined site.
+        assert!(matches!(
+            requests
+                .file("dev_a", "a.shop.example", "pap_join", "", at(12), &SystemRng)
+                .unwrap(),
+            Filed::Declined(_)
+        ));
         // A second answer (a double click) changes nothing.
         assert!(matches!(
             requests.claim(&asked.id, Answer::Grant, at(11)),
@@ -438,6 +451,7 @@ mod tests {
             {
                 assert_eq!(r.why.chars().count(), WHY_CHARS + 1);
                 assert!(!r.why.contains('\n'));
+                assert!(!r.why.contains('\u{202E}'));
                 requests.claim(&r.id, Answer::Decline, at(1)).unwrap();
             }
         }
