@@ -646,7 +646,7 @@ impl ToolHost {
 
     /// A tab for the person, showing what `target` shows now: a new tab in the same cookie jar,
     /// held by the person from before its first request when that page is on one of the
-    /// person's sites ([`ToolHost::hold_if_persons_site`]), that no tool has a handle to (it is
+    /// person's sites (`hold_if_persons_site`), that no tool has a handle to (it is
     /// no target). Its requests to the person's sites go through the request guard as the person's
     /// decisions; a tool's never do. Not a tool: no tool call reaches it (the MCP hosts dispatch
     /// tools by name to [`ToolHost::call_as`] only); it is for the person's own channel (the
@@ -858,7 +858,7 @@ impl Drop for IdleReaper {
 /// Dropping it ends the hold and closes the tab.
 pub struct PersonsTab {
     page: Page,
-    /// Only for a page on one of the person's sites ([`ToolHost::hold_if_persons_site`]).
+    /// Only for a page on one of the person's sites (`ToolHost::hold_if_persons_site`).
     _hold: Option<crate::persons::PersonsHold>,
 }
 
