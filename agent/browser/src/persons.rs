@@ -161,8 +161,15 @@ impl Persons {
     }
 
     /// Judges one request the browser is about to send: `method` to `url` from the frame
-    /// `frame` (CDP's `frameId`; a tab's main frame has its target's id).
-    pub fn judge(&self, method: &str, url: &str, frame: &str) -> Verdict {
+    /// `frame` (CDP's `frameId`; a tab's main frame has its target's id), whose `Origin` header
+    /// (the page that made it) is `origin`.
+    ///
+    /// A tab the person holds sends to the person's sites only what a page of the person's sites
+    /// made: the hold is the tab's, and the tab may have gone on to another site since (a
+    /// redirect, a link the person followed on the live picture), whose page could post to the
+    /// person's site as the person (security review of the console, second reading). Without an
+    /// `Origin`, or with `null`, it is refused.
+    pub fn judge(&self, method: &str, url: &str, frame: &str, origin: Option<&str>) -> Verdict {
         if is_safe_method(method) {
             return Verdict::Allow;
         }
@@ -182,8 +189,12 @@ impl Persons {
         if !domains.iter().any(|d| host_is_under(&host, d)) {
             return Verdict::Allow;
         }
+        let from_persons_site = origin
+            .and_then(|o| url::Url::parse(o).ok())
+            .and_then(|o| o.host_str().map(str::to_owned))
+            .is_some_and(|made_by| domains.iter().any(|d| host_is_under(&made_by, d)));
         let allowed = self.allowances().values().any(|allowance| match allowance {
-            Allowance::Person { frame: held } => held == frame,
+            Allowance::Person { frame: held } => held == frame && from_persons_site,
             Allowance::Join { frame: held, endpoint } => {
                 held == frame && method.eq_ignore_ascii_case("POST") && endpoint == url
             }
@@ -291,12 +302,12 @@ mod tests {
         ] {
             for method in ["POST", "PUT", "PATCH", "DELETE", "post", "PROPFIND"] {
                 assert!(
-                    matches!(persons.judge(method, url, "F1"), Verdict::Refuse(_)),
+                    matches!(persons.judge(method, url, "F1", SHOP), Verdict::Refuse(_)),
                     "{method} {url}"
                 );
             }
             for method in ["GET", "HEAD", "OPTIONS", "get"] {
-                assert_eq!(persons.judge(method, url, "F1"), Verdict::Allow, "{method} {url}");
+                assert_eq!(persons.judge(method, url, "F1", SHOP), Verdict::Allow, "{method} {url}");
             }
         }
         for other in [
@@ -305,13 +316,34 @@ mod tests {
             "https://example/x",
             "data:text/html,x",
         ] {
-            assert_eq!(persons.judge("POST", other, "F1"), Verdict::Allow, "{other}");
+            assert_eq!(persons.judge("POST", other, "F1", SHOP), Verdict::Allow, "{other}");
         }
         assert_eq!(persons.refused(), 4 * 6);
         assert_eq!(
-            Persons::none().judge("POST", "https://shop.example/x", "F1"),
+            Persons::none().judge("POST", "https://shop.example/x", "F1", SHOP),
             Verdict::Allow
         );
+    }
+
+    /// The `Origin` of a page of the shop.
+    const SHOP: Option<&str> = Some("https://shop.example");
+
+    #[test]
+    fn a_held_tab_sends_to_the_persons_site_only_what_a_page_of_the_persons_site_made() {
+        let persons = shop();
+        let op = "https://shop.example/operations/op_1";
+        let _held = persons.hold_for_person("PERSON").unwrap();
+        assert_eq!(persons.judge("POST", op, "PERSON", SHOP), Verdict::Allow);
+        assert_eq!(
+            persons.judge("POST", op, "PERSON", Some("https://www.shop.example")),
+            Verdict::Allow
+        );
+        for other in [Some("https://evil.example"), Some("null"), None, Some("not a url")] {
+            assert!(
+                matches!(persons.judge("POST", op, "PERSON", other), Verdict::Refuse(_)),
+                "{other:?}"
+            );
+        }
     }
 
     #[test]
@@ -322,24 +354,24 @@ mod tests {
         let held = persons.hold_for_person("PERSON").unwrap();
         let pass = persons.join_pass("JOIN", &endpoint).unwrap();
         assert!(persons.is_held("PERSON") && !persons.is_held("JOIN"));
-        assert_eq!(persons.judge("POST", op, "PERSON"), Verdict::Allow);
-        assert_eq!(persons.judge("POST", endpoint.as_str(), "JOIN"), Verdict::Allow);
+        assert_eq!(persons.judge("POST", op, "PERSON", SHOP), Verdict::Allow);
+        assert_eq!(persons.judge("POST", endpoint.as_str(), "JOIN", SHOP), Verdict::Allow);
         // A join's pass is for its endpoint and method only, in its own tab only.
-        assert!(matches!(persons.judge("POST", op, "JOIN"), Verdict::Refuse(_)));
+        assert!(matches!(persons.judge("POST", op, "JOIN", SHOP), Verdict::Refuse(_)));
         assert!(matches!(
-            persons.judge("PUT", endpoint.as_str(), "JOIN"),
+            persons.judge("PUT", endpoint.as_str(), "JOIN", SHOP),
             Verdict::Refuse(_)
         ));
         assert!(matches!(
-            persons.judge("POST", endpoint.as_str(), "TOOL"),
+            persons.judge("POST", endpoint.as_str(), "TOOL", SHOP),
             Verdict::Refuse(_)
         ));
-        assert!(matches!(persons.judge("POST", op, "TOOL"), Verdict::Refuse(_)));
+        assert!(matches!(persons.judge("POST", op, "TOOL", SHOP), Verdict::Refuse(_)));
         drop((held, pass));
         assert!(!persons.is_held("PERSON"));
-        assert!(matches!(persons.judge("POST", op, "PERSON"), Verdict::Refuse(_)));
+        assert!(matches!(persons.judge("POST", op, "PERSON", SHOP), Verdict::Refuse(_)));
         assert!(matches!(
-            persons.judge("POST", endpoint.as_str(), "JOIN"),
+            persons.judge("POST", endpoint.as_str(), "JOIN", SHOP),
             Verdict::Refuse(_)
         ));
     }
@@ -357,10 +389,13 @@ mod tests {
     fn sites_that_cannot_be_read_refuse_every_state_changing_request() {
         let persons = Persons::new(Arc::new(Unreadable));
         assert!(matches!(
-            persons.judge("POST", "https://anywhere.example/", "F1"),
+            persons.judge("POST", "https://anywhere.example/", "F1", SHOP),
             Verdict::Refuse(_)
         ));
-        assert_eq!(persons.judge("GET", "https://anywhere.example/", "F1"), Verdict::Allow);
+        assert_eq!(
+            persons.judge("GET", "https://anywhere.example/", "F1", SHOP),
+            Verdict::Allow
+        );
         assert!(persons.covers("anywhere.example").is_err());
     }
 

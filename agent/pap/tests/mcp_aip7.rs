@@ -1142,7 +1142,6 @@ async fn the_person_confirms_from_the_console_once_and_the_device_learns_it() {
             Arc::new(SystemClock),
             Arc::new(SystemRng),
         )
-        .unwrap()
         .with_tools(w.tools.clone())
         .with_decisions(decisions),
     );

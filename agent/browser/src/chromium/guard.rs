@@ -52,16 +52,21 @@ impl RequestGuard {
         let task = tokio::spawn(async move {
             while let Some(event) = paused.next().await {
                 let browser = browser.clone();
-                let decision =
-                    policy
-                        .request(&event.request.url)
-                        .map_err(|r| r.to_string())
-                        .and_then(|()| {
-                            match persons.judge(&event.request.method, &event.request.url, event.frame_id.inner()) {
-                                Verdict::Allow => Ok(()),
-                                Verdict::Refuse(why) => Err(why),
-                            }
-                        });
+                let decision = policy
+                    .request(&event.request.url)
+                    .map_err(|r| r.to_string())
+                    .and_then(|()| {
+                        let origin = header(&event.request.headers, "origin");
+                        match persons.judge(
+                            &event.request.method,
+                            &event.request.url,
+                            event.frame_id.inner(),
+                            origin.as_deref(),
+                        ) {
+                            Verdict::Allow => Ok(()),
+                            Verdict::Refuse(why) => Err(why),
+                        }
+                    });
                 // One task per request: a slow answer to one never holds up the others.
                 tokio::spawn(async move {
                     let id = event.request_id.clone();
@@ -84,6 +89,16 @@ impl RequestGuard {
         });
         Ok(Self(task))
     }
+}
+
+/// The value of the header `name` (any case) among a paused request's `headers`.
+fn header(headers: &chromiumoxide::cdp::browser_protocol::network::Headers, name: &str) -> Option<String> {
+    headers
+        .inner()
+        .as_object()?
+        .iter()
+        .find(|(key, _)| key.eq_ignore_ascii_case(name))
+        .and_then(|(_, value)| value.as_str().map(str::to_owned))
 }
 
 impl Drop for RequestGuard {

@@ -22,7 +22,13 @@ fn fixture() -> Fixture {
     let dir = crate::scratch::Dir::new("pap-console");
     let clock = ManualClock::at(1_800_000_000);
     let unpair = Arc::new(HostUnpair::new(dir.path(), clock.clone(), Arc::new(SystemRng)));
-    let console = Arc::new(Console::new(dir.path(), PORT, unpair, clock.clone(), Arc::new(SystemRng)).unwrap());
+    let console = Arc::new(Console::new(
+        dir.path(),
+        PORT,
+        unpair,
+        clock.clone(),
+        Arc::new(SystemRng),
+    ));
     Fixture { dir, console, clock }
 }
 

@@ -73,6 +73,7 @@ pub struct NextDocument {
     responses:
         chromiumoxide::listeners::EventStream<chromiumoxide::cdp::browser_protocol::network::EventResponseReceived>,
     navigated: chromiumoxide::listeners::EventStream<chromiumoxide::cdp::browser_protocol::page::EventFrameNavigated>,
+    page: chromiumoxide::Page,
 }
 
 impl NextDocument {
@@ -81,12 +82,14 @@ impl NextDocument {
         Self {
             responses: page.event_listener().await.unwrap(),
             navigated: page.event_listener().await.unwrap(),
+            page: page.clone(),
         }
     }
 
     /// Waits (30 s at most) until the document the act led to answered 200 (after any
-    /// redirects) and was committed to the page, not until it loaded: a page of the console
-    /// whose picture is an `<input type="image">` streams on. Its URL.
+    /// redirects), was committed to the page and parsed (`DOMContentLoaded`), not until it
+    /// loaded: a page of the console whose picture is an `<input type="image">` streams on. Its
+    /// URL.
     pub async fn answered(mut self) -> String {
         use chromiumoxide::cdp::browser_protocol::network::ResourceType;
         use futures_util::StreamExt as _;
@@ -98,12 +101,29 @@ impl NextDocument {
                     break response.response.url.clone();
                 }
             };
-            while let Some(event) = self.navigated.next().await {
+            loop {
+                let event = self.navigated.next().await.expect("the page closed");
                 if event.frame.parent_id.is_none() && event.frame.url == url {
+                    break;
+                }
+            }
+            // Parsed: the document at that address says so (a script may still run in the
+            // document it replaced for a moment, and answer for that one: asked again).
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(20));
+            let wanted = format!("{url} ");
+            loop {
+                tick.tick().await;
+                let state = self
+                    .page
+                    .evaluate("location.href + ' ' + document.readyState")
+                    .await
+                    .ok()
+                    .and_then(|v| v.into_value::<String>().ok())
+                    .unwrap_or_default();
+                if state.strip_prefix(&wanted).is_some_and(|s| s != "loading") {
                     return url;
                 }
             }
-            panic!("the page closed");
         })
         .await
         .unwrap()

@@ -58,10 +58,24 @@ pub(crate) async fn console(
             Ok(agent) => Some(agent.pap_tools()?),
             Err(_) => None,
         };
-    let (listener, console) = bind_console(state, network, listen, None, decisions).await?;
+    let (listeners, console) = bind_console(state, network, listen, None, decisions).await?;
     eprintln!("listening on {}/", console.origin());
     let limits = pap_host::http::Limits::default();
-    pap_host::http::serve(listener, console.router(), limits, crate::util::shutdown_signal()).await;
+    let [v4, v6] = listeners;
+    let v6 = v6.map(|v6| {
+        tokio::spawn(pap_host::http::serve(
+            v6,
+            console.clone().router(),
+            limits,
+            std::future::pending(),
+        ))
+    });
+    if let Some(v4) = v4 {
+        pap_host::http::serve(v4, console.router(), limits, crate::util::shutdown_signal()).await;
+    }
+    if let Some(v6) = v6 {
+        v6.abort();
+    }
     Ok(())
 }
 
@@ -73,18 +87,26 @@ pub(crate) async fn console_beside(
     tools: Arc<pap_browser::ToolHost>,
     decisions: Arc<dyn pap_host::console::Decisions>,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    let (listener, console) = bind_console(state, network, listen, Some(tools), Some(decisions)).await?;
+    let (listeners, console) = bind_console(state, network, listen, Some(tools), Some(decisions)).await?;
     eprintln!("console on {}/", console.origin());
     let limits = pap_host::http::Limits::default();
-    Ok(tokio::spawn(pap_host::http::serve(
-        listener,
-        console.router(),
-        limits,
-        std::future::pending(),
-    )))
+    Ok(tokio::spawn(async move {
+        let serving = listeners
+            .into_iter()
+            .flatten()
+            .map(|listener| pap_host::http::serve(listener, console.clone().router(), limits, std::future::pending()));
+        futures_util::future::join_all(serving).await;
+    }))
 }
 
-/// Binds the console on loopback `listen` and prints its one-time link (stdout alone).
+/// The console's listeners: on 127.0.0.1, and on the same port of ::1 where the machine has IPv6.
+type ConsoleListeners = [Option<tokio::net::TcpListener>; 2];
+
+/// Binds the console on `listen` (127.0.0.1) and on the same port of `[::1]`, and prints its
+/// one-time link (stdout alone). Browsers send the console's `pap-….localhost` name to `::1`
+/// first: a port of `::1` left free would let any local process take it and receive the link's
+/// code (security review of the console, second reading). So a `::1` port held by someone else
+/// refuses the start; only a machine without IPv6 serves on 127.0.0.1 alone.
 #[allow(clippy::print_stdout, reason = "the command's output")]
 async fn bind_console(
     state: &std::path::Path,
@@ -92,7 +114,7 @@ async fn bind_console(
     listen: std::net::SocketAddr,
     tools: Option<Arc<pap_browser::ToolHost>>,
     decisions: Option<Arc<dyn pap_host::console::Decisions>>,
-) -> anyhow::Result<(tokio::net::TcpListener, Arc<pap_host::console::Console>)> {
+) -> anyhow::Result<(ConsoleListeners, Arc<pap_host::console::Console>)> {
     // The console answers at its own `pap-….localhost` name, which browsers send to 127.0.0.1
     // (or ::1 first, then 127.0.0.1): another address would leave its link pointing elsewhere.
     if listen.ip() != std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST) {
@@ -103,12 +125,24 @@ async fn bind_console(
         .await
         .with_context(|| format!("binding the console on {listen}"))?;
     let bound = listener.local_addr()?;
+    let v6_addr = std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, bound.port()));
+    let v6 = match tokio::net::TcpListener::bind(v6_addr).await {
+        Ok(v6) => Some(v6),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => bail!(
+            "{v6_addr} is taken by another process: browsers try it first for the console's name, \
+             so the console does not start (choose another port with --listen)"
+        ),
+        Err(e) => {
+            eprintln!("note: no IPv6 loopback here ({e}); the console serves 127.0.0.1 alone");
+            None
+        }
+    };
     let unpair = Arc::new(ConsoleUnpair {
         state: state.to_path_buf(),
         network: network.clone(),
     });
     let mut console =
-        pap_host::console::Console::new(state, bound.port(), unpair, Arc::new(SystemClock), Arc::new(SystemRng))?;
+        pap_host::console::Console::new(state, bound.port(), unpair, Arc::new(SystemClock), Arc::new(SystemRng));
     if let Some(tools) = tools {
         console = console.with_tools(tools);
     }
@@ -118,7 +152,7 @@ async fn bind_console(
     let console = Arc::new(console);
     eprintln!("open the console's link in your own browser (once, within 10 minutes; it signs that browser in):");
     println!("{}", console.link().expose());
-    Ok((listener, console))
+    Ok(([Some(listener), v6], console))
 }
 
 /// The console's unpairing: [`unpair`], Sessions signed out included.
