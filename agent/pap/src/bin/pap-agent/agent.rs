@@ -107,6 +107,22 @@ impl Agent {
                     .context("no Session: run `pap-agent session` first")?;
                 let body: serde_json::Value = serde_json::from_str(&body).context("--body is not JSON")?;
                 let operation = self.client.propose(&company, session, &method, &path, &body).await?;
+                // The person's console lists it too, until the company says it no longer waits.
+                // (The operation is proposed either way: a record that cannot be written is said,
+                // and the operation still printed.)
+                if let Some(url) = &operation.url {
+                    let recorded =
+                        pap_agent::decisions::Proposals::at(&self.state_dir).record(pap_agent::decisions::Proposal {
+                            device_id: None,
+                            domain: company.domain.as_str().to_owned(),
+                            operation_id: operation.operation_id.clone(),
+                            url: url.clone(),
+                            proposed_at: pap_shared::Clock::now(&SystemClock),
+                        });
+                    if let Err(error) = recorded {
+                        eprintln!("note: the console will not list this operation ({error})");
+                    }
+                }
                 print_json(&serde_json::to_value(&operation)?);
                 Ok(())
             }
