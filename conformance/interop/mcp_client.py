@@ -25,7 +25,9 @@ fails it), loads https://shop.example/ and takes a screenshot (MCP image content
 carries a Session of its own into the website: `pap_session_start`, `pap_signin_start` (it
 prints `mcp_client: approve USER_CODE` on stderr and waits: the person approves at the
 company), `pap_propose`, `pap_join` onto the operation's page; it reads the page, and its
-click on the page's confirm button must be refused (AIP-7: the person decides). It prints one
+click on the page's confirm button must be refused (AIP-7: the person decides). It finds the
+operation among the resources, reads it (still `proposed`) and watches it for the person's
+decision (`subscriptions/listen` at protocol 2026-07-28, `resources/subscribe` before). It prints one
 JSON line of what it saw (the tool names among it) and exits 0, or names what failed and exits 1.
 """
 
@@ -35,12 +37,14 @@ import json
 import re
 import sys
 import time
+import warnings
 
 import httpx2
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPDeprecationWarning
 
 
 # What Claude Desktop (and OpenAI's function names) accept as a tool name.
@@ -114,6 +118,28 @@ async def session(client):
     if not refused.is_error or refused.structured_content.get("code") != "permission_denied":
         fail(f"file: was not refused as permission_denied: {refused}")
 
+    # The operation as a resource: listed, read (still proposed: the tool's click changed
+    # nothing), and watched for the person's decision, as the negotiated protocol does it.
+    uri = f"pap://shop.example/operations/{operation['operation_id']}"
+    resources = await client.list_resources()
+    if uri not in {str(r.uri) for r in resources.resources}:
+        fail(f"{uri} is not among the listed resources: {resources}")
+    read = await client.read_resource(uri)
+    state = json.loads(read.contents[0].text)["state"]
+    if state != "proposed":
+        fail(f"the operation's resource reads {state}, not proposed")
+    if client.protocol_version >= "2026-07-28":
+        async with client.listen(resource_subscriptions=[uri]) as subscription:
+            if uri not in (subscription.honored.resource_subscriptions or ()):
+                fail(f"subscriptions/listen did not honour {uri}: {subscription.honored}")
+        watched = "subscriptions/listen"
+    else:
+        # Deprecated only from 2026-07-28 on, which this session did not negotiate.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            await client.subscribe_resource(uri)
+        watched = "resources/subscribe"
+
     return {
         "protocolVersion": client.protocol_version,
         "tools": len(names),
@@ -123,6 +149,7 @@ async def session(client):
         "joined": landed["url"],
         "confirmRefused": True,
         "pageBytes": len(html),
+        "resourceWatched": watched,
     }
 
 

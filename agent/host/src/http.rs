@@ -273,7 +273,7 @@ pub fn router(server: BrowserServer, devices: Devices, guard: Guard, limits: Lim
         .with_max_request_body_bytes(limits.max_body);
     config.sse_keep_alive = Some(std::time::Duration::from_secs(15));
     let factory = server.clone();
-    let mcp = StreamableHttpService::new(move || Ok(factory.clone()), sessions.clone(), config);
+    let mcp = StreamableHttpService::new(move || Ok(factory.for_session()), sessions.clone(), config);
     let host = Host {
         server,
         devices,

@@ -12,7 +12,9 @@
 //! http       MCP over streamable HTTP: the Host/Origin guard, the device bearer, the body cap
 //!   │        and deadlines, per-connection limits; `/pair` redeems a one-time code
 //! server     BrowserServer: the tools as MCP lists and calls them (the provider's AIP-63 tools
-//!   │        and any ExtraTools), launch on demand, AIP-14 errors as tool errors; stdio
+//!   │        and any ExtraTools), launch on demand, AIP-14 errors as tool errors; stdio;
+//!   │        the embedder's resources, with subscriptions
+//! resources  ExtraResources, and the watch that tells a subscribed client of a change
 //! jsonrpc    the JSON-RPC errors rmcp would not give (-32700, a nameless tools/call), on both
 //!   │        transports; MCP over stdio through that check
 //! console    the person's console: requests for access, grants, devices, the record (the
@@ -35,6 +37,7 @@ pub mod install;
 pub mod jsonrpc;
 pub mod pairing;
 pub mod rate;
+pub mod resources;
 #[cfg(test)]
 mod scratch;
 mod server;

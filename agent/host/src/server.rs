@@ -24,14 +24,17 @@ use pap_browser::tools::{ToolHost, input_schema};
 use rmcp::ErrorData as McpError;
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, ResourceContents, ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig,
+    SubscribeRequestParams, SubscriptionFilter, Tool, ToolAnnotations, UnsubscribeRequestParams,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use serde_json::{Value, json};
 
 use crate::pairing::{Bearer, Devices};
 use crate::rate;
+use crate::resources::{ExtraResources, Pace, Reading, SUBSCRIBED_AT_MOST};
 
 /// Tools an embedder serves beside the browser's (the PAP agent: its `pap_*` tools), under the
 /// same device authentication, rate limit and launch on demand. They run as the calling device
@@ -79,6 +82,42 @@ pub struct BrowserServer {
     /// Where calls are audited and requests for access filed, for the person's console
     /// ([`crate::console`]): the agent's state directory.
     record: Option<std::path::PathBuf>,
+    /// The embedder's resources, and what this MCP session watches of them
+    /// ([`crate::resources`]).
+    resources: Option<Arc<dyn ExtraResources>>,
+    subscribed: Subscribed,
+}
+
+/// What one MCP session watches: its `resources/subscribe` tasks by URI, and how many URIs its
+/// `subscriptions/listen` streams watch; at most [`SUBSCRIBED_AT_MOST`] in all. A session's
+/// watches end with it (dropped, they are aborted).
+#[derive(Clone, Debug, Default)]
+struct Subscribed(Arc<std::sync::Mutex<Watches>>);
+
+#[derive(Debug, Default)]
+struct Watches {
+    by_uri: std::collections::HashMap<String, tokio::task::AbortHandle>,
+    listened: usize,
+}
+
+impl Watches {
+    fn room(&self) -> usize {
+        SUBSCRIBED_AT_MOST.saturating_sub(self.by_uri.len() + self.listened)
+    }
+}
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        for task in self.by_uri.values() {
+            task.abort();
+        }
+    }
+}
+
+impl Subscribed {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Watches> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// Who a call comes from.
@@ -108,6 +147,8 @@ impl BrowserServer {
             extra: None,
             name: (env!("CARGO_PKG_NAME").to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
             record: None,
+            resources: None,
+            subscribed: Subscribed::default(),
         }
     }
 
@@ -121,6 +162,8 @@ impl BrowserServer {
             extra: None,
             name: (env!("CARGO_PKG_NAME").to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
             record: None,
+            resources: None,
+            subscribed: Subscribed::default(),
         }
     }
 
@@ -137,6 +180,22 @@ impl BrowserServer {
     pub fn with_extra(mut self, extra: Arc<dyn ExtraTools>) -> Self {
         self.extra = Some(extra);
         self
+    }
+
+    /// Serves `resources` beside the tools, with subscriptions to them ([`crate::resources`]).
+    #[must_use]
+    pub fn with_resources(mut self, resources: Arc<dyn ExtraResources>) -> Self {
+        self.resources = Some(resources);
+        self
+    }
+
+    /// The same server for a new MCP session: what it watches is its own.
+    #[must_use]
+    pub fn for_session(&self) -> Self {
+        Self {
+            subscribed: Subscribed::default(),
+            ..self.clone()
+        }
     }
 
     /// Audits every call ([`crate::console::audit`]) and files a request for access for the
@@ -530,7 +589,16 @@ fn annotations(tool: ToolId) -> ToolAnnotations {
 
 impl ServerHandler for BrowserServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = if self.resources.is_some() {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .enable_resources_subscribe()
+                .build()
+        } else {
+            ServerCapabilities::builder().enable_tools().build()
+        };
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new(self.name.0.clone(), self.name.1.clone()))
             .with_instructions(
                 "The agent's own Chromium (AIP-63 agentbrowser/v1). It loads only https: pages on public \
@@ -584,6 +652,223 @@ impl ServerHandler for BrowserServer {
         };
         let arguments = request.arguments.map_or(json!({}), Value::Object);
         Ok(self.call(&caller, &request.name, arguments).await.into())
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let (resources, caller) = self.resource_caller(&context)?;
+        if request.is_some_and(|r| r.cursor.is_some()) {
+            return Err(McpError::invalid_params(
+                "resources/list has a single page here: no cursor was given out, so none is valid",
+                None,
+            ));
+        }
+        Ok(ListResourcesResult::with_all_items(resources.list(&caller).await))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let (resources, _) = self.resource_caller(&context)?;
+        if request.is_some_and(|r| r.cursor.is_some()) {
+            return Err(McpError::invalid_params(
+                "resources/templates/list has a single page here: no cursor was given out, so none is valid",
+                None,
+            ));
+        }
+        Ok(ListResourceTemplatesResult::with_all_items(resources.templates()))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let (resources, caller) = self.resource_caller(&context)?;
+        let reading = read(resources.as_ref(), &caller, &request.uri).await?;
+        Ok(ReadResourceResult::new(vec![
+            ResourceContents::text(reading.text, request.uri).with_mime_type(reading.mime_type),
+        ])
+        .into())
+    }
+
+    /// `resources/subscribe` (protocol 2025-11-25 and before): the resource is read once now
+    /// (one the device may not read is not found), then watched until it settles, the client
+    /// unsubscribes or the session ends.
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let (resources, caller) = self.resource_caller(&context)?;
+        let uri = request.uri;
+        let reading = read(resources.as_ref(), &caller, &uri).await?;
+        let mut watches = self.subscribed.lock();
+        if watches.by_uri.contains_key(&uri) {
+            return Ok(());
+        }
+        if watches.room() == 0 {
+            return Err(McpError::invalid_params(
+                format!("this session already watches {SUBSCRIBED_AT_MOST} resources: unsubscribe from one first"),
+                None,
+            ));
+        }
+        let peer = context.peer;
+        let subscribed = Arc::downgrade(&self.subscribed.0);
+        let watched = uri.clone();
+        let task = tokio::spawn(async move {
+            crate::resources::watch(
+                resources.as_ref(),
+                &caller,
+                vec![(watched.clone(), reading)],
+                Pace::default(),
+                || !peer.is_transport_closed(),
+                |uri| {
+                    let peer = peer.clone();
+                    async move {
+                        peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                            .await
+                            .is_ok()
+                    }
+                },
+            )
+            .await;
+            // Over: the session may subscribe to it again.
+            if let Some(subscribed) = subscribed.upgrade() {
+                let mut watches = subscribed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if watches
+                    .by_uri
+                    .get(&watched)
+                    .is_some_and(|t| t.id() == tokio::task::id())
+                {
+                    watches.by_uri.remove(&watched);
+                }
+            }
+        });
+        watches.by_uri.insert(uri, task.abort_handle());
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.resource_caller(&context)?;
+        if let Some(task) = self.subscribed.lock().by_uri.remove(&request.uri) {
+            task.abort();
+        }
+        Ok(())
+    }
+
+    /// `subscriptions/listen` (protocol 2026-07-28): resource updates only, for URIs of this
+    /// server's form, as many as the session has room for.
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        let resources = self.resources.as_ref()?;
+        let room = self.subscribed.lock().room();
+        let uris: Vec<String> = requested
+            .resource_subscriptions
+            .iter()
+            .flatten()
+            .filter(|uri| resources.names(uri))
+            .take(room)
+            .cloned()
+            .collect();
+        Some(SubscriptionFilter::builder().resource_subscriptions(uris).build())
+    }
+
+    /// Watches the stream's resources the device may read (the others are never notified) until
+    /// each has settled (the stream then ends) or the client cancels it.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let (resources, caller) = self.resource_caller(context.request_context())?;
+        let accepted = context.accepted().resource_subscriptions.clone().unwrap_or_default();
+        // Room is taken now (another stream may have taken some since the filter was accepted).
+        let held = {
+            let mut watches = self.subscribed.lock();
+            let held = accepted.len().min(watches.room());
+            watches.listened += held;
+            Listened(self.subscribed.clone(), held)
+        };
+        let mut watched = Vec::new();
+        for uri in accepted.into_iter().take(held.1) {
+            if let Ok(reading) = resources.read(&caller, &uri).await {
+                watched.push((uri, reading));
+            }
+        }
+        let peer = context.request_context().peer.clone();
+        let sink = context.sink().clone();
+        tokio::select! {
+            _ = crate::resources::watch(
+                resources.as_ref(),
+                &caller,
+                watched,
+                Pace::default(),
+                || !peer.is_transport_closed(),
+                |uri| {
+                    let sink = sink.clone();
+                    async move { sink.notify_resource_updated(uri).await.is_ok() }
+                },
+            ) => {}
+            () = context.cancelled() => {}
+        }
+        Ok(())
+    }
+}
+
+/// A `subscriptions/listen` stream's share of its session's room, given back when it ends.
+struct Listened(Subscribed, usize);
+
+impl Drop for Listened {
+    fn drop(&mut self) {
+        let mut watches = self.0.lock();
+        watches.listened = watches.listened.saturating_sub(self.1);
+    }
+}
+
+/// Reads `uri` as `caller`: one not of `resources`' form, or one the caller may not read, is not
+/// found (-32002); one that cannot be read now is an internal error saying why.
+async fn read(resources: &dyn ExtraResources, caller: &AgentCaller, uri: &str) -> Result<Reading, McpError> {
+    if !resources.names(uri) {
+        return Err(McpError::resource_not_found(
+            format!(
+                "no resource here has this URI: {}",
+                uri.chars().take(128).collect::<String>()
+            ),
+            None,
+        ));
+    }
+    resources.read(caller, uri).await.map_err(|error| {
+        if error.retryable == Some(true) {
+            McpError::internal_error(error.message, None)
+        } else {
+            McpError::resource_not_found(error.message, None)
+        }
+    })
+}
+
+impl BrowserServer {
+    /// The resources served and the device a resource request comes from (its pairing checked
+    /// now): a server without resources has none to list (-32601), an unpaired device is refused.
+    fn resource_caller(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(Arc<dyn ExtraResources>, AgentCaller), McpError> {
+        let resources = self.resources.clone().ok_or_else(|| {
+            McpError::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                "this server serves no resources",
+                None,
+            )
+        })?;
+        let caller = self
+            .caller(context)
+            .map_err(|refused| McpError::invalid_request(refused.message, None))?;
+        Ok((resources, caller))
     }
 }
 

@@ -55,10 +55,16 @@ impl Proposals {
         }
     }
 
-    /// Records `proposal` (once per operation; a holder's oldest go past [`PER_HOLDER`]).
+    /// Records `proposal` (once per operation and holder: two devices whose Sessions proposed the
+    /// same, which the company answers with one operation, each list it; a holder's oldest go
+    /// past [`PER_HOLDER`]).
     pub fn record(&self, proposal: Proposal) -> std::io::Result<()> {
         self.update(|record| {
-            if record.proposals.iter().any(|p| p.operation_id == proposal.operation_id) {
+            if record
+                .proposals
+                .iter()
+                .any(|p| p.operation_id == proposal.operation_id && p.device_id == proposal.device_id)
+            {
                 return;
             }
             let of_holder = |p: &Proposal| p.device_id == proposal.device_id;
@@ -117,7 +123,14 @@ impl pap_host::console::Decisions for crate::PapTools {
         let Ok(listed) = proposals.list() else {
             return Vec::new();
         };
-        let newest: Vec<&Proposal> = listed.iter().rev().take(PENDING_READ).collect();
+        // One row per operation, however many holders proposed it (the newest proposal's).
+        let mut seen = std::collections::HashSet::new();
+        let newest: Vec<&Proposal> = listed
+            .iter()
+            .rev()
+            .filter(|p| seen.insert(p.operation_id.as_str()))
+            .take(PENDING_READ)
+            .collect();
         // Each read from its company at once, all within READ_WAIT: a slow company leaves its
         // proposals out of this page, not the page waiting.
         let reads = futures_util::future::join_all(newest.iter().map(|proposal| async move {
@@ -174,6 +187,98 @@ impl pap_host::console::Decisions for crate::PapTools {
     }
 }
 
+/// The operations as MCP resources ([`pap_host::resources`]): `pap://DOMAIN/operations/ID`, read
+/// with the calling device's own Session as `pap_operation` reads it (the operation as JSON), and
+/// settled once the company no longer says `proposed`. A client that subscribes to the one its
+/// `pap_propose` answered hears `notifications/resources/updated` when the person confirms or
+/// cancels it in their console, and reads the outcome; the device decides nothing (AIP-7).
+#[async_trait::async_trait]
+impl pap_host::resources::ExtraResources for crate::PapTools {
+    fn templates(&self) -> Vec<rmcp::model::ResourceTemplate> {
+        vec![
+            rmcp::model::ResourceTemplate::new(OPERATION_TEMPLATE, "operation")
+                .with_title("An operation of this device's Session")
+                .with_description(
+                    "The operation as the company answers it (pap_operation). Subscribe to hear when the \
+                     person confirms or cancels it in their console.",
+                )
+                .with_mime_type("application/json"),
+        ]
+    }
+
+    fn names(&self, uri: &str) -> bool {
+        operation_of(uri).is_some()
+    }
+
+    /// The operations this device proposed that the person's console still lists, newest
+    /// first (read from `proposals.json`, no company asked).
+    async fn list(&self, caller: &pap_browser::spec::AgentCaller) -> Vec<rmcp::model::Resource> {
+        let Ok(listed) = Proposals::at(&self.state_dir).list() else {
+            return Vec::new();
+        };
+        listed
+            .iter()
+            .rev()
+            .filter(|p| p.device_id.as_deref() == caller.device_id())
+            .map(|p| {
+                rmcp::model::Resource::new(
+                    operation_uri(&p.domain, &p.operation_id),
+                    format!("operation {} at {}", p.operation_id, p.domain),
+                )
+                .with_description(format!(
+                    "Proposed {} and waiting for the person when last read; subscribe to hear when they decide.",
+                    p.proposed_at.to_rfc3339()
+                ))
+                .with_mime_type("application/json")
+            })
+            .collect()
+    }
+
+    async fn read(
+        &self,
+        caller: &pap_browser::spec::AgentCaller,
+        uri: &str,
+    ) -> Result<pap_host::resources::Reading, pap_browser::spec::ToolError> {
+        let (domain, id) = operation_of(uri).ok_or_else(|| {
+            pap_browser::spec::ToolError::new(
+                pap_browser::spec::ToolErrorCode::NotFound,
+                format!("not an operation's URI ({OPERATION_TEMPLATE})"),
+            )
+        })?;
+        let operation = self.read_operation_as(caller, domain, id).await?;
+        let settled = operation.state != pap_shared::OperationState::Proposed;
+        let text = serde_json::to_string(&operation).map_err(|_| {
+            pap_browser::spec::ToolError::new(pap_browser::spec::ToolErrorCode::Internal, "the operation")
+        })?;
+        Ok(pap_host::resources::Reading {
+            text,
+            mime_type: "application/json",
+            settled,
+        })
+    }
+}
+
+/// An operation's resource URI: `pap://DOMAIN/operations/ID`.
+pub fn operation_uri(domain: &str, id: &str) -> String {
+    format!("pap://{domain}/operations/{id}")
+}
+
+/// What every operation's resource URI looks like.
+const OPERATION_TEMPLATE: &str = "pap://{domain}/operations/{id}";
+
+/// The company and the operation's id an operation's URI names, or `None`: a DNS name, then one
+/// id of base64url characters, nothing else (no query, no fragment, no user, no port).
+fn operation_of(uri: &str) -> Option<(&str, &str)> {
+    let rest = uri.strip_prefix("pap://")?;
+    let (domain, id) = rest.split_once("/operations/")?;
+    let name_ok = !domain.is_empty()
+        && domain.len() <= 253
+        && domain
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
+    (name_ok && pap_shared::is_base64url(id, 1, 128)).then_some((domain, id))
+}
+
 /// Whether `url` is an https page of `domain` or a site under it.
 fn on_company(url: &str, domain: &str) -> bool {
     url::Url::parse(url).is_ok_and(|u| {
@@ -203,6 +308,26 @@ mod tests {
     }
 
     #[test]
+    fn an_operation_s_uri_names_a_company_and_an_id_and_nothing_else() {
+        let uri = operation_uri("shop.example", "op_A5PzkijL1aTCZ7UF9Hy8Vw");
+        assert_eq!(uri, "pap://shop.example/operations/op_A5PzkijL1aTCZ7UF9Hy8Vw");
+        assert_eq!(operation_of(&uri), Some(("shop.example", "op_A5PzkijL1aTCZ7UF9Hy8Vw")));
+        for refused in [
+            "pap://shop.example/operations/",
+            "pap://shop.example/operations/op_1/confirm",
+            "pap://shop.example/operations/op_1?x=1",
+            "pap://user@shop.example/operations/op_1",
+            "pap://shop.example:443/operations/op_1",
+            "pap://Shop.Example/operations/op_1",
+            "pap:///operations/op_1",
+            "https://shop.example/operations/op_1",
+            "pap://shop.example/orders/op_1",
+        ] {
+            assert_eq!(operation_of(refused), None, "{refused}");
+        }
+    }
+
+    #[test]
     fn proposals_are_recorded_once_bounded_per_holder_and_forgotten() {
         let dir = std::env::temp_dir().join(format!("pap-proposals-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -217,6 +342,14 @@ mod tests {
         proposals.record(one(0)).unwrap();
         proposals.record(one(0)).unwrap();
         assert_eq!(proposals.list().unwrap(), [one(0)]);
+        // The same operation proposed by another holder is that holder's too.
+        let mut theirs = one(0);
+        theirs.device_id = Some("dev_c".to_owned());
+        proposals.record(theirs.clone()).unwrap();
+        assert_eq!(proposals.list().unwrap(), [one(0), theirs.clone()]);
+        proposals.forget(&[theirs.operation_id]).unwrap();
+        assert!(proposals.list().unwrap().is_empty(), "forgotten for every holder");
+        proposals.record(one(0)).unwrap();
         for i in 1..=PER_HOLDER {
             proposals.record(one(i)).unwrap();
         }

@@ -169,7 +169,8 @@ impl PapTool {
             }
             Self::Propose => {
                 "Propose an operation through one of the proposals the company's OpenAPI declares; answers \
-                 the proposed operation (the person confirms it on its page, never the agent)."
+                 the proposed operation (the person confirms it on its page, never the agent). Subscribe to \
+                 the resource pap://DOMAIN/operations/OPERATION_ID to hear when the person decides."
             }
             Self::Operation => "Read an operation of this device's Session.",
             Self::Join => {
@@ -379,13 +380,7 @@ impl PapTools {
             }
             PapTool::Operation => {
                 let ReadOperation { domain, id } = parse(input)?;
-                let (company, wallet) = self.record(&holder, &domain).await?;
-                let session = wallet.session.as_ref().ok_or_else(no_session)?;
-                let operation = self
-                    .client
-                    .read_operation(&company, session, &id)
-                    .await
-                    .map_err(|e| pap_error(&e))?;
+                let operation = self.read_operation_as(caller, &domain, &id).await?;
                 serde_json::to_value(operation).map_err(|_| internal("the operation"))
             }
             PapTool::Join => {
@@ -397,6 +392,27 @@ impl PapTools {
                 self.sign_out(&holder, &domain).await
             }
         }
+    }
+
+    /// Reads operation `id` at `domain` with `caller`'s own Session (`pap_operation`, and the
+    /// operation's resource). A company that did not answer, or answered 5xx, may answer a
+    /// retry (the error says so); anything else will not.
+    pub(crate) async fn read_operation_as(
+        &self,
+        caller: &AgentCaller,
+        domain: &str,
+        id: &str,
+    ) -> Result<pap_shared::Operation, ToolError> {
+        let holder = Holder::of(caller.device_id());
+        let (company, wallet) = self.record(&holder, domain).await?;
+        let session = wallet.session.as_ref().ok_or_else(no_session)?;
+        self.client
+            .read_operation(&company, session, id)
+            .await
+            .map_err(|e| match &e {
+                ClientError::Protocol { status, .. } if *status >= 500 => pap_error(&e).retryable(),
+                _ => pap_error(&e),
+            })
     }
 
     async fn discover(&self, domain: &str) -> Result<Company, ToolError> {

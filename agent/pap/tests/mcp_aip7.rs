@@ -1097,15 +1097,51 @@ async fn picture_up(page: &chromiumoxide::Page) -> chromiumoxide::layout::Boundi
 /// console beside the tool host; the person opens it on its page (a tab of their own, in A's
 /// jar, where A's join left the website Session) and clicks Confirm on the live picture with
 /// their own mouse: the company performs it once, a second click performs nothing, and A learns
-/// the outcome through `pap_operation`. The list no longer shows it.
+/// the outcome through `pap_operation`, and, paired over streamable HTTP with the official Rust
+/// SDK's client subscribed to the operation's resource, through `notifications/resources/updated`
+/// (its latency from the person's click printed). The list no longer shows it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Chromium; .ci/run runs it"]
 async fn the_person_confirms_from_the_console_once_and_the_device_learns_it() {
     use chromiumoxide::{Browser, BrowserConfig};
     use futures_util::StreamExt as _;
     use pap_host::console::{Console, HostUnpair};
+    use rmcp::model::{ReadResourceRequestParams, ResourceContents, SubscribeRequestParams};
     let w = world("mcp-aip7-console").await;
-    let a = AgentCaller::paired("dev_A");
+    // Device A, paired, granted the shop, and a client of its own on the host's HTTP endpoint.
+    let devices = pap_host::pairing::Devices::at(&w.state);
+    let (device, bearer) = devices.mint("laptop", "install", &SystemClock, &SystemRng).unwrap();
+    let mut grant = GrantRequest::native_login("aip7", &["shop.example"]);
+    grant.device_id = Some(device.id.clone());
+    w.tools
+        .consent()
+        .grant(&Operator::from_operator_channel("test"), grant)
+        .unwrap();
+    let a = AgentCaller::paired(device.id.clone());
+    let resources = PapTools::new(
+        w.client.clone(),
+        w.state.clone(),
+        SealingKey::open(&w.state, &SystemRng).unwrap(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mcp_addr = listener.local_addr().unwrap();
+    let guard = pap_host::http::Exposure::check(mcp_addr, false, false, &[], &[])
+        .unwrap()
+        .guard(mcp_addr.port());
+    let limits = pap_host::http::Limits::default();
+    let app = pap_host::http::router(w.server.clone().with_resources(resources), devices, guard, limits);
+    let mcp_serving = tokio::spawn(pap_host::http::serve(listener, app, limits, std::future::pending()));
+    let (updates, mut updated) = tokio::sync::mpsc::unbounded_channel();
+    let config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(format!(
+        "http://{mcp_addr}/mcp"
+    ))
+    .auth_header(bearer.expose());
+    let subscriber = rmcp::ServiceExt::serve(
+        Updates(updates),
+        rmcp::transport::StreamableHttpClientTransport::from_config(config),
+    )
+    .await
+    .unwrap();
     signed_in(&w, &a, "acct_ada").await;
     let operation = call(
         &w.server,
@@ -1125,6 +1161,23 @@ async fn the_person_confirms_from_the_console_once_and_the_device_learns_it() {
     )
     .await
     .unwrap();
+    // The device lists its operation as a resource and subscribes to it.
+    let uri = format!("pap://shop.example/operations/{id}");
+    let listed = subscriber.list_resources(None).await.unwrap();
+    assert!(listed.resources.iter().any(|r| r.uri == uri), "{listed:?}");
+    #[allow(deprecated, reason = "resources/subscribe is what a 2025-11-25 client speaks")]
+    subscriber.subscribe(SubscribeRequestParams::new(&uri)).await.unwrap();
+    let state_of = |read: rmcp::model::ReadResourceResult| match &read.contents[..] {
+        [ResourceContents::TextResourceContents { text, .. }] => {
+            serde_json::from_str::<Value>(text).unwrap()["state"].clone()
+        }
+        other => panic!("{other:?}"),
+    };
+    let read = subscriber
+        .read_resource(ReadResourceRequestParams::new(&uri))
+        .await
+        .unwrap();
+    assert_eq!(state_of(read), "proposed");
 
     // The console, in process, beside the tool host.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -1214,6 +1267,8 @@ async fn the_person_confirms_from_the_console_once_and_the_device_learns_it() {
         picture.y + confirm.y + confirm.height / 2.0,
     );
     assert_eq!(performed(&w, &id).await, 0, "nothing before the person's click");
+    assert!(updated.try_recv().is_err(), "nothing changed yet, nothing said");
+    let clicked = std::time::Instant::now();
     page.click(on_confirm).await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -1235,6 +1290,22 @@ async fn the_person_confirms_from_the_console_once_and_the_device_learns_it() {
     .await
     .unwrap();
     assert_ne!(read["state"], "proposed", "{read}");
+    // And the subscribed client hears it, then reads the outcome.
+    let heard = tokio::time::timeout(Duration::from_secs(30), updated.recv())
+        .await
+        .expect("no notifications/resources/updated within 30 s of the person's click")
+        .unwrap();
+    let latency = clicked.elapsed();
+    assert_eq!(heard, uri);
+    eprintln!(
+        "notifications/resources/updated reached the subscribed client {} ms after the person's click",
+        latency.as_millis()
+    );
+    let read = subscriber
+        .read_resource(ReadResourceRequestParams::new(&uri))
+        .await
+        .unwrap();
+    assert_eq!(state_of(read), "succeeded");
     // A second click on the same place performs nothing: the page offers no confirm now.
     page.goto(format!("{}/tabs/{key}", console.origin())).await.ok();
     picture_up(&page).await;
@@ -1257,9 +1328,28 @@ async fn the_person_confirms_from_the_console_once_and_the_device_learns_it() {
         .unwrap();
     assert!(listed.contains("No operation waits for your decision"), "{listed}");
 
+    // Settled: said once, never again.
+    assert!(updated.try_recv().is_err(), "one notification for one decision");
+
+    subscriber.cancel().await.unwrap();
+    mcp_serving.abort();
     browser.close().await.unwrap();
     events.abort();
     serving.abort();
     w.tools.stop(true).await.unwrap();
     let _ = std::fs::remove_dir_all(&w.stage.work);
+}
+
+/// An MCP client that passes on each `notifications/resources/updated` it hears.
+#[derive(Clone, Debug)]
+struct Updates(tokio::sync::mpsc::UnboundedSender<String>);
+
+impl rmcp::ClientHandler for Updates {
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: rmcp::service::NotificationContext<rmcp::service::RoleClient>,
+    ) {
+        let _ = self.0.send(params.uri);
+    }
 }

@@ -80,6 +80,11 @@ async fn check(seen: &serde_json::Value, company: &pap_shop::ReferenceCompany) {
     );
     assert!(seen["screenshotBytes"].as_u64().unwrap() > 1000, "{seen}");
     assert_eq!(seen["confirmRefused"], true, "{seen}");
+    eprintln!(
+        "protocol {}: the operation's resource watched with {}",
+        seen["protocolVersion"], seen["resourceWatched"]
+    );
+    assert!(seen["resourceWatched"].is_string(), "{seen}");
     let operation = seen["operation"].as_str().unwrap();
     assert!(seen["joined"].as_str().unwrap().ends_with(operation), "{seen}");
     assert_eq!(

@@ -225,9 +225,11 @@ impl Agent {
         };
         let (host, tools) = self.mcp_tools().await?;
         let _supervision = supervise(&host, &tools)?;
+        let pap = self.pap_tools()?;
         let server = pap_host::BrowserServer::stdio(tools, devices, bearer, device.id)
             .named("pap-agent", env!("CARGO_PKG_VERSION"))
-            .with_extra(self.pap_tools()?)
+            .with_extra(pap.clone())
+            .with_resources(pap)
             .recording_in(&self.state_dir);
         let ended = pap_host::jsonrpc::serve_lines(server, tokio::io::stdin(), tokio::io::stdout()).await;
         host.stop(MCP_INSTANCE, Duration::from_secs(2)).await?;
@@ -256,7 +258,8 @@ impl Agent {
         };
         let server = pap_host::BrowserServer::per_request(tools)
             .named("pap-agent", env!("CARGO_PKG_VERSION"))
-            .with_extra(pap)
+            .with_extra(pap.clone())
+            .with_resources(pap)
             .recording_in(&self.state_dir);
         let listener = tokio::net::TcpListener::bind(listen)
             .await

@@ -1,0 +1,331 @@
+//! Resources an embedder serves beside its tools, and the subscriptions that tell a client when
+//! one changes (MCP resources: `resources/list`, `resources/templates/list`, `resources/read`;
+//! `resources/subscribe` for clients of protocol 2025-11-25 and before, `subscriptions/listen`
+//! for 2026-07-28). The PAP agent serves the operations its devices proposed: a client that
+//! subscribed to one hears `notifications/resources/updated` when the person confirms or cancels
+//! it in their console, and reads the outcome (issue 40, item 3; AIP-7: the person decides, the
+//! device only learns).
+//!
+//! Nothing pushes a change to the host: a watch reads each subscribed resource again, every
+//! second for the first two minutes and every 5 s after, for at most an hour ([`Pace`]), and
+//! notifies when the text it reads differs from the last. A resource that settles (an operation
+//! no longer `proposed`), or that can no longer be read, is notified once more and no longer
+//! read; a read that fails for now (an error marked retryable: a company that does not answer)
+//! is tried again next time. One MCP session watches at most [`SUBSCRIBED_AT_MOST`] resources,
+//! and a watch ends when its client goes.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use pap_browser::spec::{AgentCaller, ToolError};
+use rmcp::model::{Resource, ResourceTemplate};
+
+/// How many resources one MCP session may watch at once (legacy subscriptions and one
+/// `subscriptions/listen` stream's URIs alike).
+pub const SUBSCRIBED_AT_MOST: usize = 16;
+
+/// Resources an embedder serves beside the browser's tools, under the same device
+/// authentication: each read runs as the device that asked, which sees only its own.
+#[async_trait::async_trait]
+pub trait ExtraResources: Send + Sync + fmt::Debug {
+    /// The URI templates of the resources (what a client may read beyond what is listed).
+    fn templates(&self) -> Vec<ResourceTemplate>;
+
+    /// Whether `uri` is one of these in form (its scheme): anything else is not found, unread.
+    fn names(&self, uri: &str) -> bool;
+
+    /// The resources `caller` may read now, newest first.
+    async fn list(&self, caller: &AgentCaller) -> Vec<Resource>;
+
+    /// Reads `uri` as `caller`.
+    async fn read(&self, caller: &AgentCaller, uri: &str) -> Result<Reading, ToolError>;
+}
+
+/// What one read of a resource gave.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reading {
+    /// Its contents, as text (a watch compares them to notice a change).
+    pub text: String,
+    /// Their media type.
+    pub mime_type: &'static str,
+    /// Whether it can still change: a settled one is no longer watched.
+    pub settled: bool,
+}
+
+/// How often a watch reads its resources again, and for how long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pace {
+    /// The gap between reads at first...
+    pub first: Duration,
+    /// ... for this long after the watch began...
+    pub first_for: Duration,
+    /// ... then this gap.
+    pub then: Duration,
+    /// A watch ends after this long, whatever is left.
+    pub at_most: Duration,
+}
+
+impl Default for Pace {
+    /// Every second for two minutes (a person who decides at once is heard within a second),
+    /// then every 5 s, for an hour.
+    fn default() -> Self {
+        Self {
+            first: Duration::from_secs(1),
+            first_for: Duration::from_secs(120),
+            then: Duration::from_secs(5),
+            at_most: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Why a watch ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// Every resource settled or can no longer be read (each was notified).
+    Settled,
+    /// The client went (a notification could not be sent, or `listening` said no).
+    ClientGone,
+    /// [`Pace::at_most`] passed.
+    TimedOut,
+}
+
+/// Watches `watched` (each URI with what it read when the watch began) as `caller` at `pace`,
+/// calling `notify(uri)` each time a read differs from the last one; `notify` answers whether
+/// the client still listens, and `listening` is asked before each round.
+pub async fn watch<N, F>(
+    resources: &dyn ExtraResources,
+    caller: &AgentCaller,
+    watched: Vec<(String, Reading)>,
+    pace: Pace,
+    listening: impl Fn() -> bool,
+    mut notify: N,
+) -> Ended
+where
+    N: FnMut(String) -> F,
+    F: Future<Output = bool>,
+{
+    let began = tokio::time::Instant::now();
+    let mut last: HashMap<String, String> = watched
+        .into_iter()
+        .filter(|(_, reading)| !reading.settled)
+        .map(|(uri, reading)| (uri, reading.text))
+        .collect();
+    while !last.is_empty() {
+        let gap = if began.elapsed() < pace.first_for {
+            pace.first
+        } else {
+            pace.then
+        };
+        if began.elapsed() + gap > pace.at_most {
+            return Ended::TimedOut;
+        }
+        tokio::time::sleep(gap).await;
+        if !listening() {
+            return Ended::ClientGone;
+        }
+        let uris: Vec<String> = last.keys().cloned().collect();
+        let reads = futures_util::future::join_all(uris.iter().map(|uri| resources.read(caller, uri))).await;
+        for (uri, read) in uris.into_iter().zip(reads) {
+            let (text, done) = match read {
+                Ok(reading) => (Some(reading.text), reading.settled),
+                // Gone for this caller (signed out, unpaired): said once, then no longer read.
+                Err(error) if error.retryable != Some(true) => (None, true),
+                // Not answered now: read again next time.
+                Err(_) => continue,
+            };
+            let changed = text.as_ref().is_none_or(|text| last.get(&uri) != Some(text));
+            if changed && !notify(uri.clone()).await {
+                return Ended::ClientGone;
+            }
+            match text {
+                Some(text) if !done => {
+                    last.insert(uri, text);
+                }
+                _ => {
+                    last.remove(&uri);
+                }
+            }
+        }
+    }
+    Ended::Settled
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+    use super::*;
+    use pap_browser::spec::ToolErrorCode;
+    use std::sync::{Arc, Mutex};
+
+    /// Resources whose state a test sets, counting reads.
+    #[derive(Debug, Default)]
+    struct Board {
+        states: Mutex<HashMap<String, Result<&'static str, bool>>>,
+        reads: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl ExtraResources for Board {
+        fn templates(&self) -> Vec<ResourceTemplate> {
+            Vec::new()
+        }
+        fn names(&self, uri: &str) -> bool {
+            uri.starts_with("test://")
+        }
+        async fn list(&self, _: &AgentCaller) -> Vec<Resource> {
+            Vec::new()
+        }
+        async fn read(&self, _: &AgentCaller, uri: &str) -> Result<Reading, ToolError> {
+            self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            match self.states.lock().unwrap().get(uri).copied() {
+                Some(Ok(state)) => Ok(Reading {
+                    text: state.to_owned(),
+                    mime_type: "text/plain",
+                    settled: state != "proposed",
+                }),
+                Some(Err(true)) => Err(ToolError::new(ToolErrorCode::Timeout, "the company did not answer")),
+                Some(Err(false)) => Err(ToolError::new(ToolErrorCode::PermissionDenied, "signed out")),
+                None => Err(ToolError::new(ToolErrorCode::NotFound, "no such resource")),
+            }
+        }
+    }
+
+    fn proposed() -> Reading {
+        Reading {
+            text: "proposed".to_owned(),
+            mime_type: "text/plain",
+            settled: false,
+        }
+    }
+
+    fn set(board: &Board, uri: &str, state: Result<&'static str, bool>) {
+        board.states.lock().unwrap().insert(uri.to_owned(), state);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_is_notified_once_within_a_second_and_a_settled_resource_is_no_longer_read() {
+        let board = Arc::new(Board::default());
+        set(&board, "test://a", Ok("proposed"));
+        set(&board, "test://b", Ok("proposed"));
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let watching = {
+            let (board, heard) = (board.clone(), heard.clone());
+            tokio::spawn(async move {
+                let caller = AgentCaller::paired("dev_a".to_owned());
+                watch(
+                    board.as_ref(),
+                    &caller,
+                    vec![("test://a".to_owned(), proposed()), ("test://b".to_owned(), proposed())],
+                    Pace::default(),
+                    || true,
+                    |uri| {
+                        heard.lock().unwrap().push((uri, tokio::time::Instant::now()));
+                        async { true }
+                    },
+                )
+                .await
+            })
+        };
+        let start = tokio::time::Instant::now();
+        tokio::time::sleep(Duration::from_millis(10_500)).await;
+        assert!(heard.lock().unwrap().is_empty(), "nothing changed, nothing said");
+        set(&board, "test://a", Ok("succeeded"));
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        {
+            let heard = heard.lock().unwrap();
+            assert_eq!(heard.len(), 1);
+            assert_eq!(heard[0].0, "test://a");
+            assert_eq!(
+                heard[0].1 - start,
+                Duration::from_secs(11),
+                "heard at the next read, within 1 s"
+            );
+        }
+        // "a" settled: read no more; "b" still is, each second.
+        let reads = board.reads.load(std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(board.reads.load(std::sync::atomic::Ordering::Relaxed) - reads, 10);
+        // A read that fails for now is no change; one that cannot succeed any more is said once.
+        set(&board, "test://b", Err(true));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(heard.lock().unwrap().len(), 1);
+        set(&board, "test://b", Err(false));
+        assert_eq!(watching.await.unwrap(), Ended::Settled);
+        let heard = heard.lock().unwrap();
+        assert_eq!(heard.len(), 2);
+        assert_eq!(heard[1].0, "test://b");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_slows_after_two_minutes_ends_after_an_hour_and_when_its_client_goes() {
+        let board = Arc::new(Board::default());
+        set(&board, "test://a", Ok("proposed"));
+        let caller = AgentCaller::paired("dev_a".to_owned());
+        let start = tokio::time::Instant::now();
+        let ended = watch(
+            board.as_ref(),
+            &caller,
+            vec![("test://a".to_owned(), proposed())],
+            Pace::default(),
+            || true,
+            |_| async { true },
+        )
+        .await;
+        assert_eq!(ended, Ended::TimedOut);
+        assert!(start.elapsed() <= Duration::from_secs(3600));
+        // 120 reads a second apart, then one each 5 s up to the hour.
+        assert_eq!(
+            board.reads.load(std::sync::atomic::Ordering::Relaxed),
+            120 + (3600 - 120) / 5
+        );
+
+        // The client went: the next round ends the watch, before any read.
+        let gone = std::sync::atomic::AtomicBool::new(false);
+        let board = Board::default();
+        set(&board, "test://a", Ok("proposed"));
+        let ended = watch(
+            &board,
+            &caller,
+            vec![("test://a".to_owned(), proposed())],
+            Pace::default(),
+            || !gone.swap(true, std::sync::atomic::Ordering::Relaxed),
+            |_| async { true },
+        )
+        .await;
+        assert_eq!(ended, Ended::ClientGone);
+        assert_eq!(board.reads.load(std::sync::atomic::Ordering::Relaxed), 1);
+        // A notification that cannot be sent ends it too.
+        let board = Board::default();
+        set(&board, "test://a", Ok("cancelled"));
+        let ended = watch(
+            &board,
+            &caller,
+            vec![("test://a".to_owned(), proposed())],
+            Pace::default(),
+            || true,
+            |_| async { false },
+        )
+        .await;
+        assert_eq!(ended, Ended::ClientGone);
+        // Settled from the start: nothing to watch.
+        let ended = watch(
+            &board,
+            &caller,
+            vec![(
+                "test://a".to_owned(),
+                Reading {
+                    settled: true,
+                    ..proposed()
+                },
+            )],
+            Pace::default(),
+            || true,
+            |_| async { true },
+        )
+        .await;
+        assert_eq!(ended, Ended::Settled);
+    }
+}
