@@ -152,19 +152,20 @@ where
     Ended::Settled
 }
 
+/// A test double of [`ExtraResources`]: `test://` URIs whose state a test sets, reads counted.
 #[cfg(test)]
-mod tests {
+pub(crate) mod board {
     #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
     use super::*;
     use pap_browser::spec::ToolErrorCode;
-    use std::sync::{Arc, Mutex};
+    use std::sync::Mutex;
 
     /// Resources whose state a test sets, counting reads.
     #[derive(Debug, Default)]
-    struct Board {
-        states: Mutex<HashMap<String, Result<&'static str, bool>>>,
-        reads: std::sync::atomic::AtomicUsize,
+    pub(crate) struct Board {
+        pub(crate) states: Mutex<HashMap<String, Result<&'static str, bool>>>,
+        pub(crate) reads: std::sync::atomic::AtomicUsize,
     }
 
     #[async_trait::async_trait]
@@ -193,16 +194,25 @@ mod tests {
         }
     }
 
+    pub(crate) fn set(board: &Board, uri: &str, state: Result<&'static str, bool>) {
+        board.states.lock().unwrap().insert(uri.to_owned(), state);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+    use super::board::{Board, set};
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
     fn proposed() -> Reading {
         Reading {
             text: "proposed".to_owned(),
             mime_type: "text/plain",
             settled: false,
         }
-    }
-
-    fn set(board: &Board, uri: &str, state: Result<&'static str, bool>) {
-        board.states.lock().unwrap().insert(uri.to_owned(), state);
     }
 
     #[tokio::test(start_paused = true)]

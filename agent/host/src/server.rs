@@ -853,7 +853,9 @@ async fn read(resources: &dyn ExtraResources, caller: &AgentCaller, uri: &str) -
 
 impl BrowserServer {
     /// The resources served and the device a resource request comes from (its pairing checked
-    /// now): a server without resources has none to list (-32601), an unpaired device is refused.
+    /// now): a server without resources has none to list (-32601), an unpaired device is refused,
+    /// and a device's resource requests share one bucket of the per-device rate limit (a read
+    /// may fetch a company's documents, as `pap_operation` does).
     fn resource_caller(
         &self,
         context: &RequestContext<RoleServer>,
@@ -868,6 +870,21 @@ impl BrowserServer {
         let caller = self
             .caller(context)
             .map_err(|refused| McpError::invalid_request(refused.message, None))?;
+        if let Err(wait) = self.rate.check(
+            caller.device_id().unwrap_or("local"),
+            "resources",
+            tokio::time::Instant::now(),
+        ) {
+            let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
+            return Err(McpError::invalid_request(
+                format!(
+                    "this device asked for resources too often (at most {} a second, {} at once); retry in {millis} ms",
+                    rate::PER_SECOND,
+                    rate::BURST
+                ),
+                Some(json!({ "retryAfterMs": millis })),
+            ));
+        }
         Ok((resources, caller))
     }
 }
@@ -877,6 +894,147 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
     use super::*;
+
+    /// An MCP client of the official Rust SDK hears a change of a resource it subscribed to;
+    /// one it may not read, or not of the server's form, is not found (-32002); a session
+    /// watches at most 16 (the 17th is refused until one is unsubscribed), and a device's
+    /// resource requests are rate limited; a server without resources has none (-32601).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_subscribed_client_hears_a_change_and_each_session_s_watches_are_bounded() {
+        use crate::resources::board::{Board, set};
+        use pap_browser::spec::InstanceKey;
+        use rmcp::ServiceExt as _;
+        use rmcp::model::ErrorCode;
+        let dir = crate::scratch::Dir::new("pap-host-resources");
+        let consent = Arc::new(
+            pap_browser::consent::ConsentHost::open(
+                dir.path(),
+                Arc::new(pap_shared::SystemClock),
+                Arc::new(pap_shared::SystemRng),
+            )
+            .unwrap(),
+        );
+        let tools = ToolHost::new(
+            pap_browser::chromium::manifest().unwrap(),
+            pap_browser::BrowserHost::new(),
+            pap_browser::chromium::ChromiumConfig::new(dir.path().to_owned()),
+            InstanceKey::try_from("resources").unwrap(),
+            consent,
+        );
+        let devices = Devices::at(dir.path());
+        let (device, bearer) = devices
+            .mint("test", "install", &pap_shared::SystemClock, &pap_shared::SystemRng)
+            .unwrap();
+        let serve = |server: BrowserServer| {
+            let (ours, theirs) = tokio::io::duplex(1 << 16);
+            tokio::spawn(async move {
+                if let Ok(running) = server.serve(ours).await {
+                    let _ = running.waiting().await;
+                }
+            });
+            theirs
+        };
+
+        // Without resources: none to list.
+        let plain = BrowserServer::stdio(
+            tools.clone(),
+            devices.clone(),
+            Bearer::presented(bearer.expose()),
+            device.id.clone(),
+        );
+        let client = ().serve(serve(plain)).await.unwrap();
+        let none = client.list_resources(None).await.unwrap_err();
+        assert!(format!("{none:?}").contains("-32601"), "{none:?}");
+        client.cancel().await.unwrap();
+
+        let board = Arc::new(Board::default());
+        for i in 0..=SUBSCRIBED_AT_MOST {
+            set(&board, &format!("test://{i}"), Ok("proposed"));
+        }
+        let code = |error: rmcp::ServiceError| match error {
+            rmcp::ServiceError::McpError(error) => error.code,
+            other => panic!("{other:?}"),
+        };
+
+        // Another device: not found, then rate limited (its bucket of 20 spent in a tight loop).
+        let (other, other_bearer) = devices
+            .mint("other", "install", &pap_shared::SystemClock, &pap_shared::SystemRng)
+            .unwrap();
+        let server =
+            BrowserServer::stdio(tools.clone(), devices.clone(), other_bearer, other.id).with_resources(board.clone());
+        let client = ().serve(serve(server)).await.unwrap();
+        let read = |uri: &'static str| client.read_resource(rmcp::model::ReadResourceRequestParams::new(uri));
+        assert_eq!(
+            code(read("file:///etc/passwd").await.unwrap_err()),
+            ErrorCode::RESOURCE_NOT_FOUND
+        );
+        assert_eq!(
+            code(read("test://unknown").await.unwrap_err()),
+            ErrorCode::RESOURCE_NOT_FOUND
+        );
+        let mut refused = 0;
+        for _ in 0..30 {
+            if let Err(error) = read("test://1").await {
+                assert_eq!(code(error), ErrorCode::INVALID_REQUEST);
+                refused += 1;
+            }
+        }
+        assert!(refused > 0, "a device's resource requests are rate limited");
+        client.cancel().await.unwrap();
+
+        // The device: 16 subscriptions, a 17th refused until one is unsubscribed (19 requests,
+        // within its burst).
+        let server = BrowserServer::stdio(tools, devices, bearer, device.id).with_resources(board.clone());
+        let (updates, mut updated) = tokio::sync::mpsc::unbounded_channel();
+        let client = Updates(updates).serve(serve(server)).await.unwrap();
+        #[allow(deprecated, reason = "resources/subscribe is what a 2025-11-25 client speaks")]
+        let subscribe = |uri: String| client.subscribe(SubscribeRequestParams::new(uri));
+        for i in 0..SUBSCRIBED_AT_MOST {
+            subscribe(format!("test://{i}")).await.unwrap();
+        }
+        let over = format!("test://{SUBSCRIBED_AT_MOST}");
+        assert_eq!(
+            code(subscribe(over.clone()).await.unwrap_err()),
+            ErrorCode::INVALID_PARAMS
+        );
+        #[allow(deprecated, reason = "as above")]
+        client
+            .unsubscribe(UnsubscribeRequestParams::new("test://0"))
+            .await
+            .unwrap();
+        subscribe(over).await.unwrap();
+
+        // The person decides: the client hears it at the next read, once.
+        set(&board, "test://3", Ok("succeeded"));
+        let heard = tokio::time::timeout(std::time::Duration::from_secs(10), updated.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(heard, "test://3");
+        set(&board, "test://0", Ok("succeeded"));
+        let reads = board.reads.load(std::sync::atomic::Ordering::Relaxed);
+        let next = tokio::time::timeout(std::time::Duration::from_millis(2500), updated.recv()).await;
+        assert!(next.is_err(), "unsubscribed, and settled ones said once: {next:?}");
+        assert!(
+            board.reads.load(std::sync::atomic::Ordering::Relaxed) > reads,
+            "the others are still read"
+        );
+        client.cancel().await.unwrap();
+    }
+
+    /// An MCP client that passes on each `notifications/resources/updated` it hears.
+    #[derive(Clone, Debug)]
+    struct Updates(tokio::sync::mpsc::UnboundedSender<String>);
+
+    impl rmcp::ClientHandler for Updates {
+        async fn on_resource_updated(
+            &self,
+            params: ResourceUpdatedNotificationParam,
+            _context: rmcp::service::NotificationContext<rmcp::service::RoleClient>,
+        ) {
+            let _ = self.0.send(params.uri);
+        }
+    }
 
     #[test]
     fn a_consent_required_files_one_request_and_the_person_s_no_answers_the_next_call() {
