@@ -2,7 +2,8 @@
 //! 127.0.0.1, at concurrency 1, 8 and 32.
 //!
 //! Run with `cargo bench -p pap-company --bench join_load` (optionally `-- JOINS_PER_LEVEL`,
-//! default 3000). The server (the route behind rustls, HTTP/1.1 keep-alive) and the clients
+//! default 3000, `--level N`, repeated, for only those concurrencies (a profile of one), and
+//! `--log` for `pap-company`'s own log lines, at `info` on stderr, as it runs by default). The server (the route behind rustls, HTTP/1.1 keep-alive) and the clients
 //! share this machine's cores, as a company's front end and its load balancer would not: the
 //! figures are a floor. Assertions are signed before the clock starts; each join is one POST
 //! answered 303 with a cookie (redirects are not followed).
@@ -30,8 +31,32 @@ use pap_shared::CompactJws;
 use support::World;
 
 fn main() {
-    let joins: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(3_000);
-    let own_core = std::env::args().any(|a| a == "--redis-on-its-own-core");
+    let args: Vec<String> = std::env::args().collect();
+    // The first number that is not a `--level`'s.
+    let joins: usize = args
+        .windows(2)
+        .filter(|pair| pair[0] != "--level")
+        .find_map(|pair| pair[1].parse().ok())
+        .unwrap_or(3_000);
+    let own_core = args.iter().any(|a| a == "--redis-on-its-own-core");
+    if args.iter().any(|a| a == "--log") {
+        // What `pap-company` installs: its log lines at `info` unless RUST_LOG says, on stderr.
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            )
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    let chosen: Vec<usize> = args
+        .windows(2)
+        .filter(|pair| pair[0] == "--level")
+        .filter_map(|pair| pair[1].parse().ok())
+        .collect();
+    if !chosen.is_empty() {
+        let _ = LEVELS.set(chosen);
+    }
     if own_core {
         // Before the runtime's threads exist: they inherit core 0.
         pin(std::process::id(), "0");
@@ -94,7 +119,12 @@ fn place(servers: &[&support::redis_server::RedisServer]) {
 /// One store's figures at each concurrency.
 type Figures = Vec<Level>;
 
-const LEVELS: [usize; 3] = [1, 8, 32];
+/// The concurrencies run: 1, 8 and 32 unless `--level` chose.
+static LEVELS: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+
+fn levels_run() -> &'static [usize] {
+    LEVELS.get_or_init(|| vec![1, 8, 32])
+}
 
 async fn run(joins: usize) {
     let pki = support::test_pki(&["shop.example"]);
@@ -340,7 +370,7 @@ async fn memory_per_join(url: &str, session: &pap_shared::SessionId) {
     );
 }
 
-/// The run at each of [`LEVELS`]: `joins` fresh assertions each; over Redis at `redis`, what
+/// The run at each of the levels (`levels_run`): `joins` fresh assertions each; over Redis at `redis`, what
 /// Redis did for them.
 async fn levels(
     client: &reqwest::Client,
@@ -349,7 +379,7 @@ async fn levels(
     assertion: impl Fn() -> CompactJws,
 ) -> Figures {
     let mut figures = Vec::new();
-    for concurrency in LEVELS {
+    for &concurrency in levels_run() {
         let assertions: Vec<CompactJws> = (0..joins).map(|_| assertion()).collect();
         let redis_before = match redis {
             Some(meter) => Some(meter.read().await),

@@ -6,6 +6,7 @@ pinned in mcp-requirements.txt): a client nobody on this project wrote.
     python mcp_client.py tunnel BASE_URL BEARER_FILE
     python mcp_client.py rtt    BASE_URL (code PAIRING_CODE | bearer-file BEARER_FILE)
     python mcp_client.py reconnect BASE_URL BEARER_FILE ROUNDS
+    python mcp_client.py watch  BASE_URL BEARER_FILE URI
 
 `tunnel`: BASE_URL is a device's `pap-agent pair connect` endpoint (AIP-59 pair/v2), with the
 endpoint's own bearer from BEARER_FILE; the tunnel serves it as its paired device; the same
@@ -16,6 +17,12 @@ pairs first (the direct path).
 `reconnect`: ROUNDS sessions one after another, none of them ended (`terminate_on_close=False`:
 no HTTP DELETE, as a client that crashes or restarts leaves them); each lists the tools and calls
 `browser_profile_list`. Prints how many worked; every one must (issue 39).
+
+`watch`: listens (`subscriptions/listen`, protocol 2026-07-28) for changes of the resource URI,
+says `mcp_client: watching` on stderr once the server acknowledged it, waits (2 minutes at most)
+for `notifications/resources/updated`, then reads the resource and prints one JSON line: the
+protocol, the URI heard, the resource's `state` and how many milliseconds after `watching` it
+was heard.
 
 `http`: redeems PAIRING_CODE at BASE_URL/pair (AIP-59) for a bearer, then speaks streamable HTTP
 to BASE_URL/mcp with it. `stdio`: spawns the server exactly as CLIENT_CONFIG (a config
@@ -211,6 +218,37 @@ async def round_trips(base, how, value):
     }
 
 
+async def watch(base, bearer_file, uri):
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {bearer_of(bearer_file)}"})
+    async with http:
+        async with Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client:
+            if client.protocol_version < "2026-07-28":
+                fail(f"subscriptions/listen needs 2026-07-28; negotiated {client.protocol_version}")
+            async with client.listen(resource_subscriptions=[uri]) as subscription:
+                if uri not in (subscription.honored.resource_subscriptions or ()):
+                    fail(f"subscriptions/listen did not honour {uri}: {subscription.honored}")
+                print("mcp_client: watching", file=sys.stderr, flush=True)
+                began = time.perf_counter()
+                try:
+                    async with asyncio.timeout(120):
+                        async for event in subscription:
+                            heard = getattr(event, "uri", None)
+                            if heard == uri:
+                                break
+                        else:
+                            fail("the stream ended before the resource changed")
+                except TimeoutError:
+                    fail(f"no notifications/resources/updated for {uri} within 120 s")
+                took = (time.perf_counter() - began) * 1000
+            read = await client.read_resource(uri)
+            return {
+                "protocolVersion": client.protocol_version,
+                "heard": heard,
+                "state": json.loads(read.contents[0].text)["state"],
+                "afterWatchingMs": round(took, 1),
+            }
+
+
 async def reconnects(base, bearer_file, rounds):
     headers = {"Authorization": f"Bearer {bearer_of(bearer_file)}"}
     working = 0
@@ -273,6 +311,10 @@ def main():
         print(f"mcp_client: reconnect: {counted['working']} of {counted['rounds']} sessions worked", file=sys.stderr)
         if counted["working"] != counted["rounds"]:
             sys.exit(1)
+        return
+    elif mode == "watch" and len(sys.argv) == 5:
+        heard = asyncio.run(watch(sys.argv[2], sys.argv[3], sys.argv[4]))
+        print(json.dumps({"mode": mode, **heard}))
         return
     else:
         fail(__doc__)

@@ -10,21 +10,87 @@
 //! second for the first two minutes and every 5 s after, for at most an hour ([`Pace`]), and
 //! notifies when the text it reads differs from the last. A resource that settles (an operation
 //! no longer `proposed`), or that can no longer be read, is notified once more and no longer
-//! read; a read that fails for now (an error marked retryable: a company that does not answer)
-//! is tried again next time. One MCP session watches at most [`SUBSCRIBED_AT_MOST`] resources,
-//! and a watch ends when its client goes.
+//! read; one already settled, or unreadable, when the watch begins is notified at once (the
+//! person may have decided between the client's read and its subscription); a read that fails
+//! for now (an error marked retryable: a company that does not answer) is tried again next
+//! time.
+//!
+//! What a device may make the host do is bounded per device, whatever its sessions and streams:
+//! it watches at most [`WATCHED_AT_MOST`] resources at once ([`Budget`], shared by every session
+//! of a server, so a stateless `subscriptions/listen` request, served by a fresh server
+//! instance, counts too), and each read a watch makes is one of the device's resource requests
+//! under its rate limit (a read refused by it is tried next round).
 
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pap_browser::spec::{AgentCaller, ToolError};
 use rmcp::model::{Resource, ResourceTemplate};
 
-/// How many resources one MCP session may watch at once (legacy subscriptions and one
-/// `subscriptions/listen` stream's URIs alike).
-pub const SUBSCRIBED_AT_MOST: usize = 16;
+/// How many resources one device may watch at once, over all its MCP sessions and streams.
+pub const WATCHED_AT_MOST: usize = 16;
+
+/// What each device watches now ([`WATCHED_AT_MOST`] each), shared by every session of a
+/// server. An entry lives while its device watches something.
+#[derive(Clone, Debug, Default)]
+pub struct Budget(Arc<Mutex<HashMap<String, usize>>>);
+
+impl Budget {
+    /// Up to `wanted` of `device`'s room, held until the [`Held`] is dropped (none when the
+    /// device already watches its [`WATCHED_AT_MOST`]).
+    pub fn take(&self, device: &str, wanted: usize) -> Held {
+        let mut watching = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = watching.get(device).copied().unwrap_or(0);
+        let count = wanted.min(WATCHED_AT_MOST.saturating_sub(now));
+        if count > 0 {
+            watching.insert(device.to_owned(), now + count);
+        }
+        Held {
+            budget: self.clone(),
+            device: device.to_owned(),
+            count,
+        }
+    }
+
+    /// How many `device` watches now.
+    pub fn watching(&self, device: &str) -> usize {
+        let watching = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        watching.get(device).copied().unwrap_or(0)
+    }
+}
+
+/// A share of a device's [`Budget`], given back when dropped.
+#[derive(Debug)]
+pub struct Held {
+    budget: Budget,
+    device: String,
+    count: usize,
+}
+
+impl Held {
+    /// How many watches it holds.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.count == 0 {
+            return;
+        }
+        let mut watching = self.budget.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(now) = watching.get_mut(&self.device) {
+            *now = now.saturating_sub(self.count);
+            if *now == 0 {
+                watching.remove(&self.device);
+            }
+        }
+    }
+}
 
 /// Resources an embedder serves beside the browser's tools, under the same device
 /// authentication: each read runs as the device that asked, which sees only its own.
@@ -91,14 +157,17 @@ pub enum Ended {
     TimedOut,
 }
 
-/// Watches `watched` (each URI with what it read when the watch began) as `caller` at `pace`,
-/// calling `notify(uri)` each time a read differs from the last one; `notify` answers whether
-/// the client still listens, and `listening` is asked before each round.
+/// Watches `watched` (each URI with what it read when the watch began, `None` when that read
+/// failed) as `caller` at `pace`, calling `notify(uri)` each time a read differs from the last
+/// one (at once for one settled or unread at the start); `notify` answers whether the client
+/// still listens, `listening` is asked before each round, and `may_read` before each read (the
+/// device's rate limit: a read it refuses waits for the next round).
 pub async fn watch<N, F>(
     resources: &dyn ExtraResources,
     caller: &AgentCaller,
-    watched: Vec<(String, Reading)>,
+    watched: Vec<(String, Option<Reading>)>,
     pace: Pace,
+    may_read: impl Fn() -> bool,
     listening: impl Fn() -> bool,
     mut notify: N,
 ) -> Ended
@@ -107,11 +176,20 @@ where
     F: Future<Output = bool>,
 {
     let began = tokio::time::Instant::now();
-    let mut last: HashMap<String, String> = watched
-        .into_iter()
-        .filter(|(_, reading)| !reading.settled)
-        .map(|(uri, reading)| (uri, reading.text))
-        .collect();
+    let mut last: HashMap<String, String> = HashMap::new();
+    for (uri, reading) in watched {
+        match reading {
+            Some(reading) if !reading.settled => {
+                last.insert(uri, reading.text);
+            }
+            // Decided (or gone) before the watch began: said now, as a change would be.
+            _ => {
+                if !notify(uri).await {
+                    return Ended::ClientGone;
+                }
+            }
+        }
+    }
     while !last.is_empty() {
         let gap = if began.elapsed() < pace.first_for {
             pace.first
@@ -125,7 +203,7 @@ where
         if !listening() {
             return Ended::ClientGone;
         }
-        let uris: Vec<String> = last.keys().cloned().collect();
+        let uris: Vec<String> = last.keys().filter(|_| may_read()).cloned().collect();
         let reads = futures_util::future::join_all(uris.iter().map(|uri| resources.read(caller, uri))).await;
         for (uri, read) in uris.into_iter().zip(reads) {
             let (text, done) = match read {
@@ -207,12 +285,12 @@ mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
 
-    fn proposed() -> Reading {
-        Reading {
+    fn proposed() -> Option<Reading> {
+        Some(Reading {
             text: "proposed".to_owned(),
             mime_type: "text/plain",
             settled: false,
-        }
+        })
     }
 
     #[tokio::test(start_paused = true)]
@@ -230,6 +308,7 @@ mod tests {
                     &caller,
                     vec![("test://a".to_owned(), proposed()), ("test://b".to_owned(), proposed())],
                     Pace::default(),
+                    || true,
                     || true,
                     |uri| {
                         heard.lock().unwrap().push((uri, tokio::time::Instant::now()));
@@ -270,6 +349,47 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_read_the_device_s_rate_limit_refuses_waits_for_the_next_round() {
+        let board = Board::default();
+        set(&board, "test://a", Ok("succeeded"));
+        let caller = AgentCaller::paired("dev_a".to_owned());
+        let allowed = std::sync::atomic::AtomicUsize::new(0);
+        let start = tokio::time::Instant::now();
+        // Every other round is refused a read.
+        let ended = watch(
+            &board,
+            &caller,
+            vec![("test://a".to_owned(), proposed())],
+            Pace::default(),
+            || allowed.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 2 == 1,
+            || true,
+            |_| async { true },
+        )
+        .await;
+        assert_eq!(ended, Ended::Settled);
+        assert_eq!(start.elapsed(), Duration::from_secs(2), "read at the second round");
+        assert_eq!(board.reads.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_device_watches_at_most_16_over_all_its_sessions() {
+        let budget = Budget::default();
+        let first = budget.take("dev_a", 10);
+        let second = budget.take("dev_a", 10);
+        assert_eq!((first.count(), second.count()), (10, WATCHED_AT_MOST - 10));
+        assert_eq!(budget.take("dev_a", 1).count(), 0, "full");
+        assert_eq!(budget.take("dev_b", 16).count(), 16, "another device's room is its own");
+        drop(first);
+        assert_eq!(budget.watching("dev_a"), WATCHED_AT_MOST - 10);
+        drop(second);
+        assert_eq!(budget.watching("dev_a"), 0);
+        assert!(
+            !budget.0.lock().unwrap().contains_key("dev_a"),
+            "no entry once it watches nothing"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_watch_slows_after_two_minutes_ends_after_an_hour_and_when_its_client_goes() {
         let board = Arc::new(Board::default());
         set(&board, "test://a", Ok("proposed"));
@@ -280,6 +400,7 @@ mod tests {
             &caller,
             vec![("test://a".to_owned(), proposed())],
             Pace::default(),
+            || true,
             || true,
             |_| async { true },
         )
@@ -301,6 +422,7 @@ mod tests {
             &caller,
             vec![("test://a".to_owned(), proposed())],
             Pace::default(),
+            || true,
             || !gone.swap(true, std::sync::atomic::Ordering::Relaxed),
             |_| async { true },
         )
@@ -316,26 +438,36 @@ mod tests {
             vec![("test://a".to_owned(), proposed())],
             Pace::default(),
             || true,
+            || true,
             |_| async { false },
         )
         .await;
         assert_eq!(ended, Ended::ClientGone);
-        // Settled from the start: nothing to watch.
+        // Settled, or unread, from the start: said at once, nothing watched.
+        let said = Mutex::new(Vec::new());
         let ended = watch(
             &board,
             &caller,
-            vec![(
-                "test://a".to_owned(),
-                Reading {
-                    settled: true,
-                    ..proposed()
-                },
-            )],
+            vec![
+                (
+                    "test://a".to_owned(),
+                    Some(Reading {
+                        settled: true,
+                        ..proposed().unwrap()
+                    }),
+                ),
+                ("test://gone".to_owned(), None),
+            ],
             Pace::default(),
             || true,
-            |_| async { true },
+            || true,
+            |uri| {
+                said.lock().unwrap().push(uri);
+                async { true }
+            },
         )
         .await;
+        assert_eq!(*said.lock().unwrap(), ["test://a", "test://gone"]);
         assert_eq!(ended, Ended::Settled);
     }
 }

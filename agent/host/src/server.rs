@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 
 use crate::pairing::{Bearer, Devices};
 use crate::rate;
-use crate::resources::{ExtraResources, Pace, Reading, SUBSCRIBED_AT_MOST};
+use crate::resources::{Budget, ExtraResources, Pace, Reading, WATCHED_AT_MOST};
 
 /// Tools an embedder serves beside the browser's (the PAP agent: its `pap_*` tools), under the
 /// same device authentication, rate limit and launch on demand. They run as the calling device
@@ -82,28 +82,21 @@ pub struct BrowserServer {
     /// Where calls are audited and requests for access filed, for the person's console
     /// ([`crate::console`]): the agent's state directory.
     record: Option<std::path::PathBuf>,
-    /// The embedder's resources, and what this MCP session watches of them
-    /// ([`crate::resources`]).
+    /// The embedder's resources, what each device watches of them (shared by every session),
+    /// and what this MCP session subscribed to ([`crate::resources`]).
     resources: Option<Arc<dyn ExtraResources>>,
+    watching: Budget,
     subscribed: Subscribed,
 }
 
-/// What one MCP session watches: its `resources/subscribe` tasks by URI, and how many URIs its
-/// `subscriptions/listen` streams watch; at most [`SUBSCRIBED_AT_MOST`] in all. A session's
-/// watches end with it (dropped, they are aborted).
+/// One MCP session's `resources/subscribe` watches, by URI (to unsubscribe); they end with the
+/// session (dropped, they are aborted).
 #[derive(Clone, Debug, Default)]
 struct Subscribed(Arc<std::sync::Mutex<Watches>>);
 
 #[derive(Debug, Default)]
 struct Watches {
     by_uri: std::collections::HashMap<String, tokio::task::AbortHandle>,
-    listened: usize,
-}
-
-impl Watches {
-    fn room(&self) -> usize {
-        SUBSCRIBED_AT_MOST.saturating_sub(self.by_uri.len() + self.listened)
-    }
 }
 
 impl Drop for Watches {
@@ -148,6 +141,7 @@ impl BrowserServer {
             name: (env!("CARGO_PKG_NAME").to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
             record: None,
             resources: None,
+            watching: Budget::default(),
             subscribed: Subscribed::default(),
         }
     }
@@ -163,6 +157,7 @@ impl BrowserServer {
             name: (env!("CARGO_PKG_NAME").to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
             record: None,
             resources: None,
+            watching: Budget::default(),
             subscribed: Subscribed::default(),
         }
     }
@@ -708,25 +703,30 @@ impl ServerHandler for BrowserServer {
         let (resources, caller) = self.resource_caller(&context)?;
         let uri = request.uri;
         let reading = read(resources.as_ref(), &caller, &uri).await?;
+        let device = caller.device_id().unwrap_or("local").to_owned();
         let mut watches = self.subscribed.lock();
         if watches.by_uri.contains_key(&uri) {
             return Ok(());
         }
-        if watches.room() == 0 {
+        let held = self.watching.take(&device, 1);
+        if held.count() == 0 {
             return Err(McpError::invalid_params(
-                format!("this session already watches {SUBSCRIBED_AT_MOST} resources: unsubscribe from one first"),
+                format!("this device already watches {WATCHED_AT_MOST} resources: unsubscribe from one first"),
                 None,
             ));
         }
         let peer = context.peer;
         let subscribed = Arc::downgrade(&self.subscribed.0);
         let watched = uri.clone();
+        let rate = self.rate.clone();
         let task = tokio::spawn(async move {
+            let _held = held;
             crate::resources::watch(
                 resources.as_ref(),
                 &caller,
-                vec![(watched.clone(), reading)],
+                vec![(watched.clone(), Some(reading))],
                 Pace::default(),
+                || may_read(&rate, &device),
                 || !peer.is_transport_closed(),
                 |uri| {
                     let peer = peer.clone();
@@ -767,38 +767,42 @@ impl ServerHandler for BrowserServer {
     }
 
     /// `subscriptions/listen` (protocol 2026-07-28): resource updates only, for URIs of this
-    /// server's form, as many as the session has room for.
+    /// server's form, each once, at most [`WATCHED_AT_MOST`] (the device's room is taken when the
+    /// stream begins: at this version each request has a server of its own).
     fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
         let resources = self.resources.as_ref()?;
-        let room = self.subscribed.lock().room();
-        let uris: Vec<String> = requested
-            .resource_subscriptions
-            .iter()
-            .flatten()
-            .filter(|uri| resources.names(uri))
-            .take(room)
-            .cloned()
-            .collect();
+        let mut uris: Vec<String> = Vec::new();
+        for uri in requested.resource_subscriptions.iter().flatten() {
+            if resources.names(uri) && !uris.contains(uri) && uris.len() < WATCHED_AT_MOST {
+                uris.push(uri.clone());
+            }
+        }
         Some(SubscriptionFilter::builder().resource_subscriptions(uris).build())
     }
 
-    /// Watches the stream's resources the device may read (the others are never notified) until
-    /// each has settled (the stream then ends) or the client cancels it.
+    /// Watches the stream's resources, as many as the device has room for (none: refused), until
+    /// each has settled (the stream then ends) or the client cancels it. Each URI is read once
+    /// now, under the device's rate limit; one settled, or unreadable (the device may not read
+    /// it), is notified at once, so the client reads it and learns why.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
         let (resources, caller) = self.resource_caller(context.request_context())?;
+        let device = caller.device_id().unwrap_or("local").to_owned();
         let accepted = context.accepted().resource_subscriptions.clone().unwrap_or_default();
-        // Room is taken now (another stream may have taken some since the filter was accepted).
-        let held = {
-            let mut watches = self.subscribed.lock();
-            let held = accepted.len().min(watches.room());
-            watches.listened += held;
-            Listened(self.subscribed.clone(), held)
-        };
+        let held = self.watching.take(&device, accepted.len());
+        if held.count() == 0 {
+            return Err(McpError::invalid_params(
+                format!("this device already watches {WATCHED_AT_MOST} resources: end a subscription first"),
+                None,
+            ));
+        }
         let mut watched = Vec::new();
-        for uri in accepted.into_iter().take(held.1) {
-            if let Ok(reading) = resources.read(&caller, &uri).await {
-                watched.push((uri, reading));
-            }
+        for uri in accepted.into_iter().take(held.count()) {
+            let reading = if may_read(&self.rate, &device) {
+                resources.read(&caller, &uri).await.ok()
+            } else {
+                None
+            };
+            watched.push((uri, reading));
         }
         let peer = context.request_context().peer.clone();
         let sink = context.sink().clone();
@@ -808,6 +812,7 @@ impl ServerHandler for BrowserServer {
                 &caller,
                 watched,
                 Pace::default(),
+                || may_read(&self.rate, &device),
                 || !peer.is_transport_closed(),
                 |uri| {
                     let sink = sink.clone();
@@ -816,19 +821,18 @@ impl ServerHandler for BrowserServer {
             ) => {}
             () = context.cancelled() => {}
         }
+        drop(held);
         Ok(())
     }
 }
 
-/// A `subscriptions/listen` stream's share of its session's room, given back when it ends.
-struct Listened(Subscribed, usize);
-
-impl Drop for Listened {
-    fn drop(&mut self) {
-        let mut watches = self.0.lock();
-        watches.listened = watches.listened.saturating_sub(self.1);
-    }
+/// Whether `device` may make one more resource request now (a watch's read is one).
+fn may_read(rate: &rate::RateLimit, device: &str) -> bool {
+    rate.check(device, RESOURCES, tokio::time::Instant::now()).is_ok()
 }
+
+/// The bucket of the per-device rate limit every resource request shares.
+const RESOURCES: &str = "resources";
 
 /// Reads `uri` as `caller`: one not of `resources`' form, or one the caller may not read, is not
 /// found (-32002); one that cannot be read now is an internal error saying why.
@@ -872,7 +876,7 @@ impl BrowserServer {
             .map_err(|refused| McpError::invalid_request(refused.message, None))?;
         if let Err(wait) = self.rate.check(
             caller.device_id().unwrap_or("local"),
-            "resources",
+            RESOURCES,
             tokio::time::Instant::now(),
         ) {
             let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
@@ -948,7 +952,7 @@ mod tests {
         client.cancel().await.unwrap();
 
         let board = Arc::new(Board::default());
-        for i in 0..=SUBSCRIBED_AT_MOST {
+        for i in 0..=WATCHED_AT_MOST {
             set(&board, &format!("test://{i}"), Ok("proposed"));
         }
         let code = |error: rmcp::ServiceError| match error {
@@ -989,10 +993,10 @@ mod tests {
         let client = Updates(updates).serve(serve(server)).await.unwrap();
         #[allow(deprecated, reason = "resources/subscribe is what a 2025-11-25 client speaks")]
         let subscribe = |uri: String| client.subscribe(SubscribeRequestParams::new(uri));
-        for i in 0..SUBSCRIBED_AT_MOST {
+        for i in 0..WATCHED_AT_MOST {
             subscribe(format!("test://{i}")).await.unwrap();
         }
-        let over = format!("test://{SUBSCRIBED_AT_MOST}");
+        let over = format!("test://{WATCHED_AT_MOST}");
         assert_eq!(
             code(subscribe(over.clone()).await.unwrap_err()),
             ErrorCode::INVALID_PARAMS

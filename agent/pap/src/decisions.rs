@@ -188,8 +188,11 @@ impl pap_host::console::Decisions for crate::PapTools {
 }
 
 /// The operations as MCP resources ([`pap_host::resources`]): `pap://DOMAIN/operations/ID`, read
-/// with the calling device's own Session as `pap_operation` reads it (the operation as JSON), and
-/// settled once the company no longer says `proposed`. A client that subscribes to the one its
+/// with the calling device's own Session as `pap_operation` reads it (the operation as JSON: what
+/// the company shows that Session, which may include an operation another device of the same
+/// account proposed; nothing is fetched for a company the device holds no Session with), and
+/// settled once the company no longer says `proposed`. `resources/list` names the device's own
+/// proposals. A client that subscribes to the one its
 /// `pap_propose` answered hears `notifications/resources/updated` when the person confirms or
 /// cancels it in their console, and reads the outcome; the device decides nothing (AIP-7).
 #[async_trait::async_trait]

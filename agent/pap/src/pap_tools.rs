@@ -404,6 +404,14 @@ impl PapTools {
         id: &str,
     ) -> Result<pap_shared::Operation, ToolError> {
         let holder = Holder::of(caller.device_id());
+        // No Session of this holder's with this company: nothing is fetched (naming a host
+        // makes the agent fetch none of its documents).
+        let named = company_domain(domain)?;
+        let held =
+            Wallet::load_held(&self.state_dir, &named, &holder, &self.sealing).map_err(|e| internal(&e.to_string()))?;
+        if held.is_none_or(|wallet| wallet.session.is_none()) {
+            return Err(no_session());
+        }
         let (company, wallet) = self.record(&holder, domain).await?;
         let session = wallet.session.as_ref().ok_or_else(no_session)?;
         self.client

@@ -1097,9 +1097,11 @@ async fn picture_up(page: &chromiumoxide::Page) -> chromiumoxide::layout::Boundi
 /// console beside the tool host; the person opens it on its page (a tab of their own, in A's
 /// jar, where A's join left the website Session) and clicks Confirm on the live picture with
 /// their own mouse: the company performs it once, a second click performs nothing, and A learns
-/// the outcome through `pap_operation`, and, paired over streamable HTTP with the official Rust
-/// SDK's client subscribed to the operation's resource, through `notifications/resources/updated`
-/// (its latency from the person's click printed). The list no longer shows it.
+/// the outcome through `pap_operation`, and, paired over streamable HTTP, through
+/// `notifications/resources/updated` on the operation's resource: to a client of the official
+/// Rust SDK that subscribed (`resources/subscribe`, 2025-11-25) and to one of the official Python
+/// SDK that listens (`subscriptions/listen`, 2026-07-28); the latencies from the person's click
+/// are printed. The list no longer shows it. Needs `PAP_MCP_PYTHON` too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Chromium; .ci/run runs it"]
 async fn the_person_confirms_from_the_console_once_and_the_device_learns_it() {
@@ -1178,6 +1180,37 @@ async fn the_person_confirms_from_the_console_once_and_the_device_learns_it() {
         .await
         .unwrap();
     assert_eq!(state_of(read), "proposed");
+    // And the official Python SDK, at protocol 2026-07-28, listens for it (`subscriptions/listen`).
+    let python = std::env::var("PAP_MCP_PYTHON").expect(
+        "PAP_MCP_PYTHON must name a Python with conformance/interop/mcp-requirements.txt (bash .ci/run sets it up)",
+    );
+    let bearer_file = w.stage.work.join("laptop.bearer");
+    std::fs::write(&bearer_file, bearer.expose()).unwrap();
+    let mut python_listener = tokio::process::Command::new(python)
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../conformance/interop/mcp_client.py"))
+        .args([
+            "watch",
+            &format!("http://{mcp_addr}"),
+            bearer_file.to_str().unwrap(),
+            &uri,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut said = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(python_listener.stderr.take().unwrap()));
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = said.next_line().await.unwrap() {
+            if line == "mcp_client: watching" {
+                return;
+            }
+            eprintln!("{line}");
+        }
+        panic!("the Python SDK's listener ended before it watched");
+    })
+    .await
+    .expect("the Python SDK's listener did not watch within 60 s");
 
     // The console, in process, beside the tool host.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -1306,6 +1339,20 @@ async fn the_person_confirms_from_the_console_once_and_the_device_learns_it() {
         .await
         .unwrap();
     assert_eq!(state_of(read), "succeeded");
+    let listened = tokio::time::timeout(Duration::from_secs(60), python_listener.wait_with_output())
+        .await
+        .expect("the Python SDK's listener did not finish within 60 s of the person's click")
+        .unwrap();
+    let python_latency = clicked.elapsed();
+    assert!(listened.status.success(), "the Python SDK's listener failed");
+    let heard: Value = serde_json::from_slice(&listened.stdout).unwrap();
+    assert_eq!(heard["protocolVersion"], "2026-07-28", "{heard}");
+    assert_eq!(heard["heard"], uri.as_str(), "{heard}");
+    assert_eq!(heard["state"], "succeeded", "{heard}");
+    eprintln!(
+        "the Python SDK's subscriptions/listen heard it and read the outcome within {} ms of the person's click",
+        python_latency.as_millis()
+    );
     // A second click on the same place performs nothing: the page offers no confirm now.
     page.goto(format!("{}/tabs/{key}", console.origin())).await.ok();
     picture_up(&page).await;
