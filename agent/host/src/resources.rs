@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pap_browser::spec::{AgentCaller, ToolError};
+use rmcp::ErrorData as McpError;
 use rmcp::model::{Resource, ResourceTemplate};
 
 /// How many resources one device may watch at once, over all its MCP sessions and streams.
@@ -144,6 +145,108 @@ impl Default for Pace {
             at_most: Duration::from_secs(3600),
         }
     }
+}
+
+/// One MCP session's `resources/subscribe` watches, by URI (to unsubscribe); they end with the
+/// session (dropped, they are aborted).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Subscribed(Arc<Mutex<Watches>>);
+
+#[derive(Debug, Default)]
+pub(crate) struct Watches {
+    by_uri: HashMap<String, tokio::task::AbortHandle>,
+}
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        for task in self.by_uri.values() {
+            task.abort();
+        }
+    }
+}
+
+impl Subscribed {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Watches> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether the session watches `uri`.
+    pub(crate) fn has(&self, uri: &str) -> bool {
+        self.lock().by_uri.contains_key(uri)
+    }
+
+    /// Runs `watching` as the session's watch of `uri`, unless it already has one (then
+    /// `watching` is dropped unrun); over, it is forgotten, so `uri` may be subscribed again.
+    pub(crate) fn spawn(&self, uri: String, watching: impl Future<Output = ()> + Send + 'static) {
+        let mut watches = self.lock();
+        if watches.by_uri.contains_key(&uri) {
+            return;
+        }
+        let session = Arc::downgrade(&self.0);
+        let key = uri.clone();
+        let task = tokio::spawn(async move {
+            watching.await;
+            if let Some(session) = session.upgrade() {
+                let mut watches = session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if watches.by_uri.get(&key).is_some_and(|t| t.id() == tokio::task::id()) {
+                    watches.by_uri.remove(&key);
+                }
+            }
+        });
+        watches.by_uri.insert(uri, task.abort_handle());
+    }
+
+    /// Ends the session's watch of `uri`, if it has one.
+    pub(crate) fn end(&self, uri: &str) {
+        if let Some(task) = self.lock().by_uri.remove(uri) {
+            task.abort();
+        }
+    }
+}
+
+/// The bucket of the per-device rate limit every resource request shares.
+const RESOURCES: &str = "resources";
+
+/// Whether `device` may make one more resource request now (a watch's read is one).
+pub(crate) fn may_read(rate: &crate::rate::RateLimit, device: &str) -> bool {
+    rate.check(device, RESOURCES, tokio::time::Instant::now()).is_ok()
+}
+
+/// `device`'s resource request, counted: refused (-32600, `retryAfterMs`) past its rate.
+pub(crate) fn within_rate(rate: &crate::rate::RateLimit, device: &str) -> Result<(), McpError> {
+    let Err(wait) = rate.check(device, RESOURCES, tokio::time::Instant::now()) else {
+        return Ok(());
+    };
+    let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
+    Err(McpError::invalid_request(
+        format!(
+            "this device asked for resources too often (at most {} a second, {} at once); retry in {millis} ms",
+            crate::rate::PER_SECOND,
+            crate::rate::BURST
+        ),
+        Some(serde_json::json!({ "retryAfterMs": millis })),
+    ))
+}
+
+/// Reads `uri` as `caller`: one not of `resources`' form, or one the caller may not read, is not
+/// found (-32002); one that cannot be read now is an internal error saying why.
+pub(crate) async fn read(resources: &dyn ExtraResources, caller: &AgentCaller, uri: &str) -> Result<Reading, McpError> {
+    if !resources.names(uri) {
+        return Err(McpError::resource_not_found(
+            format!(
+                "no resource here has this URI: {}",
+                uri.chars().take(128).collect::<String>()
+            ),
+            None,
+        ));
+    }
+    resources.read(caller, uri).await.map_err(|error| {
+        if error.retryable == Some(true) {
+            McpError::internal_error(error.message, None)
+        } else {
+            McpError::resource_not_found(error.message, None)
+        }
+    })
 }
 
 /// Why a watch ended.

@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 
 use crate::pairing::{Bearer, Devices};
 use crate::rate;
-use crate::resources::{Budget, ExtraResources, Pace, Reading, WATCHED_AT_MOST};
+use crate::resources::{Budget, ExtraResources, Pace, Subscribed, WATCHED_AT_MOST, may_read, read};
 
 /// Tools an embedder serves beside the browser's (the PAP agent: its `pap_*` tools), under the
 /// same device authentication, rate limit and launch on demand. They run as the calling device
@@ -87,30 +87,6 @@ pub struct BrowserServer {
     resources: Option<Arc<dyn ExtraResources>>,
     watching: Budget,
     subscribed: Subscribed,
-}
-
-/// One MCP session's `resources/subscribe` watches, by URI (to unsubscribe); they end with the
-/// session (dropped, they are aborted).
-#[derive(Clone, Debug, Default)]
-struct Subscribed(Arc<std::sync::Mutex<Watches>>);
-
-#[derive(Debug, Default)]
-struct Watches {
-    by_uri: std::collections::HashMap<String, tokio::task::AbortHandle>,
-}
-
-impl Drop for Watches {
-    fn drop(&mut self) {
-        for task in self.by_uri.values() {
-            task.abort();
-        }
-    }
-}
-
-impl Subscribed {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Watches> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
 }
 
 /// Who a call comes from.
@@ -704,8 +680,7 @@ impl ServerHandler for BrowserServer {
         let uri = request.uri;
         let reading = read(resources.as_ref(), &caller, &uri).await?;
         let device = caller.device_id().unwrap_or("local").to_owned();
-        let mut watches = self.subscribed.lock();
-        if watches.by_uri.contains_key(&uri) {
+        if self.subscribed.has(&uri) {
             return Ok(());
         }
         let held = self.watching.take(&device, 1);
@@ -716,15 +691,14 @@ impl ServerHandler for BrowserServer {
             ));
         }
         let peer = context.peer;
-        let subscribed = Arc::downgrade(&self.subscribed.0);
-        let watched = uri.clone();
         let rate = self.rate.clone();
-        let task = tokio::spawn(async move {
+        let watched = uri.clone();
+        self.subscribed.spawn(uri, async move {
             let _held = held;
             crate::resources::watch(
                 resources.as_ref(),
                 &caller,
-                vec![(watched.clone(), Some(reading))],
+                vec![(watched, Some(reading))],
                 Pace::default(),
                 || may_read(&rate, &device),
                 || !peer.is_transport_closed(),
@@ -738,19 +712,7 @@ impl ServerHandler for BrowserServer {
                 },
             )
             .await;
-            // Over: the session may subscribe to it again.
-            if let Some(subscribed) = subscribed.upgrade() {
-                let mut watches = subscribed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                if watches
-                    .by_uri
-                    .get(&watched)
-                    .is_some_and(|t| t.id() == tokio::task::id())
-                {
-                    watches.by_uri.remove(&watched);
-                }
-            }
         });
-        watches.by_uri.insert(uri, task.abort_handle());
         Ok(())
     }
 
@@ -760,9 +722,7 @@ impl ServerHandler for BrowserServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         self.resource_caller(&context)?;
-        if let Some(task) = self.subscribed.lock().by_uri.remove(&request.uri) {
-            task.abort();
-        }
+        self.subscribed.end(&request.uri);
         Ok(())
     }
 
@@ -826,35 +786,6 @@ impl ServerHandler for BrowserServer {
     }
 }
 
-/// Whether `device` may make one more resource request now (a watch's read is one).
-fn may_read(rate: &rate::RateLimit, device: &str) -> bool {
-    rate.check(device, RESOURCES, tokio::time::Instant::now()).is_ok()
-}
-
-/// The bucket of the per-device rate limit every resource request shares.
-const RESOURCES: &str = "resources";
-
-/// Reads `uri` as `caller`: one not of `resources`' form, or one the caller may not read, is not
-/// found (-32002); one that cannot be read now is an internal error saying why.
-async fn read(resources: &dyn ExtraResources, caller: &AgentCaller, uri: &str) -> Result<Reading, McpError> {
-    if !resources.names(uri) {
-        return Err(McpError::resource_not_found(
-            format!(
-                "no resource here has this URI: {}",
-                uri.chars().take(128).collect::<String>()
-            ),
-            None,
-        ));
-    }
-    resources.read(caller, uri).await.map_err(|error| {
-        if error.retryable == Some(true) {
-            McpError::internal_error(error.message, None)
-        } else {
-            McpError::resource_not_found(error.message, None)
-        }
-    })
-}
-
 impl BrowserServer {
     /// The resources served and the device a resource request comes from (its pairing checked
     /// now): a server without resources has none to list (-32601), an unpaired device is refused,
@@ -874,21 +805,7 @@ impl BrowserServer {
         let caller = self
             .caller(context)
             .map_err(|refused| McpError::invalid_request(refused.message, None))?;
-        if let Err(wait) = self.rate.check(
-            caller.device_id().unwrap_or("local"),
-            RESOURCES,
-            tokio::time::Instant::now(),
-        ) {
-            let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
-            return Err(McpError::invalid_request(
-                format!(
-                    "this device asked for resources too often (at most {} a second, {} at once); retry in {millis} ms",
-                    rate::PER_SECOND,
-                    rate::BURST
-                ),
-                Some(json!({ "retryAfterMs": millis })),
-            ));
-        }
+        crate::resources::within_rate(&self.rate, caller.device_id().unwrap_or("local"))?;
         Ok((resources, caller))
     }
 }
@@ -900,11 +817,11 @@ mod tests {
     use super::*;
 
     /// An MCP client of the official Rust SDK hears a change of a resource it subscribed to;
-    /// one it may not read, or not of the server's form, is not found (-32002); a session
-    /// watches at most 16 (the 17th is refused until one is unsubscribed), and a device's
-    /// resource requests are rate limited; a server without resources has none (-32601).
+    /// one not of the server's form, or unknown, is not found (-32002); a device watches at
+    /// most 16 (the 17th is refused until one is unsubscribed), and its resource requests are
+    /// rate limited; a server without resources has none (-32601).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_subscribed_client_hears_a_change_and_each_session_s_watches_are_bounded() {
+    async fn a_subscribed_client_hears_a_change_and_each_device_s_watches_are_bounded() {
         use crate::resources::board::{Board, set};
         use pap_browser::spec::InstanceKey;
         use rmcp::ServiceExt as _;
