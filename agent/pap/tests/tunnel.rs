@@ -138,6 +138,27 @@ async fn a_device_pairs_through_the_broker_reaches_only_the_host_and_is_told_whe
     assert_eq!(health.status(), 200);
     let health: serde_json::Value = serde_json::from_slice(&health.bytes().await.unwrap()).unwrap();
     assert_eq!(health["ok"], true);
+
+    // One tunnel client per credential (§5.3): a second process on the same pairing, `pair
+    // stdio` (what install-mcp --tunnel configures) or another `pair connect`, is refused before
+    // it connects or writes anything, naming the process that holds it.
+    let connect_pid = connect.id().unwrap();
+    for second in [
+        vec!["pair", "stdio", fingerprint.as_str()],
+        vec!["pair", "connect", fingerprint.as_str(), "--listen", "127.0.0.1:0"],
+    ] {
+        let said = pap_fails(&device_state, &second);
+        assert!(
+            said.contains("already the tunnel client of this pairing")
+                && said.contains(&format!("(pid {connect_pid})")),
+            "{second:?}: {said}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(&bearer_file).unwrap(),
+        endpoint_bearer,
+        "the endpoint's bearer is the first process's still"
+    );
     // Only /mcp and /health: the host's /pair is not reachable through the tunnel.
     let pair = http
         .post(format!("http://{endpoint}/pair"))

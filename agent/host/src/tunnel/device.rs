@@ -5,7 +5,9 @@
 //!  accept     check the offer (§1.4) → show its fingerprint → pair on the offer's route →
 //!             show the host's name beside the fingerprint → ask → keep the credential
 //!             (STATE/hosts/<fingerprint>.json, 0600: pinned keys, broker, pair root)
-//!  connect    one channel per credential (§5.3), today's epoch route then yesterday's;
+//!  connect    one tunnel client per credential on this machine (§5.3: an exclusive lock,
+//!             STATE/hosts/<fingerprint>.tunnel.lock, held by the process that runs it), one
+//!             channel per credential, today's epoch route then yesterday's;
 //!             requests multiplexed by reqId; a dropped channel fails what was pending and
 //!             reconnects with jittered, capped backoff; an authenticated pairing_revoked
 //!             marks the credential revoked and ends it (no retry, §6.3)
@@ -78,6 +80,64 @@ pub enum DeviceError {
     /// The endpoint's listen address is not loopback.
     #[error("{0} is not a loopback address: the tunnel's endpoint serves this machine only")]
     NotLoopback(SocketAddr),
+    /// Another process is already this credential's tunnel client (§5.3: one per credential).
+    #[error(
+        "another process{} is already the tunnel client of this pairing (AIP-59 §5.3: one per credential): \
+         reach the host through it (pap-agent pair connect serves an endpoint), or stop it",
+        held_by(*.holder)
+    )]
+    TunnelHeld {
+        /// The holder's process id, as it wrote it (if it could be read).
+        holder: Option<u32>,
+    },
+}
+
+fn held_by(holder: Option<u32>) -> String {
+    holder.map(|pid| format!(" (pid {pid})")).unwrap_or_default()
+}
+
+/// This process's hold on a credential's tunnel: while it lives, no other process (and no other
+/// hold in this one) becomes a tunnel client of the same pairing (§5.3). The kernel lets go when
+/// the process ends, however it ends.
+#[derive(Debug)]
+pub struct TunnelHold {
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+/// Holds the tunnel of the credential for `fingerprint` (an exclusive `flock` on
+/// `STATE/hosts/<fingerprint>.tunnel.lock`, 0600, with this process's id written in it), or says
+/// which process holds it. Take it before anything of the tunnel's is started or written (the
+/// endpoint's bearer file is the holder's).
+pub fn hold_tunnel(state_dir: &Path, fingerprint: &str) -> Result<TunnelHold, DeviceError> {
+    use std::io::{Read as _, Seek as _, Write as _};
+    if !pap_pair::keys::is_fingerprint(fingerprint) {
+        return Err(DeviceError::NoCredential(fingerprint.to_owned()));
+    }
+    let path = state_dir.join("hosts").join(format!("{fingerprint}.tunnel.lock"));
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true).read(true).write(true).truncate(false);
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let file = options.open(&path).map_err(io_error(&path))?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(mut lock) => {
+            let pid = std::process::id().to_string();
+            let written = lock
+                .set_len(0)
+                .and_then(|()| lock.rewind())
+                .and_then(|()| lock.write_all(pid.as_bytes()));
+            written.map_err(io_error(&path))?;
+            Ok(TunnelHold { _lock: lock })
+        }
+        Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
+            let mut text = String::new();
+            let holder = file
+                .read_to_string(&mut text)
+                .ok()
+                .and_then(|_| text.trim().parse().ok());
+            Err(DeviceError::TunnelHeld { holder })
+        }
+        Err((_, errno)) => Err(io_error(&path)(std::io::Error::from(errno))),
+    }
 }
 
 /// What `STATE/hosts/<fingerprint>.json` holds (§4.1).
@@ -299,7 +359,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl TunnelClient {
     /// Starts keeping a channel to the host of `credential`; the task ends (returning the
-    /// revocation) only when the host revokes the pairing.
+    /// revocation) only when the host revokes the pairing. A process that may run beside
+    /// another on the same state holds [`hold_tunnel`] first (the `pap-agent` commands do).
     pub fn start(
         state_dir: PathBuf,
         credential: Credential,
@@ -915,6 +976,34 @@ pub async fn serve_stdio(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_hold_per_credential_and_the_next_is_told_who_holds_it() {
+        #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+        let dir = crate::scratch::Dir::new("pap-tunnel-hold");
+        std::fs::create_dir_all(dir.path().join("hosts")).unwrap();
+        let fingerprint = "0123456789abcdef0123456789abcdef";
+        let held = hold_tunnel(dir.path(), fingerprint).unwrap();
+        // A second hold, even in this process (a lock per open file), is refused, naming us.
+        match hold_tunnel(dir.path(), fingerprint) {
+            Err(DeviceError::TunnelHeld { holder }) => assert_eq!(holder, Some(std::process::id())),
+            other => panic!("{other:?}"),
+        }
+        let said = hold_tunnel(dir.path(), fingerprint).unwrap_err().to_string();
+        assert!(said.contains(&format!("(pid {})", std::process::id())), "{said}");
+        // Another pairing's is its own.
+        let other = hold_tunnel(dir.path(), "fedcba9876543210fedcba9876543210").unwrap();
+        drop(held);
+        let again = hold_tunnel(dir.path(), fingerprint).unwrap();
+        let lock = dir.path().join(format!("hosts/{fingerprint}.tunnel.lock"));
+        let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&lock).unwrap().permissions());
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(matches!(
+            hold_tunnel(dir.path(), "../x"),
+            Err(DeviceError::NoCredential(_))
+        ));
+        drop((other, again));
+    }
 
     #[test]
     fn events_are_read_as_they_complete_in_either_line_ending() {

@@ -137,7 +137,7 @@ pub(crate) async fn pair_connect(
         .await
         .with_context(|| format!("binding {listen}"))?;
     let bound = listener.local_addr()?;
-    let (client, kept, label) = tunnel_client(state, network, fingerprint)?;
+    let (client, kept, label, _hold) = tunnel_client(state, network, fingerprint)?;
     let bearer_file = device::endpoint_bearer_path(state, fingerprint);
     let bearer = device::EndpointBearer::mint(&bearer_file, &SystemRng)?;
     eprintln!("tunnel to {label:?} ({fingerprint})");
@@ -154,7 +154,8 @@ pub(crate) async fn pair_connect(
 }
 
 /// The tunnel client of the credential for `fingerprint`, started; its keeper (which ends only
-/// on a revocation) and the host's name.
+/// on a revocation), the host's name, and this process's hold on the pairing's tunnel (another
+/// process holding it is refused before anything starts: AIP-59 §5.3).
 fn tunnel_client(
     state: &std::path::Path,
     network: &Network,
@@ -163,8 +164,10 @@ fn tunnel_client(
     Arc<device::TunnelClient>,
     tokio::task::JoinHandle<device::DeviceError>,
     String,
+    device::TunnelHold,
 )> {
     let credential = device::load_credential(state, fingerprint)?;
+    let hold = device::hold_tunnel(state, fingerprint)?;
     let label = credential.label.clone().unwrap_or_default();
     let dialer = pap_pair::link::Dialer::new(&extra_roots(network)?)?;
     let (client, kept) = device::TunnelClient::start(
@@ -174,7 +177,7 @@ fn tunnel_client(
         Arc::new(SystemClock),
         Arc::new(SystemRng),
     );
-    Ok((client, kept, label))
+    Ok((client, kept, label, hold))
 }
 
 /// Serves until `serving` ends, or the host revokes the pairing (`kept` ends): then it fails,
@@ -195,7 +198,7 @@ async fn until_revoked(
 /// `pap-agent pair stdio`: the paired host's MCP on stdin/stdout (logs on stderr), until the
 /// client closes stdin, or the host revokes the pairing (then it says so and fails).
 pub(crate) async fn pair_stdio(state: &std::path::Path, network: &Network, fingerprint: &str) -> anyhow::Result<()> {
-    let (client, kept, _) = tunnel_client(state, network, fingerprint)?;
+    let (client, kept, _, _hold) = tunnel_client(state, network, fingerprint)?;
     until_revoked(
         device::serve_stdio(client, tokio::io::stdin(), tokio::io::stdout()),
         kept,
