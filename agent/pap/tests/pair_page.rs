@@ -2,7 +2,9 @@
 //! (`pap-agent pair page`) opens a web-form offer from `pap-agent pair offer --pair-page`,
 //! removes the fragment, pairs with WebCrypto through our broker with `pap-agent host serve`,
 //! shows the fingerprint and the host's name, keeps the credential when told to, and its
-//! service worker then fetches `/health` and an MCP `tools/list` through the tunnel.
+//! service worker then fetches `/health` and an MCP `tools/list` through the tunnel. The
+//! credential's root in IndexedDB is a non-extractable key, the worker answers only its own
+//! scope, and an event stream reaches the page as a stream.
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
@@ -152,6 +154,109 @@ async fn a_browser_pairs_from_the_web_form_and_reaches_the_host_through_its_serv
         .collect();
     assert!(tools.contains(&"browser_navigate"), "{tools:?}");
     eprintln!("the pair page's worker listed {} tools through the tunnel", tools.len());
+
+    // §4.2/§4.3: the credential is in IndexedDB, its pair root a non-extractable HKDF key that
+    // not even the page can export.
+    let script = format!(
+        r#"(async () => {{
+            const db = await new Promise((resolve, reject) => {{
+                const open = indexedDB.open("pap-pair", 1);
+                open.onsuccess = () => resolve(open.result);
+                open.onerror = () => reject(open.error);
+            }});
+            const credential = await new Promise((resolve, reject) => {{
+                const get = db.transaction("credentials").objectStore("credentials").get("{fp}");
+                get.onsuccess = () => resolve(get.result);
+                get.onerror = () => reject(get.error);
+            }});
+            let exported = "refused";
+            try {{ await crypto.subtle.exportKey("raw", credential.root); exported = "exported"; }} catch (e) {{ exported = e.name; }}
+            return {{
+                fields: Object.keys(credential).sort(),
+                isKey: credential.root instanceof CryptoKey,
+                extractable: credential.root.extractable,
+                algorithm: credential.root.algorithm.name,
+                usages: credential.root.usages,
+                exported,
+            }};
+        }})()"#,
+        fp = offer.fingerprint
+    );
+    let stored = evaluate(&page, &script).await;
+    assert_eq!(stored["isKey"], true, "{stored}");
+    assert_eq!(stored["extractable"], false, "{stored}");
+    assert_eq!(stored["algorithm"], "HKDF", "{stored}");
+    assert_eq!(stored["usages"], serde_json::json!(["deriveBits"]), "{stored}");
+    // Chromium refuses an HKDF key's export whatever its flag (NotSupportedError); the flag
+    // above is what keeps the root inside WebCrypto.
+    assert_ne!(stored["exported"], "exported", "{stored}");
+    assert_eq!(
+        stored["fields"],
+        serde_json::json!(["clientName", "fingerprint", "pairedAt", "pk", "root", "rv", "sk"]),
+        "no other copy of the root is kept: {stored}"
+    );
+
+    // §5.1: the worker answers only its scope, /d/<fingerprint>/: another host's path and the
+    // page itself are the page server's (404 and the page), never the tunnel's.
+    let script = format!(
+        r#"(async () => {{
+            const mine = await navigator.serviceWorker.getRegistration("/d/{fp}/");
+            const page = await navigator.serviceWorker.getRegistration("/pair");
+            const other = await fetch("/d/00000000000000000000000000000000/health");
+            return {{ scope: mine && mine.scope, pageControlled: page !== undefined, other: other.status }};
+        }})()"#,
+        fp = offer.fingerprint
+    );
+    let scoped = evaluate(&page, &script).await;
+    assert_eq!(
+        scoped["scope"],
+        format!("{origin}/d/{}/", offer.fingerprint),
+        "{scoped}"
+    );
+    assert_eq!(scoped["pageControlled"], false, "{scoped}");
+    assert_eq!(scoped["other"], 404, "{scoped}");
+
+    // §5.4: an event stream comes through the worker as a stream: the MCP session's GET stream
+    // is open (headers and a body that has not ended) long before the host would end it, then
+    // the page lets go (§5.6: the worker cancels it upstream).
+    let script = format!(
+        r#"(async () => {{
+            const mcp = "/d/{fp}/mcp";
+            const headers = {{ "content-type": "application/json", "accept": "application/json, text/event-stream" }};
+            const init = await fetch(mcp, {{ method: "POST", headers, body: JSON.stringify({{ jsonrpc: "2.0", id: 1, method: "initialize",
+                params: {{ protocolVersion: "2025-06-18", capabilities: {{}}, clientInfo: {{ name: "pair-page-stream", version: "1" }} }} }}) }});
+            const session = init.headers.get("mcp-session-id");
+            await init.text();
+            const more = {{ "mcp-session-id": session, "mcp-protocol-version": "2025-06-18" }};
+            await fetch(mcp, {{ method: "POST", headers: {{ ...headers, ...more }}, body: JSON.stringify({{ jsonrpc: "2.0", method: "notifications/initialized" }}) }});
+            const began = performance.now();
+            const stream = await fetch(mcp, {{ headers: {{ accept: "text/event-stream", ...more }} }});
+            const opened = performance.now() - began;
+            const reader = stream.body.getReader();
+            const ended = await Promise.race([
+                reader.read().then((r) => r.done ? "ended" : "data"),
+                new Promise((resolve) => setTimeout(() => resolve("open"), 1000)),
+            ]);
+            await reader.cancel();
+            return {{ status: stream.status, type: stream.headers.get("content-type"), opened, ended }};
+        }})()"#,
+        fp = offer.fingerprint
+    );
+    let streamed = evaluate(&page, &script).await;
+    assert_eq!(streamed["status"], 200, "{streamed}");
+    assert!(
+        streamed["type"].as_str().unwrap_or("").starts_with("text/event-stream"),
+        "{streamed}"
+    );
+    assert_ne!(
+        streamed["ended"], "ended",
+        "the stream was buffered to its end: {streamed}"
+    );
+    eprintln!(
+        "the worker handed the page the host's event stream {:.0} ms after asking, still open ({})",
+        streamed["opened"].as_f64().unwrap_or(-1.0),
+        streamed["ended"]
+    );
 
     // The host sees a device paired over the rendezvous, named as the offer said.
     let devices: Value = serde_json::from_str(&pap(&host_state, &["devices", "list"])).unwrap();
