@@ -15,6 +15,11 @@ async function main() {
   history.replaceState(null, "", location.pathname);
   if (!fragment) return state("no-offer", "Open this page from an offer (its link or QR code).");
   const offer = await parseOffer(new URLSearchParams(fragment), Math.floor(Date.now() / 1000));
+  // §5.8: on a host's own origin (its fingerprint the first label), only that host's offer.
+  const own = location.hostname.split(".")[0];
+  if (/^[0-9a-f]{32}$/.test(own) && own !== offer.id) {
+    return state("wrong-origin", `This page is host ${own}'s; the offer is for host ${offer.id}. Open the offer's own link.`);
+  }
   $("fingerprint").textContent = offer.id;
   state("pairing", "Pairing through the rendezvous…");
   const tokens = await offerTokens(offer.s);

@@ -94,11 +94,16 @@ impl Offer {
     /// The web form: `template` with `{fp}` replaced by the fingerprint, then the parameters
     /// in its fragment (§1.2, §1.3). The template must be an `https` URL without a fragment;
     /// `http` only on this machine's loopback (a page served here, which browsers treat as a
-    /// secure context).
+    /// secure context), `localhost` and its subdomains included: `http://{fp}.localhost:PORT/pair`
+    /// gives each host an origin of its own (§5.8), which browsers resolve to loopback.
     pub fn to_web_url(&self, template: &str) -> Result<Zeroizing<String>, PairError> {
         let page = template.replace("{fp}", &self.fingerprint);
         let parsed = url::Url::parse(&page).map_err(|_| PairError::MalformedOffer("pair page"))?;
-        let secure = parsed.scheme() == "https" || (parsed.scheme() == "http" && on_loopback(&parsed));
+        let local = on_loopback(&parsed)
+            || parsed
+                .host_str()
+                .is_some_and(|name| name.to_ascii_lowercase().ends_with(".localhost"));
+        let secure = parsed.scheme() == "https" || (parsed.scheme() == "http" && local);
         if !secure || parsed.fragment().is_some() || page.contains('#') {
             return Err(PairError::MalformedOffer("pair page"));
         }

@@ -256,6 +256,14 @@ fn the_offer_url_is_the_references_in_both_forms() {
         "or http on loopback"
     );
     assert!(offer.to_web_url("http://127.0.0.1.pair.example/pair").is_err());
+    // A host's own origin on this machine (§5.8): browsers resolve *.localhost to loopback.
+    assert!(
+        offer
+            .to_web_url("http://{fp}.localhost:8790/pair")
+            .unwrap()
+            .starts_with(&format!("http://{FINGERPRINT}.localhost:8790/pair#"))
+    );
+    assert!(offer.to_web_url("http://localhost.pair.example/pair").is_err());
     assert!(
         offer.to_web_url("https://pair.example/pair#x").is_err(),
         "no fragment of its own"

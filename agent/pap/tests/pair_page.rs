@@ -4,7 +4,8 @@
 //! shows the fingerprint and the host's name, keeps the credential when told to, and its
 //! service worker then fetches `/health` and an MCP `tools/list` through the tunnel. The
 //! credential's root in IndexedDB is a non-extractable key, the worker answers only its own
-//! scope, and an event stream reaches the page as a stream.
+//! scope, and an event stream reaches the page as a stream. On a host's own origin
+//! (`http://{fp}.localhost:PORT`, §5.8) the page pairs only that host's offer.
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
@@ -258,6 +259,48 @@ async fn a_browser_pairs_from_the_web_form_and_reaches_the_host_through_its_serv
         streamed["ended"]
     );
 
+    // §5.8: each host on an origin of its own, its fingerprint the first label
+    // (`http://{fp}.localhost:PORT`, loopback to the browser). The page on another host's
+    // origin refuses the offer before anything leaves it; on its own it pairs, and its worker
+    // serves the host there.
+    let template = page_url.replace("127.0.0.1", "{fp}.localhost");
+    let canonical = pap(
+        &host_state,
+        &[
+            "pair",
+            "offer",
+            "--rendezvous",
+            &broker_url,
+            "--name",
+            "tablet",
+            "--pair-page",
+            &template,
+        ],
+    );
+    let second = Offer::parse(canonical.trim(), SystemClock.now().as_secs()).unwrap();
+    let own = second.to_web_url(&template).unwrap();
+    assert!(
+        own.starts_with(&format!("http://{}.localhost:", second.fingerprint)),
+        "{}",
+        own.as_str()
+    );
+    let foreign = own.replacen(&second.fingerprint, "0123456789abcdef0123456789abcdef", 1);
+    page.goto(foreign.as_str()).await.unwrap();
+    until_state(&page, "wrong-origin").await;
+    let said = evaluate(&page, "document.getElementById('said').textContent").await;
+    assert!(said.as_str().unwrap().contains(&second.fingerprint), "{said}");
+    page.goto(own.as_str()).await.unwrap();
+    until_state(&page, "confirm").await;
+    evaluate(&page, "document.getElementById('keep').click()").await;
+    until_state(&page, "paired").await;
+    let own_origin = own.split("/pair").next().unwrap().to_owned();
+    page.goto(format!("{own_origin}/d/{}/health", second.fingerprint).as_str())
+        .await
+        .unwrap();
+    let body = evaluate(&page, "document.body.innerText").await;
+    let health: Value = serde_json::from_str(body.as_str().unwrap()).unwrap();
+    assert_eq!(health["ok"], true, "{health}");
+
     // The host sees a device paired over the rendezvous, named as the offer said.
     let devices: Value = serde_json::from_str(&pap(&host_state, &["devices", "list"])).unwrap();
     assert!(
@@ -266,6 +309,14 @@ async fn a_browser_pairs_from_the_web_form_and_reaches_the_host_through_its_serv
             .unwrap()
             .iter()
             .any(|d| d["name"] == "phone" && d["via"] == "pair/v2"),
+        "{devices}"
+    );
+    assert!(
+        devices["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["name"] == "tablet" && d["via"] == "pair/v2"),
         "{devices}"
     );
 
