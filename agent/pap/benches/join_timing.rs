@@ -50,6 +50,7 @@ async fn run(runs: usize) {
     let page = browser.new_page().await.unwrap();
     let permit = support::permit(&stage.work.join("state"), "shop.example");
     let mut warm = Vec::with_capacity(runs);
+    let mut stages = Vec::with_capacity(runs);
     for _ in 0..runs {
         let started = Instant::now();
         let outcome = join(
@@ -66,6 +67,7 @@ async fn run(runs: usize) {
         .unwrap();
         assert_eq!(outcome.status, 200);
         warm.push(started.elapsed());
+        stages.push(outcome.stages);
     }
     drop((page, browser));
     host.stop("warm", Duration::from_secs(2)).await.unwrap();
@@ -76,6 +78,17 @@ async fn run(runs: usize) {
     );
     report("cold launch to a first page", &mut cold);
     report("warm join: sign, form POST, 303, landed page loaded", &mut warm);
+    // Each stage's own p50 (they need not add up to the whole's).
+    let print_stage = |what: &str, of: fn(&pap_agent::JoinStages) -> Duration| {
+        let mut samples: Vec<Duration> = stages.iter().map(of).collect();
+        report(&format!("  {what}"), &mut samples);
+    };
+    print_stage("sign the assertion", |s| s.sign);
+    print_stage("about:blank in the tab", |s| s.blank);
+    print_stage("build and submit the form", |s| s.submit);
+    print_stage("submit to the company's 303", |s| s.answered);
+    print_stage("303 to the landing page's response", |s| s.landed);
+    print_stage("that response to the page loaded", |s| s.loaded);
     std::fs::remove_dir_all(&stage.work).unwrap();
 }
 
@@ -83,7 +96,7 @@ fn report(what: &str, samples: &mut [Duration]) {
     samples.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1_000.0;
     println!(
-        "{what}: p50 {:.0} ms (min {:.0} ms, max {:.0} ms)",
+        "{what}: p50 {:.1} ms (min {:.1} ms, max {:.1} ms)",
         ms(samples[samples.len() / 2]),
         ms(samples[0]),
         ms(samples[samples.len() - 1])

@@ -65,6 +65,27 @@ pub struct JoinOutcome {
     pub status: u16,
     /// When the assertion expired (or will).
     pub expires_at: UnixTime,
+    /// How long each stage took.
+    pub stages: JoinStages,
+}
+
+/// How long each stage of a join took, on the agent's side (`benches/join_timing.rs` prints
+/// them): durations only, nothing of the assertion.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JoinStages {
+    /// Signing the assertion.
+    pub sign: Duration,
+    /// Loading `about:blank` in the tab: the clean document the form is built in, so no page's
+    /// script sees the assertion.
+    pub blank: Duration,
+    /// Building and submitting the form (one `Runtime.evaluate`).
+    pub submit: Duration,
+    /// From the submit to the company's 303 (its response received by the browser).
+    pub answered: Duration,
+    /// From the 303 to the `return_to` page's response.
+    pub landed: Duration,
+    /// From that response to the page loaded.
+    pub loaded: Duration,
 }
 
 /// Joins `page`'s browser to `session` at `company`, landing on `return_to`, within `deadline`.
@@ -90,6 +111,8 @@ pub async fn join(
         return Err(JoinError::ConsentRequired(company.domain.as_str().to_owned()));
     }
     let endpoint = company.browser_session_endpoint.clone().ok_or(JoinError::NoEndpoint)?;
+    let began = std::time::Instant::now();
+    let mut stages = JoinStages::default();
     let iat = client.clock().now().plus(-IAT_BACKDATE);
     let request = BrowserAssertionRequest {
         client_id: client.identity().client_id(),
@@ -106,11 +129,15 @@ pub async fn join(
         .key()
         .sign(BROWSER_ASSERTION_TYP, &claims)
         .map_err(|_| JoinError::Signing)?;
+    let mut mark = std::time::Instant::now();
+    stages.sign = mark - began;
 
     let _pass = persons
         .join_pass(page.target_id().inner().clone(), endpoint.url())
         .map_err(|e| JoinError::Cdp(e.to_string()))?;
     page.goto("about:blank").await.map_err(|e| cdp(&e))?;
+    stages.blank = mark.elapsed();
+    mark = std::time::Instant::now();
     let responses = page
         .event_listener::<EventResponseReceived>()
         .await
@@ -133,6 +160,8 @@ pub async fn join(
     drop(assertion);
     page.evaluate(script.as_str()).await.map_err(|e| cdp(&e))?;
     drop(script);
+    stages.submit = mark.elapsed();
+    mark = std::time::Instant::now();
 
     let target = return_to.url().clone();
     let endpoint_url = endpoint.url().clone();
@@ -154,24 +183,32 @@ pub async fn join(
             if url.as_ref() == Some(&target) {
                 return Ok(status);
             }
-            if url.as_ref() == Some(&endpoint_url) && status != 303 {
-                return Err(JoinError::Refused(status));
+            if url.as_ref() == Some(&endpoint_url) {
+                if status != 303 {
+                    return Err(JoinError::Refused(status));
+                }
+                stages.answered = mark.elapsed();
+                mark = std::time::Instant::now();
             }
         }
         Err(JoinError::Cdp("the page closed".into()))
     })
     .await
     .map_err(|_| JoinError::Timeout)??;
+    stages.landed = mark.elapsed();
+    mark = std::time::Instant::now();
     // The landed document's response is in; wait until it has loaded, so the caller can use it.
     tokio::time::timeout(deadline, page.wait_for_navigation())
         .await
         .map_err(|_| JoinError::Timeout)?
         .map_err(|e| cdp(&e))?;
+    stages.loaded = mark.elapsed();
     Ok(JoinOutcome {
         endpoint,
         landed: return_to.clone(),
         status: landing,
         expires_at: claims.exp(),
+        stages,
     })
 }
 

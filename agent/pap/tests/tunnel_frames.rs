@@ -300,23 +300,29 @@ async fn a_pairing_reconnects_across_midnight_on_todays_or_yesterdays_route() {
 /// The hello as the reference's clients frame it (`{"t":"e2e_handshake","d":…}`) and as the
 /// AIP-59 text reads literally (the bare object) both pair with our host through our broker, and
 /// each is answered in the framing it spoke: a reference client would drop a bare reply, and a
-/// literal one cannot read a framed one. The client here is written against the wire, not our
-/// device's code: its own socket, its own frames.
+/// literal one cannot read a framed one. (Over `wss://` too: the TLS broker's test below.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hello_pairs_in_either_framing_and_is_answered_in_the_framing_it_spoke() {
+    let (broker_url, _stats) = rendezvous().await;
+    let (work, _alive) = hosting("framings", Arc::new(SystemClock), Dialer::new(&[]).unwrap());
+    pairs_in_each_framing(&work, &broker_url, &Dialer::new(&[]).unwrap()).await;
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// A client written against the wire, not our device's code (its own socket, its own frames),
+/// pairs with the host of `work` through the broker at `broker_url`, once with the reference's
+/// framed hello and once with the bare one, and is answered in the framing it spoke.
+async fn pairs_in_each_framing(work: &std::path::Path, broker_url: &str, dialer: &Dialer) {
     use futures_util::SinkExt as _;
     use pap_pair::handshake::{ClientHandshake, Framing, Reply, handshake_text, read_handshake};
     use pap_pair::link::{Link, Side};
     use pap_pair::tunnel::Frame;
     use tokio_tungstenite::tungstenite::Message;
 
-    let (broker_url, _stats) = rendezvous().await;
-    let (work, _alive) = hosting("framings", Arc::new(SystemClock), Dialer::new(&[]).unwrap());
     for framing in [Framing::Frame, Framing::Bare] {
-        let offer = mint_offer(&work.join("host"), &broker_url, 600, None, &SystemClock, &SystemRng).unwrap();
+        let offer = mint_offer(&work.join("host"), broker_url, 600, None, &SystemClock, &SystemRng).unwrap();
         let tokens = pap_pair::derive::offer_tokens(&offer.secret).unwrap();
-        let mut socket = Dialer::new(&[])
-            .unwrap()
+        let mut socket = dialer
             .dial(&offer.rendezvous, Side::Client, &tokens.route)
             .await
             .unwrap();
@@ -352,11 +358,10 @@ async fn a_hello_pairs_in_either_framing_and_is_answered_in_the_framing_it_spoke
             "{first:?}"
         );
     }
-    let _ = std::fs::remove_dir_all(&work);
 }
 
 /// `pap-agent rendezvous --cert --key` serves `wss://` itself: a host and a device that trust
-/// its CA pair and are served through it; on SIGHUP new handshakes present the renewed
+/// its CA pair and are served through it, and so do a reference-framed hello and a bare one; on SIGHUP new handshakes present the renewed
 /// certificate (a client trusting only the old CA is refused, one trusting the new is served)
 /// while the channel already open keeps working.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -413,11 +418,14 @@ async fn a_broker_over_tls_pairs_and_serves_and_presents_a_renewed_certificate_a
     let (client, _kept) = TunnelClient::start(
         device_state.clone(),
         credential,
-        both,
+        both.clone(),
         Arc::new(SystemClock),
         Arc::new(SystemRng),
     );
     served(&client).await;
+    // The pairing matrix over `wss://`: a reference-framed hello and a bare one, each written
+    // against the wire, pair with our host through this broker too.
+    pairs_in_each_framing(&work, &url, &both).await;
     // A client that trusts no CA of the broker's is refused in the TLS handshake.
     let untrusted = Dialer::new(&[])
         .unwrap()
