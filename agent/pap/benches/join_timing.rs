@@ -86,8 +86,7 @@ async fn run(runs: usize) {
     print_stage("sign the assertion", |s| s.sign);
     print_stage("about:blank in the tab", |s| s.blank);
     print_stage("build and submit the form", |s| s.submit);
-    print_stage("submit to the company's 303", |s| s.answered);
-    print_stage("303 to the landing page's response", |s| s.landed);
+    print_stage("submit to the landing page's response (POST, 303, GET)", |s| s.landed);
     print_stage("that response to the page loaded", |s| s.loaded);
     std::fs::remove_dir_all(&stage.work).unwrap();
 }

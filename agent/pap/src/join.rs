@@ -80,9 +80,9 @@ pub struct JoinStages {
     pub blank: Duration,
     /// Building and submitting the form (one `Runtime.evaluate`).
     pub submit: Duration,
-    /// From the submit to the company's 303 (its response received by the browser).
-    pub answered: Duration,
-    /// From the 303 to the `return_to` page's response.
+    /// From the submit to the `return_to` page's response: the POST, the company's 303 and the
+    /// GET it sends the browser to (DevTools reports a redirect in the next request, not as a
+    /// response of its own, so the 303 is not timed apart).
     pub landed: Duration,
     /// From that response to the page loaded.
     pub loaded: Duration,
@@ -183,12 +183,8 @@ pub async fn join(
             if url.as_ref() == Some(&target) {
                 return Ok(status);
             }
-            if url.as_ref() == Some(&endpoint_url) {
-                if status != 303 {
-                    return Err(JoinError::Refused(status));
-                }
-                stages.answered = mark.elapsed();
-                mark = std::time::Instant::now();
+            if url.as_ref() == Some(&endpoint_url) && status != 303 {
+                return Err(JoinError::Refused(status));
             }
         }
         Err(JoinError::Cdp("the page closed".into()))
