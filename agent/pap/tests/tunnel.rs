@@ -143,9 +143,11 @@ async fn a_device_pairs_through_the_broker_reaches_only_the_host_and_is_told_whe
     // stdio` (what install-mcp --tunnel configures) or another `pair connect`, is refused before
     // it connects or writes anything, naming the process that holds it.
     let connect_pid = connect.id().unwrap();
+    let endpoint_text = endpoint.to_string();
     for second in [
         vec!["pair", "stdio", fingerprint.as_str()],
-        vec!["pair", "connect", fingerprint.as_str(), "--listen", "127.0.0.1:0"],
+        // On the first one's own port: the pairing is named, not the port.
+        vec!["pair", "connect", fingerprint.as_str(), "--listen", &endpoint_text],
     ] {
         let said = pap_fails(&device_state, &second);
         assert!(

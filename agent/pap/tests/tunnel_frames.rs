@@ -309,9 +309,10 @@ async fn a_hello_pairs_in_either_framing_and_is_answered_in_the_framing_it_spoke
     let _ = std::fs::remove_dir_all(&work);
 }
 
-/// A client written against the wire, not our device's code (its own socket, its own frames),
-/// pairs with the host of `work` through the broker at `broker_url`, once with the reference's
-/// framed hello and once with the bare one, and is answered in the framing it spoke.
+/// A client of its own socket (not our device's tunnel code; `pap_pair`'s handshake types build
+/// and read the messages) pairs with the host of `work` through the broker at `broker_url`, once
+/// with the reference's framed hello and once with the bare one, and is answered in the framing
+/// it spoke.
 async fn pairs_in_each_framing(work: &std::path::Path, broker_url: &str, dialer: &Dialer) {
     use futures_util::SinkExt as _;
     use pap_pair::handshake::{ClientHandshake, Framing, Reply, handshake_text, read_handshake};
@@ -423,8 +424,8 @@ async fn a_broker_over_tls_pairs_and_serves_and_presents_a_renewed_certificate_a
         Arc::new(SystemRng),
     );
     served(&client).await;
-    // The pairing matrix over `wss://`: a reference-framed hello and a bare one, each written
-    // against the wire, pair with our host through this broker too.
+    // The pairing matrix over `wss://`: a reference-framed hello and a bare one pair with our
+    // host through this broker too.
     pairs_in_each_framing(&work, &url, &both).await;
     // A client that trusts no CA of the broker's is refused in the TLS handshake.
     let untrusted = Dialer::new(&[])

@@ -133,11 +133,13 @@ pub(crate) async fn pair_connect(
     if !listen.ip().is_loopback() {
         bail!("--listen {listen} is not loopback: the endpoint serves the MCP clients of this machine only");
     }
+    // The pairing's tunnel first: a second `pair connect` on the same pairing is told which
+    // process holds it, not that the first one's port is taken.
+    let (client, kept, label, _hold) = tunnel_client(state, network, fingerprint)?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
     let bound = listener.local_addr()?;
-    let (client, kept, label, _hold) = tunnel_client(state, network, fingerprint)?;
     let bearer_file = device::endpoint_bearer_path(state, fingerprint);
     let bearer = device::EndpointBearer::mint(&bearer_file, &SystemRng)?;
     eprintln!("tunnel to {label:?} ({fingerprint})");
