@@ -117,7 +117,12 @@ pub fn hold_tunnel(state_dir: &Path, fingerprint: &str) -> Result<TunnelHold, De
     let mut options = std::fs::OpenOptions::new();
     options.create(true).read(true).write(true).truncate(false);
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    // Never through a link: emptying the lock file must empty nothing else.
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, nix::fcntl::OFlag::O_NOFOLLOW.bits());
     let file = options.open(&path).map_err(io_error(&path))?;
+    // 0600 whoever made it (the mode above applies only to a file this call creates).
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .map_err(io_error(&path))?;
     match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
         Ok(mut lock) => {
             let pid = std::process::id().to_string();
@@ -998,6 +1003,13 @@ mod tests {
         let lock = dir.path().join(format!("hosts/{fingerprint}.tunnel.lock"));
         let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&lock).unwrap().permissions());
         assert_eq!(mode & 0o777, 0o600);
+        // A lock path that is a link is refused, and what it points to is left whole.
+        let target = dir.path().join("precious");
+        std::fs::write(&target, "keep me").unwrap();
+        let linked = "abcdefabcdefabcdefabcdefabcdefab";
+        std::os::unix::fs::symlink(&target, dir.path().join(format!("hosts/{linked}.tunnel.lock"))).unwrap();
+        assert!(matches!(hold_tunnel(dir.path(), linked), Err(DeviceError::Io { .. })));
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
         assert!(matches!(
             hold_tunnel(dir.path(), "../x"),
             Err(DeviceError::NoCredential(_))
