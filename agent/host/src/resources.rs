@@ -492,22 +492,32 @@ mod tests {
         );
     }
 
+    /// A watch of `test://a`, read `proposed` when it began, at the default pace, every read
+    /// allowed.
+    async fn watch_a<N, F>(board: &Board, caller: &AgentCaller, listening: impl Fn() -> bool, notify: N) -> Ended
+    where
+        N: FnMut(String) -> F,
+        F: Future<Output = bool>,
+    {
+        watch(
+            board,
+            caller,
+            vec![("test://a".to_owned(), proposed())],
+            Pace::default(),
+            || true,
+            listening,
+            notify,
+        )
+        .await
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_watch_slows_after_two_minutes_ends_after_an_hour_and_when_its_client_goes() {
         let board = Arc::new(Board::default());
         set(&board, "test://a", Ok("proposed"));
         let caller = AgentCaller::paired("dev_a".to_owned());
         let start = tokio::time::Instant::now();
-        let ended = watch(
-            board.as_ref(),
-            &caller,
-            vec![("test://a".to_owned(), proposed())],
-            Pace::default(),
-            || true,
-            || true,
-            |_| async { true },
-        )
-        .await;
+        let ended = watch_a(&board, &caller, || true, |_| async { true }).await;
         assert_eq!(ended, Ended::TimedOut);
         assert!(start.elapsed() <= Duration::from_secs(3600));
         // 120 reads a second apart, then one each 5 s up to the hour.
@@ -520,12 +530,9 @@ mod tests {
         let gone = std::sync::atomic::AtomicBool::new(false);
         let board = Board::default();
         set(&board, "test://a", Ok("proposed"));
-        let ended = watch(
+        let ended = watch_a(
             &board,
             &caller,
-            vec![("test://a".to_owned(), proposed())],
-            Pace::default(),
-            || true,
             || !gone.swap(true, std::sync::atomic::Ordering::Relaxed),
             |_| async { true },
         )
@@ -535,16 +542,7 @@ mod tests {
         // A notification that cannot be sent ends it too.
         let board = Board::default();
         set(&board, "test://a", Ok("cancelled"));
-        let ended = watch(
-            &board,
-            &caller,
-            vec![("test://a".to_owned(), proposed())],
-            Pace::default(),
-            || true,
-            || true,
-            |_| async { false },
-        )
-        .await;
+        let ended = watch_a(&board, &caller, || true, |_| async { false }).await;
         assert_eq!(ended, Ended::ClientGone);
         // Settled, or unread, from the start: said at once, nothing watched.
         let said = Mutex::new(Vec::new());

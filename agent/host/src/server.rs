@@ -582,14 +582,7 @@ impl ServerHandler for BrowserServer {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        // One page holds every tool, so no cursor was ever handed out: any is invalid (MCP
-        // pagination: "Invalid cursors SHOULD result in an error with code -32602").
-        if request.is_some_and(|r| r.cursor.is_some()) {
-            return Err(McpError::invalid_params(
-                "tools/list has a single page here: no cursor was given out, so none is valid",
-                None,
-            ));
-        }
+        single_page(request, "tools/list")?;
         Ok(ListToolsResult::with_all_items(self.listed()))
     }
 
@@ -631,12 +624,7 @@ impl ServerHandler for BrowserServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         let (resources, caller) = self.resource_caller(&context)?;
-        if request.is_some_and(|r| r.cursor.is_some()) {
-            return Err(McpError::invalid_params(
-                "resources/list has a single page here: no cursor was given out, so none is valid",
-                None,
-            ));
-        }
+        single_page(request, "resources/list")?;
         Ok(ListResourcesResult::with_all_items(resources.list(&caller).await))
     }
 
@@ -646,12 +634,7 @@ impl ServerHandler for BrowserServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
         let (resources, _) = self.resource_caller(&context)?;
-        if request.is_some_and(|r| r.cursor.is_some()) {
-            return Err(McpError::invalid_params(
-                "resources/templates/list has a single page here: no cursor was given out, so none is valid",
-                None,
-            ));
-        }
+        single_page(request, "resources/templates/list")?;
         Ok(ListResourceTemplatesResult::with_all_items(resources.templates()))
     }
 
@@ -784,6 +767,18 @@ impl ServerHandler for BrowserServer {
         drop(held);
         Ok(())
     }
+}
+
+/// A list answered in one page here: no cursor was ever handed out, so any is invalid (MCP
+/// pagination: "Invalid cursors SHOULD result in an error with code -32602").
+fn single_page(request: Option<PaginatedRequestParams>, method: &str) -> Result<(), McpError> {
+    if request.is_some_and(|r| r.cursor.is_some()) {
+        return Err(McpError::invalid_params(
+            format!("{method} has a single page here: no cursor was given out, so none is valid"),
+            None,
+        ));
+    }
+    Ok(())
 }
 
 impl BrowserServer {

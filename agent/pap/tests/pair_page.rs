@@ -53,6 +53,25 @@ async fn until_state(page: &Page, wanted: &str) {
     }
 }
 
+/// An offer from the host of `host_state` (`pap-agent pair offer`) for a device called `name`,
+/// through the broker at `broker_url`, its web form at `page` (a template with `{fp}` or not).
+fn offer_from(host_state: &std::path::Path, broker_url: &str, name: &str, page: &str) -> Offer {
+    let canonical = pap(
+        host_state,
+        &[
+            "pair",
+            "offer",
+            "--rendezvous",
+            broker_url,
+            "--name",
+            name,
+            "--pair-page",
+            page,
+        ],
+    );
+    Offer::parse(canonical.trim(), SystemClock.now().as_secs()).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Chromium; .ci/run runs it"]
 async fn a_browser_pairs_from_the_web_form_and_reaches_the_host_through_its_service_worker() {
@@ -66,20 +85,7 @@ async fn a_browser_pairs_from_the_web_form_and_reaches_the_host_through_its_serv
     let (mut pair_page, page_url) = agent_saying(&["pair", "page", "--listen", "127.0.0.1:0"], "pair page on ").await;
     let origin = page_url.trim_end_matches("/pair").to_owned();
 
-    let canonical = pap(
-        &host_state,
-        &[
-            "pair",
-            "offer",
-            "--rendezvous",
-            &broker_url,
-            "--name",
-            "phone",
-            "--pair-page",
-            &page_url,
-        ],
-    );
-    let offer = Offer::parse(canonical.trim(), SystemClock.now().as_secs()).unwrap();
+    let offer = offer_from(&host_state, &broker_url, "phone", &page_url);
     let web = offer.to_web_url(&page_url).unwrap();
 
     let config = BrowserConfig::builder()
@@ -264,20 +270,7 @@ async fn a_browser_pairs_from_the_web_form_and_reaches_the_host_through_its_serv
     // origin refuses the offer before anything leaves it; on its own it pairs, and its worker
     // serves the host there.
     let template = page_url.replace("127.0.0.1", "{fp}.localhost");
-    let canonical = pap(
-        &host_state,
-        &[
-            "pair",
-            "offer",
-            "--rendezvous",
-            &broker_url,
-            "--name",
-            "tablet",
-            "--pair-page",
-            &template,
-        ],
-    );
-    let second = Offer::parse(canonical.trim(), SystemClock.now().as_secs()).unwrap();
+    let second = offer_from(&host_state, &broker_url, "tablet", &template);
     let own = second.to_web_url(&template).unwrap();
     assert!(
         own.starts_with(&format!("http://{}.localhost:", second.fingerprint)),
