@@ -1,12 +1,16 @@
 //! The page model: what a model reads a page as, and acts on it by. `pap.browser.snapshot`
-//! answers the tab's accessibility tree (Chromium's own, `Accessibility.getFullAXTree`, frames
-//! of the tab's process included) as compact text, one line per node that means something, and a
-//! ref per actionable element. A ref is `e` and the element's DevTools backend node id: stable
-//! for as long as the element lives (a second snapshot names the same element the same), never
-//! reused for another, and not something a page's script can forge or read. The acting tools
-//! (click, fill, hover, select_option, screenshot of one element) take a ref where they took a
-//! CSS selector; a ref no snapshot of this tab gave is refused, and one whose element has gone
-//! says to take a new snapshot.
+//! answers the tab's page as compact text, one line per element that means something (its
+//! role, accessible name, states and value), and a ref per actionable element. It is written in
+//! the page, by one walk (`snapshot.js`) in an isolated world of the main frame, same-origin
+//! frames included: one call's round trip and a string, where Chromium's accessibility tree
+//! (`Accessibility.getFullAXTree`) took 10 to 16 ms to build and as long again to carry over.
+//!
+//! A ref is `e` and a number that world gives the element: stable for as long as the element
+//! lives (a second snapshot names the same element the same), never reused for another in its
+//! document, and not something a page's script can forge or read (its globals are not the
+//! world's). The acting tools (click, fill, hover, select_option, drag, file_upload, screenshot
+//! of one element) take a ref where they took a CSS selector; a ref no snapshot of the page the
+//! tab shows gave is refused, and one whose element has gone says to take a new snapshot.
 //!
 //! Every act by ref runs the same AIP-7 guard as click and fill by selector
 //! ([`super::persons::in_page_guard`]), in the element's own document, in the same call that acts;
@@ -14,7 +18,7 @@
 //! request guard, exactly as a `trusted` click is. Results go through the same C9 redaction as
 //! every other tool's ([`super::ToolHost::call_as`]).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,8 +39,8 @@ const SNAPSHOT_CHARS_MAX: usize = 200_000;
 const REFS_PER_TAB: usize = 20_000;
 /// How deep the snapshot goes (a deeper node counts as cut).
 const MAX_DEPTH: usize = 64;
-/// How deep the walk goes through nodes it does not print (`generic` wrappers).
-const MAX_NESTING: usize = 512;
+/// The most nodes one walk visits: a page of millions is cut, not walked to its end.
+const MAX_NODES: usize = 200_000;
 /// A name or value longer than this is cut (with `…`).
 const TEXT_CHARS: usize = 300;
 /// Console messages a tab keeps (the oldest drop first), and each one's length.
@@ -52,68 +56,42 @@ const WAIT: Duration = Duration::from_secs(10);
 const WAIT_MAX: Duration = Duration::from_secs(30);
 const WAIT_POLL: Duration = Duration::from_millis(50);
 
-/// Roles a model acts on: each gets a ref (and so does anything focusable).
-const ACTIONABLE: [&str; 19] = [
-    "button",
-    "link",
-    "textbox",
-    "searchbox",
-    "checkbox",
-    "radio",
-    "combobox",
-    "listbox",
-    "option",
-    "menuitem",
-    "menuitemcheckbox",
-    "menuitemradio",
-    "tab",
-    "switch",
-    "slider",
-    "spinbutton",
-    "treeitem",
-    "textarea",
-    "Iframe",
-];
+/// The isolated world the snapshot's walk runs in, one per frame: the page's scripts share the
+/// DOM with it but not its globals, so the refs it keeps are neither readable nor forgeable by
+/// them (`snapshot.js`).
+const WORLD: &str = "pap-page-model";
 
-/// Roles that only group: a line of their own only when they carry a name.
-const GROUPING: [&str; 9] = [
-    "generic",
-    "none",
-    "presentation",
-    "InlineTextBox",
-    "LineBreak",
-    "LayoutTable",
-    "LabelText",
-    "MenuListPopup",
-    "ignored",
-];
+/// The walk: a function of `{max, depth, nodes, chars, keep}` answering `{text, refs, cut, title}`.
+const WALK: &str = include_str!("snapshot.js");
 
-/// Roles whose value is what the person typed or chose.
-const VALUED: [&str; 5] = ["textbox", "searchbox", "combobox", "spinbutton", "slider"];
-
-/// What a tab remembers of its snapshots: the refs they gave, oldest first.
+/// What a tab remembers of its snapshots: the refs they gave, oldest first, and where the
+/// elements they name are kept.
 #[derive(Default)]
 pub(super) struct Refs {
     given: HashSet<i64>,
     order: VecDeque<i64>,
-    /// The main frame's document the refs were given for (its CDP `loaderId`): node ids are
-    /// numbered per renderer process, so a ref of an earlier page may name a node of this one.
+    /// The main frame's document the refs were given for (its CDP `loaderId`).
     loader: String,
+    /// The execution context of that document's isolated world: the refs name elements its
+    /// walk kept, and only it can read them back; it ends with its document.
+    world: Option<i64>,
 }
 
 impl Refs {
-    /// Refs of the page loaded by `loader` from now on; those of an earlier page are forgotten.
-    fn for_page(&mut self, loader: &str) {
-        if self.loader != loader {
+    /// Refs of the page loaded by `loader`, kept in `world`, from now on; those of another
+    /// page or world are forgotten (numbers are given per world).
+    fn for_world(&mut self, loader: &str, world: i64) {
+        if self.loader != loader || self.world != Some(world) {
             self.given.clear();
             self.order.clear();
             loader.clone_into(&mut self.loader);
+            self.world = Some(world);
         }
     }
 
-    fn remember(&mut self, backend: i64) {
-        if self.given.insert(backend) {
-            self.order.push_back(backend);
+    fn remember(&mut self, id: i64) {
+        if self.given.insert(id) {
+            self.order.push_back(id);
             while self.order.len() > REFS_PER_TAB {
                 if let Some(old) = self.order.pop_front() {
                     self.given.remove(&old);
@@ -151,8 +129,8 @@ pub(super) async fn raw(page: &Page, method: &str, params: Value) -> Result<Valu
     .map_err(|e| page::cdp(&e))
 }
 
-/// The backend node id a ref names (`e12` -> 12).
-fn backend_of(element_ref: &str) -> Result<i64, ToolError> {
+/// The number a ref names (`e12` -> 12).
+fn ref_number(element_ref: &str) -> Result<i64, ToolError> {
     element_ref
         .strip_prefix('e')
         .and_then(|n| n.parse::<i64>().ok())
@@ -189,185 +167,33 @@ fn quoted(text: &str) -> String {
     serde_json::to_string(text).unwrap_or_default()
 }
 
-/// One frame's accessibility tree, by AX node id.
-struct Tree {
-    nodes: HashMap<String, Value>,
-    root: Option<String>,
+/// Runs the walk in the isolated world `world` (its execution context id).
+async fn walk(page: &Page, world: i64, options: &Value) -> Result<Value, ToolError> {
+    let mut answer = raw(
+        page,
+        "Runtime.callFunctionOn",
+        json!({
+            "functionDeclaration": WALK, "executionContextId": world, "arguments": [{ "value": options }],
+            "returnByValue": true, "awaitPromise": false,
+        }),
+    )
+    .await?;
+    if answer.get("exceptionDetails").is_some() {
+        return Err(ToolError::new(
+            ToolErrorCode::Internal,
+            "the snapshot's walk threw in the page",
+        ));
+    }
+    Ok(answer["result"]["value"].take())
 }
 
-impl Tree {
-    fn of(mut answer: Value) -> Self {
-        let list = match answer["nodes"].take() {
-            Value::Array(list) => list,
-            _ => Vec::new(),
-        };
-        let root = list
-            .iter()
-            .find(|n| n.get("parentId").is_none())
-            .or_else(|| list.first())
-            .and_then(|n| n["nodeId"].as_str().map(str::to_owned));
-        let nodes = list
-            .into_iter()
-            .filter_map(|n| Some((n["nodeId"].as_str()?.to_owned(), n)))
-            .collect();
-        Self { nodes, root }
-    }
-}
-
-/// The snapshot as it is written: lines, the refs they gave, and whether it was cut.
-struct Writer<'a> {
-    frames: &'a HashMap<i64, Tree>,
-    out: String,
-    refs: Vec<i64>,
-    max: usize,
-    cut: usize,
-    /// How many nodes deep the walk is now (printed or not).
-    nesting: usize,
-}
-
-impl Writer<'_> {
-    fn line(&mut self, depth: usize, text: &str) {
-        if self.cut > 0 || self.out.len() + text.len() + 2 * depth + 3 > self.max {
-            self.cut += 1;
-            return;
-        }
-        for _ in 0..depth {
-            self.out.push_str("  ");
-        }
-        self.out.push_str("- ");
-        self.out.push_str(text);
-        self.out.push('\n');
-    }
-
-    /// The children of `node`, one level down: a text that repeats its parent's name, or the
-    /// name of a sibling it labels, is not said twice.
-    fn children(&mut self, tree: &Tree, node: &Value, depth: usize, skip_text: Option<&str>) {
-        // Grouping nodes keep their children's depth: the nesting is bounded on its own.
-        self.nesting += 1;
-        if self.nesting > MAX_NESTING {
-            self.cut += 1;
-            self.nesting -= 1;
-            return;
-        }
-        let children: Vec<&Value> = node["childIds"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|id| id.as_str().and_then(|id| tree.nodes.get(id)))
-            .collect();
-        let named: HashSet<String> = children
-            .iter()
-            .filter(|c| c["role"]["value"] != "StaticText")
-            .map(|c| one_line(c["name"]["value"].as_str().unwrap_or_default()))
-            .filter(|name| !name.is_empty())
-            .collect();
-        for child in children {
-            if child["role"]["value"] == "StaticText" {
-                let text = one_line(child["name"]["value"].as_str().unwrap_or_default());
-                if skip_text == Some(text.as_str()) || named.contains(&text) {
-                    continue;
-                }
-            }
-            self.node(tree, child, depth);
-        }
-        self.nesting -= 1;
-    }
-
-    fn node(&mut self, tree: &Tree, node: &Value, depth: usize) {
-        // A page can nest without end; the walk stops at a depth a person could still read.
-        if depth > MAX_DEPTH {
-            self.cut += 1;
-            return;
-        }
-        let role = node["role"]["value"].as_str().unwrap_or("none");
-        let name = one_line(node["name"]["value"].as_str().unwrap_or_default());
-        let ignored = node["ignored"].as_bool().unwrap_or(false);
-        if role == "RootWebArea" || ((ignored || GROUPING.contains(&role)) && name.is_empty()) {
-            self.children(tree, node, depth, None);
-            return;
-        }
-        if role == "StaticText" {
-            if !name.is_empty() {
-                self.line(depth, &format!("text {}", quoted(&name)));
-            }
-            return;
-        }
-        let mut line = role.to_ascii_lowercase();
-        if !name.is_empty() {
-            line.push(' ');
-            line.push_str(&quoted(&name));
-        }
-        // States in one order whatever order Chromium lists them in.
-        let mut focusable = false;
-        let mut states: Vec<(u8, String)> = Vec::new();
-        for property in node["properties"].as_array().into_iter().flatten() {
-            let value = &property["value"]["value"];
-            let state = match (property["name"].as_str().unwrap_or_default(), value) {
-                ("focusable", Value::Bool(true)) => {
-                    focusable = true;
-                    None
-                }
-                ("level", level) if level.is_number() => Some((0, format!("level={level}"))),
-                ("checked" | "pressed", Value::String(state)) if state == "true" => Some((1, "checked".to_owned())),
-                ("checked" | "pressed", Value::String(state)) if state == "mixed" => {
-                    Some((1, "checked=mixed".to_owned()))
-                }
-                ("selected", Value::Bool(true)) => Some((2, "selected".to_owned())),
-                ("expanded", Value::Bool(expanded)) => {
-                    Some((3, if *expanded { "expanded" } else { "collapsed" }.to_owned()))
-                }
-                ("disabled", Value::Bool(true)) => Some((4, "disabled".to_owned())),
-                ("required", Value::Bool(true)) => Some((5, "required".to_owned())),
-                ("focused", Value::Bool(true)) => Some((6, "active".to_owned())),
-                ("url", Value::String(url)) if role == "link" => Some((7, format!("url={}", one_line(url)))),
-                _ => None,
-            };
-            states.extend(state);
-        }
-        states.sort();
-        for (_, state) in states {
-            line.push_str(&format!(" [{state}]"));
-        }
-        let backend = node["backendDOMNodeId"].as_i64();
-        if let Some(backend) = backend.filter(|_| focusable || ACTIONABLE.contains(&role)) {
-            line.push_str(&format!(" [ref=e{backend}]"));
-            self.refs.push(backend);
-        }
-        if VALUED.contains(&role)
-            && let Some(value) = node["value"]["value"].as_str().filter(|v| !v.is_empty())
-        {
-            line.push_str(": ");
-            line.push_str(&quoted(&one_line(value)));
-        }
-        self.line(depth, &line);
-        // A frame's document goes under its element.
-        if role == "Iframe" {
-            match backend.and_then(|b| self.frames.get(&b)) {
-                Some(frame) => {
-                    if let Some(root) = frame.root.as_ref().and_then(|r| frame.nodes.get(r)) {
-                        self.node(frame, root, depth + 1);
-                    }
-                }
-                None => self.line(
-                    depth + 1,
-                    "text \"[a frame of another site: its content is not in this snapshot]\"",
-                ),
-            }
-            return;
-        }
-        let skip = (!name.is_empty()).then_some(name.as_str());
-        self.children(tree, node, depth + 1, skip);
-    }
-}
-
-/// The frame ids under `frame_tree` (Page.getFrameTree's), the main frame's excluded.
-fn child_frames(frame_tree: &Value, into: &mut Vec<String>) {
-    for child in frame_tree["childFrames"].as_array().into_iter().flatten() {
-        if let Some(id) = child["frame"]["id"].as_str() {
-            into.push(id.to_owned());
-        }
-        child_frames(child, into);
-    }
+/// The main frame's id from `Page.getFrameTree`'s answer, and its document's `loaderId`.
+fn main_frame(frame_tree: &Value) -> (&str, &str) {
+    let frame = &frame_tree["frameTree"]["frame"];
+    (
+        frame["id"].as_str().unwrap_or_default(),
+        frame["loaderId"].as_str().unwrap_or_default(),
+    )
 }
 
 /// The CDP key of a key name: (`key`, `code`, Windows key code, the text it types).
@@ -415,7 +241,8 @@ fn key_of(name: &str) -> Result<(String, String, i64, Option<String>), ToolError
 }
 
 impl ToolHost {
-    /// `pap.browser.snapshot`: the tab's accessibility tree as text, refs for acting.
+    /// `pap.browser.snapshot`: the tab's page as text, refs for acting (`snapshot.js`, run in
+    /// the page's isolated world: one round trip for a page walked before, two for a new one).
     pub(super) async fn snapshot(&self, caller: &AgentCaller, input: input::Snapshot) -> Result<Value, ToolError> {
         let page = self.target(Some(caller), &input.target).await?;
         // A dialog holds the page: it is what there is to see and answer.
@@ -434,100 +261,125 @@ impl ToolHost {
             .max_chars
             .unwrap_or(SNAPSHOT_CHARS)
             .clamp(1_000, SNAPSHOT_CHARS_MAX);
-        // The tree and the frames at once: one round trip's wait, not two.
-        let (tree, frame_tree) = tokio::try_join!(
-            raw(&page, "Accessibility.getFullAXTree", json!({})),
-            raw(&page, "Page.getFrameTree", json!({}))
-        )?;
-        let main = Tree::of(tree);
-        // The page's address is its main frame's; its title is the document's accessible name.
+        let remembered = self.targets.lock().await.get(&input.target).map(|t| t.refs.clone());
+        let known = remembered.as_ref().and_then(|refs| {
+            let refs = refs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            refs.world.map(|world| (world, refs.loader.clone()))
+        });
+        let options = json!({
+            "max": max, "depth": MAX_DEPTH, "nodes": MAX_NODES, "chars": TEXT_CHARS, "keep": REFS_PER_TAB,
+        });
+        // The walk in the world of the page walked last, beside the frame tree: one round trip's
+        // wait when the page is the same; a world that went with its page answers an error.
+        let frame_tree = raw(&page, "Page.getFrameTree", json!({}));
+        let (frame_tree, walked) = match known {
+            Some((world, _)) => {
+                let (frame_tree, walked) = tokio::join!(frame_tree, walk(&page, world, &options));
+                (frame_tree?, Some((world, walked)))
+            }
+            None => (frame_tree.await?, None),
+        };
+        let (frame, loader) = main_frame(&frame_tree);
         let url = frame_tree["frameTree"]["frame"]["url"]
             .as_str()
             .unwrap_or_default()
             .to_owned();
-        let loader = frame_tree["frameTree"]["frame"]["loaderId"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let title = main
-            .root
-            .as_ref()
-            .and_then(|r| main.nodes.get(r))
-            .and_then(|root| root["name"]["value"].as_str())
-            .unwrap_or_default()
-            .to_owned();
-        // The frames of the tab's process, each under its element; a frame of another site runs
-        // in a process of its own and is named, not shown.
-        let mut frame_ids = Vec::new();
-        child_frames(&frame_tree["frameTree"], &mut frame_ids);
-        let mut frames = HashMap::new();
-        for frame_id in frame_ids.iter().take(64) {
-            let Ok(owner) = raw(&page, "DOM.getFrameOwner", json!({ "frameId": frame_id })).await else {
-                continue;
-            };
-            let Some(owner) = owner["backendNodeId"].as_i64() else {
-                continue;
-            };
-            if let Ok(tree) = raw(&page, "Accessibility.getFullAXTree", json!({ "frameId": frame_id })).await {
-                frames.insert(owner, Tree::of(tree));
+        let (world, walked) = match (walked, &known) {
+            (Some((world, Ok(walked))), Some((_, was))) if was == loader => (world, walked),
+            _ => {
+                let created = raw(
+                    &page,
+                    "Page.createIsolatedWorld",
+                    json!({ "frameId": frame, "worldName": WORLD }),
+                )
+                .await?;
+                let world = created["executionContextId"].as_i64().ok_or_else(|| {
+                    ToolError::new(ToolErrorCode::Internal, "the browser made no world for the snapshot")
+                })?;
+                (world, walk(&page, world, &options).await?)
             }
-        }
-        let mut writer = Writer {
-            frames: &frames,
-            out: String::new(),
-            refs: Vec::new(),
-            max,
-            cut: 0,
-            nesting: 0,
         };
-        if let Some(root) = main.root.as_ref().and_then(|r| main.nodes.get(r)) {
-            writer.node(&main, root, 0);
-        }
-        let (mut text, refs, cut) = (writer.out, writer.refs, writer.cut);
+        let ids: Vec<i64> = walked["refs"]
+            .as_array()
+            .map(|ids| ids.iter().filter_map(Value::as_i64).collect())
+            .unwrap_or_default();
+        let cut = walked["cut"].as_u64().unwrap_or(0);
+        let mut text = walked["text"].as_str().unwrap_or_default().to_owned();
         if cut > 0 {
             text.push_str(&format!(
                 "- [truncated: {cut} more lines; ask with a larger maxChars (at most {SNAPSHOT_CHARS_MAX})]\n"
             ));
         }
-        if let Some(remembered) = self.targets.lock().await.get(&input.target).map(|t| t.refs.clone()) {
+        if let Some(remembered) = remembered {
             let mut remembered = remembered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            remembered.for_page(&loader);
-            for backend in &refs {
-                remembered.remember(*backend);
+            remembered.for_world(loader, world);
+            for id in &ids {
+                remembered.remember(*id);
             }
         }
         Ok(json!({
-            "target": input.target, "url": url, "title": one_line(&title), "snapshot": text,
-            "refs": refs.len(), "truncated": cut > 0,
+            "target": input.target, "url": url,
+            "title": one_line(walked["title"].as_str().unwrap_or_default()), "snapshot": text,
+            "refs": ids.len(), "truncated": cut > 0,
         }))
     }
 
-    /// The remote object of the element `element_ref` names in `target`, in its own document's
-    /// realm: only a ref a snapshot of this tab gave.
-    pub(super) async fn element(&self, page: &Page, target: &str, element_ref: &str) -> Result<String, ToolError> {
-        let backend = backend_of(element_ref)?;
+    /// The element `element_ref` names in `target`: its remote object in its own document's
+    /// main world (where the AIP-7 guard and the acts run, as by selector) and its DevTools
+    /// backend node id. Only a ref a snapshot of the page the tab shows now gave.
+    pub(super) async fn element(
+        &self,
+        page: &Page,
+        target: &str,
+        element_ref: &str,
+    ) -> Result<(String, i64), ToolError> {
+        let number = ref_number(element_ref)?;
         let refs = self.targets.lock().await.get(target).map(|t| t.refs.clone());
         let frame_tree = raw(page, "Page.getFrameTree", json!({})).await?;
-        let loader = frame_tree["frameTree"]["frame"]["loaderId"]
-            .as_str()
-            .unwrap_or_default();
-        let given = refs.is_some_and(|refs| {
+        let (_, loader) = main_frame(&frame_tree);
+        let world = refs.and_then(|refs| {
             let refs = refs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            refs.loader == loader && refs.given.contains(&backend)
+            refs.world
+                .filter(|_| refs.loader == loader && refs.given.contains(&number))
         });
-        if !given {
+        let Some(world) = world else {
             return Err(ToolError::new(
                 ToolErrorCode::NotFound,
                 format!("ref {element_ref} is not from a snapshot of the page tab {target} shows now: take a new browser_snapshot"),
             )
             .with_cause(json!({ "ref": element_ref })));
-        }
-        let resolved = raw(page, "DOM.resolveNode", json!({ "backendNodeId": backend }))
-            .await
-            .map_err(|_| gone(element_ref))?;
+        };
+        // Read back from the world that gave it (a world that went with its page answers an
+        // error), then named by backend id: DevTools' handle on the node in any world.
+        let kept = raw(
+            page,
+            "Runtime.callFunctionOn",
+            json!({
+                "functionDeclaration": "function (n) { const s = globalThis.__papPageModel; const e = s && s.els.get(n); return e && e.isConnected ? e : null; }",
+                "executionContextId": world, "arguments": [{ "value": number }], "returnByValue": false,
+            }),
+        )
+        .await
+        .map_err(|_| gone(element_ref))?;
+        let Some(kept) = kept["result"]["objectId"].as_str() else {
+            return Err(gone(element_ref));
+        };
+        let described = raw(page, "DOM.describeNode", json!({ "objectId": kept })).await;
+        let backend = described.ok().and_then(|d| d["node"]["backendNodeId"].as_i64());
+        let (_, resolved) = tokio::join!(
+            raw(page, "Runtime.releaseObject", json!({ "objectId": kept })),
+            raw(
+                page,
+                "DOM.resolveNode",
+                json!({ "backendNodeId": backend.unwrap_or(0) })
+            )
+        );
+        let (Some(backend), Ok(resolved)) = (backend, resolved) else {
+            return Err(gone(element_ref));
+        };
         resolved["object"]["objectId"]
             .as_str()
-            .map(str::to_owned)
+            .map(|object| (object.to_owned(), backend))
             .ok_or_else(|| gone(element_ref))
     }
 
@@ -547,7 +399,7 @@ impl ToolHost {
             Script::Check(body) => (body, false),
             Script::Act(body) => (body, true),
         };
-        let object = self.element(page, target, element_ref).await?;
+        let (object, _) = self.element(page, target, element_ref).await?;
         let guard = self.persons_form_guard()?;
         let function = zeroize::Zeroizing::new(format!(
             "function (a) {{ const e = this; if (!e || !e.isConnected) return 'missing'; {guard}{body} }}"
@@ -585,8 +437,7 @@ impl ToolHost {
 
     /// The middle of the element of `element_ref`, in the viewport, scrolled into view first.
     async fn middle_of(&self, page: &Page, target: &str, element_ref: &str) -> Result<(f64, f64), ToolError> {
-        let backend = backend_of(element_ref)?;
-        let object = self.element(page, target, element_ref).await?;
+        let (object, backend) = self.element(page, target, element_ref).await?;
         let _ = raw(page, "DOM.scrollIntoViewIfNeeded", json!({ "backendNodeId": backend })).await;
         let quads = raw(page, "DOM.getContentQuads", json!({ "backendNodeId": backend }))
             .await
@@ -1116,8 +967,7 @@ impl ToolHost {
 
     /// The clip of the element `element_ref` for a screenshot: its box in page coordinates.
     pub(super) async fn clip_of(&self, page: &Page, target: &str, element_ref: &str) -> Result<Value, ToolError> {
-        let backend = backend_of(element_ref)?;
-        self.element(page, target, element_ref).await?;
+        let (_, backend) = self.element(page, target, element_ref).await?;
         let _ = raw(page, "DOM.scrollIntoViewIfNeeded", json!({ "backendNodeId": backend })).await;
         let model = raw(page, "DOM.getBoxModel", json!({ "backendNodeId": backend }))
             .await
@@ -1374,7 +1224,7 @@ impl ToolHost {
         let copies = upload_copies(&self.config.state_dir, self.instance.as_str(), n, &files)
             .await
             .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("copying the files: {}", e.kind())))?;
-        let backend = backend_of(&input.element_ref)?;
+        let (_, backend) = self.element(&page, &input.target, &input.element_ref).await?;
         let paths: Vec<String> = copies.iter().map(|p| p.display().to_string()).collect();
         raw(
             &page,
@@ -1474,9 +1324,9 @@ mod tests {
 
     #[test]
     fn refs_read_back_and_nothing_else_does() {
-        assert_eq!(backend_of("e12").unwrap(), 12);
+        assert_eq!(ref_number("e12").unwrap(), 12);
         for bad in ["12", "e", "e-1", "e0", "ex", "E12", "e1 2"] {
-            assert_eq!(backend_of(bad).unwrap_err().code, ToolErrorCode::InputInvalid, "{bad}");
+            assert_eq!(ref_number(bad).unwrap_err().code, ToolErrorCode::InputInvalid, "{bad}");
         }
     }
 
@@ -1496,46 +1346,5 @@ mod tests {
         assert_eq!(key_of("a").unwrap(), ("a".into(), "KeyA".into(), 65, Some("a".into())));
         assert_eq!(key_of("Space").unwrap().0, " ");
         assert!(key_of("Hyper").is_err() && key_of("").is_err() && key_of("\u{7}").is_err());
-    }
-
-    #[test]
-    fn the_snapshot_is_cut_at_a_line_and_says_so() {
-        let answer = json!({ "nodes": [
-            { "nodeId": "1", "role": { "value": "RootWebArea" }, "name": { "value": "Shop" }, "childIds": ["2", "3", "4"] },
-            { "nodeId": "2", "parentId": "1", "role": { "value": "heading" }, "name": { "value": "Welcome" },
-              "properties": [{ "name": "level", "value": { "value": 1 } }], "childIds": ["5"] },
-            { "nodeId": "5", "parentId": "2", "role": { "value": "StaticText" }, "name": { "value": "Welcome" } },
-            { "nodeId": "3", "parentId": "1", "role": { "value": "link" }, "name": { "value": "Sign in" },
-              "backendDOMNodeId": 41, "properties": [{ "name": "focusable", "value": { "value": true } }] },
-            { "nodeId": "4", "parentId": "1", "role": { "value": "textbox" }, "name": { "value": "Search" },
-              "backendDOMNodeId": 42, "value": { "value": "shoes" } },
-        ]});
-        let tree = Tree::of(answer);
-        let frames = HashMap::new();
-        let mut writer = Writer {
-            frames: &frames,
-            out: String::new(),
-            refs: Vec::new(),
-            max: 10_000,
-            cut: 0,
-            nesting: 0,
-        };
-        writer.node(&tree, &tree.nodes["1"], 0);
-        assert_eq!(
-            writer.out,
-            "- heading \"Welcome\" [level=1]\n- link \"Sign in\" [ref=e41]\n- textbox \"Search\" [ref=e42]: \"shoes\"\n"
-        );
-        assert_eq!(writer.refs, [41, 42]);
-        let mut short = Writer {
-            frames: &frames,
-            out: String::new(),
-            refs: Vec::new(),
-            max: 40,
-            cut: 0,
-            nesting: 0,
-        };
-        short.node(&tree, &tree.nodes["1"], 0);
-        assert_eq!(short.out, "- heading \"Welcome\" [level=1]\n");
-        assert_eq!(short.cut, 2);
     }
 }
