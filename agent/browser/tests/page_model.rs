@@ -42,6 +42,29 @@ const FRAME: &str = r#"<!doctype html><meta charset="utf-8"><title>inner</title>
 const SEARCH: &str = r#"<!doctype html><meta charset="utf-8"><title>Results</title><h1>Results</h1>
 <p id="q"></p><script>document.getElementById('q').textContent = 'Results for ' + new URLSearchParams(location.search).get('q');</script>"#;
 
+/// Names as ARIA computes them, hidden content, a shadow root, a frame of another origin, and a
+/// page that tries to plant what the snapshot's world keeps.
+const MODEL: &str = r#"<!doctype html><meta charset="utf-8"><title>Model</title>
+<span id="lbl">Delivery date</span> <input aria-labelledby="lbl" value="2026-12-24">
+<button aria-label="Close the basket">x</button>
+<a href="/a"><img src="data:," alt="Basket"></a>
+<div hidden><button>Hidden away</button></div>
+<div style="display:none"><button>Not displayed</button></div>
+<div style="visibility:hidden"><button>Invisible</button><button style="visibility:visible">Shown inside hidden</button></div>
+<div aria-hidden="true"><button>Aria hidden</button></div>
+<nav aria-label="Steps"><ul><li><a href="/1"><span>Step</span> <span>one</span></a></li></ul></nav>
+<input type="submit" value="Pay now">
+<p>Plain <b>words</b></p>
+<button id="r">Replace me</button>
+<shop-card></shop-card>
+<iframe sandbox srcdoc="<button>Opaque</button>" title="other"></iframe>
+<script>
+customElements.define('shop-card', class extends HTMLElement {
+  constructor() { super(); this.attachShadow({ mode: 'open' }).innerHTML = '<button onclick="document.title = \'shadow clicked\'">In the shadow</button>'; }
+});
+window.__papPageModel = { els: new Map([[1, document.getElementById('r')]]), ids: new WeakMap(), next: 1 };
+</script>"#;
+
 /// Many links: a page whose snapshot is longer than 1000 characters.
 fn long_page() -> String {
     let links: String = (0..200)
@@ -53,6 +76,7 @@ fn long_page() -> String {
 async fn serve() -> String {
     let app = axum::Router::new()
         .route("/", axum::routing::get(|| async { axum::response::Html(FRONT) }))
+        .route("/model", axum::routing::get(|| async { axum::response::Html(MODEL) }))
         .route("/frame", axum::routing::get(|| async { axum::response::Html(FRAME) }))
         .route("/search", axum::routing::get(|| async { axum::response::Html(SEARCH) }))
         .route(
@@ -449,6 +473,94 @@ async fn a_dialog_on_the_persons_site_is_dismissed_never_accepted_by_a_tool() {
         .call("pap.browser.handle_dialog", &json!({"target": target, "accept": false}))
         .await);
     assert_eq!(eval(&tools, &target, "document.title").await, "kept");
+    tools.stop(true).await.unwrap();
+    drop(host);
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
+async fn the_walk_names_as_aria_does_leaves_out_the_hidden_and_keeps_its_refs_from_the_page() {
+    let base = serve().await;
+    let state = std::env::temp_dir().join(format!("pap-page-model-walk-{}", std::process::id()));
+    let mut config = ChromiumConfig::new(state.clone());
+    config.navigation = NavigationPolicy::naming([NamedOrigin::every_port("http://127.0.0.1").unwrap()]);
+    let host = BrowserHost::new();
+    let tools = ToolHost::new(
+        manifest(),
+        host.clone(),
+        config,
+        InstanceKey::try_from("page-model-walk").unwrap(),
+        consent(&state),
+    );
+    tools.launch().await.unwrap();
+    let opened = ok(tools
+        .call("browser.navigate", &json!({"url": format!("{base}/model")}))
+        .await);
+    let target = opened["target"].as_str().unwrap().to_owned();
+    let model = snapshot(&tools, &target).await;
+    eprintln!("{model}");
+    for shown in [
+        "textbox \"Delivery date\"",
+        ": \"2026-12-24\"",
+        "button \"Close the basket\"",
+        "link \"Basket\"",
+        "button \"Shown inside hidden\"",
+        "navigation \"Steps\"",
+        "link \"Step one\"",
+        "button \"Pay now\"",
+        "paragraph",
+        "text \"Plain\"",
+        "text \"words\"",
+        "button \"In the shadow\"",
+        "iframe \"other\"",
+        "[a frame of another origin: its content is not in this snapshot]",
+    ] {
+        assert!(model.contains(shown), "{shown} is not in\n{model}");
+    }
+    for hidden in [
+        "Hidden away",
+        "Not displayed",
+        "Invisible",
+        "Aria hidden",
+        "Opaque",
+        "text \"Step\"",
+    ] {
+        assert!(!model.contains(hidden), "{hidden} is in\n{model}");
+    }
+
+    // What the page planted under the world's name is its own: the snapshot's ref e1 is the
+    // first element it met, not the page's pick, and the page cannot see the world's refs.
+    assert!(model.contains("[ref=e1]"), "{model}");
+    assert_ne!(ref_of(&model, &["button \"Replace me\""]), "e1");
+    assert_eq!(eval(&tools, &target, "window.__papPageModel.els.size").await, 1);
+
+    // An element in a shadow root is acted on by its ref.
+    let shadow = ref_of(&model, &["button \"In the shadow\""]);
+    ok(tools
+        .call("browser.click", &json!({"target": target, "ref": shadow}))
+        .await);
+    assert_eq!(eval(&tools, &target, "document.title").await, "shadow clicked");
+
+    // An element the page replaced is gone; its successor gets a number of its own.
+    let old = ref_of(&model, &["button \"Replace me\""]);
+    eval(
+        &tools,
+        &target,
+        "document.getElementById('r').replaceWith(Object.assign(document.createElement('button'), { id: 'r', textContent: 'Replace me' })), 1",
+    )
+    .await;
+    let again = snapshot(&tools, &target).await;
+    let new = ref_of(&again, &["button \"Replace me\""]);
+    assert_ne!(new, old);
+    let gone = err(tools
+        .call("browser.click", &json!({"target": target, "ref": old}))
+        .await);
+    assert_eq!(gone.code, ToolErrorCode::NotFound);
+    assert!(gone.message.contains("new browser_snapshot"), "{}", gone.message);
+    // Refs of elements still there keep their numbers.
+    assert_eq!(ref_of(&again, &["button \"In the shadow\""]), shadow);
+
     tools.stop(true).await.unwrap();
     drop(host);
     let _ = std::fs::remove_dir_all(&state);
