@@ -54,6 +54,7 @@ const MODEL: &str = r#"<!doctype html><meta charset="utf-8"><title>Model</title>
 <div aria-hidden="true"><button>Aria hidden</button></div>
 <nav aria-label="Steps"><ul><li><a href="/1"><span>Step</span> <span>one</span></a></li></ul></nav>
 <input type="submit" value="Pay now">
+<input aria-label="Card number" autocomplete="cc-number" value="4111111111111111">
 <p>Plain <b>words</b></p>
 <button id="r">Replace me</button>
 <shop-card></shop-card>
@@ -509,6 +510,7 @@ async fn the_walk_names_as_aria_does_leaves_out_the_hidden_and_keeps_its_refs_fr
         "navigation \"Steps\"",
         "link \"Step one\"",
         "button \"Pay now\"",
+        "textbox \"Card number\"",
         "paragraph",
         "text \"Plain\"",
         "text \"words\"",
@@ -525,6 +527,7 @@ async fn the_walk_names_as_aria_does_leaves_out_the_hidden_and_keeps_its_refs_fr
         "Aria hidden",
         "Opaque",
         "text \"Step\"",
+        "4111",
     ] {
         assert!(!model.contains(hidden), "{hidden} is in\n{model}");
     }

@@ -99,7 +99,7 @@ impl ImageFormat {
 pub(super) enum Locate<'a> {
     /// `document.querySelector(selector)` in the tab's main document.
     Selector(&'a str),
-    /// The element a snapshot named `e<backend node id>`.
+    /// The element a snapshot named `e<number>` (kept by the snapshot's isolated world).
     Ref(&'a str),
 }
 

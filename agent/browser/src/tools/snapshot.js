@@ -35,6 +35,8 @@ function (o) {
     'tooltip', 'treeitem', 'term', 'caption']);
   // Roles whose value is what the person typed or chose.
   const VALUED = new Set(['textbox', 'searchbox', 'combobox', 'spinbutton', 'slider']);
+  // Autofill fields whose values are secrets (HTML's autocomplete tokens).
+  const SECRET = new Set(['current-password', 'new-password', 'one-time-code', 'cc-number', 'cc-csc']);
   // Roles that only group: a line of their own only when they carry a name.
   const GROUPING = new Set(['generic', 'none', 'presentation', 'rowgroup']);
   const INPUT = {
@@ -254,6 +256,10 @@ function (o) {
     if (!VALUED.has(role)) return '';
     const tag = el.tagName;
     if (tag === 'INPUT' && (el.getAttribute('type') || '').toLowerCase() === 'password') return '';
+    // What the page itself says is a secret (a card's number or code, a one-time code) is not
+    // said back either.
+    const autocomplete = (el.getAttribute('autocomplete') || '').toLowerCase().split(/\s+/);
+    if (autocomplete.some((token) => SECRET.has(token))) return '';
     if (tag === 'SELECT') return el.selectedOptions[0] ? oneLine(el.selectedOptions[0].text) : '';
     if (tag === 'INPUT' || tag === 'TEXTAREA') return oneLine(el.value);
     if (el.isContentEditable) return oneLine(el.innerText);
