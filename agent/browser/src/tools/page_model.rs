@@ -49,6 +49,13 @@ const CONSOLE_CHARS: usize = 2_000;
 /// The most files one upload hands a page, and the largest each may be.
 const UPLOAD_FILES: usize = 20;
 const UPLOAD_BYTES: u64 = 100 * 1024 * 1024;
+/// Upload sets an instance keeps on disk for its pages (the oldest go first; a form may still
+/// be sent with one of them), and the bytes they may hold together (the newest is always kept).
+const UPLOAD_SETS: usize = 16;
+const UPLOAD_SETS_BYTES: u64 = 1024 * 1024 * 1024;
+/// Saved PDFs an instance keeps (the oldest go first), and the bytes they may hold together.
+const PDF_FILES: usize = 32;
+const PDF_BYTES: u64 = 256 * 1024 * 1024;
 /// How long `handle_dialog` waits for the page to report the dialog closed.
 const DIALOG_CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// `wait_for`'s default and longest wait, and how often it looks.
@@ -946,8 +953,8 @@ impl ToolHost {
         Ok(json!({ "target": input.target, "messages": messages }))
     }
 
-    /// `pap.browser.pdf_save`: the page printed to `STATE/downloads/INSTANCE/page-N.pdf`
-    /// (0600, in a 0700 directory).
+    /// `pap.browser.pdf_save`: the page printed to `STATE/pdf/INSTANCE/TARGET-N.pdf` (0600, in a
+    /// 0700 directory); the instance keeps its newest [`PDF_FILES`] PDFs, [`PDF_BYTES`] at most.
     pub(super) async fn pdf_save(&self, caller: &AgentCaller, input: input::OnTarget) -> Result<Value, ToolError> {
         use base64::Engine as _;
         let page = self.target(Some(caller), &input.target).await?;
@@ -962,6 +969,8 @@ impl ToolHost {
         let path = dir.join(format!("{}-{n}.pdf", input.target));
         crate::store::write_private(&path, &pdf)
             .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("writing the PDF: {}", e.kind())))?;
+        crate::store::keep_newest(&dir, PDF_FILES, PDF_BYTES)
+            .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("removing older PDFs: {}", e.kind())))?;
         Ok(json!({ "target": input.target, "path": path.display().to_string(), "bytes": pdf.len() }))
     }
 
@@ -1266,6 +1275,7 @@ async fn upload_copies(
         }
         copies.push(copy);
     }
+    crate::store::keep_newest(&of_instance, UPLOAD_SETS, UPLOAD_SETS_BYTES)?;
     Ok(copies)
 }
 
