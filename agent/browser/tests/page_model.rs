@@ -57,6 +57,7 @@ const MODEL: &str = r#"<!doctype html><meta charset="utf-8"><title>Model</title>
 <input aria-label="Card number" autocomplete="cc-number" value="4111111111111111">
 <p>Plain <b>words</b></p>
 <button id="r">Replace me</button>
+<button onclick="alert('one'); alert('two'); document.title = 'both answered'">Twice</button>
 <shop-card></shop-card>
 <iframe sandbox srcdoc="<button>Opaque</button>" title="other"></iframe>
 <script>
@@ -563,6 +564,26 @@ async fn the_walk_names_as_aria_does_leaves_out_the_hidden_and_keeps_its_refs_fr
     assert!(gone.message.contains("new browser_snapshot"), "{}", gone.message);
     // Refs of elements still there keep their numbers.
     assert_eq!(ref_of(&again, &["button \"In the shadow\""]), shadow);
+
+    // Back-to-back dialogs: the second opens once the first is answered, is what the snapshot
+    // shows, and is answered in turn (an answer names a dialog already open after it).
+    let twice = ref_of(&again, &["button \"Twice\""]);
+    let clicked = ok(tools
+        .call("browser.click", &json!({"target": target, "ref": twice}))
+        .await);
+    assert_eq!(clicked["dialog"]["message"], "one", "{clicked}");
+    ok(tools
+        .call("pap.browser.handle_dialog", &json!({"target": target, "accept": true}))
+        .await);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while snapshot(&tools, &target).await != "- dialog (alert) \"two\" [answer with browser_handle_dialog]\n" {
+        assert!(std::time::Instant::now() < deadline, "the second alert never showed");
+    }
+    let second = ok(tools
+        .call("pap.browser.handle_dialog", &json!({"target": target, "accept": true}))
+        .await);
+    assert!(second.get("dialog").is_none(), "{second}");
+    assert_eq!(eval(&tools, &target, "document.title").await, "both answered");
 
     tools.stop(true).await.unwrap();
     drop(host);

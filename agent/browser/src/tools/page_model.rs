@@ -252,23 +252,46 @@ impl ToolHost {
     /// the page's isolated world: one round trip for a page walked before, two for a new one).
     pub(super) async fn snapshot(&self, caller: &AgentCaller, input: input::Snapshot) -> Result<Value, ToolError> {
         let page = self.target(Some(caller), &input.target).await?;
-        // A dialog holds the page: it is what there is to see and answer.
-        if let Some(dialog) = self.open_dialog(&input.target).await {
-            let line = format!(
-                "- dialog ({}) {} [answer with browser_handle_dialog]\n",
-                dialog["type"].as_str().unwrap_or("alert"),
-                quoted(dialog["message"].as_str().unwrap_or_default())
-            );
-            return Ok(json!({
-                "target": input.target, "url": dialog["url"], "title": "", "snapshot": line,
-                "refs": 0, "truncated": false, "dialog": dialog,
-            }));
-        }
         let max = input
             .max_chars
             .unwrap_or(SNAPSHOT_CHARS)
             .clamp(1_000, SNAPSHOT_CHARS_MAX);
-        let remembered = self.targets.lock().await.get(&input.target).map(|t| t.refs.clone());
+        // A dialog holds the page (its scripts wait, the walk with them): it is what there is
+        // to see and answer, whether it was open before or opened during the walk.
+        let walked = match self.open_dialog(&input.target).await {
+            Some(_) => None,
+            None => self
+                .or_dialog(&input.target, self.walk_page(&page, &input.target, max))
+                .await
+                .ok()
+                .flatten(),
+        };
+        if let Some(walked) = walked {
+            let mut walked = walked?;
+            walked["target"] = json!(input.target);
+            return Ok(walked);
+        }
+        let dialog = self.open_dialog(&input.target).await.ok_or_else(|| {
+            ToolError::new(
+                ToolErrorCode::NotFound,
+                "a dialog opened and closed during the snapshot: take it again",
+            )
+        })?;
+        let line = format!(
+            "- dialog ({}) {} [answer with browser_handle_dialog]\n",
+            dialog["type"].as_str().unwrap_or("alert"),
+            quoted(dialog["message"].as_str().unwrap_or_default())
+        );
+        Ok(json!({
+            "target": input.target, "url": dialog["url"], "title": "", "snapshot": line,
+            "refs": 0, "truncated": false, "dialog": dialog,
+        }))
+    }
+
+    /// The walk of `target`'s page in its isolated world, at most `max` characters, and the
+    /// refs it gave remembered for the tab.
+    async fn walk_page(&self, page: &Page, target: &str, max: usize) -> Result<Value, ToolError> {
+        let remembered = self.targets.lock().await.get(target).map(|t| t.refs.clone());
         let known = remembered.as_ref().and_then(|refs| {
             let refs = refs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             refs.world.map(|world| (world, refs.loader.clone()))
@@ -278,10 +301,10 @@ impl ToolHost {
         });
         // The walk in the world of the page walked last, beside the frame tree: one round trip's
         // wait when the page is the same; a world that went with its page answers an error.
-        let frame_tree = raw(&page, "Page.getFrameTree", json!({}));
+        let frame_tree = raw(page, "Page.getFrameTree", json!({}));
         let (frame_tree, walked) = match known {
             Some((world, _)) => {
-                let (frame_tree, walked) = tokio::join!(frame_tree, walk(&page, world, &options));
+                let (frame_tree, walked) = tokio::join!(frame_tree, walk(page, world, &options));
                 (frame_tree?, Some((world, walked)))
             }
             None => (frame_tree.await?, None),
@@ -295,7 +318,7 @@ impl ToolHost {
             (Some((world, Ok(walked))), Some((_, was))) if was == loader => (world, walked),
             _ => {
                 let created = raw(
-                    &page,
+                    page,
                     "Page.createIsolatedWorld",
                     json!({ "frameId": frame, "worldName": WORLD }),
                 )
@@ -303,7 +326,7 @@ impl ToolHost {
                 let world = created["executionContextId"].as_i64().ok_or_else(|| {
                     ToolError::new(ToolErrorCode::Internal, "the browser made no world for the snapshot")
                 })?;
-                (world, walk(&page, world, &options).await?)
+                (world, walk(page, world, &options).await?)
             }
         };
         let ids: Vec<i64> = walked["refs"]
@@ -325,7 +348,7 @@ impl ToolHost {
             }
         }
         Ok(json!({
-            "target": input.target, "url": url,
+            "url": url,
             "title": one_line(walked["title"].as_str().unwrap_or_default()), "snapshot": text,
             "refs": ids.len(), "truncated": cut > 0,
         }))
@@ -1110,15 +1133,37 @@ impl ToolHost {
             .await
             .get(&input.target)
             .map(|t| t.dialog.subscribe());
+        // The dialog judged is the one answered: CDP answers whichever is open, so one that
+        // replaced it while the sites were read (the first closed by a navigation, another
+        // opened) is not answered on the first one's judgement.
+        let ordinal = dialog["ordinal"].clone();
+        if let Some(watched) = &watched
+            && watched.borrow().as_ref().map(|d| &d["ordinal"]) != Some(&ordinal)
+        {
+            return Err(ToolError::new(
+                ToolErrorCode::NotFound,
+                format!(
+                    "the dialog in tab {} changed while it was being answered: take a new browser_snapshot",
+                    input.target
+                ),
+            ));
+        }
         raw(&page, "Page.handleJavaScriptDialog", params).await?;
         // The command answers before `javascriptDialogClosed` reaches the watcher: the call
-        // returns once the page is free, so the caller's next act does not meet this dialog.
+        // returns once the page is free of this dialog, so the caller's next act does not meet
+        // it. A page that opens another at once has it in the answer, to be answered in turn.
+        let mut next = None;
         if let Some(mut watched) = watched {
-            let closed = watched.wait_for(Option::is_none);
-            // A page that opens another dialog at once keeps one open: bounded, then answered.
-            let _ = tokio::time::timeout(DIALOG_CLOSE_WAIT, closed).await;
+            let moved_on = watched.wait_for(|d| d.as_ref().map(|d| &d["ordinal"]) != Some(&ordinal));
+            if let Ok(Ok(now)) = tokio::time::timeout(DIALOG_CLOSE_WAIT, moved_on).await {
+                next = now.clone();
+            }
         }
-        Ok(json!({ "target": input.target, "accepted": input.accept, "type": dialog["type"] }))
+        let mut answer = json!({ "target": input.target, "accepted": input.accept, "type": dialog["type"] });
+        if let Some(next) = next {
+            answer["dialog"] = next;
+        }
+        Ok(answer)
     }
 }
 
@@ -1145,6 +1190,7 @@ pub(super) async fn watch_dialogs(page: &Page) -> Result<Dialog, ToolError> {
                 Some(event) = opening.next() => {
                     opened += 1;
                     latest = Some(json!({
+                        "ordinal": opened,
                         "type": format!("{:?}", event.r#type).to_lowercase(),
                         "message": event.message.chars().take(CONSOLE_CHARS).collect::<String>(),
                         "url": event.url,
