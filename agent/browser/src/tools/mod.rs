@@ -74,6 +74,8 @@ struct Target {
     dialog: page_model::Dialog,
     /// The refs its snapshots gave (`pap.browser.snapshot`).
     refs: Arc<std::sync::Mutex<page_model::Refs>>,
+    /// Where its snapshots walk the page now.
+    world: page_model::World,
 }
 
 /// Tabs one paired device may hold open at once (review N10: a renderer each). Its browser
@@ -520,6 +522,7 @@ impl ToolHost {
         let requests = page::log_responses(&page).await?;
         let console = page_model::log_console(&page).await?;
         let dialog = page_model::watch_dialogs(&page).await?;
+        let world = page_model::watch_worlds(&page).await?;
         let id = format!(
             "t{boot_id}-{}",
             self.next_target.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -538,6 +541,7 @@ impl ToolHost {
                 console,
                 dialog,
                 refs: Arc::default(),
+                world,
             },
         );
         Ok((id, page))

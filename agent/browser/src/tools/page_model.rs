@@ -249,7 +249,7 @@ fn key_of(name: &str) -> Result<(String, String, i64, Option<String>), ToolError
 
 impl ToolHost {
     /// `pap.browser.snapshot`: the tab's page as text, refs for acting (`snapshot.js`, run in
-    /// the page's isolated world: one round trip for a page walked before, two for a new one).
+    /// the page's isolated world, which Chromium makes for each new document: one round trip).
     pub(super) async fn snapshot(&self, caller: &AgentCaller, input: input::Snapshot) -> Result<Value, ToolError> {
         let page = self.target(Some(caller), &input.target).await?;
         let max = input
@@ -291,16 +291,32 @@ impl ToolHost {
     /// The walk of `target`'s page in its isolated world, at most `max` characters, and the
     /// refs it gave remembered for the tab.
     async fn walk_page(&self, page: &Page, target: &str, max: usize) -> Result<Value, ToolError> {
-        let remembered = self.targets.lock().await.get(target).map(|t| t.refs.clone());
-        let known = remembered.as_ref().and_then(|refs| {
-            let refs = refs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            refs.world.map(|world| (world, refs.loader.clone()))
-        });
+        let (remembered, fresh) = self
+            .targets
+            .lock()
+            .await
+            .get(target)
+            .map(|t| {
+                (
+                    Some(t.refs.clone()),
+                    *t.world.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+                )
+            })
+            .unwrap_or_default();
+        // The world Chromium last reported for the main frame is the current document's; the
+        // one the last snapshot used is, if its document is still the one loaded.
+        let known = match fresh {
+            Some(world) => Some((world, None)),
+            None => remembered.as_ref().and_then(|refs| {
+                let refs = refs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                refs.world.map(|world| (world, Some(refs.loader.clone())))
+            }),
+        };
         let options = json!({
             "max": max, "depth": MAX_DEPTH, "nodes": MAX_NODES, "chars": TEXT_CHARS, "keep": REFS_PER_TAB,
         });
-        // The walk in the world of the page walked last, beside the frame tree: one round trip's
-        // wait when the page is the same; a world that went with its page answers an error.
+        // The walk beside the frame tree: one round trip's wait; a world that went with its page
+        // answers an error, and the world is asked for.
         let frame_tree = raw(page, "Page.getFrameTree", json!({}));
         let (frame_tree, walked) = match known {
             Some((world, _)) => {
@@ -315,7 +331,9 @@ impl ToolHost {
             .unwrap_or_default()
             .to_owned();
         let (world, walked) = match (walked, &known) {
-            (Some((world, Ok(walked))), Some((_, was))) if was == loader => (world, walked),
+            (Some((world, Ok(walked))), Some((_, was))) if was.as_deref().is_none_or(|was| was == loader) => {
+                (world, walked)
+            }
             _ => {
                 let created = raw(
                     page,
@@ -1165,6 +1183,45 @@ impl ToolHost {
         }
         Ok(answer)
     }
+}
+
+/// The main frame's page-model world in its current document, as Chromium reported making it
+/// (its execution context id), or none yet.
+pub(super) type World = Arc<std::sync::Mutex<Option<i64>>>;
+
+/// Has Chromium make the page-model world in each new document of `page` (as it makes
+/// chromiumoxide's own utility world) and follows the main frame's: the first snapshot of a
+/// page walks at once, without asking for its world first.
+pub(super) async fn watch_worlds(page: &Page) -> Result<World, ToolError> {
+    use chromiumoxide::cdp::js_protocol::runtime::EventExecutionContextCreated;
+    let world: World = Arc::default();
+    let mut created = page
+        .event_listener::<EventExecutionContextCreated>()
+        .await
+        .map_err(|e| page::cdp(&e))?;
+    raw(
+        page,
+        "Page.addScriptToEvaluateOnNewDocument",
+        json!({ "source": "void 0", "worldName": WORLD }),
+    )
+    .await?;
+    let main = page
+        .mainframe()
+        .await
+        .map_err(|e| page::cdp(&e))?
+        .map(|frame| frame.as_ref().to_owned());
+    let latest = Arc::downgrade(&world);
+    tokio::spawn(async move {
+        while let Some(event) = created.next().await {
+            let frame = event.context.aux_data.as_ref().and_then(|aux| aux["frameId"].as_str());
+            if event.context.name != WORLD || frame.is_none() || frame != main.as_deref() {
+                continue;
+            }
+            let Some(latest) = latest.upgrade() else { return };
+            *latest.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(*event.context.id.inner());
+        }
+    });
+    Ok(world)
 }
 
 /// Follows `page`'s JavaScript dialogs: the one open, if any.
