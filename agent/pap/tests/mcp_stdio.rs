@@ -143,8 +143,8 @@ async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_ty
         .find(|line| {
             line.trim_start().starts_with("- link ")
                 && line.contains("[ref=")
-                && line.contains("[url=https://shop.example/")
-                && !line.contains("[url=https://shop.example/]")
+                && line.contains("[url=\"https://shop.example/")
+                && !line.contains("[url=\"https://shop.example/\"]")
         })
         .unwrap_or_else(|| panic!("no link of the shop in\n{front_text}"));
     let element_ref = link[link.find("[ref=").unwrap() + 5..]
@@ -152,11 +152,12 @@ async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_ty
         .next()
         .unwrap()
         .to_owned();
-    let url = link[link.find("[url=").unwrap() + 5..]
-        .split(']')
+    // The URL is a JSON string (what the page wrote is quoted).
+    let url: String = serde_json::Deserializer::from_str(&link[link.find("[url=").unwrap() + 5..])
+        .into_iter::<String>()
         .next()
         .unwrap()
-        .to_owned();
+        .unwrap();
     let clicked = client
         .call_tool(call("browser_click", json!({"target": target, "ref": element_ref})))
         .await

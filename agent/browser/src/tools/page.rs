@@ -31,6 +31,25 @@ const MAX_DOWNLOAD_BYTES: f64 = 100.0 * 1024.0 * 1024.0;
 const DOWNLOAD: Duration = Duration::from_secs(60);
 
 impl ToolHost {
+    /// Runs a page-level act in the page-model world of the tab's main frame, out of the page
+    /// scripts' reach ([`ToolHost::in_world`]): `script` answers `'done'`, `'missing'` when the
+    /// selector matches nothing, or `'reserved'` when the in-page guard finds the document is
+    /// the person's.
+    async fn acted(
+        &self,
+        page: &Page,
+        script: &str,
+        tool: ToolId,
+        target: &str,
+        selector: &str,
+    ) -> Result<(), ToolError> {
+        match self.in_world(page, target, script).await?.as_str() {
+            Some("done") => Ok(()),
+            Some("reserved") => Err(super::persons::refusal(tool, target, super::persons::PERSONS_FORM)),
+            _ => Err(not_found(selector)),
+        }
+    }
+
     /// A new target opens in the context of the grant covering the URL (or the bare one, M5);
     /// an open target stays in the context it was opened in, and is not sent to a site whose
     /// jar is another ([`ToolHost::same_jar`]).
@@ -149,7 +168,8 @@ impl ToolHost {
             let check = format!(
                 "(() => {{ const e = document.querySelector({quoted}); if (!e) return 'missing'; {guard}return 'done'; }})()"
             );
-            acted(&page, check, ToolId::Click, &input.target, selector).await?;
+            self.acted(&page, &check, ToolId::Click, &input.target, selector)
+                .await?;
             // Browser-level input reaches a visible tab only: one in the background would
             // wait for a frame that never comes.
             page.bring_to_front().await.map_err(|e| cdp(&e))?;
@@ -164,7 +184,7 @@ impl ToolHost {
                 "(() => {{ const e = document.querySelector({quoted}); if (!e) return 'missing'; {guard}e.click(); return 'done'; }})()"
             );
             // A click that opens a dialog returns when it opens.
-            let clicked = acted(&page, script, ToolId::Click, &input.target, selector);
+            let clicked = self.acted(&page, &script, ToolId::Click, &input.target, selector);
             if let Some(clicked) = self.or_dialog(&input.target, clicked).await? {
                 clicked?;
             }
@@ -209,7 +229,7 @@ impl ToolHost {
             let check = format!(
                 "(() => {{ const e = document.querySelector({quoted}); if (!e) return 'missing'; {guard}return 'done'; }})()"
             );
-            acted(&page, check, ToolId::Fill, &input.target, selector).await?;
+            self.acted(&page, &check, ToolId::Fill, &input.target, selector).await?;
             page.bring_to_front().await.map_err(|e| cdp(&e))?;
             let element = page.find_element(selector).await.map_err(|_| not_found(selector))?;
             let typed = async { element.click().await?.type_str(input.value.as_str()).await.map(|_| ()) };
@@ -236,7 +256,8 @@ impl ToolHost {
                     ""
                 }
             ));
-            acted(&page, script.as_str(), ToolId::Fill, &input.target, selector).await?;
+            self.acted(&page, script.as_str(), ToolId::Fill, &input.target, selector)
+                .await?;
         }
         Ok(json!({
             "target": input.target, "filled": selector, "characters": characters, "trusted": input.trusted,
@@ -473,23 +494,6 @@ pub(super) async fn log_responses(page: &Page) -> Result<Arc<std::sync::Mutex<Ve
 /// `text` as a JavaScript string literal (JSON).
 pub(super) fn literal(text: &str) -> Result<String, ToolError> {
     serde_json::to_string(text).map_err(|_| ToolError::new(ToolErrorCode::InputInvalid, "not text"))
-}
-
-/// Runs a page-level act (`script` answers `'done'`, `'missing'` when the selector matches
-/// nothing, or `'reserved'` when the in-page guard finds the document is the person's).
-async fn acted(
-    page: &Page,
-    script: impl Into<String>,
-    tool: ToolId,
-    target: &str,
-    selector: &str,
-) -> Result<(), ToolError> {
-    let result = page.evaluate(script.into()).await.map_err(|e| cdp(&e))?;
-    match result.value().and_then(Value::as_str) {
-        Some("done") => Ok(()),
-        Some("reserved") => Err(super::persons::refusal(tool, target, super::persons::PERSONS_FORM)),
-        _ => Err(not_found(selector)),
-    }
 }
 
 pub(super) fn not_found(what: &str) -> ToolError {

@@ -13,9 +13,11 @@
 //! tab shows gave is refused, and one whose element has gone says to take a new snapshot.
 //!
 //! Every act by ref runs the same AIP-7 guard as click and fill by selector
-//! ([`super::persons::in_page_guard`]), in the element's own document, in the same call that acts;
+//! ([`super::persons::in_page_guard`]) on the element as the page-model world sees it (the
+//! page's own scripts cannot patch what the guard calls there), in the same call that acts;
 //! browser-level input (press_key, hover, `trusted`) is checked first and then left to the
-//! request guard, exactly as a `trusted` click is. Results go through the same C9 redaction as
+//! request guard, exactly as a `trusted` click is, and never aimed at a frame's element (it
+//! would land in a document the check did not judge). Results go through the same C9 redaction as
 //! every other tool's ([`super::ToolHost::call_as`]).
 
 use std::collections::{HashSet, VecDeque};
@@ -43,6 +45,9 @@ const MAX_DEPTH: usize = 64;
 const MAX_NODES: usize = 200_000;
 /// A name or value longer than this is cut (with `…`).
 const TEXT_CHARS: usize = 300;
+/// The longest one walk runs in the page, milliseconds: what is not walked by then counts as
+/// cut (a page whose every element is slow to read cannot hold the tab's thread for long).
+const WALK_MS: u64 = 2_000;
 /// Console messages a tab keeps (the oldest drop first), and each one's length.
 const CONSOLE_MESSAGES: usize = 200;
 const CONSOLE_CHARS: usize = 2_000;
@@ -112,7 +117,7 @@ impl Refs {
 /// that interrupts it leaves it unanswered, an error) or an act (a dialog it opens is its effect).
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Script<'a> {
-    /// Only the guard and an answer.
+    /// Only the guard and an answer, before browser-level input: a frame's element is refused.
     Check(&'a str),
     /// The guard, then what the tool does.
     Act(&'a str),
@@ -172,6 +177,22 @@ fn one_line(text: &str) -> String {
 /// A JSON string as the snapshot quotes it.
 fn quoted(text: &str) -> String {
     serde_json::to_string(text).unwrap_or_default()
+}
+
+/// An element a ref names ([`ToolHost::element`]).
+pub(super) struct Element {
+    /// Its remote object in `world`.
+    pub(super) object: String,
+    /// DevTools' handle on the node, the same in every world.
+    pub(super) backend: i64,
+    /// The page-model world's execution context.
+    pub(super) world: i64,
+}
+
+/// Lets the page's world drop `object` (a remote object stays held until released or its
+/// document goes: a long-lived page acted on many times would keep every one).
+async fn release(page: &Page, object: &str) {
+    let _ = raw(page, "Runtime.releaseObject", json!({ "objectId": object })).await;
 }
 
 /// Runs the walk in the isolated world `world` (its execution context id).
@@ -314,6 +335,7 @@ impl ToolHost {
         };
         let options = json!({
             "max": max, "depth": MAX_DEPTH, "nodes": MAX_NODES, "chars": TEXT_CHARS, "keep": REFS_PER_TAB,
+            "ms": WALK_MS,
         });
         // The walk beside the frame tree: one round trip's wait; a world that went with its page
         // answers an error, and the world is asked for.
@@ -372,15 +394,12 @@ impl ToolHost {
         }))
     }
 
-    /// The element `element_ref` names in `target`: its remote object in its own document's
-    /// main world (where the AIP-7 guard and the acts run, as by selector) and its DevTools
-    /// backend node id. Only a ref a snapshot of the page the tab shows now gave.
-    pub(super) async fn element(
-        &self,
-        page: &Page,
-        target: &str,
-        element_ref: &str,
-    ) -> Result<(String, i64), ToolError> {
+    /// The element `element_ref` names in `target`: its remote object in the page-model world
+    /// that gave the ref (where the AIP-7 guard and the acts run: the page's scripts can patch
+    /// their own world's prototypes, `Array.prototype.some` or a form's `action` getter, never
+    /// this one's), its DevTools backend node id, and that world. Only a ref a snapshot of the
+    /// page the tab shows now gave. The caller releases the object ([`release`]).
+    pub(super) async fn element(&self, page: &Page, target: &str, element_ref: &str) -> Result<Element, ToolError> {
         let number = ref_number(element_ref)?;
         let refs = self.targets.lock().await.get(target).map(|t| t.refs.clone());
         let frame_tree = raw(page, "Page.getFrameTree", json!({})).await?;
@@ -413,22 +432,65 @@ impl ToolHost {
             return Err(gone(element_ref));
         };
         let described = raw(page, "DOM.describeNode", json!({ "objectId": kept })).await;
-        let backend = described.ok().and_then(|d| d["node"]["backendNodeId"].as_i64());
-        let (_, resolved) = tokio::join!(
-            raw(page, "Runtime.releaseObject", json!({ "objectId": kept })),
-            raw(
-                page,
-                "DOM.resolveNode",
-                json!({ "backendNodeId": backend.unwrap_or(0) })
-            )
-        );
-        let (Some(backend), Ok(resolved)) = (backend, resolved) else {
+        let Some(backend) = described.ok().and_then(|d| d["node"]["backendNodeId"].as_i64()) else {
+            release(page, kept).await;
             return Err(gone(element_ref));
         };
-        resolved["object"]["objectId"]
-            .as_str()
-            .map(|object| (object.to_owned(), backend))
-            .ok_or_else(|| gone(element_ref))
+        Ok(Element {
+            object: kept.to_owned(),
+            backend,
+            world,
+        })
+    }
+
+    /// Evaluates `expression` in the page-model world of `target`'s main frame (the one
+    /// Chromium made for its document, or one made now, which Chromium then reports and the tab
+    /// keeps): what the AIP-7 guard runs in when it is handed a selector rather than a ref, so
+    /// the page's scripts cannot patch what it calls. Answers the expression's value.
+    pub(super) async fn in_world(&self, page: &Page, target: &str, expression: &str) -> Result<Value, ToolError> {
+        let world = self
+            .targets
+            .lock()
+            .await
+            .get(target)
+            .and_then(|t| *t.world.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        let evaluate = |world: i64| {
+            raw(
+                page,
+                "Runtime.evaluate",
+                json!({ "expression": expression, "contextId": world, "returnByValue": true, "awaitPromise": false }),
+            )
+        };
+        // A world that went with its document answers an error: one is made for the document
+        // the tab shows now.
+        let answer = match world {
+            Some(world) => evaluate(world).await.ok(),
+            None => None,
+        };
+        let mut answer = match answer {
+            Some(answer) => answer,
+            None => {
+                let frame_tree = raw(page, "Page.getFrameTree", json!({})).await?;
+                let (frame, _) = main_frame(&frame_tree);
+                let created = raw(
+                    page,
+                    "Page.createIsolatedWorld",
+                    json!({ "frameId": frame, "worldName": WORLD }),
+                )
+                .await?;
+                let world = created["executionContextId"].as_i64().ok_or_else(|| {
+                    ToolError::new(
+                        ToolErrorCode::Internal,
+                        "the browser made no world for the page's guard",
+                    )
+                })?;
+                evaluate(world).await?
+            }
+        };
+        if answer.get("exceptionDetails").is_some() {
+            return Err(ToolError::new(ToolErrorCode::Internal, "the page threw"));
+        }
+        Ok(answer["result"]["value"].take())
     }
 
     /// Runs `body` on the element of `element_ref`, after the AIP-7 guard, in one call in the
@@ -447,22 +509,32 @@ impl ToolHost {
             Script::Check(body) => (body, false),
             Script::Act(body) => (body, true),
         };
-        let (object, _) = self.element(page, target, element_ref).await?;
         let guard = self.persons_form_guard()?;
+        let element = self.element(page, target, element_ref).await?;
+        // Browser-level input (what a check precedes) on a frame's element lands in the frame's
+        // document, which the guard on the element does not judge: refused, as the frame's own
+        // elements have refs of their own (same-origin) or none (another origin).
+        let frame = if acts {
+            ""
+        } else {
+            "if (e.localName === 'iframe' || e.localName === 'frame') return 'frame'; "
+        };
         let function = zeroize::Zeroizing::new(format!(
-            "function (a) {{ const e = this; if (!e || !e.isConnected) return 'missing'; {guard}{body} }}"
+            "function (a) {{ const e = this; if (!e || !e.isConnected) return 'missing'; {frame}{guard}{body} }}"
         ));
         let call = raw(
             page,
             "Runtime.callFunctionOn",
             json!({
-                "objectId": object, "functionDeclaration": function.as_str(),
+                "objectId": element.object, "functionDeclaration": function.as_str(),
                 "arguments": [{ "value": argument }], "returnByValue": true, "awaitPromise": false,
             }),
         );
         // An act that opens a dialog (`confirm()` in a click handler) returns when it opens:
         // the call's own answer waits for the dialog to be answered.
-        let Some(answer) = self.or_dialog(target, call).await? else {
+        let answered = self.or_dialog(target, call).await;
+        release(page, &element.object).await;
+        let Some(answer) = answered? else {
             if acts {
                 return Ok("done".to_owned());
             }
@@ -478,6 +550,13 @@ impl ToolHost {
         }
         match answer["result"]["value"].as_str() {
             Some("reserved") => Err(persons::refusal(tool, target, persons::PERSONS_FORM)),
+            Some("frame") => Err(ToolError::new(
+                ToolErrorCode::InputInvalid,
+                format!(
+                    "ref {element_ref} is a frame: {tool} acts on an element in it (its refs are in the snapshot when the frame is of the page's origin)"
+                ),
+            )
+            .with_cause(json!({ "ref": element_ref }))),
             Some("missing") | None => Err(gone(element_ref)),
             Some(other) => Ok(other.to_owned()),
         }
@@ -485,7 +564,19 @@ impl ToolHost {
 
     /// The middle of the element of `element_ref`, in the viewport, scrolled into view first.
     async fn middle_of(&self, page: &Page, target: &str, element_ref: &str) -> Result<(f64, f64), ToolError> {
-        let (object, backend) = self.element(page, target, element_ref).await?;
+        let element = self.element(page, target, element_ref).await?;
+        let middle = self.middle_of_element(page, &element, element_ref).await;
+        release(page, &element.object).await;
+        middle
+    }
+
+    async fn middle_of_element(
+        &self,
+        page: &Page,
+        element: &Element,
+        element_ref: &str,
+    ) -> Result<(f64, f64), ToolError> {
+        let backend = element.backend;
         let _ = raw(page, "DOM.scrollIntoViewIfNeeded", json!({ "backendNodeId": backend })).await;
         let quads = raw(page, "DOM.getContentQuads", json!({ "backendNodeId": backend }))
             .await
@@ -502,14 +593,14 @@ impl ToolHost {
         }
         let x = (quad[0] + quad[2] + quad[4] + quad[6]) / 4.0;
         let y = (quad[1] + quad[3] + quad[5] + quad[7]) / 4.0;
-        self.hit(page, &object, element_ref, x, y).await?;
+        self.hit(page, element, element_ref, x, y).await?;
         Ok((x, y))
     }
 
-    /// Whether the element `object` (of `element_ref`) is what a pointer at (`x`, `y`) reaches:
-    /// itself or something inside it, not an overlay that would take the input meant for it.
-    /// A frame's element is not judged (what the pointer reaches is in the frame's document).
-    async fn hit(&self, page: &Page, object: &str, element_ref: &str, x: f64, y: f64) -> Result<(), ToolError> {
+    /// Whether `element` (of `element_ref`) is what a pointer at (`x`, `y`) reaches: itself or
+    /// something inside it, not an overlay that would take the input meant for it (nor a frame's
+    /// content: a frame's element is refused before, [`Self::on_ref`]).
+    async fn hit(&self, page: &Page, element: &Element, element_ref: &str, x: f64, y: f64) -> Result<(), ToolError> {
         #[allow(clippy::cast_possible_truncation, reason = "viewport coordinates, rounded")]
         let (px, py) = (x.round() as i64, y.round() as i64);
         let at = raw(
@@ -521,9 +612,14 @@ impl ToolHost {
         let Some(hit) = at["backendNodeId"].as_i64() else {
             return Err(covered(element_ref));
         };
-        let hit = raw(page, "DOM.resolveNode", json!({ "backendNodeId": hit }))
-            .await
-            .map_err(|_| covered(element_ref))?;
+        // Both in the element's world: a call's arguments live in its target's world.
+        let hit = raw(
+            page,
+            "DOM.resolveNode",
+            json!({ "backendNodeId": hit, "executionContextId": element.world }),
+        )
+        .await
+        .map_err(|_| covered(element_ref))?;
         let Some(hit) = hit["object"]["objectId"].as_str() else {
             return Err(covered(element_ref));
         };
@@ -531,13 +627,14 @@ impl ToolHost {
             page,
             "Runtime.callFunctionOn",
             json!({
-                "objectId": object,
-                "functionDeclaration": "function (h) { return this.tagName === 'IFRAME' || this === h || (this.contains && this.contains(h)) || (h.getRootNode && h.getRootNode().host && this.contains(h.getRootNode().host)); }",
+                "objectId": element.object,
+                "functionDeclaration": "function (h) { return this === h || this.contains(h) || (!!h.getRootNode().host && this.contains(h.getRootNode().host)); }",
                 "arguments": [{ "objectId": hit }], "returnByValue": true,
             }),
         )
-        .await?;
-        if answer["result"]["value"] == true {
+        .await;
+        release(page, hit).await;
+        if answer?["result"]["value"] == true {
             Ok(())
         } else {
             Err(covered(element_ref))
@@ -685,8 +782,8 @@ impl ToolHost {
              x = x || d.body; const b = x && x.form ? x.form.querySelector('button:not([type]),button[type=submit],input[type=submit],input[type=image]') : null; \
              for (const e of [x, b]) {{ if (!e) continue; {guard}}} return 'done'; }})()"
         );
-        let checked = page.evaluate(check).await.map_err(|e| page::cdp(&e))?;
-        if checked.value().and_then(Value::as_str) == Some("reserved") {
+        let checked = self.in_world(&page, &input.target, &check).await?;
+        if checked.as_str() == Some("reserved") {
             return Err(persons::refusal(ToolId::PressKey, &input.target, persons::PERSONS_FORM));
         }
         page.bring_to_front().await.map_err(|e| page::cdp(&e))?;
@@ -1010,14 +1107,16 @@ impl ToolHost {
         let path = dir.join(format!("{}-{n}.pdf", input.target));
         crate::store::write_private(&path, &pdf)
             .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("writing the PDF: {}", e.kind())))?;
-        crate::store::keep_newest(&dir, PDF_FILES, PDF_BYTES)
+        crate::store::keep_newest(&dir, &path, PDF_FILES, PDF_BYTES)
             .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("removing older PDFs: {}", e.kind())))?;
         Ok(json!({ "target": input.target, "path": path.display().to_string(), "bytes": pdf.len() }))
     }
 
     /// The clip of the element `element_ref` for a screenshot: its box in page coordinates.
     pub(super) async fn clip_of(&self, page: &Page, target: &str, element_ref: &str) -> Result<Value, ToolError> {
-        let (_, backend) = self.element(page, target, element_ref).await?;
+        let element = self.element(page, target, element_ref).await?;
+        release(page, &element.object).await;
+        let backend = element.backend;
         let _ = raw(page, "DOM.scrollIntoViewIfNeeded", json!({ "backendNodeId": backend })).await;
         let model = raw(page, "DOM.getBoxModel", json!({ "backendNodeId": backend }))
             .await
@@ -1151,9 +1250,12 @@ impl ToolHost {
             .await
             .get(&input.target)
             .map(|t| t.dialog.subscribe());
-        // The dialog judged is the one answered: CDP answers whichever is open, so one that
-        // replaced it while the sites were read (the first closed by a navigation, another
-        // opened) is not answered on the first one's judgement.
+        // CDP answers whichever dialog is open and names none, so a dialog that replaced the
+        // judged one while the sites were read (the first closed by a navigation, another
+        // opened) is refused here. This narrows the race, it cannot close it: one that
+        // replaces it between this check and the command is answered on the first one's
+        // judgement (accepting is judged by the same person's sites, and the request guard
+        // still refuses what an accepted dialog would send to one).
         let ordinal = dialog["ordinal"].clone();
         if let Some(watched) = &watched
             && watched.borrow().as_ref().map(|d| &d["ordinal"]) != Some(&ordinal)
@@ -1336,7 +1438,9 @@ impl ToolHost {
         let copies = upload_copies(&self.config.state_dir, self.instance.as_str(), n, &files)
             .await
             .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("copying the files: {}", e.kind())))?;
-        let (_, backend) = self.element(&page, &input.target, &input.element_ref).await?;
+        let element = self.element(&page, &input.target, &input.element_ref).await?;
+        release(&page, &element.object).await;
+        let backend = element.backend;
         let paths: Vec<String> = copies.iter().map(|p| p.display().to_string()).collect();
         raw(
             &page,
@@ -1378,7 +1482,7 @@ async fn upload_copies(
         }
         copies.push(copy);
     }
-    crate::store::keep_newest(&of_instance, UPLOAD_SETS, UPLOAD_SETS_BYTES)?;
+    crate::store::keep_newest(&of_instance, &dir, UPLOAD_SETS, UPLOAD_SETS_BYTES)?;
     Ok(copies)
 }
 

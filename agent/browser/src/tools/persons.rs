@@ -7,7 +7,7 @@
 //! | tool                                   | refused (`permission_denied`, rule AIP-7) when                                  | judged on                     |
 //! |----------------------------------------|----------------------------------------------------------------------------------|-------------------------------|
 //! | evaluate, cdp_send (every method)      | the tab's cookie jar can hold a Session on a person's site: the jar of a grant that reaches one, or the browser's default jar while any site is the person's | the tab's jar, fixed when it opened: no navigation changes it |
-//! | click, fill (page-level)               | the element is in (or labels a control of) a form that is not `GET`, in a document of a person's site (by its origin: an `about:blank` or `srcdoc` frame is its maker's, an opaque origin is the person's) or sending to one | the document the acting script runs in, in the same script |
+//! | click, fill (page-level)               | the element is in (or labels a control of) a form that is not `GET`, in a document of a person's site (by its origin: an `about:blank` or `srcdoc` frame is its maker's, an opaque origin is the person's) or sending to one | the document the acting script runs in, in the same script, in an isolated world the page cannot patch |
 //! | click, fill (`trusted`)                | the same                                                                         | the document before the browser-level input; if the page moves meanwhile, the request guard refuses what the input sends |
 //!
 //! Reading (get_dom, screenshot, list_requests), navigating (`GET`) and downloading (`GET`)
@@ -50,7 +50,11 @@ pub(super) fn unreadable(error: &std::io::Error) -> ToolError {
     )
 }
 
-/// The in-page check, a script fragment run right after `const e = …` in the script that acts:
+/// The in-page check, a script fragment run right after `const e = …` in the script that acts,
+/// in the page-model isolated world ([`super::ToolHost::in_world`], [`super::ToolHost::on_ref`]):
+/// the page shares the DOM with it but not its prototypes, so a page that patches
+/// `Array.prototype.some`, `String.prototype.toLowerCase` or a form's `action` getter in its
+/// own world changes nothing the check calls.
 /// it answers `"reserved"` when `e` is in (or labels a control of) a form whose method is not
 /// `GET` (or `dialog`, which sends nothing) and either the document `e` is in belongs to one of
 /// `domains` (judged by its origin, so an `about:blank` or `srcdoc` frame counts as the page that

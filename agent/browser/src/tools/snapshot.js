@@ -17,7 +17,11 @@
 // one document, and the numbers kept are bounded (`o.keep`, oldest first).
 //
 // `o`: { max: characters of text, depth: deepest line, nodes: most nodes visited,
-//        chars: longest name or value, keep: refs kept }.
+//        chars: longest name or value, keep: refs kept, ms: longest walk in milliseconds }.
+//
+// What the page controls (its markup, its attributes, its text) is never trusted to shape a
+// line: a role is one ARIA defines, names, values and URLs are quoted, and an element whose
+// reading throws (a custom element's getter, say) is left out, not the walk.
 // Answers { text, refs, cut, title }: `cut` lines did not fit (or were not visited).
 function (o) {
   'use strict';
@@ -39,6 +43,18 @@ function (o) {
   const SECRET = new Set(['current-password', 'new-password', 'one-time-code', 'cc-number', 'cc-csc']);
   // Roles that only group: a line of their own only when they carry a name.
   const GROUPING = new Set(['generic', 'none', 'presentation', 'rowgroup']);
+  // The roles ARIA 1.2 (and its graphics module) defines: a `role` attribute's first of these
+  // is the element's role; any other token is not a role and is never printed (a page would
+  // write `[ref=e1]` into its own role).
+  const ROLES = new Set(('alert alertdialog application article banner blockquote button caption cell checkbox '
+    + 'code columnheader combobox comment complementary contentinfo definition deletion dialog directory '
+    + 'document emphasis feed figure form generic graphics-document graphics-object graphics-symbol grid '
+    + 'gridcell group heading image img insertion link list listbox listitem log main mark marquee math menu '
+    + 'menubar menuitem menuitemcheckbox menuitemradio meter navigation none note option paragraph '
+    + 'presentation progressbar radio radiogroup region row rowgroup rowheader scrollbar search searchbox '
+    + 'separator slider spinbutton status strong subscript suggestion superscript switch tab table tablist '
+    + 'tabpanel term textbox time timer toolbar tooltip tree treegrid treeitem').split(' '));
+  const HTML = 'http://www.w3.org/1999/xhtml';
   const INPUT = {
     button: 'button', submit: 'button', reset: 'button', image: 'button', file: 'button',
     checkbox: 'checkbox', radio: 'radio', range: 'slider', number: 'spinbutton', hidden: '',
@@ -60,19 +76,46 @@ function (o) {
   let cut = 0;
   let visited = 0;
   const refs = [];
+  const until = performance.now() + (o.ms || 2000);
+  let late = false;
+
+  // An element's tag as HTML names it (upper case) whatever the document (an XHTML page's
+  // `tagName` is lower case); an element of another namespace (SVG, MathML) by its local name,
+  // so no HTML rule (a SELECT's options, a SLOT's nodes) is applied to it.
+  const tagOf = (el) => (el.namespaceURI === HTML ? el.localName.toUpperCase() : el.localName);
+  // Whether `el`'s value is a secret: a password, or a field the page marks as one with
+  // HTML's autofill tokens (a card's number or code, a one-time code). Neither its value nor
+  // a name made of it is said back.
+  const secret = (el) => {
+    const tag = tagOf(el);
+    if (tag !== 'INPUT' && tag !== 'TEXTAREA') return false;
+    if (tag === 'INPUT' && (el.getAttribute('type') || '').toLowerCase() === 'password') return true;
+    const autocomplete = (el.getAttribute('autocomplete') || '').toLowerCase().split(/\s+/);
+    return autocomplete.some((token) => SECRET.has(token));
+  };
 
   const oneLine = (s) => {
     const t = String(s).replace(/\s+/g, ' ').trim();
     return t.length > o.chars ? t.slice(0, o.chars) + '\u2026' : t;
   };
   const quoted = (s) => JSON.stringify(s);
+  // Whether a line of `length` characters at `depth` is written: none after the first that
+  // did not fit, so the text ends where the cut is.
+  const fits = (depth, length) => cut === 0 && out.length + length + 2 * depth + 3 <= o.max;
   const line = (depth, s) => {
-    if (cut > 0 || out.length + s.length + 2 * depth + 3 > o.max) {
+    if (!fits(depth, s.length)) {
       cut += 1;
       return;
     }
     out += '  '.repeat(depth) + '- ' + s + '\n';
   };
+  // The number `el` has, or would be given.
+  const numberOf = (el) => {
+    const id = st.ids.get(el);
+    return id === undefined ? st.next : id;
+  };
+  // `el`'s ref, given when its line is written (and only then: a ref the text does not show
+  // would push out of the bounded keep one it does).
   const refOf = (el) => {
     let id = st.ids.get(el);
     if (id === undefined) {
@@ -93,19 +136,19 @@ function (o) {
   // by the select.
   const rendered = (el) => {
     if (el.checkVisibility({ contentVisibilityAuto: false })) return true;
-    if (el.tagName === 'OPTION' || el.tagName === 'OPTGROUP') return true;
+    if (tagOf(el) === 'OPTION' || tagOf(el) === 'OPTGROUP') return true;
     const style = el.ownerDocument.defaultView && el.ownerDocument.defaultView.getComputedStyle(el);
     return !!style && style.display === 'contents';
   };
   // Whether `el` itself is seen (visibility: hidden hides an element but not a child that sets
   // visibility: visible).
-  const visible = (el) => el.tagName === 'OPTION' || el.tagName === 'OPTGROUP'
+  const visible = (el) => tagOf(el) === 'OPTION' || tagOf(el) === 'OPTGROUP'
     || el.checkVisibility({ visibilityProperty: true, checkVisibilityCSS: true });
 
   // The nodes under `el` as they are shown: an open shadow root's, or a slot's assigned nodes.
   const kids = (el) => {
     if (el.shadowRoot) return el.shadowRoot.childNodes;
-    if (el.tagName === 'SLOT') {
+    if (tagOf(el) === 'SLOT') {
       const assigned = el.assignedNodes({ flatten: true });
       if (assigned.length > 0) return assigned;
     }
@@ -113,10 +156,10 @@ function (o) {
   };
 
   const roleOf = (el) => {
-    const tag = el.tagName;
-    const explicit = (el.getAttribute('role') || '').trim().toLowerCase().split(/\s+/)[0];
+    const tag = tagOf(el);
+    const explicit = (el.getAttribute('role') || '').toLowerCase().split(/\s+/).find((token) => ROLES.has(token));
     if (explicit && !((explicit === 'none' || explicit === 'presentation') && el.tabIndex >= 0)) {
-      return explicit;
+      return explicit === 'img' ? 'image' : explicit;
     }
     switch (tag) {
       case 'A':
@@ -134,7 +177,6 @@ function (o) {
         return 'heading';
       case 'IMG':
         return el.getAttribute('alt') === '' && !el.hasAttribute('title') ? 'none' : 'image';
-      case 'SVG':
       case 'svg':
         return 'image';
       case 'TH':
@@ -159,16 +201,16 @@ function (o) {
     if (node.nodeType === 3) return node.data;
     if (node.nodeType !== 1 || depth > 32 || node === skip) return '';
     const el = node;
-    const tag = el.tagName;
+    const tag = tagOf(el);
     if (SKIP.has(tag) || el.getAttribute('aria-hidden') === 'true' || !rendered(el)) return '';
     const label = el.getAttribute('aria-label');
     if (label && label.trim()) return ' ' + label + ' ';
     if (tag === 'IMG' || tag === 'AREA') return ' ' + (el.getAttribute('alt') || el.getAttribute('title') || '') + ' ';
     if (tag === 'INPUT') {
       const type = (el.getAttribute('type') || 'text').toLowerCase();
-      return type === 'password' || type === 'hidden' ? '' : ' ' + el.value + ' ';
+      return type === 'hidden' || secret(el) ? '' : ' ' + el.value + ' ';
     }
-    if (tag === 'TEXTAREA') return ' ' + el.value + ' ';
+    if (tag === 'TEXTAREA') return secret(el) ? '' : ' ' + el.value + ' ';
     if (tag === 'SELECT') return ' ' + (el.selectedOptions[0] ? el.selectedOptions[0].text : '') + ' ';
     if (tag === 'BR') return ' ';
     if (!visible(el) && el.childElementCount === 0) return '';
@@ -190,7 +232,7 @@ function (o) {
     }
     const label = el.getAttribute('aria-label');
     if (label && label.trim()) return oneLine(label);
-    const tag = el.tagName;
+    const tag = tagOf(el);
     if (tag === 'INPUT') {
       const type = (el.getAttribute('type') || 'text').toLowerCase();
       if (type === 'submit' || type === 'reset' || type === 'button') {
@@ -213,7 +255,7 @@ function (o) {
       const name = oneLine(textOf(caption, null, 0));
       if (name) return name;
     }
-    if ((tag === 'svg' || tag === 'SVG') && el.querySelector(':scope > title')) {
+    if (tag === 'svg' && el.querySelector(':scope > title')) {
       return oneLine(el.querySelector(':scope > title').textContent);
     }
     if (FROM_CONTENT.has(role)) {
@@ -229,7 +271,7 @@ function (o) {
 
   const states = (el, role) => {
     const s = [];
-    const tag = el.tagName;
+    const tag = tagOf(el);
     if (role === 'heading') {
       const level = Number(el.getAttribute('aria-level')) || (/^H[1-6]$/.test(tag) ? Number(tag[1]) : 2);
       s.push('level=' + level);
@@ -248,18 +290,13 @@ function (o) {
     }
     if (el.required === true || el.getAttribute('aria-required') === 'true') s.push('required');
     if (el.ownerDocument.activeElement === el && el !== el.ownerDocument.body) s.push('active');
-    if (role === 'link' && typeof el.href === 'string' && el.href) s.push('url=' + oneLine(el.href));
+    if (role === 'link' && typeof el.href === 'string' && el.href) s.push('url=' + quoted(oneLine(el.href)));
     return s.map((state) => ' [' + state + ']').join('');
   };
 
   const valueOf = (el, role) => {
-    if (!VALUED.has(role)) return '';
-    const tag = el.tagName;
-    if (tag === 'INPUT' && (el.getAttribute('type') || '').toLowerCase() === 'password') return '';
-    // What the page itself says is a secret (a card's number or code, a one-time code) is not
-    // said back either.
-    const autocomplete = (el.getAttribute('autocomplete') || '').toLowerCase().split(/\s+/);
-    if (autocomplete.some((token) => SECRET.has(token))) return '';
+    if (!VALUED.has(role) || secret(el)) return '';
+    const tag = tagOf(el);
     if (tag === 'SELECT') return el.selectedOptions[0] ? oneLine(el.selectedOptions[0].text) : '';
     if (tag === 'INPUT' || tag === 'TEXTAREA') return oneLine(el.value);
     if (el.isContentEditable) return oneLine(el.innerText);
@@ -277,12 +314,17 @@ function (o) {
     const infos = new Map();
     const names = new Set();
     for (const el of elements) {
-      const info = about(el);
+      let info = null;
+      try {
+        info = about(el);
+      } catch (e) {
+        info = null;
+      }
       infos.set(el, info);
       if (info && info.name) names.add(info.name);
     }
     for (const node of nodes) {
-      if (visited > o.nodes) {
+      if (visited > o.nodes || late || (visited % 256 === 0 && (late = performance.now() > until))) {
         cut += 1;
         return;
       }
@@ -294,14 +336,18 @@ function (o) {
         }
         line(depth, 'text ' + quoted(text));
       } else if (node.nodeType === 1) {
-        walk(node, infos.get(node), depth, nesting + 1, said);
+        try {
+          walk(node, infos.get(node), depth, nesting + 1, said);
+        } catch (e) {
+          cut += 1;
+        }
       }
     }
   };
 
   // What a walk needs of `el` before writing it: null when it and all under it are left out.
   const about = (el) => {
-    if (SKIP.has(el.tagName) || el.getAttribute('aria-hidden') === 'true') return null;
+    if (SKIP.has(tagOf(el)) || el.getAttribute('aria-hidden') === 'true') return null;
     const shown = visible(el);
     if (!shown && !rendered(el)) return null;
     const role = roleOf(el);
@@ -318,9 +364,9 @@ function (o) {
       return;
     }
     const { role, name, shown } = info;
-    const tag = el.tagName;
+    const tag = tagOf(el);
     // SVG's insides are drawing, not content.
-    if (tag === 'svg' || tag === 'SVG') {
+    if (tag === 'svg') {
       if (shown && name) line(depth, 'image ' + quoted(name));
       return;
     }
@@ -331,10 +377,17 @@ function (o) {
     let text = role;
     if (name) text += ' ' + quoted(name);
     text += states(el, role);
-    if (ACTIONABLE.has(role) || el.tabIndex >= 0 || el.isContentEditable) text += ' [ref=e' + refOf(el) + ']';
     const value = valueOf(el, role);
-    if (value) text += ': ' + quoted(value);
-    line(depth, text);
+    const shownValue = value ? ': ' + quoted(value) : '';
+    if (ACTIONABLE.has(role) || el.tabIndex >= 0 || el.isContentEditable) {
+      // A line that does not fit with its ref is not written without it.
+      if (!fits(depth, text.length + (' [ref=e' + numberOf(el) + ']').length + shownValue.length)) {
+        cut += 1;
+        return;
+      }
+      text += ' [ref=e' + refOf(el) + ']';
+    }
+    line(depth, text + shownValue);
     if (role === 'iframe') {
       let doc = null;
       try {
