@@ -118,6 +118,27 @@ async fn serve() -> String {
     base
 }
 
+/// A launched tool host whose person's site is the loopback host the test pages are served on
+/// (AIP-7), its browser host, and its state directory.
+async fn on_the_persons_site(name: &str) -> (std::sync::Arc<ToolHost>, BrowserHost, std::path::PathBuf) {
+    let state = std::env::temp_dir().join(format!("pap-page-model-{name}-{}", std::process::id()));
+    let mut config = ChromiumConfig::new(state.clone());
+    config.navigation = NavigationPolicy::naming([NamedOrigin::every_port("http://127.0.0.1").unwrap()]);
+    config.persons = pap_browser::persons::Persons::new(std::sync::Arc::new(pap_browser::persons::StaticSites::new([
+        "127.0.0.1",
+    ])));
+    let host = BrowserHost::new();
+    let tools = ToolHost::new(
+        manifest(),
+        host.clone(),
+        config,
+        InstanceKey::try_from(format!("page-model-{name}")).unwrap(),
+        consent(&state),
+    );
+    tools.launch().await.unwrap();
+    (tools, host, state)
+}
+
 /// `line` without its JSON strings: what a reader parses as the snapshot's own syntax.
 fn unquoted(line: &str) -> String {
     let (mut out, mut quoted, mut escaped) = (String::new(), false, false);
@@ -489,22 +510,8 @@ async fn a_snapshot_names_what_a_model_acts_on_and_every_act_by_ref_lands() {
 #[ignore = "needs Chromium; .ci/run runs it"]
 async fn a_dialog_on_the_persons_site_is_dismissed_never_accepted_by_a_tool() {
     let base = serve().await;
-    let state = std::env::temp_dir().join(format!("pap-page-model-aip7-{}", std::process::id()));
-    let mut config = ChromiumConfig::new(state.clone());
-    config.navigation = NavigationPolicy::naming([NamedOrigin::every_port("http://127.0.0.1").unwrap()]);
     // The loopback host is the person's site here (AIP-7): a confirm() there may be the decision.
-    config.persons = pap_browser::persons::Persons::new(std::sync::Arc::new(pap_browser::persons::StaticSites::new([
-        "127.0.0.1",
-    ])));
-    let host = BrowserHost::new();
-    let tools = ToolHost::new(
-        manifest(),
-        host.clone(),
-        config,
-        InstanceKey::try_from("page-model-aip7").unwrap(),
-        consent(&state),
-    );
-    tools.launch().await.unwrap();
+    let (tools, host, state) = on_the_persons_site("aip7").await;
     let opened = ok(tools
         .call("browser.navigate", &json!({"url": format!("{base}/")}))
         .await);
@@ -643,22 +650,8 @@ async fn the_walk_names_as_aria_does_leaves_out_the_hidden_and_keeps_its_refs_fr
 #[ignore = "needs Chromium; .ci/run runs it"]
 async fn a_page_cannot_disarm_the_guard_forge_a_line_or_aim_input_into_a_frame() {
     let base = serve().await;
-    let state = std::env::temp_dir().join(format!("pap-page-model-hostile-{}", std::process::id()));
-    let mut config = ChromiumConfig::new(state.clone());
-    config.navigation = NavigationPolicy::naming([NamedOrigin::every_port("http://127.0.0.1").unwrap()]);
     // The loopback host is the person's site here (AIP-7): its POST form is the decision.
-    config.persons = pap_browser::persons::Persons::new(std::sync::Arc::new(pap_browser::persons::StaticSites::new([
-        "127.0.0.1",
-    ])));
-    let host = BrowserHost::new();
-    let tools = ToolHost::new(
-        manifest(),
-        host.clone(),
-        config,
-        InstanceKey::try_from("page-model-hostile").unwrap(),
-        consent(&state),
-    );
-    tools.launch().await.unwrap();
+    let (tools, host, state) = on_the_persons_site("hostile").await;
     let opened = ok(tools
         .call("browser.navigate", &json!({"url": format!("{base}/hostile")}))
         .await);

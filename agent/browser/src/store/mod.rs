@@ -159,7 +159,10 @@ mod keep_newest_tests {
         keep_newest(&dir, &made, 10, 1).unwrap();
         let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
         assert_eq!(left, std::slice::from_ref(&made), "the entry just made is always kept");
+        // An entry named as just made that is already gone is no error; with a count of 0
+        // nothing else is kept.
         keep_newest(&dir, &dir.join("not-there"), 0, 0).unwrap();
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
         std::fs::remove_dir_all(&dir).unwrap();
         std::fs::remove_file(&outside).unwrap();
     }

@@ -195,6 +195,20 @@ async fn release(page: &Page, object: &str) {
     let _ = raw(page, "Runtime.releaseObject", json!({ "objectId": object })).await;
 }
 
+/// Has Chromium make the page-model world in `frame`'s document now (Chromium then reports it,
+/// and [`watch_worlds`] keeps it for the tab): its execution context id.
+async fn make_world(page: &Page, frame: &str) -> Result<i64, ToolError> {
+    let created = raw(
+        page,
+        "Page.createIsolatedWorld",
+        json!({ "frameId": frame, "worldName": WORLD }),
+    )
+    .await?;
+    created["executionContextId"]
+        .as_i64()
+        .ok_or_else(|| ToolError::new(ToolErrorCode::Internal, "the browser made no world for the page model"))
+}
+
 /// Runs the walk in the isolated world `world` (its execution context id).
 async fn walk(page: &Page, world: i64, options: &Value) -> Result<Value, ToolError> {
     let mut answer = raw(
@@ -357,15 +371,7 @@ impl ToolHost {
                 (world, walked)
             }
             _ => {
-                let created = raw(
-                    page,
-                    "Page.createIsolatedWorld",
-                    json!({ "frameId": frame, "worldName": WORLD }),
-                )
-                .await?;
-                let world = created["executionContextId"].as_i64().ok_or_else(|| {
-                    ToolError::new(ToolErrorCode::Internal, "the browser made no world for the snapshot")
-                })?;
+                let world = make_world(page, frame).await?;
                 (world, walk(page, world, &options).await?)
             }
         };
@@ -472,19 +478,7 @@ impl ToolHost {
             None => {
                 let frame_tree = raw(page, "Page.getFrameTree", json!({})).await?;
                 let (frame, _) = main_frame(&frame_tree);
-                let created = raw(
-                    page,
-                    "Page.createIsolatedWorld",
-                    json!({ "frameId": frame, "worldName": WORLD }),
-                )
-                .await?;
-                let world = created["executionContextId"].as_i64().ok_or_else(|| {
-                    ToolError::new(
-                        ToolErrorCode::Internal,
-                        "the browser made no world for the page's guard",
-                    )
-                })?;
-                evaluate(world).await?
+                evaluate(make_world(page, frame).await?).await?
             }
         };
         if answer.get("exceptionDetails").is_some() {
