@@ -461,16 +461,20 @@ impl ToolHost {
             .get(target)
             .and_then(|t| *t.world.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
         let evaluate = |world: i64| {
-            raw(
-                page,
-                "Runtime.evaluate",
-                json!({ "expression": expression, "contextId": world, "returnByValue": true, "awaitPromise": false }),
-            )
+            page.execute(RawCommand {
+                method: "Runtime.evaluate".to_owned(),
+                params: json!({ "expression": expression, "contextId": world, "returnByValue": true, "awaitPromise": false }),
+            })
         };
-        // A world that went with its document answers an error: one is made for the document
-        // the tab shows now.
+        // Only a world that went with its document (Chromium no longer knows its id) is
+        // replaced by one made for the document the tab shows now. Any other failure may come
+        // after the expression ran, and an act must not run twice.
         let answer = match world {
-            Some(world) => evaluate(world).await.ok(),
+            Some(world) => match evaluate(world).await {
+                Ok(answer) => Some(answer.result),
+                Err(chromiumoxide::error::CdpError::Chrome(e)) if e.message.contains("Cannot find context") => None,
+                Err(e) => return Err(page::cdp(&e)),
+            },
             None => None,
         };
         let mut answer = match answer {
@@ -478,7 +482,8 @@ impl ToolHost {
             None => {
                 let frame_tree = raw(page, "Page.getFrameTree", json!({})).await?;
                 let (frame, _) = main_frame(&frame_tree);
-                evaluate(make_world(page, frame).await?).await?
+                let world = make_world(page, frame).await?;
+                evaluate(world).await.map_err(|e| page::cdp(&e))?.result
             }
         };
         if answer.get("exceptionDetails").is_some() {
