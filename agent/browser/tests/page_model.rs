@@ -90,6 +90,31 @@ for (const [proto, name, value] of [
 ]) Object.defineProperty(proto, name, { get() { return value; } });
 </script>"#;
 
+/// A page on the loopback address holding a frame of another site (`localhost`, at the same
+/// port): site isolation gives that frame a renderer, and a DevTools target, of its own.
+fn outer(port: u16) -> String {
+    format!(
+        r#"<!doctype html><meta charset="utf-8"><title>Outer</title>
+<h1>Outer</h1>
+<button type="button">Before</button>
+<iframe src="http://localhost:{port}/elsewhere" title="elsewhere" style="margin: 30px 0 0 70px; width: 500px; height: 260px"></iframe>
+<button type="button">After</button>"#
+    )
+}
+
+/// The frame of another site: what a model reads, clicks, hovers and fills there, a POST form
+/// (the person's, when `localhost` is the person's site), and a link that replaces its page.
+const ELSEWHERE: &str = r#"<!doctype html><meta charset="utf-8"><title>Elsewhere</title>
+<div style="height: 90px"></div>
+<button type="button" onclick="this.textContent = 'pressed elsewhere'">Elsewhere</button>
+<button type="button" onmouseover="this.textContent = 'hovered elsewhere'">Hover elsewhere</button>
+<label>Note <input name="note"></label>
+<form method="post" action="/pay"><button>Pay here</button></form>
+<a href="/elsewhere-next">Next</a>"#;
+
+const ELSEWHERE_NEXT: &str =
+    r#"<!doctype html><meta charset="utf-8"><title>Next</title><button type="button">Later</button>"#;
+
 /// Many links: a page whose snapshot is longer than 1000 characters.
 fn long_page() -> String {
     let links: String = (0..200)
@@ -99,6 +124,8 @@ fn long_page() -> String {
 }
 
 async fn serve() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
     let app = axum::Router::new()
         .route("/", axum::routing::get(|| async { axum::response::Html(FRONT) }))
         .route("/model", axum::routing::get(|| async { axum::response::Html(MODEL) }))
@@ -111,8 +138,19 @@ async fn serve() -> String {
         .route(
             "/long",
             axum::routing::get(|| async { axum::response::Html(long_page()) }),
+        )
+        .route(
+            "/outer",
+            axum::routing::get(move || async move { axum::response::Html(outer(port)) }),
+        )
+        .route(
+            "/elsewhere",
+            axum::routing::get(|| async { axum::response::Html(ELSEWHERE) }),
+        )
+        .route(
+            "/elsewhere-next",
+            axum::routing::get(|| async { axum::response::Html(ELSEWHERE_NEXT) }),
         );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(axum::serve(listener, app).into_future());
     base
@@ -121,12 +159,20 @@ async fn serve() -> String {
 /// A launched tool host whose person's site is the loopback host the test pages are served on
 /// (AIP-7), its browser host, and its state directory.
 async fn on_the_persons_site(name: &str) -> (std::sync::Arc<ToolHost>, BrowserHost, std::path::PathBuf) {
+    on_a_persons_site(name, "127.0.0.1").await
+}
+
+/// A launched tool host that may go to the loopback address and to `localhost`, whose
+/// person's site is `site` (AIP-7).
+async fn on_a_persons_site(name: &str, site: &str) -> (std::sync::Arc<ToolHost>, BrowserHost, std::path::PathBuf) {
     let state = std::env::temp_dir().join(format!("pap-page-model-{name}-{}", std::process::id()));
     let mut config = ChromiumConfig::new(state.clone());
-    config.navigation = NavigationPolicy::naming([NamedOrigin::every_port("http://127.0.0.1").unwrap()]);
-    config.persons = pap_browser::persons::Persons::new(std::sync::Arc::new(pap_browser::persons::StaticSites::new([
-        "127.0.0.1",
-    ])));
+    config.navigation = NavigationPolicy::naming([
+        NamedOrigin::every_port("http://127.0.0.1").unwrap(),
+        NamedOrigin::every_port("http://localhost").unwrap(),
+    ]);
+    config.persons =
+        pap_browser::persons::Persons::new(std::sync::Arc::new(pap_browser::persons::StaticSites::new([site])));
     let host = BrowserHost::new();
     let tools = ToolHost::new(
         manifest(),
@@ -573,7 +619,7 @@ async fn the_walk_names_as_aria_does_leaves_out_the_hidden_and_keeps_its_refs_fr
         "text \"words\"",
         "button \"In the shadow\"",
         "iframe \"other\"",
-        "[a frame of another origin: its content is not in this snapshot]",
+        "button \"Opaque\" [ref=f1e1]",
     ] {
         assert!(model.contains(shown), "{shown} is not in\n{model}");
     }
@@ -582,7 +628,7 @@ async fn the_walk_names_as_aria_does_leaves_out_the_hidden_and_keeps_its_refs_fr
         "Not displayed",
         "Invisible",
         "Aria hidden",
-        "Opaque",
+        "a frame of another origin",
         "text \"Step\"",
         "4111",
     ] {
@@ -716,6 +762,115 @@ async fn a_page_cannot_disarm_the_guard_forge_a_line_or_aim_input_into_a_frame()
     assert_eq!(refused.code, ToolErrorCode::InputInvalid, "{}", refused.message);
     assert!(refused.message.contains("is a frame"), "{}", refused.message);
     ref_of(&page, &["button \"In the frame\""]);
+
+    tools.stop(true).await.unwrap();
+    drop(host);
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
+async fn a_frame_of_another_site_is_in_the_snapshot_and_acted_on_by_its_refs() {
+    let base = serve().await;
+    // The frame's site (`localhost`) is the person's here: its POST form is the decision.
+    let (tools, host, state) = on_a_persons_site("elsewhere", "localhost").await;
+    let opened = ok(tools
+        .call("browser.navigate", &json!({"url": format!("{base}/outer")}))
+        .await);
+    let target = opened["target"].as_str().unwrap().to_owned();
+    let page = snapshot(&tools, &target).await;
+    eprintln!("a page with a frame of another site, as a model reads it:\n{page}");
+
+    // The frame's content is under its element, indented one step deeper, with refs that name
+    // the frame; the page's own lines keep theirs, after the frame as before it.
+    let lines: Vec<&str> = page.lines().collect();
+    let frame_at = lines.iter().position(|l| l.contains("iframe \"elsewhere\"")).unwrap();
+    let depth = |line: &str| line.len() - line.trim_start().len();
+    let inside = lines.iter().position(|l| l.contains("button \"Elsewhere\"")).unwrap();
+    assert!(
+        inside > frame_at && depth(lines[inside]) > depth(lines[frame_at]),
+        "{page}"
+    );
+    assert!(!page.contains("a frame of another origin"), "{page}");
+    let elsewhere = ref_of(&page, &["button \"Elsewhere\""]);
+    assert!(elsewhere.starts_with('f') && elsewhere.contains('e'), "{elsewhere}");
+    ref_of(&page, &["button \"After\""]);
+    assert!(ref_of(&page, &["button \"Before\""]).starts_with('e'));
+    // A second snapshot names the frame's elements the same.
+    assert_eq!(
+        ref_of(&snapshot(&tools, &target).await, &["button \"Elsewhere\""]),
+        elsewhere
+    );
+
+    // Browser-level input lands where the frame shows the element, in the tab's coordinates.
+    ok(tools
+        .call(
+            "browser.click",
+            &json!({"target": target, "ref": elsewhere, "trusted": true}),
+        )
+        .await);
+    let hover = ref_of(&page, &["button \"Hover elsewhere\""]);
+    ok(tools
+        .call("pap.browser.hover", &json!({"target": target, "ref": hover}))
+        .await);
+    let note = ref_of(&page, &["textbox \"Note\""]);
+    ok(tools
+        .call(
+            "browser.fill",
+            &json!({"target": target, "ref": note, "value": "ring twice"}),
+        )
+        .await);
+    let acted = snapshot(&tools, &target).await;
+    for shown in ["pressed elsewhere", "hovered elsewhere", ": \"ring twice\""] {
+        assert!(acted.contains(shown), "{shown} is not in\n{acted}");
+    }
+    // An element of the frame is drawn from the tab's screen.
+    let shot = ok(tools
+        .call("browser.screenshot", &json!({"target": target, "ref": note}))
+        .await);
+    assert!(shot["data"].as_str().unwrap().starts_with("iVBOR"), "a PNG");
+
+    // The AIP-7 guard judges the frame's form where the frame's document is: the person's.
+    let pay = ref_of(&page, &["button \"Pay here\""]);
+    for trusted in [false, true] {
+        let refused = err(tools
+            .call(
+                "browser.click",
+                &json!({"target": target, "ref": pay, "trusted": trusted}),
+            )
+            .await);
+        assert_eq!(refused.code, ToolErrorCode::PermissionDenied, "{}", refused.message);
+    }
+
+    // A ref of a frame no snapshot walked is refused; one of the frame's earlier page, once
+    // the frame moved on, is gone.
+    let never = err(tools
+        .call("browser.click", &json!({"target": target, "ref": "f9e1"}))
+        .await);
+    assert_eq!(never.code, ToolErrorCode::NotFound);
+    ok(tools
+        .call(
+            "browser.click",
+            &json!({"target": target, "ref": ref_of(&page, &["link \"Next\""])}),
+        )
+        .await);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let next = loop {
+        let next = snapshot(&tools, &target).await;
+        if next.contains("button \"Later\"") || std::time::Instant::now() > deadline {
+            break next;
+        }
+        tokio::task::yield_now().await;
+    };
+    let later = ref_of(&next, &["button \"Later\""]);
+    assert!(later.starts_with('f') && later != elsewhere, "{next}");
+    let gone = err(tools
+        .call("browser.click", &json!({"target": target, "ref": elsewhere}))
+        .await);
+    assert_eq!(gone.code, ToolErrorCode::NotFound, "{}", gone.message);
+    ok(tools
+        .call("browser.click", &json!({"target": target, "ref": later}))
+        .await);
 
     tools.stop(true).await.unwrap();
     drop(host);

@@ -31,6 +31,7 @@ use serde_json::{Value, json};
 use super::cdp_send::RawCommand;
 use super::input;
 use super::{ToolHost, page, persons};
+use crate::chromium::ControlledBrowser;
 use crate::spec::{AgentCaller, ToolError, ToolErrorCode, ToolId};
 
 /// The snapshot's length when the caller names none, characters.
@@ -39,6 +40,11 @@ const SNAPSHOT_CHARS: usize = 40_000;
 const SNAPSHOT_CHARS_MAX: usize = 200_000;
 /// Refs a tab remembers (the oldest snapshot's go first past this).
 const REFS_PER_TAB: usize = 20_000;
+/// Frames of another origin one snapshot walks (each a round trip or three and a walk; those
+/// past it keep the line that says their content is not shown), and that a tab remembers for
+/// one document of its main frame.
+const FRAMES_PER_SNAPSHOT: usize = 16;
+const FRAMES_PER_TAB: usize = 64;
 /// How deep the snapshot goes (a deeper node counts as cut).
 const MAX_DEPTH: usize = 64;
 /// The most nodes one walk visits: a page of millions is cut, not walked to its end.
@@ -76,32 +82,95 @@ const WORLD: &str = "pap-page-model";
 /// The walk: a function of `{max, depth, nodes, chars, keep}` answering `{text, refs, cut, title}`.
 const WALK: &str = include_str!("snapshot.js");
 
+/// A ref as the tab keeps it: the frame it is in (0: the main frame's document; `k`: the
+/// `k`-th frame of another origin, [`Refs::frames`]) and the number that frame's world gave it.
+type RefKey = (usize, i64);
+
+/// A frame of another origin a snapshot walked in a page-model world of its own (the main
+/// frame's world cannot read its document: the same-origin policy holds for isolated worlds).
+#[derive(Clone)]
+struct FrameWorld {
+    /// Its CDP frame id; also the id of its target when it runs in a process of its own.
+    frame: String,
+    /// Its page-model world (an execution context of the frame's session).
+    world: i64,
+    /// Its own session when it runs in a renderer of its own (site isolation): then its
+    /// coordinates start at its element's content box, and `owner` is that element (backend
+    /// node id in the tab's session).
+    session: Option<Arc<FrameSession>>,
+    owner: i64,
+    /// The frame's document the world is in (its CDP `loaderId`): refs of another are gone.
+    loader: String,
+}
+
 /// What a tab remembers of its snapshots: the refs they gave, oldest first, and where the
 /// elements they name are kept.
 #[derive(Default)]
 pub(super) struct Refs {
-    given: HashSet<i64>,
-    order: VecDeque<i64>,
+    given: HashSet<RefKey>,
+    order: VecDeque<RefKey>,
     /// The main frame's document the refs were given for (its CDP `loaderId`).
     loader: String,
     /// The execution context of that document's isolated world: the refs name elements its
     /// walk kept, and only it can read them back; it ends with its document.
     world: Option<i64>,
+    /// The frames of another origin walked in that document, each document of a frame in a
+    /// world under a number of its own, oldest first: ref `f2e5` is element 5 of number 2's.
+    /// A number is given once per main document, so a ref never names another element (at
+    /// most [`FRAMES_PER_TAB`] are kept).
+    frames: VecDeque<(usize, FrameWorld)>,
+    /// The last number given.
+    frame_numbers: usize,
 }
 
 impl Refs {
     /// Refs of the page loaded by `loader`, kept in `world`, from now on; those of another
-    /// page or world are forgotten (numbers are given per world).
+    /// page or world are forgotten (numbers are given per world), its frames' with them.
     fn for_world(&mut self, loader: &str, world: i64) {
         if self.loader != loader || self.world != Some(world) {
             self.given.clear();
             self.order.clear();
+            self.frames.clear();
+            self.frame_numbers = 0;
             loader.clone_into(&mut self.loader);
             self.world = Some(world);
         }
     }
 
-    fn remember(&mut self, id: i64) {
+    /// The newest world a snapshot walked `frame` in, and its number.
+    fn frame_known(&self, frame: &str) -> Option<(usize, FrameWorld)> {
+        self.frames.iter().rev().find(|(_, w)| w.frame == frame).cloned()
+    }
+
+    /// What number `k` names, if it is still kept.
+    fn frame(&self, k: usize) -> Option<&FrameWorld> {
+        self.frames.iter().find(|(n, _)| *n == k).map(|(_, w)| w)
+    }
+
+    /// A number no frame's world of this document has had.
+    fn new_frame_number(&mut self) -> usize {
+        self.frame_numbers += 1;
+        self.frame_numbers
+    }
+
+    /// Refs `fK…` are kept in `walked`'s world: number `k` names it from now on (a number
+    /// kept already names the same world: only its session is refreshed). The oldest past
+    /// [`FRAMES_PER_TAB`] go, their refs with them.
+    fn for_frame(&mut self, k: usize, walked: FrameWorld) {
+        if let Some((_, known)) = self.frames.iter_mut().find(|(n, _)| *n == k) {
+            known.session = walked.session;
+            return;
+        }
+        self.frames.push_back((k, walked));
+        while self.frames.len() > FRAMES_PER_TAB {
+            if let Some((old, _)) = self.frames.pop_front() {
+                self.given.retain(|(f, _)| *f != old);
+                self.order.retain(|(f, _)| *f != old);
+            }
+        }
+    }
+
+    fn remember(&mut self, id: RefKey) {
         if self.given.insert(id) {
             self.order.push_back(id);
             while self.order.len() > REFS_PER_TAB {
@@ -130,29 +199,172 @@ pub(super) type Console = Arc<std::sync::Mutex<VecDeque<Value>>>;
 /// open the page's scripts and input wait for it.
 pub(super) type Dialog = Arc<tokio::sync::watch::Sender<Option<Value>>>;
 
-/// Sends `method` with `params` to `page`'s target; CDP's text never crosses whole (C9).
-pub(super) async fn raw(page: &Page, method: &str, params: Value) -> Result<Value, ToolError> {
-    page.execute(RawCommand {
-        method: method.to_owned(),
-        params,
-    })
-    .await
-    .map(|response| response.result)
-    .map_err(|e| page::cdp(&e))
+/// Sends `method` with `params` to `page`'s target (the tab's, or a frame's of its own);
+/// CDP's text never crosses whole (C9).
+pub(super) async fn raw(page: &impl Cdp, method: &str, params: Value) -> Result<Value, ToolError> {
+    page.send(method, params).await
 }
 
-/// The number a ref names (`e12` -> 12).
-fn ref_number(element_ref: &str) -> Result<i64, ToolError> {
-    element_ref
-        .strip_prefix('e')
-        .and_then(|n| n.parse::<i64>().ok())
-        .filter(|n| *n > 0)
-        .ok_or_else(|| {
-            ToolError::new(
-                ToolErrorCode::InputInvalid,
-                "ref: not a ref of browser_snapshot (they read e12)",
+/// A DevTools session a document's commands go through.
+pub(super) trait Cdp: Sync {
+    fn send(&self, method: &str, params: Value) -> impl Future<Output = Result<Value, ToolError>> + Send;
+}
+
+impl Cdp for Page {
+    fn send(&self, method: &str, params: Value) -> impl Future<Output = Result<Value, ToolError>> + Send {
+        let command = RawCommand {
+            method: method.to_owned(),
+            params,
+        };
+        async move {
+            self.execute(command)
+                .await
+                .map(|response| response.result)
+                .map_err(|e| page::cdp(&e))
+        }
+    }
+}
+
+impl Cdp for chromiumoxide::Browser {
+    fn send(&self, method: &str, params: Value) -> impl Future<Output = Result<Value, ToolError>> + Send {
+        let command = RawCommand {
+            method: method.to_owned(),
+            params,
+        };
+        async move {
+            self.execute(command)
+                .await
+                .map(|response| response.result)
+                .map_err(|e| page::cdp(&e))
+        }
+    }
+}
+
+/// How long a command to a frame's own session may wait for its answer.
+const FRAME_COMMAND: Duration = Duration::from_secs(10);
+
+/// The DevTools session of a frame site isolation put in a renderer of its own. chromiumoxide
+/// sends a tab's commands only to the tab's own target, so the browser attaches a session of
+/// its own (not flat: its messages travel inside `Target.sendMessageToTarget` and come back as
+/// `Target.receivedMessageFromTarget` events), detached when this drops.
+pub(super) struct FrameSession {
+    browser: Arc<ControlledBrowser>,
+    session: String,
+}
+
+/// The ids of the commands sent inside frame sessions (one sequence for the process: a
+/// session's answers are told apart by session and id).
+static FRAME_COMMAND_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl FrameSession {
+    /// Attaches to the frame `frame` (its target id is its frame id), if it is a target: a
+    /// frame in the tab's own renderer is none, and Chromium refuses.
+    async fn attach(browser: Arc<ControlledBrowser>, frame: &str) -> Option<Self> {
+        let attached = raw(
+            browser.cdp(),
+            "Target.attachToTarget",
+            json!({ "targetId": frame, "flatten": false }),
+        )
+        .await
+        .ok()?;
+        let session = attached["sessionId"].as_str()?.to_owned();
+        Some(Self { browser, session })
+    }
+}
+
+impl Cdp for FrameSession {
+    fn send(&self, method: &str, params: Value) -> impl Future<Output = Result<Value, ToolError>> + Send {
+        use chromiumoxide::cdp::browser_protocol::target::EventReceivedMessageFromTarget;
+        let id = FRAME_COMMAND_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let message = json!({ "id": id, "method": method, "params": params }).to_string();
+        async move {
+            let browser = self.browser.cdp();
+            // Listening before sending: the answer cannot come before the listener.
+            let mut answers = browser
+                .event_listener::<EventReceivedMessageFromTarget>()
+                .await
+                .map_err(|e| page::cdp(&e))?;
+            raw(
+                browser,
+                "Target.sendMessageToTarget",
+                json!({ "sessionId": self.session, "message": message }),
             )
-        })
+            .await?;
+            let answer = async {
+                while let Some(event) = answers.next().await {
+                    if *event.session_id.inner() != self.session {
+                        continue;
+                    }
+                    let Ok(mut answer) = serde_json::from_str::<Value>(&event.message) else {
+                        continue;
+                    };
+                    if answer["id"].as_u64() == Some(id) {
+                        return Some(answer["result"].take()).filter(|_| answer.get("error").is_none());
+                    }
+                }
+                None
+            };
+            tokio::time::timeout(FRAME_COMMAND, answer)
+                .await
+                .ok()
+                .flatten()
+                .ok_or_else(|| ToolError::new(ToolErrorCode::Internal, "the frame's renderer did not answer"))
+        }
+    }
+}
+
+impl Drop for FrameSession {
+    fn drop(&mut self) {
+        let (browser, session) = (self.browser.clone(), std::mem::take(&mut self.session));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = raw(
+                    browser.cdp(),
+                    "Target.detachFromTarget",
+                    json!({ "sessionId": session }),
+                )
+                .await;
+            });
+        }
+    }
+}
+
+/// Where a document's commands go: the tab's session, or its frame's own.
+#[derive(Clone)]
+pub(super) enum Session {
+    Tab(Page),
+    Frame(Arc<FrameSession>),
+}
+
+impl Cdp for Session {
+    async fn send(&self, method: &str, params: Value) -> Result<Value, ToolError> {
+        match self {
+            Self::Tab(page) => page.send(method, params).await,
+            Self::Frame(frame) => frame.send(method, params).await,
+        }
+    }
+}
+
+/// The frame and number a ref names (`e12` -> (0, 12), `f2e7` -> (2, 7)): numbers from 1,
+/// written without leading zeros, so one element has one ref.
+fn ref_key(element_ref: &str) -> Result<RefKey, ToolError> {
+    fn number(digits: &str) -> Option<i64> {
+        let plain = !digits.is_empty() && !digits.starts_with('0') && digits.bytes().all(|b| b.is_ascii_digit());
+        plain.then(|| digits.parse().ok()).flatten()
+    }
+    let key = match element_ref.strip_prefix('f') {
+        Some(rest) => rest.split_once('e').and_then(|(k, n)| {
+            let k = usize::try_from(number(k)?).ok()?;
+            Some((k, number(n)?))
+        }),
+        None => element_ref.strip_prefix('e').and_then(number).map(|n| (0, n)),
+    };
+    key.ok_or_else(|| {
+        ToolError::new(
+            ToolErrorCode::InputInvalid,
+            "ref: not a ref of browser_snapshot (they read e12, or f2e7 in a frame of another origin)",
+        )
+    })
 }
 
 fn gone(element_ref: &str) -> ToolError {
@@ -187,17 +399,23 @@ pub(super) struct Element {
     pub(super) backend: i64,
     /// The page-model world's execution context.
     pub(super) world: i64,
+    /// The DevTools session its document is reached through: the tab's, or that of the frame of
+    /// another origin it is in when site isolation gave that frame a renderer of its own.
+    pub(super) session: Session,
+    /// In such a frame: the frame's element in the tab's main document (backend node id), where
+    /// the frame's coordinates start.
+    pub(super) owner: Option<i64>,
 }
 
 /// Lets the page's world drop `object` (a remote object stays held until released or its
 /// document goes: a long-lived page acted on many times would keep every one).
-async fn release(page: &Page, object: &str) {
+async fn release(page: &impl Cdp, object: &str) {
     let _ = raw(page, "Runtime.releaseObject", json!({ "objectId": object })).await;
 }
 
 /// Has Chromium make the page-model world in `frame`'s document now (Chromium then reports it,
 /// and [`watch_worlds`] keeps it for the tab): its execution context id.
-async fn make_world(page: &Page, frame: &str) -> Result<i64, ToolError> {
+async fn make_world(page: &impl Cdp, frame: &str) -> Result<i64, ToolError> {
     let created = raw(
         page,
         "Page.createIsolatedWorld",
@@ -209,8 +427,56 @@ async fn make_world(page: &Page, frame: &str) -> Result<i64, ToolError> {
         .ok_or_else(|| ToolError::new(ToolErrorCode::Internal, "the browser made no world for the page model"))
 }
 
+/// The element the page-model world `world` keeps as number `n`, if it is still in its
+/// document: its remote object there (the caller releases it, [`release`]).
+async fn kept(page: &impl Cdp, world: i64, n: i64) -> Option<String> {
+    let kept = raw(
+        page,
+        "Runtime.callFunctionOn",
+        json!({
+            "functionDeclaration": "function (n) { const s = globalThis.__papPageModel; const e = s && s.els.get(n); return e && e.isConnected ? e : null; }",
+            "executionContextId": world, "arguments": [{ "value": n }], "returnByValue": false,
+        }),
+    )
+    .await
+    .ok()?;
+    kept["result"]["objectId"].as_str().map(str::to_owned)
+}
+
+/// Where the content box of the element `owner` (a frame's, backend node id) starts in its
+/// page's viewport: where the frame's own coordinates start.
+async fn content_origin(page: &Page, owner: i64) -> Option<(f64, f64)> {
+    let model = raw(page, "DOM.getBoxModel", json!({ "backendNodeId": owner }))
+        .await
+        .ok()?;
+    let content = &model["model"]["content"];
+    Some((content[0].as_f64()?, content[1].as_f64()?))
+}
+
+/// The numbers in a walk's `refs`.
+fn numbers(refs: &Value) -> Vec<i64> {
+    refs.as_array()
+        .map(|ids| ids.iter().filter_map(Value::as_i64).collect())
+        .unwrap_or_default()
+}
+
+/// The `loaderId` of `frame`'s document, as `session` (its own, or the main frame's) knows it.
+async fn frame_loader(session: &impl Cdp, frame: &str) -> Option<String> {
+    fn find<'a>(tree: &'a Value, frame: &str) -> Option<&'a str> {
+        if tree["frame"]["id"].as_str() == Some(frame) {
+            return tree["frame"]["loaderId"].as_str();
+        }
+        tree["childFrames"]
+            .as_array()?
+            .iter()
+            .find_map(|child| find(child, frame))
+    }
+    let tree = raw(session, "Page.getFrameTree", json!({})).await.ok()?;
+    find(&tree["frameTree"], frame).map(str::to_owned)
+}
+
 /// Runs the walk in the isolated world `world` (its execution context id).
-async fn walk(page: &Page, world: i64, options: &Value) -> Result<Value, ToolError> {
+async fn walk(page: &impl Cdp, world: i64, options: &Value) -> Result<Value, ToolError> {
     let mut answer = raw(
         page,
         "Runtime.callFunctionOn",
@@ -326,6 +592,7 @@ impl ToolHost {
     /// The walk of `target`'s page in its isolated world, at most `max` characters, and the
     /// refs it gave remembered for the tab.
     async fn walk_page(&self, page: &Page, target: &str, max: usize) -> Result<Value, ToolError> {
+        let started = std::time::Instant::now();
         let (remembered, fresh) = self
             .targets
             .lock()
@@ -375,29 +642,155 @@ impl ToolHost {
                 (world, walk(page, world, &options).await?)
             }
         };
-        let ids: Vec<i64> = walked["refs"]
-            .as_array()
-            .map(|ids| ids.iter().filter_map(Value::as_i64).collect())
-            .unwrap_or_default();
-        let cut = walked["cut"].as_u64().unwrap_or(0);
+        let ids = numbers(&walked["refs"]);
+        let mut cut = walked["cut"].as_u64().unwrap_or(0);
         let mut text = walked["text"].as_str().unwrap_or_default().to_owned();
+        let mut refs = ids.len();
+        if let Some(remembered) = &remembered {
+            let mut remembered = remembered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            remembered.for_world(loader, world);
+            for id in &ids {
+                remembered.remember((0, *id));
+            }
+        }
+        // Each frame of another origin the walk met, walked in a world of its own, in the place
+        // of the line that stands for it, within what is left of the length and the time.
+        let mut length = text.chars().count();
+        let mut frames: Vec<(usize, String)> = Vec::new();
+        let met = walked["frames"].as_array().map(Vec::as_slice).unwrap_or_default();
+        for (n, at) in met
+            .iter()
+            .filter_map(|f| Some((f["n"].as_i64()?, usize::try_from(f["line"].as_u64()?).ok()?)))
+            .take(FRAMES_PER_SNAPSHOT)
+        {
+            let (Some(remembered), Some(placeholder)) = (&remembered, text.lines().nth(at)) else {
+                continue;
+            };
+            let base = placeholder.len() - placeholder.trim_start_matches(' ').len();
+            let room = max.saturating_sub(length) + placeholder.chars().count() + 1;
+            let ms = u64::try_from(started.elapsed().as_millis()).map_or(0, |spent| WALK_MS.saturating_sub(spent));
+            if ms == 0 || room < 100 {
+                cut += 1;
+                continue;
+            }
+            let options = json!({
+                "max": room, "depth": MAX_DEPTH, "nodes": MAX_NODES, "chars": TEXT_CHARS, "keep": REFS_PER_TAB,
+                "ms": ms, "base": base / 2,
+            });
+            let Some(frame) = self.walk_frame(page, remembered, world, n, options).await else {
+                continue;
+            };
+            let frame_text = frame["text"].as_str().unwrap_or_default();
+            if frame_text.is_empty() {
+                continue;
+            }
+            length = length + frame_text.chars().count() - placeholder.chars().count() - 1;
+            refs += frame["refs"].as_array().map_or(0, Vec::len);
+            cut += frame["cut"].as_u64().unwrap_or(0);
+            frames.push((at, frame_text.to_owned()));
+        }
+        if !frames.is_empty() {
+            let mut lines: Vec<String> = text.split_inclusive('\n').map(str::to_owned).collect();
+            for (at, frame_text) in frames.into_iter().rev() {
+                if let Some(line) = lines.get_mut(at) {
+                    *line = frame_text;
+                }
+            }
+            text = lines.concat();
+        }
         if cut > 0 {
             text.push_str(&format!(
                 "- [truncated: {cut} more lines; ask with a larger maxChars (at most {SNAPSHOT_CHARS_MAX})]\n"
             ));
         }
-        if let Some(remembered) = remembered {
-            let mut remembered = remembered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            remembered.for_world(loader, world);
-            for id in &ids {
-                remembered.remember(*id);
-            }
-        }
         Ok(json!({
             "url": url,
             "title": one_line(walked["title"].as_str().unwrap_or_default()), "snapshot": text,
-            "refs": ids.len(), "truncated": cut > 0,
+            "refs": refs, "truncated": cut > 0,
         }))
+    }
+
+    /// The frame of another origin whose element is number `n` of the main frame's world
+    /// `main_world`, walked (with `options`) in a page-model world of its own: through a
+    /// session of its own when site isolation put it in a renderer of its own, else the tab's.
+    /// Its refs are remembered as `fK…`, K the tab's number for that frame. None when it cannot
+    /// be walked (gone, not loaded, a tab that remembers as many frames as it may): its line
+    /// stays.
+    async fn walk_frame(
+        &self,
+        page: &Page,
+        remembered: &Arc<std::sync::Mutex<Refs>>,
+        main_world: i64,
+        n: i64,
+        mut options: Value,
+    ) -> Option<Value> {
+        let owner = kept(page, main_world, n).await?;
+        let described = raw(page, "DOM.describeNode", json!({ "objectId": owner })).await;
+        release(page, &owner).await;
+        let described = described.ok()?;
+        let frame = described["node"]["frameId"].as_str()?.to_owned();
+        let owner = described["node"]["backendNodeId"].as_i64()?;
+        let known = remembered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .frame_known(&frame);
+        // The frame's own session, the one made before while it still answers.
+        let mut own = known.as_ref().and_then(|(_, w)| w.session.clone());
+        if let Some(session) = &own
+            && frame_loader(session.as_ref(), &frame).await.is_none()
+        {
+            own = None;
+        }
+        if own.is_none() {
+            own = FrameSession::attach(self.browser().await.ok()?, &frame)
+                .await
+                .map(Arc::new);
+        }
+        let session = own.clone().map_or_else(|| Session::Tab(page.clone()), Session::Frame);
+        let loader = frame_loader(&session, &frame).await?;
+        // A world is walked again under its number while its document is the one shown and
+        // its session the one it was made in (an execution context's number means nothing in
+        // another renderer); any other walk is in a new world, under a new number.
+        let same_session = |w: &FrameWorld| match (&w.session, &own) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        let mut again = None;
+        if let Some((k, w)) = known.filter(|(_, w)| same_session(w) && w.loader == loader) {
+            options["frame"] = json!(format!("f{k}"));
+            again = walk(&session, w.world, &options)
+                .await
+                .ok()
+                .map(|walked| (k, w.world, walked));
+        }
+        let (k, world, walked) = match again {
+            Some(again) => again,
+            None => {
+                let k = remembered
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .new_frame_number();
+                options["frame"] = json!(format!("f{k}"));
+                let world = make_world(&session, &frame).await.ok()?;
+                (k, world, walk(&session, world, &options).await.ok()?)
+            }
+        };
+        let mut remembered = remembered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        remembered.for_frame(
+            k,
+            FrameWorld {
+                frame,
+                world,
+                session: own,
+                owner,
+                loader,
+            },
+        );
+        for id in numbers(&walked["refs"]) {
+            remembered.remember((k, id));
+        }
+        Some(walked)
     }
 
     /// The element `element_ref` names in `target`: its remote object in the page-model world
@@ -406,46 +799,56 @@ impl ToolHost {
     /// this one's), its DevTools backend node id, and that world. Only a ref a snapshot of the
     /// page the tab shows now gave. The caller releases the object ([`release`]).
     pub(super) async fn element(&self, page: &Page, target: &str, element_ref: &str) -> Result<Element, ToolError> {
-        let number = ref_number(element_ref)?;
+        let (k, number) = ref_key(element_ref)?;
         let refs = self.targets.lock().await.get(target).map(|t| t.refs.clone());
         let frame_tree = raw(page, "Page.getFrameTree", json!({})).await?;
         let (_, loader) = main_frame(&frame_tree);
-        let world = refs.and_then(|refs| {
+        let found = refs.and_then(|refs| {
             let refs = refs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            refs.world
-                .filter(|_| refs.loader == loader && refs.given.contains(&number))
+            if refs.loader != loader || !refs.given.contains(&(k, number)) {
+                return None;
+            }
+            let world = refs.world?;
+            match k {
+                0 => Some((world, None)),
+                k => refs.frame(k).map(|frame| (frame.world, Some(frame.clone()))),
+            }
         });
-        let Some(world) = world else {
+        let Some((world, frame)) = found else {
             return Err(ToolError::new(
                 ToolErrorCode::NotFound,
                 format!("ref {element_ref} is not from a snapshot of the page tab {target} shows now: take a new browser_snapshot"),
             )
             .with_cause(json!({ "ref": element_ref })));
         };
+        // A ref in a frame of another origin: read back through the session the frame is in,
+        // only while the frame shows the document the ref was given in (a world's number means
+        // nothing in another document's renderer).
+        let (session, owner) = match frame {
+            None => (Session::Tab(page.clone()), None),
+            Some(frame) => {
+                let owner = frame.session.is_some().then_some(frame.owner);
+                let session = frame.session.map_or_else(|| Session::Tab(page.clone()), Session::Frame);
+                if frame_loader(&session, &frame.frame).await.as_deref() != Some(frame.loader.as_str()) {
+                    return Err(gone(element_ref));
+                }
+                (session, owner)
+            }
+        };
         // Read back from the world that gave it (a world that went with its page answers an
         // error), then named by backend id: DevTools' handle on the node in any world.
-        let kept = raw(
-            page,
-            "Runtime.callFunctionOn",
-            json!({
-                "functionDeclaration": "function (n) { const s = globalThis.__papPageModel; const e = s && s.els.get(n); return e && e.isConnected ? e : null; }",
-                "executionContextId": world, "arguments": [{ "value": number }], "returnByValue": false,
-            }),
-        )
-        .await
-        .map_err(|_| gone(element_ref))?;
-        let Some(kept) = kept["result"]["objectId"].as_str() else {
-            return Err(gone(element_ref));
-        };
-        let described = raw(page, "DOM.describeNode", json!({ "objectId": kept })).await;
+        let kept = kept(&session, world, number).await.ok_or_else(|| gone(element_ref))?;
+        let described = raw(&session, "DOM.describeNode", json!({ "objectId": kept })).await;
         let Some(backend) = described.ok().and_then(|d| d["node"]["backendNodeId"].as_i64()) else {
-            release(page, kept).await;
+            release(&session, &kept).await;
             return Err(gone(element_ref));
         };
         Ok(Element {
-            object: kept.to_owned(),
+            object: kept,
             backend,
             world,
+            session,
+            owner,
         })
     }
 
@@ -522,7 +925,7 @@ impl ToolHost {
             "function (a) {{ const e = this; if (!e || !e.isConnected) return 'missing'; {frame}{guard}{body} }}"
         ));
         let call = raw(
-            page,
+            &element.session,
             "Runtime.callFunctionOn",
             json!({
                 "objectId": element.object, "functionDeclaration": function.as_str(),
@@ -532,7 +935,7 @@ impl ToolHost {
         // An act that opens a dialog (`confirm()` in a click handler) returns when it opens:
         // the call's own answer waits for the dialog to be answered.
         let answered = self.or_dialog(target, call).await;
-        release(page, &element.object).await;
+        release(&element.session, &element.object).await;
         let Some(answer) = answered? else {
             if acts {
                 return Ok("done".to_owned());
@@ -565,7 +968,7 @@ impl ToolHost {
     async fn middle_of(&self, page: &Page, target: &str, element_ref: &str) -> Result<(f64, f64), ToolError> {
         let element = self.element(page, target, element_ref).await?;
         let middle = self.middle_of_element(page, &element, element_ref).await;
-        release(page, &element.object).await;
+        release(&element.session, &element.object).await;
         middle
     }
 
@@ -575,9 +978,24 @@ impl ToolHost {
         element: &Element,
         element_ref: &str,
     ) -> Result<(f64, f64), ToolError> {
+        // In a frame with a renderer of its own the frame is scrolled into the tab's view
+        // first, and its coordinates start at its element's content box.
+        if let Some(owner) = element.owner {
+            let _ = raw(page, "DOM.scrollIntoViewIfNeeded", json!({ "backendNodeId": owner })).await;
+        }
         let backend = element.backend;
-        let _ = raw(page, "DOM.scrollIntoViewIfNeeded", json!({ "backendNodeId": backend })).await;
-        let quads = raw(page, "DOM.getContentQuads", json!({ "backendNodeId": backend }))
+        let session = &element.session;
+        let _ = raw(
+            session,
+            "DOM.scrollIntoViewIfNeeded",
+            json!({ "backendNodeId": backend }),
+        )
+        .await;
+        let (ox, oy) = match element.owner {
+            Some(owner) => content_origin(page, owner).await.ok_or_else(|| gone(element_ref))?,
+            None => (0.0, 0.0),
+        };
+        let quads = raw(session, "DOM.getContentQuads", json!({ "backendNodeId": backend }))
             .await
             .map_err(|_| gone(element_ref))?;
         let quad: Vec<f64> = quads["quads"][0]
@@ -592,14 +1010,31 @@ impl ToolHost {
         }
         let x = (quad[0] + quad[2] + quad[4] + quad[6]) / 4.0;
         let y = (quad[1] + quad[3] + quad[5] + quad[7]) / 4.0;
-        self.hit(page, element, element_ref, x, y).await?;
-        Ok((x, y))
+        if let Some(owner) = element.owner {
+            // In the tab, the point is on the frame's element (not on something over it) ...
+            #[allow(clippy::cast_possible_truncation, reason = "viewport coordinates, rounded")]
+            let (px, py) = ((x + ox).round() as i64, (y + oy).round() as i64);
+            let at = raw(
+                page,
+                "DOM.getNodeForLocation",
+                json!({ "x": px, "y": py, "includeUserAgentShadowDOM": true, "ignorePointerEventsNone": true }),
+            )
+            .await?;
+            if at["backendNodeId"].as_i64() != Some(owner) {
+                return Err(covered(element_ref));
+            }
+        }
+        // ... and in the element's document, on the element.
+        self.hit(element, element_ref, x, y).await?;
+        Ok((x + ox, y + oy))
     }
 
-    /// Whether `element` (of `element_ref`) is what a pointer at (`x`, `y`) reaches: itself or
-    /// something inside it, not an overlay that would take the input meant for it (nor a frame's
-    /// content: a frame's element is refused before, [`Self::on_ref`]).
-    async fn hit(&self, page: &Page, element: &Element, element_ref: &str, x: f64, y: f64) -> Result<(), ToolError> {
+    /// Whether `element` (of `element_ref`) is what a pointer at (`x`, `y`) of its document's
+    /// viewport reaches: itself or something inside it, not an overlay that would take the
+    /// input meant for it (nor a frame's content: a frame's element is refused before,
+    /// [`Self::on_ref`]).
+    async fn hit(&self, element: &Element, element_ref: &str, x: f64, y: f64) -> Result<(), ToolError> {
+        let page = &element.session;
         #[allow(clippy::cast_possible_truncation, reason = "viewport coordinates, rounded")]
         let (px, py) = (x.round() as i64, y.round() as i64);
         let at = raw(
@@ -1114,10 +1549,23 @@ impl ToolHost {
     /// The clip of the element `element_ref` for a screenshot: its box in page coordinates.
     pub(super) async fn clip_of(&self, page: &Page, target: &str, element_ref: &str) -> Result<Value, ToolError> {
         let element = self.element(page, target, element_ref).await?;
-        release(page, &element.object).await;
+        release(&element.session, &element.object).await;
         let backend = element.backend;
-        let _ = raw(page, "DOM.scrollIntoViewIfNeeded", json!({ "backendNodeId": backend })).await;
-        let model = raw(page, "DOM.getBoxModel", json!({ "backendNodeId": backend }))
+        if let Some(owner) = element.owner {
+            let _ = raw(page, "DOM.scrollIntoViewIfNeeded", json!({ "backendNodeId": owner })).await;
+        }
+        let _ = raw(
+            &element.session,
+            "DOM.scrollIntoViewIfNeeded",
+            json!({ "backendNodeId": backend }),
+        )
+        .await;
+        // In a frame with a renderer of its own, the box is in the frame's coordinates.
+        let (ox, oy) = match element.owner {
+            Some(owner) => content_origin(page, owner).await.ok_or_else(|| gone(element_ref))?,
+            None => (0.0, 0.0),
+        };
+        let model = raw(&element.session, "DOM.getBoxModel", json!({ "backendNodeId": backend }))
             .await
             .map_err(|_| gone(element_ref))?;
         let border: Vec<f64> = model["model"]["border"]
@@ -1127,8 +1575,8 @@ impl ToolHost {
         if border.len() != 8 {
             return Err(gone(element_ref));
         }
-        let xs = [border[0], border[2], border[4], border[6]];
-        let ys = [border[1], border[3], border[5], border[7]];
+        let xs = [border[0] + ox, border[2] + ox, border[4] + ox, border[6] + ox];
+        let ys = [border[1] + oy, border[3] + oy, border[5] + oy, border[7] + oy];
         let (left, right) = (
             xs.iter().copied().fold(f64::MAX, f64::min),
             xs.iter().copied().fold(f64::MIN, f64::max),
@@ -1438,11 +1886,11 @@ impl ToolHost {
             .await
             .map_err(|e| ToolError::new(ToolErrorCode::Internal, format!("copying the files: {}", e.kind())))?;
         let element = self.element(&page, &input.target, &input.element_ref).await?;
-        release(&page, &element.object).await;
+        release(&element.session, &element.object).await;
         let backend = element.backend;
         let paths: Vec<String> = copies.iter().map(|p| p.display().to_string()).collect();
         raw(
-            &page,
+            &element.session,
             "DOM.setFileInputFiles",
             json!({ "files": paths, "backendNodeId": backend }),
         )
@@ -1540,9 +1988,31 @@ mod tests {
 
     #[test]
     fn refs_read_back_and_nothing_else_does() {
-        assert_eq!(ref_number("e12").unwrap(), 12);
-        for bad in ["12", "e", "e-1", "e0", "ex", "E12", "e1 2"] {
-            assert_eq!(ref_number(bad).unwrap_err().code, ToolErrorCode::InputInvalid, "{bad}");
+        assert_eq!(ref_key("e12").unwrap(), (0, 12));
+        assert_eq!(ref_key("f2e7").unwrap(), (2, 7));
+        for bad in [
+            "12",
+            "e",
+            "e-1",
+            "e0",
+            "ex",
+            "E12",
+            "e1 2",
+            "e012",
+            "e+1",
+            "f",
+            "fe1",
+            "f0e1",
+            "f01e1",
+            "f2",
+            "f2e",
+            "f2e0",
+            "f-1e1",
+            "f2f3e1",
+            "f2e1e1",
+            "e99999999999999999999",
+        ] {
+            assert_eq!(ref_key(bad).unwrap_err().code, ToolErrorCode::InputInvalid, "{bad}");
         }
     }
 
@@ -1550,10 +2020,42 @@ mod tests {
     fn a_tab_remembers_its_latest_refs_only_up_to_its_bound() {
         let mut refs = Refs::default();
         for n in 0..(REFS_PER_TAB as i64 + 5) {
-            refs.remember(n);
+            refs.remember((0, n));
         }
         assert_eq!(refs.given.len(), REFS_PER_TAB);
-        assert!(!refs.given.contains(&0) && refs.given.contains(&(REFS_PER_TAB as i64 + 4)));
+        assert!(!refs.given.contains(&(0, 0)) && refs.given.contains(&(0, REFS_PER_TAB as i64 + 4)));
+    }
+
+    #[test]
+    fn a_frame_number_is_given_once_per_document_and_the_oldest_go_with_their_refs() {
+        let world = |frame: &str, world: i64| FrameWorld {
+            frame: frame.to_owned(),
+            world,
+            session: None,
+            owner: 1,
+            loader: "L".to_owned(),
+        };
+        let mut refs = Refs::default();
+        refs.for_world("main", 1);
+        let first = refs.new_frame_number();
+        refs.for_frame(first, world("a", 10));
+        refs.remember((first, 1));
+        // The same frame in a new world (its next document) gets a new number: its old refs
+        // do not name the new world's elements.
+        let second = refs.new_frame_number();
+        assert_ne!(first, second);
+        refs.for_frame(second, world("a", 11));
+        assert_eq!(refs.frame_known("a").unwrap().0, second);
+        assert_eq!(refs.frame(first).unwrap().world, 10);
+        for _ in 0..FRAMES_PER_TAB {
+            let k = refs.new_frame_number();
+            refs.for_frame(k, world("b", 20 + i64::try_from(k).unwrap()));
+        }
+        assert_eq!(refs.frames.len(), FRAMES_PER_TAB);
+        assert!(refs.frame(first).is_none() && !refs.given.contains(&(first, 1)));
+        // A new main document starts again.
+        refs.for_world("next", 2);
+        assert!(refs.frames.is_empty() && refs.new_frame_number() == 1);
     }
 
     #[test]

@@ -10,19 +10,26 @@
 // a ref per element a model acts on, and a field's value (a password's never). Wrappers without
 // a role (`div`, `span`, `label`) add no line and no depth. Hidden content (display: none,
 // visibility: hidden, aria-hidden, `hidden`) is left out. A same-origin frame's document goes
-// under its element; a frame of another origin is named, not shown.
+// under its element; a frame of another origin gets a line that says so, and the walk answers
+// where it is (`frames`): page_model.rs walks that frame in a world of its own and puts what
+// it wrote in that line's place.
 //
 // A ref is `e` and a number this world gives an element the first time a walk meets it: the
 // same element keeps its number while its document lives, a number is never given twice in
 // one document, and the numbers kept are bounded (`o.keep`, oldest first).
 //
 // `o`: { max: characters of text, depth: deepest line, nodes: most nodes visited,
-//        chars: longest name or value, keep: refs kept, ms: longest walk in milliseconds }.
+//        chars: longest name or value, keep: refs kept, ms: longest walk in milliseconds,
+//        base: the depth of its first lines (a frame's walk is indented under its element),
+//        frame: what its refs start with ('' in the main frame, 'f2' in the page's second
+//        frame of another origin) }.
 //
 // What the page controls (its markup, its attributes, its text) is never trusted to shape a
 // line: a role is one ARIA defines, names, values and URLs are quoted, and an element whose
 // reading throws (a custom element's getter, say) is left out, not the walk.
-// Answers { text, refs, cut, title }: `cut` lines did not fit (or were not visited).
+// Answers { text, refs, cut, title, frames }: `cut` lines did not fit (or were not visited);
+// `frames` are the frames of another origin it met, each as { n: its element's number here,
+// line: the index of the line that stands for its content }.
 function (o) {
   'use strict';
   const st = globalThis.__papPageModel
@@ -76,6 +83,10 @@ function (o) {
   let cut = 0;
   let visited = 0;
   const refs = [];
+  const frames = [];
+  let lines = 0;
+  const prefix = typeof o.frame === 'string' ? o.frame : '';
+  const base = o.base || 0;
   const until = performance.now() + (o.ms || 2000);
   let late = false;
 
@@ -101,13 +112,14 @@ function (o) {
   const quoted = (s) => JSON.stringify(s);
   // Whether a line of `length` characters at `depth` is written: none after the first that
   // did not fit, so the text ends where the cut is.
-  const fits = (depth, length) => cut === 0 && out.length + length + 2 * depth + 3 <= o.max;
+  const fits = (depth, length) => cut === 0 && out.length + length + 2 * (base + depth) + 3 <= o.max;
   const line = (depth, s) => {
     if (!fits(depth, s.length)) {
       cut += 1;
       return;
     }
-    out += '  '.repeat(depth) + '- ' + s + '\n';
+    out += '  '.repeat(base + depth) + '- ' + s + '\n';
+    lines += 1;
   };
   // The number `el` has, or would be given.
   const numberOf = (el) => {
@@ -381,11 +393,11 @@ function (o) {
     const shownValue = value ? ': ' + quoted(value) : '';
     if (ACTIONABLE.has(role) || el.tabIndex >= 0 || el.isContentEditable) {
       // A line that does not fit with its ref is not written without it.
-      if (!fits(depth, text.length + (' [ref=e' + numberOf(el) + ']').length + shownValue.length)) {
+      if (!fits(depth, text.length + (' [ref=' + prefix + 'e' + numberOf(el) + ']').length + shownValue.length)) {
         cut += 1;
         return;
       }
-      text += ' [ref=e' + refOf(el) + ']';
+      text += ' [ref=' + prefix + 'e' + refOf(el) + ']';
     }
     line(depth, text + shownValue);
     if (role === 'iframe') {
@@ -398,7 +410,9 @@ function (o) {
       if (doc && doc.documentElement) {
         children(kids(doc.body || doc.documentElement), depth + 1, nesting, null, true);
       } else {
+        const at = lines;
         line(depth + 1, 'text "[a frame of another origin: its content is not in this snapshot]"');
+        if (lines > at && st.ids.has(el)) frames.push({ n: st.ids.get(el), line: at });
       }
       return;
     }
@@ -408,5 +422,5 @@ function (o) {
 
   const root = document.body || document.documentElement;
   if (root) children(kids(root), 0, 0, null, true);
-  return { text: out, refs, cut, title: oneLine(document.title || '') };
+  return { text: out, refs, cut, title: oneLine(document.title || ''), frames };
 }
