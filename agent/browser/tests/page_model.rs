@@ -109,7 +109,9 @@ const ELSEWHERE: &str = r#"<!doctype html><meta charset="utf-8"><title>Elsewhere
 <button type="button" onclick="this.textContent = 'pressed elsewhere'">Elsewhere</button>
 <button type="button" onmouseover="this.textContent = 'hovered elsewhere'">Hover elsewhere</button>
 <label>Note <input name="note"></label>
-<form method="post" action="/pay"><button>Pay here</button></form>
+<form method="post" action="/pay"><input name="amount" aria-label="Amount"><button>Pay here</button></form>
+<button type="button" onclick="document.querySelector('[name=amount]').focus()">Focus amount</button>
+<button type="button" onclick="this.textContent = confirm('Leave a tip?') ? 'tipped' : 'no tip'">Tip</button>
 <a href="/elsewhere-next">Next</a>"#;
 
 const ELSEWHERE_NEXT: &str =
@@ -820,8 +822,12 @@ async fn a_frame_of_another_site_is_in_the_snapshot_and_acted_on_by_its_refs() {
             &json!({"target": target, "ref": note, "value": "ring twice"}),
         )
         .await);
+    // A key goes where the focus is, in the frame, after the guard there.
+    ok(tools
+        .call("pap.browser.press_key", &json!({"target": target, "key": "!"}))
+        .await);
     let acted = snapshot(&tools, &target).await;
-    for shown in ["pressed elsewhere", "hovered elsewhere", ": \"ring twice\""] {
+    for shown in ["pressed elsewhere", "hovered elsewhere", ": \"ring twice!\""] {
         assert!(acted.contains(shown), "{shown} is not in\n{acted}");
     }
     // An element of the frame is drawn from the tab's screen.
@@ -829,6 +835,27 @@ async fn a_frame_of_another_site_is_in_the_snapshot_and_acted_on_by_its_refs() {
         .call("browser.screenshot", &json!({"target": target, "ref": note}))
         .await);
     assert!(shot["data"].as_str().unwrap().starts_with("iVBOR"), "a PNG");
+
+    // A dialog the frame opens is the tab's: the click returns with it at once. It comes from
+    // the person's site, so a tool may dismiss it and never accept it.
+    for trusted in [false, true] {
+        let clicked = ok(tools
+            .call(
+                "browser.click",
+                &json!({"target": target, "ref": ref_of(&page, &["button \"Tip\""]), "trusted": trusted}),
+            )
+            .await);
+        assert_eq!(clicked["dialog"]["message"], "Leave a tip?", "{clicked}");
+        let refused = err(tools
+            .call("pap.browser.handle_dialog", &json!({"target": target, "accept": true}))
+            .await);
+        assert_eq!(refused.code, ToolErrorCode::PermissionDenied, "{}", refused.message);
+        ok(tools
+            .call("pap.browser.handle_dialog", &json!({"target": target, "accept": false}))
+            .await);
+    }
+    let untipped = snapshot(&tools, &target).await;
+    assert!(untipped.contains("button \"no tip\""), "{untipped}");
 
     // The AIP-7 guard judges the frame's form where the frame's document is: the person's.
     let pay = ref_of(&page, &["button \"Pay here\""]);
@@ -841,6 +868,18 @@ async fn a_frame_of_another_site_is_in_the_snapshot_and_acted_on_by_its_refs() {
             .await);
         assert_eq!(refused.code, ToolErrorCode::PermissionDenied, "{}", refused.message);
     }
+
+    // Enter is refused where the frame's page put the focus in the person's form itself.
+    ok(tools
+        .call(
+            "browser.click",
+            &json!({"target": target, "ref": ref_of(&page, &["button \"Focus amount\""])}),
+        )
+        .await);
+    let refused = err(tools
+        .call("pap.browser.press_key", &json!({"target": target, "key": "Enter"}))
+        .await);
+    assert_eq!(refused.code, ToolErrorCode::PermissionDenied, "{}", refused.message);
 
     // A ref of a frame no snapshot walked is refused; one of the frame's earlier page, once
     // the frame moved on, is gone.

@@ -895,6 +895,47 @@ impl ToolHost {
         Ok(answer["result"]["value"].take())
     }
 
+    /// Evaluates `expression` in the worlds the snapshots of `target`'s page walked its frames of
+    /// another origin in (newest first, each only while its frame shows the document it was
+    /// walked in): the first answer that is neither `'unfocused'` nor `'elsewhere'` (focus
+    /// further in). None when no frame answers so.
+    async fn in_frames(&self, page: &Page, target: &str, expression: &str) -> Option<Value> {
+        let refs = self.targets.lock().await.get(target).map(|t| t.refs.clone())?;
+        let frame_tree = raw(page, "Page.getFrameTree", json!({})).await.ok()?;
+        let (_, loader) = main_frame(&frame_tree);
+        let frames: Vec<FrameWorld> = {
+            let refs = refs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if refs.loader != loader {
+                return None;
+            }
+            refs.frames.iter().rev().map(|(_, w)| w.clone()).collect()
+        };
+        for frame in frames {
+            let session = frame
+                .session
+                .clone()
+                .map_or_else(|| Session::Tab(page.clone()), Session::Frame);
+            if frame_loader(&session, &frame.frame).await.as_deref() != Some(frame.loader.as_str()) {
+                continue;
+            }
+            let answer = raw(
+                &session,
+                "Runtime.evaluate",
+                json!({ "expression": expression, "contextId": frame.world, "returnByValue": true }),
+            )
+            .await;
+            let Ok(mut answer) = answer else { continue };
+            if answer.get("exceptionDetails").is_some() {
+                continue;
+            }
+            let value = answer["result"]["value"].take();
+            if !matches!(value.as_str(), Some("unfocused" | "elsewhere")) {
+                return Some(value);
+            }
+        }
+        None
+    }
+
     /// Runs `body` on the element of `element_ref`, after the AIP-7 guard, in one call in the
     /// element's document (`function (a) { const e = this; GUARD BODY }`, `a` = `argument`).
     /// `'done'` (or any other string the body answers but `'reserved'`) is the answer.
@@ -935,7 +976,14 @@ impl ToolHost {
         // An act that opens a dialog (`confirm()` in a click handler) returns when it opens:
         // the call's own answer waits for the dialog to be answered.
         let answered = self.or_dialog(target, call).await;
-        release(&element.session, &element.object).await;
+        if matches!(answered, Ok(Some(_))) {
+            release(&element.session, &element.object).await;
+        } else {
+            // A dialog holds the document's renderer, and a command to it waits for the answer
+            // (a frame's own session does): the object is let go once it is answered.
+            let (session, object) = (element.session.clone(), element.object.clone());
+            tokio::spawn(async move { release(&session, &object).await });
+        }
         let Some(answer) = answered? else {
             if acts {
                 return Ok("done".to_owned());
@@ -1205,18 +1253,31 @@ impl ToolHost {
         key_of(&input.key)?;
         let page = self.drivable(caller, ToolId::PressKey, &input.target).await?;
         let guard = self.persons_form_guard()?;
-        // What has focus, followed into the frames that hold it (a frame that cannot be read
-        // is refused: its focused element cannot be judged); with it, the button Enter would
-        // press in its form.
-        let check = format!(
-            "(() => {{ let d = document, x = d.activeElement; \
+        // What has focus, followed into the frames that hold it; with it, the button Enter
+        // would press in its form. Focus in a frame of another origin is followed there, in
+        // the world a snapshot walked it in ([`Self::in_frames`]): a frame none walked cannot be
+        // judged, and the key is refused.
+        let check = |frame: &str| {
+            format!(
+                "(() => {{ {frame}let d = document, x = d.activeElement; \
              while (x && (x.tagName === 'IFRAME' || x.tagName === 'FRAME')) {{ \
              let inner = null; try {{ inner = x.contentDocument; }} catch (_) {{}} \
-             if (!inner) return 'reserved'; d = inner; x = d.activeElement; }} \
+             if (!inner) return 'elsewhere'; d = inner; x = d.activeElement; }} \
              x = x || d.body; const b = x && x.form ? x.form.querySelector('button:not([type]),button[type=submit],input[type=submit],input[type=image]') : null; \
              for (const e of [x, b]) {{ if (!e) continue; {guard}}} return 'done'; }})()"
-        );
-        let checked = self.in_world(&page, &input.target, &check).await?;
+            )
+        };
+        let mut checked = self.in_world(&page, &input.target, &check("")).await?;
+        if checked.as_str() == Some("elsewhere") {
+            // In a frame, the one that holds the focus answers.
+            let in_frame = check("if (!document.hasFocus()) return 'unfocused'; ");
+            checked = self.in_frames(&page, &input.target, &in_frame).await.ok_or_else(|| {
+                ToolError::new(
+                    ToolErrorCode::InputInvalid,
+                    "the focus is in a frame of another origin no browser_snapshot of this page has walked: take one, then press the key",
+                )
+            })?;
+        }
         if checked.as_str() == Some("reserved") {
             return Err(persons::refusal(ToolId::PressKey, &input.target, persons::PERSONS_FORM));
         }
