@@ -495,8 +495,8 @@ fn description(tool: ToolId) -> &'static str {
         ToolId::ProfileRevoke => "Revoke a grant, or some of its domains.",
         ToolId::Act => "A natural-language action.",
         ToolId::Snapshot => {
-            "The tab's accessibility tree as text, each actionable element with a ref (e12) that click, fill, \
-             hover, select_option and screenshot take. Use it rather than screenshots to read and act."
+            "The tab's accessibility tree as text, each actionable element with a ref (e12; f2e7 in a frame of \
+             another origin) that click, fill, hover, select_option and screenshot take. Use it rather than screenshots to read and act."
         }
         ToolId::PressKey => "Press a key (Enter, Tab, Escape, ArrowDown, ... or one character) in a tab.",
         ToolId::Hover => "Move the pointer over an element of a tab, by ref.",

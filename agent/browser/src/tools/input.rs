@@ -61,7 +61,7 @@ pub(super) struct Screenshot {
     /// The whole page, not the viewport (gate `fullPageScreenshot`).
     #[serde(default)]
     pub(super) full_page: bool,
-    /// One element only: a ref from `browser_snapshot` (`e12`).
+    /// One element only: a ref from `browser_snapshot` (`e12`, `f2e7` in a frame of another origin).
     #[serde(default, rename = "ref")]
     pub(super) element_ref: Option<String>,
     /// `png` (the default) or `jpeg`.
@@ -126,7 +126,7 @@ pub(super) struct Click {
     /// The element, by CSS selector (or give `ref`).
     #[serde(default)]
     pub(super) selector: Option<String>,
-    /// The element, by a ref from `browser_snapshot` (`e12`; or give `selector`).
+    /// The element, by a ref from `browser_snapshot` (`e12`, `f2e7` in a frame of another origin; or give `selector`).
     #[serde(default, rename = "ref")]
     pub(super) element_ref: Option<String>,
     /// What the element is, in words, for the person reading the log (never acted on).
@@ -150,7 +150,7 @@ pub(super) struct Fill {
     /// The element, by CSS selector (or give `ref`).
     #[serde(default)]
     pub(super) selector: Option<String>,
-    /// The element, by a ref from `browser_snapshot` (`e12`; or give `selector`).
+    /// The element, by a ref from `browser_snapshot` (`e12`, `f2e7` in a frame of another origin; or give `selector`).
     #[serde(default, rename = "ref")]
     pub(super) element_ref: Option<String>,
     /// What the element is, in words, for the person reading the log (never acted on).
@@ -306,7 +306,7 @@ pub(super) struct PressKey {
 pub(super) struct Hover {
     /// The target handle.
     pub(super) target: String,
-    /// The element, by a ref from `browser_snapshot` (`e12`).
+    /// The element, by a ref from `browser_snapshot` (`e12`, `f2e7` in a frame of another origin).
     #[serde(rename = "ref")]
     pub(super) element_ref: String,
     /// What the element is, in words (never acted on).
@@ -324,7 +324,7 @@ pub(super) struct Hover {
 pub(super) struct SelectOption {
     /// The target handle.
     pub(super) target: String,
-    /// The `<select>`, by a ref from `browser_snapshot` (`e12`).
+    /// The `<select>`, by a ref from `browser_snapshot` (`e12`, `f2e7` in a frame of another origin).
     #[serde(rename = "ref")]
     pub(super) element_ref: String,
     /// What the element is, in words (never acted on).

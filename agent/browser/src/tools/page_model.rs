@@ -4,11 +4,17 @@
 //! the page, by one walk (`snapshot.js`) in an isolated world of the main frame, same-origin
 //! frames included: one call's round trip and a string, where Chromium's accessibility tree
 //! (`Accessibility.getFullAXTree`) took 10 to 16 ms to build and as long again to carry over.
+//! A frame of another origin (whose document the main frame's world may not read) is walked by
+//! the same walk in a world of its own, in its element's place ([`ToolHost::walk_frame`]):
+//! through a DevTools session of its own when site isolation gave it a renderer of its own
+//! ([`FrameSession`]), else through the tab's. At most [`FRAMES_PER_SNAPSHOT`] a snapshot,
+//! frames met inside them keep the line that says their content is not shown.
 //!
-//! A ref is `e` and a number that world gives the element: stable for as long as the element
-//! lives (a second snapshot names the same element the same), never reused for another in its
-//! document, and not something a page's script can forge or read (its globals are not the
-//! world's). The acting tools (click, fill, hover, select_option, drag, file_upload, screenshot
+//! A ref is `e` and a number that world gives the element (`f2e7` in the frame of another
+//! origin numbered 2, a number given once per document of a frame): stable for as long as the
+//! element lives (a second snapshot names the same element the same), never reused for another
+//! in its document, and not something a page's script can forge or read (its globals are not
+//! the world's). The acting tools (click, fill, hover, select_option, drag, file_upload, screenshot
 //! of one element) take a ref where they took a CSS selector; a ref no snapshot of the page the
 //! tab shows gave is refused, and one whose element has gone says to take a new snapshot.
 //!
@@ -17,7 +23,8 @@
 //! page's own scripts cannot patch what the guard calls there), in the same call that acts;
 //! browser-level input (press_key, hover, `trusted`) is checked first and then left to the
 //! request guard, exactly as a `trusted` click is, and never aimed at a frame's element (it
-//! would land in a document the check did not judge). Results go through the same C9 redaction as
+//! would land in a document the check did not judge). In a frame of another origin the guard
+//! runs in that frame's world, on its document; press_key follows the focus there. Results go through the same C9 redaction as
 //! every other tool's ([`super::ToolHost::call_as`]).
 
 use std::collections::{HashSet, VecDeque};
