@@ -98,9 +98,15 @@ fn outer(port: u16) -> String {
 <h1>Outer</h1>
 <button type="button">Before</button>
 <iframe src="http://localhost:{port}/elsewhere" title="elsewhere" style="margin: 30px 0 0 70px; width: 500px; height: 260px"></iframe>
-<button type="button">After</button>"#
+<button type="button">After</button>
+<div role="button" tabindex="0" aria-label="Wrapper" style="display: inline-block"><iframe src="http://localhost:{port}/small" title="wrapped" style="width: 200px; height: 100px; border: 0"></iframe></div>
+<iframe src="http://localhost:{port}/small" title="scaled" style="transform: scale(0.5); transform-origin: 0 0; width: 200px; height: 100px"></iframe>"#
     )
 }
+
+/// A frame that is one button.
+const SMALL: &str = r#"<!doctype html><meta charset="utf-8"><title>Small</title><body style="margin: 0">
+<button type="button" style="width: 100%; height: 100px" onclick="this.textContent = 'small pressed'">Small</button>"#;
 
 /// The frame of another site: what a model reads, clicks, hovers and fills there, a POST form
 /// (the person's, when `localhost` is the person's site), and a link that replaces its page.
@@ -149,6 +155,7 @@ async fn serve() -> String {
             "/elsewhere",
             axum::routing::get(|| async { axum::response::Html(ELSEWHERE) }),
         )
+        .route("/small", axum::routing::get(|| async { axum::response::Html(SMALL) }))
         .route(
             "/elsewhere-next",
             axum::routing::get(|| async { axum::response::Html(ELSEWHERE_NEXT) }),
@@ -856,6 +863,34 @@ async fn a_frame_of_another_site_is_in_the_snapshot_and_acted_on_by_its_refs() {
     }
     let untipped = snapshot(&tools, &target).await;
     assert!(untipped.contains("button \"no tip\""), "{untipped}");
+
+    // A pointer over an element that holds a frame lands in the frame's document, not the
+    // element's: refused. A frame the page draws scaled takes no browser-level input (the
+    // tab's point would land elsewhere in it); a click by the page's own means lands.
+    let wrapper = ref_of(&page, &["button \"Wrapper\""]);
+    let refused = err(tools
+        .call(
+            "browser.click",
+            &json!({"target": target, "ref": wrapper, "trusted": true}),
+        )
+        .await);
+    assert_eq!(refused.cause.unwrap()["rule"], "covered", "{}", refused.message);
+    let scaled_at = page.find("iframe \"scaled\"").unwrap();
+    let scaled = ref_of(&page[scaled_at..], &["button \"Small\""]);
+    let refused = err(tools
+        .call(
+            "browser.click",
+            &json!({"target": target, "ref": scaled, "trusted": true}),
+        )
+        .await);
+    assert_eq!(refused.code, ToolErrorCode::InputInvalid, "{}", refused.message);
+    ok(tools
+        .call("browser.click", &json!({"target": target, "ref": scaled}))
+        .await);
+    let clicked = snapshot(&tools, &target).await;
+    assert_eq!(clicked.matches("small pressed").count(), 1, "{clicked}");
+    let scaled_at = clicked.find("iframe \"scaled\"").unwrap();
+    assert!(clicked[scaled_at..].contains("small pressed"), "{clicked}");
 
     // The AIP-7 guard judges the frame's form where the frame's document is: the person's.
     let pay = ref_of(&page, &["button \"Pay here\""]);

@@ -86,6 +86,13 @@ const WAIT_POLL: Duration = Duration::from_millis(50);
 /// them (`snapshot.js`).
 const WORLD: &str = "pap-page-model";
 
+/// The hit test's verdict, called on the element with the node a point reaches (`h`): the
+/// element itself or something inside it, never an element that holds a frame (the point is
+/// then in the frame's document, which no guard judged, even when the element holds it).
+const FRAME_HOSTS_HIT: &str = "function (h) { \
+     if (h !== this && ['iframe', 'frame', 'object', 'embed', 'fencedframe'].includes(h.localName)) return false; \
+     return this === h || this.contains(h) || (!!h.getRootNode().host && this.contains(h.getRootNode().host)); }";
+
 /// The walk: a function of `{max, depth, nodes, chars, keep}` answering `{text, refs, cut, title}`.
 const WALK: &str = include_str!("snapshot.js");
 
@@ -128,6 +135,9 @@ pub(super) struct Refs {
     frames: VecDeque<(usize, FrameWorld)>,
     /// The last number given.
     frame_numbers: usize,
+    /// How many times the refs were forgotten: a frame's walk that began before the last
+    /// time keeps nothing (its numbers may since name another frame's world).
+    generation: u64,
 }
 
 impl Refs {
@@ -139,6 +149,7 @@ impl Refs {
             self.order.clear();
             self.frames.clear();
             self.frame_numbers = 0;
+            self.generation += 1;
             loader.clone_into(&mut self.loader);
             self.world = Some(world);
         }
@@ -162,11 +173,18 @@ impl Refs {
 
     /// Refs `fK…` are kept in `walked`'s world: number `k` names it from now on (a number
     /// kept already names the same world: only its session is refreshed). The oldest past
-    /// [`FRAMES_PER_TAB`] go, their refs with them.
-    fn for_frame(&mut self, k: usize, walked: FrameWorld) {
+    /// [`FRAMES_PER_TAB`] go, their refs with them. False, and nothing kept, when the refs were
+    /// forgotten since `generation` (the walk began) or `k` names another world by now.
+    fn for_frame(&mut self, k: usize, walked: FrameWorld, generation: u64) -> bool {
+        if generation != self.generation {
+            return false;
+        }
         if let Some((_, known)) = self.frames.iter_mut().find(|(n, _)| *n == k) {
-            known.session = walked.session;
-            return;
+            let same = known.frame == walked.frame && known.world == walked.world && known.loader == walked.loader;
+            if same {
+                known.session = walked.session;
+            }
+            return same;
         }
         self.frames.push_back((k, walked));
         while self.frames.len() > FRAMES_PER_TAB {
@@ -175,6 +193,7 @@ impl Refs {
                 self.order.retain(|(f, _)| *f != old);
             }
         }
+        true
     }
 
     fn remember(&mut self, id: RefKey) {
@@ -255,7 +274,8 @@ const FRAME_COMMAND: Duration = Duration::from_secs(10);
 /// its own (not flat: its messages travel inside `Target.sendMessageToTarget` and come back as
 /// `Target.receivedMessageFromTarget` events), detached when this drops.
 pub(super) struct FrameSession {
-    browser: Arc<ControlledBrowser>,
+    /// Not kept alive by the session: a browser that ended takes its frames with it.
+    browser: std::sync::Weak<ControlledBrowser>,
     session: String,
 }
 
@@ -275,7 +295,10 @@ impl FrameSession {
         .await
         .ok()?;
         let session = attached["sessionId"].as_str()?.to_owned();
-        Some(Self { browser, session })
+        Some(Self {
+            browser: Arc::downgrade(&browser),
+            session,
+        })
     }
 }
 
@@ -285,7 +308,11 @@ impl Cdp for FrameSession {
         let id = FRAME_COMMAND_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let message = json!({ "id": id, "method": method, "params": params }).to_string();
         async move {
-            let browser = self.browser.cdp();
+            let browser = self
+                .browser
+                .upgrade()
+                .ok_or_else(|| ToolError::new(ToolErrorCode::NotReady, "the browser is not running"))?;
+            let browser = browser.cdp();
             // Listening before sending: the answer cannot come before the listener.
             let mut answers = browser
                 .event_listener::<EventReceivedMessageFromTarget>()
@@ -311,18 +338,27 @@ impl Cdp for FrameSession {
                 }
                 None
             };
-            tokio::time::timeout(FRAME_COMMAND, answer)
-                .await
-                .ok()
-                .flatten()
-                .ok_or_else(|| ToolError::new(ToolErrorCode::Internal, "the frame's renderer did not answer"))
+            match tokio::time::timeout(FRAME_COMMAND, answer).await {
+                Ok(Some(answer)) => Ok(answer),
+                Ok(None) => Err(ToolError::new(
+                    ToolErrorCode::Internal,
+                    "the frame's renderer refused the command",
+                )),
+                // Not "gone": what was asked may have been done (an act must not run twice).
+                Err(_) => Err(ToolError::new(
+                    ToolErrorCode::Timeout,
+                    "the frame's renderer did not answer in 10 s: what was asked may have been done; take a new browser_snapshot before acting again",
+                )),
+            }
         }
     }
 }
 
 impl Drop for FrameSession {
     fn drop(&mut self) {
-        let (browser, session) = (self.browser.clone(), std::mem::take(&mut self.session));
+        let (Some(browser), session) = (self.browser.upgrade(), std::mem::take(&mut self.session)) else {
+            return;
+        };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 let _ = raw(
@@ -450,14 +486,52 @@ async fn kept(page: &impl Cdp, world: i64, n: i64) -> Option<String> {
     kept["result"]["objectId"].as_str().map(str::to_owned)
 }
 
-/// Where the content box of the element `owner` (a frame's, backend node id) starts in its
-/// page's viewport: where the frame's own coordinates start.
-async fn content_origin(page: &Page, owner: i64) -> Option<(f64, f64)> {
+/// Where the frame `element` is in starts in the tab's viewport, `owner` its element there
+/// (backend node id): the top-left corner of that element's content box, and only when the box
+/// is upright and of the frame's own size. A frame drawn scaled, zoomed, rotated or flipped
+/// maps its pixels onto the tab's by more than a shift, and a point computed by the shift would
+/// land elsewhere in it: none, and browser-level input into it is refused.
+async fn frame_origin(page: &Page, element: &Element, owner: i64) -> Option<(f64, f64)> {
     let model = raw(page, "DOM.getBoxModel", json!({ "backendNodeId": owner }))
         .await
         .ok()?;
-    let content = &model["model"]["content"];
-    Some((content[0].as_f64()?, content[1].as_f64()?))
+    let q: Vec<f64> = model["model"]["content"]
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect();
+    if q.len() != 8 {
+        return None;
+    }
+    // The frame's size as its own document sees it, read in the page-model world (whose
+    // `innerWidth` the page's scripts cannot redefine).
+    let size = raw(
+        &element.session,
+        "Runtime.evaluate",
+        json!({ "expression": "[innerWidth, innerHeight]", "contextId": element.world, "returnByValue": true }),
+    )
+    .await
+    .ok()?;
+    let (width, height) = (
+        size["result"]["value"][0].as_f64()?,
+        size["result"]["value"][1].as_f64()?,
+    );
+    let near = |a: f64, b: f64| (a - b).abs() <= 1.0;
+    // Corners clockwise from the top left: level top and bottom, plumb sides, the frame's size.
+    let upright = near(q[1], q[3]) && near(q[5], q[7]) && near(q[0], q[6]) && near(q[2], q[4]);
+    let sized = near(q[2] - q[0], width) && near(q[7] - q[1], height);
+    (upright && sized).then_some((q[0], q[1]))
+}
+
+/// A frame drawn other than upright and at its own size ([`frame_origin`]).
+fn transformed(element_ref: &str) -> ToolError {
+    ToolError::new(
+        ToolErrorCode::InputInvalid,
+        format!(
+            "ref {element_ref} is in a frame the page draws scaled, zoomed or turned: browser-level input could land elsewhere in it; act without trusted"
+        ),
+    )
+    .with_cause(json!({ "ref": element_ref }))
 }
 
 /// The numbers in a walk's `refs`.
@@ -684,7 +758,14 @@ impl ToolHost {
                 "max": room, "depth": MAX_DEPTH, "nodes": MAX_NODES, "chars": TEXT_CHARS, "keep": REFS_PER_TAB,
                 "ms": ms, "base": base / 2,
             });
-            let Some(frame) = self.walk_frame(page, remembered, world, n, options).await else {
+            // One deadline for the snapshot: a frame that does not answer is left as its line.
+            let walked = tokio::time::timeout(
+                Duration::from_millis(ms),
+                self.walk_frame(page, remembered, world, n, options),
+            )
+            .await;
+            let Ok(Some(frame)) = walked else {
+                cut += u64::from(walked.is_err());
                 continue;
             };
             let frame_text = frame["text"].as_str().unwrap_or_default();
@@ -737,10 +818,10 @@ impl ToolHost {
         let described = described.ok()?;
         let frame = described["node"]["frameId"].as_str()?.to_owned();
         let owner = described["node"]["backendNodeId"].as_i64()?;
-        let known = remembered
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .frame_known(&frame);
+        let (known, generation) = {
+            let remembered = remembered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            (remembered.frame_known(&frame), remembered.generation)
+        };
         // The frame's own session, the one made before while it still answers.
         let mut own = known.as_ref().and_then(|(_, w)| w.session.clone());
         if let Some(session) = &own
@@ -784,7 +865,7 @@ impl ToolHost {
             }
         };
         let mut remembered = remembered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        remembered.for_frame(
+        let kept = remembered.for_frame(
             k,
             FrameWorld {
                 frame,
@@ -793,7 +874,11 @@ impl ToolHost {
                 owner,
                 loader,
             },
+            generation,
         );
+        if !kept {
+            return None;
+        }
         for id in numbers(&walked["refs"]) {
             remembered.remember((k, id));
         }
@@ -967,7 +1052,7 @@ impl ToolHost {
         let frame = if acts {
             ""
         } else {
-            "if (e.localName === 'iframe' || e.localName === 'frame') return 'frame'; "
+            "if (['iframe', 'frame', 'object', 'embed', 'fencedframe'].includes(e.localName)) return 'frame'; "
         };
         let function = zeroize::Zeroizing::new(format!(
             "function (a) {{ const e = this; if (!e || !e.isConnected) return 'missing'; {frame}{guard}{body} }}"
@@ -998,7 +1083,14 @@ impl ToolHost {
             // A check that a dialog interrupted gave no answer: nothing follows it.
             return Err(self.no_dialog(target).await.err().unwrap_or_else(|| gone(element_ref)));
         };
-        let answer = answer.map_err(|_| gone(element_ref))?;
+        // A command that timed out may have acted: said so, never "take a new snapshot and act".
+        let answer = answer.map_err(|e| {
+            if e.code == ToolErrorCode::Timeout {
+                e
+            } else {
+                gone(element_ref)
+            }
+        })?;
         if answer.get("exceptionDetails").is_some() {
             return Err(ToolError::new(
                 ToolErrorCode::Internal,
@@ -1047,7 +1139,9 @@ impl ToolHost {
         )
         .await;
         let (ox, oy) = match element.owner {
-            Some(owner) => content_origin(page, owner).await.ok_or_else(|| gone(element_ref))?,
+            Some(owner) => frame_origin(page, element, owner)
+                .await
+                .ok_or_else(|| transformed(element_ref))?,
             None => (0.0, 0.0),
         };
         let quads = raw(session, "DOM.getContentQuads", json!({ "backendNodeId": backend }))
@@ -1117,7 +1211,7 @@ impl ToolHost {
             "Runtime.callFunctionOn",
             json!({
                 "objectId": element.object,
-                "functionDeclaration": "function (h) { return this === h || this.contains(h) || (!!h.getRootNode().host && this.contains(h.getRootNode().host)); }",
+                "functionDeclaration": FRAME_HOSTS_HIT,
                 "arguments": [{ "objectId": hit }], "returnByValue": true,
             }),
         )
@@ -1267,7 +1361,7 @@ impl ToolHost {
         let check = |frame: &str| {
             format!(
                 "(() => {{ {frame}let d = document, x = d.activeElement; \
-             while (x && (x.tagName === 'IFRAME' || x.tagName === 'FRAME')) {{ \
+             while (x && ['iframe', 'frame', 'object', 'embed', 'fencedframe'].includes(x.localName)) {{ \
              let inner = null; try {{ inner = x.contentDocument; }} catch (_) {{}} \
              if (!inner) return 'elsewhere'; d = inner; x = d.activeElement; }} \
              x = x || d.body; const b = x && x.form ? x.form.querySelector('button:not([type]),button[type=submit],input[type=submit],input[type=image]') : null; \
@@ -1278,7 +1372,8 @@ impl ToolHost {
         if checked.as_str() == Some("elsewhere") {
             // In a frame, the one that holds the focus answers.
             let in_frame = check("if (!document.hasFocus()) return 'unfocused'; ");
-            checked = self.in_frames(&page, &input.target, &in_frame).await.ok_or_else(|| {
+            let found = tokio::time::timeout(FRAME_COMMAND, self.in_frames(&page, &input.target, &in_frame)).await;
+            checked = found.ok().flatten().ok_or_else(|| {
                 ToolError::new(
                     ToolErrorCode::InputInvalid,
                     "the focus is in a frame of another origin no browser_snapshot of this page has walked: take one, then press the key",
@@ -1630,7 +1725,9 @@ impl ToolHost {
         .await;
         // In a frame with a renderer of its own, the box is in the frame's coordinates.
         let (ox, oy) = match element.owner {
-            Some(owner) => content_origin(page, owner).await.ok_or_else(|| gone(element_ref))?,
+            Some(owner) => frame_origin(page, &element, owner)
+                .await
+                .ok_or_else(|| transformed(element_ref))?,
             None => (0.0, 0.0),
         };
         let model = raw(&element.session, "DOM.getBoxModel", json!({ "backendNodeId": backend }))
@@ -2105,25 +2202,31 @@ mod tests {
         };
         let mut refs = Refs::default();
         refs.for_world("main", 1);
+        let generation = refs.generation;
         let first = refs.new_frame_number();
-        refs.for_frame(first, world("a", 10));
+        assert!(refs.for_frame(first, world("a", 10), generation));
         refs.remember((first, 1));
+        // A number names one world: another walk cannot take it over.
+        assert!(!refs.for_frame(first, world("c", 12), generation));
+        assert!(refs.for_frame(first, world("a", 10), generation));
         // The same frame in a new world (its next document) gets a new number: its old refs
         // do not name the new world's elements.
         let second = refs.new_frame_number();
         assert_ne!(first, second);
-        refs.for_frame(second, world("a", 11));
+        assert!(refs.for_frame(second, world("a", 11), generation));
         assert_eq!(refs.frame_known("a").unwrap().0, second);
         assert_eq!(refs.frame(first).unwrap().world, 10);
         for _ in 0..FRAMES_PER_TAB {
             let k = refs.new_frame_number();
-            refs.for_frame(k, world("b", 20 + i64::try_from(k).unwrap()));
+            assert!(refs.for_frame(k, world("b", 20 + i64::try_from(k).unwrap()), generation));
         }
         assert_eq!(refs.frames.len(), FRAMES_PER_TAB);
         assert!(refs.frame(first).is_none() && !refs.given.contains(&(first, 1)));
-        // A new main document starts again.
+        // A new main document starts again, and a walk begun before keeps nothing.
         refs.for_world("next", 2);
         assert!(refs.frames.is_empty() && refs.new_frame_number() == 1);
+        assert!(!refs.for_frame(1, world("a", 30), generation));
+        assert!(refs.frames.is_empty());
     }
 
     #[test]

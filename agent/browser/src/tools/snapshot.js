@@ -106,7 +106,8 @@ function (o) {
   };
 
   const oneLine = (s) => {
-    const t = String(s).replace(/\s+/g, ' ').trim();
+    // NEL (U+0085) is no space to JavaScript, but a line break to some readers.
+    const t = String(s).replace(/[\s\u0085]+/g, ' ').trim();
     return t.length > o.chars ? t.slice(0, o.chars) + '\u2026' : t;
   };
   const quoted = (s) => JSON.stringify(s);
@@ -179,7 +180,8 @@ function (o) {
         return el.hasAttribute('href') ? 'link' : 'generic';
       case 'INPUT': {
         const type = (el.getAttribute('type') || 'text').toLowerCase();
-        if (type in INPUT) return INPUT[type];
+        // Own keys only: `constructor` or `toString` is no input type of HTML's.
+        if (Object.hasOwn(INPUT, type)) return INPUT[type];
         if (type === 'search') return el.hasAttribute('list') ? 'combobox' : 'searchbox';
         return el.hasAttribute('list') ? 'combobox' : 'textbox';
       }
@@ -203,7 +205,7 @@ function (o) {
         return 'form';
       default:
         if (el.isContentEditable && !(el.parentElement && el.parentElement.isContentEditable)) return 'textbox';
-        return TAG[tag] || 'generic';
+        return (Object.hasOwn(TAG, tag) && TAG[tag]) || 'generic';
     }
   };
 
