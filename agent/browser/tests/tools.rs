@@ -560,6 +560,26 @@ async fn trusted_input_is_an_option_gated_by_trusted_input() {
         .call("browser.click", &json!({"target": target, "selector": "#nothing"}))
         .await);
     assert_eq!(missing.code, ToolErrorCode::NotFound);
+    // A selector that does not parse is the caller's mistake, said as such, by either tool and
+    // either kind of input.
+    for (tool, input) in [
+        ("browser.click", json!({"target": target, "selector": "##go"})),
+        (
+            "browser.click",
+            json!({"target": target, "selector": "[", "trusted": true}),
+        ),
+        (
+            "browser.fill",
+            json!({"target": target, "selector": "#name[", "value": "x"}),
+        ),
+        (
+            "browser.fill",
+            json!({"target": target, "selector": ">>", "value": "x", "trusted": true}),
+        ),
+    ] {
+        let bad = err(tools.call(tool, &input).await);
+        assert_eq!(bad.code, ToolErrorCode::InputInvalid, "{tool} {input}: {}", bad.message);
+    }
 
     // A provider without trustedInput refuses the option by name (T3), and still clicks.
     let limited = ToolHost::new(

@@ -30,6 +30,15 @@ const MAX_DOWNLOAD_BYTES: f64 = 100.0 * 1024.0 * 1024.0;
 /// How long a download may take.
 const DOWNLOAD: Duration = Duration::from_secs(60);
 
+/// The script's start that finds the element of the selector `quoted` (a JSON string) as `e`:
+/// `'bad-selector'` when it does not parse (the page's `SyntaxError` is no internal error of
+/// ours), `'missing'` when nothing matches.
+fn find(quoted: &str) -> String {
+    format!(
+        "let e; try {{ e = document.querySelector({quoted}); }} catch (_) {{ return 'bad-selector'; }} if (!e) return 'missing'; "
+    )
+}
+
 impl ToolHost {
     /// Runs a page-level act in the page-model world of the tab's main frame, out of the page
     /// scripts' reach ([`ToolHost::in_world`]): `script` answers `'done'`, `'missing'` when the
@@ -46,6 +55,10 @@ impl ToolHost {
         match self.in_world(page, target, script).await?.as_str() {
             Some("done") => Ok(()),
             Some("reserved") => Err(super::persons::refusal(tool, target, super::persons::PERSONS_FORM)),
+            Some("bad-selector") => Err(ToolError::new(
+                ToolErrorCode::InputInvalid,
+                "selector: not a CSS selector the page can match (a syntax error)",
+            )),
             _ => Err(not_found(selector)),
         }
     }
@@ -160,14 +173,12 @@ impl ToolHost {
             input::Locate::Selector(selector) => selector,
         };
         let guard = self.persons_form_guard()?;
-        let quoted = literal(selector)?;
+        let find = find(&literal(selector)?);
         if input.trusted {
             // The person's forms are refused in the document as it is before the browser-level
             // click; if the page moves before the click lands, the request guard refuses what
             // the click would send (AIP-7).
-            let check = format!(
-                "(() => {{ const e = document.querySelector({quoted}); if (!e) return 'missing'; {guard}return 'done'; }})()"
-            );
+            let check = format!("(() => {{ {find}{guard}return 'done'; }})()");
             self.acted(&page, &check, ToolId::Click, &input.target, selector)
                 .await?;
             // Browser-level input reaches a visible tab only: one in the background would
@@ -180,9 +191,7 @@ impl ToolHost {
                 .map_err(|e| cdp(&e))?;
         } else {
             // The check runs in the same script as the click, in whatever document that is.
-            let script = format!(
-                "(() => {{ const e = document.querySelector({quoted}); if (!e) return 'missing'; {guard}e.click(); return 'done'; }})()"
-            );
+            let script = format!("(() => {{ {find}{guard}e.click(); return 'done'; }})()");
             // A click that opens a dialog returns when it opens.
             let clicked = self.acted(&page, &script, ToolId::Click, &input.target, selector);
             if let Some(clicked) = self.or_dialog(&input.target, clicked).await? {
@@ -223,12 +232,10 @@ impl ToolHost {
             input::Locate::Selector(selector) => selector,
         };
         let guard = self.persons_form_guard()?;
-        let quoted = literal(selector)?;
+        let find = find(&literal(selector)?);
         if input.trusted {
             // As for a trusted click: checked in the document first, the request guard behind.
-            let check = format!(
-                "(() => {{ const e = document.querySelector({quoted}); if (!e) return 'missing'; {guard}return 'done'; }})()"
-            );
+            let check = format!("(() => {{ {find}{guard}return 'done'; }})()");
             self.acted(&page, &check, ToolId::Fill, &input.target, selector).await?;
             page.bring_to_front().await.map_err(|e| cdp(&e))?;
             let element = page.find_element(selector).await.map_err(|_| not_found(selector))?;
@@ -244,7 +251,7 @@ impl ToolHost {
             // The value travels inside the script as a JSON string literal; an error is cut
             // before any quote (`cdp`), so it never comes back.
             let script = zeroize::Zeroizing::new(format!(
-                "(() => {{ const e = document.querySelector({quoted}); if (!e) return 'missing'; {guard}e.focus(); \
+                "(() => {{ {find}{guard}e.focus(); \
                  const set = Object.getOwnPropertyDescriptor(Object.getPrototypeOf(e), 'value'); \
                  if (set && set.set) {{ set.set.call(e, {value}); }} else {{ e.value = {value}; }} \
                  e.dispatchEvent(new Event('input', {{ bubbles: true }})); \
