@@ -75,7 +75,11 @@ const HOSTILE: &str = r#"<!doctype html><meta charset="utf-8"><title>Hostile</ti
 <a href='/p][ref=e2]'>Quoted</a>
 <a href="/code">Code <input autocomplete="cc-csc" value="987"></a>
 <iframe srcdoc="<button>In the frame</button>" title="framed"></iframe>
+<shadow-pay></shadow-pay>
 <script>
+customElements.define('shadow-pay', class extends HTMLElement {
+  constructor() { super(); this.attachShadow({ mode: 'open' }).innerHTML = '<form method="post" action="/pay"><input id="inner" aria-label="Inner"><button>Inner pay</button></form>'; }
+});
 Array.prototype.some = function () { return false; };
 String.prototype.toLowerCase = function () { return 'get'; };
 String.prototype.endsWith = function () { return false; };
@@ -753,6 +757,17 @@ async fn a_page_cannot_disarm_the_guard_forge_a_line_or_aim_input_into_a_frame()
         assert_eq!(refused.cause.unwrap()["rule"], "AIP-7");
     }
     eval(&tools, &target, "document.getElementById('card').focus(), 1").await;
+    let refused = err(tools
+        .call("pap.browser.press_key", &json!({"target": target, "key": "Enter"}))
+        .await);
+    assert_eq!(refused.code, ToolErrorCode::PermissionDenied, "{}", refused.message);
+    // The focus is followed into a shadow root: the form there is the person's too.
+    eval(
+        &tools,
+        &target,
+        "document.querySelector('shadow-pay').shadowRoot.getElementById('inner').focus(), 1",
+    )
+    .await;
     let refused = err(tools
         .call("pap.browser.press_key", &json!({"target": target, "key": "Enter"}))
         .await);

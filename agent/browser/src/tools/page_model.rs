@@ -266,6 +266,10 @@ impl Cdp for chromiumoxide::Browser {
     }
 }
 
+/// Of what is left of [`WALK_MS`] when a frame's walk begins, what the host keeps for its
+/// round trips around the walk (the walk in the page gets the rest, and cuts its own text).
+const FRAME_WALK_MARGIN_MS: u64 = 300;
+
 /// How long a command to a frame's own session may wait for its answer.
 const FRAME_COMMAND: Duration = Duration::from_secs(10);
 
@@ -286,7 +290,7 @@ static FRAME_COMMAND_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::Atom
 impl FrameSession {
     /// Attaches to the frame `frame` (its target id is its frame id), if it is a target: a
     /// frame in the tab's own renderer is none, and Chromium refuses.
-    async fn attach(browser: Arc<ControlledBrowser>, frame: &str) -> Option<Self> {
+    async fn attach(browser: Arc<ControlledBrowser>, frame: String) -> Option<Self> {
         let attached = raw(
             browser.cdp(),
             "Target.attachToTarget",
@@ -490,18 +494,17 @@ async fn kept(page: &impl Cdp, world: i64, n: i64) -> Option<String> {
 /// (backend node id): the top-left corner of that element's content box, and only when the box
 /// is upright and of the frame's own size. A frame drawn scaled, zoomed, rotated or flipped
 /// maps its pixels onto the tab's by more than a shift, and a point computed by the shift would
-/// land elsewhere in it: none, and browser-level input into it is refused.
-async fn frame_origin(page: &Page, element: &Element, owner: i64) -> Option<(f64, f64)> {
+/// land elsewhere in it: refused ([`transformed`]).
+async fn frame_origin(page: &Page, element: &Element, owner: i64, element_ref: &str) -> Result<(f64, f64), ToolError> {
     let model = raw(page, "DOM.getBoxModel", json!({ "backendNodeId": owner }))
         .await
-        .ok()?;
+        .map_err(|_| gone(element_ref))?;
     let q: Vec<f64> = model["model"]["content"]
-        .as_array()?
-        .iter()
-        .filter_map(Value::as_f64)
-        .collect();
+        .as_array()
+        .map(|q| q.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default();
     if q.len() != 8 {
-        return None;
+        return Err(gone(element_ref));
     }
     // The frame's size as its own document sees it, read in the page-model world (whose
     // `innerWidth` the page's scripts cannot redefine).
@@ -510,17 +513,19 @@ async fn frame_origin(page: &Page, element: &Element, owner: i64) -> Option<(f64
         "Runtime.evaluate",
         json!({ "expression": "[innerWidth, innerHeight]", "contextId": element.world, "returnByValue": true }),
     )
-    .await
-    .ok()?;
-    let (width, height) = (
-        size["result"]["value"][0].as_f64()?,
-        size["result"]["value"][1].as_f64()?,
-    );
+    .await?;
+    let (Some(width), Some(height)) = (size["result"]["value"][0].as_f64(), size["result"]["value"][1].as_f64()) else {
+        return Err(gone(element_ref));
+    };
     let near = |a: f64, b: f64| (a - b).abs() <= 1.0;
     // Corners clockwise from the top left: level top and bottom, plumb sides, the frame's size.
     let upright = near(q[1], q[3]) && near(q[5], q[7]) && near(q[0], q[6]) && near(q[2], q[4]);
     let sized = near(q[2] - q[0], width) && near(q[7] - q[1], height);
-    (upright && sized).then_some((q[0], q[1]))
+    if upright && sized {
+        Ok((q[0], q[1]))
+    } else {
+        Err(transformed(element_ref))
+    }
 }
 
 /// A frame drawn other than upright and at its own size ([`frame_origin`]).
@@ -528,7 +533,7 @@ fn transformed(element_ref: &str) -> ToolError {
     ToolError::new(
         ToolErrorCode::InputInvalid,
         format!(
-            "ref {element_ref} is in a frame the page draws scaled, zoomed or turned: browser-level input could land elsewhere in it; act without trusted"
+            "ref {element_ref} is in a frame the page draws scaled, zoomed or turned: where it is in the tab cannot be told, so no browser-level input (act without trusted) and no screenshot of it alone"
         ),
     )
     .with_cause(json!({ "ref": element_ref }))
@@ -727,12 +732,14 @@ impl ToolHost {
         let mut cut = walked["cut"].as_u64().unwrap_or(0);
         let mut text = walked["text"].as_str().unwrap_or_default().to_owned();
         let mut refs = ids.len();
+        let mut generation = 0;
         if let Some(remembered) = &remembered {
             let mut remembered = remembered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             remembered.for_world(loader, world);
             for id in &ids {
                 remembered.remember((0, *id));
             }
+            generation = remembered.generation;
         }
         // Each frame of another origin the walk met, walked in a world of its own, in the place
         // of the line that stands for it, within what is left of the length and the time.
@@ -750,18 +757,18 @@ impl ToolHost {
             let base = placeholder.len() - placeholder.trim_start_matches(' ').len();
             let room = max.saturating_sub(length) + placeholder.chars().count() + 1;
             let ms = u64::try_from(started.elapsed().as_millis()).map_or(0, |spent| WALK_MS.saturating_sub(spent));
-            if ms == 0 || room < 100 {
+            if ms <= FRAME_WALK_MARGIN_MS || room < 100 {
                 cut += 1;
                 continue;
             }
             let options = json!({
                 "max": room, "depth": MAX_DEPTH, "nodes": MAX_NODES, "chars": TEXT_CHARS, "keep": REFS_PER_TAB,
-                "ms": ms, "base": base / 2,
+                "ms": ms - FRAME_WALK_MARGIN_MS, "base": base / 2,
             });
             // One deadline for the snapshot: a frame that does not answer is left as its line.
             let walked = tokio::time::timeout(
                 Duration::from_millis(ms),
-                self.walk_frame(page, remembered, world, n, options),
+                self.walk_frame(page, remembered, generation, world, n, options),
             )
             .await;
             let Ok(Some(frame)) = walked else {
@@ -808,6 +815,7 @@ impl ToolHost {
         &self,
         page: &Page,
         remembered: &Arc<std::sync::Mutex<Refs>>,
+        generation: u64,
         main_world: i64,
         n: i64,
         mut options: Value,
@@ -818,10 +826,10 @@ impl ToolHost {
         let described = described.ok()?;
         let frame = described["node"]["frameId"].as_str()?.to_owned();
         let owner = described["node"]["backendNodeId"].as_i64()?;
-        let (known, generation) = {
-            let remembered = remembered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            (remembered.frame_known(&frame), remembered.generation)
-        };
+        let known = remembered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .frame_known(&frame);
         // The frame's own session, the one made before while it still answers.
         let mut own = known.as_ref().and_then(|(_, w)| w.session.clone());
         if let Some(session) = &own
@@ -830,9 +838,10 @@ impl ToolHost {
             own = None;
         }
         if own.is_none() {
-            own = FrameSession::attach(self.browser().await.ok()?, &frame)
-                .await
-                .map(Arc::new);
+            // In a task of its own: a snapshot cancelled meanwhile (its deadline) still gets a
+            // session it can drop, and so detach, rather than one Chromium keeps attached.
+            let attach = tokio::spawn(FrameSession::attach(self.browser().await.ok()?, frame.clone()));
+            own = attach.await.ok().flatten().map(Arc::new);
         }
         let session = own.clone().map_or_else(|| Session::Tab(page.clone()), Session::Frame);
         let loader = frame_loader(&session, &frame).await?;
@@ -1068,11 +1077,12 @@ impl ToolHost {
         // An act that opens a dialog (`confirm()` in a click handler) returns when it opens:
         // the call's own answer waits for the dialog to be answered.
         let answered = self.or_dialog(target, call).await;
-        if matches!(answered, Ok(Some(_))) {
+        if matches!(answered, Ok(Some(Ok(_)))) {
             release(&element.session, &element.object).await;
         } else {
             // A dialog holds the document's renderer, and a command to it waits for the answer
-            // (a frame's own session does): the object is let go once it is answered.
+            // (a frame's own session does), as a renderer that did not answer may still: the
+            // object is let go when it can be.
             let (session, object) = (element.session.clone(), element.object.clone());
             tokio::spawn(async move { release(&session, &object).await });
         }
@@ -1139,9 +1149,7 @@ impl ToolHost {
         )
         .await;
         let (ox, oy) = match element.owner {
-            Some(owner) => frame_origin(page, element, owner)
-                .await
-                .ok_or_else(|| transformed(element_ref))?,
+            Some(owner) => frame_origin(page, element, owner, element_ref).await?,
             None => (0.0, 0.0),
         };
         let quads = raw(session, "DOM.getContentQuads", json!({ "backendNodeId": backend }))
@@ -1361,13 +1369,17 @@ impl ToolHost {
         let check = |frame: &str| {
             format!(
                 "(() => {{ {frame}let d = document, x = d.activeElement; \
+             const deeper = () => {{ while (x && x.shadowRoot && x.shadowRoot.activeElement) x = x.shadowRoot.activeElement; }}; \
+             deeper(); \
              while (x && ['iframe', 'frame', 'object', 'embed', 'fencedframe'].includes(x.localName)) {{ \
              let inner = null; try {{ inner = x.contentDocument; }} catch (_) {{}} \
-             if (!inner) return 'elsewhere'; d = inner; x = d.activeElement; }} \
+             if (!inner) return 'elsewhere'; d = inner; x = d.activeElement; deeper(); }} \
              x = x || d.body; const b = x && x.form ? x.form.querySelector('button:not([type]),button[type=submit],input[type=submit],input[type=image]') : null; \
              for (const e of [x, b]) {{ if (!e) continue; {guard}}} return 'done'; }})()"
             )
         };
+        // In front first: a document of a tab in the background does not have the focus.
+        page.bring_to_front().await.map_err(|e| page::cdp(&e))?;
         let mut checked = self.in_world(&page, &input.target, &check("")).await?;
         if checked.as_str() == Some("elsewhere") {
             // In a frame, the one that holds the focus answers.
@@ -1376,14 +1388,13 @@ impl ToolHost {
             checked = found.ok().flatten().ok_or_else(|| {
                 ToolError::new(
                     ToolErrorCode::InputInvalid,
-                    "the focus is in a frame of another origin no browser_snapshot of this page has walked: take one, then press the key",
+                    "the focus is in a frame of another origin no browser_snapshot of this page has walked (or one a snapshot cannot walk: an embed or object): its element cannot be judged, so no key is pressed there",
                 )
             })?;
         }
         if checked.as_str() == Some("reserved") {
             return Err(persons::refusal(ToolId::PressKey, &input.target, persons::PERSONS_FORM));
         }
-        page.bring_to_front().await.map_err(|e| page::cdp(&e))?;
         self.or_dialog(&input.target, self.key(&page, &input.key))
             .await?
             .unwrap_or(Ok(()))?;
@@ -1576,11 +1587,13 @@ impl ToolHost {
         );
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let shown = page
-                .evaluate(script.as_str())
+            // Read in the page-model world: the page's scripts cannot make `innerText` or
+            // `includes` answer what they like there.
+            let shown = self
+                .in_world(&page, &input.target, &script)
                 .await
                 .ok()
-                .and_then(|r| r.value().and_then(Value::as_bool))
+                .and_then(|v| v.as_bool())
                 .unwrap_or(false);
             if shown == present {
                 let waited = if present { "text" } else { "textGone" };
@@ -1725,9 +1738,7 @@ impl ToolHost {
         .await;
         // In a frame with a renderer of its own, the box is in the frame's coordinates.
         let (ox, oy) = match element.owner {
-            Some(owner) => frame_origin(page, &element, owner)
-                .await
-                .ok_or_else(|| transformed(element_ref))?,
+            Some(owner) => frame_origin(page, &element, owner, element_ref).await?,
             None => (0.0, 0.0),
         };
         let model = raw(&element.session, "DOM.getBoxModel", json!({ "backendNodeId": backend }))
