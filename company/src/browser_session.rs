@@ -263,7 +263,7 @@ impl IntoResponse for JoinRefusal {
     /// store could not answer, 429 when the client is over its share of one (the assertion
     /// was not accepted, and may be tried again).
     fn into_response(self) -> Response {
-        tracing::warn!(reason = self.code(), "browser join refused");
+        log_refusal(self.code());
         match self {
             Self::Verify(VerifyError::Store(error)) => return store_refused(error),
             Self::Verify(VerifyError::Client(ResolveError::Busy)) => return unavailable(BUSY_RETRY_SECONDS),
@@ -274,6 +274,50 @@ impl IntoResponse for JoinRefusal {
             "Sign in",
             "This browser could not join the session.",
         )
+    }
+}
+
+/// Logs a refused join: at `warn` at most once a second, saying how many were left out since
+/// (those go to `debug`). A stranger's flood of bad assertions is counted by the metrics
+/// (`pap_join_refusals_total{reason}`), not written out line by line at the default level.
+fn log_refusal(code: &'static str) {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    static LOG: RefusalLog = RefusalLog::new();
+    let second = START.get_or_init(std::time::Instant::now).elapsed().as_secs();
+    match LOG.warn_at(second) {
+        Some(left_out) => tracing::warn!(reason = code, left_out, "browser join refused"),
+        None => tracing::debug!(reason = code, "browser join refused"),
+    }
+}
+
+/// Which refusals are logged at `warn`: the first of each second (of a clock the caller
+/// keeps), with the count of those after the last one that was.
+struct RefusalLog {
+    /// The second of the last `warn`, plus one (0: none yet).
+    last: std::sync::atomic::AtomicU64,
+    left_out: std::sync::atomic::AtomicU64,
+}
+
+impl RefusalLog {
+    const fn new() -> Self {
+        Self {
+            last: std::sync::atomic::AtomicU64::new(0),
+            left_out: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// `Some(how many were left out since the last)` when a refusal in `second` is logged at
+    /// `warn`; `None` when it is left out (another was, this second).
+    fn warn_at(&self, second: u64) -> Option<u64> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mark = second.saturating_add(1);
+        let last = self.last.load(Relaxed);
+        if last < mark && self.last.compare_exchange(last, mark, Relaxed, Relaxed).is_ok() {
+            Some(self.left_out.swap(0, Relaxed))
+        } else {
+            self.left_out.fetch_add(1, Relaxed);
+            None
+        }
     }
 }
 
@@ -300,4 +344,25 @@ pub fn unavailable(retry_after: &'static str) -> Response {
         .headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static(retry_after));
     response
+}
+
+#[cfg(test)]
+mod refusal_log_tests {
+    use super::RefusalLog;
+
+    #[test]
+    fn one_refusal_a_second_is_a_warning_and_it_counts_the_rest() {
+        let log = RefusalLog::new();
+        assert_eq!(log.warn_at(0), Some(0));
+        for _ in 0..1_000 {
+            assert_eq!(log.warn_at(0), None);
+        }
+        assert_eq!(log.warn_at(1), Some(1_000));
+        assert_eq!(log.warn_at(1), None);
+        // A second that went by without a refusal changes nothing; a clock read late (an
+        // earlier second from a racing thread) is left out, never a second warning.
+        assert_eq!(log.warn_at(5), Some(1));
+        assert_eq!(log.warn_at(4), None);
+        assert_eq!(log.warn_at(6), Some(1));
+    }
 }
