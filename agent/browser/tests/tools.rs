@@ -160,7 +160,25 @@ async fn core_tools_errors_and_stale_handles_on_real_chromium() {
     assert_eq!(closed.code, ToolErrorCode::Unsupported);
     assert_eq!(closed.cause.unwrap()["capability"], "aiActions");
     assert!(closed.message.contains("aiActions"));
-    // Input and lookup errors are typed too.
+    // Input and lookup errors are typed too: a selector that does not parse is the caller's
+    // mistake, one that matches nothing is not found.
+    assert_eq!(
+        err(tools
+            .call("browser.get_dom", &json!({"target": target, "selector": "##greeting"}))
+            .await)
+        .code,
+        ToolErrorCode::InputInvalid
+    );
+    assert_eq!(
+        err(tools
+            .call(
+                "browser.get_dom",
+                &json!({"target": target, "selector": "#nothing-here"})
+            )
+            .await)
+        .code,
+        ToolErrorCode::NotFound
+    );
     assert_eq!(
         err(tools.call("browser.evaluate", &json!({"target": target})).await).code,
         ToolErrorCode::InputInvalid

@@ -93,17 +93,29 @@ impl ToolHost {
         Ok(json!({ "target": input.target, "value": result.value().cloned().unwrap_or(Value::Null) }))
     }
 
+    /// Why `selector` found nothing in `target`'s page: it does not parse (`input_invalid`, the
+    /// caller's to fix), or nothing matches (`not_found`). Asked only once the lookup failed.
+    async fn no_match(&self, page: &Page, target: &str, selector: &str) -> ToolError {
+        let Ok(quoted) = literal(selector) else {
+            return not_found(selector);
+        };
+        let check = format!("(() => {{ {}return 'found'; }})()", find(&quoted));
+        match self.in_world(page, target, &check).await {
+            Ok(answer) if answer.as_str() == Some("bad-selector") => ToolError::new(
+                ToolErrorCode::InputInvalid,
+                "selector: not a CSS selector the page can match (a syntax error)",
+            ),
+            _ => not_found(selector),
+        }
+    }
+
     pub(super) async fn get_dom(&self, caller: &AgentCaller, input: input::GetDom) -> Result<Value, ToolError> {
         let page = self.target(Some(caller), &input.target).await?;
         let html = match &input.selector {
-            Some(selector) => page
-                .find_element(selector.as_str())
-                .await
-                .map_err(|_| not_found(selector))?
-                .outer_html()
-                .await
-                .map_err(|e| cdp(&e))?
-                .unwrap_or_default(),
+            Some(selector) => match page.find_element(selector.as_str()).await {
+                Ok(element) => element.outer_html().await.map_err(|e| cdp(&e))?.unwrap_or_default(),
+                Err(_) => return Err(self.no_match(&page, &input.target, selector).await),
+            },
             None => page.content().await.map_err(|e| cdp(&e))?,
         };
         Ok(json!({ "target": input.target, "html": html }))
