@@ -24,8 +24,8 @@
 //! browser-level input (press_key, hover, `trusted`) is checked first and then left to the
 //! request guard, exactly as a `trusted` click is, and never aimed at a frame's element (it
 //! would land in a document the check did not judge). In a frame of another origin the guard
-//! runs in that frame's world, on its document; press_key follows the focus there. Results go through the same C9 redaction as
-//! every other tool's ([`super::ToolHost::call_as`]).
+//! runs in that frame's world, on its document; press_key follows the focus there. Results go
+//! through the same C9 redaction as every other tool's ([`super::ToolHost::call_as`]).
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -86,12 +86,19 @@ const WAIT_POLL: Duration = Duration::from_millis(50);
 /// them (`snapshot.js`).
 const WORLD: &str = "pap-page-model";
 
+/// The elements that hold a frame (their content is another document), as a JavaScript array
+/// of local names.
+const FRAME_HOSTS: &str = "['iframe', 'frame', 'object', 'embed', 'fencedframe']";
+
 /// The hit test's verdict, called on the element with the node a point reaches (`h`): the
 /// element itself or something inside it, never an element that holds a frame (the point is
 /// then in the frame's document, which no guard judged, even when the element holds it).
-const FRAME_HOSTS_HIT: &str = "function (h) { \
-     if (h !== this && ['iframe', 'frame', 'object', 'embed', 'fencedframe'].includes(h.localName)) return false; \
-     return this === h || this.contains(h) || (!!h.getRootNode().host && this.contains(h.getRootNode().host)); }";
+fn frame_hosts_hit() -> String {
+    format!(
+        "function (h) {{ if (h !== this && {FRAME_HOSTS}.includes(h.localName)) return false; \
+         return this === h || this.contains(h) || (!!h.getRootNode().host && this.contains(h.getRootNode().host)); }}"
+    )
+}
 
 /// The walk: a function of `{max, depth, nodes, chars, keep}` answering `{text, refs, cut, title}`.
 const WALK: &str = include_str!("snapshot.js");
@@ -236,35 +243,24 @@ pub(super) trait Cdp: Sync {
     fn send(&self, method: &str, params: Value) -> impl Future<Output = Result<Value, ToolError>> + Send;
 }
 
-impl Cdp for Page {
-    fn send(&self, method: &str, params: Value) -> impl Future<Output = Result<Value, ToolError>> + Send {
-        let command = RawCommand {
-            method: method.to_owned(),
-            params,
-        };
-        async move {
-            self.execute(command)
-                .await
-                .map(|response| response.result)
-                .map_err(|e| page::cdp(&e))
+/// The tab's own session and the browser's: chromiumoxide's `execute` on each (inherent
+/// methods of the same shape, no trait of chromiumoxide's to be generic over).
+macro_rules! cdp_by_execute {
+    ($($client:ty),+) => {$(
+        impl Cdp for $client {
+            fn send(&self, method: &str, params: Value) -> impl Future<Output = Result<Value, ToolError>> + Send {
+                let command = RawCommand { method: method.to_owned(), params };
+                async move {
+                    self.execute(command)
+                        .await
+                        .map(|response| response.result)
+                        .map_err(|e| page::cdp(&e))
+                }
+            }
         }
-    }
+    )+};
 }
-
-impl Cdp for chromiumoxide::Browser {
-    fn send(&self, method: &str, params: Value) -> impl Future<Output = Result<Value, ToolError>> + Send {
-        let command = RawCommand {
-            method: method.to_owned(),
-            params,
-        };
-        async move {
-            self.execute(command)
-                .await
-                .map(|response| response.result)
-                .map_err(|e| page::cdp(&e))
-        }
-    }
-}
+cdp_by_execute!(Page, chromiumoxide::Browser);
 
 /// Of what is left of [`WALK_MS`] when a frame's walk begins, what the host keeps for its
 /// round trips around the walk (the walk in the page gets the rest, and cuts its own text).
@@ -381,6 +377,13 @@ impl Drop for FrameSession {
 pub(super) enum Session {
     Tab(Page),
     Frame(Arc<FrameSession>),
+}
+
+impl Session {
+    /// A frame's own session if it has one, else the tab's (`page`).
+    fn of(own: Option<Arc<FrameSession>>, page: &Page) -> Self {
+        own.map_or_else(|| Self::Tab(page.clone()), Self::Frame)
+    }
 }
 
 impl Cdp for Session {
@@ -525,6 +528,21 @@ async fn frame_origin(page: &Page, element: &Element, owner: i64, element_ref: &
         Ok((q[0], q[1]))
     } else {
         Err(transformed(element_ref))
+    }
+}
+
+/// Scrolls `element` into the tab's view (in a frame with a renderer of its own, the frame
+/// first, then the element in it): where its document's coordinates start in the tab's viewport
+/// (0, 0 but in such a frame, [`frame_origin`]).
+async fn in_view(page: &Page, element: &Element, element_ref: &str) -> Result<(f64, f64), ToolError> {
+    let scroll = |backend: i64| json!({ "backendNodeId": backend });
+    if let Some(owner) = element.owner {
+        let _ = raw(page, "DOM.scrollIntoViewIfNeeded", scroll(owner)).await;
+    }
+    let _ = raw(&element.session, "DOM.scrollIntoViewIfNeeded", scroll(element.backend)).await;
+    match element.owner {
+        Some(owner) => frame_origin(page, element, owner, element_ref).await,
+        None => Ok((0.0, 0.0)),
     }
 }
 
@@ -830,21 +848,22 @@ impl ToolHost {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .frame_known(&frame);
-        // The frame's own session, the one made before while it still answers.
+        // The frame's own session, the one made before while it still answers (its frame tree
+        // names the frame's document), else one attached now, or none (the tab's renderer).
         let mut own = known.as_ref().and_then(|(_, w)| w.session.clone());
-        if let Some(session) = &own
-            && frame_loader(session.as_ref(), &frame).await.is_none()
-        {
-            own = None;
-        }
-        if own.is_none() {
+        let mut loader = match &own {
+            Some(session) => frame_loader(session.as_ref(), &frame).await,
+            None => None,
+        };
+        if loader.is_none() {
             // In a task of its own: a snapshot cancelled meanwhile (its deadline) still gets a
             // session it can drop, and so detach, rather than one Chromium keeps attached.
             let attach = tokio::spawn(FrameSession::attach(self.browser().await.ok()?, frame.clone()));
             own = attach.await.ok().flatten().map(Arc::new);
+            loader = frame_loader(&Session::of(own.clone(), page), &frame).await;
         }
-        let session = own.clone().map_or_else(|| Session::Tab(page.clone()), Session::Frame);
-        let loader = frame_loader(&session, &frame).await?;
+        let session = Session::of(own.clone(), page);
+        let loader = loader?;
         // A world is walked again under its number while its document is the one shown and
         // its session the one it was made in (an execution context's number means nothing in
         // another renderer); any other walk is in a new world, under a new number.
@@ -929,7 +948,7 @@ impl ToolHost {
             None => (Session::Tab(page.clone()), None),
             Some(frame) => {
                 let owner = frame.session.is_some().then_some(frame.owner);
-                let session = frame.session.map_or_else(|| Session::Tab(page.clone()), Session::Frame);
+                let session = Session::of(frame.session, page);
                 if frame_loader(&session, &frame.frame).await.as_deref() != Some(frame.loader.as_str()) {
                     return Err(gone(element_ref));
                 }
@@ -1012,10 +1031,7 @@ impl ToolHost {
             refs.frames.iter().rev().map(|(_, w)| w.clone()).collect()
         };
         for frame in frames {
-            let session = frame
-                .session
-                .clone()
-                .map_or_else(|| Session::Tab(page.clone()), Session::Frame);
+            let session = Session::of(frame.session.clone(), page);
             if frame_loader(&session, &frame.frame).await.as_deref() != Some(frame.loader.as_str()) {
                 continue;
             }
@@ -1061,7 +1077,7 @@ impl ToolHost {
         let frame = if acts {
             ""
         } else {
-            "if (['iframe', 'frame', 'object', 'embed', 'fencedframe'].includes(e.localName)) return 'frame'; "
+            &format!("if ({FRAME_HOSTS}.includes(e.localName)) return 'frame'; ")
         };
         let function = zeroize::Zeroizing::new(format!(
             "function (a) {{ const e = this; if (!e || !e.isConnected) return 'missing'; {frame}{guard}{body} }}"
@@ -1135,23 +1151,9 @@ impl ToolHost {
         element: &Element,
         element_ref: &str,
     ) -> Result<(f64, f64), ToolError> {
-        // In a frame with a renderer of its own the frame is scrolled into the tab's view
-        // first, and its coordinates start at its element's content box.
-        if let Some(owner) = element.owner {
-            let _ = raw(page, "DOM.scrollIntoViewIfNeeded", json!({ "backendNodeId": owner })).await;
-        }
+        let (ox, oy) = in_view(page, element, element_ref).await?;
         let backend = element.backend;
         let session = &element.session;
-        let _ = raw(
-            session,
-            "DOM.scrollIntoViewIfNeeded",
-            json!({ "backendNodeId": backend }),
-        )
-        .await;
-        let (ox, oy) = match element.owner {
-            Some(owner) => frame_origin(page, element, owner, element_ref).await?,
-            None => (0.0, 0.0),
-        };
         let quads = raw(session, "DOM.getContentQuads", json!({ "backendNodeId": backend }))
             .await
             .map_err(|_| gone(element_ref))?;
@@ -1219,7 +1221,7 @@ impl ToolHost {
             "Runtime.callFunctionOn",
             json!({
                 "objectId": element.object,
-                "functionDeclaration": FRAME_HOSTS_HIT,
+                "functionDeclaration": frame_hosts_hit(),
                 "arguments": [{ "objectId": hit }], "returnByValue": true,
             }),
         )
@@ -1371,7 +1373,7 @@ impl ToolHost {
                 "(() => {{ {frame}let d = document, x = d.activeElement; \
              const deeper = () => {{ while (x && x.shadowRoot && x.shadowRoot.activeElement) x = x.shadowRoot.activeElement; }}; \
              deeper(); \
-             while (x && ['iframe', 'frame', 'object', 'embed', 'fencedframe'].includes(x.localName)) {{ \
+             while (x && {FRAME_HOSTS}.includes(x.localName)) {{ \
              let inner = null; try {{ inner = x.contentDocument; }} catch (_) {{}} \
              if (!inner) return 'elsewhere'; d = inner; x = d.activeElement; deeper(); }} \
              x = x || d.body; const b = x && x.form ? x.form.querySelector('button:not([type]),button[type=submit],input[type=submit],input[type=image]') : null; \
@@ -1727,20 +1729,8 @@ impl ToolHost {
         let element = self.element(page, target, element_ref).await?;
         release(&element.session, &element.object).await;
         let backend = element.backend;
-        if let Some(owner) = element.owner {
-            let _ = raw(page, "DOM.scrollIntoViewIfNeeded", json!({ "backendNodeId": owner })).await;
-        }
-        let _ = raw(
-            &element.session,
-            "DOM.scrollIntoViewIfNeeded",
-            json!({ "backendNodeId": backend }),
-        )
-        .await;
         // In a frame with a renderer of its own, the box is in the frame's coordinates.
-        let (ox, oy) = match element.owner {
-            Some(owner) => frame_origin(page, &element, owner, element_ref).await?,
-            None => (0.0, 0.0),
-        };
+        let (ox, oy) = in_view(page, &element, element_ref).await?;
         let model = raw(&element.session, "DOM.getBoxModel", json!({ "backendNodeId": backend }))
             .await
             .map_err(|_| gone(element_ref))?;
