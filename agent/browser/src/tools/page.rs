@@ -39,6 +39,14 @@ fn find(quoted: &str) -> String {
     )
 }
 
+/// A selector the page cannot parse: the caller's to fix.
+fn bad_selector() -> ToolError {
+    ToolError::new(
+        ToolErrorCode::InputInvalid,
+        "selector: not a CSS selector the page can match (a syntax error)",
+    )
+}
+
 impl ToolHost {
     /// Runs a page-level act in the page-model world of the tab's main frame, out of the page
     /// scripts' reach ([`ToolHost::in_world`]): `script` answers `'done'`, `'missing'` when the
@@ -55,10 +63,7 @@ impl ToolHost {
         match self.in_world(page, target, script).await?.as_str() {
             Some("done") => Ok(()),
             Some("reserved") => Err(super::persons::refusal(tool, target, super::persons::PERSONS_FORM)),
-            Some("bad-selector") => Err(ToolError::new(
-                ToolErrorCode::InputInvalid,
-                "selector: not a CSS selector the page can match (a syntax error)",
-            )),
+            Some("bad-selector") => Err(bad_selector()),
             _ => Err(not_found(selector)),
         }
     }
@@ -101,10 +106,7 @@ impl ToolHost {
         };
         let check = format!("(() => {{ {}return 'found'; }})()", find(&quoted));
         match self.in_world(page, target, &check).await {
-            Ok(answer) if answer.as_str() == Some("bad-selector") => ToolError::new(
-                ToolErrorCode::InputInvalid,
-                "selector: not a CSS selector the page can match (a syntax error)",
-            ),
+            Ok(answer) if answer.as_str() == Some("bad-selector") => bad_selector(),
             _ => not_found(selector),
         }
     }
