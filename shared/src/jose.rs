@@ -1,17 +1,21 @@
-//! JOSE for PAP: compact JWS split and header parsing, JWK/JWKS import with PAP's rules, and
-//! ES256/RS256 signing and verification over jsonwebtoken's `aws_lc_rs` backend.
+//! JOSE for PAP: compact JWS split and header parsing, JWK/JWKS import with PAP's rules,
+//! ES256/RS256 signing over jsonwebtoken's `aws_lc_rs` backend, and verification by aws-lc-rs
+//! itself with each key parsed once, when it is imported.
 //!
-//! jsonwebtoken checks only the signature here. Everything else it could check (`alg` allow
-//! lists, `typ`, times) is decided by the callers against an injected clock, because its own
-//! validation reads the system clock, ignores `typ` and defaults to 60 s of leeway.
+//! A signature is all the crypto checks here. Everything else jsonwebtoken could check (`alg`
+//! allow lists, `typ`, times) is decided by the callers against an injected clock, because its
+//! own validation reads the system clock, ignores `typ` and defaults to 60 s of leeway. Its
+//! `crypto::verify` is not used either: it hands aws-lc the key's bytes to parse on every
+//! verification (issue 42: work per join that belongs to the key).
 
 use std::fmt;
 
+use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED, ParsedPublicKey, RSA_PKCS1_2048_8192_SHA256};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use jsonwebtoken::{DecodingKey, EncodingKey};
+use jsonwebtoken::EncodingKey;
 use p256::pkcs8::{DecodePrivateKey as _, EncodePrivateKey as _, LineEnding};
-use rsa::pkcs1::EncodeRsaPrivateKey as _;
+use rsa::pkcs1::{EncodeRsaPrivateKey as _, EncodeRsaPublicKey as _};
 use rsa::traits::PublicKeyParts as _;
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
@@ -148,14 +152,21 @@ impl<'a> UnverifiedJws<'a> {
     /// Whether the signature verifies with `key` under `alg`. The key's own algorithm must be
     /// `alg` (no algorithm confusion between key families).
     pub fn verify_with(&self, alg: Algorithm, key: &PublicKey) -> bool {
-        key.alg == alg
-            && jsonwebtoken::crypto::verify(
-                self.signature,
-                self.signing_input.as_bytes(),
-                &key.decoding,
-                alg.backend(),
-            )
-            .unwrap_or(false)
+        if key.alg != alg {
+            return false;
+        }
+        // On the stack: the longest signature a key here can make is RSA-8192's 1,024 bytes
+        // (aws-lc verifies RS256 for 2,048 to 8,192 bits); a longer one cannot verify.
+        let mut signature = [0u8; 1024];
+        let Ok(length) = URL_SAFE_NO_PAD.decode_slice(self.signature, &mut signature) else {
+            return false;
+        };
+        let Some(signature) = signature.get(..length) else {
+            return false;
+        };
+        key.verifying
+            .verify_sig(self.signing_input.as_bytes(), signature)
+            .is_ok()
     }
 }
 
@@ -214,7 +225,9 @@ pub struct PublicKey {
     alg: Algorithm,
     kid: Option<String>,
     jwk: PublicJwk,
-    decoding: DecodingKey,
+    /// Parsed once here, not per verification: the point decoded and checked to be on the
+    /// curve, or the modulus read, when the key is imported.
+    verifying: ParsedPublicKey,
 }
 
 impl PublicKey {
@@ -237,7 +250,7 @@ impl PublicKey {
         if jwk.alg.as_deref().is_some_and(|a| a != alg.name()) {
             return Err(JwkError::AlgorithmMismatch);
         }
-        let decoding = match alg {
+        let verifying = match alg {
             Algorithm::Es256 => ec_key(&jwk)?,
             Algorithm::Rs256 => rsa_key(&jwk)?,
         };
@@ -245,7 +258,7 @@ impl PublicKey {
             alg,
             kid: jwk.kid.clone(),
             jwk,
-            decoding,
+            verifying,
         }))
     }
 
@@ -294,7 +307,7 @@ fn decode_b64(text: Option<&str>) -> Result<Vec<u8>, JwkError> {
     URL_SAFE_NO_PAD.decode(text).map_err(|_| JwkError::BadKeyMaterial)
 }
 
-fn ec_key(jwk: &PublicJwk) -> Result<DecodingKey, JwkError> {
+fn ec_key(jwk: &PublicJwk) -> Result<ParsedPublicKey, JwkError> {
     if jwk.crv.as_deref() != Some("P-256") {
         return Err(JwkError::UnsupportedCurve);
     }
@@ -307,20 +320,21 @@ fn ec_key(jwk: &PublicJwk) -> Result<DecodingKey, JwkError> {
     sec1.push(0x04);
     sec1.extend_from_slice(&x);
     sec1.extend_from_slice(&y);
-    // Refuse a point that is not on the curve now, not at first use.
-    p256::PublicKey::from_sec1_bytes(&sec1).map_err(|_| JwkError::BadKeyMaterial)?;
-    Ok(DecodingKey::from_ec_der(&sec1))
+    // A point that is not on the curve is refused now, not at first use.
+    ParsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, &sec1).map_err(|_| JwkError::BadKeyMaterial)
 }
 
-fn rsa_key(jwk: &PublicJwk) -> Result<DecodingKey, JwkError> {
+fn rsa_key(jwk: &PublicJwk) -> Result<ParsedPublicKey, JwkError> {
     let n = decode_b64(jwk.n.as_deref())?;
     let e = decode_b64(jwk.e.as_deref())?;
     let modulus = rsa::BigUint::from_bytes_be(&n);
     if modulus.bits() < MIN_RSA_BITS {
         return Err(JwkError::WeakRsaKey);
     }
-    rsa::RsaPublicKey::new(modulus, rsa::BigUint::from_bytes_be(&e)).map_err(|_| JwkError::BadKeyMaterial)?;
-    Ok(DecodingKey::from_rsa_raw_components(&n, &e))
+    let key = rsa::RsaPublicKey::new(modulus, rsa::BigUint::from_bytes_be(&e)).map_err(|_| JwkError::BadKeyMaterial)?;
+    // RFC 8017's `RSAPublicKey`, which aws-lc reads.
+    let der = key.to_pkcs1_der().map_err(|_| JwkError::BadKeyMaterial)?;
+    ParsedPublicKey::new(&RSA_PKCS1_2048_8192_SHA256, der.as_bytes()).map_err(|_| JwkError::BadKeyMaterial)
 }
 
 /// Most keys a JWKS may list. An agent needs one, two while it rotates; a set past this is

@@ -32,6 +32,27 @@ fn es256_round_trip_with_raw_signature() {
     let set = set_of(&key);
     let candidate = set.candidates(Algorithm::Es256, Some("key-1")).next().unwrap();
     assert!(parsed.verify_with(Algorithm::Es256, candidate));
+
+    // What the key parsed once refuses: another signing input, a signature changed in one
+    // byte, a byte short or long, or longer than any key here makes.
+    let (input, _) = jws.secret().rsplit_once('.').unwrap();
+    let mut raw = URL_SAFE_NO_PAD.decode(sig).unwrap();
+    let other = key.sign("poppy-browser+jwt", &json!({"a": 2})).unwrap();
+    let (other_input, _) = other.secret().rsplit_once('.').unwrap();
+    let refused = |input: &str, signature: &[u8]| {
+        let compact = format!("{input}.{}", URL_SAFE_NO_PAD.encode(signature));
+        !UnverifiedJws::parse(&compact)
+            .unwrap()
+            .verify_with(Algorithm::Es256, candidate)
+    };
+    assert!(refused(other_input, &raw));
+    assert!(!refused(input, &raw));
+    raw[10] ^= 1;
+    assert!(refused(input, &raw));
+    raw[10] ^= 1;
+    assert!(refused(input, &raw[..63]));
+    assert!(refused(input, &[raw.as_slice(), &[0]].concat()));
+    assert!(refused(input, &[0u8; 1025]));
 }
 
 #[test]
