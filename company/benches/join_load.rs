@@ -13,7 +13,11 @@
 //! Redis on its own host has them, rather than three parties sharing two cores.
 //!
 //! Beside each level: the CPU this process spent per join (client and server together, from
-//! `/proc/self/stat`), and over Redis the commands Redis ran per join (`INFO stats`: the ones
+//! `/proc/self/stat`); the server's alone (the server runs on a runtime of its own, and the CPU
+//! of its threads is read from `/proc/self/task/TID/stat`: accepting, TLS, HTTP, the route, the
+//! stores' clients); one raw ES256 verify timed just before the level on this machine (aws-lc,
+//! the key parsed once, as `openssl speed` times it) and the server's CPU per join in raw
+//! verifies (issue 42's goal: at most 1.4 at concurrency 1, 1.25 at 8 and 32); and over Redis the commands Redis ran per join (`INFO stats`: the ones
 //! its scripts ran count too), Redis's own CPU per join (`INFO cpu`) and the time Redis spent
 //! in each join's script (`INFO commandstats`); then the round trips per join, counted with
 //! `MONITOR` (the commands clients sent; nothing is pipelined), and what one round trip leaves
@@ -35,7 +39,7 @@ fn main() {
     // The first number that is not a `--level`'s.
     let joins: usize = args
         .windows(2)
-        .filter(|pair| pair[0] != "--level")
+        .filter(|pair| pair[0] != "--level" && pair[0] != "--server-workers")
         .find_map(|pair| pair[1].parse().ok())
         .unwrap_or(3_000);
     let own_core = args.iter().any(|a| a == "--redis-on-its-own-core");
@@ -62,11 +66,95 @@ fn main() {
         pin(std::process::id(), "0");
         REDIS_ON_ITS_OWN_CORE.store(true, std::sync::atomic::Ordering::Relaxed);
     }
+    // The server's runtime, apart from the clients' one: its threads' CPU is the server's.
+    let workers = args
+        .windows(2)
+        .find(|pair| pair[0] == "--server-workers")
+        .and_then(|pair| pair[1].parse().ok())
+        .unwrap_or_else(available_cores);
+    let server = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .thread_name("server")
+        .on_thread_start(|| {
+            // `PID/task/TID`, this thread's directory under /proc.
+            if let Ok(thread) = std::fs::read_link("/proc/thread-self") {
+                SERVER_THREADS
+                    .lock()
+                    .unwrap()
+                    .push(std::path::Path::new("/proc").join(thread).join("stat"));
+            }
+        })
+        .build()
+        .unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(run(joins));
+    runtime.block_on(run(joins, server.handle().clone()));
+}
+
+/// The `stat` file of every thread the server's runtime started.
+static SERVER_THREADS: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// CPU time the server's threads have used (user and system), in clock ticks of 10 ms: a
+/// thread that ended is no longer counted, and the runtime's workers live for the whole run.
+fn server_cpu() -> Duration {
+    let threads = SERVER_THREADS.lock().unwrap();
+    threads
+        .iter()
+        .filter_map(|stat| std::fs::read_to_string(stat).ok())
+        .map(|stat| cpu_ticks(&stat))
+        .sum()
+}
+
+/// `utime` plus `stime` of a `/proc/…/stat` line.
+fn cpu_ticks(stat: &str) -> Duration {
+    // The fields after the command name (which may hold spaces) start after its `)`.
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10)
+}
+
+/// One raw ES256 verification of the world's assertion, with the key parsed once: what a
+/// join cannot cost less than.
+struct RawVerify {
+    key: aws_lc_rs::signature::ParsedPublicKey,
+    input: String,
+    signature: Vec<u8>,
+}
+
+impl RawVerify {
+    fn new(world: &World) -> Self {
+        use base64::Engine as _;
+        let decode = |text: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text).unwrap();
+        let sample = world.assertion();
+        let (input, signature) = sample.secret().rsplit_once('.').unwrap();
+        let jwk = world.agent.key.public_key().jwk().clone();
+        let mut sec1 = vec![0x04];
+        sec1.extend(decode(jwk.x.as_deref().unwrap()));
+        sec1.extend(decode(jwk.y.as_deref().unwrap()));
+        Self {
+            key: aws_lc_rs::signature::ParsedPublicKey::new(&aws_lc_rs::signature::ECDSA_P256_SHA256_FIXED, &sec1)
+                .unwrap(),
+            input: input.to_owned(),
+            signature: decode(signature),
+        }
+    }
+
+    /// µs per verification, the fastest of 10 rounds of 400 on this thread (the machine's
+    /// other work only makes a round slower).
+    fn micros(&self) -> f64 {
+        (0..10)
+            .map(|_| {
+                let began = Instant::now();
+                for _ in 0..400 {
+                    self.key.verify_sig(self.input.as_bytes(), &self.signature).unwrap();
+                }
+                began.elapsed().as_secs_f64() * 1e6 / 400.0
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
 }
 
 /// One level's figures.
@@ -77,17 +165,23 @@ struct Level {
     p99: Duration,
     /// This process's CPU per join (client and server), µs.
     cpu_us: f64,
+    /// The server's threads' CPU per join, µs.
+    server_cpu_us: f64,
+    /// One raw ES256 verify, µs, timed just before the level.
+    raw_verify_us: f64,
     /// Over Redis: what Redis did for the level's joins.
     redis: Option<RedisLevel>,
 }
 
 /// What Redis did for one level's joins.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct RedisLevel {
     /// Commands Redis ran per join (a script's own commands counted).
     commands: f64,
     /// Redis's CPU per join (µs).
     cpu_us: f64,
+    /// The same, server by server (a cluster's primaries, in the order given).
+    cpu_each_us: Vec<f64>,
     /// The time Redis spent in each `EVALSHA`, its commands included (µs, `INFO
     /// commandstats`).
     script_us: f64,
@@ -126,11 +220,12 @@ fn levels_run() -> &'static [usize] {
     LEVELS.get_or_init(|| vec![1, 8, 32])
 }
 
-async fn run(joins: usize) {
+async fn run(joins: usize, server: tokio::runtime::Handle) {
     let pki = support::test_pki(&["shop.example"]);
     // The session lives past the whole run; the clock is the fixture's fixed time.
-    let world = World::new();
-    let memory = support::serve_over_tls(world.app(), &pki).await;
+    let world = Arc::new(World::new());
+    let raw = RawVerify::new(&world);
+    let memory = support::serve_over_tls_on(&server, world.app(), &pki).await;
     if REDIS_ON_ITS_OWN_CORE.load(std::sync::atomic::Ordering::Relaxed) {
         println!(
             "join load over TLS on 127.0.0.1 ({joins} joins per level; client and server on core 0, Redis on core 1)"
@@ -141,7 +236,7 @@ async fn run(joins: usize) {
             available_cores()
         );
     }
-    let memory_figures = levels(&memory, joins, None, || world.assertion()).await;
+    let memory_figures = levels(&memory, joins, &raw, None, || world.assertion()).await;
     print_figures("in memory", &memory_figures, None);
 
     #[cfg(feature = "redis")]
@@ -150,13 +245,22 @@ async fn run(joins: usize) {
         use support::redis_server::{RedisCluster, RedisServer};
         let bench = OverRedis {
             world: &world,
+            server: &server,
+            raw: &raw,
             pki: &pki,
             joins,
             memory: &memory_figures,
         };
         let server = RedisServer::start();
         let session = bench
-            .run("Redis", &server.url(), RedisOptions::default(), &[&server], &[])
+            .run(
+                "Redis",
+                &server.url(),
+                RedisOptions::default(),
+                &[&server],
+                &[],
+                &Arc::default(),
+            )
             .await;
         memory_per_join(&server.url(), &session).await;
         drop(server);
@@ -176,6 +280,7 @@ async fn run(joins: usize) {
                 options,
                 &[&primary],
                 &[&replica],
+                &Arc::default(),
             )
             .await;
         drop((primary, replica));
@@ -191,16 +296,45 @@ async fn run(joins: usize) {
                 RedisOptions::default(),
                 &nodes,
                 &[],
+                &Arc::default(),
+            )
+            .await;
+
+        // Joins spread over agents of many owners (each its own registrable domain, so its own
+        // hash tag): their slots, and so their work, spread over the three primaries. Issue
+        // 42 asks this of a cluster: Redis's CPU shared out by primary, printed per level.
+        let others: Arc<Vec<support::Agent>> = Arc::new(
+            (1..SPREAD_OWNERS)
+                .map(|n| support::Agent::new(&format!("https://agent-{n}.example/agent.json")))
+                .collect(),
+        );
+        let cluster = RedisCluster::start();
+        let nodes: Vec<&RedisServer> = cluster.nodes.iter().collect();
+        bench
+            .run(
+                &format!("Redis Cluster (3 primaries; joins of {SPREAD_OWNERS} owners in turn)"),
+                &cluster.url(),
+                RedisOptions::default(),
+                &nodes,
+                &[],
+                &others,
             )
             .await;
     }
 }
 
+/// Owners the spread cluster run joins for, in turn: enough that each primary holds some.
+#[cfg(feature = "redis")]
+const SPREAD_OWNERS: usize = 48;
+
 /// What every run over a Redis shares: the world, its certificates, the joins per level and the
 /// in-memory figures each is set beside.
 #[cfg(feature = "redis")]
 struct OverRedis<'a> {
-    world: &'a World,
+    world: &'a Arc<World>,
+    /// The server's runtime, where the store's connections are made and driven.
+    server: &'a tokio::runtime::Handle,
+    raw: &'a RawVerify,
     pki: &'a support::TestPki,
     joins: usize,
     memory: &'a Figures,
@@ -211,7 +345,9 @@ impl OverRedis<'_> {
     /// The route over the Redis at `url` with `options` (its `primaries`, which clients talk to,
     /// and their `replicas`, all moved to core 1 when asked): joins at each level, printed as
     /// `label` beside memory (Redis's commands and CPU over every server), then the round trips
-    /// of 200 joins counted with `MONITOR` on every primary. The Session it joined.
+    /// of 200 joins counted with `MONITOR` on every primary. The joins are the world's agent's,
+    /// or, with `others`, its and theirs in turn, each to a Session of its own. The world's
+    /// agent's Session.
     async fn run(
         &self,
         label: &str,
@@ -219,39 +355,50 @@ impl OverRedis<'_> {
         options: pap_company::stores::RedisOptions,
         primaries: &[&support::redis_server::RedisServer],
         replicas: &[&support::redis_server::RedisServer],
+        others: &Arc<Vec<support::Agent>>,
     ) -> pap_shared::SessionId {
         let servers: Vec<_> = primaries.iter().chain(replicas).copied().collect();
         place(&servers);
         // With `WAIT` a join makes two round trips: the floor of one says nothing of it.
         let one_round_trip = options.wait_replicas == 0;
-        let (app, session) = over_redis(self.world, url, options).await;
-        let client = support::serve_over_tls(app, self.pki).await;
+        let (app, sessions) = self
+            .server
+            .spawn(over_redis(self.world.clone(), url.to_owned(), options, others.clone()))
+            .await
+            .unwrap();
+        let client = support::serve_over_tls_on(self.server, app, self.pki).await;
         let meter = RedisMeter::connect(&servers).await;
-        let assertion = || self.world.with("session_id", serde_json::json!(session.as_str()));
-        let figures = levels(&client, self.joins, Some(&meter), assertion).await;
+        let turn = std::sync::atomic::AtomicUsize::new(0);
+        let assertion = || match turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % sessions.len() {
+            0 => self.world.with("session_id", serde_json::json!(sessions[0].as_str())),
+            n => self.world.assertion_of(&others[n - 1], &sessions[n]),
+        };
+        let figures = levels(&client, self.joins, self.raw, Some(&meter), assertion).await;
         print_figures(label, &figures, Some(self.memory));
         round_trips(&client, primaries, 200, assertion).await;
         if one_round_trip {
             one_round_trip_floor(&meter, self.memory, &figures).await;
         }
-        session
+        sessions[0].clone()
     }
 }
 
 /// The route over Redis with `options`: Sessions, replay marks and cookie bindings in `url`, a
-/// Session of the world's agent and user started there.
+/// Session of the world's user with the world's agent and with each of `others` started there,
+/// in that order.
 #[cfg(feature = "redis")]
 async fn over_redis(
-    world: &World,
-    url: &str,
+    world: Arc<World>,
+    url: String,
     options: pap_company::stores::RedisOptions,
-) -> (axum::Router, pap_shared::SessionId) {
-    let store = pap_company::stores::RedisStore::connect_with(url, "bench", options)
+    others: Arc<Vec<support::Agent>>,
+) -> (axum::Router, Vec<pap_shared::SessionId>) {
+    let store = pap_company::stores::RedisStore::connect_with(&url, "bench", options)
         .await
         .unwrap();
-    let (state, _, session) = world.over_redis(&store).await;
+    let (state, _, sessions) = world.over_redis_with(&store, &others).await;
     let route = axum::Router::new().merge(pap_company::route::browser_session_router());
-    (route.with_state(state), session)
+    (route.with_state(state), sessions)
 }
 
 /// What one round trip costs a join at concurrency 1, and so the most of memory's rate a
@@ -279,7 +426,7 @@ async fn one_round_trip_floor(meter: &RedisMeter, memory: &Figures, figures: &Fi
     let (Some(memory), Some(redis)) = (memory.first(), figures.first()) else {
         return;
     };
-    let Some(script_us) = redis.redis.map(|r| r.script_us) else {
+    let Some(script_us) = redis.redis.as_ref().map(|r| r.script_us) else {
         return;
     };
     let memory_us = 1e6 / memory.rate;
@@ -375,6 +522,7 @@ async fn memory_per_join(url: &str, session: &pap_shared::SessionId) {
 async fn levels(
     client: &reqwest::Client,
     joins: usize,
+    raw: &RawVerify,
     redis: Option<&RedisMeter>,
     assertion: impl Fn() -> CompactJws,
 ) -> Figures {
@@ -385,9 +533,12 @@ async fn levels(
             Some(meter) => Some(meter.read().await),
             None => None,
         };
-        let cpu_before = process_cpu();
+        let raw_verify_us = raw.micros();
+        let (cpu_before, server_before) = (process_cpu(), server_cpu());
         let (rate, p50, p99) = load(client, assertions, concurrency).await;
-        let cpu_us = (process_cpu() - cpu_before).as_secs_f64() * 1e6 / joins as f64;
+        let per_join = |spent: Duration| spent.as_secs_f64() * 1e6 / joins as f64;
+        let cpu_us = per_join(process_cpu() - cpu_before);
+        let server_cpu_us = per_join(server_cpu() - server_before);
         let redis = match (redis, redis_before) {
             (Some(meter), Some(before)) => {
                 let after = meter.read().await;
@@ -397,6 +548,12 @@ async fn levels(
                 Some(RedisLevel {
                     commands: commands / joins as f64,
                     cpu_us: (after.cpu - before.cpu) * 1e6 / joins as f64,
+                    cpu_each_us: after
+                        .cpu_each
+                        .iter()
+                        .zip(&before.cpu_each)
+                        .map(|(after, before)| (after - before) * 1e6 / joins as f64)
+                        .collect(),
                     script_us: (after.script_usec - before.script_usec) as f64 / scripts.max(1.0),
                 })
             }
@@ -408,6 +565,8 @@ async fn levels(
             p50,
             p99,
             cpu_us,
+            server_cpu_us,
+            raw_verify_us,
             redis,
         });
     }
@@ -417,12 +576,15 @@ async fn levels(
 fn print_figures(store: &str, figures: &Figures, against: Option<&Figures>) {
     println!("{store}:");
     println!(
-        "{:>11} {:>10} {:>10} {:>10} {:>14} {:>20} {:>18} {:>17}",
+        "{:>11} {:>10} {:>10} {:>10} {:>14} {:>17} {:>15} {:>13} {:>20} {:>18} {:>17}",
         "concurrency",
         "joins/s",
         "p50 ms",
         "p99 ms",
         "CPU µs/join",
+        "server µs/join",
+        "raw verify µs",
+        "server/raw",
         "Redis cmds run/join",
         "Redis CPU µs/join",
         "µs in EVALSHA"
@@ -434,6 +596,7 @@ fn print_figures(store: &str, figures: &Figures, against: Option<&Figures>) {
             .unwrap_or_default();
         let (commands, redis_cpu, script) = level
             .redis
+            .as_ref()
             .map(|r| {
                 (
                     format!("{:.2}", r.commands),
@@ -443,24 +606,32 @@ fn print_figures(store: &str, figures: &Figures, against: Option<&Figures>) {
             })
             .unwrap_or_else(|| ("-".into(), "-".into(), "-".into()));
         println!(
-            "{:>11} {:>10.0} {:>10.2} {:>10.2} {:>14.1} {commands:>20} {redis_cpu:>18} {script:>17}{share}",
+            "{:>11} {:>10.0} {:>10.2} {:>10.2} {:>14.1} {:>17.1} {:>15.1} {:>12.2}x {commands:>20} {redis_cpu:>18} {script:>17}{share}",
             level.concurrency,
             level.rate,
             millis(level.p50),
             millis(level.p99),
             level.cpu_us,
+            level.server_cpu_us,
+            level.raw_verify_us,
+            level.server_cpu_us / level.raw_verify_us,
         );
+        if let Some(each) = level
+            .redis
+            .as_ref()
+            .map(|r| &r.cpu_each_us)
+            .filter(|each| each.len() > 1)
+        {
+            let each: Vec<String> = each.iter().map(|us| format!("{us:.1}")).collect();
+            println!("{:>11} Redis CPU µs/join, server by server: {}", "", each.join(" / "));
+        }
     }
 }
 
 /// CPU time this process has used (user and system, every thread): `/proc/self/stat`'s
 /// `utime` and `stime`, in clock ticks of 10 ms.
 fn process_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-    // The fields after the command name (which may hold spaces) start after its `)`.
-    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    Duration::from_millis(ticks * 10)
+    cpu_ticks(&std::fs::read_to_string("/proc/self/stat").unwrap())
 }
 
 /// Reads the count of commands run and the CPU seconds of every Redis server (each primary
@@ -507,8 +678,9 @@ impl RedisMeter {
                     .to_owned()
             };
             reading.commands += field("total_commands_processed").parse::<u64>().unwrap();
-            reading.cpu +=
-                field("used_cpu_user").parse::<f64>().unwrap() + field("used_cpu_sys").parse::<f64>().unwrap();
+            let cpu = field("used_cpu_user").parse::<f64>().unwrap() + field("used_cpu_sys").parse::<f64>().unwrap();
+            reading.cpu += cpu;
+            reading.cpu_each.push(cpu);
             // `cmdstat_evalsha:calls=N,usec=U,...`, once a script ran there.
             if let Some(stats) = info.lines().find_map(|line| line.strip_prefix("cmdstat_evalsha:")) {
                 let stat = |name: &str| -> u64 {
@@ -532,6 +704,8 @@ impl RedisMeter {
 struct Reading {
     commands: u64,
     cpu: f64,
+    /// Each server's CPU seconds, in the meter's order.
+    cpu_each: Vec<f64>,
     scripts: u64,
     script_usec: u64,
 }

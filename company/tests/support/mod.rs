@@ -130,6 +130,14 @@ impl World {
         self.agent.sign(BROWSER_ASSERTION_TYP, &self.claims())
     }
 
+    /// A valid assertion of `agent` (another than the world's) to join `session`.
+    pub fn assertion_of(&self, agent: &Agent, session: &SessionId) -> CompactJws {
+        let mut claims = self.claims();
+        claims["iss"] = Value::from(agent.client_id.as_str());
+        claims["session_id"] = Value::from(session.as_str());
+        agent.sign(BROWSER_ASSERTION_TYP, &claims)
+    }
+
     pub fn with(&self, member: &str, value: Value) -> CompactJws {
         let mut claims = self.claims();
         claims[member] = value;
@@ -161,14 +169,22 @@ pub fn form_post(body: &str) -> Request<Body> {
 
 /// Serves `app` over TLS on a free port; a client that reaches it as shop.example.
 pub async fn serve_over_tls(app: Router, pki: &TestPki) -> reqwest::Client {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(pap_net::serve::serve_tls(
-        listener,
-        app,
-        pki.server.clone(),
-        std::future::pending(),
-    ));
+    serve_over_tls_on(&tokio::runtime::Handle::current(), app, pki).await
+}
+
+/// [`serve_over_tls`] with the server (its listener, connections and handlers) on `server`'s
+/// runtime and the client on the caller's: a bench counts the server's threads' CPU apart.
+pub async fn serve_over_tls_on(server: &tokio::runtime::Handle, app: Router, pki: &TestPki) -> reqwest::Client {
+    let config = pki.server.clone();
+    let addr = server
+        .spawn(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(pap_net::serve::serve_tls(listener, app, config, std::future::pending()));
+            addr
+        })
+        .await
+        .unwrap();
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(rustls::pki_types::CertificateDer::from(pki.ca_der.clone()))
@@ -210,13 +226,29 @@ impl World {
         &self,
         store: &pap_company::stores::RedisStore,
     ) -> (BrowserSession, pap_company::stores::RecordSessions, SessionId) {
+        let (state, sessions, mut started) = self.over_redis_with(store, &[]).await;
+        (state, sessions, started.remove(0))
+    }
+
+    /// [`Self::over_redis`] for the world's agent and `others` besides: a Session of the world's
+    /// user with each, in the same order (the world's agent's first).
+    pub async fn over_redis_with(
+        &self,
+        store: &pap_company::stores::RedisStore,
+        others: &[Agent],
+    ) -> (BrowserSession, pap_company::stores::RecordSessions, Vec<SessionId>) {
         use pap_company::stores::RecordSessions;
         let sessions = RecordSessions::new(Arc::new(store.clone()), self.clock.clone(), Arc::new(SystemRng));
-        let session = sessions
-            .start(self.agent.client_id.clone(), self.user.clone(), 3_600)
-            .await
-            .unwrap();
-        let clients = StaticClientKeys::new().with_client(self.agent.client_id.clone(), self.agent.jwks());
+        let mut clients = StaticClientKeys::new();
+        let mut started = Vec::new();
+        for agent in std::iter::once(&self.agent).chain(others) {
+            let session = sessions
+                .start(agent.client_id.clone(), self.user.clone(), 3_600)
+                .await
+                .unwrap();
+            started.push(session);
+            clients = clients.with_client(agent.client_id.clone(), agent.jwks());
+        }
         let verifier = Verifier::new(VerifierParts {
             endpoint: HttpsUrl::parse(ENDPOINT).unwrap(),
             domain: CompanyDomain::try_from("shop.example").unwrap(),
@@ -226,6 +258,6 @@ impl World {
             joins: Arc::new(store.clone()),
         });
         let state = BrowserSession::new(verifier, Arc::new(store.clone()), Arc::new(SystemRng));
-        (state, sessions, session)
+        (state, sessions, started)
     }
 }
