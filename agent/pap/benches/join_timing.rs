@@ -1,8 +1,14 @@
 //! Chromium cold launch to a first page, and a warm join (browser running) from signing the
-//! assertion to the landed page loaded, against our reference company over TLS on 127.0.0.1.
+//! assertion to the landed page loaded, against our reference company over TLS on 127.0.0.1,
+//! two ways, run in turn:
+//!
+//! - in a new tab, as the tools (`pap_join`) and `pap-agent join` run it: the tab opened, then
+//!   the join, which builds its form in the tab's first document ([`JoinTab::New`]);
+//! - in the tab the previous join landed in ([`JoinTab::Used`]): the join first leaves the
+//!   company's page for a fresh `about:blank`.
 //!
 //! Run with `cargo bench -p pap-agent --bench join_timing` (optionally `-- RUNS`, default 20).
-//! Prints p50, min and max of each.
+//! Prints p50, min and max of each, and of each stage.
 
 #![allow(clippy::unwrap_used, clippy::print_stdout, reason = "a benchmark binary")]
 
@@ -11,7 +17,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use pap_agent::join;
+use pap_agent::{JoinTab, join};
 use pap_browser::chromium::BrowserHost;
 use support::Stage;
 
@@ -49,25 +55,38 @@ async fn run(runs: usize) {
     let browser = host.launch(&config, "warm", &|_| {}).await.unwrap().browser;
     let page = browser.new_page().await.unwrap();
     let permit = support::permit(&stage.work.join("state"), "shop.example");
-    let mut warm = Vec::with_capacity(runs);
-    let mut stages = Vec::with_capacity(runs);
+    // Every join here is the same but for its tab; each lands.
+    macro_rules! joined {
+        ($tab:expr) => {{
+            let outcome = join(
+                &client,
+                &shop,
+                &session,
+                &page_url,
+                $tab,
+                &permit,
+                &config.persons,
+                Duration::from_secs(15),
+            )
+            .await
+            .unwrap();
+            assert_eq!(outcome.status, 200);
+            outcome.stages
+        }};
+    }
+    let (mut warm, mut stages) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    let (mut fresh, mut fresh_stages, mut opened) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs {
         let started = Instant::now();
-        let outcome = join(
-            &client,
-            &shop,
-            &session,
-            &page_url,
-            &page,
-            &permit,
-            &config.persons,
-            Duration::from_secs(15),
-        )
-        .await
-        .unwrap();
-        assert_eq!(outcome.status, 200);
+        let tab = browser.new_page().await.unwrap();
+        opened.push(started.elapsed());
+        fresh_stages.push(joined!(JoinTab::New(&tab)));
+        fresh.push(started.elapsed());
+        tab.close().await.unwrap();
+
+        let started = Instant::now();
+        stages.push(joined!(JoinTab::Used(&page)));
         warm.push(started.elapsed());
-        stages.push(outcome.stages);
     }
     drop((page, browser));
     host.stop("warm", Duration::from_secs(2)).await.unwrap();
@@ -77,18 +96,31 @@ async fn run(runs: usize) {
         std::thread::available_parallelism().map_or(1, usize::from)
     );
     report("cold launch to a first page", &mut cold);
-    report("warm join: sign, form POST, 303, landed page loaded", &mut warm);
-    // Each stage's own p50 (they need not add up to the whole's).
+    report(
+        "warm join in a new tab: the tab opened, sign, form POST, 303, landed page loaded",
+        &mut fresh,
+    );
+    report("  open the tab", &mut opened);
+    print_stages(&fresh_stages, "the tab still new (asked of the browser)");
+    report(
+        "warm join in the tab the last join landed in: sign, about:blank, form POST, 303, landed page loaded",
+        &mut warm,
+    );
+    print_stages(&stages, "about:blank in the tab");
+    std::fs::remove_dir_all(&stage.work).unwrap();
+}
+
+/// Each stage's own p50 (they need not add up to the whole's), the blank document's as `blank`.
+fn print_stages(stages: &[pap_agent::JoinStages], blank: &str) {
     let print_stage = |what: &str, of: fn(&pap_agent::JoinStages) -> Duration| {
         let mut samples: Vec<Duration> = stages.iter().map(of).collect();
         report(&format!("  {what}"), &mut samples);
     };
     print_stage("sign the assertion", |s| s.sign);
-    print_stage("about:blank in the tab", |s| s.blank);
+    print_stage(blank, |s| s.blank);
     print_stage("build and submit the form", |s| s.submit);
     print_stage("submit to the landing page's response (POST, 303, GET)", |s| s.landed);
     print_stage("that response to the page loaded", |s| s.loaded);
-    std::fs::remove_dir_all(&stage.work).unwrap();
 }
 
 fn report(what: &str, samples: &mut [Duration]) {

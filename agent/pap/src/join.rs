@@ -9,6 +9,10 @@ use std::time::Duration;
 
 use chromiumoxide::Page;
 use chromiumoxide::cdp::browser_protocol::network::{EventLoadingFailed, EventResponseReceived, ResourceType};
+use chromiumoxide::cdp::browser_protocol::page::{
+    CreateIsolatedWorldParams, GetFrameTreeParams, GetNavigationHistoryParams,
+};
+use chromiumoxide::cdp::js_protocol::runtime::EvaluateParams;
 use futures_util::StreamExt as _;
 use pap_shared::{BROWSER_ASSERTION_TYP, BrowserAssertionClaims, BrowserAssertionRequest, HttpsUrl, Jti, UnixTime};
 
@@ -49,6 +53,74 @@ pub enum JoinTabError {
     Consent(#[from] ConsentError),
 }
 
+/// The tab a join runs in, as its caller knows it. The form that carries the assertion must be
+/// built in a document no page's script can reach: a page of the company's, hostile or
+/// compromised, could otherwise read the assertion before it is posted.
+#[derive(Clone, Copy, Debug)]
+pub enum JoinTab<'a> {
+    /// A tab this agent opened for the join ([`join_tab`], the tools' `open_tab`) and has sent
+    /// nowhere since: it is still on the `about:blank` a new tab starts with, in a browsing
+    /// context group of its own that no page ever held a reference to. The form is built there
+    /// at once, once the browser confirms it ([`still_new`]); otherwise the tab is treated as
+    /// [`JoinTab::Used`].
+    New(&'a Page),
+    /// A tab that may have shown pages. It is first sent to a fresh `about:blank`: a new
+    /// document of an opaque origin of its own, which a window the old page opened cannot
+    /// script. Leaving a company's page that way is a cross-process navigation in Chromium,
+    /// about half of such a join's time (issue 42).
+    Used(&'a Page),
+}
+
+impl<'a> JoinTab<'a> {
+    /// The tab's page.
+    pub fn page(self) -> &'a Page {
+        match self {
+            Self::New(page) | Self::Used(page) => page,
+        }
+    }
+}
+
+/// Whether `page` is still on the document a new tab starts with: one entry of history,
+/// `about:blank`, and a document of an opaque origin. A page that replaced itself with
+/// `about:blank` (`location.replace`) leaves one entry too, but its origin stays in the blank
+/// document, where a window it opened could script it: that is refused here. DevTools spells
+/// every `about:blank` frame's `securityOrigin` `://`, inherited or not (the test found it), so
+/// the document's own `origin` is read in a world of the agent's, where the page's scripts
+/// cannot answer for it.
+///
+/// What this cannot tell: a tab that showed a sandboxed page (an opaque origin too) and was
+/// replaced from it. Its blank document reads `null` like a new one. [`JoinTab::New`] is for a
+/// tab opened for the join and sent nowhere; this check is the belt behind that rule.
+pub async fn still_new(page: &Page) -> Result<bool, JoinError> {
+    let (history, tree) = futures_util::try_join!(
+        page.execute(GetNavigationHistoryParams::default()),
+        page.execute(GetFrameTreeParams::default())
+    )
+    .map_err(|e| cdp(&e))?;
+    let entries = &history.result.entries;
+    let frame = &tree.result.frame_tree.frame;
+    let blank = |url: &str| url == "about:blank";
+    if entries.len() != 1 || !entries.iter().all(|entry| blank(&entry.url)) || !blank(&frame.url) {
+        return Ok(false);
+    }
+    let world = page
+        .execute(CreateIsolatedWorldParams {
+            frame_id: frame.id.clone(),
+            world_name: Some("pap-join".to_owned()),
+            grant_univeral_access: None,
+        })
+        .await
+        .map_err(|e| cdp(&e))?;
+    let origin = EvaluateParams::builder()
+        .expression("self.origin")
+        .context_id(world.result.execution_context_id)
+        .return_by_value(true)
+        .build()
+        .map_err(JoinError::Cdp)?;
+    let origin = page.execute(origin).await.map_err(|e| cdp(&e))?;
+    Ok(origin.result.result.value.as_ref().and_then(serde_json::Value::as_str) == Some("null"))
+}
+
 /// How long the assertion lives: the most PAP allows.
 const LIFETIME: i64 = 60;
 /// `iat` is set this far in the past: the Python reference allows no clock skew at all.
@@ -76,7 +148,8 @@ pub struct JoinStages {
     /// Signing the assertion.
     pub sign: Duration,
     /// Loading `about:blank` in the tab: the clean document the form is built in, so no page's
-    /// script sees the assertion.
+    /// script sees the assertion. For a [`JoinTab::New`], only asking the browser that the tab
+    /// is still on the one it started with.
     pub blank: Duration,
     /// Building and submitting the form (one `Runtime.evaluate`).
     pub submit: Duration,
@@ -88,7 +161,8 @@ pub struct JoinStages {
     pub loaded: Duration,
 }
 
-/// Joins `page`'s browser to `session` at `company`, landing on `return_to`, within `deadline`.
+/// Joins `tab`'s browser to `session` at `company`, landing on `return_to` in that tab, within
+/// `deadline`.
 /// The join needs a grant (AIP-63 C1): `permit`, from [`pap_browser::ConsentHost::permit_join`] for the
 /// company's domain; nothing is signed without it. The company is one of the person's sites
 /// (its record is in the wallet), so the browser sends the join's POST only on the pass
@@ -102,7 +176,7 @@ pub async fn join(
     company: &Company,
     session: &Session,
     return_to: &HttpsUrl,
-    page: &Page,
+    tab: JoinTab<'_>,
     permit: &JoinPermit,
     persons: &Persons,
     deadline: Duration,
@@ -132,10 +206,17 @@ pub async fn join(
     let mut mark = std::time::Instant::now();
     stages.sign = mark - began;
 
+    let page = tab.page();
     let _pass = persons
         .join_pass(page.target_id().inner().clone(), endpoint.url())
         .map_err(|e| JoinError::Cdp(e.to_string()))?;
-    page.goto("about:blank").await.map_err(|e| cdp(&e))?;
+    let blank = match tab {
+        JoinTab::New(page) => still_new(page).await?,
+        JoinTab::Used(_) => false,
+    };
+    if !blank {
+        page.goto("about:blank").await.map_err(|e| cdp(&e))?;
+    }
     stages.blank = mark.elapsed();
     mark = std::time::Instant::now();
     let responses = page

@@ -51,7 +51,7 @@ pub use client::{
 };
 pub use documents::{DOCUMENTS_CACHE_CONTROL, documents_router};
 pub use identity::{DEFAULT_ROTATION_GRACE_SECONDS, Identity, IdentityError, KEY_ID, RotationReport};
-pub use join::{JoinError, JoinOutcome, JoinStages, JoinTabError, join, join_tab};
+pub use join::{JoinError, JoinOutcome, JoinStages, JoinTab, JoinTabError, join, join_tab, still_new};
 pub use pap_tools::{PapTool, PapTools, sign_out_device};
 pub use tls::{PinError, pin_served_leaf, spki_pin};
 pub use wallet::{Holder, Wallet, WalletError, WalletSites};

@@ -48,7 +48,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::client::{ClientError, Company, PapClient, new_pairwise_user};
-use crate::join::{JoinError, join};
+use crate::join::{JoinError, JoinTab, join};
 use crate::wallet::{Holder, Wallet, WalletError};
 
 /// How long a join may take to land.
@@ -622,7 +622,7 @@ impl PapTools {
                 &company,
                 session,
                 &return_to,
-                &page,
+                JoinTab::New(&page),
                 &permit,
                 tools.persons(),
                 JOIN_DEADLINE,

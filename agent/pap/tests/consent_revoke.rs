@@ -111,7 +111,7 @@ async fn revoke_deletes_the_cookies_closes_the_tabs_and_the_company_refuses_the_
         &shop,
         &session,
         &page_url,
-        &page,
+        pap_agent::JoinTab::New(&page),
         &permit,
         tools.persons(),
         Duration::from_secs(15),

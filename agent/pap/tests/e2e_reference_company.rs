@@ -70,7 +70,7 @@ async fn certificate_errors_are_respected(stage: &Stage, addr: std::net::SocketA
         &shop,
         &session,
         &home,
-        &page,
+        pap_agent::JoinTab::New(&page),
         &permit,
         &config.persons,
         Duration::from_secs(15),

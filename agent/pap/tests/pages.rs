@@ -42,7 +42,7 @@ async fn the_shop_pages_read_on_a_desktop_and_a_phone_in_chromium() {
         &shop,
         &session,
         &operation_page,
-        &page,
+        pap_agent::JoinTab::New(&page),
         &permit,
         &config.persons,
         Duration::from_secs(15),

@@ -16,6 +16,7 @@ mod contexts;
 mod device_pacing;
 mod documents;
 mod identity_serve;
+mod join_tabs;
 mod mcp_aip7;
 mod mcp_http;
 mod mcp_python_sdk;

@@ -247,7 +247,7 @@ async fn story(host: &BrowserHost, work: &std::path::Path) -> anyhow::Result<()>
         &shop,
         &session,
         &page_url,
-        &page,
+        pap_agent::JoinTab::New(&page),
         &permit,
         &browser_config.persons,
         Duration::from_secs(15),

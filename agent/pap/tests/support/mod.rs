@@ -309,7 +309,7 @@ pub async fn story(stage: &Stage, target: &Target, logs: &Captured) {
         &company,
         &session,
         &page_url,
-        &page,
+        pap_agent::JoinTab::New(&page),
         &permit,
         &browser_config.persons,
         Duration::from_secs(15),

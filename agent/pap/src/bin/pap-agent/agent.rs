@@ -440,7 +440,7 @@ pub(crate) async fn browse(
             &company,
             session,
             &return_to,
-            &page,
+            pap_agent::JoinTab::New(&page),
             &permit,
             &config.persons,
             Duration::from_secs(20),
