@@ -1,9 +1,11 @@
 //! Chromium cold launch to a first page, and a warm join (browser running) from signing the
 //! assertion to the landed page loaded, against our reference company over TLS on 127.0.0.1,
-//! two ways, run in turn:
+//! three ways, run in turn:
 //!
 //! - in a new tab, as the tools (`pap_join`) and `pap-agent join` run it: the tab opened, then
 //!   the join, which builds its form in the tab's first document ([`JoinTab::New`]);
+//! - in a new tab treated as used, as the tools ran it before [`JoinTab::New`]: the tab opened,
+//!   then sent to another `about:blank`;
 //! - in the tab the previous join landed in ([`JoinTab::Used`]): the join first leaves the
 //!   company's page for a fresh `about:blank`.
 //!
@@ -76,12 +78,20 @@ async fn run(runs: usize) {
     }
     let (mut warm, mut stages) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
     let (mut fresh, mut fresh_stages, mut opened) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut renewed, mut renewed_stages) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         let started = Instant::now();
         let tab = browser.new_page().await.unwrap();
         opened.push(started.elapsed());
         fresh_stages.push(joined!(JoinTab::New(&tab)));
         fresh.push(started.elapsed());
+        tab.close().await.unwrap();
+
+        // What the tools did before `JoinTab::New`: a new tab sent to another about:blank.
+        let started = Instant::now();
+        let tab = browser.new_page().await.unwrap();
+        renewed_stages.push(joined!(JoinTab::Used(&tab)));
+        renewed.push(started.elapsed());
         tab.close().await.unwrap();
 
         let started = Instant::now();
@@ -102,6 +112,11 @@ async fn run(runs: usize) {
     );
     report("  open the tab", &mut opened);
     print_stages(&fresh_stages, "the tab still new (asked of the browser)");
+    report(
+        "warm join in a new tab sent to about:blank first (as before JoinTab::New): the tab opened, sign, about:blank, form POST, 303, landed page loaded",
+        &mut renewed,
+    );
+    print_stages(&renewed_stages, "about:blank in the tab");
     report(
         "warm join in the tab the last join landed in: sign, about:blank, form POST, 303, landed page loaded",
         &mut warm,
