@@ -155,9 +155,10 @@ impl<'a> UnverifiedJws<'a> {
         if key.alg != alg {
             return false;
         }
-        // On the stack: the longest signature a key here can make is RSA-8192's 1,024 bytes
-        // (aws-lc verifies RS256 for 2,048 to 8,192 bits); a longer one cannot verify.
-        let mut signature = [0u8; 1024];
+        // On the stack: the longest signature a key here can make is RSA-4096's 512 bytes (the
+        // import refuses a longer modulus, as `MAX_COMPACT_LEN` assumes); a longer one cannot
+        // verify.
+        let mut signature = [0u8; 512];
         let Ok(length) = URL_SAFE_NO_PAD.decode_slice(self.signature, &mut signature) else {
             return false;
         };

@@ -10,9 +10,10 @@ use std::time::Duration;
 use chromiumoxide::Page;
 use chromiumoxide::cdp::browser_protocol::network::{EventLoadingFailed, EventResponseReceived, ResourceType};
 use chromiumoxide::cdp::browser_protocol::page::{
-    CreateIsolatedWorldParams, GetFrameTreeParams, GetNavigationHistoryParams,
+    CreateIsolatedWorldParams, FrameId, GetFrameTreeParams, GetNavigationHistoryParams,
 };
-use chromiumoxide::cdp::js_protocol::runtime::EvaluateParams;
+use chromiumoxide::cdp::browser_protocol::target::GetTargetsParams;
+use chromiumoxide::cdp::js_protocol::runtime::{EvaluateParams, ExecutionContextId};
 use futures_util::StreamExt as _;
 use pap_shared::{BROWSER_ASSERTION_TYP, BrowserAssertionClaims, BrowserAssertionRequest, HttpsUrl, Jti, UnixTime};
 
@@ -61,8 +62,8 @@ pub enum JoinTab<'a> {
     /// A tab this agent opened for the join ([`join_tab`], the tools' `open_tab`) and has sent
     /// nowhere since: it is still on the `about:blank` a new tab starts with, in a browsing
     /// context group of its own that no page ever held a reference to. The form is built there
-    /// at once, once the browser confirms it ([`still_new`]); otherwise the tab is treated as
-    /// [`JoinTab::Used`].
+    /// at once, once the browser confirms it ([`still_new`]); otherwise (or when the browser
+    /// cannot answer) the tab is treated as [`JoinTab::Used`].
     New(&'a Page),
     /// A tab that may have shown pages. It is first sent to a fresh `about:blank`: a new
     /// document of an opaque origin of its own, which a window the old page opened cannot
@@ -81,44 +82,69 @@ impl<'a> JoinTab<'a> {
 }
 
 /// Whether `page` is still on the document a new tab starts with: one entry of history,
-/// `about:blank`, and a document of an opaque origin. A page that replaced itself with
-/// `about:blank` (`location.replace`) leaves one entry too, but its origin stays in the blank
-/// document, where a window it opened could script it: that is refused here. DevTools spells
-/// every `about:blank` frame's `securityOrigin` `://`, inherited or not (the test found it), so
-/// the document's own `origin` is read in a world of the agent's, where the page's scripts
-/// cannot answer for it.
+/// `about:blank`, a document of an opaque origin, and no window the tab opened. A page that
+/// replaced itself with `about:blank` (`location.replace`) leaves one entry too, but its origin
+/// stays in the blank document, where a window it opened could script it: that is refused
+/// here. DevTools spells every `about:blank` frame's `securityOrigin` `://`, inherited or not
+/// (the test found it), so the document's own `origin` is read in a world of the agent's, where
+/// the page's scripts cannot answer for it.
 ///
-/// What this cannot tell: a tab that showed a sandboxed page (an opaque origin too) and was
-/// replaced from it. Its blank document reads `null` like a new one. [`JoinTab::New`] is for a
-/// tab opened for the join and sent nowhere; this check is the belt behind that rule.
+/// A tab that showed a sandboxed page (an opaque origin too) and was replaced from it reads
+/// `null` like a new one; a window that page opened is refused by its `openerId`, but not one it
+/// reached otherwise. [`JoinTab::New`] is for a tab opened for the join and sent nowhere; this
+/// check is the belt behind that rule, and the form's own script checks its document again.
 pub async fn still_new(page: &Page) -> Result<bool, JoinError> {
-    let (history, tree) = futures_util::try_join!(
+    Ok(new_tab_world(page).await?.is_some())
+}
+
+/// [`still_new`], and when the tab is new, the world of the agent's it was read in: the form is
+/// built in that world, so it runs in the document checked or not at all (a document that
+/// replaced it has none of that world's context).
+async fn new_tab_world(page: &Page) -> Result<Option<ExecutionContextId>, JoinError> {
+    let (history, tree, targets) = futures_util::try_join!(
         page.execute(GetNavigationHistoryParams::default()),
-        page.execute(GetFrameTreeParams::default())
+        page.execute(GetFrameTreeParams::default()),
+        page.execute(GetTargetsParams::default())
     )
     .map_err(|e| cdp(&e))?;
     let entries = &history.result.entries;
     let frame = &tree.result.frame_tree.frame;
     let blank = |url: &str| url == "about:blank";
     if entries.len() != 1 || !entries.iter().all(|entry| blank(&entry.url)) || !blank(&frame.url) {
-        return Ok(false);
+        return Ok(None);
     }
+    // A window this tab opened holds it as `opener`, and one that opened it is its own opener.
+    let this = page.target_id();
+    let opened = targets.result.target_infos.iter().any(|target| {
+        target.opener_id.as_ref() == Some(this) || (&target.target_id == this && target.opener_id.is_some())
+    });
+    if opened {
+        return Ok(None);
+    }
+    let world = agent_world(page, frame.id.clone()).await?;
+    let origin = EvaluateParams::builder()
+        .expression("self.origin")
+        .context_id(world)
+        .return_by_value(true)
+        .build()
+        .map_err(JoinError::Cdp)?;
+    let origin = page.execute(origin).await.map_err(|e| cdp(&e))?;
+    let opaque = origin.result.result.value.as_ref().and_then(serde_json::Value::as_str) == Some("null");
+    Ok(opaque.then_some(world))
+}
+
+/// A world of the agent's in `frame`'s current document (the page's scripts see none of it):
+/// its execution context.
+async fn agent_world(page: &Page, frame: FrameId) -> Result<ExecutionContextId, JoinError> {
     let world = page
         .execute(CreateIsolatedWorldParams {
-            frame_id: frame.id.clone(),
+            frame_id: frame,
             world_name: Some("pap-join".to_owned()),
             grant_univeral_access: None,
         })
         .await
         .map_err(|e| cdp(&e))?;
-    let origin = EvaluateParams::builder()
-        .expression("self.origin")
-        .context_id(world.result.execution_context_id)
-        .return_by_value(true)
-        .build()
-        .map_err(JoinError::Cdp)?;
-    let origin = page.execute(origin).await.map_err(|e| cdp(&e))?;
-    Ok(origin.result.result.value.as_ref().and_then(serde_json::Value::as_str) == Some("null"))
+    Ok(world.result.execution_context_id)
 }
 
 /// How long the assertion lives: the most PAP allows.
@@ -210,13 +236,24 @@ pub async fn join(
     let _pass = persons
         .join_pass(page.target_id().inner().clone(), endpoint.url())
         .map_err(|e| JoinError::Cdp(e.to_string()))?;
-    let blank = match tab {
-        JoinTab::New(page) => still_new(page).await?,
-        JoinTab::Used(_) => false,
+    // A check the browser could not answer counts as "not new": the tab then goes to a fresh
+    // blank page, as a used one does.
+    let new_world = match tab {
+        JoinTab::New(page) => new_tab_world(page).await.unwrap_or(None),
+        JoinTab::Used(_) => None,
     };
-    if !blank {
-        page.goto("about:blank").await.map_err(|e| cdp(&e))?;
-    }
+    let (world, first_document) = match new_world {
+        Some(world) => (world, true),
+        None => {
+            page.goto("about:blank").await.map_err(|e| cdp(&e))?;
+            let frame = page
+                .mainframe()
+                .await
+                .map_err(|e| cdp(&e))?
+                .ok_or_else(|| JoinError::Cdp("the tab has no main frame".into()))?;
+            (agent_world(page, frame).await?, false)
+        }
+    };
     stages.blank = mark.elapsed();
     mark = std::time::Instant::now();
     let responses = page
@@ -225,22 +262,36 @@ pub async fn join(
         .map_err(|e| cdp(&e))?;
     let failures = page.event_listener::<EventLoadingFailed>().await.map_err(|e| cdp(&e))?;
     let mut events = futures_util::stream::select(responses.map(Seen::Response), failures.map(Seen::Failure));
-    // A form built in the page: method POST, the published endpoint as action, one hidden
-    // input. The values travel as JSON string literals inside the script, not in any URL.
-    // The script holds the assertion: zeroized when dropped (review L11). chromiumoxide's own
-    // copy of the command it sends is beyond reach; the assertion is single-use and expires in
-    // 60 s.
+    // A form built in the agent's world of the blank document: method POST, the published
+    // endpoint as action, one hidden input. The script first checks, in the same run, that its
+    // document is still the blank one of an opaque origin (and a new tab's first), so a tab
+    // moved elsewhere since the check gets no form; a document that replaced the checked one
+    // has no context of that world, and the call fails. The values travel as JSON string
+    // literals inside the script, not in any URL. The script holds the assertion: zeroized
+    // when dropped (review L11). chromiumoxide's own copy of the command it sends is beyond
+    // reach; the assertion is single-use and expires in 60 s.
     let script = zeroize::Zeroizing::new(format!(
-        "(() => {{ const f = document.createElement('form'); f.method = 'post'; f.action = {action}; \
+        "(() => {{ if (location.href !== 'about:blank' || self.origin !== 'null'{first}) return false; \
+         const f = document.createElement('form'); f.method = 'post'; f.action = {action}; \
          f.enctype = 'application/x-www-form-urlencoded'; \
          const i = document.createElement('input'); i.type = 'hidden'; i.name = 'assertion'; i.value = {value}; \
          f.appendChild(i); document.body.appendChild(f); f.submit(); return true; }})()",
+        first = if first_document { " || history.length !== 1" } else { "" },
         action = serde_json::to_string(endpoint.as_str()).map_err(|_| JoinError::Signing)?,
         value = serde_json::to_string(assertion.secret()).map_err(|_| JoinError::Signing)?,
     ));
     drop(assertion);
-    page.evaluate(script.as_str()).await.map_err(|e| cdp(&e))?;
+    let submit = EvaluateParams::builder()
+        .expression(script.as_str())
+        .context_id(world)
+        .return_by_value(true)
+        .build()
+        .map_err(JoinError::Cdp);
     drop(script);
+    let submitted = page.execute(submit?).await.map_err(|e| cdp(&e))?;
+    if submitted.result.result.value != Some(serde_json::Value::Bool(true)) {
+        return Err(JoinError::TabMoved);
+    }
     stages.submit = mark.elapsed();
     mark = std::time::Instant::now();
 
@@ -323,6 +374,10 @@ pub enum JoinError {
     /// The assertion could not be signed.
     #[error("the assertion could not be signed")]
     Signing,
+    /// The tab left the blank page the form was to be built in before it was built (another
+    /// caller of the tab navigated it): nothing was posted.
+    #[error("the tab left its blank page before the form was built; nothing was posted")]
+    TabMoved,
     /// The browser did not land on `return_to` in time.
     #[error("the browser did not land on return_to in time")]
     Timeout,

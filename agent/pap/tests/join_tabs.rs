@@ -10,6 +10,7 @@ use crate::support;
 use std::time::Duration;
 
 use chromiumoxide::cdp::browser_protocol::page::{EventFrameNavigated, GetFrameTreeParams, GetNavigationHistoryParams};
+use chromiumoxide::listeners::EventStream;
 use futures_util::StreamExt as _;
 use pap_agent::{JoinTab, join, still_new};
 use pap_browser::chromium::BrowserHost;
@@ -45,16 +46,25 @@ async fn a_join_builds_its_form_at_once_only_in_a_tab_still_new() {
         };
     }
 
-    // A tab just opened: new, and the join lands from it.
+    let landing = operation_page.as_str();
+
+    // A tab just opened: new, and the join lands from its first document, with no navigation
+    // before the landing.
     let page = browser.new_page().await.unwrap();
+    let mut navigated = page.event_listener::<EventFrameNavigated>().await.unwrap();
     assert!(still_new(&page).await.unwrap(), "a tab just opened is new");
     assert_eq!(joined!(JoinTab::New(&page)).status, 200);
+    assert_eq!(navigations_until(&mut navigated, landing).await, [landing]);
     assert!(
         !still_new(&page).await.unwrap(),
         "a tab that landed on the company's page is no longer new"
     );
     // The same tab again, as a used one: sent to a fresh about:blank first, and it lands.
     assert_eq!(joined!(JoinTab::Used(&page)).status, 200);
+    assert_eq!(
+        navigations_until(&mut navigated, landing).await,
+        ["about:blank", landing]
+    );
 
     // A page that replaced itself with about:blank: one entry of history, on about:blank, but
     // of the company's origin, which another window of its could script. Not new: the join
@@ -88,14 +98,38 @@ async fn a_join_builds_its_form_at_once_only_in_a_tab_still_new() {
     }
     assert_eq!(origins[0], origins[1]);
     assert!(still_new(&fresh).await.unwrap());
-    drop(fresh);
+    fresh.close().await.unwrap();
     assert!(
         !still_new(&replaced).await.unwrap(),
         "a blank document a page left behind is not new"
     );
+    // Called with `New`, the join still sends it to a fresh about:blank before the POST.
     assert_eq!(joined!(JoinTab::New(&replaced)).status, 200);
+    assert_eq!(
+        navigations_until(&mut navigated, landing).await,
+        ["about:blank", landing]
+    );
 
     drop((page, replaced, browser));
     host.stop("join-tabs", Duration::from_secs(2)).await.unwrap();
     std::fs::remove_dir_all(&stage.work).unwrap();
+}
+
+/// The URLs the tab's main frame committed, from `events` (seen since the last call), up to
+/// the landing on `landing`.
+async fn navigations_until(events: &mut EventStream<EventFrameNavigated>, landing: &str) -> Vec<String> {
+    let mut urls = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(event) = events.next().await {
+            if event.frame.parent_id.is_none() {
+                urls.push(event.frame.url.clone());
+                if event.frame.url == landing {
+                    return;
+                }
+            }
+        }
+    })
+    .await
+    .expect("the tab landed");
+    urls
 }

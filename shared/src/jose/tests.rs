@@ -52,7 +52,20 @@ fn es256_round_trip_with_raw_signature() {
     raw[10] ^= 1;
     assert!(refused(input, &raw[..63]));
     assert!(refused(input, &[raw.as_slice(), &[0]].concat()));
-    assert!(refused(input, &[0u8; 1025]));
+    assert!(refused(input, &[0u8; 513]));
+}
+
+#[test]
+fn rs256_with_the_longest_key_imported_verifies() {
+    // RSA-4096: its 512-byte signature exactly fills the buffer `verify_with` decodes into.
+    let key = SigningKey::generate_rs256(&SystemRng, 4096, "rsa-4096").unwrap();
+    let jws = key.sign("JWT", &json!({"a": 1})).unwrap();
+    let sig = jws.secret().rsplit('.').next().unwrap();
+    assert_eq!(URL_SAFE_NO_PAD.decode(sig).unwrap().len(), 512);
+    let parsed = UnverifiedJws::parse(jws.secret()).unwrap();
+    let set = set_of(&key);
+    let candidate = set.candidates(Algorithm::Rs256, Some("rsa-4096")).next().unwrap();
+    assert!(parsed.verify_with(Algorithm::Rs256, candidate));
 }
 
 #[test]
