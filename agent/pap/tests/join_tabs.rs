@@ -75,15 +75,7 @@ async fn a_join_builds_its_form_at_once_only_in_a_tab_still_new() {
     for url in [operation_page.as_str(), "about:blank"] {
         let script = format!("location.replace({})", serde_json::to_string(url).unwrap());
         replaced.evaluate(script).await.unwrap();
-        tokio::time::timeout(Duration::from_secs(10), async {
-            while let Some(event) = navigated.next().await {
-                if event.frame.parent_id.is_none() && event.frame.url == url {
-                    return;
-                }
-            }
-        })
-        .await
-        .expect("the tab's page replaced itself");
+        navigations_until(&mut navigated, url).await;
     }
     // What only the document's origin tells apart from a new tab: its history is one blank
     // entry, and DevTools gives its frame the same `securityOrigin` as a new tab's.
@@ -116,7 +108,7 @@ async fn a_join_builds_its_form_at_once_only_in_a_tab_still_new() {
 }
 
 /// The URLs the tab's main frame committed, from `events` (seen since the last call), up to
-/// the landing on `landing`.
+/// the one on `landing`, within 10 s.
 async fn navigations_until(events: &mut EventStream<EventFrameNavigated>, landing: &str) -> Vec<String> {
     let mut urls = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), async {
@@ -130,6 +122,6 @@ async fn navigations_until(events: &mut EventStream<EventFrameNavigated>, landin
         }
     })
     .await
-    .expect("the tab landed");
+    .expect("the tab reached the page");
     urls
 }
