@@ -60,6 +60,20 @@ pub fn write_file(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// An exclusive lock, across processes, on the lock file `path` (made mode 0600 when absent),
+/// held until the returned file is dropped: a caller that reads a file, changes it and writes
+/// it back ([`write_private`]) holds it throughout, so two processes never lose each other's
+/// change. Waits while another holds it.
+pub fn lock_exclusive(path: &Path) -> io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true).truncate(false).write(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let file = options.open(path)?;
+    file.lock()?;
+    Ok(file)
+}
+
 /// Refuses a directory that users other than its owner may write into (without the sticky bit,
 /// which keeps them from renaming or removing what is not theirs).
 fn refuse_shared_dir(dir: &Path) -> io::Result<()> {
@@ -120,6 +134,22 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names.len(), 3, "{names:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_lock_is_held_until_dropped_and_its_file_is_private() {
+        let dir = scratch("lock");
+        let path = dir.join("records.lock");
+        let held = lock_exclusive(&path).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        let other = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        assert!(
+            matches!(other.try_lock(), Err(std::fs::TryLockError::WouldBlock)),
+            "a second holder got the lock"
+        );
+        drop(held);
+        other.try_lock().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

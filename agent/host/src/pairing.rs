@@ -734,14 +734,8 @@ impl Devices {
         Ok(())
     }
 
-    fn lock(&self) -> Result<nix::fcntl::Flock<File>, DevicesError> {
-        let path = self.path.with_extension("lock");
-        let mut options = std::fs::OpenOptions::new();
-        options.create(true).truncate(false).write(true);
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let file = options.open(&path).map_err(|e| self.io(e))?;
-        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, errno)| self.io(std::io::Error::from(errno)))
+    fn lock(&self) -> Result<File, DevicesError> {
+        pap_shared::fs::lock_exclusive(&self.path.with_extension("lock")).map_err(|e| self.io(e))
     }
 
     fn io(&self, source: std::io::Error) -> DevicesError {

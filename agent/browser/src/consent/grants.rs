@@ -23,13 +23,9 @@ impl GrantStore {
 
     /// An exclusive lock on the store, across processes; released when dropped.
     pub(super) fn lock(&self) -> Result<StoreLock, ConsentError> {
-        let mut options = std::fs::OpenOptions::new();
-        options.create(true).truncate(false).write(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let file = options.open(self.dir.join("grants.lock"))?;
-        file.lock()?;
-        Ok(StoreLock(file))
+        Ok(StoreLock(pap_shared::fs::lock_exclusive(
+            &self.dir.join("grants.lock"),
+        )?))
     }
 
     /// Every grant, revoked ones included. A file that does not parse is an error naming its

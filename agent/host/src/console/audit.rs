@@ -111,12 +111,8 @@ impl Audit {
     }
 }
 
-fn lock(path: &Path) -> std::io::Result<nix::fcntl::Flock<File>> {
-    let mut options = std::fs::OpenOptions::new();
-    options.create(true).truncate(false).write(true);
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let file = options.open(path.with_extension("lock"))?;
-    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, errno)| std::io::Error::from(errno))
+fn lock(path: &Path) -> std::io::Result<File> {
+    pap_shared::fs::lock_exclusive(&path.with_extension("lock"))
 }
 
 /// The origin of `url` (`https://shop.example:8443`), for `http` and `https` URLs only: never
