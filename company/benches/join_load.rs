@@ -16,7 +16,8 @@
 //! Beside each level: the CPU this process spent per join (client and server together, from
 //! `/proc/self/stat`); the server's alone (the server runs on a runtime of its own, and the CPU
 //! of its threads is read from `/proc/self/task/TID/stat`: accepting, TLS, HTTP, the route, the
-//! stores' clients) and in raw ES256 verifies (issue 42's goal: at most 1.4 at concurrency 1,
+//! stores' clients), the part of it spent in the kernel (`stime`: system calls, and on loopback
+//! the TCP stack's work for the packets the server sends), and in raw ES256 verifies (issue 42's goal: at most 1.4 at concurrency 1,
 //! 1.25 at 8 and 32), one raw verify timed at the start of the run on this machine (aws-lc,
 //! the key parsed once, as `openssl speed` times it); and over Redis the commands Redis ran per join (`INFO stats`: the ones
 //! its scripts ran count too), Redis's own CPU per join (`INFO cpu`) and the time Redis spent
@@ -101,23 +102,54 @@ static RAW_VERIFY_US: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
 /// The `stat` file of every thread the server's runtime started.
 static SERVER_THREADS: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
 
-/// CPU time the server's threads have used (user and system), in clock ticks of 10 ms: a
-/// thread that ended is no longer counted, and the runtime's workers live for the whole run.
-fn server_cpu() -> Duration {
+/// CPU time the server's threads have used, in clock ticks of 10 ms: a thread that ended is no
+/// longer counted, and the runtime's workers live for the whole run.
+fn server_cpu() -> Cpu {
     let threads = SERVER_THREADS.lock().unwrap();
     threads
         .iter()
         .filter_map(|stat| std::fs::read_to_string(stat).ok())
         .map(|stat| cpu_ticks(&stat))
-        .sum()
+        .fold(Cpu::default(), |sum, thread| Cpu {
+            user: sum.user + thread.user,
+            system: sum.system + thread.system,
+        })
 }
 
-/// `utime` plus `stime` of a `/proc/…/stat` line.
-fn cpu_ticks(stat: &str) -> Duration {
+/// CPU time spent in user space and in the kernel (system calls, and on loopback the TCP
+/// stack's work for the packets a thread sends).
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    user: Duration,
+    system: Duration,
+}
+
+impl Cpu {
+    fn total(self) -> Duration {
+        self.user + self.system
+    }
+}
+
+impl std::ops::Sub for Cpu {
+    type Output = Self;
+
+    fn sub(self, earlier: Self) -> Self {
+        Self {
+            user: self.user - earlier.user,
+            system: self.system - earlier.system,
+        }
+    }
+}
+
+/// `utime` and `stime` of a `/proc/…/stat` line.
+fn cpu_ticks(stat: &str) -> Cpu {
     // The fields after the command name (which may hold spaces) start after its `)`.
     let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    Duration::from_millis(ticks * 10)
+    let ticks = |field: usize| Duration::from_millis(fields[field].parse::<u64>().unwrap() * 10);
+    Cpu {
+        user: ticks(11),
+        system: ticks(12),
+    }
 }
 
 /// One raw ES256 verification of the world's assertion, with the key parsed once: what a
@@ -172,6 +204,8 @@ struct Level {
     cpu_us: f64,
     /// The server's threads' CPU per join, µs.
     server_cpu_us: f64,
+    /// The part of it spent in the kernel, µs.
+    server_system_us: f64,
     /// Over Redis: what Redis did for the level's joins.
     redis: Option<RedisLevel>,
 }
@@ -539,7 +573,8 @@ async fn levels(
         let (rate, p50, p99) = load(client, assertions, concurrency).await;
         let per_join = |spent: Duration| spent.as_secs_f64() * 1e6 / joins as f64;
         let cpu_us = per_join(process_cpu() - cpu_before);
-        let server_cpu_us = per_join(server_cpu() - server_before);
+        let server = server_cpu() - server_before;
+        let (server_cpu_us, server_system_us) = (per_join(server.total()), per_join(server.system));
         let redis = match (redis, redis_before) {
             (Some(meter), Some(before)) => {
                 let after = meter.read().await;
@@ -567,6 +602,7 @@ async fn levels(
             p99,
             cpu_us,
             server_cpu_us,
+            server_system_us,
             redis,
         });
     }
@@ -576,13 +612,14 @@ async fn levels(
 fn print_figures(store: &str, figures: &Figures, against: Option<&Figures>) {
     println!("{store}:");
     println!(
-        "{:>11} {:>10} {:>10} {:>10} {:>14} {:>17} {:>19} {:>20} {:>18} {:>17}",
+        "{:>11} {:>10} {:>10} {:>10} {:>14} {:>17} {:>16} {:>19} {:>20} {:>18} {:>17}",
         "concurrency",
         "joins/s",
         "p50 ms",
         "p99 ms",
         "CPU µs/join",
         "server µs/join",
+        "of it in kernel",
         "server/raw verify",
         "Redis cmds run/join",
         "Redis CPU µs/join",
@@ -605,13 +642,14 @@ fn print_figures(store: &str, figures: &Figures, against: Option<&Figures>) {
             })
             .unwrap_or_else(|| ("-".into(), "-".into(), "-".into()));
         println!(
-            "{:>11} {:>10.0} {:>10.2} {:>10.2} {:>14.1} {:>17.1} {:>18.2}x {commands:>20} {redis_cpu:>18} {script:>17}{share}",
+            "{:>11} {:>10.0} {:>10.2} {:>10.2} {:>14.1} {:>17.1} {:>16.1} {:>18.2}x {commands:>20} {redis_cpu:>18} {script:>17}{share}",
             level.concurrency,
             level.rate,
             millis(level.p50),
             millis(level.p99),
             level.cpu_us,
             level.server_cpu_us,
+            level.server_system_us,
             level.server_cpu_us / RAW_VERIFY_US.get().copied().unwrap_or(f64::NAN),
         );
         if let Some(each) = level
@@ -629,7 +667,7 @@ fn print_figures(store: &str, figures: &Figures, against: Option<&Figures>) {
 /// CPU time this process has used (user and system, every thread): `/proc/self/stat`'s
 /// `utime` and `stime`, in clock ticks of 10 ms.
 fn process_cpu() -> Duration {
-    cpu_ticks(&std::fs::read_to_string("/proc/self/stat").unwrap())
+    cpu_ticks(&std::fs::read_to_string("/proc/self/stat").unwrap()).total()
 }
 
 /// Reads the count of commands run and the CPU seconds of every Redis server (each primary
