@@ -663,11 +663,28 @@ async fn the_idle_reaper_closes_idle_targets_and_never_a_keep_alive_one() {
         .as_str()
         .unwrap()
         .to_owned();
+    let observer = host.attach("reap").await.unwrap().new_page().await.unwrap();
+    let ahead = tools
+        .open_ahead(&pap_browser::spec::AgentCaller::local(), "about:blank")
+        .await
+        .unwrap()
+        .await
+        .unwrap()
+        .unwrap();
     let now = tokio::time::Instant::now();
     // Not idle long enough yet: nothing goes.
     assert_eq!(tools.reap_idle(now + Duration::from_secs(30)).await, 0);
-    // A minute idle: the plain target goes, the keepAlive one stays (L11).
+    assert!(browser_targets(&observer).await.contains(ahead.inner()));
+    // A minute idle: the plain target goes, the keepAlive one stays (L11), and so does a tab
+    // opened ahead that no tab took.
     assert_eq!(tools.reap_idle(now + Duration::from_secs(61)).await, 1);
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while browser_targets(&observer).await.contains(ahead.inner()) {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the idle reaper left the tab opened ahead");
     let gone = err(tools
         .call("browser.evaluate", &json!({"target": idle, "expression": "1"}))
         .await);
@@ -939,5 +956,84 @@ async fn a_download_past_100_mib_is_canceled_whether_or_not_it_says_its_size() {
     assert_eq!(held.len(), 1, "the canceled downloads were left: {held:?}");
     assert_eq!(held[0].1, 10, "{held:?}");
     served.host.stop("big-downloads", Duration::from_secs(2)).await.unwrap();
+    let _ = std::fs::remove_dir_all(&served.state);
+}
+
+/// The ids of the browser's targets now, asked of the browser itself (through `observer`, a
+/// tab of the test's own).
+async fn browser_targets(observer: &chromiumoxide::Page) -> Vec<String> {
+    observer
+        .execute(GetTargetsParams::default())
+        .await
+        .unwrap()
+        .result
+        .target_infos
+        .into_iter()
+        .map(|target| target.target_id.inner().clone())
+        .collect()
+}
+
+/// Issue 42: a tab opened ahead (what the tools' join leaves for the next join) serves the next
+/// tab opened in its context, and only there: it is listed to no one while it waits, and a tab
+/// of another context (another device's) gets a tab of its own while the one ahead is closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
+async fn a_tab_opened_ahead_serves_the_next_tab_of_its_context_only() {
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::get(|| async { axum::response::Html("<p>shop</p>") }),
+    );
+    let served = serve_and_open(app, "ahead").await;
+    let (a, b) = (
+        pap_browser::spec::AgentCaller::paired("dev_A"),
+        pap_browser::spec::AgentCaller::paired("dev_B"),
+    );
+    let url = format!("{}/", served.base);
+    let opened_ahead = || async {
+        served
+            .tools
+            .open_ahead(&a, &url)
+            .await
+            .unwrap()
+            .await
+            .unwrap()
+            .expect("the browser opened a tab ahead")
+    };
+
+    let observer = served.host.attach("ahead").await.unwrap().new_page().await.unwrap();
+    let ahead = opened_ahead().await;
+    assert!(browser_targets(&observer).await.contains(ahead.inner()));
+    let listed = ok(served
+        .tools
+        .call_as(&a, "browser.tabs", &json!({"action": "list"}))
+        .await);
+    assert_eq!(listed["targets"], json!([]), "the tab ahead is listed to its device");
+    let (_, page) = served.tools.open_tab(&a, &url).await.unwrap();
+    assert_eq!(
+        page.target_id(),
+        &ahead,
+        "the next tab of the context is not the one opened ahead"
+    );
+    let listed = ok(served
+        .tools
+        .call_as(&a, "browser.tabs", &json!({"action": "list"}))
+        .await);
+    assert_eq!(listed["targets"].as_array().unwrap().len(), 1);
+
+    // Opened ahead in A's context, it does not serve B's tab; it is closed instead, and A's
+    // next tab is a new one.
+    let ahead = opened_ahead().await;
+    let (_, page) = served.tools.open_tab(&b, &url).await.unwrap();
+    assert_ne!(page.target_id(), &ahead, "a tab of A's context served B");
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while browser_targets(&observer).await.contains(ahead.inner()) {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the tab ahead of another context was not closed");
+    let (_, page) = served.tools.open_tab(&a, &url).await.unwrap();
+    assert_ne!(page.target_id(), &ahead);
+    served.host.stop("ahead", Duration::from_secs(2)).await.unwrap();
     let _ = std::fs::remove_dir_all(&served.state);
 }

@@ -7,7 +7,9 @@
 //! - in a new tab treated as used, as the tools ran it before [`JoinTab::New`]: the tab opened,
 //!   then sent to another `about:blank`;
 //! - in the tab the previous join landed in ([`JoinTab::Used`]): the join first leaves the
-//!   company's page for a fresh `about:blank`.
+//!   company's page for a fresh `about:blank`;
+//! - in a tab opened ahead, before the clock starts, as the tools' join leaves one for the next
+//!   join of its context (`ToolHost::open_ahead`): the join alone ([`JoinTab::New`]).
 //!
 //! Run with `cargo bench -p pap-agent --bench join_timing` (optionally `-- RUNS`, default 20).
 //! Prints p50, min and max of each, and of each stage.
@@ -79,6 +81,7 @@ async fn run(runs: usize) {
     let (mut warm, mut stages) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
     let (mut fresh, mut fresh_stages, mut opened) = (Vec::new(), Vec::new(), Vec::new());
     let (mut renewed, mut renewed_stages) = (Vec::new(), Vec::new());
+    let (mut ahead, mut ahead_stages) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         let started = Instant::now();
         let tab = browser.new_page().await.unwrap();
@@ -97,6 +100,13 @@ async fn run(runs: usize) {
         let started = Instant::now();
         stages.push(joined!(JoinTab::Used(&page)));
         warm.push(started.elapsed());
+
+        // A tab opened ahead: opened before the clock starts.
+        let tab = browser.new_page().await.unwrap();
+        let started = Instant::now();
+        ahead_stages.push(joined!(JoinTab::New(&tab)));
+        ahead.push(started.elapsed());
+        tab.close().await.unwrap();
     }
     drop((page, browser));
     host.stop("warm", Duration::from_secs(2)).await.unwrap();
@@ -122,6 +132,11 @@ async fn run(runs: usize) {
         &mut warm,
     );
     print_stages(&stages, "about:blank in the tab");
+    report(
+        "warm join in a tab opened ahead (as the tools' next join in a context): sign, form POST, 303, landed page loaded",
+        &mut ahead,
+    );
+    print_stages(&ahead_stages, "the tab still new (asked of the browser)");
     std::fs::remove_dir_all(&stage.work).unwrap();
 }
 

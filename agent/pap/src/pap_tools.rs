@@ -613,9 +613,8 @@ impl PapTools {
             .consent()
             .permit_join(&Caller::Agent(caller.clone()), company.domain.as_str())
             .map_err(|e| e.to_tool_error())?;
-        let (target, page) = tools
-            .open_tab(caller, &format!("https://{}/", company.domain.as_str()))
-            .await?;
+        let company_root = format!("https://{}/", company.domain.as_str());
+        let (target, page) = tools.open_tab(caller, &company_root).await?;
         let outcome =
             join(
                 &self.client,
@@ -637,6 +636,9 @@ impl PapTools {
                     .with_cause(json!({ "status": status })),
                 _ => internal(&e.to_string()),
             })?;
+        // The next join here takes a tab opened meanwhile (issue 42). Best effort: a browser
+        // that cannot open it now leaves the next join to open its own.
+        let _ahead = tools.open_ahead(caller, &company_root).await;
         Ok(json!({ "target": target, "url": outcome.landed.as_str(), "status": outcome.status }))
     }
 
