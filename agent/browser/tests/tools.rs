@@ -663,28 +663,11 @@ async fn the_idle_reaper_closes_idle_targets_and_never_a_keep_alive_one() {
         .as_str()
         .unwrap()
         .to_owned();
-    let observer = host.attach("reap").await.unwrap().new_page().await.unwrap();
-    let ahead = tools
-        .open_ahead(&pap_browser::spec::AgentCaller::local(), "about:blank")
-        .await
-        .unwrap()
-        .await
-        .unwrap()
-        .unwrap();
     let now = tokio::time::Instant::now();
     // Not idle long enough yet: nothing goes.
     assert_eq!(tools.reap_idle(now + Duration::from_secs(30)).await, 0);
-    assert!(browser_targets(&observer).await.contains(ahead.inner()));
-    // A minute idle: the plain target goes, the keepAlive one stays (L11), and so does a tab
-    // opened ahead that no tab took.
+    // A minute idle: the plain target goes, the keepAlive one stays (L11).
     assert_eq!(tools.reap_idle(now + Duration::from_secs(61)).await, 1);
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while browser_targets(&observer).await.contains(ahead.inner()) {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .expect("the idle reaper left the tab opened ahead");
     let gone = err(tools
         .call("browser.evaluate", &json!({"target": idle, "expression": "1"}))
         .await);
@@ -693,6 +676,34 @@ async fn the_idle_reaper_closes_idle_targets_and_never_a_keep_alive_one() {
         .call("browser.evaluate", &json!({"target": kept, "expression": "1"}))
         .await);
     assert_eq!(tools.reap_idle(now + Duration::from_secs(86_400)).await, 0);
+
+    // A tab opened ahead that no tab took goes with the idle targets, not before.
+    let local = pap_browser::spec::AgentCaller::local();
+    let observer = host.attach("reap").await.unwrap().new_page().await.unwrap();
+    let opened_ahead = || async {
+        tools
+            .open_ahead(&local, "about:blank")
+            .await
+            .unwrap()
+            .expect("a provider with multiTarget opens a tab ahead")
+            .await
+            .expect("the browser opened a tab ahead")
+    };
+    let ahead = opened_ahead().await;
+    tools
+        .reap_idle(tokio::time::Instant::now() + Duration::from_secs(30))
+        .await;
+    let (_, page) = tools.open_tab(&local, "about:blank").await.unwrap();
+    assert_eq!(
+        page.target_id(),
+        &ahead,
+        "the idle reaper took the tab ahead before its time"
+    );
+    let ahead = opened_ahead().await;
+    tools
+        .reap_idle(tokio::time::Instant::now() + Duration::from_secs(61))
+        .await;
+    gone_from(&observer, &ahead).await;
     // The shipped manifest names no idleReapMs: its host reaps nothing, ever.
     let plain = ToolHost::new(
         manifest(),
@@ -973,9 +984,23 @@ async fn browser_targets(observer: &chromiumoxide::Page) -> Vec<String> {
         .collect()
 }
 
+/// Waits (10 s at most) until `target` is gone from the browser's targets.
+async fn gone_from(observer: &chromiumoxide::Page, target: &chromiumoxide::cdp::browser_protocol::target::TargetId) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        while browser_targets(observer).await.contains(target.inner()) {
+            tick.tick().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{} was not closed", target.inner()));
+}
+
 /// Issue 42: a tab opened ahead (what the tools' join leaves for the next join) serves the next
-/// tab opened in its context, and only there: it is listed to no one while it waits, and a tab
-/// of another context (another device's) gets a tab of its own while the one ahead is closed.
+/// tab opened in its context, and only there: it opens behind the tab in front, is listed to no
+/// one while it waits, comes to the front when taken, and a tab of another device's context
+/// (each paired device has its own, this provider taking material) gets a tab of its own while
+/// the one ahead is closed. No tab is opened ahead into a context that is not there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Chromium; .ci/run runs it"]
 async fn a_tab_opened_ahead_serves_the_next_tab_of_its_context_only() {
@@ -995,45 +1020,63 @@ async fn a_tab_opened_ahead_serves_the_next_tab_of_its_context_only() {
             .open_ahead(&a, &url)
             .await
             .unwrap()
+            .expect("a provider with multiTarget opens a tab ahead into a context that is there")
             .await
-            .unwrap()
             .expect("the browser opened a tab ahead")
     };
+    let visibility = |target: String| {
+        let (tools, a) = (served.tools.clone(), a.clone());
+        async move {
+            ok(tools
+                .call_as(
+                    &a,
+                    "browser.evaluate",
+                    &json!({"target": target, "expression": "document.visibilityState"}),
+                )
+                .await)["value"]
+                .clone()
+        }
+    };
+    let listed = || async {
+        ok(served
+            .tools
+            .call_as(&a, "browser.tabs", &json!({"action": "list"}))
+            .await)["targets"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
 
+    // No context of A's yet: nothing opens ahead.
+    assert!(served.tools.open_ahead(&a, &url).await.unwrap().is_none());
+    let front = ok(served.tools.call_as(&a, "browser.navigate", &json!({"url": url})).await)["target"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let observer = served.host.attach("ahead").await.unwrap().new_page().await.unwrap();
     let ahead = opened_ahead().await;
     assert!(browser_targets(&observer).await.contains(ahead.inner()));
-    let listed = ok(served
-        .tools
-        .call_as(&a, "browser.tabs", &json!({"action": "list"}))
-        .await);
-    assert_eq!(listed["targets"], json!([]), "the tab ahead is listed to its device");
-    let (_, page) = served.tools.open_tab(&a, &url).await.unwrap();
+    assert_eq!(
+        visibility(front.clone()).await,
+        "visible",
+        "the tab ahead took the front"
+    );
+    assert_eq!(listed().await, 1, "the tab ahead is listed to its device");
+    let (taken, page) = served.tools.open_tab(&a, &url).await.unwrap();
     assert_eq!(
         page.target_id(),
         &ahead,
         "the next tab of the context is not the one opened ahead"
     );
-    let listed = ok(served
-        .tools
-        .call_as(&a, "browser.tabs", &json!({"action": "list"}))
-        .await);
-    assert_eq!(listed["targets"].as_array().unwrap().len(), 1);
+    assert_eq!(listed().await, 2);
+    assert_eq!(visibility(taken).await, "visible", "the tab taken stayed behind");
 
-    // Opened ahead in A's context, it does not serve B's tab; it is closed instead, and A's
-    // next tab is a new one.
+    // Opened ahead in A's context, it does not serve B's tab: it is closed instead.
     let ahead = opened_ahead().await;
+    assert_eq!(visibility(front).await, "hidden", "the tab taken is not in front");
     let (_, page) = served.tools.open_tab(&b, &url).await.unwrap();
     assert_ne!(page.target_id(), &ahead, "a tab of A's context served B");
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while browser_targets(&observer).await.contains(ahead.inner()) {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .expect("the tab ahead of another context was not closed");
-    let (_, page) = served.tools.open_tab(&a, &url).await.unwrap();
-    assert_ne!(page.target_id(), &ahead);
+    gone_from(&observer, &ahead).await;
     served.host.stop("ahead", Duration::from_secs(2)).await.unwrap();
     let _ = std::fs::remove_dir_all(&served.state);
 }

@@ -76,6 +76,9 @@ async fn a_join_builds_its_form_at_once_only_in_a_tab_still_new() {
         let script = format!("location.replace({})", serde_json::to_string(url).unwrap());
         replaced.evaluate(script).await.unwrap();
         navigations_until(&mut navigated, url).await;
+        // Committed is not yet loaded: until then DevTools may answer "Not attached to an
+        // active page" while it moves the tab's session to the new document.
+        replaced.wait_for_navigation().await.unwrap();
     }
     // What only the document's origin tells apart from a new tab: its history is one blank
     // entry, and DevTools gives its frame the same `securityOrigin` as a new tab's.

@@ -567,9 +567,20 @@ impl ControlledBrowser {
 
     /// A new tab, on `about:blank`, in `context` (the default one without).
     pub async fn new_page_in(&self, context: Option<&ContextId>) -> Result<Page, BrowserError> {
+        self.open_page(context, false).await
+    }
+
+    /// [`Self::new_page_in`], opened behind the tab in front, which stays in front (and
+    /// visible to its page): a tab opened ahead of its use.
+    pub async fn new_background_page_in(&self, context: Option<&ContextId>) -> Result<Page, BrowserError> {
+        self.open_page(context, true).await
+    }
+
+    async fn open_page(&self, context: Option<&ContextId>, background: bool) -> Result<Page, BrowserError> {
         use chromiumoxide::cdp::browser_protocol::target::CreateTargetParams;
         let mut params = CreateTargetParams::new("about:blank");
         params.browser_context_id = context.map(|c| c.0.clone());
+        params.background = background.then_some(true);
         self.browser.new_page(params).await.map_err(BrowserError::cdp)
     }
 

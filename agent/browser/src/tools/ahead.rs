@@ -4,20 +4,25 @@
 //! background ([`super::ToolHost::open_ahead`]); the next tab opened in the same context, in
 //! the same boot, takes it instead of waiting for a new one.
 //!
-//! At most one tab waits at a time, on the `about:blank` every new tab starts with. It is listed
-//! nowhere (no target id, no device's tab count) and nothing is sent to it, so a join taken into
-//! it still finds it new (`pap_agent::still_new` checks, whatever this module promises). It
-//! holds no material of its own: it lives in a context that does, and ends with that context
-//! (a revoke, a device's end) or with the browser. The cost is one idle tab and its renderer.
+//! At most one tab waits at a time, on the `about:blank` every new tab starts with, opened behind
+//! the tab in front (which keeps the front, and its page stays visible). It is listed nowhere (no
+//! target id, no device's tab count) and nothing is sent to it, so a join taken into it still
+//! finds it new (`pap_agent::still_new` checks, whatever this module promises). It holds no
+//! material of its own: it lives in a context that does, and ends with that context (a revoke, a
+//! device's end) or with the browser; one no tab took is closed after [`WAITS`], or sooner by
+//! the idle reaper. The cost is one idle tab and its renderer (9 to 13 MiB here).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use chromiumoxide::Page;
 use chromiumoxide::cdp::browser_protocol::target::TargetId;
-use tokio::task::JoinHandle;
+use tokio::sync::oneshot;
 use tokio::time::{Duration, Instant};
 
 use crate::chromium::{ContextId, ControlledBrowser};
+
+/// How long a tab opened ahead waits for a tab to take it before it is closed.
+pub(super) const WAITS: Duration = Duration::from_secs(120);
 
 /// The slot of the tab opened ahead.
 #[derive(Clone, Default)]
@@ -45,17 +50,21 @@ impl Ahead {
     }
 
     /// Opens a tab in `context` of `browser` (boot `boot_id`) in the background and puts it in
-    /// the slot, closing the one it replaces. The task answers the tab's target id, or `None`
-    /// when the browser could not open it (the context ended meanwhile, the browser stopped).
+    /// the slot, closing the one it replaces; after [`WAITS`] it is closed if still there. The
+    /// receiver hears the tab's target id once the tab waits in the slot, and nothing when the
+    /// browser could not open it (the context ended meanwhile, the browser stopped).
     pub(super) fn open(
         &self,
         browser: Arc<ControlledBrowser>,
         boot_id: u64,
         context: Option<ContextId>,
-    ) -> JoinHandle<Option<TargetId>> {
+    ) -> oneshot::Receiver<TargetId> {
         let ahead = self.clone();
+        let (opened, heard) = oneshot::channel();
         tokio::spawn(async move {
-            let page = browser.new_page_in(context.as_ref()).await.ok()?;
+            let Ok(page) = browser.new_background_page_in(context.as_ref()).await else {
+                return;
+            };
             drop(browser);
             let target = page.target_id().clone();
             let waiting = Waiting {
@@ -67,8 +76,16 @@ impl Ahead {
             if let Some(replaced) = ahead.slot().replace(waiting) {
                 close_later(replaced.page);
             }
-            Some(target)
-        })
+            let _ = opened.send(target.clone());
+            tokio::time::sleep(WAITS).await;
+            let mut slot = ahead.slot();
+            if slot.as_ref().is_some_and(|waiting| waiting.page.target_id() == &target)
+                && let Some(waiting) = slot.take()
+            {
+                close_later(waiting.page);
+            }
+        });
+        heard
     }
 
     /// Closes the tab opened ahead once it has waited `idle` at `now` (the idle reaper's

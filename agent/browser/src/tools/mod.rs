@@ -519,7 +519,19 @@ impl ToolHost {
         let browser = self.browser().await?;
         let jar = self.jar_for(caller, url)?;
         let context = self.context_of(&browser, caller, &jar).await?;
-        let page = match self.ahead.take(boot_id, context.as_ref()) {
+        // A tab opened ahead in this context comes to the front, as a new tab opens; one that
+        // cannot (its renderer gone) is closed, and a new tab opened instead.
+        let ahead = match self.ahead.take(boot_id, context.as_ref()) {
+            Some(page) => match page.bring_to_front().await {
+                Ok(_) => Some(page),
+                Err(_) => {
+                    let _ = page.close().await;
+                    None
+                }
+            },
+            None => None,
+        };
+        let page = match ahead {
             Some(page) => page,
             None => browser
                 .new_page_in(context.as_ref())
@@ -712,24 +724,35 @@ impl ToolHost {
         self.open_target(caller, boot_id, false, Some(url)).await
     }
 
-    /// Opens a tab in the background for the next tab `caller` opens for `url` (the context
+    /// Opens a tab in the background for the next tab `caller` opens for `url` (in the context
     /// `url` is opened in for `caller`), which that tab then takes instead of waiting for a new
     /// one ([`ahead`], issue 42: about 100 ms of a join in a new tab). The tools' join calls it
-    /// once its join has landed. At most one tab waits: this one replaces any other. The task
-    /// answers the new tab's target id (`None`: the browser could not open it); dropping it
-    /// leaves the tab to open.
+    /// once its join has landed. At most one tab waits: this one replaces any other.
+    ///
+    /// Only into a context that is there now: one that ended (a device unpaired meanwhile, a
+    /// grant revoked) is never made again for a tab nobody asked for. Nothing opens without
+    /// `multiTarget` either: such a provider keeps to one tab. `None` then; otherwise the
+    /// receiver hears the tab's target id once it waits (dropping it changes nothing).
     pub async fn open_ahead(
         &self,
         caller: &AgentCaller,
         url: &str,
-    ) -> Result<tokio::task::JoinHandle<Option<chromiumoxide::cdp::browser_protocol::target::TargetId>>, ToolError>
+    ) -> Result<Option<tokio::sync::oneshot::Receiver<chromiumoxide::cdp::browser_protocol::target::TargetId>>, ToolError>
     {
         self.may_go(url)?;
+        if !self.manifest.browser.capabilities.has(Capability::MultiTarget) {
+            return Ok(None);
+        }
         let boot_id = self.ready().await?;
         let browser = self.browser().await?;
-        let jar = self.jar_for(caller, Some(url))?;
-        let context = self.context_of(&browser, caller, &jar).await?;
-        Ok(self.ahead.open(browser, boot_id, context))
+        let context = match self.jar_for(caller, Some(url))? {
+            Jar::Default => None,
+            jar => match self.contexts.lock().await.by_jar.get(&jar) {
+                Some(context) => Some(context.clone()),
+                None => return Ok(None),
+            },
+        };
+        Ok(Some(self.ahead.open(browser, boot_id, context)))
     }
 
     /// Ends everything of the paired device `device_id` in this browser: its tabs and its
