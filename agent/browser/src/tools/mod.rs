@@ -726,12 +726,13 @@ impl ToolHost {
 
     /// Opens a tab in the background for the next tab `caller` opens for `url` (in the context
     /// `url` is opened in for `caller`), which that tab then takes instead of waiting for a new
-    /// one ([`ahead`], issue 42: about 100 ms of a join in a new tab). The tools' join calls it
+    /// one (`tools/ahead.rs`, issue 42: about 100 ms of a join in a new tab). The tools' join calls it
     /// once its join has landed. At most one tab waits: this one replaces any other.
     ///
     /// Only into a context that is there now: one that ended (a device unpaired meanwhile, a
     /// grant revoked) is never made again for a tab nobody asked for. Nothing opens without
-    /// `multiTarget` either: such a provider keeps to one tab. `None` then; otherwise the
+    /// `multiTarget` either: such a provider keeps to one tab, nor while the browser is not
+    /// healthy. `None` then; otherwise the
     /// receiver hears the tab's target id once it waits (dropping it changes nothing).
     pub async fn open_ahead(
         &self,
@@ -743,7 +744,13 @@ impl ToolHost {
         if !self.manifest.browser.capabilities.has(Capability::MultiTarget) {
             return Ok(None);
         }
-        let boot_id = self.ready().await?;
+        // Never waits for the browser: one that is not healthy now (relaunching after a crash)
+        // gets no tab ahead, and the join that calls this answers at once.
+        let health = self.host.health(self.instance.as_str());
+        if health.state != crate::spec::InstanceState::Healthy {
+            return Ok(None);
+        }
+        let boot_id = health.boot_id;
         let browser = self.browser().await?;
         let context = match self.jar_for(caller, Some(url))? {
             Jar::Default => None,
