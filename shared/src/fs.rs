@@ -6,6 +6,9 @@
 //! (which follows no link) under a random name, mode 0600, `fsync`ed, then renamed over the
 //! target (a rename replaces a link at the target, never writes through it). A directory that
 //! others may write into is refused: they could swap names under the writer (review N16).
+//!
+//! A store that reads a file, changes it and writes it back holds [`lock_exclusive`] on a lock
+//! file beside it throughout, so two processes never lose each other's change.
 
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
