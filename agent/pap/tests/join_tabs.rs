@@ -78,7 +78,10 @@ async fn a_join_builds_its_form_at_once_only_in_a_tab_still_new() {
         navigations_until(&mut navigated, url).await;
         // Committed is not yet loaded: until then DevTools may answer "Not attached to an
         // active page" while it moves the tab's session to the new document.
-        replaced.wait_for_navigation().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), replaced.wait_for_navigation())
+            .await
+            .expect("the page the tab replaced itself with did not load in 10 s")
+            .unwrap();
     }
     // What only the document's origin tells apart from a new tab: its history is one blank
     // entry, and DevTools gives its frame the same `securityOrigin` as a new tab's.

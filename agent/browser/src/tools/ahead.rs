@@ -90,7 +90,7 @@ impl Ahead {
 
     /// Closes the tab opened ahead once it has waited `idle` at `now` (the idle reaper's
     /// threshold, L11): an idle browser keeps no tab for a join that does not come.
-    pub(super) fn reap(&self, now: Instant, idle: Duration) -> bool {
+    pub(super) fn reap(&self, now: Instant, idle: Duration) {
         let mut slot = self.slot();
         if slot
             .as_ref()
@@ -98,9 +98,7 @@ impl Ahead {
             && let Some(waiting) = slot.take()
         {
             close_later(waiting.page);
-            return true;
         }
-        false
     }
 
     fn slot(&self) -> std::sync::MutexGuard<'_, Option<Waiting>> {
