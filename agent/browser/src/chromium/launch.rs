@@ -203,10 +203,12 @@ impl ControlledBrowser {
         progress(STEP_DEVTOOLS_BOUND);
         let (ws, closed) = pipe::bridge(pipe, &SystemRng).await?;
         let (browser, handler) = connect_cdp(ws).await?;
+        progress("installing the request guard");
         let browser = Arc::new(browser);
         let ready = async {
             let guard =
                 RequestGuard::install(browser.clone(), config.navigation.clone(), config.persons.clone()).await?;
+            progress("serving the control socket");
             let control = ControlSocket::serve(
                 control::socket_path(user_data_dir),
                 browser.clone(),
