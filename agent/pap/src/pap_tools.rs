@@ -615,27 +615,18 @@ impl PapTools {
             .map_err(|e| e.to_tool_error())?;
         let company_root = format!("https://{}/", company.domain.as_str());
         let (target, page) = tools.open_tab(caller, &company_root).await?;
-        let outcome =
-            join(
-                &self.client,
-                &company,
-                session,
-                &return_to,
-                JoinTab::New(&page),
-                &permit,
-                tools.persons(),
-                JOIN_DEADLINE,
-            )
-            .await
-            .map_err(|e| match &e {
-                JoinError::Timeout => ToolError::new(ToolErrorCode::Timeout, e.to_string()),
-                JoinError::ConsentRequired(domain) => ToolError::new(ToolErrorCode::ConsentRequired, e.to_string())
-                    .with_cause(json!({ "domain": domain })),
-                JoinError::ForeignReturnTo => ToolError::new(ToolErrorCode::InputInvalid, e.to_string()),
-                JoinError::Refused(status) => ToolError::new(ToolErrorCode::PermissionDenied, e.to_string())
-                    .with_cause(json!({ "status": status })),
-                _ => internal(&e.to_string()),
-            })?;
+        let outcome = join(
+            &self.client,
+            &company,
+            session,
+            &return_to,
+            JoinTab::New(&page),
+            &permit,
+            tools.persons(),
+            JOIN_DEADLINE,
+        )
+        .await
+        .map_err(|e| join_error(&e))?;
         // The next join here takes a tab opened meanwhile (issue 42). Best effort: a browser
         // that cannot open it now leaves the next join to open its own.
         let _ahead = tools.open_ahead(caller, &company_root).await;
@@ -744,6 +735,26 @@ fn internal(what: &str) -> ToolError {
     ToolError::new(ToolErrorCode::Internal, what.to_owned())
 }
 
+/// A failed join as a tool error. A tab moved under the join (another caller navigated it
+/// before the form was built) posted nothing: `internal`, since no AIP-14 code names it, and
+/// retryable, since the next join opens a tab of its own.
+fn join_error(error: &JoinError) -> ToolError {
+    match error {
+        JoinError::Timeout => ToolError::new(ToolErrorCode::Timeout, error.to_string()),
+        JoinError::ConsentRequired(domain) => {
+            ToolError::new(ToolErrorCode::ConsentRequired, error.to_string()).with_cause(json!({ "domain": domain }))
+        }
+        JoinError::ForeignReturnTo => ToolError::new(ToolErrorCode::InputInvalid, error.to_string()),
+        JoinError::Refused(status) => {
+            ToolError::new(ToolErrorCode::PermissionDenied, error.to_string()).with_cause(json!({ "status": status }))
+        }
+        JoinError::TabMoved => internal(&error.to_string())
+            .retryable()
+            .with_cause(json!({ "reason": "tab_moved" })),
+        _ => internal(&error.to_string()),
+    }
+}
+
 /// A PAP client error as a tool error: the company's refusal is `permission_denied` with its
 /// status and OAuth error code; a transport failure is retryable.
 fn pap_error(error: &ClientError) -> ToolError {
@@ -762,6 +773,21 @@ fn pap_error(error: &ClientError) -> ToolError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_join_whose_tab_moved_is_retryable_and_no_other_internal_failure_is() {
+        let json = |error: &JoinError| serde_json::to_value(join_error(error)).expect("a tool error serialises");
+        let moved = json(&JoinError::TabMoved);
+        assert_eq!(moved["code"], "internal", "{moved}");
+        assert_eq!(moved["retryable"], true, "{moved}");
+        assert_eq!(moved["cause"]["reason"], "tab_moved", "{moved}");
+        let signing = json(&JoinError::Signing);
+        assert_eq!(signing["code"], "internal", "{signing}");
+        assert!(signing.get("retryable").is_none(), "{signing}");
+        let refused = json(&JoinError::Refused(403));
+        assert_eq!(refused["code"], "permission_denied", "{refused}");
+        assert_eq!(refused["cause"]["status"], 403, "{refused}");
+    }
 
     #[test]
     fn every_pap_tool_lists_a_closed_object_schema_that_model_apis_take() {

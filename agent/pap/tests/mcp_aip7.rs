@@ -1043,6 +1043,70 @@ async fn each_device_holds_its_own_sessions_and_unpairing_signs_them_out() {
     let _ = std::fs::remove_dir_all(&w.stage.work);
 }
 
+/// Waits (at most 10 s) until a tab opened ahead waits in `w`'s browser.
+async fn tab_ahead_waits(w: &World) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    while !w.tools.tabs_ahead().0 {
+        assert!(tokio::time::Instant::now() < deadline, "no tab opened ahead in 10 s");
+        tick.tick().await;
+    }
+}
+
+/// The tools' join leaves a tab opened ahead, and the device's next join takes it (issue 42),
+/// through the MCP server as a device calls it; another device's join does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
+async fn a_devices_next_join_takes_the_tab_its_last_join_opened_ahead() {
+    let w = world("mcp-ahead").await;
+    let (a, b) = (AgentCaller::paired("dev_A"), AgentCaller::paired("dev_B"));
+    signed_in(&w, &a, "acct_ada").await;
+    let propose = json!({"domain": "shop.example", "method": "POST", "path": "/api/orders/ord_7Hk2/exchanges"});
+    let operation = call(&w.server, &a, "pap_propose", propose).await.unwrap();
+    let join = json!({"domain": "shop.example", "returnTo": operation["url"]});
+    assert_eq!(w.tools.tabs_ahead(), (false, 0));
+
+    let first = call(&w.server, &a, "pap_join", join.clone()).await.unwrap();
+    tab_ahead_waits(&w).await;
+    let second = call(&w.server, &a, "pap_join", join.clone()).await.unwrap();
+    assert_eq!(w.tools.tabs_ahead().1, 1, "the second join opened a tab of its own");
+    assert_eq!(second["status"], 200, "{second}");
+    assert_ne!(second["target"], first["target"]);
+    // The tab it took is the device's, at the operation's page, in the Session.
+    let dom = call(&w.server, &a, "browser_get_dom", json!({"target": second["target"]}))
+        .await
+        .unwrap();
+    let html = dom["html"].as_str().unwrap();
+    assert!(html.contains(operation["operation_id"].as_str().unwrap()), "{html}");
+    let tabs = call(&w.server, &a, "browser_tabs", json!({})).await.unwrap();
+    assert_eq!(tabs["targets"].as_array().map(Vec::len), Some(2), "{tabs}");
+
+    // Device B's join, in B's own context, opens its own tab: A's tab ahead is not B's.
+    tab_ahead_waits(&w).await;
+    signed_in(&w, &b, "acct_ada").await;
+    let b_operation = call(
+        &w.server,
+        &b,
+        "pap_propose",
+        json!({"domain": "shop.example", "method": "POST", "path": "/api/orders/ord_7Hk2/exchanges"}),
+    )
+    .await
+    .unwrap();
+    let b_joined = call(
+        &w.server,
+        &b,
+        "pap_join",
+        json!({"domain": "shop.example", "returnTo": b_operation["url"]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(b_joined["status"], 200, "{b_joined}");
+    assert_eq!(w.tools.tabs_ahead().1, 1, "device B's join took device A's tab ahead");
+
+    w.tools.stop(true).await.unwrap();
+    let _ = std::fs::remove_dir_all(&w.stage.work);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Chromium; .ci/run runs it"]
 async fn a_device_is_held_to_its_tabs_and_its_rate_and_no_other_device_notices() {

@@ -12,6 +12,7 @@
 //! device's end) or with the browser; one no tab took is closed after [`WAITS`], or sooner by
 //! the idle reaper. The cost is one idle tab and its renderer (9 to 13 MiB here).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use chromiumoxide::Page;
@@ -24,9 +25,12 @@ use crate::chromium::{ContextId, ControlledBrowser};
 /// How long a tab opened ahead waits for a tab to take it before it is closed.
 pub(super) const WAITS: Duration = Duration::from_secs(120);
 
-/// The slot of the tab opened ahead.
+/// The slot of the tab opened ahead, and how many such tabs a tab took.
 #[derive(Clone, Default)]
-pub(super) struct Ahead(Arc<Mutex<Option<Waiting>>>);
+pub(super) struct Ahead {
+    slot: Arc<Mutex<Option<Waiting>>>,
+    taken: Arc<AtomicU64>,
+}
 
 /// A tab opened ahead, and where it may serve.
 struct Waiting {
@@ -43,6 +47,7 @@ impl Ahead {
     pub(super) fn take(&self, boot_id: u64, context: Option<&ContextId>) -> Option<Page> {
         let waiting = self.slot().take()?;
         if waiting.boot_id == boot_id && waiting.context.as_ref() == context {
+            self.taken.fetch_add(1, Ordering::Relaxed);
             return Some(waiting.page);
         }
         close_later(waiting.page);
@@ -101,8 +106,18 @@ impl Ahead {
         }
     }
 
+    /// Whether a tab waits in the slot now.
+    pub(super) fn waits(&self) -> bool {
+        self.slot().is_some()
+    }
+
+    /// How many tabs opened ahead a tab took, since the host started.
+    pub(super) fn taken(&self) -> u64 {
+        self.taken.load(Ordering::Relaxed)
+    }
+
     fn slot(&self) -> std::sync::MutexGuard<'_, Option<Waiting>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

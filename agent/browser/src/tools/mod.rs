@@ -762,6 +762,13 @@ impl ToolHost {
         Ok(Some(self.ahead.open(browser, boot_id, context)))
     }
 
+    /// Whether a tab opened ahead waits now, and how many such tabs a tab took since the host
+    /// started (test support: what the tools' join leaves behind is not visible to a device).
+    #[cfg(feature = "test-support")]
+    pub fn tabs_ahead(&self) -> (bool, u64) {
+        (self.ahead.waits(), self.ahead.taken())
+    }
+
     /// Ends everything of the paired device `device_id` in this browser: its tabs and its
     /// contexts, the grants' material in them included (a revoked pairing, C13). Returns how
     /// many contexts ended.
