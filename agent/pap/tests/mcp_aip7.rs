@@ -1054,7 +1054,7 @@ async fn tab_ahead_waits(w: &World) {
 }
 
 /// The tools' join leaves a tab opened ahead, and the device's next join takes it (issue 42),
-/// through the MCP server as a device calls it; another device's join does not.
+/// through the MCP server as a device calls it; another device's join does not, nor ends it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Chromium; .ci/run runs it"]
 async fn a_devices_next_join_takes_the_tab_its_last_join_opened_ahead() {
@@ -1102,6 +1102,10 @@ async fn a_devices_next_join_takes_the_tab_its_last_join_opened_ahead() {
     .unwrap();
     assert_eq!(b_joined["status"], 200, "{b_joined}");
     assert_eq!(w.tools.tabs_ahead().1, 1, "device B's join took device A's tab ahead");
+    // A's tab ahead waited on beside B's: A's next join takes it.
+    let third = call(&w.server, &a, "pap_join", join).await.unwrap();
+    assert_eq!(third["status"], 200, "{third}");
+    assert_eq!(w.tools.tabs_ahead().1, 2, "device B's join ended device A's tab ahead");
 
     w.tools.stop(true).await.unwrap();
     let _ = std::fs::remove_dir_all(&w.stage.work);

@@ -727,7 +727,8 @@ impl ToolHost {
     /// Opens a tab in the background for the next tab `caller` opens for `url` (in the context
     /// `url` is opened in for `caller`), which that tab then takes instead of waiting for a new
     /// one (`tools/ahead.rs`, issue 42: about 100 ms of a join in a new tab). The tools' join calls it
-    /// once its join has landed. At most one tab waits: this one replaces any other.
+    /// once its join has landed. At most one tab waits per context (this one replaces that
+    /// context's), and at most four in all (the oldest closes).
     ///
     /// Only into a context that is there now: one that ended (a device unpaired meanwhile, a
     /// grant revoked) is never made again for a tab nobody asked for. Nothing opens without
