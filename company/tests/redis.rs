@@ -338,6 +338,23 @@ async fn with_redis_gone_every_call_fails_closed_and_recovers_on_its_own(server:
     assert!(recovered, "a fresh server holds no mark");
 }
 
+/// The test helper: a redis-server that cannot listen (its port another's) fails the test at
+/// once, saying why, not after the ready deadline with "did not say Ready" (CI run 47 failed that
+/// way when a node's free port was taken before it bound it; on free ports the helper now starts
+/// it again on others).
+#[test]
+#[ignore = "needs redis-server; .ci/run runs it"]
+fn a_redis_server_that_cannot_listen_fails_at_once_saying_why() {
+    let mut server = RedisServer::start();
+    server.kill();
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", server.port)).unwrap();
+    let started = Instant::now();
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| server.restart()));
+    let said = failed.unwrap_err().downcast::<String>().unwrap();
+    assert!(said.contains("Address already in use"), "{said}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}
+
 /// Review N7: under any `maxmemory-policy` but `noeviction`, Redis may evict a replay mark
 /// before its `exp`, and its assertion would be accepted again: the store refuses to start.
 #[tokio::test]

@@ -10,6 +10,23 @@ use std::time::{Duration, Instant};
 /// How long redis-server may take to say it is ready.
 const READY_DEADLINE: Duration = Duration::from_secs(10);
 
+/// How many times a server on free ports is started on others when it could not listen on
+/// those it was given (another process took one between `free_port` and its bind).
+const PORT_ATTEMPTS: usize = 5;
+
+/// The last lines a server printed, kept to say why it ended.
+const LINES_KEPT: usize = 20;
+
+/// Where a server listens.
+#[derive(Clone, Copy)]
+enum Listen {
+    /// On this port (a restart, on the port it had).
+    On(u16),
+    /// On free ports, picked again at each attempt; with a cluster bus port of its own (not
+    /// left at port + 10,000: past 65,535 for a high free port, or another test's).
+    Free { cluster_bus: bool },
+}
+
 /// What a redis-server says on its log that a test waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Said {
@@ -19,6 +36,8 @@ pub enum Said {
     ClusterOk,
     /// "MASTER <-> REPLICA sync: Finished with success": a replica holds its primary's data.
     InSync,
+    /// Its log ended: the process exited.
+    Ended,
 }
 
 /// A running redis-server, killed when dropped.
@@ -26,11 +45,13 @@ pub struct RedisServer {
     child: Option<Child>,
     /// What it says on its log (standard output), as it says it.
     says: Mutex<mpsc::Receiver<Said>>,
+    /// The last [`LINES_KEPT`] lines it printed.
+    printed: std::sync::Arc<Mutex<std::collections::VecDeque<String>>>,
     /// Its port on 127.0.0.1.
     pub port: u16,
     dir: PathBuf,
     aof: bool,
-    /// Further arguments (a password, a policy, TLS).
+    /// Further arguments (a password, a policy, TLS, its cluster bus port).
     extra: Vec<String>,
     /// `rediss://` on `port` (the plain port is off).
     tls: bool,
@@ -41,16 +62,16 @@ pub struct RedisServer {
 impl RedisServer {
     /// A server with no persistence.
     pub fn start() -> Self {
-        Self::launch(free_port(), scratch_dir(), false, Vec::new(), false)
+        Self::launch(Listen::Free { cluster_bus: false }, &scratch_dir(), false, &[], false)
     }
 
     /// A server with no persistence and these further arguments (`--requirepass`, ...).
     pub fn start_with(extra: &[&str]) -> Self {
         Self::launch(
-            free_port(),
-            scratch_dir(),
+            Listen::Free { cluster_bus: false },
+            &scratch_dir(),
             false,
-            extra.iter().map(|a| (*a).to_owned()).collect(),
+            &extra.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>(),
             false,
         )
     }
@@ -66,7 +87,7 @@ impl RedisServer {
             "--tls-auth-clients".to_owned(),
             "no".to_owned(),
         ];
-        Self::launch(free_port(), scratch_dir(), false, extra.to_vec(), true)
+        Self::launch(Listen::Free { cluster_bus: false }, &scratch_dir(), false, &extra, true)
     }
 
     /// A directory of the server's own, for files a test hands it (certificates).
@@ -77,10 +98,43 @@ impl RedisServer {
     /// A server that appends every write to a file in its directory (AOF), so a restart keeps
     /// what it held.
     pub fn start_persistent() -> Self {
-        Self::launch(free_port(), scratch_dir(), true, Vec::new(), false)
+        Self::launch(Listen::Free { cluster_bus: false }, &scratch_dir(), true, &[], false)
     }
 
-    fn launch(port: u16, dir: PathBuf, aof: bool, extra: Vec<String>, tls: bool) -> Self {
+    /// Starts a server and waits until it is ready. On free ports, a server that ended before
+    /// it was ready (a port taken under it) is started again on others, up to
+    /// [`PORT_ATTEMPTS`] times; the test fails with what each attempt printed last.
+    fn launch(listen: Listen, dir: &std::path::Path, aof: bool, extra: &[String], tls: bool) -> Self {
+        let mut ended = Vec::new();
+        for _ in 0..PORT_ATTEMPTS {
+            let (port, args) = match listen {
+                Listen::On(port) => (port, extra.to_vec()),
+                Listen::Free { cluster_bus } => {
+                    let mut args = extra.to_vec();
+                    if cluster_bus {
+                        args.extend(["--cluster-port".to_owned(), free_port().to_string()]);
+                    }
+                    (free_port(), args)
+                }
+            };
+            let mut server = Self::spawn(port, dir.to_path_buf(), aof, args, tls);
+            match server.waits_until_it_says_or_ends(Said::Ready, Instant::now() + READY_DEADLINE) {
+                Ok(()) => return server,
+                Err(printed) => {
+                    // The directory serves the next attempt.
+                    server.keep_dir = true;
+                    ended.push(format!("port {port}: {printed}"));
+                    if matches!(listen, Listen::On(_)) {
+                        break;
+                    }
+                }
+            }
+        }
+        panic!("redis-server ended before it was ready:\n{}", ended.join("\n"));
+    }
+
+    /// Spawns redis-server with its log read as it comes.
+    fn spawn(port: u16, dir: PathBuf, aof: bool, extra: Vec<String>, tls: bool) -> Self {
         let ports: [String; 4] = if tls {
             ["--port".into(), "0".into(), "--tls-port".into(), port.to_string()]
         } else {
@@ -100,8 +154,17 @@ impl RedisServer {
             .expect("redis-server must be installed (Debian's redis-server package; .ci/run installs it)");
         let stdout = child.stdout.take().expect("piped stdout");
         let (said, says) = mpsc::channel();
+        let printed = std::sync::Arc::new(Mutex::new(std::collections::VecDeque::new()));
+        let kept = printed.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                {
+                    let mut kept = kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if kept.len() == LINES_KEPT {
+                        kept.pop_front();
+                    }
+                    kept.push_back(line.clone());
+                }
                 let event = [
                     ("Ready to accept connections", Said::Ready),
                     ("Cluster state changed: ok", Said::ClusterOk),
@@ -112,22 +175,22 @@ impl RedisServer {
                 if let Some(event) = event
                     && said.send(event).is_err()
                 {
-                    break;
+                    return;
                 }
             }
+            let _ = said.send(Said::Ended);
         });
-        let server = Self {
+        Self {
             child: Some(child),
             says: Mutex::new(says),
+            printed,
             port,
             dir,
             aof,
             extra,
             tls,
             keep_dir: false,
-        };
-        server.waits_until_it_says(Said::Ready, Instant::now() + READY_DEADLINE);
-        server
+        }
     }
 
     /// A replica of `primary`, once it says it is in sync with it.
@@ -160,17 +223,39 @@ impl RedisServer {
     }
 
     /// Waits until the server says `what` on its log (or has said it since it was last asked),
-    /// failing the test at `deadline`.
+    /// failing the test at `deadline` or when it ends first, with what it printed last.
     pub fn waits_until_it_says(&self, what: Said, deadline: Instant) {
+        if let Err(printed) = self.waits_until_it_says_or_ends(what, deadline) {
+            panic!(
+                "redis-server on port {} ended before it said {what:?}: {printed}",
+                self.port
+            );
+        }
+    }
+
+    /// Waits until the server says `what`: `Err` with the lines it printed last when it ended
+    /// first; the test fails at `deadline`.
+    fn waits_until_it_says_or_ends(&self, what: Said, deadline: Instant) -> Result<(), String> {
         let says = self.says.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match says.recv_timeout(left) {
-                Ok(said) if said == what => return,
+                Ok(said) if said == what => return Ok(()),
+                Ok(Said::Ended) => return Err(self.printed()),
                 Ok(_) => {}
-                Err(_) => panic!("redis-server on port {} did not say {what:?} in time", self.port),
+                Err(_) => panic!(
+                    "redis-server on port {} did not say {what:?} in time; it printed last: {}",
+                    self.port,
+                    self.printed()
+                ),
             }
         }
+    }
+
+    /// The lines it printed last, one string.
+    fn printed(&self) -> String {
+        let printed = self.printed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        printed.iter().map(String::as_str).collect::<Vec<_>>().join(" | ")
     }
 
     /// `redis://127.0.0.1:PORT/0`, or `rediss://localhost:PORT/0` for a TLS server (its
@@ -199,7 +284,7 @@ impl RedisServer {
     /// Starts it again on the same port and directory.
     pub fn restart(&mut self) {
         self.kill();
-        let again = Self::launch(self.port, self.dir.clone(), self.aof, self.extra.clone(), self.tls);
+        let again = Self::launch(Listen::On(self.port), &self.dir, self.aof, &self.extra, self.tls);
         let mut before = std::mem::replace(self, again);
         // Its directory is the new server's now.
         before.keep_dir = true;
@@ -443,11 +528,13 @@ impl RedisCluster {
         for _ in 0..3 {
             let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
                 .map(|_| {
-                    // The bus port is asked for, not left at port + 10,000 (past 65,535 for a
-                    // high free port, or another test's).
-                    let mut args = args.clone();
-                    args.extend(["--cluster-port".to_owned(), free_port().to_string()]);
-                    RedisServer::launch(free_port(), scratch_dir(), false, args, certificates.is_some())
+                    RedisServer::launch(
+                        Listen::Free { cluster_bus: true },
+                        &scratch_dir(),
+                        false,
+                        &args,
+                        certificates.is_some(),
+                    )
                 })
                 .collect();
             let mut cluster = Self {
