@@ -625,8 +625,16 @@ impl PapTools {
             tools.persons(),
             JOIN_DEADLINE,
         )
-        .await
-        .map_err(|e| join_error(&e))?;
+        .await;
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                // The caller gets no target of a failed join, so the tab goes with it (a
+                // caller retrying a retryable failure would otherwise fill its tabs).
+                tools.close_tab(caller, &target).await;
+                return Err(join_error(&error));
+            }
+        };
         // The next join here takes a tab opened meanwhile (issue 42). Best effort: a browser
         // that cannot open it now leaves the next join to open its own.
         let _ahead = tools.open_ahead(caller, &company_root).await;

@@ -50,6 +50,29 @@ pub(crate) async fn inject(
     Ok(count)
 }
 
+/// Whether a revoke that closes every tab leaves one blank tab ([`forget`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LastTab {
+    /// Kept: an operator's browser the agent attached to may be headed, and a headed browser
+    /// ends with its last tab.
+    Kept,
+    /// Not kept: the agent's own browsers are headless and started without a window
+    /// (`--no-startup-window`); they run on with no tab, so a blank tab left there would only
+    /// wait unlisted, unreaped, until the browser stops.
+    None,
+}
+
+impl LastTab {
+    /// What `browser` needs: [`LastTab::Kept`] for one the agent attached to.
+    pub(crate) fn of(browser: &super::ControlledBrowser) -> Self {
+        if browser.was_already_running() {
+            Self::Kept
+        } else {
+            Self::None
+        }
+    }
+}
+
 /// A new tab on `about:blank` in `context` (the browser's default context without one).
 async fn blank_tab(
     browser: &Browser,
@@ -238,11 +261,14 @@ async fn inject_cookies(
 /// and each a grant or a join runs in, review M5): its cookies (deleted one by one over
 /// `Network.deleteCookies`, by name, exact domain and path, from a blank tab of that context),
 /// the storage of the origins involved (`Storage.clearDataForOrigin`, per context), and the tabs
-/// on those hosts (`Target.closeTarget`). The blank tab of the default context stays only when
-/// every other tab was closed, so the browser outlives the revoke: a headed browser (an
-/// operator's, attached) ends with its last tab; a headless one, as the agent launches it, does
-/// not.
-pub(crate) async fn forget(browser: &Browser, scope: Scope<'_>, granted: &[String]) -> Result<Forgotten, LiveError> {
+/// on those hosts (`Target.closeTarget`). With [`LastTab::Kept`] the blank tab of the default
+/// context stays when every other tab was closed, so the browser outlives the revoke.
+pub(crate) async fn forget(
+    browser: &Browser,
+    scope: Scope<'_>,
+    granted: &[String],
+    last_tab: LastTab,
+) -> Result<Forgotten, LiveError> {
     let cdp = refused;
     let targets = tokio::time::timeout(STEP, browser.execute(GetTargetsParams::default()))
         .await
@@ -345,8 +371,9 @@ pub(crate) async fn forget(browser: &Browser, scope: Scope<'_>, granted: &[Strin
             }
         }
     }
-    // The default context's blank tab stays only when it is the last one.
-    let last = pages.len() == closing.len();
+    // The default context's blank tab stays only when it is the last one, and only for a browser
+    // that would end without it.
+    let last = last_tab == LastTab::Kept && pages.len() == closing.len();
     for (default, helper) in helpers {
         if !(default && last) {
             let _ = tokio::time::timeout(STEP, helper.close()).await;

@@ -152,7 +152,8 @@ async fn carry_out(request: Request, browser: &Browser, health_timeout: Duration
                 WireScope::Domains(domains) => Scope::Domains(domains),
                 WireScope::Everything => Scope::Everything,
             };
-            match cdp::forget(browser, scope, &origins).await {
+            // The socket serves a browser the agent launched (headless, no window at start).
+            match cdp::forget(browser, scope, &origins, cdp::LastTab::None).await {
                 Ok(forgotten) => Answer::Forgotten {
                     cookies: forgotten.cookies,
                     tabs: forgotten.tabs,

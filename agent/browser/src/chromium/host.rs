@@ -594,7 +594,7 @@ impl LiveInstances for BrowserHost {
     async fn forget(&self, scope: Scope<'_>, origins: &[String]) -> Result<Forgotten, LiveError> {
         let mut total = Forgotten::default();
         for browser in self.running() {
-            total += cdp::forget(browser.cdp(), scope, origins).await?;
+            total += cdp::forget(browser.cdp(), scope, origins, cdp::LastTab::of(&browser)).await?;
         }
         Ok(total)
     }

@@ -43,10 +43,20 @@ impl Ahead {
     pub(super) fn take(&self, boot_id: u64, context: Option<&ContextId>) -> Option<Page> {
         let (taken, stale) = self.slots().take(boot_id, &context.cloned());
         stale.into_iter().for_each(close_later);
-        if taken.is_some() {
-            self.taken.fetch_add(1, Ordering::Relaxed);
-        }
         taken
+    }
+
+    /// Counts a tab opened ahead that a tab took and brought to the front.
+    pub(super) fn served(&self) {
+        self.taken.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Closes the tabs waiting in `contexts`, which end: they free their slots at once.
+    pub(super) fn ended(&self, contexts: &[ContextId]) {
+        let gone = self
+            .slots()
+            .ended(|context| context.as_ref().is_some_and(|c| contexts.contains(c)));
+        gone.into_iter().for_each(close_later);
     }
 
     /// Opens a tab in `context` of `browser` (boot `boot_id`) in the background and puts it in
@@ -70,6 +80,7 @@ impl Ahead {
             let target = page.target_id().clone();
             let (serial, closed) = ahead.slots().put(boot_id, context, page, Instant::now());
             closed.into_iter().for_each(close_later);
+            let Some(serial) = serial else { return };
             let _ = opened.send(target);
             tokio::time::sleep(WAITS).await;
             ahead.slots().remove(serial).into_iter().for_each(close_later);
@@ -84,11 +95,13 @@ impl Ahead {
     }
 
     /// Whether a tab waits ahead now.
+    #[cfg(feature = "test-support")]
     pub(super) fn waits(&self) -> bool {
         !self.slots().waiting.is_empty()
     }
 
     /// How many tabs opened ahead a tab took, since the host started.
+    #[cfg(feature = "test-support")]
     pub(super) fn taken(&self) -> u64 {
         self.taken.load(Ordering::Relaxed)
     }
@@ -134,9 +147,14 @@ impl<C: PartialEq, P> Slots<C, P> {
     }
 
     /// Puts `page` in the slot of `context`: its serial, and the tabs it displaced (the one of
-    /// that context, those of another boot, and the oldest when [`MAX_WAITING`] wait).
-    fn put(&mut self, boot_id: u64, context: C, page: P, opened: Instant) -> (u64, Vec<P>) {
-        let mut closed = self.drain(|w| w.boot_id != boot_id || w.context == context);
+    /// that context, those of an earlier boot, and the oldest when [`MAX_WAITING`] wait). A tab
+    /// of a boot older than one that waits (opened late, before a relaunch) is not put in: no
+    /// serial, and the tab itself to close.
+    fn put(&mut self, boot_id: u64, context: C, page: P, opened: Instant) -> (Option<u64>, Vec<P>) {
+        if self.waiting.iter().any(|w| w.boot_id > boot_id) {
+            return (None, vec![page]);
+        }
+        let mut closed = self.drain(|w| w.boot_id < boot_id || w.context == context);
         if self.waiting.len() >= MAX_WAITING {
             // Oldest first: the vector is in the order the tabs were put in.
             let over = self.waiting.len() + 1 - MAX_WAITING;
@@ -151,12 +169,17 @@ impl<C: PartialEq, P> Slots<C, P> {
             page,
             opened,
         });
-        (serial, closed)
+        (Some(serial), closed)
     }
 
     /// The tab put in as `serial`, if it still waits.
     fn remove(&mut self, serial: u64) -> Vec<P> {
         self.drain(|w| w.serial == serial)
+    }
+
+    /// Every tab of a context `gone` says ended.
+    fn ended(&mut self, gone: impl Fn(&C) -> bool) -> Vec<P> {
+        self.drain(|w| gone(&w.context))
     }
 
     /// Every tab that has waited `idle` at `now`.
@@ -215,13 +238,16 @@ mod tests {
         assert!(slots.waiting.is_empty());
         slots.put(1, "a", "a1", now);
         assert_eq!(slots.put(2, "b", "b2", now).1, vec!["a1"]);
+        // A tab of boot 1 opened late, once boot 2's tabs wait: closed, not put in.
+        assert_eq!(slots.put(1, "c", "c1", now), (None, vec!["c1"]));
+        assert_eq!(slots.take(2, &"b"), (Some("b2"), vec![]));
     }
 
     #[test]
     fn a_timer_removes_its_own_tab_only_and_the_reaper_the_idle_ones() {
         let now = Instant::now();
         let mut slots = Slots::default();
-        let (first, _) = slots.put(1, "a", "a1", now);
+        let first = slots.put(1, "a", "a1", now).0.unwrap();
         // Replaced: the first tab's timer finds nothing of its own.
         slots.put(1, "a", "a2", now + Duration::from_secs(10));
         assert!(slots.remove(first).is_empty());
@@ -229,5 +255,16 @@ mod tests {
         let later = now + Duration::from_secs(70);
         assert_eq!(slots.reap(later, Duration::from_secs(60)), vec!["a2"]);
         assert_eq!(slots.take(1, &"b"), (Some("b1"), vec![]));
+    }
+
+    #[test]
+    fn a_context_that_ends_frees_its_slot_at_once() {
+        let now = Instant::now();
+        let mut slots = Slots::default();
+        slots.put(1, "a", "a1", now);
+        slots.put(1, "b", "b1", now);
+        assert_eq!(slots.ended(|c| *c == "a"), vec!["a1"]);
+        assert_eq!(slots.take(1, &"a"), (None, vec![]));
+        assert_eq!(slots.waiting.len(), 1);
     }
 }

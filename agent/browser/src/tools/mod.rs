@@ -523,7 +523,10 @@ impl ToolHost {
         // cannot (its renderer gone) is closed, and a new tab opened instead.
         let ahead = match self.ahead.take(boot_id, context.as_ref()) {
             Some(page) => match page.bring_to_front().await {
-                Ok(_) => Some(page),
+                Ok(_) => {
+                    self.ahead.served();
+                    Some(page)
+                }
                 Err(_) => {
                     let _ = page.close().await;
                     None
@@ -538,10 +541,23 @@ impl ToolHost {
                 .await
                 .map_err(|e| ToolError::new(ToolErrorCode::Internal, e.to_string()))?,
         };
-        let requests = page::log_responses(&page).await?;
-        let console = page_model::log_console(&page).await?;
-        let dialog = page_model::watch_dialogs(&page).await?;
-        let world = page_model::watch_worlds(&page).await?;
+        // A tab whose watches could not start is closed, not left open and unlisted.
+        let watched = async {
+            Ok::<_, ToolError>((
+                page::log_responses(&page).await?,
+                page_model::log_console(&page).await?,
+                page_model::watch_dialogs(&page).await?,
+                page_model::watch_worlds(&page).await?,
+            ))
+        }
+        .await;
+        let (requests, console, dialog, world) = match watched {
+            Ok(watched) => watched,
+            Err(error) => {
+                let _ = page.close().await;
+                return Err(error);
+            }
+        };
         let id = format!(
             "t{boot_id}-{}",
             self.next_target.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -724,6 +740,22 @@ impl ToolHost {
         self.open_target(caller, boot_id, false, Some(url)).await
     }
 
+    /// Closes `caller`'s tab `target` ([`ToolHost::open_tab`]'s, once its step failed): a
+    /// step that fails hands no tab to the caller, and leaves none open. Another device's tab,
+    /// or one already gone, is left as it is.
+    pub async fn close_tab(&self, caller: &AgentCaller, target: &str) {
+        let closed = {
+            let mut targets = self.targets.lock().await;
+            match targets.get(target) {
+                Some(t) if t.owner.as_deref() == caller.device_id() => targets.remove(target),
+                _ => None,
+            }
+        };
+        if let Some(closed) = closed {
+            let _ = closed.page.close().await;
+        }
+    }
+
     /// Opens a tab in the background for the next tab `caller` opens for `url` (in the context
     /// `url` is opened in for `caller`), which that tab then takes instead of waiting for a new
     /// one (`tools/ahead.rs`, issue 42: about 100 ms of a join in a new tab). The tools' join calls it
@@ -801,6 +833,7 @@ impl ToolHost {
         for target in closed {
             let _ = target.page.close().await;
         }
+        self.ahead.ended(&ended);
         if let Some(browser) = self.host.attach(self.instance.as_str()).await {
             for context in &ended {
                 browser
@@ -1046,6 +1079,7 @@ impl LiveInstances for ToolHost {
                 .collect();
             gone.iter().filter_map(|jar| contexts.by_jar.remove(jar)).collect()
         };
+        self.ahead.ended(&ended);
         if let Some(browser) = self.host.attach(self.instance.as_str()).await {
             for context in &ended {
                 browser.close_context(context).await.map_err(|e| LiveError::Refused {
@@ -1100,6 +1134,7 @@ impl LiveInstances for ToolHost {
             .lock()
             .await
             .retain(|_, t| t.context.as_ref().is_none_or(|c| !replaced.contains(c)));
+        self.ahead.ended(&replaced);
         for old in &replaced {
             browser.close_context(old).await.map_err(live)?;
         }
