@@ -1,0 +1,178 @@
+"""The floor under a cold join: Chromium alone, launched as the agent launches it, to a first
+loaded page (issue 42: a cold join at most 300 ms).
+
+No agent code runs here: no request guard, no control socket, no sandbox user, no signing, one
+GET instead of the join's POST, 303 and GET. Whatever this prints, a cold join through
+`join_timing` cannot beat. It launches the Chromium given, with the agent's flags
+(`agent/browser/src/chromium/args.rs`, kept in step by hand) and DevTools on a pipe, and times:
+
+- devtools:   the spawn to `Browser.getVersion` answered;
+- first tab:  `Target.createTarget` on about:blank (in a new browser context with CONTEXT=1, as
+              the tools open a joined company's tabs);
+- first load: `Page.navigate` to a page on 127.0.0.1 until its load event;
+- again:      a second navigation in the same tab (the warm figure, for comparison);
+- tab again:  a second tab, attached and `Page.enable`d, in the warm browser.
+
+Each VARIANT is NAME=FLAG|FLAG... added to the agent's flags; variants alternate run by run, so
+a machine that slows down slows each alike. Run as root it adds --no-sandbox (Chromium refuses
+root otherwise).
+
+    python3 agent/pap/benches/chromium_floor.py /usr/lib/chromium/chromium 20 agent=
+"""
+
+import http.server
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+AGENT_FLAGS = [
+    "--headless=new", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-quic", "--enable-features=SpareRendererForSitePerProcess",
+    "--remote-debugging-pipe", "--no-startup-window",
+] + (["--no-sandbox"] if os.geteuid() == 0 else [])
+
+
+class Shop(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"<!doctype html><title>shop</title><p>signed in</p>"
+        self.send_response(200)
+        self.send_header("content-type", "text/html")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class Pipe:
+    """DevTools over Chromium's pipe: fd 3 carries commands in, fd 4 answers out, each message
+    ended by a NUL."""
+
+    def __init__(self, to_browser, from_browser):
+        self.to_browser, self.from_browser, self.buf, self.last_id = to_browser, from_browser, b"", 0
+
+    def send(self, method, params=None, session=None):
+        self.last_id += 1
+        message = {"id": self.last_id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        os.write(self.to_browser, json.dumps(message).encode() + b"\0")
+        return self.last_id
+
+    def receive(self):
+        while b"\0" not in self.buf:
+            chunk = os.read(self.from_browser, 1 << 16)
+            if not chunk:
+                raise EOFError("Chromium closed its pipe")
+            self.buf += chunk
+        message, self.buf = self.buf.split(b"\0", 1)
+        return json.loads(message)
+
+    def call(self, method, params=None, session=None):
+        sent = self.send(method, params, session)
+        while True:
+            message = self.receive()
+            if message.get("id") == sent:
+                if "error" in message:
+                    raise RuntimeError(f"{method}: {message['error']}")
+                return message["result"]
+
+    def until(self, event, session):
+        while True:
+            message = self.receive()
+            if message.get("method") == event and message.get("sessionId") == session:
+                return message
+
+
+def launch_once(chromium, extra, url, in_context):
+    """One launch: (devtools, first tab, first load, total, again) in ms."""
+    profile = tempfile.mkdtemp(prefix="chromium-floor-")
+    commands_in, to_browser = os.pipe()
+    from_browser, answers_out = os.pipe()
+
+    def pipes_at_3_and_4():
+        os.dup2(commands_in, 3)
+        os.dup2(answers_out, 4)
+
+    started = time.perf_counter()
+    browser = subprocess.Popen(
+        [chromium, *AGENT_FLAGS, *extra, f"--user-data-dir={profile}"],
+        preexec_fn=pipes_at_3_and_4, pass_fds=(3, 4), close_fds=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": profile},
+    )
+    os.close(commands_in)
+    os.close(answers_out)
+    pipe = Pipe(to_browser, from_browser)
+    try:
+        pipe.call("Browser.getVersion")
+        devtools = time.perf_counter()
+        params = {"url": "about:blank"}
+        if in_context:
+            params["browserContextId"] = pipe.call("Target.createBrowserContext")["browserContextId"]
+        target = pipe.call("Target.createTarget", params)["targetId"]
+        tab = time.perf_counter()
+        session = pipe.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        pipe.call("Page.enable", session=session)
+        pipe.send("Page.navigate", {"url": url}, session=session)
+        pipe.until("Page.loadEventFired", session)
+        loaded = time.perf_counter()
+        pipe.send("Page.navigate", {"url": url + "?again"}, session=session)
+        pipe.until("Page.loadEventFired", session)
+        again = time.perf_counter()
+        second = pipe.call("Target.createTarget", params)["targetId"]
+        session = pipe.call("Target.attachToTarget", {"targetId": second, "flatten": True})["sessionId"]
+        pipe.call("Page.enable", session=session)
+        second_tab = time.perf_counter()
+        ms = lambda a, b: (b - a) * 1e3
+        return (ms(started, devtools), ms(devtools, tab), ms(tab, loaded), ms(started, loaded), ms(loaded, again),
+                ms(again, second_tab))
+    finally:
+        try:
+            pipe.call("Browser.close")
+        except (OSError, EOFError, RuntimeError):
+            pass
+        try:
+            browser.wait(5)
+        except subprocess.TimeoutExpired:
+            browser.kill()
+            browser.wait()
+        os.close(to_browser)
+        os.close(from_browser)
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def main():
+    if len(sys.argv) < 4:
+        sys.exit(__doc__)
+    chromium, runs = sys.argv[1], int(sys.argv[2])
+    variants = []
+    for variant in sys.argv[3:]:
+        name, _, flags = variant.partition("=")
+        variants.append((name, [f for f in flags.split("|") if f]))
+    in_context = os.environ.get("CONTEXT") == "1"
+    shop = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Shop)
+    threading.Thread(target=shop.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{shop.server_address[1]}/"
+    launch_once(chromium, [], url, in_context)  # Chromium's files into the page cache
+    figures = {name: [] for name, _ in variants}
+    for _ in range(runs):
+        for name, flags in variants:
+            figures[name].append(launch_once(chromium, flags, url, in_context))
+    print(f"p50 ms of {runs} launches, first tab in a new context: {in_context}")
+    print(f"{'variant':24} {'devtools':>9} {'first tab':>9} {'first load':>10} {'total':>9} {'again':>9} {'tab again':>9}")
+    for name, rows in figures.items():
+        p50 = [statistics.median(row[i] for row in rows) for i in range(6)]
+        print(f"{name:24} " + " ".join(f"{x:9.1f}" for x in p50[:2]) + f" {p50[2]:10.1f} " + " ".join(f"{x:9.1f}" for x in p50[3:]))
+
+
+if __name__ == "__main__":
+    main()
