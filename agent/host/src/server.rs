@@ -2,8 +2,9 @@
 //! tools the provider serves, each listed with the JSON Schema of its input, and any
 //! [`ExtraTools`] an embedder adds; a result as its JSON (text, and structured content), a
 //! screenshot as an image, an AIP-14 error as a tool error whose structured content carries
-//! `code`, `message` and `retryable`. The browser is launched by the first call that needs it
-//! (an idempotent launch, L2).
+//! `code`, `message` and `retryable`. The browser is launched by the first call that needs it,
+//! unless the embedder launched it already (an idempotent launch, L2); a call while it starts
+//! waits for it (L10).
 //!
 //! Every call runs as the paired device that made it (AIP-63 "Auth model": AIP-59 pairing and
 //! nothing else, [`crate::pairing`]): what it sees of the person's grants is what AIP-63 lets

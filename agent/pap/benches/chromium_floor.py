@@ -15,7 +15,10 @@ GET instead of the join's POST, 303 and GET. Whatever this prints, a cold join t
 
 Each VARIANT is NAME=FLAG|FLAG... added to the agent's flags; variants alternate run by run, so
 a machine that slows down slows each alike. Run as root it adds --no-sandbox (Chromium refuses
-root otherwise).
+root otherwise), unless SANDBOX_USER names a user to run Chromium as, sandboxed, as the agent
+runs it as root (`pap-browser`, review N11). GUARD=1 turns on what the agent's request guard
+turns on (`Fetch.enable` on the browser target, every request paused at the request stage) and
+continues each paused request at once, to count interception's own cost.
 
     python3 agent/pap/benches/chromium_floor.py /usr/lib/chromium/chromium 20 agent=
 """
@@ -36,7 +39,10 @@ AGENT_FLAGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
     "--disable-quic", "--enable-features=SpareRendererForSitePerProcess",
     "--remote-debugging-pipe", "--no-startup-window",
-] + (["--no-sandbox"] if os.geteuid() == 0 else [])
+]
+SANDBOX_USER = os.environ.get("SANDBOX_USER")
+if os.geteuid() == 0 and not SANDBOX_USER:
+    AGENT_FLAGS.append("--no-sandbox")
 
 
 class Shop(http.server.BaseHTTPRequestHandler):
@@ -68,6 +74,15 @@ class Pipe:
         return self.last_id
 
     def receive(self):
+        while True:
+            message = self.receive_one()
+            if message.get("method") == "Fetch.requestPaused" and "sessionId" not in message:
+                # As the guard: every paused request answered, here always let go.
+                self.send("Fetch.continueRequest", {"requestId": message["params"]["requestId"]})
+                continue
+            return message
+
+    def receive_one(self):
         while b"\0" not in self.buf:
             chunk = os.read(self.from_browser, 1 << 16)
             if not chunk:
@@ -95,6 +110,10 @@ class Pipe:
 def launch_once(chromium, extra, url, in_context):
     """One launch: (devtools, first tab, first load, total, again) in ms."""
     profile = tempfile.mkdtemp(prefix="chromium-floor-")
+    as_user = []
+    if SANDBOX_USER:
+        shutil.chown(profile, SANDBOX_USER)
+        as_user = ["runuser", "-u", SANDBOX_USER, "--"]
     commands_in, to_browser = os.pipe()
     from_browser, answers_out = os.pipe()
 
@@ -104,7 +123,7 @@ def launch_once(chromium, extra, url, in_context):
 
     started = time.perf_counter()
     browser = subprocess.Popen(
-        [chromium, *AGENT_FLAGS, *extra, f"--user-data-dir={profile}"],
+        [*as_user, chromium, *AGENT_FLAGS, *extra, f"--user-data-dir={profile}"],
         preexec_fn=pipes_at_3_and_4, pass_fds=(3, 4), close_fds=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": profile},
@@ -115,6 +134,8 @@ def launch_once(chromium, extra, url, in_context):
     try:
         pipe.call("Browser.getVersion")
         devtools = time.perf_counter()
+        if os.environ.get("GUARD") == "1":
+            pipe.call("Fetch.enable", {"patterns": [{"urlPattern": "*", "requestStage": "Request"}]})
         params = {"url": "about:blank"}
         if in_context:
             params["browserContextId"] = pipe.call("Target.createBrowserContext")["browserContextId"]

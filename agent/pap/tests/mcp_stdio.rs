@@ -24,18 +24,13 @@ fn arguments(value: serde_json::Value) -> serde_json::Map<String, serde_json::Va
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs Chromium; .ci/run runs it"]
-async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_typed_errors() {
-    let stage = Stage::new("mcp-stdio", &["shop.example"]).await;
-    let (_company, addr) = support::start_reference_company(&stage).await;
-    let state = stage.work.join("state");
-    let agent = support::cli_agent::AGENT;
-    pap(&state, &["identity", "init", "atlas.example"]);
-    // The operator installs the client: a device of its own, its credential in a file.
+/// The agent's identity, and the client installed as the operator installs it (`install-mcp`):
+/// a device of its own, its credential in a file. Answers that file and the device's id.
+fn installed(stage: &Stage, state: &std::path::Path) -> (String, String) {
+    pap(state, &["identity", "init", "atlas.example"]);
     let config = stage.work.join("cursor-mcp.json");
     pap(
-        &state,
+        state,
         &[
             "install-mcp",
             "--client",
@@ -47,10 +42,21 @@ async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_ty
     let entry: serde_json::Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
     let args: Vec<String> = serde_json::from_value(entry["mcpServers"]["pap-agent-browser"]["args"].clone()).unwrap();
     let bearer_file = args.last().unwrap().clone();
-    let listed: serde_json::Value = serde_json::from_str(&pap(&state, &["devices", "list"])).unwrap();
+    let listed: serde_json::Value = serde_json::from_str(&pap(state, &["devices", "list"])).unwrap();
     let device = listed["devices"][0]["id"].as_str().unwrap().to_owned();
+    (bearer_file, device)
+}
 
-    let mut host = tokio::process::Command::new(agent);
+/// `pap-agent host stdio` for the device whose credential is `bearer_file`, `shop.example`
+/// routed to the company at `addr`, with `extra` arguments of `host stdio`.
+fn stdio_host(
+    stage: &Stage,
+    state: &std::path::Path,
+    addr: std::net::SocketAddr,
+    bearer_file: &str,
+    extra: &[&str],
+) -> tokio::process::Command {
+    let mut host = tokio::process::Command::new(support::cli_agent::AGENT);
     host.args([
         "--state-dir",
         state.to_str().unwrap(),
@@ -61,8 +67,25 @@ async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_ty
         "host",
         "stdio",
         "--bearer-file",
-        &bearer_file,
+        bearer_file,
     ]);
+    host.args(extra);
+    host
+}
+
+/// The browsers of `state` the process table shows.
+fn browsers(state: &std::path::Path) -> Vec<pap_browser::chromium::BrowserProcess> {
+    pap_browser::chromium::browsers_of(&pap_browser::chromium::ProcTable, state).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
+async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_typed_errors() {
+    let stage = Stage::new("mcp-stdio", &["shop.example"]).await;
+    let (_company, addr) = support::start_reference_company(&stage).await;
+    let state = stage.work.join("state");
+    let (bearer_file, device) = installed(&stage, &state);
+    let host = stdio_host(&stage, &state, addr, &bearer_file, &[]);
     let client = ().serve(TokioChildProcess::new(host).unwrap()).await.unwrap();
     // The client is told which program serves it, not the MCP library's name.
     let info = client.peer_info().expect("the server's initialize answer");
@@ -230,7 +253,58 @@ async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_ty
         .await
         .expect("the host did not end with its client")
         .unwrap();
-    let left = pap_browser::chromium::browsers_of(&pap_browser::chromium::ProcTable, &state).unwrap();
+    let left = browsers(&state);
     assert!(left.is_empty(), "the host left its browser running: {left:?}");
+    let _ = std::fs::remove_dir_all(&stage.work);
+}
+
+/// `host stdio --launch-at-start` (issue 42): the browser runs before the client calls
+/// anything, and a call that comes while the launch is under way waits for it, not answered
+/// `not_ready`, and launches no second browser.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
+async fn a_host_launching_at_start_runs_its_browser_before_any_call_and_a_call_meanwhile_waits_for_it() {
+    let stage = Stage::new("mcp-stdio-start", &["shop.example"]).await;
+    let (_company, addr) = support::start_reference_company(&stage).await;
+    let state = stage.work.join("state");
+    let (bearer_file, _) = installed(&stage, &state);
+    let launching = ["--launch-at-start"];
+
+    // No call: the browser comes anyway, and goes with the client.
+    let host = stdio_host(&stage, &state, addr, &bearer_file, &launching);
+    let client = ().serve(TokioChildProcess::new(host).unwrap()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        while browsers(&state).is_empty() {
+            tick.tick().await;
+        }
+    })
+    .await
+    .expect("no browser launched without a call");
+    tokio::time::timeout(Duration::from_secs(30), client.cancel())
+        .await
+        .expect("the host did not end with its client")
+        .unwrap();
+    assert!(browsers(&state).is_empty(), "the host left its browser running");
+
+    // A call at once, while the launch at start is under way: answered once the browser runs.
+    let host = stdio_host(&stage, &state, addr, &bearer_file, &launching);
+    let client = ().serve(TokioChildProcess::new(host).unwrap()).await.unwrap();
+    let opened = client
+        .call_tool(
+            CallToolRequestParams::new("browser_navigate")
+                .with_arguments(arguments(json!({"url": "https://shop.example/"}))),
+        )
+        .await
+        .unwrap();
+    assert_ne!(opened.is_error, Some(true), "{opened:?}");
+    assert_eq!(opened.structured_content.unwrap()["url"], "https://shop.example/");
+    let running = browsers(&state);
+    assert_eq!(running.len(), 1, "{running:?}");
+    tokio::time::timeout(Duration::from_secs(30), client.cancel())
+        .await
+        .expect("the host did not end with its client")
+        .unwrap();
+    assert!(browsers(&state).is_empty(), "the host left its browser running");
     let _ = std::fs::remove_dir_all(&stage.work);
 }

@@ -517,6 +517,11 @@ impl ToolHost {
             }
         }
         let browser = self.browser().await?;
+        // The boot's granted material goes in before any context of it is made here: a call that
+        // waited for a launch under way (one at the host's start, or another call's) can get here
+        // before that launch's own injection, which starts the boot's contexts afresh and would
+        // drop one made meanwhile (its tabs then in no jar a revoke or a device's end reaches).
+        self.inject_granted(&browser, boot_id).await?;
         let jar = self.jar_for(caller, url)?;
         let context = self.context_of(&browser, caller, &jar).await?;
         // A tab opened ahead in this context comes to the front, as a new tab opens; one that

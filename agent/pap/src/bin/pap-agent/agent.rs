@@ -21,8 +21,8 @@ use pap_net::listener::TlsListener;
 use pap_shared::{HttpsUrl, SystemClock, SystemRng};
 use rustls::pki_types::CertificateDer;
 
-use crate::browser::{lifecycle, supervise};
-use crate::cli::{HostCommand, MCP_INSTANCE, PapCommand};
+use crate::browser::{launch_at_start, lifecycle, supervise};
+use crate::cli::{HostCommand, HostStart, MCP_INSTANCE, PapCommand};
 use crate::tunnel::host_label;
 use crate::util::{parse_connect, parse_domain, print_json, printable, read_file, shutdown_signal};
 
@@ -148,8 +148,8 @@ impl Agent {
                 screenshot,
             } => browse(self, &domain, &operation_url, true, screenshot).await,
             PapCommand::Host {
-                command: HostCommand::Stdio { bearer_file },
-            } => self.host_stdio(&bearer_file).await,
+                command: HostCommand::Stdio { bearer_file, start },
+            } => self.host_stdio(&bearer_file, start).await,
             PapCommand::Host {
                 command:
                     HostCommand::Serve {
@@ -160,6 +160,7 @@ impl Agent {
                         allow_hosts,
                         allow_origins,
                         console,
+                        start,
                     },
             } => {
                 let tls = match (tls_cert, tls_key) {
@@ -168,7 +169,7 @@ impl Agent {
                 };
                 let exposure =
                     pap_host::http::Exposure::check(listen, allow_remote, tls.is_some(), &allow_hosts, &allow_origins)?;
-                self.host_serve(listen, exposure, tls, console).await
+                self.host_serve(listen, exposure, tls, console, start).await
             }
             PapCommand::Revoke { domain } => {
                 let (company, mut wallet) = self.company(&domain).await?;
@@ -210,8 +211,9 @@ impl Agent {
 
     /// `pap-agent host stdio`: the agent's browser as an MCP server on stdin/stdout, for a client
     /// that spawns its servers. Its tools run as the paired device of `bearer_file`; its browser
-    /// (instance `mcp`) starts with the first call that needs it and stops when the client goes.
-    pub(crate) async fn host_stdio(&self, bearer_file: &std::path::Path) -> anyhow::Result<()> {
+    /// (instance `mcp`) starts with the first call that needs it (as the host starts with
+    /// `--launch-at-start`) and stops when the client goes.
+    pub(crate) async fn host_stdio(&self, bearer_file: &std::path::Path, start: HostStart) -> anyhow::Result<()> {
         let devices = Devices::at(&self.state_dir);
         let bearer = Bearer::presented(&zeroize::Zeroizing::new(
             std::fs::read_to_string(bearer_file)
@@ -226,12 +228,19 @@ impl Agent {
         let (host, tools) = self.mcp_tools().await?;
         let _supervision = supervise(&host, &tools)?;
         let pap = self.pap_tools()?;
+        // Launched once nothing before serving can fail.
+        let _launching = start.launch_at_start.then(|| launch_at_start(&tools));
         let server = pap_host::BrowserServer::stdio(tools, devices, bearer, device.id)
             .named("pap-agent", env!("CARGO_PKG_VERSION"))
             .with_extra(pap.clone())
             .with_resources(pap)
             .recording_in(&self.state_dir);
-        let ended = pap_host::jsonrpc::serve_lines(server, tokio::io::stdin(), tokio::io::stdout()).await;
+        // A client ends its server by closing stdin, or by SIGTERM when it does not exit soon
+        // after: either way the browser is stopped, not left to the next start's sweep.
+        let ended = tokio::select! {
+            ended = pap_host::jsonrpc::serve_lines(server, tokio::io::stdin(), tokio::io::stdout()) => ended,
+            () = shutdown_signal() => Ok(()),
+        };
         host.stop(MCP_INSTANCE, Duration::from_secs(2)).await?;
         ended.context("serving MCP on stdin/stdout")?;
         Ok(())
@@ -245,6 +254,7 @@ impl Agent {
         exposure: pap_host::http::Exposure,
         tls: Option<(Vec<u8>, zeroize::Zeroizing<Vec<u8>>)>,
         console: Option<SocketAddr>,
+        start: HostStart,
     ) -> anyhow::Result<()> {
         use pap_host::http;
         let (host, tools) = self.mcp_tools().await?;
@@ -256,6 +266,7 @@ impl Agent {
             ),
             None => None,
         };
+        let launching = start.launch_at_start.then_some(tools.clone());
         let server = pap_host::BrowserServer::per_request(tools)
             .named("pap-agent", env!("CARGO_PKG_VERSION"))
             .with_extra(pap.clone())
@@ -280,14 +291,18 @@ impl Agent {
             Arc::new(SystemRng),
         ));
         let parking = tokio::spawn(tunnel.run(std::future::pending()));
-        // Readiness: this line, once the socket is bound.
+        // Readiness: this line, once the socket is bound. The launch at start begins once
+        // nothing before serving can fail.
+        let _launching;
         match tls {
             Some((cert, key)) => {
                 let listener = TlsListener::new(listener, &cert, &key).context("the TLS certificate and key")?;
+                _launching = launching.as_ref().map(launch_at_start);
                 eprintln!("listening on https://{bound}/mcp");
                 http::serve(listener, app, limits, shutdown_signal()).await;
             }
             None => {
+                _launching = launching.as_ref().map(launch_at_start);
                 eprintln!("listening on http://{bound}/mcp");
                 http::serve(listener, app, limits, shutdown_signal()).await;
             }
@@ -311,7 +326,7 @@ impl Agent {
     }
 
     /// The tool host an MCP host serves: instance `mcp`, launched by the first call that needs
-    /// it, after a sweep of what an earlier run left.
+    /// it (or at start, `--launch-at-start`), after a sweep of what an earlier run left.
     pub(crate) async fn mcp_tools(&self) -> anyhow::Result<(BrowserHost, Arc<ToolHost>)> {
         let config = self.browser_config().await?;
         let host = BrowserHost::persistent(&self.state_dir, lifecycle()?.policy())?;

@@ -89,3 +89,33 @@ pub(crate) fn supervise(
     let interval = Duration::from_millis(lifecycle()?.health.interval_ms);
     Ok((host.start_health_loop(interval), tools.start_recovery()))
 }
+
+/// `--launch-at-start`: launches the host's browser in the background, so the first tool call
+/// finds it running instead of paying the launch (issue 42: Chromium's start is about 260 ms of
+/// a cold join here; the first call still opens its first tab).
+/// A call that comes while it is under way waits for it, as for any starting browser (L10, up to
+/// the launch's remaining budget). A launch that fails is logged, and the first call that needs
+/// the browser launches again (a failed launch counts toward the crash loop, L6).
+pub(crate) fn launch_at_start(tools: &Arc<ToolHost>) -> LaunchAtStart {
+    let tools = tools.clone();
+    LaunchAtStart(tokio::spawn(async move {
+        let started = Instant::now();
+        match tools.launch().await {
+            Ok(launched) => tracing::info!(
+                boot_id = launched.boot_id,
+                millis = started.elapsed().as_millis() as u64,
+                "launched the browser at start"
+            ),
+            Err(error) => tracing::warn!(error = %error.message, "the browser did not launch at start"),
+        }
+    }))
+}
+
+/// The launch [`launch_at_start`] began; it stops (if still under way) when this drops.
+pub(crate) struct LaunchAtStart(tokio::task::JoinHandle<()>);
+
+impl Drop for LaunchAtStart {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

@@ -211,6 +211,8 @@ pub(crate) enum HostCommand {
         /// The device's credential (a file, 0600; never an argument, which `ps` shows).
         #[arg(long, value_name = "FILE", env = "PAP_AGENT_BEARER_FILE")]
         bearer_file: PathBuf,
+        #[command(flatten)]
+        start: HostStart,
     },
     /// Streamable HTTP at /mcp (and /health, /pair), for paired devices only. Binds loopback
     /// unless --allow-remote (then over TLS); refuses a request whose Host or Origin it does not
@@ -241,7 +243,21 @@ pub(crate) enum HostCommand {
         /// one-time link goes to stdout.
         #[arg(long, value_name = "ADDR")]
         console: Option<SocketAddr>,
+        #[command(flatten)]
+        start: HostStart,
     },
+}
+
+/// When a host launches its browser.
+#[derive(clap::Args, Clone, Copy)]
+pub(crate) struct HostStart {
+    /// Launch the browser as the host starts, in the background, instead of on the first tool
+    /// call that needs it: that call then finds it running (Chromium's start, about 260 ms of a
+    /// cold join here, is off its path) or waits for the launch under way. Costs a running
+    /// Chromium while no tool uses it; with a Chromium that cannot start, each host start counts
+    /// a failed launch toward the crash loop.
+    #[arg(long)]
+    pub(crate) launch_at_start: bool,
 }
 
 /// AIP-59 pair/v2 over a rendezvous broker.
