@@ -91,8 +91,8 @@ pub(crate) fn supervise(
 }
 
 /// `--launch-at-start`: launches the host's browser in the background, so the first tool call
-/// finds it running instead of paying the launch (issue 42: Chromium's start is about 260 ms of
-/// a cold join here; the first call still opens its first tab).
+/// finds it running instead of paying the launch (issue 42: the first call 320 to 370 ms
+/// shorter at p50 in the `first_call` bench; it still opens its first tab).
 /// A call that comes while it is under way waits for it, as for any starting browser (L10, up to
 /// the launch's remaining budget). A launch that fails is logged, and the first call that needs
 /// the browser launches again (a failed launch counts toward the crash loop, L6).

@@ -252,8 +252,8 @@ pub(crate) enum HostCommand {
 #[derive(clap::Args, Clone, Copy)]
 pub(crate) struct HostStart {
     /// Launch the browser as the host starts, in the background, instead of on the first tool
-    /// call that needs it: that call then finds it running (Chromium's start, about 260 ms of a
-    /// cold join here, is off its path) or waits for the launch under way. Costs a running
+    /// call that needs it: that call then finds it running (its first call 320 to 370 ms
+    /// shorter at p50 here) or waits for the launch under way. Costs a running
     /// Chromium while no tool uses it; with a Chromium that cannot start, each host start counts
     /// a failed launch toward the crash loop.
     #[arg(long)]
