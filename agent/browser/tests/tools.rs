@@ -1082,3 +1082,71 @@ async fn a_tab_opened_ahead_serves_the_next_tab_of_its_context_only() {
     served.host.stop("ahead", Duration::from_secs(2)).await.unwrap();
     let _ = std::fs::remove_dir_all(&served.state);
 }
+
+/// A call that runs between a launch and that launch's injection of the granted material (a
+/// call that waited for a launch begun elsewhere: at the host's start, or by another call)
+/// keeps the cookie jar it opened its tab in. The injection comes after it and leaves the boot's
+/// contexts as they are, so the device's next tab shares the first tab's cookies. (Before, the
+/// injection started the boot's contexts afresh: the next tab got a new, empty jar, and the
+/// first one was in no jar a revoke or the device's end reaches.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
+async fn a_call_before_the_launchs_own_injection_keeps_its_cookie_jar() {
+    use axum::http::{HeaderMap, header};
+    use axum::response::Html;
+    use axum::routing::get;
+    let app = axum::Router::new()
+        .route(
+            "/set",
+            get(|| async { ([(header::SET_COOKIE, "seen=1; Path=/")], Html("<p>set</p>")) }),
+        )
+        .route(
+            "/echo",
+            get(|headers: HeaderMap| async move {
+                let cookie = headers
+                    .get(header::COOKIE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("none")
+                    .to_owned();
+                Html(format!("<p id=\"cookie\">{cookie}</p>"))
+            }),
+        );
+    let base = serve(app).await;
+    let state = std::env::temp_dir().join(format!("pap-tools-inject-race-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    let host = BrowserHost::new();
+    let tools = ToolHost::new(
+        manifest(),
+        host.clone(),
+        loopback_config(&state),
+        key("inject-race"),
+        consent(&state),
+    );
+    // The browser launched, its injection not yet run: what a call that waited for another's
+    // launch finds.
+    host.launch(&loopback_config(&state), "inject-race", &|_| {})
+        .await
+        .unwrap();
+    let device = pap_browser::spec::AgentCaller::paired("dev_R");
+    ok(tools
+        .call_as(&device, "browser.navigate", &json!({"url": format!("{base}/set")}))
+        .await);
+    // That launch's own injection, after the call.
+    tools.launch().await.unwrap();
+    let next = ok(tools
+        .call_as(&device, "browser.navigate", &json!({"url": format!("{base}/echo")}))
+        .await);
+    let dom = ok(tools
+        .call_as(
+            &device,
+            "browser.get_dom",
+            &json!({"target": next["target"], "selector": "#cookie"}),
+        )
+        .await);
+    assert_eq!(
+        dom["html"], "<p id=\"cookie\">seen=1</p>",
+        "the device's next tab is in another cookie jar"
+    );
+    host.stop("inject-race", Duration::from_secs(2)).await.unwrap();
+    let _ = std::fs::remove_dir_all(&state);
+}
