@@ -20,7 +20,8 @@ use rmcp::model::CallToolRequestParams;
 use rmcp::transport::TokioChildProcess;
 use serde_json::json;
 use support::Stage;
-use support::cli_agent::{AGENT, pap};
+use support::cli_agent::{installed, stdio_host};
+use support::report;
 
 fn main() {
     let mut numbers = std::env::args().skip(1).filter_map(|a| a.parse::<u64>().ok());
@@ -37,21 +38,7 @@ async fn run(rounds: usize, think: Duration) {
     let stage = Stage::new("first-call", &["shop.example"]).await;
     let (_company, addr) = support::start_reference_company(&stage).await;
     let state = stage.work.join("state");
-    pap(&state, &["identity", "init", "atlas.example"]);
-    let config = stage.work.join("mcp.json");
-    pap(
-        &state,
-        &[
-            "install-mcp",
-            "--client",
-            "cursor",
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
-    let entry: serde_json::Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
-    let args: Vec<String> = serde_json::from_value(entry["mcpServers"]["pap-agent-browser"]["args"].clone()).unwrap();
-    let bearer_file = args.last().unwrap().clone();
+    let (bearer_file, _) = installed(&stage, &state);
 
     let variants: [(&str, &[&str]); 2] = [
         ("launched by the first call (the default)", &[]),
@@ -61,21 +48,10 @@ async fn run(rounds: usize, think: Duration) {
     let mut second = vec![Vec::new(); variants.len()];
     for _ in 0..rounds {
         for (i, (_, extra)) in variants.iter().enumerate() {
-            let mut host = tokio::process::Command::new(AGENT);
-            host.args([
-                "--state-dir",
-                state.to_str().unwrap(),
-                "--connect",
-                &format!("shop.example={addr}"),
-                "--trust-ca",
-                stage.ca_pem.to_str().unwrap(),
-                "host",
-                "stdio",
-                "--bearer-file",
-                &bearer_file,
-            ]);
-            host.args(*extra);
+            let host = stdio_host(&stage, &state, addr, &bearer_file, extra);
             let client = ().serve(TokioChildProcess::new(host).unwrap()).await.unwrap();
+            // The client's think time, not a wait for readiness: a launch at start not done
+            // by then is waited for by the call, and timed with it.
             tokio::time::sleep(think).await;
             for samples in [&mut first[i], &mut second[i]] {
                 let started = Instant::now();
@@ -98,19 +74,8 @@ async fn run(rounds: usize, think: Duration) {
     );
     for (i, (name, _)) in variants.iter().enumerate() {
         println!("  {name}");
-        print_spread("    first call (browser_navigate)", &mut first[i]);
-        print_spread("    second call, same page", &mut second[i]);
+        report("    first call (browser_navigate)", &mut first[i]);
+        report("    second call, same page", &mut second[i]);
     }
     let _ = std::fs::remove_dir_all(&stage.work);
-}
-
-fn print_spread(what: &str, samples: &mut [Duration]) {
-    samples.sort();
-    let ms = |d: Duration| d.as_secs_f64() * 1_000.0;
-    println!(
-        "{what}: p50 {:.1} ms (min {:.1}, max {:.1})",
-        ms(samples[samples.len() / 2]),
-        ms(samples[0]),
-        ms(samples[samples.len() - 1])
-    );
 }

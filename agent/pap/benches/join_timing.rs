@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use pap_agent::{JoinTab, join};
 use pap_browser::chromium::BrowserHost;
-use support::Stage;
+use support::{Stage, report};
 
 fn main() {
     let runs: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(20);
@@ -203,15 +203,4 @@ fn print_stages(stages: &[pap_agent::JoinStages], blank: &str) {
     print_stage("build and submit the form", |s| s.submit);
     print_stage("submit to the landing page's response (POST, 303, GET)", |s| s.landed);
     print_stage("that response to the page loaded", |s| s.loaded);
-}
-
-fn report(what: &str, samples: &mut [Duration]) {
-    samples.sort();
-    let ms = |d: Duration| d.as_secs_f64() * 1_000.0;
-    println!(
-        "{what}: p50 {:.1} ms (min {:.1} ms, max {:.1} ms)",
-        ms(samples[samples.len() / 2]),
-        ms(samples[0]),
-        ms(samples[samples.len() - 1])
-    );
 }

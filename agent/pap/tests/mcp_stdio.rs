@@ -15,7 +15,7 @@ use rmcp::model::{CallToolRequestParams, ContentBlock};
 use rmcp::transport::TokioChildProcess;
 use serde_json::json;
 use support::Stage;
-use support::cli_agent::pap;
+use support::cli_agent::{installed, pap, stdio_host};
 
 fn arguments(value: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
     match value {
@@ -24,53 +24,12 @@ fn arguments(value: serde_json::Value) -> serde_json::Map<String, serde_json::Va
     }
 }
 
-/// The agent's identity, and the client installed as the operator installs it (`install-mcp`):
-/// a device of its own, its credential in a file. Answers that file and the device's id.
-fn installed(stage: &Stage, state: &std::path::Path) -> (String, String) {
-    pap(state, &["identity", "init", "atlas.example"]);
-    let config = stage.work.join("cursor-mcp.json");
-    pap(
-        state,
-        &[
-            "install-mcp",
-            "--client",
-            "cursor",
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
-    let entry: serde_json::Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
-    let args: Vec<String> = serde_json::from_value(entry["mcpServers"]["pap-agent-browser"]["args"].clone()).unwrap();
-    let bearer_file = args.last().unwrap().clone();
-    let listed: serde_json::Value = serde_json::from_str(&pap(state, &["devices", "list"])).unwrap();
-    let device = listed["devices"][0]["id"].as_str().unwrap().to_owned();
-    (bearer_file, device)
-}
-
-/// `pap-agent host stdio` for the device whose credential is `bearer_file`, `shop.example`
-/// routed to the company at `addr`, with `extra` arguments of `host stdio`.
-fn stdio_host(
-    stage: &Stage,
-    state: &std::path::Path,
-    addr: std::net::SocketAddr,
-    bearer_file: &str,
-    extra: &[&str],
-) -> tokio::process::Command {
-    let mut host = tokio::process::Command::new(support::cli_agent::AGENT);
-    host.args([
-        "--state-dir",
-        state.to_str().unwrap(),
-        "--connect",
-        &format!("shop.example={addr}"),
-        "--trust-ca",
-        stage.ca_pem.to_str().unwrap(),
-        "host",
-        "stdio",
-        "--bearer-file",
-        bearer_file,
-    ]);
-    host.args(extra);
-    host
+/// Ends the client, as a client closes the host it spawned; the host must end with it.
+async fn end(client: rmcp::service::RunningService<rmcp::RoleClient, ()>) {
+    tokio::time::timeout(Duration::from_secs(30), client.cancel())
+        .await
+        .expect("the host did not end with its client")
+        .unwrap();
 }
 
 /// The browsers of `state` the process table shows.
@@ -249,10 +208,7 @@ async fn an_mcp_client_lists_the_tools_loads_a_page_and_gets_a_screenshot_and_ty
     assert_eq!(after.is_error, Some(true), "an unpaired device's call ran: {after:?}");
     assert_eq!(after.structured_content.unwrap()["code"], "permission_denied");
 
-    tokio::time::timeout(Duration::from_secs(30), client.cancel())
-        .await
-        .expect("the host did not end with its client")
-        .unwrap();
+    end(client).await;
     let left = browsers(&state);
     assert!(left.is_empty(), "the host left its browser running: {left:?}");
     let _ = std::fs::remove_dir_all(&stage.work);
@@ -281,10 +237,7 @@ async fn a_host_launching_at_start_runs_its_browser_before_any_call_and_a_call_m
     })
     .await
     .expect("no browser launched without a call");
-    tokio::time::timeout(Duration::from_secs(30), client.cancel())
-        .await
-        .expect("the host did not end with its client")
-        .unwrap();
+    end(client).await;
     assert!(browsers(&state).is_empty(), "the host left its browser running");
 
     // A call at once, while the launch at start is under way: answered once the browser runs.
@@ -301,10 +254,7 @@ async fn a_host_launching_at_start_runs_its_browser_before_any_call_and_a_call_m
     assert_eq!(opened.structured_content.unwrap()["url"], "https://shop.example/");
     let running = browsers(&state);
     assert_eq!(running.len(), 1, "{running:?}");
-    tokio::time::timeout(Duration::from_secs(30), client.cancel())
-        .await
-        .expect("the host did not end with its client")
-        .unwrap();
+    end(client).await;
     assert!(browsers(&state).is_empty(), "the host left its browser running");
     let _ = std::fs::remove_dir_all(&stage.work);
 }

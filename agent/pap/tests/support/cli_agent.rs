@@ -332,3 +332,52 @@ pub async fn agent_saying(args: &[&str], prefix: &str) -> (tokio::process::Child
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     (child, said)
 }
+
+/// The agent's identity, and the client installed as the operator installs it (`install-mcp`):
+/// a device of its own, its credential in a file. Answers that file and the device's id.
+pub fn installed(stage: &Stage, state: &Path) -> (String, String) {
+    pap(state, &["identity", "init", "atlas.example"]);
+    let config = stage.work.join("cursor-mcp.json");
+    pap(
+        state,
+        &[
+            "install-mcp",
+            "--client",
+            "cursor",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let entry: serde_json::Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    let args: Vec<String> = serde_json::from_value(entry["mcpServers"]["pap-agent-browser"]["args"].clone()).unwrap();
+    let bearer_file = args.last().unwrap().clone();
+    let listed: serde_json::Value = serde_json::from_str(&pap(state, &["devices", "list"])).unwrap();
+    let device = listed["devices"][0]["id"].as_str().unwrap().to_owned();
+    (bearer_file, device)
+}
+
+/// `pap-agent host stdio` for the device whose credential is `bearer_file`, `shop.example`
+/// routed to the company at `addr`, with `extra` arguments of `host stdio`.
+pub fn stdio_host(
+    stage: &Stage,
+    state: &Path,
+    addr: SocketAddr,
+    bearer_file: &str,
+    extra: &[&str],
+) -> tokio::process::Command {
+    let mut host = tokio::process::Command::new(AGENT);
+    host.args([
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--connect",
+        &format!("shop.example={addr}"),
+        "--trust-ca",
+        stage.ca_pem.to_str().unwrap(),
+        "host",
+        "stdio",
+        "--bearer-file",
+        bearer_file,
+    ]);
+    host.args(extra);
+    host
+}

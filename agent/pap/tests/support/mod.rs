@@ -494,3 +494,16 @@ pub fn pinned_browser(stage: &Stage, state_dir: PathBuf, addr: SocketAddr) -> Ch
     };
     config
 }
+
+/// For the benches: `what`'s p50, least and most of `samples`, in ms, on one line.
+#[allow(clippy::print_stdout, reason = "the benches' output")]
+pub fn report(what: &str, samples: &mut [Duration]) {
+    samples.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1_000.0;
+    println!(
+        "{what}: p50 {:.1} ms (min {:.1} ms, max {:.1} ms)",
+        ms(samples[samples.len() / 2]),
+        ms(samples[0]),
+        ms(samples[samples.len() - 1])
+    );
+}
