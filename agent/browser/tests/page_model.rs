@@ -730,7 +730,11 @@ async fn a_page_cannot_disarm_the_guard_forge_a_line_or_aim_input_into_a_frame()
     );
     assert!(!page.contains("x\"]"), "{page}");
     assert!(page.contains(r#"[url="http://127.0.0.1"#), "{page}");
-    assert!(!page.contains("987"), "a card's code is not in a name: {page}");
+    // (The page's URLs are left out of this check: a port may hold those digits.)
+    assert!(
+        !page.replace(base.as_str(), "").contains("987"),
+        "a card's code is not in a name: {page}"
+    );
 
     // The guard runs where the page's patches do not reach: the person's POST form is refused
     // by ref, by selector, and to a key press, however the page rewrote its own world.
