@@ -1,7 +1,7 @@
 //! A cold join (Chromium launched, its first tab opened, the join in it; the launch split into
 //! the steps it reports), and a warm join (browser running) from signing the assertion to the
 //! landed page loaded, against our reference company over TLS on 127.0.0.1,
-//! four ways, run in turn:
+//! five ways, run in turn:
 //!
 //! - in a new tab, as the tools (`pap_join`) and `pap-agent join` run it: the tab opened, then
 //!   the join, which builds its form in the tab's first document ([`JoinTab::New`]);
@@ -10,7 +10,8 @@
 //! - in the tab the previous join landed in ([`JoinTab::Used`]): the join first leaves the
 //!   company's page for a fresh `about:blank`;
 //! - in a tab opened ahead, before the clock starts, as the tools' join leaves one for the next
-//!   join of its context (`ToolHost::open_ahead`): the join alone ([`JoinTab::New`]).
+//!   join of its context (`ToolHost::open_ahead`): the join alone ([`JoinTab::New`]), at once
+//!   and 0.5 s after the tab opened (a next join that comes after a pause, the tab settled).
 //!
 //! Run with `cargo bench -p pap-agent --bench join_timing` (optionally `-- RUNS`, default 20).
 //! Prints p50, min and max of each, and of each stage.
@@ -108,6 +109,7 @@ async fn run(runs: usize) {
     let (mut fresh, mut fresh_stages, mut opened) = (Vec::new(), Vec::new(), Vec::new());
     let (mut renewed, mut renewed_stages) = (Vec::new(), Vec::new());
     let (mut ahead, mut ahead_stages) = (Vec::new(), Vec::new());
+    let (mut settled, mut settled_stages) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         let started = Instant::now();
         let tab = browser.new_page().await.unwrap();
@@ -132,6 +134,15 @@ async fn run(runs: usize) {
         let started = Instant::now();
         ahead_stages.push(joined!(JoinTab::New(&tab)));
         ahead.push(started.elapsed());
+        tab.close().await.unwrap();
+
+        // The same, 0.5 s after the tab opened: the tools open a context's tab ahead after a
+        // join, and its next join comes later. Think time, not a readiness wait.
+        let tab = browser.new_page().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let started = Instant::now();
+        settled_stages.push(joined!(JoinTab::New(&tab)));
+        settled.push(started.elapsed());
         tab.close().await.unwrap();
     }
     drop((page, browser));
@@ -170,6 +181,11 @@ async fn run(runs: usize) {
         &mut ahead,
     );
     print_stages(&ahead_stages, "the tab still new (asked of the browser)");
+    report(
+        "warm join in a tab opened ahead 0.5 s before (as the tools' next join after a pause): sign, form POST, 303, landed page loaded",
+        &mut settled,
+    );
+    print_stages(&settled_stages, "the tab still new (asked of the browser)");
     std::fs::remove_dir_all(&stage.work).unwrap();
 }
 
