@@ -20,8 +20,8 @@ use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
 use support::Stage;
 use support::cli_agent::{
-    agent_and_company, host_serve, host_serve_with, mcp_call as call, mcp_device as device, pair_over_http as pair,
-    pap, pap_fails, stop_host, test_network,
+    agent_and_company, browsers, host_serve, host_serve_with, mcp_call as call, mcp_device as device,
+    pair_over_http as pair, pap, pap_fails, stop_host, test_network, until_a_browser_runs,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -247,6 +247,35 @@ async fn paired_devices_reach_the_browser_and_pap_through_the_guarded_http_host(
 
     drop(a);
     drop(b);
+    stop_host(host, &state).await;
+    let _ = std::fs::remove_dir_all(&stage.work);
+}
+
+/// `host serve --launch-at-start` (issue 42): the browser runs before any device connects, a
+/// paired device's first call uses it (one browser, not a second), and SIGTERM stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium; .ci/run runs it"]
+async fn a_served_host_launching_at_start_runs_its_browser_before_any_device_calls() {
+    let mut stage = Stage::new("mcp-http-start", &["shop.example", "atlas.example"]).await;
+    let (state, _company, shop) = agent_and_company(&mut stage).await;
+    let net = test_network(&stage, shop);
+    let (host, addr) = host_serve_with(&state, &net, &["--listen", "127.0.0.1:0", "--launch-at-start"]).await;
+    until_a_browser_runs(&state).await;
+
+    let http = pap_agent::testkit::plain_http_client(rustls::RootCertStore::empty(), &Default::default()).unwrap();
+    let (id, bearer) = pair(&http, addr, &state, "device-a").await;
+    pap(
+        &state,
+        &["consent", "grant", "--domain", "shop.example", "--device", &id],
+    );
+    let device = device(addr, &bearer).await;
+    let opened = call(&device, "browser_navigate", json!({"url": "https://shop.example/"}))
+        .await
+        .unwrap();
+    assert_eq!(opened["url"], "https://shop.example/");
+    let running = browsers(&state);
+    assert_eq!(running.len(), 1, "{running:?}");
+    device.cancel().await.unwrap();
     stop_host(host, &state).await;
     let _ = std::fs::remove_dir_all(&stage.work);
 }

@@ -15,7 +15,7 @@ use rmcp::model::{CallToolRequestParams, ContentBlock};
 use rmcp::transport::TokioChildProcess;
 use serde_json::json;
 use support::Stage;
-use support::cli_agent::{installed, pap, stdio_host};
+use support::cli_agent::{browsers, installed, pap, stdio_host, until_a_browser_runs};
 
 fn arguments(value: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
     match value {
@@ -30,11 +30,6 @@ async fn end(client: rmcp::service::RunningService<rmcp::RoleClient, ()>) {
         .await
         .expect("the host did not end with its client")
         .unwrap();
-}
-
-/// The browsers of `state` the process table shows.
-fn browsers(state: &std::path::Path) -> Vec<pap_browser::chromium::BrowserProcess> {
-    pap_browser::chromium::browsers_of(&pap_browser::chromium::ProcTable, state).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,14 +224,7 @@ async fn a_host_launching_at_start_runs_its_browser_before_any_call_and_a_call_m
     // No call: the browser comes anyway, and goes with the client.
     let host = stdio_host(&stage, &state, addr, &bearer_file, &launching);
     let client = ().serve(TokioChildProcess::new(host).unwrap()).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(30), async {
-        let mut tick = tokio::time::interval(Duration::from_millis(20));
-        while browsers(&state).is_empty() {
-            tick.tick().await;
-        }
-    })
-    .await
-    .expect("no browser launched without a call");
+    until_a_browser_runs(&state).await;
     end(client).await;
     assert!(browsers(&state).is_empty(), "the host left its browser running");
 

@@ -198,6 +198,24 @@ pub async fn host_serve_with_console(state: &Path, global: &[String]) -> (tokio:
     (child, addr, link)
 }
 
+/// The browsers of `state` the process table shows.
+pub fn browsers(state: &Path) -> Vec<pap_browser::chromium::BrowserProcess> {
+    pap_browser::chromium::browsers_of(&pap_browser::chromium::ProcTable, state).unwrap()
+}
+
+/// Waits (30 s at most) until a browser of `state` runs: a host launching at start, before
+/// any call. Polls the process table, since nothing of the host's reports the launch.
+pub async fn until_a_browser_runs(state: &Path) {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        while browsers(state).is_empty() {
+            tick.tick().await;
+        }
+    })
+    .await
+    .expect("no browser launched without a call");
+}
+
 /// Ends `host` with SIGTERM and waits (30 s at most) for a clean exit; no browser of `state`
 /// may be left.
 pub async fn stop_host(mut host: tokio::process::Child, state: &Path) {
@@ -211,7 +229,7 @@ pub async fn stop_host(mut host: tokio::process::Child, state: &Path) {
         .unwrap()
         .unwrap();
     assert!(ended.success(), "host serve did not end cleanly: {ended:?}");
-    let left = pap_browser::chromium::browsers_of(&pap_browser::chromium::ProcTable, state).unwrap();
+    let left = browsers(state);
     assert!(left.is_empty(), "the host left its browser running: {left:?}");
 }
 
