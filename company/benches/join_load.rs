@@ -17,7 +17,8 @@
 //! `/proc/self/stat`); the server's alone (the server runs on a runtime of its own, and the CPU
 //! of its threads is read from `/proc/self/task/TID/stat`: accepting, TLS, HTTP, the route, the
 //! stores' clients), the part of it spent in the kernel (`stime`: system calls, and on loopback
-//! the TCP stack's work for the packets the server sends), and in raw ES256 verifies (issue 42's goal: at most 1.4 at concurrency 1,
+//! the TCP stack's work for the packets the server sends), the times per join its threads
+//! parked and were woken (`voluntary_ctxt_switches` of `/proc/self/task/TID/status`), and in raw ES256 verifies (issue 42's goal: at most 1.4 at concurrency 1,
 //! 1.25 at 8 and 32), one raw verify timed at the start of the run on this machine (aws-lc,
 //! the key parsed once, as `openssl speed` times it); and over Redis the commands Redis ran per join (`INFO stats`: the ones
 //! its scripts ran count too), Redis's own CPU per join (`INFO cpu`) and the time Redis spent
@@ -108,20 +109,36 @@ fn server_cpu() -> Cpu {
     let threads = SERVER_THREADS.lock().unwrap();
     threads
         .iter()
-        .filter_map(|stat| std::fs::read_to_string(stat).ok())
-        .map(|stat| cpu_ticks(&stat))
+        .filter_map(|stat| {
+            let mut cpu = cpu_ticks(&std::fs::read_to_string(stat).ok()?);
+            cpu.wakeups = voluntary_switches(&std::fs::read_to_string(stat.with_file_name("status")).ok()?);
+            Some(cpu)
+        })
         .fold(Cpu::default(), |sum, thread| Cpu {
             user: sum.user + thread.user,
             system: sum.system + thread.system,
+            wakeups: sum.wakeups + thread.wakeups,
         })
 }
 
+/// `voluntary_ctxt_switches` of a `/proc/…/status`: each time the thread parked (nothing to
+/// do, or waiting on a lock) and was woken again.
+fn voluntary_switches(status: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// CPU time spent in user space and in the kernel (system calls, and on loopback the TCP
-/// stack's work for the packets a thread sends).
+/// stack's work for the packets a thread sends), and for the server's threads the times they
+/// parked and were woken (issue 42: fewer wake-ups per join at concurrency 1).
 #[derive(Clone, Copy, Default)]
 struct Cpu {
     user: Duration,
     system: Duration,
+    wakeups: u64,
 }
 
 impl Cpu {
@@ -137,6 +154,7 @@ impl std::ops::Sub for Cpu {
         Self {
             user: self.user - earlier.user,
             system: self.system - earlier.system,
+            wakeups: self.wakeups - earlier.wakeups,
         }
     }
 }
@@ -149,6 +167,7 @@ fn cpu_ticks(stat: &str) -> Cpu {
     Cpu {
         user: ticks(11),
         system: ticks(12),
+        wakeups: 0,
     }
 }
 
@@ -206,6 +225,8 @@ struct Level {
     server_cpu_us: f64,
     /// The part of it spent in the kernel, µs.
     server_system_us: f64,
+    /// The times per join the server's threads parked and were woken.
+    server_wakeups: f64,
     /// Over Redis: what Redis did for the level's joins.
     redis: Option<RedisLevel>,
 }
@@ -575,6 +596,7 @@ async fn levels(
         let cpu_us = per_join(process_cpu() - cpu_before);
         let server = server_cpu() - server_before;
         let (server_cpu_us, server_system_us) = (per_join(server.total()), per_join(server.system));
+        let server_wakeups = server.wakeups as f64 / joins as f64;
         let redis = match (redis, redis_before) {
             (Some(meter), Some(before)) => {
                 let after = meter.read().await;
@@ -603,6 +625,7 @@ async fn levels(
             cpu_us,
             server_cpu_us,
             server_system_us,
+            server_wakeups,
             redis,
         });
     }
@@ -612,7 +635,7 @@ async fn levels(
 fn print_figures(store: &str, figures: &Figures, against: Option<&Figures>) {
     println!("{store}:");
     println!(
-        "{:>11} {:>10} {:>10} {:>10} {:>14} {:>17} {:>16} {:>19} {:>20} {:>18} {:>17}",
+        "{:>11} {:>10} {:>10} {:>10} {:>14} {:>17} {:>16} {:>19} {:>16} {:>20} {:>18} {:>17}",
         "concurrency",
         "joins/s",
         "p50 ms",
@@ -621,6 +644,7 @@ fn print_figures(store: &str, figures: &Figures, against: Option<&Figures>) {
         "server µs/join",
         "of it in kernel",
         "server/raw verify",
+        "wake-ups/join",
         "Redis cmds run/join",
         "Redis CPU µs/join",
         "µs in EVALSHA"
@@ -642,7 +666,7 @@ fn print_figures(store: &str, figures: &Figures, against: Option<&Figures>) {
             })
             .unwrap_or_else(|| ("-".into(), "-".into(), "-".into()));
         println!(
-            "{:>11} {:>10.0} {:>10.2} {:>10.2} {:>14.1} {:>17.1} {:>16.1} {:>18.2}x {commands:>20} {redis_cpu:>18} {script:>17}{share}",
+            "{:>11} {:>10.0} {:>10.2} {:>10.2} {:>14.1} {:>17.1} {:>16.1} {:>18.2}x {:>16.2} {commands:>20} {redis_cpu:>18} {script:>17}{share}",
             level.concurrency,
             level.rate,
             millis(level.p50),
@@ -651,6 +675,7 @@ fn print_figures(store: &str, figures: &Figures, against: Option<&Figures>) {
             level.server_cpu_us,
             level.server_system_us,
             level.server_cpu_us / RAW_VERIFY_US.get().copied().unwrap_or(f64::NAN),
+            level.server_wakeups,
         );
         if let Some(each) = level
             .redis
