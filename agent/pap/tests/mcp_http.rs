@@ -261,6 +261,7 @@ async fn a_served_host_launching_at_start_runs_its_browser_before_any_device_cal
     let net = test_network(&stage, shop);
     let (host, addr) = host_serve_with(&state, &net, &["--listen", "127.0.0.1:0", "--launch-at-start"]).await;
     until_a_browser_runs(&state).await;
+    let launched = browsers(&state);
 
     let http = pap_agent::testkit::plain_http_client(rustls::RootCertStore::empty(), &Default::default()).unwrap();
     let (id, bearer) = pair(&http, addr, &state, "device-a").await;
@@ -273,8 +274,13 @@ async fn a_served_host_launching_at_start_runs_its_browser_before_any_device_cal
         .await
         .unwrap();
     assert_eq!(opened["url"], "https://shop.example/");
+    // The browser launched at start, not one launched (or relaunched) by the call.
     let running = browsers(&state);
-    assert_eq!(running.len(), 1, "{running:?}");
+    assert_eq!(
+        running.iter().map(|b| b.pid).collect::<Vec<_>>(),
+        launched.iter().map(|b| b.pid).collect::<Vec<_>>(),
+        "{running:?}"
+    );
     device.cancel().await.unwrap();
     stop_host(host, &state).await;
     let _ = std::fs::remove_dir_all(&stage.work);

@@ -28,3 +28,28 @@ mod private_addresses;
 mod rendezvous;
 mod tunnel;
 mod tunnel_frames;
+
+/// The check the stories use for an assertion in URLs, headers and logs (`support::holds_jws`).
+#[test]
+fn a_jws_is_found_where_it_is_and_a_bare_eyj_is_not_one() {
+    let jws = "eyJhbGciOiJFUzI1NiJ9.eyJpc3MiOiJhIn0.c2lnbmF0dXJl";
+    for holding in [
+        jws.to_owned(),
+        format!("https://shop.example/x?assertion={jws}&y=1"),
+        format!("{{\"referer\":\"https://a/#{jws}\"}}"),
+        format!("level=debug body=assertion={jws}"),
+        "eyJhbGciOiJub25lIn0.e30.".to_owned(),
+    ] {
+        assert!(support::holds_jws(&holding), "{holding}");
+    }
+    for clean in [
+        "https://shop.example/operations/op_4024VnWtMb-eyJf2Uo9gfHnaQ",
+        "__Host-poppy_session=Q3eyJ_x9; path=/",
+        "eyJ",
+        "eyJabc.",
+        "eyJabc..def.",
+        "127.0.0.1:39873 eyJ.x",
+    ] {
+        assert!(!support::holds_jws(clean), "{clean}");
+    }
+}

@@ -379,7 +379,8 @@ pub async fn story(stage: &Stage, target: &Target, logs: &Captured) {
     // entry; the join a POST to the published endpoint.
     let history = page.execute(GetNavigationHistoryParams::default()).await.unwrap();
     for entry in &history.result.entries {
-        assert!(!holds_jws(&entry.url), "history holds {}", entry.url);
+        // The URL itself is not printed: it could hold the assertion.
+        assert!(!holds_jws(&entry.url), "a history entry holds the assertion");
     }
     drop(page);
     drop((browser, again));
@@ -419,30 +420,6 @@ pub fn holds_jws(text: &str) -> bool {
         let payload = segment(after);
         payload > 0 && after.get(payload) == Some(&b'.')
     })
-}
-
-#[test]
-fn a_jws_is_found_where_it_is_and_a_bare_eyj_is_not_one() {
-    let jws = "eyJhbGciOiJFUzI1NiJ9.eyJpc3MiOiJhIn0.c2lnbmF0dXJl";
-    for holding in [
-        jws.to_owned(),
-        format!("https://shop.example/x?assertion={jws}&y=1"),
-        format!("{{\"referer\":\"https://a/#{jws}\"}}"),
-        format!("level=debug body=assertion={jws}"),
-        "eyJhbGciOiJub25lIn0.e30.".to_owned(),
-    ] {
-        assert!(holds_jws(&holding), "{holding}");
-    }
-    for clean in [
-        "https://shop.example/operations/op_4024VnWtMb-eyJf2Uo9gfHnaQ",
-        "__Host-poppy_session=Q3eyJ_x9; path=/",
-        "eyJ",
-        "eyJabc.",
-        "eyJabc..def.",
-        "127.0.0.1:39873 eyJ.x",
-    ] {
-        assert!(!holds_jws(clean), "{clean}");
-    }
 }
 
 /// Our reference company in process over TLS on 127.0.0.1, reaching the stage's agent documents
