@@ -17,8 +17,13 @@ GET instead of the join's POST, 303 and GET. Whatever this prints, a cold join t
               server's 303, the GET, the landed page and its stylesheet, to the load event
               (0.5 s after the tab opened, as a next join comes after the last).
 
-Each VARIANT is NAME=FLAG|FLAG... added to the agent's flags; variants alternate run by run, so
-a machine that slows down slows each alike. Run as root it adds --no-sandbox (Chromium refuses
+Each VARIANT is NAME=FLAG|FLAG... added to the agent's flags. Three kinds of item are not
+flags: `+guard` turns the request guard's interception on for that variant (as GUARD=1 does
+for all), `+tls` serves the pages over HTTPS as shop.example (a certificate made for the run,
+pinned by its SPKI as the agent's tests pin theirs), and any other `+Domain` enables that
+DevTools domain in the join's tab (chromiumoxide enables Network, Runtime, Performance and Log
+in every tab it opens). Variants alternate run by run, so a machine that slows down slows each
+alike. Run as root it adds --no-sandbox (Chromium refuses
 root otherwise), unless SANDBOX_USER names a user to run Chromium as, sandboxed, as the agent
 runs it as root (`pap-browser`, review N11). GUARD=1 turns on what the agent's request guard
 turns on (`Fetch.enable` on the browser target, every request paused at the request stage) and
@@ -27,10 +32,13 @@ continues each paused request at once, to count interception's own cost.
     python3 agent/pap/benches/chromium_floor.py /usr/lib/chromium/chromium 20 agent=
 """
 
+import base64
+import hashlib
 import http.server
 import json
 import os
 import shutil
+import ssl
 import statistics
 import subprocess
 import sys
@@ -45,6 +53,7 @@ AGENT_FLAGS = [
     "--remote-debugging-pipe", "--no-startup-window",
 ]
 SANDBOX_USER = os.environ.get("SANDBOX_USER")
+
 if os.geteuid() == 0 and not SANDBOX_USER:
     AGENT_FLAGS.append("--no-sandbox")
 
@@ -139,7 +148,7 @@ JOIN_FORM = ("(() => { const f = document.createElement('form'); f.method = 'pos
              "return true; })()")
 
 
-def launch_once(chromium, extra, url, in_context):
+def launch_once(chromium, extra, url, in_context, domains=(), guard=False):
     """One launch: (devtools, first tab, first load, total, again, tab again, join) in ms."""
     profile = tempfile.mkdtemp(prefix="chromium-floor-")
     as_user = []
@@ -166,7 +175,7 @@ def launch_once(chromium, extra, url, in_context):
     try:
         pipe.call("Browser.getVersion")
         devtools = time.perf_counter()
-        if os.environ.get("GUARD") == "1":
+        if guard or os.environ.get("GUARD") == "1":
             pipe.call("Fetch.enable", {"patterns": [{"urlPattern": "*", "requestStage": "Request"}]})
         params = {"url": "about:blank"}
         if in_context:
@@ -185,6 +194,8 @@ def launch_once(chromium, extra, url, in_context):
         session = pipe.call("Target.attachToTarget", {"targetId": second, "flatten": True})["sessionId"]
         pipe.call("Page.enable", session=session)
         second_tab = time.perf_counter()
+        for domain in domains:
+            pipe.call(f"{domain}.enable", session=session)
         # Think time, not a readiness wait: the tools open a tab ahead after a join, and the
         # next join of its context comes later; 0.5 s lets the new tab's renderer settle.
         time.sleep(0.5)
@@ -211,6 +222,29 @@ def launch_once(chromium, extra, url, in_context):
         shutil.rmtree(profile, ignore_errors=True)
 
 
+def tls_shop():
+    """The shop again over HTTPS on 127.0.0.1, as shop.example with a certificate made for the
+    run: the flags that route and pin it, and its URL."""
+    folder = tempfile.mkdtemp(prefix="chromium-floor-tls-")
+    key, cert = os.path.join(folder, "key.pem"), os.path.join(folder, "cert.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-nodes", "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=shop.example",
+                    "-addext", "subjectAltName=DNS:shop.example"], check=True, capture_output=True)
+    public = subprocess.run(["openssl", "x509", "-in", cert, "-pubkey", "-noout"], check=True,
+                            capture_output=True).stdout
+    der = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "der"], input=public, check=True,
+                         capture_output=True).stdout
+    pin = base64.b64encode(hashlib.sha256(der).digest()).decode()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    shutil.rmtree(folder, ignore_errors=True)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Shop)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    flags = ["--host-resolver-rules=MAP shop.example 127.0.0.1", f"--ignore-certificate-errors-spki-list={pin}"]
+    return flags, f"https://shop.example:{server.server_address[1]}/"
+
+
 def main():
     if len(sys.argv) < 4:
         sys.exit(__doc__)
@@ -223,11 +257,17 @@ def main():
     shop = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Shop)
     threading.Thread(target=shop.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{shop.server_address[1]}/"
+    tls_flags, tls_url = tls_shop()
     launch_once(chromium, [], url, in_context)  # Chromium's files into the page cache
     figures = {name: [] for name, _ in variants}
     for _ in range(runs):
-        for name, flags in variants:
-            figures[name].append(launch_once(chromium, flags, url, in_context))
+        for name, items in variants:
+            flags = [f for f in items if not f.startswith("+")]
+            extras = [f[1:] for f in items if f.startswith("+")]
+            tls = "tls" in extras
+            figures[name].append(launch_once(
+                chromium, flags + (tls_flags if tls else []), tls_url if tls else url, in_context,
+                [d for d in extras if d not in ("tls", "guard")], "guard" in extras))
     print(f"p50 ms of {runs} launches, first tab in a new context: {in_context}")
     print(f"{'variant':24} {'devtools':>9} {'first tab':>9} {'first load':>10} {'total':>9} {'again':>9} {'tab again':>9}"
           f" {'join':>9}")
