@@ -53,7 +53,6 @@ AGENT_FLAGS = [
     "--remote-debugging-pipe", "--no-startup-window",
 ]
 SANDBOX_USER = os.environ.get("SANDBOX_USER")
-
 if os.geteuid() == 0 and not SANDBOX_USER:
     AGENT_FLAGS.append("--no-sandbox")
 
@@ -257,7 +256,9 @@ def main():
     shop = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Shop)
     threading.Thread(target=shop.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{shop.server_address[1]}/"
-    tls_flags, tls_url = tls_shop()
+    # Made only when a variant asks for it: it needs the openssl command.
+    any_tls = any("+tls" in items for _, items in variants)
+    tls_flags, tls_url = tls_shop() if any_tls else ([], url)
     launch_once(chromium, [], url, in_context)  # Chromium's files into the page cache
     figures = {name: [] for name, _ in variants}
     for _ in range(runs):
