@@ -62,6 +62,18 @@ fn loopback_config(state: &std::path::Path) -> ChromiumConfig {
 }
 
 /// `app` served on loopback HTTP: its `http://127.0.0.1:PORT`.
+/// The tools of the real manifest over `host`, for `instance`, on the loopback test browser
+/// with its consent store in `state`.
+fn loopback_tools(host: &BrowserHost, state: &std::path::Path, instance: &str) -> std::sync::Arc<ToolHost> {
+    ToolHost::new(
+        manifest(),
+        host.clone(),
+        loopback_config(state),
+        key(instance),
+        consent(state),
+    )
+}
+
 async fn serve(app: axum::Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -73,13 +85,7 @@ async fn serve_and_open(app: axum::Router, instance: &str) -> Served {
     let base = serve(app).await;
     let state = std::env::temp_dir().join(format!("pap-tools-{instance}-{}", std::process::id()));
     let host = BrowserHost::new();
-    let tools = ToolHost::new(
-        manifest(),
-        host.clone(),
-        loopback_config(&state),
-        key(instance),
-        consent(&state),
-    );
+    let tools = loopback_tools(&host, &state, instance);
     tools.launch().await.unwrap();
     let target = ok(tools
         .call("browser.navigate", &json!({"url": format!("{base}/")}))
@@ -101,13 +107,7 @@ async fn serve_and_open(app: axum::Router, instance: &str) -> Served {
 async fn core_tools_errors_and_stale_handles_on_real_chromium() {
     let state = std::env::temp_dir().join(format!("pap-tools-{}", std::process::id()));
     let host = BrowserHost::new();
-    let tools = ToolHost::new(
-        manifest(),
-        host.clone(),
-        loopback_config(&state),
-        key("tools"),
-        consent(&state),
-    );
+    let tools = loopback_tools(&host, &state, "tools");
 
     // Before any launch: not ready, with the state (L3), never an opaque error.
     let before = err(tools.call("browser.navigate", &json!({"url": "about:blank"})).await);
@@ -467,13 +467,7 @@ fn manifest_with(from: &str, to: &str) -> pap_browser::spec::BrowserManifest {
 async fn the_instance_answers_in_the_shapes_of_the_tables() {
     let state = std::env::temp_dir().join(format!("pap-tools-shape-{}", std::process::id()));
     let host = BrowserHost::new();
-    let tools = ToolHost::new(
-        manifest(),
-        host.clone(),
-        loopback_config(&state),
-        key("shape"),
-        consent(&state),
-    );
+    let tools = loopback_tools(&host, &state, "shape");
     // launch -> {id, state, endpoints, pid, wasAlreadyRunning}; a second launch of the host's
     // own running instance says it was already running, with the same process (L2).
     let first = tools.launch().await.unwrap();
@@ -705,13 +699,7 @@ async fn the_idle_reaper_closes_idle_targets_and_never_a_keep_alive_one() {
         .await;
     gone_from(&observer, &ahead).await;
     // The shipped manifest names no idleReapMs: its host reaps nothing, ever.
-    let plain = ToolHost::new(
-        manifest(),
-        host.clone(),
-        loopback_config(&state),
-        key("reap"),
-        consent(&state),
-    );
+    let plain = loopback_tools(&host, &state, "reap");
     assert!(plain.start_idle_reaper().is_none());
     assert_eq!(plain.reap_idle(now + Duration::from_secs(86_400)).await, 0);
     host.stop("reap", Duration::from_secs(2)).await.unwrap();
@@ -1115,13 +1103,7 @@ async fn a_call_before_the_launchs_own_injection_keeps_its_cookie_jar() {
     let state = std::env::temp_dir().join(format!("pap-tools-inject-race-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&state);
     let host = BrowserHost::new();
-    let tools = ToolHost::new(
-        manifest(),
-        host.clone(),
-        loopback_config(&state),
-        key("inject-race"),
-        consent(&state),
-    );
+    let tools = loopback_tools(&host, &state, "inject-race");
     // The browser launched, its injection not yet run: what a call that waited for another's
     // launch finds.
     host.launch(&loopback_config(&state), "inject-race", &|_| {})
