@@ -4,7 +4,9 @@
 //! Run with `cargo bench -p pap-company --bench join_load` (optionally `-- JOINS_PER_LEVEL`,
 //! default 3000, `--level N`, repeated, for only those concurrencies (a profile of one), and
 //! `--log` for `pap-company`'s own log lines, at `info` on stderr, as it runs by default;
-//! `--server-workers N` for the server runtime's worker threads, one per core by default). The server (the route behind rustls, HTTP/1.1 keep-alive) and the clients
+//! `--server-workers N` for the server runtime's worker threads, one per core by default;
+//! `--server-per-core` for a thread-per-core server instead: as many single-threaded runtimes,
+//! each listening with `SO_REUSEPORT` on the same port). The server (the route behind rustls, HTTP/1.1 keep-alive) and the clients
 //! share this machine's cores, as a company's front end and its load balancer would not: the
 //! figures are a floor. Assertions are signed before the clock starts; each join is one POST
 //! answered 303 with a cookie (redirects are not followed).
@@ -75,26 +77,61 @@ fn main() {
         .find(|pair| pair[0] == "--server-workers")
         .and_then(|pair| pair[1].parse().ok())
         .unwrap_or_else(available_cores);
-    let server = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .thread_name("server")
-        .on_thread_start(|| {
-            // `PID/task/TID`, this thread's directory under /proc.
-            if let Ok(thread) = std::fs::read_link("/proc/thread-self") {
-                SERVER_THREADS
-                    .lock()
-                    .unwrap()
-                    .push(std::path::Path::new("/proc").join(thread).join("stat"));
-            }
-        })
-        .build()
-        .unwrap();
+    let per_core = args.iter().any(|a| a == "--server-per-core");
+    let (_server, servers) = if per_core {
+        (None, single_threaded_servers(workers))
+    } else {
+        let server = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .thread_name("server")
+            .on_thread_start(count_as_server)
+            .build()
+            .unwrap();
+        let handle = server.handle().clone();
+        (Some(server), vec![handle])
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(run(joins, server.handle().clone()));
+    runtime.block_on(run(joins, servers, per_core));
+}
+
+/// Counts the calling thread as one of the server's.
+fn count_as_server() {
+    // `PID/task/TID`, this thread's directory under /proc.
+    if let Ok(thread) = std::fs::read_link("/proc/thread-self") {
+        SERVER_THREADS
+            .lock()
+            .unwrap()
+            .push(std::path::Path::new("/proc").join(thread).join("stat"));
+    }
+}
+
+/// `threads` single-threaded runtimes, each on a thread of its own that lives for the run: a
+/// thread-per-core server (`--server-per-core`). A connection stays on the runtime that
+/// accepted it, so no worker is woken for another's work: at concurrency 1 that is the
+/// wake-up the multi-threaded runtime adds to each join (see the README).
+fn single_threaded_servers(threads: usize) -> Vec<tokio::runtime::Handle> {
+    (0..threads)
+        .map(|_| {
+            let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+            std::thread::Builder::new()
+                .name("server".into())
+                .spawn(move || {
+                    count_as_server();
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    handle_tx.send(runtime.handle().clone()).unwrap();
+                    runtime.block_on(std::future::pending::<()>());
+                })
+                .unwrap();
+            handle_rx.recv().unwrap()
+        })
+        .collect()
 }
 
 /// One raw ES256 verify on this machine, µs, timed at the start of the run.
@@ -279,13 +316,15 @@ fn levels_run() -> &'static [usize] {
     LEVELS.get_or_init(|| vec![1, 8, 32])
 }
 
-async fn run(joins: usize, server: tokio::runtime::Handle) {
+/// The run: `servers` are the server's runtimes (one multi-threaded, or with `per_core` one
+/// single-threaded runtime per core, each accepting its share of the connections).
+async fn run(joins: usize, servers: Vec<tokio::runtime::Handle>, per_core: bool) {
     let pki = support::test_pki(&["shop.example"]);
     // The session lives past the whole run; the clock is the fixture's fixed time.
     let world = Arc::new(World::new());
     let raw_verify_us = RawVerify::new(&world).micros();
     RAW_VERIFY_US.set(raw_verify_us).unwrap();
-    let memory = support::serve_over_tls_on(&server, world.app(), &pki).await;
+    let memory = support::serve_over_tls_each(&servers, world.app(), &pki).await;
     if REDIS_ON_ITS_OWN_CORE.load(std::sync::atomic::Ordering::Relaxed) {
         println!(
             "join load over TLS on 127.0.0.1 ({joins} joins per level; client and server on core 0, Redis on core 1)"
@@ -294,6 +333,12 @@ async fn run(joins: usize, server: tokio::runtime::Handle) {
         println!(
             "join load over TLS on 127.0.0.1 ({joins} joins per level, {} cores, client and server sharing them)",
             available_cores()
+        );
+    }
+    if per_core {
+        println!(
+            "the server: {} single-threaded runtimes, one per core, each with its own SO_REUSEPORT listener",
+            servers.len()
         );
     }
     println!("one raw ES256 verify (aws-lc, the key parsed once): {raw_verify_us:.1} µs");
@@ -306,7 +351,7 @@ async fn run(joins: usize, server: tokio::runtime::Handle) {
         use support::redis_server::{RedisCluster, RedisServer};
         let bench = OverRedis {
             world: &world,
-            server: &server,
+            servers: &servers,
             pki: &pki,
             joins,
             memory: &memory_figures,
@@ -392,8 +437,9 @@ const SPREAD_OWNERS: usize = 48;
 #[cfg(feature = "redis")]
 struct OverRedis<'a> {
     world: &'a Arc<World>,
-    /// The server's runtime, where the store's connections are made and driven.
-    server: &'a tokio::runtime::Handle,
+    /// The server's runtimes. The store's connections are made and driven on the first: with
+    /// one runtime per core, a join on another one waits on that one's thread for Redis's answer.
+    servers: &'a [tokio::runtime::Handle],
     pki: &'a support::TestPki,
     joins: usize,
     memory: &'a Figures,
@@ -420,12 +466,11 @@ impl OverRedis<'_> {
         place(&servers);
         // With `WAIT` a join makes two round trips: the floor of one says nothing of it.
         let one_round_trip = options.wait_replicas == 0;
-        let (app, sessions) = self
-            .server
+        let (app, sessions) = self.servers[0]
             .spawn(over_redis(self.world.clone(), url.to_owned(), options, others.clone()))
             .await
             .unwrap();
-        let client = support::serve_over_tls_on(self.server, app, self.pki).await;
+        let client = support::serve_over_tls_each(self.servers, app, self.pki).await;
         let meter = RedisMeter::connect(&servers).await;
         let turn = std::sync::atomic::AtomicUsize::new(0);
         let assertion = || match turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % sessions.len() {

@@ -175,16 +175,39 @@ pub async fn serve_over_tls(app: Router, pki: &TestPki) -> reqwest::Client {
 /// [`serve_over_tls`] with the server (its listener, connections and handlers) on `server`'s
 /// runtime and the client on the caller's: a bench counts the server's threads' CPU apart.
 pub async fn serve_over_tls_on(server: &tokio::runtime::Handle, app: Router, pki: &TestPki) -> reqwest::Client {
-    let config = pki.server.clone();
-    let addr = server
-        .spawn(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = listener.local_addr().unwrap();
-            tokio::spawn(pap_net::serve::serve_tls(listener, app, config, std::future::pending()));
-            addr
-        })
-        .await
-        .unwrap();
+    serve_over_tls_each(std::slice::from_ref(server), app, pki).await
+}
+
+/// [`serve_over_tls_on`] on each of `servers` at once, one port for all: each runtime listens
+/// on a socket of its own with `SO_REUSEPORT`, and the kernel spreads the connections over
+/// them by their addresses (so a connection stays on one runtime). With one single-threaded
+/// runtime per core, this is a thread-per-core server (`join_load --server-per-core`).
+pub async fn serve_over_tls_each(servers: &[tokio::runtime::Handle], app: Router, pki: &TestPki) -> reqwest::Client {
+    let mut addr: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let several = servers.len() > 1;
+    for server in servers {
+        let (config, app) = (pki.server.clone(), app.clone());
+        addr = server
+            .spawn(async move {
+                let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                if several {
+                    socket.set_reuseport(true).unwrap();
+                }
+                socket.bind(addr).unwrap();
+                let listener = socket.listen(1024).unwrap();
+                let addr = listener.local_addr().unwrap();
+                tokio::spawn(pap_net::serve::serve_tls(listener, app, config, std::future::pending()));
+                addr
+            })
+            .await
+            .unwrap();
+    }
+    client_of(addr, pki)
+}
+
+/// A client that reaches the server at `addr` as shop.example, trusting `pki`'s CA, following
+/// no redirects.
+fn client_of(addr: std::net::SocketAddr, pki: &TestPki) -> reqwest::Client {
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(rustls::pki_types::CertificateDer::from(pki.ca_der.clone()))
