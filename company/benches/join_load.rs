@@ -1,12 +1,16 @@
 //! Load run: joins per second and latency of the real browser-session route over TLS on
 //! 127.0.0.1, at concurrency 1, 8 and 32.
 //!
-//! Run with `cargo bench -p pap-company --bench join_load` (optionally `-- JOINS_PER_LEVEL`,
-//! default 3000, `--level N`, repeated, for only those concurrencies (a profile of one), and
-//! `--log` for `pap-company`'s own log lines, at `info` on stderr, as it runs by default;
-//! `--server-workers N` for the server runtime's worker threads, one per core by default;
-//! `--server-per-core` for a thread-per-core server instead: as many single-threaded runtimes,
-//! each listening with `SO_REUSEPORT` on the same port). The server (the route behind rustls, HTTP/1.1 keep-alive) and the clients
+//! Run with `cargo bench -p pap-company --bench join_load`, optionally followed by `--` and:
+//! - `JOINS_PER_LEVEL` (default 3000);
+//! - `--level N`, repeated: only those concurrencies (a profile of one);
+//! - `--log`: `pap-company`'s own log lines, at `info` on stderr, as it runs by default;
+//! - `--server-workers N`: the server runtime's worker threads (default: one per core);
+//! - `--server-per-core`: a thread-per-core server instead, one single-threaded runtime per core
+//!   (or per `--server-workers N`), each listening with `SO_REUSEPORT` on the one port;
+//! - `--redis-on-its-own-core`: see below.
+//!
+//! The server (the route behind rustls, HTTP/1.1 keep-alive) and the clients
 //! share this machine's cores, as a company's front end and its load balancer would not: the
 //! figures are a floor. Assertions are signed before the clock starts; each join is one POST
 //! answered 303 with a cookie (redirects are not followed).
@@ -41,7 +45,7 @@ use support::World;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    // The first number that is not a `--level`'s.
+    // The first number that is not the value of `--level` or `--server-workers`.
     let joins: usize = args
         .windows(2)
         .filter(|pair| pair[0] != "--level" && pair[0] != "--server-workers")
@@ -137,11 +141,12 @@ fn single_threaded_servers(threads: usize) -> Vec<tokio::runtime::Handle> {
 /// One raw ES256 verify on this machine, µs, timed at the start of the run.
 static RAW_VERIFY_US: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
 
-/// The `stat` file of every thread the server's runtime started.
+/// The `stat` file of every thread the server's runtimes run on (with `--server-per-core`,
+/// their blocking pools are not counted: nothing on the join path uses them).
 static SERVER_THREADS: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
 
 /// CPU time the server's threads have used, in clock ticks of 10 ms: a thread that ended is no
-/// longer counted, and the runtime's workers live for the whole run.
+/// longer counted, and the runtimes' threads live for the whole run.
 fn server_cpu() -> Cpu {
     let threads = SERVER_THREADS.lock().unwrap();
     threads
@@ -336,10 +341,12 @@ async fn run(joins: usize, servers: Vec<tokio::runtime::Handle>, per_core: bool)
         );
     }
     if per_core {
-        println!(
-            "the server: {} single-threaded runtimes, one per core, each with its own SO_REUSEPORT listener",
-            servers.len()
-        );
+        let listeners = if servers.len() > 1 {
+            ", each with its own SO_REUSEPORT listener on the one port"
+        } else {
+            ""
+        };
+        println!("the server: {} single-threaded runtime(s){listeners}", servers.len());
     }
     println!("one raw ES256 verify (aws-lc, the key parsed once): {raw_verify_us:.1} µs");
     let memory_figures = levels(&memory, joins, None, || world.assertion()).await;

@@ -178,23 +178,24 @@ pub async fn serve_over_tls_on(server: &tokio::runtime::Handle, app: Router, pki
     serve_over_tls_each(std::slice::from_ref(server), app, pki).await
 }
 
-/// [`serve_over_tls_on`] on each of `servers` at once, one port for all: each runtime listens
-/// on a socket of its own with `SO_REUSEPORT`, and the kernel spreads the connections over
-/// them by their addresses (so a connection stays on one runtime). With one single-threaded
-/// runtime per core, this is a thread-per-core server (`join_load --server-per-core`).
+/// [`serve_over_tls_on`] on each of `servers`, one port for all. With one runtime, a plain
+/// listener; with more (Linux), each runtime listens on a socket of its own with
+/// `SO_REUSEPORT`, and the kernel spreads the connections over them by their addresses, so a
+/// connection stays on one runtime. With one single-threaded runtime per core, this is a
+/// thread-per-core server (`join_load --server-per-core`).
 pub async fn serve_over_tls_each(servers: &[tokio::runtime::Handle], app: Router, pki: &TestPki) -> reqwest::Client {
+    assert!(!servers.is_empty(), "no runtime to serve on");
     let mut addr: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
     let several = servers.len() > 1;
     for server in servers {
         let (config, app) = (pki.server.clone(), app.clone());
         addr = server
             .spawn(async move {
-                let socket = tokio::net::TcpSocket::new_v4().unwrap();
-                if several {
-                    socket.set_reuseport(true).unwrap();
-                }
-                socket.bind(addr).unwrap();
-                let listener = socket.listen(1024).unwrap();
+                let listener = if several {
+                    shared_port(addr)
+                } else {
+                    tokio::net::TcpListener::bind(addr).await.unwrap()
+                };
                 let addr = listener.local_addr().unwrap();
                 tokio::spawn(pap_net::serve::serve_tls(listener, app, config, std::future::pending()));
                 addr
@@ -203,6 +204,21 @@ pub async fn serve_over_tls_each(servers: &[tokio::runtime::Handle], app: Router
             .unwrap();
     }
     client_of(addr, pki)
+}
+
+/// A listener on `addr` that others may share with `SO_REUSEPORT` (its port 0: a free one,
+/// which the next listener then names).
+#[cfg(unix)]
+fn shared_port(addr: std::net::SocketAddr) -> tokio::net::TcpListener {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_reuseport(true).unwrap();
+    socket.bind(addr).unwrap();
+    socket.listen(1024).unwrap()
+}
+
+#[cfg(not(unix))]
+fn shared_port(_: std::net::SocketAddr) -> tokio::net::TcpListener {
+    panic!("several runtimes on one port need SO_REUSEPORT, which only Unix offers")
 }
 
 /// A client that reaches the server at `addr` as shop.example, trusting `pki`'s CA, following
