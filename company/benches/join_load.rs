@@ -26,7 +26,8 @@
 //! the TCP stack's work for the packets the server sends), and in raw ES256 verifies (issue 42's goal: at most 1.4 at concurrency 1,
 //! 1.25 at 8 and 32), one raw verify timed at the start of the run on this machine (aws-lc,
 //! the key parsed once, as `openssl speed` times it); the times per join the server's threads
-//! parked and were woken (`voluntary_ctxt_switches` of `/proc/self/task/TID/status`); and over Redis the commands Redis ran per join (`INFO stats`: the ones
+//! parked and were woken (`voluntary_ctxt_switches` of `/proc/self/task/TID/status`); with more
+//! than one runtime, the requests each answered; and over Redis the commands Redis ran per join (`INFO stats`: the ones
 //! its scripts ran count too), Redis's own CPU per join (`INFO cpu`) and the time Redis spent
 //! in each join's script (`INFO commandstats`); then the round trips per join, counted with
 //! `MONITOR` (the commands clients sent; nothing is pipelined), and what one round trip leaves
@@ -270,6 +271,9 @@ struct Level {
     server_system_us: f64,
     /// The times per join the server's threads parked and were woken.
     server_wakeups: f64,
+    /// Requests each of the server's runtimes answered (`--server-per-core`: how the kernel
+    /// spread the connections).
+    by_runtime: Vec<u64>,
     /// Over Redis: what Redis did for the level's joins.
     redis: Option<RedisLevel>,
 }
@@ -329,7 +333,7 @@ async fn run(joins: usize, servers: Vec<tokio::runtime::Handle>, per_core: bool)
     let world = Arc::new(World::new());
     let raw_verify_us = RawVerify::new(&world).micros();
     RAW_VERIFY_US.set(raw_verify_us).unwrap();
-    let memory = support::serve_over_tls_each(&servers, world.app(), &pki).await;
+    let (memory, answered) = support::serve_over_tls_each(&servers, world.app(), &pki).await;
     if REDIS_ON_ITS_OWN_CORE.load(std::sync::atomic::Ordering::Relaxed) {
         println!(
             "join load over TLS on 127.0.0.1 ({joins} joins per level; client and server on core 0, Redis on core 1)"
@@ -349,7 +353,7 @@ async fn run(joins: usize, servers: Vec<tokio::runtime::Handle>, per_core: bool)
         println!("the server: {} single-threaded runtime(s){listeners}", servers.len());
     }
     println!("one raw ES256 verify (aws-lc, the key parsed once): {raw_verify_us:.1} µs");
-    let memory_figures = levels(&memory, joins, None, || world.assertion()).await;
+    let memory_figures = levels(&memory, &answered, joins, None, || world.assertion()).await;
     print_figures("in memory", &memory_figures, None);
 
     #[cfg(feature = "redis")]
@@ -477,14 +481,14 @@ impl OverRedis<'_> {
             .spawn(over_redis(self.world.clone(), url.to_owned(), options, others.clone()))
             .await
             .unwrap();
-        let client = support::serve_over_tls_each(self.servers, app, self.pki).await;
+        let (client, answered) = support::serve_over_tls_each(self.servers, app, self.pki).await;
         let meter = RedisMeter::connect(&servers).await;
         let turn = std::sync::atomic::AtomicUsize::new(0);
         let assertion = || match turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % sessions.len() {
             0 => self.world.with("session_id", serde_json::json!(sessions[0].as_str())),
             n => self.world.assertion_of(&others[n - 1], &sessions[n]),
         };
-        let figures = levels(&client, self.joins, Some(&meter), assertion).await;
+        let figures = levels(&client, &answered, self.joins, Some(&meter), assertion).await;
         print_figures(label, &figures, Some(self.memory));
         round_trips(&client, primaries, 200, assertion).await;
         if one_round_trip {
@@ -632,6 +636,7 @@ async fn memory_per_join(url: &str, session: &pap_shared::SessionId) {
 /// Redis did for them.
 async fn levels(
     client: &reqwest::Client,
+    answered: &[std::sync::atomic::AtomicU64],
     joins: usize,
     redis: Option<&RedisMeter>,
     assertion: impl Fn() -> CompactJws,
@@ -644,7 +649,13 @@ async fn levels(
             None => None,
         };
         let (cpu_before, server_before) = (process_cpu(), server_cpu());
+        let answered_before = answered_by_each(answered);
         let (rate, p50, p99) = load(client, assertions, concurrency).await;
+        let by_runtime = answered_by_each(answered)
+            .iter()
+            .zip(answered_before)
+            .map(|(after, before)| after - before)
+            .collect();
         let per_join = |spent: Duration| spent.as_secs_f64() * 1e6 / joins as f64;
         let cpu_us = per_join(process_cpu() - cpu_before);
         let server = server_cpu() - server_before;
@@ -679,6 +690,7 @@ async fn levels(
             server_cpu_us,
             server_system_us,
             server_wakeups,
+            by_runtime,
             redis,
         });
     }
@@ -730,6 +742,10 @@ fn print_figures(store: &str, figures: &Figures, against: Option<&Figures>) {
             level.server_cpu_us / RAW_VERIFY_US.get().copied().unwrap_or(f64::NAN),
             level.server_wakeups,
         );
+        if level.by_runtime.len() > 1 {
+            let each: Vec<String> = level.by_runtime.iter().map(u64::to_string).collect();
+            println!("{:>11} requests answered, runtime by runtime: {}", "", each.join(" / "));
+        }
         if let Some(each) = level
             .redis
             .as_ref()
@@ -740,6 +756,14 @@ fn print_figures(store: &str, figures: &Figures, against: Option<&Figures>) {
             println!("{:>11} Redis CPU µs/join, server by server: {}", "", each.join(" / "));
         }
     }
+}
+
+/// How many requests each runtime has answered so far.
+fn answered_by_each(answered: &[std::sync::atomic::AtomicU64]) -> Vec<u64> {
+    answered
+        .iter()
+        .map(|n| n.load(std::sync::atomic::Ordering::Relaxed))
+        .collect()
 }
 
 /// CPU time this process has used (user and system, every thread): `/proc/self/stat`'s

@@ -175,20 +175,32 @@ pub async fn serve_over_tls(app: Router, pki: &TestPki) -> reqwest::Client {
 /// [`serve_over_tls`] with the server (its listener, connections and handlers) on `server`'s
 /// runtime and the client on the caller's: a bench counts the server's threads' CPU apart.
 pub async fn serve_over_tls_on(server: &tokio::runtime::Handle, app: Router, pki: &TestPki) -> reqwest::Client {
-    serve_over_tls_each(std::slice::from_ref(server), app, pki).await
+    serve_over_tls_each(std::slice::from_ref(server), app, pki).await.0
 }
 
 /// [`serve_over_tls_on`] on each of `servers`, one port for all. With one runtime, a plain
 /// listener; with more (Linux), each runtime listens on a socket of its own with
 /// `SO_REUSEPORT`, and the kernel spreads the connections over them by their addresses, so a
 /// connection stays on one runtime. With one single-threaded runtime per core, this is a
-/// thread-per-core server (`join_load --server-per-core`).
-pub async fn serve_over_tls_each(servers: &[tokio::runtime::Handle], app: Router, pki: &TestPki) -> reqwest::Client {
+/// thread-per-core server (`join_load --server-per-core`). Beside the client: how many requests
+/// each runtime has answered, in the order of `servers`.
+pub async fn serve_over_tls_each(
+    servers: &[tokio::runtime::Handle],
+    app: Router,
+    pki: &TestPki,
+) -> (reqwest::Client, Arc<[std::sync::atomic::AtomicU64]>) {
     assert!(!servers.is_empty(), "no runtime to serve on");
+    let answered: Arc<[std::sync::atomic::AtomicU64]> =
+        servers.iter().map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
     let mut addr: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
     let several = servers.len() > 1;
-    for server in servers {
-        let (config, app) = (pki.server.clone(), app.clone());
+    for (n, server) in servers.iter().enumerate() {
+        let config = pki.server.clone();
+        let counted = answered.clone();
+        let app = app.clone().layer(tower::util::MapRequestLayer::new(move |request| {
+            counted[n].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            request
+        }));
         addr = server
             .spawn(async move {
                 let listener = if several {
@@ -203,7 +215,7 @@ pub async fn serve_over_tls_each(servers: &[tokio::runtime::Handle], app: Router
             .await
             .unwrap();
     }
-    client_of(addr, pki)
+    (client_of(addr, pki), answered)
 }
 
 /// A listener on `addr` that others may share with `SO_REUSEPORT` (its port 0: a free one,
