@@ -31,7 +31,7 @@ mod tunnel_frames;
 
 /// The check the stories use for an assertion in URLs, headers and logs (`support::holds_jws`).
 #[test]
-fn a_jws_is_found_where_it_is_and_a_bare_eyj_is_not_one() {
+fn a_jws_is_found_where_it_is_even_cut_short_and_a_bare_eyj_is_not_one() {
     let jws = "eyJhbGciOiJFUzI1NiJ9.eyJpc3MiOiJhIn0.c2lnbmF0dXJl";
     for holding in [
         jws.to_owned(),
@@ -39,6 +39,9 @@ fn a_jws_is_found_where_it_is_and_a_bare_eyj_is_not_one() {
         format!("{{\"referer\":\"https://a/#{jws}\"}}"),
         format!("level=debug body=assertion={jws}"),
         "eyJhbGciOiJub25lIn0.e30.".to_owned(),
+        // Cut short after the header or within the payload: still an assertion's start.
+        format!("assertion={}", &jws[..25]),
+        "value=eyJhbGciOiJFUzI1NiJ9.".to_owned(),
     ] {
         assert!(support::holds_jws(&holding), "{holding}");
     }
@@ -49,6 +52,8 @@ fn a_jws_is_found_where_it_is_and_a_bare_eyj_is_not_one() {
         "eyJabc.",
         "eyJabc..def.",
         "127.0.0.1:39873 eyJ.x",
+        // A header-like run that is no JOSE header, then a dot.
+        "id=eyJhYmMiOiJkIn0.rest",
     ] {
         assert!(!support::holds_jws(clean), "{clean}");
     }

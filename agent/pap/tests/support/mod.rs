@@ -404,13 +404,22 @@ pub async fn story(stage: &Stage, target: &Target, logs: &Captured) {
     assert!(!logged.contains(&cookie.value), "the cookie value reached the logs");
 }
 
-/// Whether `text` holds a compact JWS: `eyJ` (the base64url of a JSON object's `{"`), base64url
-/// characters, a dot, more of them, and a second dot. A bare `eyJ` is not enough: a random id,
-/// cookie value or port in a URL, header or log holds one about once in 262,144 places, and a
-/// check for it alone failed tests by chance.
+/// Whether `text` holds a compact JWS, whole or cut short. Either `eyJ` (the base64url of a
+/// JSON object's `{"`), base64url characters, a dot, more of them and a second dot; or a first
+/// segment that decodes to a JOSE header (it names `"alg"`) followed by a dot: the start of an
+/// assertion that a log or a URL cut short. A bare `eyJ` is not enough: a random id, cookie
+/// value or port in a URL, header or log holds one about once in 262,144 places, and a check
+/// for it alone failed tests by chance. Random bytes decode to `"alg"` about once in 2^40 places.
 pub fn holds_jws(text: &str) -> bool {
+    use base64::Engine as _;
     let base64url = |c: &&u8| c.is_ascii_alphanumeric() || **c == b'-' || **c == b'_';
     let segment = |bytes: &[u8]| bytes.iter().take_while(base64url).count();
+    let names_alg = |header: &[u8]| {
+        // The longest prefix base64url decodes whole: a cut-short header still shows its start.
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(&header[..header.len() / 4 * 4])
+            .is_ok_and(|json| json.windows(5).any(|w| w == b"\"alg\""))
+    };
     text.match_indices("eyJ").any(|(at, _)| {
         let rest = &text.as_bytes()[at..];
         let header = segment(rest);
@@ -418,7 +427,7 @@ pub fn holds_jws(text: &str) -> bool {
             return false;
         };
         let payload = segment(after);
-        payload > 0 && after.get(payload) == Some(&b'.')
+        (payload > 0 && after.get(payload) == Some(&b'.')) || names_alg(&rest[..header])
     })
 }
 
