@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::routing::{get, post};
-use pap_net::serve::{ServeLimits, serve_tls_with};
+use pap_net::serve::{CoreRuntimes, ServeLimits, serve_tls_on_cores, serve_tls_with};
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -44,12 +44,27 @@ async fn server_of(
     config: Arc<rustls::ServerConfig>,
     cas: &[Vec<u8>],
 ) -> (Server, tokio::task::JoinHandle<()>) {
+    server_on(app, limits, config, cas, None).await
+}
+
+/// [`server_of`], each connection on one of `cores` if given ([`serve_tls_on_cores`]).
+async fn server_on(
+    app: Router,
+    limits: ServeLimits,
+    config: Arc<rustls::ServerConfig>,
+    cas: &[Vec<u8>],
+    cores: Option<CoreRuntimes>,
+) -> (Server, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(serve_tls_with(listener, app, config, limits, async move {
+    let stopped = async move {
         let _ = stopped.await;
-    }));
+    };
+    let serving = match cores {
+        None => tokio::spawn(serve_tls_with(listener, app, config, limits, stopped)),
+        Some(cores) => tokio::spawn(serve_tls_on_cores(listener, app, config, limits, cores, stopped)),
+    };
     let mut roots = rustls::RootCertStore::empty();
     for ca in cas {
         roots.add(CertificateDer::from(ca.clone())).unwrap();
@@ -252,13 +267,25 @@ fn gated_app(gate: Arc<tokio::sync::Semaphore>, entered: Arc<tokio::sync::Notify
 /// request in flight, closes the idle connection, and ends once both are gone.
 #[tokio::test]
 async fn shutdown_answers_the_request_in_flight_closes_idle_connections_and_refuses_new_ones() {
+    shutdown_answers_in_flight_and_closes_idle(None).await;
+}
+
+/// The same with each connection on a core of its own: the drain holds across the cores.
+#[tokio::test]
+async fn on_cores_shutdown_answers_the_request_in_flight_and_closes_idle_connections() {
+    let cores = CoreRuntimes::new(std::num::NonZeroUsize::new(2).unwrap(), "test-core").unwrap();
+    shutdown_answers_in_flight_and_closes_idle(Some(cores)).await;
+}
+
+async fn shutdown_answers_in_flight_and_closes_idle(cores: Option<CoreRuntimes>) {
     let pki = test_pki("shop.example");
     let (gate, entered) = gate();
-    let (server, serving) = server_of(
+    let (server, serving) = server_on(
         gated_app(gate.clone(), entered.clone()),
         ServeLimits::default(),
         pki.server,
         &[pki.ca_der],
+        cores,
     )
     .await;
     let mut busy = connect(&server).await;
@@ -287,6 +314,68 @@ async fn shutdown_answers_the_request_in_flight_closes_idle_connections_and_refu
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.ends_with("done"), "{answer}");
     tokio::time::timeout(GRACE, serving).await.unwrap().unwrap();
+}
+
+/// Thread per core: each connection goes to the core with the fewest open (the first on a
+/// tie), and every request on it is answered there.
+#[tokio::test]
+async fn on_cores_each_connection_goes_to_the_least_busy_core_and_stays_there() {
+    let pki = test_pki("shop.example");
+    let cores = CoreRuntimes::new(std::num::NonZeroUsize::new(2).unwrap(), "test-core").unwrap();
+    assert_eq!(cores.count().get(), 2);
+    let app = Router::new().route(
+        "/",
+        get(|| async { std::thread::current().name().unwrap_or("unnamed").to_owned() }),
+    );
+    let (server, _serving) = server_on(app, ServeLimits::default(), pki.server, &[pki.ca_der], Some(cores)).await;
+    let mut connections = Vec::new();
+    for _ in 0..4 {
+        connections.push(connect(&server).await);
+    }
+    let mut answered_by = Vec::new();
+    for connection in &mut connections {
+        answered_by.push(thread_answering(connection).await);
+    }
+    assert_eq!(
+        answered_by,
+        ["test-core-0", "test-core-1", "test-core-0", "test-core-1"]
+    );
+    // Kept alive, a connection stays on its core.
+    for (connection, first) in connections.iter_mut().zip(&answered_by) {
+        assert_eq!(&thread_answering(connection).await, first);
+    }
+}
+
+/// `GET /` on a kept-alive connection: the answer's body (here, the name of the thread that
+/// answered).
+async fn thread_answering(stream: &mut TlsStream<TcpStream>) -> String {
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: shop.example\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut chunk = [0_u8; 1024];
+    loop {
+        let read = tokio::time::timeout(GRACE, stream.read(&mut chunk))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(read > 0, "the server closed the connection");
+        answer.extend_from_slice(&chunk[..read]);
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        let Some((head, body)) = text.split_once("\r\n\r\n") else {
+            continue;
+        };
+        let length: usize = head
+            .lines()
+            .find_map(|line| line.strip_prefix("content-length: "))
+            .expect("a content-length")
+            .parse()
+            .unwrap();
+        if body.len() >= length {
+            return body.to_owned();
+        }
+    }
 }
 
 /// A request that outlasts the drain deadline does not hold the server past it.
