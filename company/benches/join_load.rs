@@ -6,8 +6,9 @@
 //! - `--level N`, repeated: only those concurrencies (a profile of one);
 //! - `--log`: `pap-company`'s own log lines, at `info` on stderr, as it runs by default;
 //! - `--server-workers N`: the server runtime's worker threads (default: one per core);
-//! - `--server-per-core`: a thread-per-core server instead, one single-threaded runtime per core
-//!   (or per `--server-workers N`), each listening with `SO_REUSEPORT` on the one port;
+//! - `--server-per-core`: thread per core (`pap_net::serve::serve_tls_on_cores`): accepted on
+//!   the server's runtime, each connection served on one of as many single-threaded runtimes
+//!   as the server's workers, the one with the fewest connections open;
 //! - `--redis-on-its-own-core`: see below.
 //!
 //! The server (the route behind rustls, HTTP/1.1 keep-alive) and the clients
@@ -26,8 +27,8 @@
 //! the TCP stack's work for the packets the server sends), and in raw ES256 verifies (issue 42's goal: at most 1.4 at concurrency 1,
 //! 1.25 at 8 and 32), one raw verify timed at the start of the run on this machine (aws-lc,
 //! the key parsed once, as `openssl speed` times it); the times per join the server's threads
-//! parked and were woken (`voluntary_ctxt_switches` of `/proc/self/task/TID/status`); with more
-//! than one runtime, the requests each answered; and over Redis the commands Redis ran per join (`INFO stats`: the ones
+//! parked and were woken (`voluntary_ctxt_switches` of `/proc/self/task/TID/status`); with
+//! `--server-per-core`, the requests each core answered; and over Redis the commands Redis ran per join (`INFO stats`: the ones
 //! its scripts ran count too), Redis's own CPU per join (`INFO cpu`) and the time Redis spent
 //! in each join's script (`INFO commandstats`); then the round trips per join, counted with
 //! `MONITOR` (the commands clients sent; nothing is pipelined), and what one round trip leaves
@@ -82,25 +83,36 @@ fn main() {
         .find(|pair| pair[0] == "--server-workers")
         .and_then(|pair| pair[1].parse().ok())
         .unwrap_or_else(available_cores);
-    let per_core = args.iter().any(|a| a == "--server-per-core");
-    let (_server, servers) = if per_core {
-        (None, single_threaded_servers(workers))
-    } else {
-        let server = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(workers)
-            .enable_all()
-            .thread_name("server")
-            .on_thread_start(count_as_server)
-            .build()
-            .unwrap();
-        let handle = server.handle().clone();
-        (Some(server), vec![handle])
-    };
+    let server = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .thread_name("server")
+        .on_thread_start(count_as_server)
+        .build()
+        .unwrap();
+    // Thread per core: connections accepted on `server` and served on these.
+    let cores = args.iter().any(|a| a == "--server-per-core").then(|| {
+        let cores = pap_net::serve::CoreRuntimes::new(
+            std::num::NonZeroUsize::new(workers).expect("--server-workers above 0"),
+            support::CORE_THREADS,
+        )
+        .unwrap();
+        for core in cores.handles() {
+            // Counted from the core's own thread.
+            let (counted, done) = std::sync::mpsc::channel();
+            core.spawn(async move {
+                count_as_server();
+                counted.send(()).unwrap();
+            });
+            done.recv().unwrap();
+        }
+        cores
+    });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(run(joins, servers, per_core));
+    runtime.block_on(run(joins, server.handle().clone(), cores));
 }
 
 /// Counts the calling thread as one of the server's.
@@ -114,36 +126,11 @@ fn count_as_server() {
     }
 }
 
-/// `threads` single-threaded runtimes, each on a thread of its own that lives for the run: a
-/// thread-per-core server (`--server-per-core`). A connection stays on the runtime that
-/// accepted it, so no worker is woken for another's work: at concurrency 1 that is the
-/// wake-up the multi-threaded runtime adds to each join (see the README).
-fn single_threaded_servers(threads: usize) -> Vec<tokio::runtime::Handle> {
-    (0..threads)
-        .map(|_| {
-            let (handle_tx, handle_rx) = std::sync::mpsc::channel();
-            std::thread::Builder::new()
-                .name("server".into())
-                .spawn(move || {
-                    count_as_server();
-                    let runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .unwrap();
-                    handle_tx.send(runtime.handle().clone()).unwrap();
-                    runtime.block_on(std::future::pending::<()>());
-                })
-                .unwrap();
-            handle_rx.recv().unwrap()
-        })
-        .collect()
-}
-
 /// One raw ES256 verify on this machine, µs, timed at the start of the run.
 static RAW_VERIFY_US: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
 
-/// The `stat` file of every thread the server's runtimes run on (with `--server-per-core`,
-/// their blocking pools are not counted: nothing on the join path uses them).
+/// The `stat` file of every thread the server runs on (with `--server-per-core`, the cores'
+/// too; their blocking pools are not counted: nothing on the join path uses them).
 static SERVER_THREADS: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
 
 /// CPU time the server's threads have used, in clock ticks of 10 ms: a thread that ended is no
@@ -271,8 +258,7 @@ struct Level {
     server_system_us: f64,
     /// The times per join the server's threads parked and were woken.
     server_wakeups: f64,
-    /// Requests each of the server's runtimes answered (`--server-per-core`: how the kernel
-    /// spread the connections).
+    /// Requests each core answered (`--server-per-core`: how the joins were spread).
     by_runtime: Vec<u64>,
     /// Over Redis: what Redis did for the level's joins.
     redis: Option<RedisLevel>,
@@ -325,15 +311,15 @@ fn levels_run() -> &'static [usize] {
     LEVELS.get_or_init(|| vec![1, 8, 32])
 }
 
-/// The run: `servers` are the server's runtimes (one multi-threaded, or with `per_core` one
-/// single-threaded runtime per core, each accepting its share of the connections).
-async fn run(joins: usize, servers: Vec<tokio::runtime::Handle>, per_core: bool) {
+/// The run: the server on `server`'s runtime, or with `cores` accepting there and serving each
+/// connection on one of them.
+async fn run(joins: usize, server: tokio::runtime::Handle, cores: Option<pap_net::serve::CoreRuntimes>) {
     let pki = support::test_pki(&["shop.example"]);
     // The session lives past the whole run; the clock is the fixture's fixed time.
     let world = Arc::new(World::new());
     let raw_verify_us = RawVerify::new(&world).micros();
     RAW_VERIFY_US.set(raw_verify_us).unwrap();
-    let (memory, answered) = support::serve_over_tls_each(&servers, world.app(), &pki).await;
+    let (memory, answered) = support::serve_over_tls_on_cores(&server, cores.clone(), world.app(), &pki).await;
     if REDIS_ON_ITS_OWN_CORE.load(std::sync::atomic::Ordering::Relaxed) {
         println!(
             "join load over TLS on 127.0.0.1 ({joins} joins per level; client and server on core 0, Redis on core 1)"
@@ -344,13 +330,11 @@ async fn run(joins: usize, servers: Vec<tokio::runtime::Handle>, per_core: bool)
             available_cores()
         );
     }
-    if per_core {
-        let listeners = if servers.len() > 1 {
-            ", each with its own SO_REUSEPORT listener on the one port"
-        } else {
-            ""
-        };
-        println!("the server: {} single-threaded runtime(s){listeners}", servers.len());
+    if let Some(cores) = &cores {
+        println!(
+            "the server: accepting on a multi-threaded runtime, each connection served on one of {} single-threaded runtimes (the one with the fewest open)",
+            cores.count()
+        );
     }
     println!("one raw ES256 verify (aws-lc, the key parsed once): {raw_verify_us:.1} µs");
     let memory_figures = levels(&memory, &answered, joins, None, || world.assertion()).await;
@@ -362,7 +346,8 @@ async fn run(joins: usize, servers: Vec<tokio::runtime::Handle>, per_core: bool)
         use support::redis_server::{RedisCluster, RedisServer};
         let bench = OverRedis {
             world: &world,
-            servers: &servers,
+            server: &server,
+            cores: &cores,
             pki: &pki,
             joins,
             memory: &memory_figures,
@@ -448,9 +433,11 @@ const SPREAD_OWNERS: usize = 48;
 #[cfg(feature = "redis")]
 struct OverRedis<'a> {
     world: &'a Arc<World>,
-    /// The server's runtimes. The store's connections are made and driven on the first: with
-    /// one runtime per core, a join on another one waits on that one's thread for Redis's answer.
-    servers: &'a [tokio::runtime::Handle],
+    /// The server's runtime, where the store's connections are made and driven.
+    server: &'a tokio::runtime::Handle,
+    /// With `--server-per-core`, the runtimes the connections are served on: a join there waits
+    /// for `server`'s thread to read Redis's answer.
+    cores: &'a Option<pap_net::serve::CoreRuntimes>,
     pki: &'a support::TestPki,
     joins: usize,
     memory: &'a Figures,
@@ -477,11 +464,12 @@ impl OverRedis<'_> {
         place(&servers);
         // With `WAIT` a join makes two round trips: the floor of one says nothing of it.
         let one_round_trip = options.wait_replicas == 0;
-        let (app, sessions) = self.servers[0]
+        let (app, sessions) = self
+            .server
             .spawn(over_redis(self.world.clone(), url.to_owned(), options, others.clone()))
             .await
             .unwrap();
-        let (client, answered) = support::serve_over_tls_each(self.servers, app, self.pki).await;
+        let (client, answered) = support::serve_over_tls_on_cores(self.server, self.cores.clone(), app, self.pki).await;
         let meter = RedisMeter::connect(&servers).await;
         let turn = std::sync::atomic::AtomicUsize::new(0);
         let assertion = || match turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % sessions.len() {

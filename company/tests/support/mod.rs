@@ -175,63 +175,62 @@ pub async fn serve_over_tls(app: Router, pki: &TestPki) -> reqwest::Client {
 /// [`serve_over_tls`] with the server (its listener, connections and handlers) on `server`'s
 /// runtime and the client on the caller's: a bench counts the server's threads' CPU apart.
 pub async fn serve_over_tls_on(server: &tokio::runtime::Handle, app: Router, pki: &TestPki) -> reqwest::Client {
-    serve_over_tls_each(std::slice::from_ref(server), app, pki).await.0
+    serve_over_tls_on_cores(server, None, app, pki).await.0
 }
 
-/// [`serve_over_tls_on`] on each of `servers`, one port for all. With one runtime, a plain
-/// listener; with more (Linux), each runtime listens on a socket of its own with
-/// `SO_REUSEPORT`, and the kernel spreads the connections over them by their addresses, so a
-/// connection stays on one runtime. With one single-threaded runtime per core, this is a
-/// thread-per-core server (`join_load --server-per-core`). Beside the client: how many requests
-/// each runtime has answered, in the order of `servers`.
-pub async fn serve_over_tls_each(
-    servers: &[tokio::runtime::Handle],
+/// [`serve_over_tls_on`], and with `cores` each connection served on one of them
+/// (`pap_net::serve::serve_tls_on_cores`; accepting stays on `server`). Beside the client: how
+/// many requests each core has answered, in the order of their threads' names (none without
+/// cores).
+pub async fn serve_over_tls_on_cores(
+    server: &tokio::runtime::Handle,
+    cores: Option<pap_net::serve::CoreRuntimes>,
     app: Router,
     pki: &TestPki,
 ) -> (reqwest::Client, Arc<[std::sync::atomic::AtomicU64]>) {
-    assert!(!servers.is_empty(), "no runtime to serve on");
+    let config = pki.server.clone();
+    let count = cores.as_ref().map_or(0, |cores| cores.count().get());
     let answered: Arc<[std::sync::atomic::AtomicU64]> =
-        servers.iter().map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
-    let mut addr: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let several = servers.len() > 1;
-    for (n, server) in servers.iter().enumerate() {
-        let config = pki.server.clone();
-        let counted = answered.clone();
-        let app = app.clone().layer(tower::util::MapRequestLayer::new(move |request| {
-            counted[n].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            request
-        }));
-        addr = server
-            .spawn(async move {
-                let listener = if several {
-                    shared_port(addr)
-                } else {
-                    tokio::net::TcpListener::bind(addr).await.unwrap()
-                };
-                let addr = listener.local_addr().unwrap();
-                tokio::spawn(pap_net::serve::serve_tls(listener, app, config, std::future::pending()));
-                addr
-            })
-            .await
-            .unwrap();
-    }
+        (0..count).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
+    let counted = answered.clone();
+    let app = app.layer(tower::util::MapRequestLayer::new(move |request| {
+        // A core's thread is named `CORE_THREADS-N`.
+        let core = std::thread::current().name().and_then(|name| {
+            name.strip_prefix(CORE_THREADS)?
+                .strip_prefix('-')?
+                .parse::<usize>()
+                .ok()
+        });
+        if let Some(answered) = core.and_then(|n| counted.get(n)) {
+            answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        request
+    }));
+    let addr = server
+        .spawn(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let forever = std::future::pending();
+            match cores {
+                None => tokio::spawn(pap_net::serve::serve_tls(listener, app, config, forever)),
+                Some(cores) => tokio::spawn(pap_net::serve::serve_tls_on_cores(
+                    listener,
+                    app,
+                    config,
+                    pap_net::serve::ServeLimits::default(),
+                    cores,
+                    forever,
+                )),
+            };
+            addr
+        })
+        .await
+        .unwrap();
     (client_of(addr, pki), answered)
 }
 
-/// A listener on `addr` that others may share with `SO_REUSEPORT` (its port 0: a free one,
-/// which the next listener then names).
-#[cfg(unix)]
-fn shared_port(addr: std::net::SocketAddr) -> tokio::net::TcpListener {
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_reuseport(true).unwrap();
-    socket.bind(addr).unwrap();
-    socket.listen(1024).unwrap()
-}
-
-#[cfg(not(unix))]
-fn shared_port(_: std::net::SocketAddr) -> tokio::net::TcpListener {
-    panic!("several runtimes on one port need SO_REUSEPORT, which only Unix offers")
-}
+/// The name of the cores' threads a bench makes (`CoreRuntimes::new(_, CORE_THREADS)`).
+pub const CORE_THREADS: &str = "server-core";
 
 /// A client that reaches the server at `addr` as shop.example, trusting `pki`'s CA, following
 /// no redirects.

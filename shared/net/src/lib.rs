@@ -6,7 +6,7 @@
 //!
 //! | module | what | why one home |
 //! |---|---|---|
-//! | [`serve`] | the bounded accept loop: a connection cap, handshake, header, idle and request deadlines | a stranger holds a slot only as long as a deadline allows (security review H2) |
+//! | [`serve`] | the bounded accept loop: a connection cap, handshake, header, idle and request deadlines; optionally thread per core | a stranger holds a slot only as long as a deadline allows (security review H2) |
 //! | [`listener`] | a TLS listener whose handshakes are bounded apart from each other, for `axum::serve` | a connection that never says hello holds up no other (M9) |
 //! | [`resolve`] | a DNS resolver that answers only public addresses | no document a stranger names makes us dial loopback or a private network (PAP-3-10) |
 //! | [`tls`] | server configurations from PEM, the trust roots and the client configuration | one rustls set-up (aws-lc-rs, safe versions) for every client and server |

@@ -308,9 +308,11 @@ async fn serve_connection(
 /// channel's sender, which is the connection's own task; Tokio treats that as a yield and
 /// notifies a parked worker, which finds no work and parks again. A single-threaded runtime has
 /// no other worker. Handing connections out by the fewest open keeps the cores evenly loaded,
-/// which `SO_REUSEPORT`'s hash of a few clients' addresses does not. The figures (a join of
-/// `pap-company` in memory: about 10 % less CPU at concurrency 1 and 8 % more joins a second at
-/// 8 and 32) are in company/README.md.
+/// which `SO_REUSEPORT`'s hash of a few clients' addresses does not. Measured with
+/// `pap-company`'s join in memory (company/README.md): half the wake-ups per join at
+/// concurrency 1, 6 % less CPU there, 10 % more joins a second at 32. But a handler that waits
+/// on a client driven by another runtime (a Redis connection made on the caller's) is woken
+/// across threads twice per call, and there the cores cost more than they save.
 ///
 /// Clones share the runtimes; when the last clone is dropped the runtimes stop, and connections
 /// still open on them close. Whatever runs on them must not block: each is one thread.
