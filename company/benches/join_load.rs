@@ -732,7 +732,7 @@ fn print_figures(store: &str, figures: &Figures, against: Option<&Figures>) {
         );
         if level.by_runtime.len() > 1 {
             let each: Vec<String> = level.by_runtime.iter().map(u64::to_string).collect();
-            println!("{:>11} requests answered, runtime by runtime: {}", "", each.join(" / "));
+            println!("{:>11} requests answered, core by core: {}", "", each.join(" / "));
         }
         if let Some(each) = level
             .redis
