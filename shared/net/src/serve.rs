@@ -123,9 +123,15 @@ pub async fn serve_tls_with(
 }
 
 /// [`serve_tls_with`], each connection served on one of `cores`' runtimes: the one with the
-/// fewest connections open when it is accepted, for as long as it lasts. Accepting, the caps
-/// and the drain stay on the caller's runtime and hold across every core. Stopping `cores`
-/// (dropping its last clone) while connections are open closes them.
+/// fewest connections open when it is accepted, for as long as it lasts (its requests, HTTP/2
+/// streams included, all run there). Accepting, the connection caps and the drain stay on the
+/// caller's runtime: a connection takes its slots before it goes to a core, and the drain waits
+/// for the connections on every core. This future holds a clone of `cores` until it returns;
+/// if it is the last one then, connections still open after the drain's deadline close with
+/// the cores (cancelling this future mid-drain does the same at once).
+///
+/// A core whose thread has ended (only a panic inside Tokio ends one) gets no connection; with
+/// none left, connections are served on the caller's runtime.
 pub async fn serve_tls_on_cores(
     listener: TcpListener,
     app: Router,
@@ -185,24 +191,32 @@ async fn serve(
                     serve_connection(tcp, peer, acceptor, app, limits, draining).await;
                 });
             }
-            Some(cores) => {
-                // Taken off this runtime's reactor here, put on the core's there.
-                let tcp = match tcp.into_std() {
-                    Ok(tcp) => tcp,
-                    Err(error) => {
-                        tracing::debug!(%error, "an accepted connection could not be handed to a core");
-                        continue;
-                    }
-                };
-                let (core, open) = cores.least_busy();
-                core.spawn(async move {
-                    let _slots = (slot, address_slot, open);
-                    match tokio::net::TcpStream::from_std(tcp) {
-                        Ok(tcp) => serve_connection(tcp, peer, acceptor, app, limits, draining).await,
-                        Err(error) => tracing::debug!(%error, "a core could not take a connection"),
-                    }
-                });
-            }
+            Some(cores) => match cores.least_busy() {
+                Some((core, open)) => {
+                    // Taken off this runtime's reactor here, put on the core's there.
+                    let tcp = match tcp.into_std() {
+                        Ok(tcp) => tcp,
+                        Err(error) => {
+                            tracing::debug!(%error, "an accepted connection could not be handed to a core");
+                            continue;
+                        }
+                    };
+                    core.spawn(async move {
+                        let _slots = (slot, address_slot, open);
+                        match tokio::net::TcpStream::from_std(tcp) {
+                            Ok(tcp) => serve_connection(tcp, peer, acceptor, app, limits, draining).await,
+                            Err(error) => tracing::debug!(%error, "a core could not take a connection"),
+                        }
+                    });
+                }
+                None => {
+                    tracing::error!("no core runtime runs; serving the connection on the accepting runtime");
+                    tokio::spawn(async move {
+                        let _slots = (slot, address_slot);
+                        serve_connection(tcp, peer, acceptor, app, limits, draining).await;
+                    });
+                }
+            },
         }
     }
     // The drain. The listening socket closes first: a balancer's next connection is refused
@@ -307,22 +321,32 @@ async fn serve_connection(
 /// handler takes a request body's data from hyper's HTTP/1.1 body channel, hyper wakes the
 /// channel's sender, which is the connection's own task; Tokio treats that as a yield and
 /// notifies a parked worker, which finds no work and parks again. A single-threaded runtime has
-/// no other worker. Handing connections out by the fewest open keeps the cores evenly loaded,
-/// which `SO_REUSEPORT`'s hash of a few clients' addresses does not. Measured with
-/// `pap-company`'s join in memory (company/README.md): half the wake-ups per join at
-/// concurrency 1, 6 % less CPU there, 10 % more joins a second at 32. But a handler that waits
-/// on a client driven by another runtime (a Redis connection made on the caller's) is woken
-/// across threads twice per call, and there the cores cost more than they save.
+/// no other worker. Measured with `pap-company`'s join in memory (company/README.md): half the
+/// wake-ups per join at concurrency 1; its CPU and throughput moved within the test machine's
+/// run-to-run spread (from 12 % fewer to 10 % more joins a second, level by level and run by
+/// run).
 ///
-/// Clones share the runtimes; when the last clone is dropped the runtimes stop, and connections
-/// still open on them close. Whatever runs on them must not block: each is one thread.
+/// What it costs, against the multi-threaded runtime:
+/// - Connections are spread by their count, not their work, and never move: one busy
+///   connection (an HTTP/2 one with many streams) fills its core while another core idles.
+/// - A handler that blocks stops its whole core, the deadlines of the connections there
+///   included; `tokio::task::block_in_place` panics on these runtimes.
+/// - A handler that waits on a client driven by another runtime (a Redis connection made on the
+///   caller's) is woken across threads for each answer, and there the cores cost more than
+///   they save.
+/// - Each core holds a few file descriptors of its own (its poller, a waker) beyond
+///   [`RESERVED_FILES`], and a blocking pool of its own.
+///
+/// Clones share the runtimes. When the last clone is dropped, the runtimes stop soon after, on
+/// their own threads, and connections still open on them close; the threads are not waited for.
 #[derive(Clone)]
 pub struct CoreRuntimes(Arc<Cores>);
 
 impl std::fmt::Debug for CoreRuntimes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let open: Vec<usize> = self.0.iter().map(|core| core.open.load(Ordering::Relaxed)).collect();
-        f.debug_struct("CoreRuntimes").field("open_connections", &open).finish()
+        f.debug_struct("CoreRuntimes")
+            .field("open_connections", &self.open_connections())
+            .finish()
     }
 }
 
@@ -342,8 +366,19 @@ struct Core {
     handle: tokio::runtime::Handle,
     /// Connections open on this core.
     open: Arc<AtomicUsize>,
+    /// Cleared when the core's thread ends.
+    running: Arc<std::sync::atomic::AtomicBool>,
     /// Dropped to stop the core's runtime.
     _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// Clears a core's `running` when its thread ends, however it ends.
+struct Running(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
 }
 
 impl CoreRuntimes {
@@ -357,17 +392,33 @@ impl CoreRuntimes {
     pub fn new(count: NonZeroUsize, name: &str) -> io::Result<Self> {
         let mut cores = (0..count.get())
             .map(|n| {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-                let handle = runtime.handle().clone();
                 let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                let (made, handle) = std::sync::mpsc::sync_channel(1);
+                let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
+                let on_exit = Running(running.clone());
+                // The runtime is made on its own thread and ends there: a runtime dropped on a
+                // caller's async thread would panic.
                 std::thread::Builder::new().name(format!("{name}-{n}")).spawn(move || {
-                    // Runs the core's tasks until told to stop; dropping the runtime then ends
-                    // what is left.
-                    let _ = runtime.block_on(stopped);
+                    let _on_exit = on_exit;
+                    match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                        Ok(runtime) => {
+                            let _ = made.send(Ok(runtime.handle().clone()));
+                            // Runs the core's tasks until told to stop; dropping the runtime
+                            // then ends what is left.
+                            let _ = runtime.block_on(stopped);
+                        }
+                        Err(error) => {
+                            let _ = made.send(Err(error));
+                        }
+                    }
                 })?;
+                let handle = handle
+                    .recv()
+                    .map_err(|_| io::Error::other("a core's thread ended before its runtime was made"))??;
                 Ok(Core {
                     handle,
                     open: Arc::new(AtomicUsize::new(0)),
+                    running,
                     _stop: stop,
                 })
             })
@@ -391,16 +442,25 @@ impl CoreRuntimes {
         self.0.iter().map(|core| &core.handle)
     }
 
-    /// The runtime with the fewest connections open (the first of them on a tie), and its count
-    /// raised by one until the returned guard is dropped.
-    fn least_busy(&self) -> (tokio::runtime::Handle, OpenConnection) {
+    /// Connections open on each core now, in the order of their threads' names.
+    pub fn open_connections(&self) -> Vec<usize> {
+        self.0.iter().map(|core| core.open.load(Ordering::Relaxed)).collect()
+    }
+
+    /// Of the cores still running, the one with the fewest connections open (the first of them
+    /// on a tie), and its count raised by one until the returned guard is dropped; none if no
+    /// core runs.
+    fn least_busy(&self) -> Option<(tokio::runtime::Handle, OpenConnection)> {
         let open = |core: &Core| core.open.load(Ordering::Relaxed);
-        let core = self.0.rest.iter().fold(
-            &self.0.first,
-            |best, core| if open(core) < open(best) { core } else { best },
-        );
+        let core = self.0.iter().filter(|core| core.running.load(Ordering::Relaxed)).fold(
+            None,
+            |best: Option<&Core>, core| match best {
+                Some(best) if open(best) <= open(core) => Some(best),
+                _ => Some(core),
+            },
+        )?;
         core.open.fetch_add(1, Ordering::Relaxed);
-        (core.handle.clone(), OpenConnection(core.open.clone()))
+        Some((core.handle.clone(), OpenConnection(core.open.clone())))
     }
 }
 

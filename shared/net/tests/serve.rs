@@ -327,7 +327,14 @@ async fn on_cores_each_connection_goes_to_the_least_busy_core_and_stays_there() 
         "/",
         get(|| async { std::thread::current().name().unwrap_or("unnamed").to_owned() }),
     );
-    let (server, _serving) = server_on(app, ServeLimits::default(), pki.server, &[pki.ca_der], Some(cores)).await;
+    let (server, _serving) = server_on(
+        app,
+        ServeLimits::default(),
+        pki.server,
+        &[pki.ca_der],
+        Some(cores.clone()),
+    )
+    .await;
     let mut connections = Vec::new();
     for _ in 0..4 {
         connections.push(connect(&server).await);
@@ -344,6 +351,22 @@ async fn on_cores_each_connection_goes_to_the_least_busy_core_and_stays_there() 
     for (connection, first) in connections.iter_mut().zip(&answered_by) {
         assert_eq!(&thread_answering(connection).await, first);
     }
+    // The second core's two close; once its count is down, the next connection goes there,
+    // not to the first core (round-robin would, and so would a count that never fell).
+    assert_eq!(cores.open_connections(), [2, 2]);
+    drop(connections.remove(3));
+    drop(connections.remove(1));
+    let deadline = Instant::now() + GRACE;
+    while cores.open_connections() != [2, 0] {
+        assert!(
+            Instant::now() < deadline,
+            "the closed connections still count: {:?}",
+            cores.open_connections()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut next = connect(&server).await;
+    assert_eq!(thread_answering(&mut next).await, "test-core-1");
 }
 
 /// `GET /` on a kept-alive connection: the answer's body (here, the name of the thread that
