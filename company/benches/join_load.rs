@@ -9,6 +9,9 @@
 //! - `--server-per-core`: thread per core (`pap_net::serve::serve_tls_on_cores`): accepted on
 //!   the server's runtime, each connection served on one of as many single-threaded runtimes
 //!   as the server's workers, the one with the fewest connections open;
+//! - `--store-per-core`: with `--server-per-core`, over Redis, each core's joins go through a
+//!   store client made on that core (one Redis connection per core), not one shared client
+//!   driven on the server's runtime;
 //! - `--redis-on-its-own-core`: see below.
 //!
 //! The server (the route behind rustls, HTTP/1.1 keep-alive) and the clients
@@ -91,6 +94,9 @@ fn main() {
         .build()
         .unwrap();
     // Thread per core: connections accepted on `server` and served on these.
+    if args.iter().any(|a| a == "--store-per-core") {
+        STORE_PER_CORE.set(()).unwrap();
+    }
     let cores = args.iter().any(|a| a == "--server-per-core").then(|| {
         let cores = pap_net::serve::CoreRuntimes::new(
             std::num::NonZeroUsize::new(workers).expect("--server-workers above 0"),
@@ -125,6 +131,10 @@ fn count_as_server() {
             .push(std::path::Path::new("/proc").join(thread).join("stat"));
     }
 }
+
+/// `--store-per-core`: with `--server-per-core`, each core's joins use a Redis client of the
+/// core's own.
+static STORE_PER_CORE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
 
 /// One raw ES256 verify on this machine, µs, timed at the start of the run.
 static RAW_VERIFY_US: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
@@ -464,11 +474,26 @@ impl OverRedis<'_> {
         place(&servers);
         // With `WAIT` a join makes two round trips: the floor of one says nothing of it.
         let one_round_trip = options.wait_replicas == 0;
-        let (app, sessions) = self
-            .server
-            .spawn(over_redis(self.world.clone(), url.to_owned(), options, others.clone()))
-            .await
-            .unwrap();
+        let (app, sessions) = match self.cores.as_ref().filter(|_| STORE_PER_CORE.get().is_some()) {
+            None => self
+                .server
+                .spawn(over_redis(self.world.clone(), url.to_owned(), options, others.clone()))
+                .await
+                .unwrap(),
+            // Each core its own store client, made (and so driven) on that core's thread; the
+            // joins' Sessions are the first core's (every core reads them from Redis).
+            Some(cores) => {
+                let mut apps = Vec::new();
+                let mut first = None;
+                for core in cores.handles() {
+                    let made = over_redis(self.world.clone(), url.to_owned(), options.clone(), others.clone());
+                    let (app, sessions) = core.spawn(made).await.unwrap();
+                    apps.push(app);
+                    first.get_or_insert(sessions);
+                }
+                (support::app_of_each_core(apps), first.unwrap())
+            }
+        };
         let (client, answered) = support::serve_over_tls_on_cores(self.server, self.cores.clone(), app, self.pki).await;
         let meter = RedisMeter::connect(&servers).await;
         let turn = std::sync::atomic::AtomicUsize::new(0);

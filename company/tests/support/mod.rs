@@ -194,14 +194,7 @@ pub async fn serve_over_tls_on_cores(
         (0..count).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
     let counted = answered.clone();
     let app = app.layer(tower::util::MapRequestLayer::new(move |request| {
-        // A core's thread is named `CORE_THREADS-N`.
-        let core = std::thread::current().name().and_then(|name| {
-            name.strip_prefix(CORE_THREADS)?
-                .strip_prefix('-')?
-                .parse::<usize>()
-                .ok()
-        });
-        if let Some(answered) = core.and_then(|n| counted.get(n)) {
+        if let Some(answered) = this_core().and_then(|n| counted.get(n)) {
             answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         request
@@ -231,6 +224,31 @@ pub async fn serve_over_tls_on_cores(
 
 /// The name of the cores' threads a bench makes (`CoreRuntimes::new(_, CORE_THREADS)`).
 pub const CORE_THREADS: &str = "server-core";
+
+/// Which core the calling thread is, by its name (`CORE_THREADS-N`); none off the cores.
+fn this_core() -> Option<usize> {
+    std::thread::current()
+        .name()?
+        .strip_prefix(CORE_THREADS)?
+        .strip_prefix('-')?
+        .parse()
+        .ok()
+}
+
+/// One router that answers each request with `apps[N]` on core N (the first off the cores):
+/// state a core's handlers use, such as a store client made on that core, stays on its thread.
+pub fn app_of_each_core(apps: Vec<Router>) -> Router {
+    let apps = Arc::new(apps);
+    Router::new().fallback_service(tower::service_fn(move |request: http::Request<axum::body::Body>| {
+        let app = apps.get(this_core().unwrap_or(0)).or(apps.first()).cloned();
+        async move {
+            match app {
+                Some(app) => tower::ServiceExt::oneshot(app, request).await,
+                None => Ok(axum::response::IntoResponse::into_response(http::StatusCode::NOT_FOUND)),
+            }
+        }
+    }))
+}
 
 /// A client that reaches the server at `addr` as shop.example, trusting `pki`'s CA, following
 /// no redirects.
