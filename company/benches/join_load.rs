@@ -95,6 +95,10 @@ fn main() {
         .unwrap();
     // Thread per core: connections accepted on `server` and served on these.
     if args.iter().any(|a| a == "--store-per-core") {
+        assert!(
+            args.iter().any(|a| a == "--server-per-core"),
+            "--store-per-core needs --server-per-core: without cores there is one store client"
+        );
         STORE_PER_CORE.set(()).unwrap();
     }
     let cores = args.iter().any(|a| a == "--server-per-core").then(|| {
@@ -342,8 +346,13 @@ async fn run(joins: usize, server: tokio::runtime::Handle, cores: Option<pap_net
     }
     if let Some(cores) = &cores {
         println!(
-            "the server: accepting on a multi-threaded runtime, each connection served on one of {} single-threaded runtimes (the one with the fewest open)",
-            cores.count()
+            "the server: accepting on a multi-threaded runtime, each connection served on one of {} single-threaded runtimes (the one with the fewest open){}",
+            cores.count(),
+            if STORE_PER_CORE.get().is_some() {
+                "; over Redis, each with a store client of its own"
+            } else {
+                ""
+            }
         );
     }
     println!("one raw ES256 verify (aws-lc, the key parsed once): {raw_verify_us:.1} µs");
@@ -443,10 +452,12 @@ const SPREAD_OWNERS: usize = 48;
 #[cfg(feature = "redis")]
 struct OverRedis<'a> {
     world: &'a Arc<World>,
-    /// The server's runtime, where the store's connections are made and driven.
+    /// The server's runtime, where the store's connections are made and driven (unless
+    /// `--store-per-core`).
     server: &'a tokio::runtime::Handle,
     /// With `--server-per-core`, the runtimes the connections are served on: a join there waits
-    /// for `server`'s thread to read Redis's answer.
+    /// for `server`'s thread to read Redis's answer (unless `--store-per-core` gives each core a
+    /// store client of its own).
     cores: &'a Option<pap_net::serve::CoreRuntimes>,
     pki: &'a support::TestPki,
     joins: usize,

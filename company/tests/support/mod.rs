@@ -235,8 +235,9 @@ fn this_core() -> Option<usize> {
         .ok()
 }
 
-/// One router that answers each request with `apps[N]` on core N (the first off the cores):
-/// state a core's handlers use, such as a store client made on that core, stays on its thread.
+/// One router that answers each request with `apps[N]` on core N: state a core's handlers use,
+/// such as a store client made on that core, stays on its thread. Off the cores (which
+/// `serve_tls_on_cores` does only when no core runs) it answers with the first.
 pub fn app_of_each_core(apps: Vec<Router>) -> Router {
     let apps = Arc::new(apps);
     Router::new().fallback_service(tower::service_fn(move |request: http::Request<axum::body::Body>| {
