@@ -93,7 +93,6 @@ fn main() {
         .on_thread_start(count_as_server)
         .build()
         .unwrap();
-    // Thread per core: connections accepted on `server` and served on these.
     if args.iter().any(|a| a == "--store-per-core") {
         assert!(
             args.iter().any(|a| a == "--server-per-core"),
@@ -101,6 +100,7 @@ fn main() {
         );
         STORE_PER_CORE.set(()).unwrap();
     }
+    // Thread per core: connections accepted on `server` and served on these.
     let cores = args.iter().any(|a| a == "--server-per-core").then(|| {
         let cores = pap_net::serve::CoreRuntimes::new(
             std::num::NonZeroUsize::new(workers).expect("--server-workers above 0"),
@@ -273,7 +273,7 @@ struct Level {
     /// The times per join the server's threads parked and were woken.
     server_wakeups: f64,
     /// Requests each core answered (`--server-per-core`: how the joins were spread).
-    by_runtime: Vec<u64>,
+    by_core: Vec<u64>,
     /// Over Redis: what Redis did for the level's joins.
     redis: Option<RedisLevel>,
 }
@@ -673,9 +673,9 @@ async fn levels(
             None => None,
         };
         let (cpu_before, server_before) = (process_cpu(), server_cpu());
-        let answered_before = answered_by_each(answered);
+        let answered_before = answered_by_core(answered);
         let (rate, p50, p99) = load(client, assertions, concurrency).await;
-        let by_runtime = answered_by_each(answered)
+        let by_core = answered_by_core(answered)
             .iter()
             .zip(answered_before)
             .map(|(after, before)| after - before)
@@ -714,7 +714,7 @@ async fn levels(
             server_cpu_us,
             server_system_us,
             server_wakeups,
-            by_runtime,
+            by_core,
             redis,
         });
     }
@@ -766,8 +766,8 @@ fn print_figures(store: &str, figures: &Figures, against: Option<&Figures>) {
             level.server_cpu_us / RAW_VERIFY_US.get().copied().unwrap_or(f64::NAN),
             level.server_wakeups,
         );
-        if level.by_runtime.len() > 1 {
-            let each: Vec<String> = level.by_runtime.iter().map(u64::to_string).collect();
+        if !level.by_core.is_empty() {
+            let each: Vec<String> = level.by_core.iter().map(u64::to_string).collect();
             println!("{:>11} requests answered, core by core: {}", "", each.join(" / "));
         }
         if let Some(each) = level
@@ -782,8 +782,8 @@ fn print_figures(store: &str, figures: &Figures, against: Option<&Figures>) {
     }
 }
 
-/// How many requests each runtime has answered so far.
-fn answered_by_each(answered: &[std::sync::atomic::AtomicU64]) -> Vec<u64> {
+/// How many requests each core has answered so far (none without cores).
+fn answered_by_core(answered: &[std::sync::atomic::AtomicU64]) -> Vec<u64> {
     answered
         .iter()
         .map(|n| n.load(std::sync::atomic::Ordering::Relaxed))

@@ -61,7 +61,6 @@ fn loopback_config(state: &std::path::Path) -> ChromiumConfig {
     config
 }
 
-/// `app` served on loopback HTTP: its `http://127.0.0.1:PORT`.
 /// The tools of the real manifest over `host`, for `instance`, on the loopback test browser
 /// with its consent store in `state`.
 fn loopback_tools(host: &BrowserHost, state: &std::path::Path, instance: &str) -> std::sync::Arc<ToolHost> {
@@ -74,6 +73,7 @@ fn loopback_tools(host: &BrowserHost, state: &std::path::Path, instance: &str) -
     )
 }
 
+/// `app` served on loopback HTTP: its `http://127.0.0.1:PORT`.
 async fn serve(app: axum::Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

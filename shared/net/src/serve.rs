@@ -354,6 +354,8 @@ impl std::fmt::Debug for CoreRuntimes {
 struct Cores {
     first: Core,
     rest: Vec<Core>,
+    /// Told each time a connection on any core ends.
+    closed: Arc<tokio::sync::Notify>,
 }
 
 impl Cores {
@@ -429,6 +431,7 @@ impl CoreRuntimes {
         Ok(Self(Arc::new(Cores {
             first,
             rest: cores.into(),
+            closed: Arc::new(tokio::sync::Notify::new()),
         })))
     }
 
@@ -447,6 +450,13 @@ impl CoreRuntimes {
         self.0.iter().map(|core| core.open.load(Ordering::Relaxed)).collect()
     }
 
+    /// Completes when a connection on any core next ends (after its count fell). To wait for
+    /// [`CoreRuntimes::open_connections`] to reach a value without missing an end, `enable` the
+    /// returned future before reading the counts.
+    pub fn connection_closed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.0.closed.notified()
+    }
+
     /// Of the cores still running, the one with the fewest connections open (the first of them
     /// on a tie), and its count raised by one until the returned guard is dropped; none if no
     /// core runs.
@@ -460,16 +470,21 @@ impl CoreRuntimes {
             },
         )?;
         core.open.fetch_add(1, Ordering::Relaxed);
-        Some((core.handle.clone(), OpenConnection(core.open.clone())))
+        Some((
+            core.handle.clone(),
+            OpenConnection(core.open.clone(), self.0.closed.clone()),
+        ))
     }
 }
 
-/// One connection counted open on a core, until dropped.
-struct OpenConnection(Arc<AtomicUsize>);
+/// One connection counted open on a core, until dropped: then its core's count falls and
+/// [`CoreRuntimes::connection_closed`] is told.
+struct OpenConnection(Arc<AtomicUsize>, Arc<tokio::sync::Notify>);
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+        self.1.notify_waiters();
     }
 }
 
