@@ -308,7 +308,14 @@ fn free_port() -> u16 {
 }
 
 fn scratch_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("pap-redis-{}-{}", std::process::id(), free_port()));
+    // Numbered, not named by a free port: two servers started at once in one process could be
+    // handed the same free port number, then share a directory, and the second of two cluster
+    // nodes refuses the first's locked nodes.conf (CI run 62, on every retry in that directory).
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("pap-redis-{}-{n}", std::process::id()));
+    // Left by an earlier process that had this pid: nothing of it belongs to this server.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a scratch directory");
     dir
 }
